@@ -1,0 +1,114 @@
+//! Per-test databases (feature `testing`).
+//!
+//! [`TestDatabase::create`] makes a database with a unique name on the server named by
+//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`), applies
+//! [`crate::MIGRATOR`], and drops the database (`WITH (FORCE)`) when the value is
+//! dropped, so tests run in parallel without seeing each other's rows.
+
+use crate::{PgPool, Result, StoreConfig, StoreError};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection};
+
+// Database names below are generated (`keel_test_` + a UUID's hex), never caller input,
+// so the dynamic SQL is safe.
+use std::str::FromStr;
+
+/// The admin URL used when `DATABASE_URL` is not set.
+pub const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// A fresh, migrated database that is dropped with this value.
+pub struct TestDatabase {
+    name: String,
+    admin: PgConnectOptions,
+    url: String,
+    pool: PgPool,
+}
+
+impl std::fmt::Debug for TestDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestDatabase").field("name", &self.name).finish()
+    }
+}
+
+impl TestDatabase {
+    /// Creates `keel_test_<uuid>` and applies the migrations.
+    ///
+    /// # Errors
+    /// Any [`StoreError`] from connecting, creating or migrating.
+    pub async fn create() -> Result<Self> {
+        let admin_url =
+            std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned());
+        let admin = PgConnectOptions::from_str(&admin_url).map_err(|_| StoreError::Config {
+            key: "DATABASE_URL",
+            reason: "not a valid postgres:// URL",
+        })?;
+        let name = format!("keel_test_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = admin.connect().await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await?;
+        conn.close().await?;
+        let options = admin.clone().database(&name);
+        let url = options.to_url_lossy().to_string();
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await?;
+        crate::migrate(&pool).await?;
+        Ok(Self {
+            name,
+            admin,
+            url,
+            pool,
+        })
+    }
+
+    /// A pool on the test database.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The database's URL (for a second pool, or a child process under test).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A [`StoreConfig`] for this database.
+    pub fn config(&self) -> StoreConfig {
+        StoreConfig::new(self.url.clone())
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let admin = self.admin.clone();
+        let name = std::mem::take(&mut self.name);
+        // Drop runs outside any async context guarantee: use a private runtime on a
+        // helper thread and wait for it, so the database is gone when drop returns.
+        // `WITH (FORCE)` ends the pool's own sessions (they belong to the test's runtime).
+        let handle = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(mut conn) = admin.connect().await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                        .execute(&mut conn)
+                        .await;
+                    let _ = conn.close().await;
+                }
+            });
+        });
+        let _ = handle.join();
+    }
+}
