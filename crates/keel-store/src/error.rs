@@ -165,9 +165,10 @@ impl From<sqlx::Error> for StoreError {
                     sqlstate: None,
                 }
             }
-            E::ColumnDecode { .. } | E::Decode(_) | E::ColumnNotFound(_) | E::TypeNotFound { .. } => {
-                Self::Decode
-            }
+            E::ColumnDecode { .. }
+            | E::Decode(_)
+            | E::ColumnNotFound(_)
+            | E::TypeNotFound { .. } => Self::Decode,
             E::Migrate(m) => Self::from_migrate(*m),
             _ => Self::Permanent {
                 sqlstate: "XX000".to_owned(),

@@ -15,6 +15,7 @@
 //!
 //! Query functions of higher crates take `impl sqlx::PgExecutor` so a caller's
 //! transaction can include them, and map their errors through [`StoreError::from`].
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 pub mod platform;
@@ -89,7 +90,8 @@ impl StoreConfig {
     /// [`StoreError::Config`] naming the offending key (`database.url`,
     /// `database.maxConnections`, `database.acquireTimeoutMs`).
     pub fn validate(&self) -> Result<()> {
-        let scheme_ok = self.url.starts_with("postgres://") || self.url.starts_with("postgresql://");
+        let scheme_ok =
+            self.url.starts_with("postgres://") || self.url.starts_with("postgresql://");
         if !scheme_ok || PgConnectOptions::from_str(&self.url).is_err() {
             return Err(StoreError::Config {
                 key: "database.url",
@@ -186,12 +188,21 @@ mod tests {
     #[test]
     fn validation_names_the_key() {
         let err = StoreConfig::new("mysql:/nope").validate().unwrap_err();
-        assert!(matches!(err, StoreError::Config { key: "database.url", .. }));
+        assert!(matches!(
+            err,
+            StoreError::Config {
+                key: "database.url",
+                ..
+            }
+        ));
         let mut cfg = StoreConfig::new("postgres://postgres@127.0.0.1/keel");
         cfg.max_connections = 0;
         assert!(matches!(
             cfg.validate(),
-            Err(StoreError::Config { key: "database.maxConnections", .. })
+            Err(StoreError::Config {
+                key: "database.maxConnections",
+                ..
+            })
         ));
     }
 }

@@ -26,7 +26,9 @@ pub struct TestDatabase {
 
 impl std::fmt::Debug for TestDatabase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestDatabase").field("name", &self.name).finish()
+        f.debug_struct("TestDatabase")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -103,8 +105,8 @@ impl Drop for TestDatabase {
                     let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
                         "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
                     )))
-                        .execute(&mut conn)
-                        .await;
+                    .execute(&mut conn)
+                    .await;
                     let _ = conn.close().await;
                 }
             });

@@ -37,9 +37,19 @@ async fn test_databases_are_isolated() {
     let a = db().await;
     let b = db().await;
     assert_ne!(a.name(), b.name());
-    platform_contract_upsert(a.pool(), &contract("directory", 1)).await.unwrap();
-    assert_eq!(platform_contract_list(a.pool(), 31337).await.unwrap().len(), 1);
-    assert!(platform_contract_list(b.pool(), 31337).await.unwrap().is_empty());
+    platform_contract_upsert(a.pool(), &contract("directory", 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        platform_contract_list(a.pool(), 31337).await.unwrap().len(),
+        1
+    );
+    assert!(
+        platform_contract_list(b.pool(), 31337)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -62,9 +72,21 @@ async fn dropped_test_database_is_removed() {
 #[tokio::test]
 async fn upsert_reports_changes_only() {
     let db = db().await;
-    assert!(platform_contract_upsert(db.pool(), &contract("directory", 1)).await.unwrap());
-    assert!(!platform_contract_upsert(db.pool(), &contract("directory", 1)).await.unwrap());
-    assert!(platform_contract_upsert(db.pool(), &contract("directory", 2)).await.unwrap());
+    assert!(
+        platform_contract_upsert(db.pool(), &contract("directory", 1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !platform_contract_upsert(db.pool(), &contract("directory", 1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        platform_contract_upsert(db.pool(), &contract("directory", 2))
+            .await
+            .unwrap()
+    );
     let rows = platform_contract_list(db.pool(), 31337).await.unwrap();
     assert_eq!(rows, vec![contract("directory", 2)]);
 }
@@ -109,7 +131,10 @@ async fn unique_violation_names_constraint_not_value() {
 #[tokio::test]
 async fn lock_timeout_is_transient() {
     let db = db().await;
-    db.pool().execute("CREATE TABLE l (id INT PRIMARY KEY)").await.unwrap();
+    db.pool()
+        .execute("CREATE TABLE l (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
     db.pool().execute("INSERT INTO l VALUES (1)").await.unwrap();
     let mut holder = db.pool().begin().await.unwrap();
     sqlx::query("SELECT id FROM l WHERE id = 1 FOR UPDATE")
@@ -117,14 +142,23 @@ async fn lock_timeout_is_transient() {
         .await
         .unwrap();
     let mut waiter = db.pool().begin().await.unwrap();
-    waiter.execute("SET LOCAL lock_timeout = '50ms'").await.unwrap();
+    waiter
+        .execute("SET LOCAL lock_timeout = '50ms'")
+        .await
+        .unwrap();
     let err: StoreError = sqlx::query("SELECT id FROM l WHERE id = 1 FOR UPDATE")
         .execute(&mut *waiter)
         .await
         .unwrap_err()
         .into();
     assert!(
-        matches!(err, StoreError::Transient { kind: TransientKind::LockTimeout, .. }),
+        matches!(
+            err,
+            StoreError::Transient {
+                kind: TransientKind::LockTimeout,
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert_eq!(err.sqlstate(), Some("55P03"));
@@ -133,12 +167,22 @@ async fn lock_timeout_is_transient() {
 #[tokio::test]
 async fn serialization_failure_is_transient() {
     let db = db().await;
-    db.pool().execute("CREATE TABLE s (id INT PRIMARY KEY, v INT)").await.unwrap();
-    db.pool().execute("INSERT INTO s VALUES (1, 0)").await.unwrap();
+    db.pool()
+        .execute("CREATE TABLE s (id INT PRIMARY KEY, v INT)")
+        .await
+        .unwrap();
+    db.pool()
+        .execute("INSERT INTO s VALUES (1, 0)")
+        .await
+        .unwrap();
     let mut a = db.pool().begin().await.unwrap();
     let mut b = db.pool().begin().await.unwrap();
-    a.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").await.unwrap();
-    b.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").await.unwrap();
+    a.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    b.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
     // Both take their snapshot, then a updates and commits; b's update of the same row
     // must fail with 40001.
     a.execute("SELECT v FROM s").await.unwrap();
@@ -151,7 +195,13 @@ async fn serialization_failure_is_transient() {
         .unwrap_err()
         .into();
     assert!(
-        matches!(err, StoreError::Transient { kind: TransientKind::SerializationFailure, .. }),
+        matches!(
+            err,
+            StoreError::Transient {
+                kind: TransientKind::SerializationFailure,
+                ..
+            }
+        ),
         "{err:?}"
     );
 }
@@ -159,21 +209,41 @@ async fn serialization_failure_is_transient() {
 #[tokio::test]
 async fn deadlock_is_transient() {
     let db = db().await;
-    db.pool().execute("CREATE TABLE d (id INT PRIMARY KEY)").await.unwrap();
-    db.pool().execute("INSERT INTO d VALUES (1), (2)").await.unwrap();
+    db.pool()
+        .execute("CREATE TABLE d (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    db.pool()
+        .execute("INSERT INTO d VALUES (1), (2)")
+        .await
+        .unwrap();
     let mut a = db.pool().begin().await.unwrap();
     let mut b = db.pool().begin().await.unwrap();
-    a.execute("SELECT 1 FROM d WHERE id = 1 FOR UPDATE").await.unwrap();
-    b.execute("SELECT 1 FROM d WHERE id = 2 FOR UPDATE").await.unwrap();
+    a.execute("SELECT 1 FROM d WHERE id = 1 FOR UPDATE")
+        .await
+        .unwrap();
+    b.execute("SELECT 1 FROM d WHERE id = 2 FOR UPDATE")
+        .await
+        .unwrap();
     // Each now asks for the other's row; PostgreSQL's deadlock detector (deadlock_timeout,
     // default 1 s) aborts one of them with 40P01.
     let fa = a.execute("SELECT 1 FROM d WHERE id = 2 FOR UPDATE");
     let fb = b.execute("SELECT 1 FROM d WHERE id = 1 FOR UPDATE");
     let (ra, rb) = tokio::join!(fa, fb);
-    let errors: Vec<StoreError> = [ra.err(), rb.err()].into_iter().flatten().map(Into::into).collect();
+    let errors: Vec<StoreError> = [ra.err(), rb.err()]
+        .into_iter()
+        .flatten()
+        .map(Into::into)
+        .collect();
     assert_eq!(errors.len(), 1, "exactly one side is chosen as the victim");
     assert!(
-        matches!(errors[0], StoreError::Transient { kind: TransientKind::Deadlock, .. }),
+        matches!(
+            errors[0],
+            StoreError::Transient {
+                kind: TransientKind::Deadlock,
+                ..
+            }
+        ),
         "{:?}",
         errors[0]
     );
@@ -193,7 +263,11 @@ async fn terminated_session_is_transient() {
         .await
         .unwrap();
     assert!(terminated);
-    let err: StoreError = sqlx::query("SELECT 1").execute(&mut victim).await.unwrap_err().into();
+    let err: StoreError = sqlx::query("SELECT 1")
+        .execute(&mut victim)
+        .await
+        .unwrap_err()
+        .into();
     // The server reports 57P01 before closing, or the client only sees the closed
     // socket; both are transient.
     assert!(err.is_transient(), "{err:?}");
@@ -207,14 +281,27 @@ async fn too_many_connections_is_transient() {
     let db = db().await;
     let role = format!("{}_limited", db.name());
     db.pool()
-        .execute(sqlx::AssertSqlSafe(format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0")))
+        .execute(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"
+        )))
         .await
         .unwrap();
-    let url = db.url().replacen("postgres://postgres", &format!("postgres://{role}"), 1);
+    let url = db
+        .url()
+        .replacen("postgres://postgres", &format!("postgres://{role}"), 1);
     let err: StoreError = PgConnection::connect(&url).await.unwrap_err().into();
-    db.pool().execute(sqlx::AssertSqlSafe(format!("DROP ROLE {role}"))).await.unwrap();
+    db.pool()
+        .execute(sqlx::AssertSqlSafe(format!("DROP ROLE {role}")))
+        .await
+        .unwrap();
     assert!(
-        matches!(err, StoreError::Transient { kind: TransientKind::TooManyConnections, .. }),
+        matches!(
+            err,
+            StoreError::Transient {
+                kind: TransientKind::TooManyConnections,
+                ..
+            }
+        ),
         "{err:?}"
     );
 }
@@ -241,9 +328,15 @@ fn sqlstate_table() {
         ("08006", TransientKind::ConnectionLost),
     ] {
         let err = StoreError::from_sqlstate(code, None);
-        assert!(matches!(err, StoreError::Transient { kind: k, .. } if k == kind), "{code}");
+        assert!(
+            matches!(err, StoreError::Transient { kind: k, .. } if k == kind),
+            "{code}"
+        );
     }
     for code in ["23502", "23503", "42601", "42P01", "22003"] {
-        assert!(!StoreError::from_sqlstate(code, None).is_transient(), "{code}");
+        assert!(
+            !StoreError::from_sqlstate(code, None).is_transient(),
+            "{code}"
+        );
     }
 }

@@ -1,0 +1,413 @@
+//! Keel's configuration: `config/default.toml`, an optional file, then environment
+//! overrides `KEEL__SECTION__KEY`, loaded into typed structs and validated with errors
+//! that name the offending key.
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use keel_store::StoreConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// The defaults compiled into the binary (the text of `config/default.toml`).
+pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
+
+/// Prefix of environment overrides; sections are separated by `__`.
+pub const ENV_PREFIX: &str = "KEEL__";
+
+/// Configuration errors. Messages name the key and never contain the value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A key failed to parse or has the wrong type, or is unknown.
+    #[error("configuration key `{key}`: {reason}")]
+    Parse {
+        /// Dotted key path (`durable.confirmationWatcher.intervalMs`), or `<root>`.
+        key: String,
+        /// What is wrong, without the value.
+        reason: String,
+    },
+    /// A value parsed but breaks a rule.
+    #[error("configuration key `{key}`: {reason}")]
+    Invalid {
+        /// Dotted key path.
+        key: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+}
+
+/// The process role. There is no combined role (see ARCHITECTURE.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// HTTP Platform API: validation, idempotency keys, recording starts and signals, reads.
+    Api,
+    /// Durable workflow executor, transaction queue, watchers, scheduled singletons.
+    Runner,
+    /// Ledger Index: tip ingest and leased historical catch-up.
+    Indexer,
+}
+
+impl Role {
+    /// Lowercase name (`api`, `runner`, `indexer`), also the `role` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Api => "api",
+            Role::Runner => "runner",
+            Role::Indexer => "indexer",
+        }
+    }
+}
+
+/// One chain Keel works on (`[chains.<name>]`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChainConfig {
+    /// EIP-155 chain id (> 0).
+    pub chain_id: u64,
+    /// JSON-RPC upstream URLs, in failover order (at least one; http, https, ws or wss).
+    /// They may embed provider API keys: printed only redacted.
+    pub rpc_urls: Vec<String>,
+    /// Blocks below the head after which a receipt is settled on chains without a
+    /// `finalized` tag (default 1).
+    #[serde(default = "default_confirmations")]
+    pub confirmations: u64,
+}
+
+fn default_confirmations() -> u64 {
+    1
+}
+
+/// `[durable]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DurableConfig {
+    /// `durable.confirmationWatcher`.
+    pub confirmation_watcher: ConfirmationWatcherConfig,
+    /// `durable.sharding`.
+    pub sharding: ShardingConfig,
+}
+
+/// `[durable.confirmationWatcher]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfirmationWatcherConfig {
+    /// Receipt reconciliation interval per chain, in milliseconds; 50..=60000, default 250.
+    pub interval_ms: u64,
+}
+
+/// `[durable.sharding]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShardingConfig {
+    /// Shard modulus (> 0), identical on every role of a deployment.
+    pub shards: u32,
+}
+
+/// `[monitoring]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MonitoringConfig {
+    /// `monitoring.blockchainHealthCollector`.
+    pub blockchain_health_collector: HealthCollectorConfig,
+}
+
+/// `[monitoring.blockchainHealthCollector]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HealthCollectorConfig {
+    /// Seconds between collections; default 60; values below 60 must divide 60 so
+    /// cycles align with the minute.
+    pub interval_seconds: u64,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable on a terminal, JSON otherwise.
+    Auto,
+    /// Always human-readable.
+    Human,
+    /// Always one JSON object per line.
+    Json,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Log format.
+    pub log_format: LogFormat,
+    /// `tracing_subscriber::EnvFilter` directive (`RUST_LOG` wins when set).
+    pub log_filter: String,
+    /// Address of the Prometheus endpoint (`GET /metrics`), `host:port`; empty disables.
+    pub metrics_address: String,
+}
+
+impl TelemetryConfig {
+    /// The parsed metrics address, `None` when disabled.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for `telemetry.metricsAddress` when it is not `ip:port`.
+    pub fn metrics_socket(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        if self.metrics_address.is_empty() {
+            return Ok(None);
+        }
+        self.metrics_address.parse().map(Some).map_err(|_| {
+            invalid(
+                "telemetry.metricsAddress",
+                "must be ip:port, or empty to disable",
+            )
+        })
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    /// Names this installation on every log line and metric (1..=64 of `[A-Za-z0-9._-]`).
+    pub deployment_id: String,
+    /// The role from configuration; `keel run --role` overrides it.
+    #[serde(default)]
+    pub role: Option<Role>,
+    /// `[database]`.
+    pub database: StoreConfig,
+    /// `[chains.<name>]`, by name.
+    #[serde(default)]
+    pub chains: BTreeMap<String, ChainConfig>,
+    /// `[durable]`.
+    pub durable: DurableConfig,
+    /// `[monitoring]`.
+    pub monitoring: MonitoringConfig,
+    /// `[telemetry]`.
+    pub telemetry: TelemetryConfig,
+}
+
+fn invalid(key: &str, reason: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Key paths of the default configuration, for matching environment variables (which
+/// are case-insensitive) to the camelCase keys.
+fn known_paths() -> Vec<Vec<String>> {
+    fn walk(prefix: &[String], table: &toml::Table, out: &mut Vec<Vec<String>>) {
+        for (k, v) in table {
+            let mut path = prefix.to_vec();
+            path.push(k.clone());
+            if let toml::Value::Table(t) = v {
+                walk(&path, t, out);
+            }
+            out.push(path);
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(table) = DEFAULT_TOML.parse::<toml::Table>() {
+        walk(&[], &table, &mut out);
+    }
+    // Keys that are optional and commented out in the defaults.
+    out.push(vec!["role".to_owned()]);
+    for key in ["chainId", "rpcUrls", "confirmations"] {
+        out.push(vec!["chains".to_owned(), "*".to_owned(), key.to_owned()]);
+    }
+    out
+}
+
+/// An environment value as TOML when it parses as one (`500`, `true`,
+/// `["http://a", "http://b"]`, `"quoted"`), else as the plain string.
+fn env_value(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_owned()))
+}
+
+/// Maps an environment key (`durable.confirmationwatcher.intervalms`, already split on
+/// `__` and lowercased) to its canonical camelCase path, segment by segment; segments
+/// without a known spelling (a chain's name) are kept as written.
+fn canonical_key(lower: &str, known: &[Vec<String>]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for segment in lower.split('.') {
+        let depth = out.len();
+        let matched = known.iter().find_map(|path| {
+            let prefix_ok = path.len() > depth
+                && path[..depth]
+                    .iter()
+                    .zip(&out)
+                    .all(|(k, o)| k == "*" || k == o);
+            (prefix_ok && path[depth].eq_ignore_ascii_case(segment) && path[depth] != "*")
+                .then(|| path[depth].clone())
+        });
+        out.push(matched.unwrap_or_else(|| segment.to_owned()));
+    }
+    out.join(".")
+}
+
+impl Config {
+    /// Loads defaults, then `file` when given, then `KEEL__…` variables from the
+    /// process environment, and validates the result.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first bad key.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_with_env(file, std::env::vars())
+    }
+
+    /// [`Config::load`] with an explicit environment (tests).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first bad key.
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(invalid("--config", "file does not exist"));
+            }
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        let known = known_paths();
+        for (name, value) in env {
+            let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            let key = canonical_key(&rest.to_ascii_lowercase().replace("__", "."), &known);
+            figment = figment.merge(Serialized::default(&key, env_value(&value)));
+        }
+        let config: Config = figment.extract().map_err(|e| {
+            let key = if e.path.is_empty() {
+                "<root>".to_owned()
+            } else {
+                e.path.join(".")
+            };
+            let reason = match &e.kind {
+                figment::error::Kind::UnknownField(field, _) => format!("unknown key `{field}`"),
+                figment::error::Kind::MissingField(field) => format!("missing key `{field}`"),
+                figment::error::Kind::InvalidType(actual, expected) => {
+                    format!(
+                        "expected {expected}, found {}",
+                        actual.to_string().split(' ').next().unwrap_or("value")
+                    )
+                }
+                figment::error::Kind::InvalidValue(_, expected) => format!("expected {expected}"),
+                figment::error::Kind::UnknownVariant(_, expected) => {
+                    format!("expected one of {}", expected.join(", "))
+                }
+                _ => "invalid value".to_owned(),
+            };
+            ConfigError::Parse { key, reason }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every rule that types alone do not express.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let id_ok = !self.deployment_id.is_empty()
+            && self.deployment_id.len() <= 64
+            && self
+                .deployment_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !id_ok {
+            return Err(invalid(
+                "deploymentId",
+                "must be 1..=64 characters of [A-Za-z0-9._-]",
+            ));
+        }
+        self.database.validate().map_err(|e| match e {
+            keel_store::StoreError::Config { key, reason } => invalid(key, reason),
+            _ => invalid("database", "invalid"),
+        })?;
+        for (name, chain) in &self.chains {
+            let key = |k: &str| format!("chains.{name}.{k}");
+            if chain.chain_id == 0 {
+                return Err(invalid(&key("chainId"), "must be greater than 0 (EIP-155)"));
+            }
+            if chain.rpc_urls.is_empty() {
+                return Err(invalid(&key("rpcUrls"), "needs at least one URL"));
+            }
+            for url in &chain.rpc_urls {
+                let ok = ["http://", "https://", "ws://", "wss://"]
+                    .iter()
+                    .any(|s| url.starts_with(s) && url.len() > s.len());
+                if !ok {
+                    return Err(invalid(
+                        &key("rpcUrls"),
+                        "each URL must be http(s):// or ws(s)://",
+                    ));
+                }
+            }
+        }
+        let mut ids: Vec<u64> = self.chains.values().map(|c| c.chain_id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(invalid("chains", "two chains share a chainId"));
+        }
+        let interval = self.durable.confirmation_watcher.interval_ms;
+        if !(50..=60_000).contains(&interval) {
+            return Err(invalid(
+                "durable.confirmationWatcher.intervalMs",
+                "must be within 50..=60000 milliseconds",
+            ));
+        }
+        if self.durable.sharding.shards == 0 {
+            return Err(invalid("durable.sharding.shards", "must be greater than 0"));
+        }
+        let secs = self.monitoring.blockchain_health_collector.interval_seconds;
+        if secs == 0 || (secs < 60 && 60 % secs != 0) {
+            return Err(invalid(
+                "monitoring.blockchainHealthCollector.intervalSeconds",
+                "must be at least 60, or a divisor of 60 below it",
+            ));
+        }
+        self.telemetry.metrics_socket()?;
+        Ok(())
+    }
+
+    /// The configuration as TOML with secrets redacted: database password, and RPC
+    /// URLs reduced to scheme, host and port (providers put API keys in paths and
+    /// query strings).
+    pub fn redacted_toml(&self) -> String {
+        let mut copy = self.clone();
+        copy.database.url = copy.database.redacted_url();
+        for chain in copy.chains.values_mut() {
+            for url in &mut chain.rpc_urls {
+                *url = redact_rpc_url(url);
+            }
+        }
+        toml::to_string_pretty(&copy)
+            .unwrap_or_else(|_| "# configuration could not be rendered\n".to_owned())
+    }
+}
+
+/// `scheme://host:port` of an RPC URL, with `/***` when a path, query or credentials
+/// were present.
+pub fn redact_rpc_url(url: &str) -> String {
+    let Some(idx) = url.find("://") else {
+        return "***".to_owned();
+    };
+    let (scheme, rest) = (&url[..idx], &url[idx + 3..]);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    let had_secret_room =
+        authority.contains('@') || authority_end < rest.len() && rest.len() > authority_end + 1;
+    if had_secret_room {
+        format!("{scheme}://{host}/***")
+    } else {
+        format!("{scheme}://{host}")
+    }
+}

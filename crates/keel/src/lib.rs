@@ -1,0 +1,14 @@
+//! # keel (library half of the binary)
+//!
+//! What the `keel` binary is made of, as a library so its pieces have tests:
+//!
+//! - [`config`]: `config/default.toml` + a file + `KEEL__SECTION__KEY` overrides into
+//!   typed, validated structs; redacted printing.
+//! - [`telemetry`]: tracing-subscriber (human on a TTY, JSON otherwise) and the
+//!   Prometheus endpoint, both stamped with the deployment id.
+//! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod config;
+pub mod shutdown;
+pub mod telemetry;

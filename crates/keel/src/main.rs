@@ -1,0 +1,273 @@
+//! The `keel` binary: `keel migrate`, `keel config print`, `keel run --role …`,
+//! `keel chain bootstrap`.
+
+use alloy::primitives::Address;
+use alloy::providers::{Provider, ProviderBuilder};
+use alloy::signers::local::PrivateKeySigner;
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use keel::config::{Config, Role};
+use keel::telemetry;
+use keel_abi::platform::{PlatformDeployment, deploy_platform, read_back};
+use keel_store::platform::{PlatformContract, platform_contract_upsert};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Keel: durable asset operations on EVM chains.
+#[derive(Parser, Debug)]
+#[command(name = "keel", version, about)]
+struct Cli {
+    /// Configuration file merged over the built-in defaults (config/default.toml).
+    #[arg(long, global = true, env = "KEEL_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Apply pending database migrations (run before a release serves).
+    Migrate,
+    /// Configuration commands.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Run one role of Keel until SIGTERM/SIGINT. In this release a role process serves
+    /// its metrics and readiness only; the role's work loops arrive with the engine,
+    /// queue and index components.
+    Run {
+        /// The role of this process (no combined role exists).
+        #[arg(long, env = "KEEL_ROLE", value_enum)]
+        role: Option<Role>,
+        /// Seconds in-flight work gets to finish after a shutdown signal.
+        #[arg(long, default_value_t = 30)]
+        termination_grace_seconds: u64,
+    },
+    /// Chain operator commands.
+    Chain {
+        #[command(subcommand)]
+        command: ChainCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Print the effective configuration (defaults + file + environment), secrets redacted.
+    Print,
+}
+
+#[derive(Subcommand, Debug)]
+enum ChainCommand {
+    /// Deploy Keel's platform contracts to a configured chain, register them in its
+    /// Directory, record them in the database, and read each back.
+    Bootstrap {
+        /// The chain's name in the configuration (`[chains.<name>]`).
+        #[arg(long)]
+        chain: String,
+        /// Name of the environment variable that holds the deployer's private key (hex).
+        /// The key is never printed, logged or stored.
+        #[arg(long, default_value = "KEEL_DEPLOYER_KEY")]
+        key_env: String,
+        /// Also deploy the ERC-4337 EntryPoint v0.8 and SimpleAccountFactory at their
+        /// canonical addresses from the npm artifacts (local/dev chains), when absent.
+        #[arg(long)]
+        deploy_erc4337: bool,
+        /// The EntryPoint the EntryPointReference records (default: canonical v0.8).
+        #[arg(long)]
+        entry_point: Option<Address>,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("keel: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if let Command::Config {
+        command: ConfigCommand::Print,
+    } = cli.command
+    {
+        print!("{}", config.redacted_toml());
+        return std::process::ExitCode::SUCCESS;
+    }
+    if let Err(e) = telemetry::init_logging(&config.telemetry, &config.deployment_id) {
+        eprintln!("keel: {e}");
+        return std::process::ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("keel: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli.command, config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(target: "keel", error = format!("{e:#}"), "command failed");
+            eprintln!("keel: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
+    match command {
+        Command::Migrate => {
+            let pool = keel_store::connect(&config.database)
+                .await
+                .context("connecting to the database")?;
+            keel_store::migrate(&pool)
+                .await
+                .context("applying migrations")?;
+            let count = keel_store::MIGRATOR.iter().count();
+            tracing::info!(target: "keel::migrate", migrations = count, "database is up to date");
+            println!("migrations applied: {count} known, database up to date");
+            Ok(())
+        }
+        Command::Run {
+            role,
+            termination_grace_seconds,
+        } => run_role(config, role, Duration::from_secs(termination_grace_seconds)).await,
+        Command::Chain {
+            command:
+                ChainCommand::Bootstrap {
+                    chain,
+                    key_env,
+                    deploy_erc4337,
+                    entry_point,
+                },
+        } => bootstrap(config, &chain, &key_env, deploy_erc4337, entry_point).await,
+        Command::Config { .. } => Ok(()),
+    }
+}
+
+async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow::Result<()> {
+    let Some(role) = role.or(config.role) else {
+        bail!(
+            "no role: pass --role api|runner|indexer, set KEEL_ROLE, or `role` in the configuration"
+        );
+    };
+    let span = tracing::info_span!("keel", role = role.as_str());
+    let _entered = span.enter();
+    let metrics_addr =
+        telemetry::init_metrics(&config.telemetry, &config.deployment_id, role.as_str())?;
+    let pool = keel_store::connect(&config.database)
+        .await
+        .context("connecting to the database")?;
+    let shutdown = keel::shutdown::on_signal();
+    metrics::gauge!("keel_ready").set(1.0);
+    tracing::info!(
+        target: "keel",
+        metrics = metrics_addr.map(|a| a.to_string()).unwrap_or_else(|| "disabled".into()),
+        "{} role ready",
+        role.as_str()
+    );
+    shutdown.cancelled().await;
+    metrics::gauge!("keel_ready").set(0.0);
+    tracing::info!(target: "keel", grace_seconds = grace.as_secs(), "draining");
+    // No role tasks exist yet; the pool is the only resource to release.
+    tokio::time::timeout(grace, pool.close()).await.ok();
+    tracing::info!(target: "keel", "stopped");
+    Ok(())
+}
+
+async fn bootstrap(
+    config: Config,
+    chain_name: &str,
+    key_env: &str,
+    deploy_erc4337: bool,
+    entry_point: Option<Address>,
+) -> anyhow::Result<()> {
+    let chain = config.chains.get(chain_name).with_context(|| {
+        format!("no chain named `{chain_name}` in the configuration (chains.*)")
+    })?;
+    let key = std::env::var(key_env)
+        .with_context(|| format!("environment variable {key_env} is not set"))?;
+    let signer: PrivateKeySigner = key
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{key_env} does not hold a valid hex private key"))?;
+    drop(key);
+    let admin = signer.address();
+    let url = chain.rpc_urls.first().context("chain has no RPC URL")?;
+    let provider = ProviderBuilder::new()
+        .wallet(signer)
+        .connect(url)
+        .await
+        .context("connecting to the chain's first RPC upstream")?
+        .erased();
+    let reported = provider.get_chain_id().await.context("eth_chainId")?;
+    if reported != chain.chain_id {
+        bail!(
+            "chain `{chain_name}` is configured with chainId {} but its RPC reports {reported}",
+            chain.chain_id
+        );
+    }
+    let pool = keel_store::connect(&config.database)
+        .await
+        .context("connecting to the database")?;
+    keel_store::migrate(&pool)
+        .await
+        .context("applying migrations")?;
+
+    let entry_point = entry_point.unwrap_or(keel_abi::erc4337::ENTRY_POINT_V08);
+    if deploy_erc4337 {
+        let root = workspace_root();
+        let dir = keel_abi::erc4337::artifacts_dir(&root);
+        let d = keel_abi::erc4337::deploy_v08(&provider, admin, &dir).await?;
+        println!("erc4337  EntryPoint v0.8        {}", d.entry_point);
+        println!(
+            "erc4337  SimpleAccountFactory   {}",
+            d.simple_account_factory
+        );
+    }
+    if provider.get_code_at(entry_point).await?.is_empty() {
+        bail!(
+            "no code at the EntryPoint {entry_point}; pass --deploy-erc4337 on a dev chain or --entry-point"
+        );
+    }
+
+    let deployment: PlatformDeployment = deploy_platform(&provider, admin, entry_point).await?;
+    for c in &deployment.contracts {
+        platform_contract_upsert(
+            &pool,
+            &PlatformContract {
+                chain_id: i64::try_from(deployment.chain_id).context("chain id exceeds i64")?,
+                name: c.name.to_owned(),
+                address: c.address.to_vec(),
+                deploy_tx_hash: c.tx_hash.map(|h| h.to_vec()),
+                deployed_block: c.block.and_then(|b| i64::try_from(b).ok()),
+            },
+        )
+        .await?;
+        println!("deployed {:<20} {}", c.name, c.address);
+    }
+    for check in read_back(&provider, &deployment).await? {
+        println!("check    {:<20} {}", check.name, check.observed);
+    }
+    println!(
+        "bootstrap of chain `{chain_name}` (chainId {}) complete: {} contracts recorded",
+        deployment.chain_id,
+        deployment.contracts.len()
+    );
+    Ok(())
+}
+
+/// The source tree when running from it (for the npm artifacts), else the current dir.
+fn workspace_root() -> PathBuf {
+    let compiled = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if compiled.join("tools").is_dir() {
+        compiled
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+    }
+}
