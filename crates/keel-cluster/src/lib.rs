@@ -1,0 +1,39 @@
+//! # keel-cluster
+//!
+//! Cluster primitives for Keel's replicas, built on PostgreSQL alone (no other
+//! coordinator):
+//!
+//! - [`shard_of`]: the stable key → shard mapping (SHA-256, never changes);
+//! - [`check_shard_count`]: the shard count recorded in `cluster_config`; a process
+//!   configured with another count refuses to start
+//!   ([`ClusterError::ShardCountMismatch`]);
+//! - [`ShardOwner`]: a replica's registration in `cluster_replica` and its ownership of
+//!   shards, each a session advisory lock `(group_key, shard)` on one reserved
+//!   connection, spread over the live replicas of a shard group by rendezvous hashing,
+//!   re-asserted on a fixed refresh interval under deadlines; each owned shard carries a
+//!   [`ShardLease`] whose cancellation token fires when the shard is lost;
+//! - [`ShardOwner::singleton`]: a long-lived task that runs only on the owner of its
+//!   name's shard and moves with it;
+//! - [`ShardOwner::cron`]: a job run once per cycle on one owner, each cycle keyed by
+//!   (name, scheduled time) and recorded in `cron_cycle` before it starts, so an
+//!   ownership handoff never starts a recorded cycle twice.
+//!
+//! Schema: migration `0003_cluster.sql`. Metrics: see the table in `src/metrics.rs`
+//! (`keel_cluster_*`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod config;
+mod cron;
+mod error;
+mod hash;
+mod lock;
+mod metrics;
+mod owner;
+mod registry;
+
+pub use config::{MAX_SHARDS, OwnerConfig, Role, Timing};
+pub use cron::{CronCycle, CronJob, CronOutcome, CronStatus, Schedule, cron_status};
+pub use error::{ClusterError, Result};
+pub use hash::{assignment, group_key, rendezvous_owner, rendezvous_weight, shard_of};
+pub use owner::{OwnedShards, ShardLease, ShardOwner};
+pub use registry::{check_shard_count, recorded_shard_count};

@@ -1,0 +1,98 @@
+//! `cluster_config` and `cluster_replica`: the recorded shard count and the replica
+//! registry (migration `0003_cluster.sql`).
+
+use crate::{ClusterError, Result};
+use sqlx::PgConnection;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Records `configured` as the cluster's shard count if none is recorded yet, then
+/// compares it with the recorded one.
+///
+/// # Errors
+/// [`ClusterError::ShardCountMismatch`] when another count is recorded;
+/// [`ClusterError::Store`] on database failure.
+pub async fn check_shard_count(conn: &mut PgConnection, configured: u32) -> Result<()> {
+    let wanted = i32::try_from(configured).map_err(|_| ClusterError::Config {
+        key: "durable.sharding.shards",
+        reason: "must be between 1 and 65536",
+    })?;
+    sqlx::query(
+        "INSERT INTO cluster_config (shards) VALUES ($1) ON CONFLICT (singleton) DO NOTHING",
+    )
+    .bind(wanted)
+    .execute(&mut *conn)
+    .await?;
+    let recorded: i32 = sqlx::query_scalar("SELECT shards FROM cluster_config")
+        .fetch_one(&mut *conn)
+        .await?;
+    if recorded != wanted {
+        return Err(ClusterError::ShardCountMismatch {
+            configured,
+            recorded: u32::try_from(recorded).unwrap_or(0),
+        });
+    }
+    Ok(())
+}
+
+/// The shard count recorded in `cluster_config`, if any.
+///
+/// # Errors
+/// [`ClusterError::Store`] on database failure.
+pub async fn recorded_shard_count(conn: &mut PgConnection) -> Result<Option<u32>> {
+    let recorded: Option<i32> = sqlx::query_scalar("SELECT shards FROM cluster_config")
+        .fetch_optional(conn)
+        .await?;
+    Ok(recorded.and_then(|n| u32::try_from(n).ok()))
+}
+
+/// Registers the replica if its row is missing, else moves its heartbeat to `now()`
+/// (database clock).
+pub(crate) async fn heartbeat(
+    conn: &mut PgConnection,
+    id: Uuid,
+    group: &str,
+    role: &str,
+    host: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO cluster_replica (id, shard_group, role, host) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()",
+    )
+    .bind(id)
+    .bind(group)
+    .bind(role)
+    .bind(host)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The live replicas of `group`: heartbeat within `window` of the database's `now()`.
+pub(crate) async fn live_replicas(
+    conn: &mut PgConnection,
+    group: &str,
+    window: Duration,
+) -> Result<Vec<Uuid>> {
+    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    let ids = sqlx::query_scalar(
+        "SELECT id FROM cluster_replica \
+         WHERE shard_group = $1 AND heartbeat_at > now() - $2 * interval '1 millisecond' \
+         ORDER BY id",
+    )
+    .bind(group)
+    .bind(window_ms as f64)
+    .fetch_all(conn)
+    .await?;
+    Ok(ids)
+}
+
+/// Removes the replica's row (graceful shutdown): peers reassign its shards at their
+/// next refresh instead of waiting for the liveness window.
+pub(crate) async fn deregister(conn: &mut PgConnection, id: Uuid) -> Result<()> {
+    sqlx::query("DELETE FROM cluster_replica WHERE id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

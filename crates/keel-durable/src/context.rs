@@ -1,0 +1,686 @@
+//! [`WorkflowContext`]: the journaled operations a workflow body may use.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::config::Backoff;
+use crate::error::DurableError;
+use crate::metrics as m;
+use crate::payload::validate_name;
+use crate::status::{WaitDescription, WaitKind};
+use crate::workflow::{ChildHandle, ChildOutcome, Interrupt, SignalOutcome, StepError, Workflow};
+
+/// A deadline for [`WorkflowContext::wait_signal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// This long after the wait is first reached (database clock).
+    After(Duration),
+    /// At this instant (an instant in the past means "now").
+    At(DateTime<Utc>),
+}
+
+/// Flags shared between a segment and its lease-renewal task.
+#[derive(Debug, Default)]
+pub(crate) struct SegmentFlags {
+    pub(crate) fenced: AtomicBool,
+    pub(crate) cancel_requested: AtomicBool,
+}
+
+/// Why a segment stopped before the body returned.
+#[derive(Debug)]
+pub(crate) enum Halt {
+    Blocked(WaitDescription),
+    Suspended { code: &'static str },
+    Determinism,
+    JournalIncompatible,
+    InvalidName,
+    Fenced,
+    Cancelled,
+    Infra(DurableError),
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct JournalEntry {
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) result: Value,
+}
+
+/// The context of one segment of one instance: replays the journal, then records new
+/// results. Every recording is one fenced write: it renews the lease and fails (stopping
+/// the segment) when the lease token no longer matches.
+pub struct WorkflowContext {
+    pub(crate) pool: PgPool,
+    pub(crate) instance_id: Uuid,
+    pub(crate) workflow: &'static str,
+    pub(crate) token: Uuid,
+    pub(crate) lease_secs: f64,
+    pub(crate) journal: Vec<JournalEntry>,
+    pub(crate) cursor: usize,
+    pub(crate) db_now: DateTime<Utc>,
+    pub(crate) halt: Option<Halt>,
+    pub(crate) progress: Option<Value>,
+    pub(crate) flags: Arc<SegmentFlags>,
+    pub(crate) step_attempts: u32,
+    pub(crate) step_backoff: Backoff,
+    pub(crate) command_max_attempts: i32,
+}
+
+impl std::fmt::Debug for WorkflowContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkflowContext")
+            .field("instance_id", &self.instance_id)
+            .field("workflow", &self.workflow)
+            .field("cursor", &self.cursor)
+            .finish_non_exhaustive()
+    }
+}
+
+const FENCED_APPEND: &str = "\
+WITH f AS (
+    UPDATE durable_instance
+       SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now(),
+           progress = COALESCE($7::jsonb, progress)
+     WHERE id = $1 AND lease_token = $2
+ RETURNING id, cancel_requested_at
+), v AS (
+    SELECT CASE WHEN $8 THEN jsonb_build_object('ok', to_jsonb(now())) ELSE $6::jsonb END AS result
+), j AS (
+    INSERT INTO durable_journal (instance_id, seq, kind, name, result)
+    SELECT f.id, $4, $5, $9, v.result FROM f, v
+ RETURNING result
+)
+SELECT f.cancel_requested_at IS NOT NULL AS cancel, j.result FROM f, j";
+
+const FENCED_TIMER: &str = "\
+WITH f AS (
+    UPDATE durable_instance
+       SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now(),
+           progress = COALESCE($7::jsonb, progress)
+     WHERE id = $1 AND lease_token = $2
+ RETURNING id, cancel_requested_at
+), d AS (
+    SELECT CASE WHEN $8::float8 IS NOT NULL THEN now() + make_interval(secs => $8::float8)
+                WHEN $9::timestamptz IS NOT NULL THEN greatest(now(), $9::timestamptz)
+           END AS at
+), j AS (
+    INSERT INTO durable_journal (instance_id, seq, kind, name, result)
+    SELECT f.id, $4, $5, $6, jsonb_build_object('ok', to_jsonb(d.at)) FROM f, d
+ RETURNING seq
+)
+SELECT f.cancel_requested_at IS NOT NULL AS cancel, d.at, coalesce(d.at <= now(), false) AS due
+  FROM f, d, j";
+
+const FENCE: &str = "\
+UPDATE durable_instance
+   SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now(),
+       progress = COALESCE($4::jsonb, progress)
+ WHERE id = $1 AND lease_token = $2
+RETURNING cancel_requested_at IS NOT NULL AS cancel, now() AS now";
+
+impl WorkflowContext {
+    /// The instance this segment runs.
+    pub fn instance_id(&self) -> Uuid {
+        self.instance_id
+    }
+
+    /// True while the body is replaying journaled results (useful to silence logs).
+    pub fn is_replaying(&self) -> bool {
+        self.cursor < self.journal.len()
+    }
+
+    /// Sets the progress snapshot shown by the status projection. Not journaled: it is
+    /// written with the next recording (or the end of the segment), and a replay sets
+    /// the same values again.
+    pub fn set_progress(&mut self, progress: Value) {
+        self.progress = Some(progress);
+    }
+
+    fn halt(&mut self, halt: Halt) -> Interrupt {
+        if self.halt.is_none() {
+            self.halt = Some(halt);
+        }
+        Interrupt(())
+    }
+
+    fn check(&mut self) -> Result<(), Interrupt> {
+        if self.halt.is_some() {
+            return Err(Interrupt(()));
+        }
+        if self.flags.fenced.load(Ordering::Acquire) {
+            return Err(self.halt(Halt::Fenced));
+        }
+        if self.flags.cancel_requested.load(Ordering::Acquire) {
+            return Err(self.halt(Halt::Cancelled));
+        }
+        Ok(())
+    }
+
+    fn check_name(&mut self, name: &str) -> Result<(), Interrupt> {
+        if validate_name("step name", name).is_err() {
+            return Err(self.halt(Halt::InvalidName));
+        }
+        Ok(())
+    }
+
+    /// The journaled result at the cursor, if the journal reaches that far; a kind or
+    /// name mismatch is a determinism violation.
+    fn replay(&mut self, kind: &str, name: &str) -> Result<Option<Value>, Interrupt> {
+        let Some(entry) = self.journal.get(self.cursor) else {
+            return Ok(None);
+        };
+        if entry.kind != kind || entry.name != name {
+            tracing::error!(
+                target: "keel::durable::replay",
+                instance_id = %self.instance_id,
+                position = self.cursor,
+                "determinism violation: the body reached a different step than its journal"
+            );
+            return Err(self.halt(Halt::Determinism));
+        }
+        let result = entry.result.clone();
+        self.cursor += 1;
+        Ok(Some(result))
+    }
+
+    fn decode<T: DeserializeOwned>(&mut self, v: Value) -> Result<T, Interrupt> {
+        serde_json::from_value(v).map_err(|_| self.halt(Halt::JournalIncompatible))
+    }
+
+    /// `{"ok": v}` → `Ok(v)`, `{"err": e}` → `Err(e)`.
+    fn decode_result<T: DeserializeOwned, E: DeserializeOwned>(
+        &mut self,
+        mut v: Value,
+    ) -> Result<Result<T, E>, Interrupt> {
+        if let Some(ok) = v.get_mut("ok") {
+            let ok = ok.take();
+            return self.decode(ok).map(Ok);
+        }
+        if let Some(err) = v.get_mut("err") {
+            let err = err.take();
+            return self.decode(err).map(Err);
+        }
+        Err(self.halt(Halt::JournalIncompatible))
+    }
+
+    fn seq(&self) -> i32 {
+        i32::try_from(self.cursor).unwrap_or(i32::MAX)
+    }
+
+    fn fail_infra(&mut self, e: impl Into<DurableError>) -> Interrupt {
+        self.halt(Halt::Infra(e.into()))
+    }
+
+    /// Appends one journal entry under the fence. `result: None` records the database
+    /// clock (`{"ok": now()}`).
+    async fn append(
+        &mut self,
+        kind: &'static str,
+        name: &str,
+        result: Option<Value>,
+    ) -> Result<Value, Interrupt> {
+        let row: Option<(bool, Value)> = match sqlx::query_as(FENCED_APPEND)
+            .bind(self.instance_id)
+            .bind(self.token)
+            .bind(self.lease_secs)
+            .bind(self.seq())
+            .bind(kind)
+            .bind(result.as_ref())
+            .bind(self.progress.as_ref())
+            .bind(result.is_none())
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Err(self.fail_infra(e)),
+        };
+        let Some((cancel, stored)) = row else {
+            return Err(self.halt(Halt::Fenced));
+        };
+        self.after_write(cancel);
+        Ok(stored)
+    }
+
+    fn after_write(&mut self, cancel: bool) {
+        self.progress = None;
+        self.cursor += 1;
+        if cancel {
+            self.flags.cancel_requested.store(true, Ordering::Release);
+        }
+    }
+
+    /// Runs a step: returns its journaled result on replay; otherwise runs `body`
+    /// (retrying [`StepError::Transient`] up to the configured attempts with capped
+    /// backoff), journals `Ok(T)` or the typed `Err(E)`, and returns it.
+    ///
+    /// The outer `Err(Interrupt)` means the segment stops here (propagate it with `?`):
+    /// blocked, fenced out, cancelled, suspended after exhausted transient retries (nothing
+    /// journaled; recovery is scheduled), or a determinism violation (the journal holds
+    /// a different step at this position: the instance fails with
+    /// `DETERMINISM_VIOLATION`).
+    ///
+    /// Steps are at-least-once: a step interrupted before its result was committed runs
+    /// again in a later segment. The value returned is always the journaled JSON decoded
+    /// again, so the first run and every replay see the same value.
+    pub async fn step<T, E, F, Fut>(
+        &mut self,
+        name: &str,
+        mut body: F,
+    ) -> Result<Result<T, E>, Interrupt>
+    where
+        T: Serialize + DeserializeOwned + Send,
+        E: Serialize + DeserializeOwned + Send,
+        F: FnMut() -> Fut + Send,
+        Fut: Future<Output = Result<T, StepError<E>>> + Send,
+    {
+        self.check()?;
+        self.check_name(name)?;
+        if let Some(v) = self.replay("step", name)? {
+            m::step(self.workflow, "replayed");
+            return self.decode_result(v);
+        }
+        let span = tracing::info_span!(target: "keel::durable::step", "step", workflow = self.workflow, step = name);
+        let mut attempt: u32 = 0;
+        let result = loop {
+            attempt += 1;
+            match body().instrument(span.clone()).await {
+                Ok(t) => match serde_json::to_value(&t) {
+                    Ok(v) => break json!({ "ok": v }),
+                    Err(_) => {
+                        return Err(self.fail_infra(DurableError::Json {
+                            what: "step result",
+                        }));
+                    }
+                },
+                Err(StepError::Failed(e)) => match serde_json::to_value(&e) {
+                    Ok(v) => break json!({ "err": v }),
+                    Err(_) => {
+                        return Err(self.fail_infra(DurableError::Json { what: "step error" }));
+                    }
+                },
+                Err(StepError::Transient { code }) => {
+                    tracing::warn!(target: "keel::durable::step", parent: &span, attempt, code, "step failed transiently");
+                    if attempt >= self.step_attempts {
+                        m::step(self.workflow, "suspended");
+                        return Err(self.halt(Halt::Suspended { code }));
+                    }
+                    tokio::time::sleep(self.step_backoff.delay(attempt)).await;
+                    self.check()?;
+                }
+            }
+        };
+        let stored = self.append("step", name, Some(result)).await?;
+        let outcome = if stored.get("ok").is_some() {
+            "ok"
+        } else {
+            "err"
+        };
+        m::step(self.workflow, outcome);
+        self.decode_result(stored)
+    }
+
+    /// The database clock, journaled.
+    pub async fn now(&mut self) -> Result<DateTime<Utc>, Interrupt> {
+        self.check()?;
+        let v = match self.replay("now", "")? {
+            Some(v) => v,
+            None => self.append("now", "", None).await?,
+        };
+        self.decode_ok(v)
+    }
+
+    fn decode_ok<T: DeserializeOwned>(&mut self, mut v: Value) -> Result<T, Interrupt> {
+        match v.get_mut("ok") {
+            Some(ok) => {
+                let ok = ok.take();
+                self.decode(ok)
+            }
+            None => Err(self.halt(Halt::JournalIncompatible)),
+        }
+    }
+
+    /// A random (v4) UUID, journaled.
+    pub async fn uuid(&mut self) -> Result<Uuid, Interrupt> {
+        self.check()?;
+        let v = match self.replay("uuid", "")? {
+            Some(v) => v,
+            None => {
+                self.append("uuid", "", Some(json!({ "ok": Uuid::new_v4() })))
+                    .await?
+            }
+        };
+        self.decode_ok(v)
+    }
+
+    /// A random `u64`, journaled (stored as a decimal string: JSON numbers lose
+    /// precision above 2^53 in many readers).
+    pub async fn random(&mut self) -> Result<u64, Interrupt> {
+        self.check()?;
+        let v = match self.replay("random", "")? {
+            Some(v) => v,
+            None => {
+                let r = (Uuid::new_v4().as_u128() >> 64) as u64;
+                self.append("random", "", Some(json!({ "ok": r.to_string() })))
+                    .await?
+            }
+        };
+        let s: String = self.decode_ok(v)?;
+        s.parse().map_err(|_| self.halt(Halt::JournalIncompatible))
+    }
+
+    /// Records a deadline entry (and its TIMER command when in the future).
+    async fn record_deadline(
+        &mut self,
+        kind: &'static str,
+        name: &str,
+        deadline: Option<Deadline>,
+    ) -> Result<(Option<DateTime<Utc>>, bool), Interrupt> {
+        let (secs, at) = match deadline {
+            Some(Deadline::After(d)) => (Some(d.as_secs_f64()), None),
+            Some(Deadline::At(t)) => (None, Some(t)),
+            None => (None, None),
+        };
+        let row: Option<(bool, Option<DateTime<Utc>>, bool)> = match sqlx::query_as(FENCED_TIMER)
+            .bind(self.instance_id)
+            .bind(self.token)
+            .bind(self.lease_secs)
+            .bind(self.seq())
+            .bind(kind)
+            .bind(name)
+            .bind(self.progress.as_ref())
+            .bind(secs)
+            .bind(at)
+            .fetch_optional(&self.pool)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Err(self.fail_infra(e)),
+        };
+        let Some((cancel, at, due)) = row else {
+            return Err(self.halt(Halt::Fenced));
+        };
+        self.after_write(cancel);
+        Ok((at, due))
+    }
+
+    /// A durable sleep: the deadline is `now() + duration` on the database clock,
+    /// recorded once; the instance is `waiting` until a TIMER command at the deadline
+    /// runs it again. A zero duration records the entry and continues.
+    pub async fn sleep(&mut self, duration: Duration) -> Result<(), Interrupt> {
+        self.sleep_inner(Deadline::After(duration)).await
+    }
+
+    /// A durable sleep until `at` (database clock; an instant in the past continues at
+    /// once).
+    pub async fn sleep_until(&mut self, at: DateTime<Utc>) -> Result<(), Interrupt> {
+        self.sleep_inner(Deadline::At(at)).await
+    }
+
+    async fn sleep_inner(&mut self, deadline: Deadline) -> Result<(), Interrupt> {
+        self.check()?;
+        let (at, due) = match self.replay("sleep", "")? {
+            Some(v) => {
+                let at: Option<DateTime<Utc>> = self.decode_ok(v)?;
+                (at, at.is_none_or(|t| t <= self.db_now))
+            }
+            None => self.record_deadline("sleep", "", Some(deadline)).await?,
+        };
+        if due {
+            Ok(())
+        } else {
+            Err(self.halt(Halt::Blocked(WaitDescription {
+                kind: WaitKind::Timer,
+                name: None,
+                deadline: at,
+            })))
+        }
+    }
+
+    /// Waits for the signal `name`. Resolution rule: the earliest unconsumed signal of
+    /// that name whose `recorded_at` is no later than the deadline wins, even when the
+    /// executor runs late; otherwise, once the database clock has passed the deadline,
+    /// [`SignalOutcome::Expired`] is journaled. Signals recorded before the wait is
+    /// reached are kept and consumed here. Without a deadline it waits indefinitely.
+    ///
+    /// A payload that does not decode into `T` fails the instance with
+    /// `JOURNAL_INCOMPATIBLE`.
+    pub async fn wait_signal<T: DeserializeOwned>(
+        &mut self,
+        name: &str,
+        deadline: Option<Deadline>,
+    ) -> Result<SignalOutcome<T>, Interrupt> {
+        self.check()?;
+        self.check_name(name)?;
+        let deadline_at = match self.replay("wait", name)? {
+            Some(v) => self.decode_ok::<Option<DateTime<Utc>>>(v)?,
+            None => self.record_deadline("wait", name, deadline).await?.0,
+        };
+        if let Some(v) = self.replay("signal", name)? {
+            return self.decode_ok(v);
+        }
+        match self.resolve_signal(name, deadline_at).await {
+            Ok(Some(v)) => self.decode_ok(v),
+            Ok(None) => Err(self.halt(Halt::Blocked(WaitDescription {
+                kind: WaitKind::Signal,
+                name: Some(name.to_owned()),
+                deadline: deadline_at,
+            }))),
+            Err(DurableError::Fenced) => Err(self.halt(Halt::Fenced)),
+            Err(e) => Err(self.fail_infra(e)),
+        }
+    }
+
+    /// Consumes the winning signal or records the expiry, under the fence; `None` when
+    /// the wait must block.
+    async fn resolve_signal(
+        &mut self,
+        name: &str,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Result<Option<Value>, DurableError> {
+        let mut tx = self.pool.begin().await?;
+        let fence: Option<(bool, DateTime<Utc>)> = sqlx::query_as(FENCE)
+            .bind(self.instance_id)
+            .bind(self.token)
+            .bind(self.lease_secs)
+            .bind(self.progress.as_ref())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some((cancel, now)) = fence else {
+            return Err(DurableError::Fenced);
+        };
+        let signal: Option<(i64, Value)> = sqlx::query_as(
+            "SELECT id, payload FROM durable_signal
+              WHERE instance_id = $1 AND name = $2 AND consumed_seq IS NULL
+                AND ($3::timestamptz IS NULL OR recorded_at <= $3)
+              ORDER BY recorded_at, id LIMIT 1 FOR UPDATE",
+        )
+        .bind(self.instance_id)
+        .bind(name)
+        .bind(deadline)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let result = match signal {
+            Some((id, payload)) => {
+                sqlx::query("UPDATE durable_signal SET consumed_seq = $2 WHERE id = $1")
+                    .bind(id)
+                    .bind(self.seq())
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "UPDATE durable_instance SET open_signals = greatest(open_signals - 1, 0) WHERE id = $1",
+                )
+                .bind(self.instance_id)
+                .execute(&mut *tx)
+                .await?;
+                json!({ "ok": { "received": payload } })
+            }
+            None if deadline.is_some_and(|d| now >= d) => json!({ "ok": "expired" }),
+            None => {
+                tx.rollback().await?;
+                if cancel {
+                    self.flags.cancel_requested.store(true, Ordering::Release);
+                }
+                return Ok(None);
+            }
+        };
+        sqlx::query(
+            "INSERT INTO durable_journal (instance_id, seq, kind, name, result) VALUES ($1, $2, 'signal', $3, $4)",
+        )
+        .bind(self.instance_id)
+        .bind(self.seq())
+        .bind(name)
+        .bind(&result)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.after_write(cancel);
+        Ok(Some(result))
+    }
+
+    /// Starts a child instance of `W`, journaled: the child's idempotency key is
+    /// `<this instance's id>:<key>`, so a replay (or a crash between the insert and the
+    /// journal write) finds the same child. `key` is 1 to 218 characters. The child runs
+    /// on its own (with its own commands) and is not cancelled with its parent.
+    ///
+    /// A replay that starts the child with a different input fails this instance with
+    /// `DETERMINISM_VIOLATION`.
+    pub async fn start_child<W: Workflow>(
+        &mut self,
+        key: &str,
+        input: &W::Input,
+    ) -> Result<ChildHandle<W>, Interrupt> {
+        self.check()?;
+        self.check_name(key)?;
+        let child_key = format!("{}:{key}", self.instance_id);
+        if validate_name("child key", &child_key).is_err() {
+            return Err(self.halt(Halt::InvalidName));
+        }
+        let id = match self.replay("child", key)? {
+            Some(v) => self.decode_ok::<Uuid>(v)?,
+            None => {
+                let Ok(value) = serde_json::to_value(input) else {
+                    return Err(self.fail_infra(DurableError::Json {
+                        what: "child input",
+                    }));
+                };
+                match self.record_child(W::NAME, key, &child_key, &value).await {
+                    Ok(Some(id)) => id,
+                    Ok(None) => return Err(self.halt(Halt::Determinism)),
+                    Err(DurableError::Fenced) => return Err(self.halt(Halt::Fenced)),
+                    Err(e) => return Err(self.fail_infra(e)),
+                }
+            }
+        };
+        Ok(ChildHandle {
+            instance_id: id,
+            _workflow: std::marker::PhantomData,
+        })
+    }
+
+    /// Inserts the child (or finds it) and journals its id, under the fence. `None` when
+    /// the key names a child with another input.
+    async fn record_child(
+        &mut self,
+        workflow: &str,
+        key: &str,
+        child_key: &str,
+        input: &Value,
+    ) -> Result<Option<Uuid>, DurableError> {
+        let mut tx = self.pool.begin().await?;
+        let fence: Option<(bool, DateTime<Utc>)> = sqlx::query_as(FENCE)
+            .bind(self.instance_id)
+            .bind(self.token)
+            .bind(self.lease_secs)
+            .bind(self.progress.as_ref())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some((cancel, _)) = fence else {
+            return Err(DurableError::Fenced);
+        };
+        let created: Option<Uuid> = sqlx::query_scalar(
+            "WITH ins AS (
+                INSERT INTO durable_instance (id, workflow, idempotency_key, input, parent_id)
+                VALUES ($1, $2, $3, $4, $5)
+                ON CONFLICT (workflow, idempotency_key) DO NOTHING
+             RETURNING id
+             ), cmd AS (
+                INSERT INTO durable_command (instance_id, kind, max_attempts)
+                SELECT id, 'start', $6 FROM ins
+             )
+             SELECT id FROM ins",
+        )
+        .bind(Uuid::new_v4())
+        .bind(workflow)
+        .bind(child_key)
+        .bind(input)
+        .bind(self.instance_id)
+        .bind(self.command_max_attempts)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let id = match created {
+            Some(id) => id,
+            None => {
+                let existing: Option<(Uuid, bool)> = sqlx::query_as(
+                    "SELECT id, input = $3 FROM durable_instance WHERE workflow = $1 AND idempotency_key = $2",
+                )
+                .bind(workflow)
+                .bind(child_key)
+                .bind(input)
+                .fetch_optional(&mut *tx)
+                .await?;
+                match existing {
+                    Some((id, true)) => id,
+                    _ => return Ok(None),
+                }
+            }
+        };
+        sqlx::query(
+            "INSERT INTO durable_journal (instance_id, seq, kind, name, result) VALUES ($1, $2, 'child', $3, $4)",
+        )
+        .bind(self.instance_id)
+        .bind(self.seq())
+        .bind(key)
+        .bind(json!({ "ok": id }))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.after_write(cancel);
+        Ok(Some(id))
+    }
+
+    /// Waits until the child ends (`completed` or `cancelled`), or the deadline passes.
+    /// A `failed` child has not ended (it can be retried): the parent keeps waiting, so
+    /// give a deadline when that matters. Works like [`WorkflowContext::wait_signal`]
+    /// on the signal `child:<child id>` that the child's end records.
+    pub async fn await_child<W: Workflow>(
+        &mut self,
+        child: ChildHandle<W>,
+        deadline: Option<Deadline>,
+    ) -> Result<ChildOutcome<W::Output>, Interrupt> {
+        #[derive(serde::Deserialize)]
+        struct Ended {
+            status: String,
+            output: Option<Value>,
+        }
+        let name = format!("child:{}", child.instance_id);
+        match self.wait_signal::<Ended>(&name, deadline).await? {
+            SignalOutcome::Expired => Ok(ChildOutcome::Expired),
+            SignalOutcome::Received(e) if e.status == "completed" => {
+                let out = e.output.unwrap_or(Value::Null);
+                Ok(ChildOutcome::Completed(self.decode(out)?))
+            }
+            SignalOutcome::Received(_) => Ok(ChildOutcome::Cancelled),
+        }
+    }
+}

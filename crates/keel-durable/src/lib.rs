@@ -1,0 +1,116 @@
+//! # keel-durable
+//!
+//! Keel's durable workflow engine on PostgreSQL: **code-first workflows with a
+//! journal**, executed through **recorded commands**.
+//!
+//! - A [`Workflow`] is a type with a stable name, serde `Input`/`Output`/`Error` and an
+//!   async body that receives a [`WorkflowContext`].
+//! - [`WorkflowContext::step`] journals a step's result — success value **or typed
+//!   error** — before the body continues; on replay the journaled result is returned
+//!   without running the step. A different step at a journal position is a
+//!   determinism violation: the instance fails with `DETERMINISM_VIOLATION`. Steps are
+//!   at-least-once: a step interrupted before its result committed runs again.
+//!   Transient step failures ([`StepError::Transient`]) are retried inside the step with
+//!   capped backoff; when the attempts are exhausted nothing is journaled and the
+//!   instance is `suspended`, with a recovery RETRY scheduled with capped exponential
+//!   backoff.
+//! - [`WorkflowContext::sleep`] / [`WorkflowContext::sleep_until`] are durable timers on
+//!   the database clock; [`WorkflowContext::wait_signal`] waits for a signal with an
+//!   optional [`Deadline`]; [`WorkflowContext::now`], [`WorkflowContext::uuid`] and
+//!   [`WorkflowContext::random`] are journaled; [`WorkflowContext::set_progress`] feeds
+//!   the status projection.
+//! - Child workflows: [`WorkflowContext::start_child`] (journaled, keyed under the
+//!   parent) and [`WorkflowContext::await_child`] (a wait on the signal the child's end
+//!   records).
+//! - [`Engine`]: idempotent [`Engine::start`] (by workflow and idempotency key, with an
+//!   optional serialization key), [`Engine::signal`], [`Engine::cancel`],
+//!   [`Engine::retry`], [`Engine::status`], the probe [`Engine::await_idle`], the
+//!   retention hook [`Engine::purge`], and [`Engine::spawn_executor`].
+//!
+//! ## Execution model
+//!
+//! Everything that changes an instance is a command in its queue (`durable_command`:
+//! START, SIGNAL, TIMER, RETRY, CANCEL). An executor claims one command in one statement
+//! (`FOR UPDATE SKIP LOCKED`): the oldest available one whose instance holds no live
+//! lease and that no earlier runnable command of the same instance precedes; the
+//! instance gets a new lease token and expiry (its execution lock) and the command
+//! `attempt + 1`. The executor then runs one **segment**: it replays the body from the
+//! start against the journal until the body completes, fails, or blocks on a wait, and
+//! settles the command and the instance's status in one fenced statement. Every
+//! journal write is one statement that also checks and renews the lease
+//! (`WHERE id = $1 AND lease_token = $2`): zero rows means another executor owns the
+//! instance, the write is not made and the segment is abandoned. A task renews the
+//! lease while a long step runs. A crashed executor's lease lapses; its running
+//! command is queued again at its position by the rescuer (each executor runs it when
+//! idle and at least once per poll interval) and claimed again; a command whose attempts exceed `commandMaxAttempts` is
+//! dead-lettered (`state = 'dead'`, listed by the probe).
+//!
+//! Executors wake on `LISTEN keel_durable` (a trigger notifies on every recorded command;
+//! settlements notify too), on a timer for the earliest future command or lease expiry
+//! (database clock), and on a poll interval. A dropped LISTEN connection is
+//! re-established and followed by a claim pass.
+//!
+//! ## Run states
+//!
+//! `pending` → `running` → `waiting` / `suspended` → … → `completed` | `failed` |
+//! `cancelled`. `completed` and `cancelled` are **ended**: signals, cancel and retry are
+//! refused with [`DurableError::InstanceEnded`]. `failed` can be retried (the body
+//! replays against its journal) or cancelled; it keeps its serialization key.
+//!
+//! ## What each command does when its instance has ended or failed
+//!
+//! | command | instance `completed` | instance `cancelled` | instance `failed` |
+//! |---|---|---|---|
+//! | START  | settled `stale` | settled `cancelled` | settled `stale` |
+//! | SIGNAL | settled `rejected` (the signal stays unconsumed) | settled `cancelled` | settled `parked`: the signal is kept and consumed after a retry |
+//! | TIMER  | settled `stale` | settled `cancelled` | settled `stale` (a retry that blocks at the wait records a new timer for the journaled deadline) |
+//! | RETRY  | settled `stale` | settled `cancelled` | settled `stale`: [`Engine::retry`] sets the instance `pending` before it records the RETRY, which then runs a segment |
+//! | CANCEL | settled `stale` | settled `cancelled` | cancels the instance |
+//!
+//! When a segment ends an instance, its other queued commands are settled in the same
+//! statement with outcome `instance_completed` / `instance_cancelled` /
+//! `instance_failed` (for `failed`, CANCEL and RETRY commands are kept). A cancel of an
+//! instance with no running segment settles its open commands `cancelled` at once.
+//!
+//! ## Wait rules
+//!
+//! A signal recorded before the body reaches `wait_signal` is kept and consumed there,
+//! in recording order. With a deadline, the earliest unconsumed signal of that name
+//! recorded no later than the deadline wins even when the executor runs late; when
+//! none exists and the database clock has passed the deadline, `Expired` is journaled.
+//! `recorded_at` is read under the instance's row lock, so a wait that decided
+//! `Expired` never meets an earlier-recorded signal afterwards.
+//!
+//! ## Bounds
+//!
+//! Start inputs and signal payloads: at most `maxPayloadBytes` (default 262,144, minimum
+//! 1,024) and 64 levels; names and keys 1 to 255 characters; checked before any lock or
+//! write by the non-recursive validators of [`payload`]. Errors name the bound, never
+//! the value.
+//!
+//! ## Not (yet) here
+//!
+//! The benchmark.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod config;
+mod context;
+mod engine;
+mod error;
+mod executor;
+pub mod metrics;
+pub mod payload;
+mod status;
+mod workflow;
+
+pub use config::{Backoff, EngineConfig, ExecutorConfig};
+pub use context::{Deadline, WorkflowContext};
+pub use engine::{CancelOutcome, Engine, PurgeCounts, SignalReceipt, StartOptions, Started};
+pub use error::{DurableError, Result};
+pub use executor::{CHANNEL, ExecutorHandle};
+pub use status::{
+    CommandSummary, ErrorInfo, IdleReport, InstanceStatus, RunStatus, WaitDescription, WaitKind,
+};
+pub use workflow::{
+    ChildHandle, ChildOutcome, Interrupt, SignalOutcome, StepError, Workflow, WorkflowFailure,
+};

@@ -1,0 +1,177 @@
+//! Status vocabulary: run states, waits, failures, the status projection and the
+//! probe's report.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The run state of an instance (`durable_instance.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// Started, its START command not yet run.
+    Pending,
+    /// A segment is (or was last) running.
+    Running,
+    /// Blocked on a signal or a timer; see [`InstanceStatus::wait`].
+    Waiting,
+    /// A step's transient retries were exhausted; a recovery RETRY is scheduled with
+    /// capped exponential backoff.
+    Suspended,
+    /// Ended with an output.
+    Completed,
+    /// The body failed (typed error, determinism violation, incompatible journal). Can
+    /// be retried (resumes from the journal) or cancelled.
+    Failed,
+    /// Ended by cancel.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Suspended => "suspended",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the stored text.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => Self::Pending,
+            "running" => Self::Running,
+            "waiting" => Self::Waiting,
+            "suspended" => Self::Suspended,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// `completed` or `cancelled`: nothing will change the instance any more (signals,
+    /// cancel and retry are refused). `failed` is not ended: it can be retried or
+    /// cancelled.
+    pub fn is_ended(self) -> bool {
+        matches!(self, Self::Completed | Self::Cancelled)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a waiting instance waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum WaitKind {
+    /// A signal (`name` is the signal name), possibly with a deadline.
+    Signal,
+    /// A durable timer (`ctx.sleep`); `deadline` is its fire time.
+    Timer,
+}
+
+/// The wait description of a waiting instance (`durable_instance.wait`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitDescription {
+    /// Signal or timer.
+    pub kind: WaitKind,
+    /// The signal name, for signal waits.
+    pub name: Option<String>,
+    /// Database-clock deadline, when there is one.
+    pub deadline: Option<DateTime<Utc>>,
+}
+
+/// A failure as shown in the status projection. `message` is value-free.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    /// Stable code: `WORKFLOW_FAILED`, `DETERMINISM_VIOLATION`, `JOURNAL_INCOMPATIBLE`,
+    /// `INPUT_INCOMPATIBLE`, `ENCODE_FAILED`, `INVALID_NAME`, or (while suspended) the
+    /// step's transient reason code.
+    pub code: String,
+    /// Whether a retry can help.
+    pub retryable: bool,
+    /// Framework text naming no value.
+    pub message: String,
+    /// The workflow's typed error, for `WORKFLOW_FAILED`.
+    pub detail: Option<Value>,
+}
+
+/// The status projection of an instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    /// Instance id.
+    pub id: Uuid,
+    /// Workflow name.
+    pub workflow: String,
+    /// Run state.
+    pub status: RunStatus,
+    /// Last progress snapshot (`ctx.set_progress`).
+    pub progress: Option<Value>,
+    /// What it waits for, while `waiting`.
+    pub wait: Option<WaitDescription>,
+    /// The output, when `completed`.
+    pub output: Option<Value>,
+    /// The failure, when `failed` (or the transient reason while `suspended`).
+    pub error: Option<ErrorInfo>,
+    /// Creation time (database clock).
+    pub created_at: DateTime<Utc>,
+    /// End time, when `completed`, `failed` or `cancelled`.
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// One command listed by the probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandSummary {
+    /// Command id.
+    pub id: i64,
+    /// Its instance.
+    pub instance_id: Uuid,
+    /// `start`, `signal`, `timer`, `retry` or `cancel`.
+    pub kind: String,
+    /// `queued`, `running` or `dead`.
+    pub state: String,
+    /// Attempts spent.
+    pub attempt: i32,
+    /// When it is (or was) available (database clock).
+    pub available_at: DateTime<Utc>,
+    /// Last failure code, if any.
+    pub last_error: Option<String>,
+}
+
+/// The probe's view of the command queue ([`crate::Engine::await_idle`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleReport {
+    /// Runnable commands left (queued and available, or running).
+    pub runnable: i64,
+    /// Queued commands not yet available (future timers, backoffs).
+    pub deferred: Vec<CommandSummary>,
+    /// Dead-lettered commands.
+    pub dead: Vec<CommandSummary>,
+    /// Runnable commands available for longer than `stuck_after`.
+    pub stuck: Vec<CommandSummary>,
+}
+
+impl std::fmt::Display for IdleReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} runnable, {} deferred, {} dead, {} stuck",
+            self.runnable,
+            self.deferred.len(),
+            self.dead.len(),
+            self.stuck.len()
+        )
+    }
+}

@@ -1,0 +1,11 @@
+//! keel-durable against a real PostgreSQL (a fresh database per test).
+
+mod common;
+
+mod bounds;
+mod crash;
+mod executors;
+mod lifecycle;
+mod replay;
+mod signals;
+mod start;
