@@ -1,0 +1,424 @@
+//! A pool of JSON-RPC upstreams for one chain.
+//!
+//! Upstreams are tried in configured order, skipping those marked unhealthy (unless
+//! all are). A **transport** failure (connection refused, timeout, HTTP error status,
+//! unparsable response) counts against the upstream and the request fails over to the
+//! next; after `failureThreshold` consecutive failures the upstream is unhealthy for
+//! `cooldown`, then tried again. A JSON-RPC **error answer** is classified
+//! ([`crate::node_error`]) and returned to the caller at once: a node that says "nonce
+//! too low" is healthy, and asking another node would not change the answer. Each
+//! upstream has its own `governor` rate limiter (requests per second with a burst).
+
+use crate::node_error::classify_payload;
+use crate::{ChainError, Result};
+use alloy::eips::BlockNumberOrTag;
+use alloy::primitives::{Address, B256, Bytes, U64, U256};
+use alloy::rpc::client::{ClientBuilder, RpcClient};
+use alloy::rpc::json_rpc::{RpcRecv, RpcSend};
+use alloy::rpc::types::TransactionReceipt;
+use alloy::transports::{RpcError, TransportErrorKind};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use keel_units::{ChainId, GasPrice, NativeAmount, Wei};
+use std::num::NonZeroU32;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Settings of one chain's upstream pool.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// JSON-RPC URLs in failover order (http or https). May embed API keys; never
+    /// logged or shown in errors.
+    pub urls: Vec<String>,
+    /// Sustained requests per second per upstream (governor quota), default 50.
+    pub requests_per_second: u32,
+    /// Burst allowance per upstream, default 100.
+    pub burst: u32,
+    /// Consecutive transport failures that mark an upstream unhealthy, default 3.
+    pub failure_threshold: u32,
+    /// How long an unhealthy upstream is skipped, default 5 s.
+    pub cooldown: Duration,
+    /// Deadline of one request to one upstream, default 10 s.
+    pub request_timeout: Duration,
+}
+
+impl UpstreamConfig {
+    /// Defaults for `urls`.
+    pub fn new(urls: Vec<String>) -> Self {
+        Self {
+            urls,
+            requests_per_second: 50,
+            burst: 100,
+            failure_threshold: 3,
+            cooldown: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The health of one upstream, by position (URLs are not shown: they can hold keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamHealth {
+    /// Position in the configured list.
+    pub index: usize,
+    /// False while in cooldown after repeated transport failures.
+    pub healthy: bool,
+    /// Transport failures since the last success.
+    pub consecutive_failures: u32,
+    /// Requests sent to it.
+    pub requests: u64,
+    /// Transport failures in total.
+    pub failures: u64,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    consecutive_failures: u32,
+    unhealthy_until: Option<Instant>,
+    requests: u64,
+    failures: u64,
+}
+
+struct Upstream {
+    client: RpcClient,
+    limiter: DefaultDirectRateLimiter,
+    health: Mutex<HealthState>,
+}
+
+/// One chain's upstreams. Cheap to share behind an `Arc`.
+pub struct UpstreamPool {
+    chain: ChainId,
+    config: UpstreamConfig,
+    upstreams: Vec<Upstream>,
+}
+
+impl std::fmt::Debug for UpstreamPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamPool")
+            .field("chain", &self.chain)
+            .field("upstreams", &self.upstreams.len())
+            .finish()
+    }
+}
+
+enum Attempt<R> {
+    Done(R),
+    Node(crate::NodeError),
+    Transport,
+}
+
+impl UpstreamPool {
+    /// Builds the pool (no request is made).
+    ///
+    /// # Errors
+    /// [`ChainError::Config`] for an empty URL list, a URL that is not http(s), or a
+    /// zero rate.
+    pub fn new(chain: ChainId, config: UpstreamConfig) -> Result<Self> {
+        let bad = |key, reason| ChainError::Config { key, reason };
+        if config.urls.is_empty() {
+            return Err(bad("chains.*.rpcUrls", "needs at least one URL"));
+        }
+        let rate = NonZeroU32::new(config.requests_per_second)
+            .ok_or(bad("chains.*.requestsPerSecond", "must be at least 1"))?;
+        let burst =
+            NonZeroU32::new(config.burst).ok_or(bad("chains.*.burst", "must be at least 1"))?;
+        let mut upstreams = Vec::with_capacity(config.urls.len());
+        for url in &config.urls {
+            let parsed: alloy::transports::http::reqwest::Url = url
+                .parse()
+                .map_err(|_| bad("chains.*.rpcUrls", "not a valid URL"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(bad("chains.*.rpcUrls", "upstream pools speak http(s)"));
+            }
+            upstreams.push(Upstream {
+                client: ClientBuilder::default().http(parsed),
+                limiter: RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)),
+                health: Mutex::new(HealthState::default()),
+            });
+        }
+        Ok(Self {
+            chain,
+            config,
+            upstreams,
+        })
+    }
+
+    /// The chain this pool serves.
+    pub fn chain(&self) -> ChainId {
+        self.chain
+    }
+
+    /// Health of every upstream, in configured order.
+    pub fn health(&self) -> Vec<UpstreamHealth> {
+        let now = Instant::now();
+        self.upstreams
+            .iter()
+            .enumerate()
+            .map(|(index, u)| {
+                let h = u.health.lock().unwrap_or_else(|p| p.into_inner());
+                UpstreamHealth {
+                    index,
+                    healthy: h.unhealthy_until.is_none_or(|t| t <= now),
+                    consecutive_failures: h.consecutive_failures,
+                    requests: h.requests,
+                    failures: h.failures,
+                }
+            })
+            .collect()
+    }
+
+    /// Upstream indices in the order to try: healthy ones in configured order, then
+    /// the unhealthy ones (so a request is still attempted when all are in cooldown).
+    fn order(&self) -> Vec<usize> {
+        let now = Instant::now();
+        let (mut healthy, mut sick) = (Vec::new(), Vec::new());
+        for (i, u) in self.upstreams.iter().enumerate() {
+            let h = u.health.lock().unwrap_or_else(|p| p.into_inner());
+            if h.unhealthy_until.is_none_or(|t| t <= now) {
+                healthy.push(i);
+            } else {
+                sick.push(i);
+            }
+        }
+        healthy.append(&mut sick);
+        healthy
+    }
+
+    fn record(&self, index: usize, transport_ok: bool) {
+        let Some(u) = self.upstreams.get(index) else {
+            return;
+        };
+        let mut h = u.health.lock().unwrap_or_else(|p| p.into_inner());
+        h.requests += 1;
+        if transport_ok {
+            h.consecutive_failures = 0;
+            h.unhealthy_until = None;
+        } else {
+            h.failures += 1;
+            h.consecutive_failures += 1;
+            if h.consecutive_failures >= self.config.failure_threshold {
+                if h.unhealthy_until.is_none() {
+                    tracing::warn!(target: "keel::chain", chain = %self.chain, upstream = index, "upstream marked unhealthy");
+                }
+                h.unhealthy_until = Some(Instant::now() + self.config.cooldown);
+            }
+        }
+    }
+
+    async fn attempt<P: RpcSend + Clone, R: RpcRecv>(
+        &self,
+        index: usize,
+        method: &'static str,
+        params: P,
+    ) -> Attempt<R> {
+        let Some(u) = self.upstreams.get(index) else {
+            return Attempt::Transport;
+        };
+        u.limiter.until_ready().await;
+        let call = u.client.request::<P, R>(method, params);
+        match tokio::time::timeout(self.config.request_timeout, call).await {
+            Ok(Ok(r)) => Attempt::Done(r),
+            Ok(Err(RpcError::ErrorResp(payload))) => Attempt::Node(classify_payload(&payload)),
+            Ok(Err(RpcError::Transport(TransportErrorKind::HttpError(e)))) if e.status == 429 => {
+                Attempt::Transport
+            }
+            Ok(Err(_)) | Err(_) => Attempt::Transport,
+        }
+    }
+
+    /// Sends one JSON-RPC request, failing over across upstreams on transport errors.
+    ///
+    /// # Errors
+    /// [`ChainError::Node`] with the classified answer when a node answers with an
+    /// error (no failover); [`ChainError::Unavailable`] when every upstream failed at
+    /// the transport level.
+    pub async fn request<P: RpcSend + Clone, R: RpcRecv>(
+        &self,
+        method: &'static str,
+        params: P,
+    ) -> Result<R> {
+        let order = self.order();
+        let chain_label = self.chain.get().to_string();
+        for &index in &order {
+            match self.attempt::<P, R>(index, method, params.clone()).await {
+                Attempt::Done(r) => {
+                    self.record(index, true);
+                    metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label, "method" => method, "outcome" => "ok").increment(1);
+                    return Ok(r);
+                }
+                Attempt::Node(error) => {
+                    // The node answered: the transport is fine, whatever it said.
+                    self.record(index, true);
+                    metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label, "method" => method, "outcome" => error.kind.as_str()).increment(1);
+                    return Err(ChainError::Node { method, error });
+                }
+                Attempt::Transport => {
+                    self.record(index, false);
+                    metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => "transport_error").increment(1);
+                    tracing::debug!(target: "keel::chain", chain = %self.chain, upstream = index, method, "transport failure, failing over");
+                }
+            }
+        }
+        Err(ChainError::Unavailable {
+            chain: self.chain,
+            method,
+            attempts: order.len(),
+        })
+    }
+
+    /// Checks every upstream's `eth_chainId` against the configured chain (EIP-155).
+    ///
+    /// # Errors
+    /// [`ChainError::WrongChain`] for the first upstream on another chain;
+    /// [`ChainError::Unavailable`] when an upstream cannot be reached.
+    pub async fn verify_chain_id(&self) -> Result<()> {
+        for index in 0..self.upstreams.len() {
+            match self.attempt::<(), U64>(index, "eth_chainId", ()).await {
+                Attempt::Done(id) => {
+                    self.record(index, true);
+                    let actual = id.to::<u64>();
+                    if actual != self.chain.get() {
+                        return Err(ChainError::WrongChain {
+                            index,
+                            expected: self.chain,
+                            actual,
+                        });
+                    }
+                }
+                Attempt::Node(error) => {
+                    return Err(ChainError::Node {
+                        method: "eth_chainId",
+                        error,
+                    });
+                }
+                Attempt::Transport => {
+                    self.record(index, false);
+                    return Err(ChainError::Unavailable {
+                        chain: self.chain,
+                        method: "eth_chainId",
+                        attempts: 1,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `eth_blockNumber`: the head block number.
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn block_number(&self) -> Result<u64> {
+        Ok(self
+            .request::<_, U64>("eth_blockNumber", ())
+            .await?
+            .to::<u64>())
+    }
+
+    /// `eth_gasPrice` as a [`GasPrice`] bound to this chain (wei per gas).
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn gas_price(&self) -> Result<GasPrice> {
+        let wei: U256 = self.request("eth_gasPrice", ()).await?;
+        Ok(GasPrice::new(self.chain, wei))
+    }
+
+    /// `eth_maxPriorityFeePerGas` (EIP-1559 tip suggestion) bound to this chain.
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn max_priority_fee(&self) -> Result<GasPrice> {
+        let wei: U256 = self.request("eth_maxPriorityFeePerGas", ()).await?;
+        Ok(GasPrice::new(self.chain, wei))
+    }
+
+    /// `eth_getBalance(address, tag)` as a [`NativeAmount`] of this chain.
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn balance(&self, address: Address, tag: BlockNumberOrTag) -> Result<NativeAmount> {
+        let wei: U256 = self.request("eth_getBalance", (address, tag)).await?;
+        Ok(NativeAmount::new(self.chain, Wei::new(wei)))
+    }
+
+    /// `eth_getTransactionCount(address, tag)`: the next nonce at `tag`
+    /// (`pending` includes the node's pool).
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn nonce(&self, address: Address, tag: BlockNumberOrTag) -> Result<u64> {
+        Ok(self
+            .request::<_, U64>("eth_getTransactionCount", (address, tag))
+            .await?
+            .to::<u64>())
+    }
+
+    /// `eth_sendRawTransaction` of signed EIP-2718 bytes; returns the hash the node
+    /// reports. "Already known" answers come back as [`ChainError::Node`] with
+    /// [`crate::NodeErrorKind::AlreadyKnown`]: the caller decides that it is success.
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn send_raw_transaction(&self, raw: &Bytes) -> Result<B256> {
+        self.request("eth_sendRawTransaction", (raw.clone(),)).await
+    }
+
+    /// Receipts of `hashes` (`None` when not mined or unknown), in one JSON-RPC batch
+    /// per attempt, with the same failover as [`UpstreamPool::request`].
+    ///
+    /// # Errors
+    /// [`ChainError::Node`] when the node answers an item with an error;
+    /// [`ChainError::Unavailable`] when no upstream answered the batch.
+    pub async fn receipts(&self, hashes: &[B256]) -> Result<Vec<Option<TransactionReceipt>>> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let order = self.order();
+        'upstreams: for &index in &order {
+            let Some(u) = self.upstreams.get(index) else {
+                continue;
+            };
+            u.limiter.until_ready().await;
+            let mut batch = u.client.new_batch();
+            let mut waiters = Vec::with_capacity(hashes.len());
+            for hash in hashes {
+                match batch.add_call::<_, Option<TransactionReceipt>>(
+                    "eth_getTransactionReceipt",
+                    &(*hash,),
+                ) {
+                    Ok(w) => waiters.push(w),
+                    Err(_) => continue 'upstreams,
+                }
+            }
+            let sent = tokio::time::timeout(self.config.request_timeout, batch.send()).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                self.record(index, false);
+                continue;
+            }
+            let mut out = Vec::with_capacity(hashes.len());
+            for w in waiters {
+                match w.await {
+                    Ok(r) => out.push(r),
+                    Err(RpcError::ErrorResp(payload)) => {
+                        self.record(index, true);
+                        return Err(ChainError::Node {
+                            method: "eth_getTransactionReceipt",
+                            error: classify_payload(&payload),
+                        });
+                    }
+                    Err(_) => {
+                        self.record(index, false);
+                        continue 'upstreams;
+                    }
+                }
+            }
+            self.record(index, true);
+            return Ok(out);
+        }
+        Err(ChainError::Unavailable {
+            chain: self.chain,
+            method: "eth_getTransactionReceipt",
+            attempts: order.len(),
+        })
+    }
+}

@@ -1,0 +1,248 @@
+//! The upstream pool against real Anvil nodes: failover, health, node-error
+//! classification of real answers, typed decoding, batched receipts.
+
+use alloy::eips::{BlockNumberOrTag, Encodable2718};
+use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
+use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::providers::Provider;
+use alloy::rpc::types::TransactionRequest;
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol_types::SolCall;
+use anvil_tests::TestChain;
+use keel_abi::bindings::PriceFeed;
+use keel_chain::{ChainError, NodeErrorKind, UpstreamConfig, UpstreamPool};
+use keel_units::ChainId;
+
+/// A loopback URL where nothing listens (connection refused at once).
+const DEAD: &str = "http://127.0.0.1:1";
+
+fn pool(chain: &TestChain, urls: Vec<String>) -> UpstreamPool {
+    UpstreamPool::new(ChainId(chain.chain_id()), UpstreamConfig::new(urls)).unwrap()
+}
+
+async fn raw_transfer(
+    chain: &TestChain,
+    signer: &PrivateKeySigner,
+    nonce: u64,
+    value: u64,
+) -> Bytes {
+    let tx = TransactionRequest::default()
+        .with_from(signer.address())
+        .with_to(Address::repeat_byte(0x42))
+        .with_value(U256::from(value))
+        .with_nonce(nonce)
+        .with_chain_id(chain.chain_id())
+        .with_gas_limit(21_000)
+        .with_max_fee_per_gas(10_000_000_000)
+        .with_max_priority_fee_per_gas(1_000_000_000);
+    let envelope = tx
+        .build(&EthereumWallet::from(signer.clone()))
+        .await
+        .unwrap();
+    envelope.encoded_2718().into()
+}
+
+#[tokio::test]
+async fn fails_over_past_a_dead_upstream_and_marks_it_unhealthy() {
+    let chain = TestChain::start().await.unwrap();
+    let pool = pool(&chain, vec![DEAD.into(), chain.endpoint().to_string()]);
+    for _ in 0..3 {
+        assert_eq!(pool.block_number().await.unwrap(), 0);
+    }
+    let h = pool.health();
+    assert!(
+        !h[0].healthy,
+        "three transport failures make it unhealthy: {h:?}"
+    );
+    assert_eq!(h[0].failures, 3);
+    assert!(h[1].healthy);
+    assert_eq!(h[1].requests, 3);
+    // While in cooldown the dead upstream is not tried first any more.
+    pool.block_number().await.unwrap();
+    assert_eq!(pool.health()[0].requests, 3);
+}
+
+#[tokio::test]
+async fn all_upstreams_down_is_unavailable_and_retryable() {
+    let chain = TestChain::start().await.unwrap();
+    let pool = pool(&chain, vec![DEAD.into(), "http://127.0.0.1:2".into()]);
+    let err = pool.block_number().await.unwrap_err();
+    assert!(
+        matches!(err, ChainError::Unavailable { attempts: 2, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn wrong_chain_id_is_detected() {
+    let chain = TestChain::builder().chain_id(777).start().await.unwrap();
+    let wrong = UpstreamPool::new(
+        ChainId(1),
+        UpstreamConfig::new(vec![chain.endpoint().to_string()]),
+    )
+    .unwrap();
+    let err = wrong.verify_chain_id().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ChainError::WrongChain {
+                index: 0,
+                actual: 777,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    pool(&chain, vec![chain.endpoint().to_string()])
+        .verify_chain_id()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn transaction_errors_are_classified_and_never_hurt_health() {
+    let chain = TestChain::start().await.unwrap();
+    let pool = pool(&chain, vec![chain.endpoint().to_string()]);
+    let signer = chain.signer(1).unwrap().clone();
+    // Mining is explicit here: `evm_mine` returns once the block exists.
+    chain
+        .provider()
+        .raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+
+    let first = raw_transfer(&chain, &signer, 0, 1).await;
+    pool.send_raw_transaction(&first).await.unwrap();
+    // Without a block yet, the same nonce with other bytes is an underpriced replacement.
+    let replacement = raw_transfer(&chain, &signer, 0, 2).await;
+    let err = pool.send_raw_transaction(&replacement).await.unwrap_err();
+    assert!(
+        matches!(&err, ChainError::Node { error, .. } if error.kind == NodeErrorKind::ReplacementUnderpriced),
+        "{err:?}"
+    );
+    // The same bytes again: "already known" (Anvil: "transaction already imported").
+    let err = pool.send_raw_transaction(&first).await.unwrap_err();
+    assert!(
+        matches!(&err, ChainError::Node { error, .. } if error.kind == NodeErrorKind::AlreadyKnown),
+        "{err:?}"
+    );
+    chain.mine().await.unwrap();
+    // Mined: the same nonce again is "nonce too low".
+    let again = raw_transfer(&chain, &signer, 0, 2).await;
+    let err = pool.send_raw_transaction(&again).await.unwrap_err();
+    assert!(
+        matches!(&err, ChainError::Node { error, .. } if error.kind == NodeErrorKind::NonceTooLow),
+        "{err:?}"
+    );
+
+    // An unfunded key: "Insufficient funds" (Anvil capitalises it).
+    let poor = PrivateKeySigner::random();
+    let raw = raw_transfer(&chain, &poor, 0, 1).await;
+    let err = pool.send_raw_transaction(&raw).await.unwrap_err();
+    assert!(
+        matches!(&err, ChainError::Node { error, .. } if error.kind == NodeErrorKind::InsufficientFunds),
+        "{err:?}"
+    );
+    assert!(
+        !err.to_string().contains(&format!("{:x}", poor.address())),
+        "value-free: {err}"
+    );
+
+    let h = pool.health()[0];
+    assert!(
+        h.healthy && h.consecutive_failures == 0 && h.failures == 0,
+        "{h:?}"
+    );
+}
+
+#[tokio::test]
+async fn revert_carries_the_contracts_custom_error() {
+    let chain = TestChain::start().await.unwrap();
+    let admin = chain.account(0).unwrap();
+    let feed = PriceFeed::deploy(
+        chain.provider().clone(),
+        8u8,
+        "EUR / USD".to_owned(),
+        admin,
+        admin,
+    )
+    .await
+    .unwrap();
+    let pool = pool(&chain, vec![chain.endpoint().to_string()]);
+    let call = TransactionRequest::default()
+        .with_to(*feed.address())
+        .with_input(PriceFeed::latestRoundDataCall {}.abi_encode());
+    let err = pool
+        .request::<_, Bytes>("eth_call", (call, BlockNumberOrTag::Latest))
+        .await
+        .unwrap_err();
+    let ChainError::Node { error, .. } = err else {
+        panic!("expected a node error")
+    };
+    assert_eq!(error.kind, NodeErrorKind::ExecutionReverted);
+    let revert = error.revert.unwrap();
+    assert!(matches!(
+        revert.decode::<PriceFeed::PriceFeedErrors>(),
+        Some(PriceFeed::PriceFeedErrors::NoObservation(_))
+    ));
+}
+
+#[tokio::test]
+async fn values_are_decoded_into_chain_bound_units() {
+    let chain = TestChain::builder().chain_id(4242).start().await.unwrap();
+    let pool = pool(&chain, vec![chain.endpoint().to_string()]);
+    let gas = pool.gas_price().await.unwrap();
+    assert_eq!(gas.chain, ChainId(4242));
+    assert!(gas.wei_per_gas > U256::ZERO);
+    let balance = pool
+        .balance(chain.account(0).unwrap(), BlockNumberOrTag::Latest)
+        .await
+        .unwrap();
+    assert_eq!(balance.chain, ChainId(4242));
+    assert_eq!(
+        balance.wei.get(),
+        U256::from(10_000u64) * U256::from(10u64).pow(U256::from(18u64))
+    );
+    assert_eq!(
+        pool.nonce(chain.account(0).unwrap(), BlockNumberOrTag::Pending)
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn receipts_come_back_in_one_batch_in_order() {
+    let chain = TestChain::start().await.unwrap();
+    let pool = pool(&chain, vec![chain.endpoint().to_string()]);
+    let signer = chain.signer(2).unwrap().clone();
+    chain
+        .provider()
+        .raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let mut hashes = Vec::new();
+    for nonce in 0..3 {
+        let raw = raw_transfer(&chain, &signer, nonce, 1 + nonce).await;
+        hashes.push(pool.send_raw_transaction(&raw).await.unwrap());
+    }
+    assert!(
+        pool.receipts(&hashes)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_none),
+        "not mined yet"
+    );
+    chain.mine().await.unwrap();
+    hashes.insert(1, B256::repeat_byte(0x77)); // unknown
+    let receipts = pool.receipts(&hashes).await.unwrap();
+    assert_eq!(receipts.len(), 4);
+    assert!(receipts[1].is_none());
+    for (i, r) in receipts.iter().enumerate().filter(|(i, _)| *i != 1) {
+        let r = r.as_ref().unwrap();
+        assert_eq!(r.transaction_hash, hashes[i]);
+        assert!(r.status());
+    }
+}
