@@ -1,0 +1,51 @@
+//! Errors of the queue.
+
+use keel_store::StoreError;
+
+/// Errors of [`crate::TxQueue`]. Messages are value-free.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TxqError {
+    /// The idempotency key is already used by a request with another payload.
+    #[error("idempotency key already used with a different transaction")]
+    IdempotencyConflict,
+    /// A request field is invalid (names the field).
+    #[error("invalid request field `{0}`")]
+    InvalidRequest(&'static str),
+    /// No signer is configured for the sender.
+    #[error("no signer for this sender")]
+    UnknownSender,
+    /// No request with that id.
+    #[error("transaction request not found")]
+    NotFound,
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The chain failed in a way the pass could not absorb.
+    #[error(transparent)]
+    Chain(#[from] keel_chain::ChainError),
+    /// Signing failed.
+    #[error(transparent)]
+    Signer(#[from] crate::signer::SignerError),
+}
+
+impl TxqError {
+    /// True when retrying later can succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            TxqError::Store(e) => e.is_transient(),
+            TxqError::Chain(e) => e.is_retryable(),
+            TxqError::Signer(e) => e.is_retryable(),
+            _ => false,
+        }
+    }
+}
+
+impl From<sqlx::Error> for TxqError {
+    fn from(e: sqlx::Error) -> Self {
+        TxqError::Store(e.into())
+    }
+}
+
+/// `Result` with [`TxqError`].
+pub type Result<T, E = TxqError> = std::result::Result<T, E>;

@@ -1,0 +1,675 @@
+//! The queue: enqueue, the per-sender signing/broadcast pass, the confirmation pass.
+
+use crate::store::{self, AttemptRow, NewAttempt, NewRequest, RequestRow};
+use crate::verdict::{AttemptRecord, SettlementVerdict};
+use crate::{Result, TxSigner, TxqError};
+use alloy::consensus::{Transaction as _, TxEip1559};
+use alloy::eips::{BlockNumberOrTag, Encodable2718};
+use alloy::primitives::{Address, B256, Bytes, TxKind, U64, U256};
+use alloy::rpc::types::{Block, TransactionReceipt, TransactionRequest};
+use keel_chain::{ChainError, NodeErrorKind, UpstreamPool};
+use keel_store::PgPool;
+use keel_units::{ChainId, Wei};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// A transaction to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxRequest {
+    /// The sender; a [`TxSigner`] for it must be registered before its requests sign.
+    pub sender: Address,
+    /// Unique per (chain, sender), 1..=255 characters.
+    pub idempotency_key: String,
+    /// Recipient; `None` creates a contract.
+    pub to: Option<Address>,
+    /// Native value in wei.
+    pub value: Wei,
+    /// Calldata (the queue does not add the attribution suffix; the caller does, once).
+    pub data: Bytes,
+    /// Fixed gas limit; `None` estimates it (`eth_estimateGas`) before signing.
+    pub gas_limit: Option<u64>,
+}
+
+/// Queue settings.
+#[derive(Debug, Clone)]
+pub struct TxQueueConfig {
+    /// Blocks a receipt must be deep (1 = in the head block) to settle.
+    pub confirmations: u64,
+    /// Sleep between passes when nothing woke the loop.
+    pub poll_interval: Duration,
+    /// Queued requests signed per sender per pass.
+    pub sign_batch: i64,
+    /// Percent added to an estimate for the gas limit (default 20).
+    pub gas_limit_headroom_percent: u64,
+}
+
+impl Default for TxQueueConfig {
+    fn default() -> Self {
+        Self {
+            confirmations: 1,
+            poll_interval: Duration::from_millis(250),
+            sign_batch: 256,
+            gas_limit_headroom_percent: 20,
+        }
+    }
+}
+
+/// What a caller can read about a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestStatus {
+    /// Request id.
+    pub id: Uuid,
+    /// `queued`, `signed`, `broadcast` or `settled`.
+    pub state: String,
+    /// Assigned nonce, once signed.
+    pub nonce: Option<u64>,
+    /// The verdict, once settled.
+    pub verdict: Option<SettlementVerdict>,
+}
+
+/// The transaction queue of one chain.
+pub struct TxQueue {
+    db: PgPool,
+    chain: Arc<UpstreamPool>,
+    chain_id: i64,
+    signers: HashMap<Address, Arc<dyn TxSigner>>,
+    config: TxQueueConfig,
+}
+
+impl std::fmt::Debug for TxQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxQueue")
+            .field("chain_id", &self.chain_id)
+            .field("senders", &self.signers.len())
+            .finish()
+    }
+}
+
+enum Broadcast {
+    Accepted,
+    Retry,
+    Settled,
+}
+
+fn failed(code: &str, attempts: Vec<AttemptRecord>) -> SettlementVerdict {
+    SettlementVerdict::Failed {
+        code: code.to_owned(),
+        reason: None,
+        revert_data: None,
+        attempts,
+    }
+}
+
+fn attempt_records(rows: &[AttemptRow]) -> Vec<AttemptRecord> {
+    rows.iter()
+        .map(|a| AttemptRecord {
+            attempt: a.attempt,
+            nonce: u64::try_from(a.nonce).unwrap_or_default(),
+            hash: B256::try_from(a.tx_hash.as_slice()).unwrap_or_default(),
+        })
+        .collect()
+}
+
+impl TxQueue {
+    /// A queue for the chain behind `chain`.
+    ///
+    /// # Errors
+    /// [`TxqError::InvalidRequest`] when the chain id does not fit PostgreSQL's BIGINT.
+    pub fn new(db: PgPool, chain: Arc<UpstreamPool>, config: TxQueueConfig) -> Result<Self> {
+        let chain_id =
+            i64::try_from(chain.chain().get()).map_err(|_| TxqError::InvalidRequest("chain_id"))?;
+        Ok(Self {
+            db,
+            chain,
+            chain_id,
+            signers: HashMap::new(),
+            config,
+        })
+    }
+
+    /// Registers the signer of its address.
+    pub fn add_signer(&mut self, signer: Arc<dyn TxSigner>) {
+        self.signers.insert(signer.address(), signer);
+    }
+
+    /// The chain id.
+    pub fn chain_id(&self) -> ChainId {
+        self.chain.chain()
+    }
+
+    /// Records a request, idempotently by (chain, sender, key). Returns its id.
+    ///
+    /// # Errors
+    /// [`TxqError::IdempotencyConflict`] when the key exists with another payload;
+    /// [`TxqError::InvalidRequest`] for an empty or over-long key or a zero gas limit.
+    pub async fn enqueue(&self, req: &TxRequest) -> Result<Uuid> {
+        let key_len = req.idempotency_key.chars().count();
+        if key_len == 0 || key_len > 255 {
+            return Err(TxqError::InvalidRequest("idempotency_key"));
+        }
+        let gas_limit = match req.gas_limit {
+            Some(0) => return Err(TxqError::InvalidRequest("gas_limit")),
+            Some(g) => Some(i64::try_from(g).map_err(|_| TxqError::InvalidRequest("gas_limit"))?),
+            None => None,
+        };
+        let new = NewRequest {
+            id: Uuid::new_v4(),
+            chain_id: self.chain_id,
+            sender: req.sender.as_slice(),
+            key: &req.idempotency_key,
+            to: req.to.as_ref().map(|a| a.as_slice()),
+            value_wei: req.value.get().to_string(),
+            calldata: &req.data,
+            gas_limit,
+        };
+        if store::request_insert(&self.db, &new).await? {
+            metrics::counter!("keel_txq_enqueued_total", "chain_id" => self.chain_id.to_string())
+                .increment(1);
+            return Ok(new.id);
+        }
+        let existing = store::request_by_key(&self.db, self.chain_id, new.sender, new.key)
+            .await?
+            .ok_or(TxqError::NotFound)?;
+        let same = existing.to_address.as_deref() == new.to
+            && existing.value_wei == new.value_wei
+            && existing.calldata == new.calldata
+            && existing.gas_limit == new.gas_limit;
+        if same {
+            Ok(existing.id)
+        } else {
+            Err(TxqError::IdempotencyConflict)
+        }
+    }
+
+    /// The request's state, nonce and verdict.
+    ///
+    /// # Errors
+    /// [`TxqError::NotFound`]; store errors.
+    pub async fn status(&self, id: Uuid) -> Result<RequestStatus> {
+        let row = store::request_get(&self.db, id)
+            .await?
+            .ok_or(TxqError::NotFound)?;
+        let verdict = match row.verdict {
+            Some(v) => Some(
+                serde_json::from_value(v)
+                    .map_err(|_| TxqError::Store(keel_store::StoreError::Decode))?,
+            ),
+            None => None,
+        };
+        Ok(RequestStatus {
+            id,
+            state: row.state,
+            nonce: row.nonce.and_then(|n| u64::try_from(n).ok()),
+            verdict,
+        })
+    }
+
+    /// Waits until the request is settled, checking every `poll` (this is a reader's
+    /// wait; workflows wrap it in a step).
+    ///
+    /// # Errors
+    /// [`TxqError::NotFound`]; store errors.
+    pub async fn await_verdict(&self, id: Uuid, poll: Duration) -> Result<SettlementVerdict> {
+        loop {
+            if let Some(v) = self.status(id).await?.verdict {
+                return Ok(v);
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// Runs passes until `cancel` fires: every sender with work gets a sender pass
+    /// (senders in parallel), then the confirmation pass.
+    pub async fn run(&self, cancel: CancellationToken) {
+        let span = tracing::info_span!("txq", chain_id = self.chain_id);
+        let _g = span.enter();
+        while !cancel.is_cancelled() {
+            if let Err(e) = self.tick().await {
+                tracing::warn!(target: "keel::txq", error = %e, "queue pass failed; retrying next tick");
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(self.config.poll_interval) => {}
+            }
+        }
+    }
+
+    /// One round: sender passes for every sender with work, then a confirmation pass.
+    ///
+    /// # Errors
+    /// The first failing pass's error (others still ran).
+    pub async fn tick(&self) -> Result<()> {
+        let senders = store::senders_with_work(&self.db, self.chain_id).await?;
+        let passes = senders
+            .iter()
+            .filter_map(|s| Address::try_from(s.as_slice()).ok())
+            .map(|a| self.sender_pass(a));
+        let results = futures::future::join_all(passes).await;
+        let confirm = self.confirm_pass().await;
+        for r in results {
+            r?;
+        }
+        confirm.map(|_| ())
+    }
+
+    /// The sender pass: signs and persists the sender's queued requests
+    /// ([`TxQueue::sign_pending`]), then broadcasts every `signed` request in nonce
+    /// order — the ones just signed and any a crash left persisted but unsent, whose
+    /// exact bytes go out again. Returns how many requests it moved.
+    ///
+    /// # Errors
+    /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
+    pub async fn sender_pass(&self, sender: Address) -> Result<usize> {
+        let signed = self.sign_pending(sender).await?;
+        let broadcast = self.broadcast_signed(sender).await?;
+        Ok(signed + broadcast)
+    }
+
+    /// Phase one of a sender pass: for each queued request, oldest first, prepares it
+    /// (gas estimate, fees, funds) and then, in one transaction under the sender's row
+    /// lock, assigns the next nonce, signs and persists the attempt. Nothing is
+    /// broadcast. Requests that fail before signing settle `failed` and take no nonce.
+    /// Returns how many requests were signed or settled.
+    ///
+    /// # Errors
+    /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
+    pub async fn sign_pending(&self, sender: Address) -> Result<usize> {
+        let signer = self
+            .signers
+            .get(&sender)
+            .cloned()
+            .ok_or(TxqError::UnknownSender)?;
+        if !store::sender_exists(&self.db, self.chain_id, sender.as_slice()).await? {
+            // Nonce bookkeeping starts at the chain's pending nonce.
+            let nonce = self.chain.nonce(sender, BlockNumberOrTag::Pending).await?;
+            let nonce = i64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?;
+            store::sender_init(&self.db, self.chain_id, sender.as_slice(), nonce).await?;
+        }
+        let queued = store::requests_queued(
+            &self.db,
+            self.chain_id,
+            sender.as_slice(),
+            self.config.sign_batch,
+        )
+        .await?;
+        if queued.is_empty() {
+            return Ok(0);
+        }
+        // Fees and funds are read once per pass; the balance is spent down locally as
+        // requests are signed (their transactions are not in the node's pool yet).
+        let fees = self.fees().await?;
+        let mut available = self
+            .chain
+            .balance(sender, BlockNumberOrTag::Pending)
+            .await?
+            .wei
+            .get();
+        let mut moved = 0;
+        for req in queued {
+            match self.sign_one(&*signer, &req, fees, &mut available).await? {
+                Broadcast::Retry => break,
+                _ => moved += 1,
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Phase two: broadcasts the latest attempt of every `signed` request of `sender`
+    /// in nonce order, stopping at the first that must be retried (later nonces would
+    /// only wait in the node's pool behind it).
+    async fn broadcast_signed(&self, sender: Address) -> Result<usize> {
+        let signed = store::requests_in_flight(
+            &self.db,
+            self.chain_id,
+            Some(sender.as_slice()),
+            Some("signed"),
+        )
+        .await?;
+        if signed.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<Uuid> = signed.iter().map(|r| r.id).collect();
+        let attempts = store::attempts_of(&self.db, &ids).await?;
+        let mut moved = 0;
+        for req in &signed {
+            let mine: Vec<AttemptRow> = attempts
+                .iter()
+                .filter(|a| a.request_id == req.id)
+                .cloned()
+                .collect();
+            let Some(last) = mine.last() else { continue };
+            match self.broadcast(req, last, &mine).await? {
+                Broadcast::Retry => break,
+                _ => moved += 1,
+            }
+        }
+        Ok(moved)
+    }
+
+    async fn fees(&self) -> Result<(u128, u128)> {
+        let block: Option<Block> = self
+            .chain
+            .request("eth_getBlockByNumber", (BlockNumberOrTag::Latest, false))
+            .await?;
+        let base = block.and_then(|b| b.header.base_fee_per_gas).unwrap_or(0) as u128;
+        let tip = self.chain.max_priority_fee().await?.wei_per_gas;
+        let tip = u128::try_from(tip).unwrap_or(u128::MAX);
+        Ok((base.saturating_mul(2).saturating_add(tip), tip))
+    }
+
+    /// Prepares (estimate, fees, funds), then in one transaction assigns the nonce,
+    /// signs and persists the attempt.
+    async fn sign_one(
+        &self,
+        signer: &dyn TxSigner,
+        req: &RequestRow,
+        (max_fee, tip): (u128, u128),
+        available: &mut U256,
+    ) -> Result<Broadcast> {
+        let sender = signer.address();
+        let to = req
+            .to_address
+            .as_deref()
+            .map(Address::try_from)
+            .transpose()
+            .map_err(|_| TxqError::InvalidRequest("to"))?;
+        let value: U256 = req
+            .value_wei
+            .parse()
+            .map_err(|_| TxqError::InvalidRequest("value"))?;
+        let data = Bytes::from(req.calldata.clone());
+        let gas_limit = match req.gas_limit {
+            Some(g) => u64::try_from(g).map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
+            None => {
+                let call = TransactionRequest {
+                    from: Some(sender),
+                    to: Some(to.map_or(TxKind::Create, TxKind::Call)),
+                    value: Some(value),
+                    input: data.clone().into(),
+                    ..Default::default()
+                };
+                match self
+                    .chain
+                    .request::<_, U64>("eth_estimateGas", (call,))
+                    .await
+                {
+                    Ok(g) => {
+                        let g = g.to::<u64>();
+                        g.saturating_add(
+                            g.saturating_mul(self.config.gas_limit_headroom_percent) / 100,
+                        )
+                    }
+                    Err(ChainError::Node { error, .. }) => {
+                        let verdict = match error.kind {
+                            NodeErrorKind::ExecutionReverted => {
+                                let revert = error.revert.unwrap_or(keel_chain::RevertReason {
+                                    message: None,
+                                    data: Bytes::new(),
+                                });
+                                SettlementVerdict::Failed {
+                                    code: "EXECUTION_REVERTED".into(),
+                                    reason: revert.message,
+                                    revert_data: Some(revert.data),
+                                    attempts: vec![],
+                                }
+                            }
+                            NodeErrorKind::InsufficientFunds => failed("GAS_REQUIRED", vec![]),
+                            _ => failed("REJECTED", vec![]),
+                        };
+                        self.settle(req.id, &verdict).await?;
+                        return Ok(Broadcast::Settled);
+                    }
+                    Err(e) => {
+                        tracing::debug!(target: "keel::txq", error = %e, "estimation failed; retry next pass");
+                        return Ok(Broadcast::Retry);
+                    }
+                }
+            }
+        };
+        let need = U256::from(gas_limit)
+            .saturating_mul(U256::from(max_fee))
+            .saturating_add(value);
+        if *available < need {
+            self.settle(req.id, &failed("GAS_REQUIRED", vec![])).await?;
+            return Ok(Broadcast::Settled);
+        }
+
+        // Nonce, signature and persistence in one transaction under the sender's row lock.
+        let mut tx = self.db.begin().await?;
+        let nonce = store::sender_lock(&mut *tx, self.chain_id, sender.as_slice()).await?;
+        let unsigned = TxEip1559 {
+            chain_id: self.chain.chain().get(),
+            nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
+            gas_limit,
+            max_fee_per_gas: max_fee,
+            max_priority_fee_per_gas: tip,
+            to: to.map_or(TxKind::Create, TxKind::Call),
+            value,
+            access_list: Default::default(),
+            input: data,
+        };
+        let envelope = signer.sign(unsigned).await?;
+        let hash = *envelope.tx_hash();
+        let raw = envelope.encoded_2718();
+        store::attempt_insert(
+            &mut *tx,
+            &NewAttempt {
+                request_id: req.id,
+                attempt: 1,
+                nonce,
+                hash: hash.as_slice(),
+                raw: &raw,
+                max_fee: envelope.max_fee_per_gas().to_string(),
+                priority_fee: envelope
+                    .max_priority_fee_per_gas()
+                    .unwrap_or_default()
+                    .to_string(),
+                gas_limit: i64::try_from(gas_limit)
+                    .map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
+            },
+        )
+        .await?;
+        if !store::request_mark_signed(&mut *tx, req.id, nonce).await? {
+            // Settled or signed by someone else meanwhile: nothing consumed.
+            tx.rollback().await?;
+            return Ok(Broadcast::Settled);
+        }
+        store::sender_set_next(&mut *tx, self.chain_id, sender.as_slice(), nonce + 1).await?;
+        tx.commit().await?;
+        *available -= need;
+        metrics::counter!("keel_txq_signed_total", "chain_id" => self.chain_id.to_string())
+            .increment(1);
+
+        Ok(Broadcast::Accepted)
+    }
+
+    /// Broadcasts `attempt`'s bytes and records what the node said.
+    async fn broadcast(
+        &self,
+        req: &RequestRow,
+        attempt: &AttemptRow,
+        all: &[AttemptRow],
+    ) -> Result<Broadcast> {
+        let raw = Bytes::from(attempt.raw.clone());
+        match self.chain.send_raw_transaction(&raw).await {
+            Ok(_) => {}
+            Err(ChainError::Node { error, .. }) => match error.kind {
+                NodeErrorKind::AlreadyKnown => {}
+                NodeErrorKind::NonceTooLow => {
+                    // Ours mined (or known) means success; only the absence of every
+                    // attempt after the nonce passed means someone else took it.
+                    if !self.any_attempt_known(all).await? {
+                        self.settle(
+                            req.id,
+                            &failed("NONCE_CONSUMED_EXTERNALLY", attempt_records(all)),
+                        )
+                        .await?;
+                        return Ok(Broadcast::Settled);
+                    }
+                }
+                NodeErrorKind::InsufficientFunds => {
+                    self.settle(req.id, &failed("GAS_REQUIRED", attempt_records(all)))
+                        .await?;
+                    return Ok(Broadcast::Settled);
+                }
+                NodeErrorKind::IntrinsicGasTooLow => {
+                    self.settle(
+                        req.id,
+                        &failed("INTRINSIC_GAS_TOO_LOW", attempt_records(all)),
+                    )
+                    .await?;
+                    return Ok(Broadcast::Settled);
+                }
+                NodeErrorKind::ExceedsBlockGasLimit => {
+                    self.settle(
+                        req.id,
+                        &failed("EXCEEDS_BLOCK_GAS_LIMIT", attempt_records(all)),
+                    )
+                    .await?;
+                    return Ok(Broadcast::Settled);
+                }
+                _ => return Ok(Broadcast::Retry),
+            },
+            Err(e) => {
+                tracing::debug!(target: "keel::txq", error = %e, "broadcast failed; the same bytes go out next pass");
+                return Ok(Broadcast::Retry);
+            }
+        }
+        store::request_mark_broadcast(&self.db, req.id).await?;
+        metrics::counter!("keel_txq_broadcast_total", "chain_id" => self.chain_id.to_string())
+            .increment(1);
+        Ok(Broadcast::Accepted)
+    }
+
+    async fn any_attempt_known(&self, attempts: &[AttemptRow]) -> Result<bool> {
+        for a in attempts {
+            let hash = B256::try_from(a.tx_hash.as_slice())
+                .map_err(|_| TxqError::InvalidRequest("tx_hash"))?;
+            let tx: Option<serde_json::Value> = self
+                .chain
+                .request("eth_getTransactionByHash", (hash,))
+                .await?;
+            if tx.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn settle(&self, id: Uuid, verdict: &SettlementVerdict) -> Result<()> {
+        let json =
+            serde_json::to_value(verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
+        if store::request_settle(&self.db, id, &json, verdict.kind()).await? {
+            metrics::counter!("keel_txq_verdicts_total", "chain_id" => self.chain_id.to_string(), "kind" => verdict.kind()).increment(1);
+            tracing::info!(target: "keel::txq", request = %id, verdict = verdict.kind(), "request settled");
+        }
+        Ok(())
+    }
+
+    /// The confirmation pass: fetches receipts of every attempt of in-flight requests
+    /// in one batch and settles those at the confirmation depth; a `broadcast` request
+    /// whose transaction the node no longer knows (dropped by a reorg) is re-broadcast
+    /// with the same bytes. Returns how many requests settled.
+    ///
+    /// # Errors
+    /// Store and transport errors.
+    pub async fn confirm_pass(&self) -> Result<usize> {
+        let in_flight =
+            store::requests_in_flight(&self.db, self.chain_id, None, Some("broadcast")).await?;
+        if in_flight.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<Uuid> = in_flight.iter().map(|r| r.id).collect();
+        let attempts = store::attempts_of(&self.db, &ids).await?;
+        let hashes: Vec<B256> = attempts
+            .iter()
+            .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+            .collect();
+        let head = self.chain.block_number().await?;
+        let receipts = self.chain.receipts(&hashes).await?;
+        let by_hash: HashMap<B256, TransactionReceipt> = hashes
+            .iter()
+            .zip(receipts)
+            .filter_map(|(h, r)| r.map(|r| (*h, r)))
+            .collect();
+        let mut settled = 0;
+        for req in &in_flight {
+            let mine: Vec<AttemptRow> = attempts
+                .iter()
+                .filter(|a| a.request_id == req.id)
+                .cloned()
+                .collect();
+            let receipt = mine
+                .iter()
+                .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+                .find_map(|h| by_hash.get(&h));
+            let Some(receipt) = receipt else {
+                if let Some(last) = mine.last()
+                    && !self.any_attempt_known(&mine).await?
+                {
+                    tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
+                    let _ = self.broadcast(req, last, &mine).await?;
+                }
+                continue;
+            };
+            let Some(block) = receipt.block_number else {
+                continue;
+            };
+            if head.saturating_sub(block) + 1 < self.config.confirmations {
+                continue;
+            }
+            let verdict = if receipt.status() {
+                SettlementVerdict::Confirmed {
+                    block,
+                    hash: receipt.transaction_hash,
+                    gas_used: receipt.gas_used,
+                    effective_gas_price: receipt.effective_gas_price.to_string(),
+                    attempts: attempt_records(&mine),
+                }
+            } else {
+                let revert = self.revert_reason(req, block).await;
+                SettlementVerdict::Reverted {
+                    block,
+                    hash: receipt.transaction_hash,
+                    reason: revert.as_ref().and_then(|r| r.message.clone()),
+                    revert_data: revert.map(|r| r.data),
+                    attempts: attempt_records(&mine),
+                }
+            };
+            self.settle(req.id, &verdict).await?;
+            settled += 1;
+        }
+        Ok(settled)
+    }
+
+    /// Re-executes a reverted request with `eth_call` at its block's parent to read the
+    /// revert data (and its `Error(string)` reason); `None` when the node gives none.
+    async fn revert_reason(
+        &self,
+        req: &RequestRow,
+        block: u64,
+    ) -> Option<keel_chain::RevertReason> {
+        let sender = Address::try_from(req.sender.as_slice()).ok()?;
+        let to = req
+            .to_address
+            .as_deref()
+            .and_then(|t| Address::try_from(t).ok());
+        let call = TransactionRequest {
+            from: Some(sender),
+            to: Some(to.map_or(TxKind::Create, TxKind::Call)),
+            value: req.value_wei.parse().ok(),
+            input: Bytes::from(req.calldata.clone()).into(),
+            ..Default::default()
+        };
+        let at = BlockNumberOrTag::Number(block.saturating_sub(1));
+        match self.chain.request::<_, Bytes>("eth_call", (call, at)).await {
+            Err(ChainError::Node { error, .. }) => error.revert,
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! SQL of the queue's tables (`migrations/0005_txq.sql`). Every function takes an
+//! executor so callers can compose them in one transaction.
+
+use crate::Result;
+use sqlx::{PgExecutor, Row};
+use uuid::Uuid;
+
+/// A `txq_request` row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct RequestRow {
+    pub id: Uuid,
+    pub sender: Vec<u8>,
+    pub to_address: Option<Vec<u8>>,
+    pub value_wei: String,
+    pub calldata: Vec<u8>,
+    pub gas_limit: Option<i64>,
+    pub state: String,
+    pub nonce: Option<i64>,
+    pub verdict: Option<serde_json::Value>,
+}
+
+/// A `txq_attempt` row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct AttemptRow {
+    pub request_id: Uuid,
+    pub attempt: i32,
+    pub nonce: i64,
+    pub tx_hash: Vec<u8>,
+    pub raw: Vec<u8>,
+}
+
+const REQUEST_COLUMNS: &str =
+    "id, sender, to_address, value_wei, calldata, gas_limit, state, nonce, verdict";
+
+pub(crate) struct NewRequest<'a> {
+    pub id: Uuid,
+    pub chain_id: i64,
+    pub sender: &'a [u8],
+    pub key: &'a str,
+    pub to: Option<&'a [u8]>,
+    pub value_wei: String,
+    pub calldata: &'a [u8],
+    pub gas_limit: Option<i64>,
+}
+
+/// Inserts a request unless its idempotency key exists; returns whether it inserted.
+pub(crate) async fn request_insert(db: impl PgExecutor<'_>, r: &NewRequest<'_>) -> Result<bool> {
+    let done = sqlx::query(
+        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (chain_id, sender, idempotency_key) DO NOTHING",
+    )
+    .bind(r.id)
+    .bind(r.chain_id)
+    .bind(r.sender)
+    .bind(r.key)
+    .bind(r.to)
+    .bind(&r.value_wei)
+    .bind(r.calldata)
+    .bind(r.gas_limit)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn request_by_key(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+    key: &str,
+) -> Result<Option<RequestRow>> {
+    Ok(sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
+        "SELECT {REQUEST_COLUMNS} FROM txq_request WHERE chain_id = $1 AND sender = $2 AND idempotency_key = $3"
+    )))
+    .bind(chain_id)
+    .bind(sender)
+    .bind(key)
+    .fetch_optional(db)
+    .await?)
+}
+
+pub(crate) async fn request_get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<RequestRow>> {
+    Ok(sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
+        "SELECT {REQUEST_COLUMNS} FROM txq_request WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// Queued requests of a sender, oldest first.
+pub(crate) async fn requests_queued(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+    limit: i64,
+) -> Result<Vec<RequestRow>> {
+    Ok(sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
+        "SELECT {REQUEST_COLUMNS} FROM txq_request
+          WHERE chain_id = $1 AND sender = $2 AND state = 'queued'
+          ORDER BY created_at, id LIMIT $3"
+    )))
+    .bind(chain_id)
+    .bind(sender)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// In-flight (`signed` or `broadcast`) requests of a chain, optionally of one sender,
+/// in nonce order.
+pub(crate) async fn requests_in_flight(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: Option<&[u8]>,
+    state: Option<&str>,
+) -> Result<Vec<RequestRow>> {
+    Ok(sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
+        "SELECT {REQUEST_COLUMNS} FROM txq_request
+          WHERE chain_id = $1 AND state IN ('signed', 'broadcast')
+            AND ($2::bytea IS NULL OR sender = $2) AND ($3::text IS NULL OR state = $3)
+          ORDER BY sender, nonce"
+    )))
+    .bind(chain_id)
+    .bind(sender)
+    .bind(state)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Senders of a chain with queued or in-flight requests.
+pub(crate) async fn senders_with_work(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+) -> Result<Vec<Vec<u8>>> {
+    let rows = sqlx::query(
+        "SELECT DISTINCT sender FROM txq_request WHERE chain_id = $1 AND state IN ('queued', 'signed')",
+    )
+    .bind(chain_id)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| r.try_get::<Vec<u8>, _>(0).map_err(Into::into))
+        .collect()
+}
+
+/// Attempts of the given requests, by request then attempt number.
+pub(crate) async fn attempts_of(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
+    Ok(sqlx::query_as::<_, AttemptRow>(
+        "SELECT request_id, attempt, nonce, tx_hash, raw FROM txq_attempt
+          WHERE request_id = ANY($1) ORDER BY request_id, attempt",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Creates the sender's nonce row at `chain_nonce` when it does not exist.
+pub(crate) async fn sender_init(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+    chain_nonce: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO txq_sender (chain_id, sender, next_nonce) VALUES ($1, $2, $3)
+         ON CONFLICT (chain_id, sender) DO NOTHING",
+    )
+    .bind(chain_id)
+    .bind(sender)
+    .bind(chain_nonce)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn sender_exists(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+) -> Result<bool> {
+    Ok(
+        sqlx::query("SELECT 1 FROM txq_sender WHERE chain_id = $1 AND sender = $2")
+            .bind(chain_id)
+            .bind(sender)
+            .fetch_optional(db)
+            .await?
+            .is_some(),
+    )
+}
+
+/// Locks the sender's row and returns its next nonce (the per-sender serialization).
+pub(crate) async fn sender_lock(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+) -> Result<i64> {
+    let row = sqlx::query(
+        "SELECT next_nonce FROM txq_sender WHERE chain_id = $1 AND sender = $2 FOR UPDATE",
+    )
+    .bind(chain_id)
+    .bind(sender)
+    .fetch_one(db)
+    .await?;
+    Ok(row.try_get(0)?)
+}
+
+pub(crate) async fn sender_set_next(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+    next: i64,
+) -> Result<()> {
+    sqlx::query("UPDATE txq_sender SET next_nonce = $3, updated_at = now() WHERE chain_id = $1 AND sender = $2")
+        .bind(chain_id)
+        .bind(sender)
+        .bind(next)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+pub(crate) struct NewAttempt<'a> {
+    pub request_id: Uuid,
+    pub attempt: i32,
+    pub nonce: i64,
+    pub hash: &'a [u8],
+    pub raw: &'a [u8],
+    pub max_fee: String,
+    pub priority_fee: String,
+    pub gas_limit: i64,
+}
+
+pub(crate) async fn attempt_insert(db: impl PgExecutor<'_>, a: &NewAttempt<'_>) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO txq_attempt (request_id, attempt, nonce, tx_hash, raw, max_fee_per_gas, max_priority_fee_per_gas, gas_limit)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(a.request_id)
+    .bind(a.attempt)
+    .bind(a.nonce)
+    .bind(a.hash)
+    .bind(a.raw)
+    .bind(&a.max_fee)
+    .bind(&a.priority_fee)
+    .bind(a.gas_limit)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// `queued` → `signed` with its nonce; false when the request was not queued.
+pub(crate) async fn request_mark_signed(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    nonce: i64,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "UPDATE txq_request SET state = 'signed', nonce = $2, updated_at = now() WHERE id = $1 AND state = 'queued'",
+    )
+    .bind(id)
+    .bind(nonce)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// `signed` → `broadcast`.
+pub(crate) async fn request_mark_broadcast(db: impl PgExecutor<'_>, id: Uuid) -> Result<()> {
+    sqlx::query(
+        "UPDATE txq_request SET state = 'broadcast', broadcast_at = coalesce(broadcast_at, now()), updated_at = now()
+          WHERE id = $1 AND state = 'signed'",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Any unsettled state → `settled` with `verdict`; false when it was settled already
+/// (a settled verdict is never overwritten).
+pub(crate) async fn request_settle(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    verdict: &serde_json::Value,
+    kind: &str,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "UPDATE txq_request SET state = 'settled', verdict = $2, verdict_kind = $3, settled_at = now(), updated_at = now()
+          WHERE id = $1 AND state <> 'settled'",
+    )
+    .bind(id)
+    .bind(verdict)
+    .bind(kind)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}

@@ -1,0 +1,406 @@
+//! The transaction queue against real PostgreSQL and real Anvil.
+
+use alloy::primitives::{Address, Bytes, U256};
+use alloy::providers::Provider;
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol_types::{SolCall, SolInterface};
+use anvil_tests::TestChain;
+use keel_abi::bindings::PriceFeed;
+use keel_chain::{UpstreamConfig, UpstreamPool};
+use keel_store::testing::TestDatabase;
+use keel_txq::{LocalSigner, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest, TxqError};
+use keel_units::{ChainId, Wei};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+struct Fixture {
+    chain: TestChain,
+    db: TestDatabase,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        Self {
+            chain: TestChain::start().await.unwrap(),
+            db: TestDatabase::create().await.unwrap(),
+        }
+    }
+
+    /// A fresh queue (as after a process restart) with signers for dev accounts `idx`.
+    fn queue(&self, idx: &[usize]) -> TxQueue {
+        let pool = UpstreamPool::new(
+            ChainId(self.chain.chain_id()),
+            UpstreamConfig::new(vec![self.chain.endpoint().to_string()]),
+        )
+        .unwrap();
+        let mut q = TxQueue::new(
+            self.db.pool().clone(),
+            Arc::new(pool),
+            TxQueueConfig::default(),
+        )
+        .unwrap();
+        for i in idx {
+            q.add_signer(Arc::new(LocalSigner::new(
+                self.chain.signer(*i).unwrap().clone(),
+            )));
+        }
+        q
+    }
+}
+
+fn transfer(sender: Address, key: &str, value: u64) -> TxRequest {
+    TxRequest {
+        sender,
+        idempotency_key: key.to_owned(),
+        to: Some(Address::repeat_byte(0x42)),
+        value: Wei::new(U256::from(value)),
+        data: Bytes::new(),
+        gas_limit: Some(21_000),
+    }
+}
+
+/// Runs queue passes until every id is settled (bounded: a probe, not a sleep).
+async fn settle_all(q: &TxQueue, ids: &[Uuid]) -> Vec<SettlementVerdict> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        q.tick().await.unwrap();
+        let mut verdicts = Vec::new();
+        for id in ids {
+            if let Some(v) = q.status(*id).await.unwrap().verdict {
+                verdicts.push(v);
+            }
+        }
+        if verdicts.len() == ids.len() {
+            return verdicts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} settled",
+            verdicts.len(),
+            ids.len()
+        );
+    }
+}
+
+fn confirmed_nonce(v: &SettlementVerdict) -> u64 {
+    match v {
+        SettlementVerdict::Confirmed { attempts, .. } => attempts[0].nonce,
+        other => panic!("expected confirmed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn enqueue_is_idempotent_and_conflicts_on_other_payload() {
+    let f = Fixture::new().await;
+    let q = f.queue(&[0]);
+    let sender = f.chain.account(0).unwrap();
+    let a = q.enqueue(&transfer(sender, "k1", 1)).await.unwrap();
+    assert_eq!(q.enqueue(&transfer(sender, "k1", 1)).await.unwrap(), a);
+    assert!(matches!(
+        q.enqueue(&transfer(sender, "k1", 2)).await,
+        Err(TxqError::IdempotencyConflict)
+    ));
+    assert!(matches!(
+        q.enqueue(&transfer(sender, "", 1)).await,
+        Err(TxqError::InvalidRequest("idempotency_key"))
+    ));
+    let b = q.enqueue(&transfer(sender, "k2", 1)).await.unwrap();
+    assert_ne!(a, b);
+    settle_all(&q, &[a, b]).await;
+    // After settlement the key still answers with the same request, not a new one.
+    assert_eq!(q.enqueue(&transfer(sender, "k1", 1)).await.unwrap(), a);
+    assert_eq!(
+        f.chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn five_senders_times_two_hundred_confirm_with_contiguous_nonces() {
+    let f = Fixture::new().await;
+    let senders: Vec<usize> = (1..=5).collect();
+    let q = Arc::new(f.queue(&senders));
+    let mut tasks = Vec::new();
+    for s in &senders {
+        let sender = f.chain.account(*s).unwrap();
+        let q = q.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..200 {
+                ids.push(
+                    q.enqueue(&transfer(sender, &format!("req-{i}"), i + 1))
+                        .await
+                        .unwrap(),
+                );
+            }
+            ids
+        }));
+    }
+    let mut per_sender = Vec::new();
+    for t in tasks {
+        per_sender.push(t.await.unwrap());
+    }
+    let all: Vec<Uuid> = per_sender.iter().flatten().copied().collect();
+    settle_all(&q, &all).await;
+    for (s, ids) in senders.iter().zip(&per_sender) {
+        let mut nonces = Vec::new();
+        for id in ids {
+            nonces.push(confirmed_nonce(
+                &q.status(*id).await.unwrap().verdict.unwrap(),
+            ));
+        }
+        nonces.sort_unstable();
+        assert_eq!(
+            nonces,
+            (0..200).collect::<Vec<u64>>(),
+            "contiguous, no duplicates"
+        );
+        let on_chain = f
+            .chain
+            .provider()
+            .get_transaction_count(f.chain.account(*s).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(on_chain, 200, "exactly one transaction per request");
+    }
+}
+
+#[tokio::test]
+async fn crash_between_persist_and_broadcast_sends_the_same_bytes_once() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(0).unwrap();
+    let ids = {
+        let q = f.queue(&[0]);
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            ids.push(
+                q.enqueue(&transfer(sender, &format!("c{i}"), 7))
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(q.sign_pending(sender).await.unwrap(), 3);
+        for id in &ids {
+            assert_eq!(q.status(*id).await.unwrap().state, "signed");
+        }
+        // The process dies here: signed and persisted, nothing broadcast.
+        assert_eq!(
+            f.chain
+                .provider()
+                .get_transaction_count(sender)
+                .await
+                .unwrap(),
+            0
+        );
+        ids
+    };
+    let persisted: Vec<Vec<u8>> =
+        sqlx::query_scalar("SELECT tx_hash FROM txq_attempt ORDER BY nonce")
+            .fetch_all(f.db.pool())
+            .await
+            .unwrap();
+    let restarted = f.queue(&[0]);
+    let verdicts = settle_all(&restarted, &ids).await;
+    for (v, hash) in verdicts.iter().zip(&persisted) {
+        match v {
+            SettlementVerdict::Confirmed {
+                hash: mined,
+                attempts,
+                ..
+            } => {
+                assert_eq!(
+                    mined.as_slice(),
+                    hash.as_slice(),
+                    "the persisted bytes were broadcast"
+                );
+                assert_eq!(attempts.len(), 1);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        f.chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
+        3
+    );
+    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM txq_attempt")
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(attempts, 3, "no second signature");
+}
+
+#[tokio::test]
+async fn estimation_revert_fails_without_consuming_a_nonce() {
+    let f = Fixture::new().await;
+    let admin = f.chain.account(0).unwrap();
+    let feed = PriceFeed::deploy(
+        f.chain.provider().clone(),
+        8u8,
+        "X".to_owned(),
+        admin,
+        admin,
+    )
+    .await
+    .unwrap();
+    let outsider = f.chain.account(3).unwrap();
+    let q = f.queue(&[3]);
+    let bad = q
+        .enqueue(&TxRequest {
+            sender: outsider,
+            idempotency_key: "submit".into(),
+            to: Some(*feed.address()),
+            value: Wei::ZERO,
+            data: PriceFeed::submitCall {
+                answer: alloy::primitives::I256::ONE,
+            }
+            .abi_encode()
+            .into(),
+            gas_limit: None,
+        })
+        .await
+        .unwrap();
+    let good = q.enqueue(&transfer(outsider, "after", 1)).await.unwrap();
+    let verdicts = settle_all(&q, &[bad, good]).await;
+    match &verdicts[0] {
+        SettlementVerdict::Failed {
+            code,
+            revert_data,
+            attempts,
+            ..
+        } => {
+            assert_eq!(code, "EXECUTION_REVERTED");
+            assert!(attempts.is_empty());
+            let data = revert_data.as_ref().unwrap();
+            assert!(matches!(
+                PriceFeed::PriceFeedErrors::abi_decode(data),
+                Ok(PriceFeed::PriceFeedErrors::AccessControlUnauthorizedAccount(_))
+            ));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        confirmed_nonce(&verdicts[1]),
+        0,
+        "the failed request took no nonce"
+    );
+}
+
+#[tokio::test]
+async fn mined_revert_is_a_reverted_verdict_with_its_error() {
+    let f = Fixture::new().await;
+    let admin = f.chain.account(0).unwrap();
+    let feed = PriceFeed::deploy(
+        f.chain.provider().clone(),
+        8u8,
+        "X".to_owned(),
+        admin,
+        admin,
+    )
+    .await
+    .unwrap();
+    let outsider = f.chain.account(4).unwrap();
+    let q = f.queue(&[4]);
+    // A fixed gas limit skips estimation, so the revert happens on chain.
+    let id = q
+        .enqueue(&TxRequest {
+            sender: outsider,
+            idempotency_key: "submit".into(),
+            to: Some(*feed.address()),
+            value: Wei::ZERO,
+            data: PriceFeed::submitCall {
+                answer: alloy::primitives::I256::ONE,
+            }
+            .abi_encode()
+            .into(),
+            gas_limit: Some(100_000),
+        })
+        .await
+        .unwrap();
+    match &settle_all(&q, &[id]).await[0] {
+        SettlementVerdict::Reverted {
+            revert_data,
+            attempts,
+            ..
+        } => {
+            assert_eq!(attempts.len(), 1);
+            let data = revert_data.as_ref().unwrap();
+            assert!(matches!(
+                PriceFeed::PriceFeedErrors::abi_decode(data),
+                Ok(PriceFeed::PriceFeedErrors::AccessControlUnauthorizedAccount(_))
+            ));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn unfunded_sender_fails_gas_required_without_a_nonce() {
+    let f = Fixture::new().await;
+    let poor = PrivateKeySigner::random();
+    let address = poor.address();
+    let pool = UpstreamPool::new(
+        ChainId(f.chain.chain_id()),
+        UpstreamConfig::new(vec![f.chain.endpoint().to_string()]),
+    )
+    .unwrap();
+    let mut q = TxQueue::new(
+        f.db.pool().clone(),
+        Arc::new(pool),
+        TxQueueConfig::default(),
+    )
+    .unwrap();
+    q.add_signer(Arc::new(LocalSigner::new(poor)));
+    let id = q.enqueue(&transfer(address, "x", 1)).await.unwrap();
+    match &settle_all(&q, &[id]).await[0] {
+        SettlementVerdict::Failed { code, attempts, .. } => {
+            assert_eq!(code, "GAS_REQUIRED");
+            assert!(attempts.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    let next: i64 = sqlx::query_scalar("SELECT next_nonce FROM txq_sender")
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(next, 0);
+}
+
+#[tokio::test]
+async fn nonce_taken_by_another_transaction_fails_the_request() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(5).unwrap();
+    let q = f.queue(&[5]);
+    let id = q.enqueue(&transfer(sender, "mine", 1)).await.unwrap();
+    q.sign_pending(sender).await.unwrap();
+    // Before Keel broadcasts, something else uses nonce 0 of the same account.
+    let other = alloy::rpc::types::TransactionRequest::default()
+        .from(sender)
+        .to(Address::repeat_byte(0x99))
+        .value(U256::from(5u64))
+        .nonce(0);
+    f.chain
+        .provider_for(5)
+        .unwrap()
+        .send_transaction(other)
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    match &settle_all(&q, &[id]).await[0] {
+        SettlementVerdict::Failed { code, attempts, .. } => {
+            assert_eq!(code, "NONCE_CONSUMED_EXTERNALLY");
+            assert_eq!(attempts.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+}
