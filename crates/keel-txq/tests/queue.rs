@@ -29,17 +29,16 @@ impl Fixture {
 
     /// A fresh queue (as after a process restart) with signers for dev accounts `idx`.
     fn queue(&self, idx: &[usize]) -> TxQueue {
+        self.queue_with(idx, TxQueueConfig::default())
+    }
+
+    fn queue_with(&self, idx: &[usize], config: TxQueueConfig) -> TxQueue {
         let pool = UpstreamPool::new(
             ChainId(self.chain.chain_id()),
             UpstreamConfig::new(vec![self.chain.endpoint().to_string()]),
         )
         .unwrap();
-        let mut q = TxQueue::new(
-            self.db.pool().clone(),
-            Arc::new(pool),
-            TxQueueConfig::default(),
-        )
-        .unwrap();
+        let mut q = TxQueue::new(self.db.pool().clone(), Arc::new(pool), config).unwrap();
         for i in idx {
             q.add_signer(Arc::new(LocalSigner::new(
                 self.chain.signer(*i).unwrap().clone(),
@@ -403,4 +402,72 @@ async fn nonce_taken_by_another_transaction_fails_the_request() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn reorg_before_the_confirmation_depth_puts_the_request_back_in_flight() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(6).unwrap();
+    let config = TxQueueConfig {
+        confirmations: 3,
+        ..TxQueueConfig::default()
+    };
+    let q = f.queue_with(&[6], config);
+    let id = q.enqueue(&transfer(sender, "reorged", 9)).await.unwrap();
+    q.tick().await.unwrap();
+    let p = f.chain.provider();
+    let hash: Vec<u8> = sqlx::query_scalar("SELECT tx_hash FROM txq_attempt")
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+    let hash = alloy::primitives::B256::try_from(hash.as_slice()).unwrap();
+    let first = p
+        .get_transaction_receipt(hash)
+        .await
+        .unwrap()
+        .expect("mined by automine");
+    let first_block = first.block_number.unwrap();
+    assert_eq!(
+        q.status(id).await.unwrap().state,
+        "broadcast",
+        "one block deep is not settled"
+    );
+
+    // Replace the head block with an empty one: the transaction leaves the chain.
+    p.raw_request::<_, ()>("anvil_reorg".into(), (1u64, Vec::<(Bytes, u64)>::new()))
+        .await
+        .unwrap();
+    assert!(
+        p.get_transaction_receipt(hash).await.unwrap().is_none(),
+        "receipt removed by the reorg"
+    );
+
+    // The queue re-broadcasts the same bytes; mine until it is deep enough.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let verdict = loop {
+        q.tick().await.unwrap();
+        if let Some(v) = q.status(id).await.unwrap().verdict {
+            break v;
+        }
+        f.chain.mine().await.unwrap();
+        assert!(Instant::now() < deadline, "never settled after the reorg");
+    };
+    match verdict {
+        SettlementVerdict::Confirmed {
+            hash: mined,
+            attempts,
+            block,
+            ..
+        } => {
+            assert_eq!(mined, hash, "same signed bytes");
+            assert_eq!(attempts.len(), 1, "no new attempt, same nonce");
+            assert_eq!(attempts[0].nonce, 0);
+            assert_ne!(
+                block, first_block,
+                "confirmed in the new chain, not the reorged block"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
 }
