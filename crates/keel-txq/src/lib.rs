@@ -35,7 +35,12 @@
 //! - A caller (a workflow step) reads the verdict with [`TxQueue::status`] or waits for
 //!   it with [`TxQueue::await_verdict`].
 //!
-//! Not here yet: fee bumping of stuck transactions, nonce-gap recovery, funding pauses
+//! - **Fee bumping**: a `broadcast` transaction without a receipt after `bump_after`
+//!   is replaced at the same nonce with both fees raised by `bump_percent` (≥ 10 %,
+//!   the geth/reth replacement rule) and at least the market's, capped per chain; each
+//!   attempt is persisted before broadcast and whichever attempt mines settles.
+//!
+//! Not here yet: nonce-gap recovery, funding pauses
 //! (the request fails `GAS_REQUIRED` instead), the process-kill crash test, the
 //! benchmark.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

@@ -45,6 +45,14 @@ pub struct TxQueueConfig {
     pub sign_batch: i64,
     /// Percent added to an estimate for the gas limit (default 20).
     pub gas_limit_headroom_percent: u64,
+    /// A broadcast transaction without a receipt for this long is replaced at the same
+    /// nonce with bumped fees; `None` disables fee bumping (default 30 s).
+    pub bump_after: Option<Duration>,
+    /// Percent by which a replacement raises both the max fee and the priority fee
+    /// (default 12; geth and reth refuse replacements below +10 %).
+    pub bump_percent: u64,
+    /// Upper bound of the max fee per gas, wei (the per-chain cap; default 1,000 gwei).
+    pub max_fee_cap: u128,
 }
 
 impl Default for TxQueueConfig {
@@ -54,6 +62,9 @@ impl Default for TxQueueConfig {
             poll_interval: Duration::from_millis(250),
             sign_batch: 256,
             gas_limit_headroom_percent: 20,
+            bump_after: Some(Duration::from_secs(30)),
+            bump_percent: 12,
+            max_fee_cap: 1_000_000_000_000,
         }
     }
 }
@@ -609,11 +620,14 @@ impl TxQueue {
                 .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
                 .find_map(|h| by_hash.get(&h));
             let Some(receipt) = receipt else {
-                if let Some(last) = mine.last()
-                    && !self.any_attempt_known(&mine).await?
-                {
+                let Some(last) = mine.last() else { continue };
+                if !self.any_attempt_known(&mine).await? {
                     tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
                     let _ = self.broadcast(req, last, &mine).await?;
+                } else if self.config.bump_after.is_some_and(|after| {
+                    u128::try_from(last.age_ms).unwrap_or(0) >= after.as_millis()
+                }) {
+                    self.replace(req, &mine).await?;
                 }
                 continue;
             };
@@ -645,6 +659,108 @@ impl TxQueue {
             settled += 1;
         }
         Ok(settled)
+    }
+
+    /// Replaces a stuck transaction: a new attempt at the same nonce with both fees
+    /// raised by at least `bump_percent` (and at least the market's current fees),
+    /// capped by `max_fee_cap`; persisted before it is broadcast. Every attempt carries
+    /// the request's calldata unchanged (so an attribution suffix appended by the
+    /// caller is byte-identical on all of them).
+    async fn replace(&self, req: &RequestRow, attempts: &[AttemptRow]) -> Result<()> {
+        let Some(last) = attempts.last() else {
+            return Ok(());
+        };
+        let sender = Address::try_from(req.sender.as_slice())
+            .map_err(|_| TxqError::InvalidRequest("sender"))?;
+        let Some(signer) = self.signers.get(&sender).cloned() else {
+            return Ok(());
+        };
+        let parse = |s: &str| {
+            s.parse::<u128>()
+                .map_err(|_| TxqError::InvalidRequest("fee"))
+        };
+        let (prev_max, prev_tip) = (
+            parse(&last.max_fee_per_gas)?,
+            parse(&last.max_priority_fee_per_gas)?,
+        );
+        let bump = |v: u128| {
+            v.saturating_mul(100 + u128::from(self.config.bump_percent))
+                .div_ceil(100)
+        };
+        let (market_max, market_tip) = self.fees().await?;
+        let tip = bump(prev_tip).max(market_tip);
+        let max_fee = bump(prev_max)
+            .max(market_max)
+            .max(tip)
+            .min(self.config.max_fee_cap);
+        let min_rule = |prev: u128| prev.saturating_mul(110).div_ceil(100);
+        if max_fee < min_rule(prev_max) || tip > max_fee {
+            tracing::warn!(target: "keel::txq", request = %req.id, "fee cap reached; not replacing");
+            metrics::counter!("keel_txq_replacements_capped_total", "chain_id" => self.chain_id.to_string()).increment(1);
+            return Ok(());
+        }
+        let to = req
+            .to_address
+            .as_deref()
+            .map(Address::try_from)
+            .transpose()
+            .map_err(|_| TxqError::InvalidRequest("to"))?;
+        let unsigned = TxEip1559 {
+            chain_id: self.chain.chain().get(),
+            nonce: u64::try_from(last.nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
+            gas_limit: u64::try_from(last.gas_limit)
+                .map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
+            max_fee_per_gas: max_fee,
+            max_priority_fee_per_gas: tip,
+            to: to.map_or(TxKind::Create, TxKind::Call),
+            value: req
+                .value_wei
+                .parse()
+                .map_err(|_| TxqError::InvalidRequest("value"))?,
+            access_list: Default::default(),
+            input: Bytes::from(req.calldata.clone()),
+        };
+        let mut tx = self.db.begin().await?;
+        if !store::request_lock_broadcast(&mut *tx, req.id).await? {
+            return Ok(());
+        }
+        let envelope = signer.sign(unsigned).await?;
+        let hash = *envelope.tx_hash();
+        let raw = envelope.encoded_2718();
+        let attempt = last.attempt + 1;
+        store::attempt_insert(
+            &mut *tx,
+            &NewAttempt {
+                request_id: req.id,
+                attempt,
+                nonce: last.nonce,
+                hash: hash.as_slice(),
+                raw: &raw,
+                max_fee: max_fee.to_string(),
+                priority_fee: tip.to_string(),
+                gas_limit: last.gas_limit,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        metrics::counter!("keel_txq_replacements_total", "chain_id" => self.chain_id.to_string())
+            .increment(1);
+        tracing::info!(target: "keel::txq", request = %req.id, attempt, "replacing a stuck transaction with bumped fees");
+        let new = AttemptRow {
+            request_id: req.id,
+            attempt,
+            nonce: last.nonce,
+            tx_hash: hash.to_vec(),
+            raw,
+            max_fee_per_gas: max_fee.to_string(),
+            max_priority_fee_per_gas: tip.to_string(),
+            gas_limit: last.gas_limit,
+            age_ms: 0,
+        };
+        let mut all = attempts.to_vec();
+        all.push(new.clone());
+        let _ = self.broadcast(req, &new, &all).await?;
+        Ok(())
     }
 
     /// Re-executes a reverted request with `eth_call` at its block's parent to read the

@@ -27,6 +27,11 @@ pub(crate) struct AttemptRow {
     pub nonce: i64,
     pub tx_hash: Vec<u8>,
     pub raw: Vec<u8>,
+    pub max_fee_per_gas: String,
+    pub max_priority_fee_per_gas: String,
+    pub gas_limit: i64,
+    /// Milliseconds since the attempt was persisted (database clock).
+    pub age_ms: i64,
 }
 
 const REQUEST_COLUMNS: &str =
@@ -147,7 +152,9 @@ pub(crate) async fn senders_with_work(
 /// Attempts of the given requests, by request then attempt number.
 pub(crate) async fn attempts_of(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
     Ok(sqlx::query_as::<_, AttemptRow>(
-        "SELECT request_id, attempt, nonce, tx_hash, raw FROM txq_attempt
+        "SELECT request_id, attempt, nonce, tx_hash, raw, max_fee_per_gas, max_priority_fee_per_gas, gas_limit,
+                (extract(epoch FROM now() - created_at) * 1000)::bigint AS age_ms
+           FROM txq_attempt
           WHERE request_id = ANY($1) ORDER BY request_id, attempt",
     )
     .bind(ids)
@@ -295,4 +302,16 @@ pub(crate) async fn request_settle(
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+/// Locks a request that is still `broadcast` (for adding a replacement attempt); false
+/// when it settled meanwhile.
+pub(crate) async fn request_lock_broadcast(db: impl PgExecutor<'_>, id: Uuid) -> Result<bool> {
+    Ok(
+        sqlx::query("SELECT 1 FROM txq_request WHERE id = $1 AND state = 'broadcast' FOR UPDATE")
+            .bind(id)
+            .fetch_optional(db)
+            .await?
+            .is_some(),
+    )
 }

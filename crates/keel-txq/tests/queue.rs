@@ -471,3 +471,77 @@ async fn reorg_before_the_confirmation_depth_puts_the_request_back_in_flight() {
     }
     assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
 }
+
+#[tokio::test]
+async fn stuck_transaction_is_replaced_with_bumped_fees_and_one_attempt_mines() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(7).unwrap();
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let config = TxQueueConfig {
+        bump_after: Some(Duration::ZERO),
+        ..TxQueueConfig::default()
+    };
+    let q = f.queue_with(&[7], config);
+    let suffix = keel_chain::AttributionSuffix::new(&["keel"]).unwrap();
+    let mut req = transfer(sender, "stuck", 3);
+    req.data = suffix.append_to(&[]);
+    req.gas_limit = Some(30_000);
+    let id = q.enqueue(&req).await.unwrap();
+    // With `bump_after = 0` every confirmation pass replaces: the first tick signs and
+    // broadcasts attempt 1 and its confirmation pass replaces it by attempt 2; the
+    // second tick adds attempt 3. No block is mined meanwhile.
+    q.tick().await.unwrap();
+    q.tick().await.unwrap();
+    f.chain.mine().await.unwrap();
+    let verdict = settle_all(&q, &[id]).await.remove(0);
+    let rows: Vec<(Vec<u8>, String, String, i64)> = sqlx::query_as(
+        "SELECT raw, max_fee_per_gas, max_priority_fee_per_gas, nonce FROM txq_attempt ORDER BY attempt",
+    )
+    .fetch_all(f.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 3);
+    for pair in rows.windows(2) {
+        let (prev_max, next_max): (u128, u128) =
+            (pair[0].1.parse().unwrap(), pair[1].1.parse().unwrap());
+        let (prev_tip, next_tip): (u128, u128) =
+            (pair[0].2.parse().unwrap(), pair[1].2.parse().unwrap());
+        assert!(
+            next_max * 100 >= prev_max * 110,
+            "max fee +10 %: {prev_max} -> {next_max}"
+        );
+        assert!(
+            next_tip * 100 >= prev_tip * 110,
+            "tip +10 %: {prev_tip} -> {next_tip}"
+        );
+        assert_eq!(pair[0].3, pair[1].3, "same nonce");
+    }
+    for (raw, ..) in &rows {
+        use alloy::consensus::Transaction as _;
+        use alloy::eips::Decodable2718;
+        let tx = alloy::consensus::TxEnvelope::decode_2718(&mut raw.as_slice()).unwrap();
+        assert_eq!(
+            tx.input(),
+            suffix.bytes(),
+            "suffix identical on every attempt"
+        );
+    }
+    match verdict {
+        SettlementVerdict::Confirmed { hash, attempts, .. } => {
+            assert_eq!(attempts.len(), 3);
+            assert!(
+                attempts.iter().any(|a| a.hash == hash),
+                "one of our attempts mined"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        p.get_transaction_count(sender).await.unwrap(),
+        1,
+        "exactly one transaction took effect"
+    );
+}
