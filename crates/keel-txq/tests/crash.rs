@@ -1,0 +1,242 @@
+//! Durability of the queue under real process kills (SIGKILL of a queue process at the
+//! dangerous points, then a restart): each request takes effect exactly once on chain,
+//! with the bytes that were persisted.
+
+use alloy::primitives::{Address, Bytes, U256};
+use alloy::providers::Provider;
+use anvil_tests::TestChain;
+use keel_chain::{UpstreamConfig, UpstreamPool};
+use keel_store::testing::TestDatabase;
+use keel_txq::{SettlementVerdict, TxQueue, TxQueueConfig, TxRequest};
+use keel_units::{ChainId, Wei};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+struct Worker(Child);
+
+impl Worker {
+    fn start(
+        db: &TestDatabase,
+        chain: &TestChain,
+        key_index: usize,
+        mode: &str,
+        confirmations: u64,
+    ) -> Self {
+        let key = chain.signer(key_index).unwrap().to_bytes();
+        let child = Command::new(env!("CARGO_BIN_EXE_keel-txq-crash-worker"))
+            .env("KEEL_TXQ_DB", db.url())
+            .env("KEEL_TXQ_RPC", chain.endpoint().to_string())
+            .env("KEEL_TXQ_CHAIN_ID", chain.chain_id().to_string())
+            .env("KEEL_TXQ_KEY", key.to_string())
+            .env("KEEL_TXQ_MODE", mode)
+            .env("KEEL_TXQ_CONFIRMATIONS", confirmations.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+
+    /// Blocks until the worker prints a line starting with `prefix`.
+    fn wait_for(&mut self, prefix: &str) {
+        let out = self.0.stdout.as_mut().unwrap();
+        let mut reader = BufReader::new(out);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = reader.read_line(&mut line).unwrap();
+            assert!(n > 0, "worker exited before printing {prefix:?}");
+            if line.starts_with(prefix) {
+                return;
+            }
+        }
+    }
+
+    fn kill(mut self) {
+        self.0.kill().unwrap(); // SIGKILL
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn reader(db: &TestDatabase, chain: &TestChain) -> TxQueue {
+    let pool = UpstreamPool::new(
+        ChainId(chain.chain_id()),
+        UpstreamConfig::new(vec![chain.endpoint().to_string()]),
+    )
+    .unwrap();
+    TxQueue::new(db.pool().clone(), Arc::new(pool), TxQueueConfig::default()).unwrap()
+}
+
+async fn enqueue_n(q: &TxQueue, sender: Address, n: usize) -> Vec<Uuid> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(
+            q.enqueue(&TxRequest {
+                sender,
+                idempotency_key: format!("crash-{i}"),
+                to: Some(Address::repeat_byte(0x24)),
+                value: Wei::new(U256::from(1000 + i)),
+                data: Bytes::new(),
+                gas_limit: Some(21_000),
+            })
+            .await
+            .unwrap(),
+        );
+    }
+    ids
+}
+
+async fn count(db: &TestDatabase, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(db.pool()).await.unwrap()
+}
+
+async fn await_settled(q: &TxQueue, ids: &[Uuid]) -> Vec<SettlementVerdict> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(v) = q.status(*id).await.unwrap().verdict {
+                out.push(v);
+            }
+        }
+        if out.len() == ids.len() {
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} settled",
+            out.len(),
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn assert_exactly_once(
+    db: &TestDatabase,
+    chain: &TestChain,
+    sender: Address,
+    verdicts: &[SettlementVerdict],
+    n: usize,
+) {
+    let mut nonces: Vec<u64> = verdicts
+        .iter()
+        .map(|v| match v {
+            SettlementVerdict::Confirmed { attempts, hash, .. } => {
+                assert_eq!(attempts.len(), 1, "no second signature");
+                assert_eq!(attempts[0].hash, *hash, "the persisted bytes mined");
+                attempts[0].nonce
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    nonces.sort_unstable();
+    assert_eq!(nonces, (0..n as u64).collect::<Vec<_>>());
+    assert_eq!(
+        chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
+        n as u64,
+        "one transaction per request"
+    );
+    assert_eq!(
+        count(db, "SELECT count(*) FROM txq_attempt").await,
+        n as i64
+    );
+}
+
+#[tokio::test]
+async fn kill_between_persist_and_broadcast() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let sender = chain.account(1).unwrap();
+    let q = reader(&db, &chain);
+    let ids = enqueue_n(&q, sender, 20).await;
+
+    let mut w = Worker::start(&db, &chain, 1, "sign-only", 1);
+    w.wait_for("signed");
+    w.kill();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM txq_request WHERE state = 'signed'"
+        )
+        .await,
+        20
+    );
+    assert_eq!(
+        chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
+        0,
+        "nothing broadcast"
+    );
+
+    let _w = Worker::start(&db, &chain, 1, "run", 1);
+    let verdicts = await_settled(&q, &ids).await;
+    assert_exactly_once(&db, &chain, sender, &verdicts, 20).await;
+}
+
+#[tokio::test]
+async fn kill_between_broadcast_and_receipt() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let sender = chain.account(2).unwrap();
+    let q = reader(&db, &chain);
+    let ids = enqueue_n(&q, sender, 20).await;
+
+    // A confirmation depth it can never reach: everything is broadcast, nothing settles.
+    let mut w = Worker::start(&db, &chain, 2, "run", 1_000_000);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count(
+        &db,
+        "SELECT count(*) FROM txq_request WHERE state = 'broadcast'",
+    )
+    .await
+        < 20
+    {
+        w.wait_for("tick");
+        assert!(Instant::now() < deadline);
+    }
+    w.kill();
+
+    let _w = Worker::start(&db, &chain, 2, "run", 1);
+    let verdicts = await_settled(&q, &ids).await;
+    assert_exactly_once(&db, &chain, sender, &verdicts, 20).await;
+}
+
+#[tokio::test]
+async fn kill_mid_pass_then_restart() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let sender = chain.account(3).unwrap();
+    let q = reader(&db, &chain);
+    let ids = enqueue_n(&q, sender, 60).await;
+
+    let w = Worker::start(&db, &chain, 3, "run", 1);
+    // Kill as soon as the first attempts are persisted, wherever the pass is.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count(&db, "SELECT count(*) FROM txq_attempt").await < 5 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    w.kill();
+
+    let _w = Worker::start(&db, &chain, 3, "run", 1);
+    let verdicts = await_settled(&q, &ids).await;
+    assert_exactly_once(&db, &chain, sender, &verdicts, 60).await;
+}
