@@ -146,11 +146,42 @@ impl CronOutcome {
     }
 }
 
+/// What a successful cycle reports: the number of work items it handled, recorded in
+/// `cron_cycle.items` so that "ran and found nothing" (`Some(0)`) is visible. `()` reports
+/// nothing (`None`); `u64` reports a count.
+pub trait CronReport {
+    /// Work items handled by the cycle, when the job counts them.
+    fn items(&self) -> Option<u64>;
+}
+
+impl CronReport for () {
+    fn items(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl CronReport for u64 {
+    fn items(&self) -> Option<u64> {
+        Some(*self)
+    }
+}
+
 fn to_system_time(us: i64) -> SystemTime {
     match u64::try_from(us) {
         Ok(us) => UNIX_EPOCH + Duration::from_micros(us),
         Err(_) => UNIX_EPOCH - Duration::from_micros(us.unsigned_abs()),
     }
+}
+
+fn to_unix_us(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_micros()).map_or(i64::MIN, |us| -us),
+    }
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 async fn db_now_us(pool: &PgPool) -> Result<i64> {
@@ -193,9 +224,10 @@ async fn finish(
     at_us: i64,
     replica: Uuid,
     outcome: CronOutcome,
+    items: Option<u64>,
 ) -> Result<()> {
     sqlx::query(
-        "UPDATE cron_cycle SET finished_at = clock_timestamp(), outcome = $4 \
+        "UPDATE cron_cycle SET finished_at = clock_timestamp(), outcome = $4, items = $5 \
          WHERE name = $1 AND scheduled_at = timestamptz 'epoch' + $2 * interval '1 microsecond' \
            AND replica_id = $3 AND finished_at IS NULL",
     )
@@ -203,25 +235,62 @@ async fn finish(
     .bind(at_us)
     .bind(replica)
     .bind(outcome.as_str())
+    .bind(items.map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
     .execute(pool)
     .await?;
     Ok(())
 }
 
-/// What `cron_cycle` says about one job, so that "ran and found nothing", "overdue" and
-/// "stopped reporting" can be told apart.
+/// Records (or updates) the job's schedule in `cron_job`, so that [`job_health`] can
+/// judge it from any process. The owner of a job does this when it starts running it;
+/// replicas that may run a job call it at startup so an owner that never starts shows
+/// as overdue rather than unknown.
+///
+/// # Errors
+/// [`ClusterError::Config`] for an invalid job; [`ClusterError::Store`] on database
+/// failure.
+pub async fn register_job(pool: &PgPool, job: &CronJob) -> Result<()> {
+    job.validate()?;
+    let period_ms = duration_ms(job.schedule.period).max(1);
+    let offset_ms = job.schedule.offset_us() / 1000;
+    sqlx::query(
+        "INSERT INTO cron_job (name, period_ms, offset_ms) VALUES ($1, $2, $3) \
+         ON CONFLICT (name) DO UPDATE SET period_ms = EXCLUDED.period_ms, \
+           offset_ms = EXCLUDED.offset_ms, updated_at = now() \
+         WHERE (cron_job.period_ms, cron_job.offset_ms) \
+               IS DISTINCT FROM (EXCLUDED.period_ms, EXCLUDED.offset_ms)",
+    )
+    .bind(&job.name)
+    .bind(period_ms)
+    .bind(offset_ms)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// What `cron_cycle` says about one job (the raw record; [`job_health`] judges it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CronStatus {
     /// The latest recorded cycle's scheduled time.
     pub last_scheduled_at: Option<SystemTime>,
     /// Its outcome; `None` while running or when its owner was lost mid-run.
     pub last_outcome: Option<CronOutcome>,
+    /// Work items the latest cycle reported (`Some(0)`: it ran and found nothing).
+    pub last_items: Option<u64>,
     /// Scheduled time of the latest cycle that succeeded.
     pub last_success_at: Option<SystemTime>,
     /// Duration of the latest finished cycle.
     pub last_duration: Option<Duration>,
-    /// Number of recorded cycles.
+    /// Number of recorded cycles (attempts: a cycle is started at most once).
     pub cycles: i64,
+}
+
+fn parse_outcome(o: &str) -> CronOutcome {
+    if o == "succeeded" {
+        CronOutcome::Succeeded
+    } else {
+        CronOutcome::Failed
+    }
 }
 
 /// Reads the [`CronStatus`] of the job `name`.
@@ -229,30 +298,34 @@ pub struct CronStatus {
 /// # Errors
 /// [`ClusterError::Store`] on database failure.
 pub async fn cron_status(pool: &PgPool, name: &str) -> Result<CronStatus> {
-    let row: (Option<i64>, Option<String>, Option<i64>, Option<i64>, i64) = sqlx::query_as(
+    type Row = (
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        i64,
+    );
+    let row: Row = sqlx::query_as(
         "SELECT \
-           (SELECT (extract(epoch FROM scheduled_at) * 1000000)::int8 FROM cron_cycle \
-             WHERE name = $1 ORDER BY scheduled_at DESC LIMIT 1), \
-           (SELECT outcome FROM cron_cycle WHERE name = $1 ORDER BY scheduled_at DESC LIMIT 1), \
+           (extract(epoch FROM l.scheduled_at) * 1000000)::int8, l.outcome, l.items, \
            (SELECT (extract(epoch FROM max(scheduled_at)) * 1000000)::int8 FROM cron_cycle \
              WHERE name = $1 AND outcome = 'succeeded'), \
            (SELECT (extract(epoch FROM finished_at - started_at) * 1000000)::int8 FROM cron_cycle \
              WHERE name = $1 AND finished_at IS NOT NULL ORDER BY scheduled_at DESC LIMIT 1), \
-           (SELECT count(*) FROM cron_cycle WHERE name = $1)",
+           (SELECT count(*) FROM cron_cycle WHERE name = $1) \
+         FROM (SELECT 1) one \
+         LEFT JOIN LATERAL (SELECT scheduled_at, outcome, items FROM cron_cycle \
+                             WHERE name = $1 ORDER BY scheduled_at DESC LIMIT 1) l ON true",
     )
     .bind(name)
     .fetch_one(pool)
     .await?;
-    let (last, outcome, success, duration, cycles) = row;
+    let (last, outcome, items, success, duration, cycles) = row;
     Ok(CronStatus {
         last_scheduled_at: last.map(to_system_time),
-        last_outcome: outcome.as_deref().map(|o| {
-            if o == "succeeded" {
-                CronOutcome::Succeeded
-            } else {
-                CronOutcome::Failed
-            }
-        }),
+        last_outcome: outcome.as_deref().map(parse_outcome),
+        last_items: items.and_then(|n| u64::try_from(n).ok()),
         last_success_at: success.map(to_system_time),
         last_duration: duration
             .and_then(|us| u64::try_from(us).ok())
@@ -261,8 +334,269 @@ pub async fn cron_status(pool: &PgPool, name: &str) -> Result<CronStatus> {
     })
 }
 
+/// The health of a scheduled job at a point in time, judged from `cron_job` (its period)
+/// and its latest *started* cycle in `cron_cycle`. The states are exclusive and checked
+/// in this order:
+///
+/// 1. [`JobHealth::Unknown`]: the job is not registered and has no cycles;
+/// 2. [`JobHealth::StoppedReporting`]: the latest cycle started but has not finished
+///    within one period (its owner was lost mid-run, or the job hangs);
+/// 3. [`JobHealth::Running`]: the latest cycle started less than a period ago and runs;
+/// 4. [`JobHealth::Overdue`]: no cycle started within 2 × period (of `now`), or, for a job
+///    that never ran, within 2 × period of its registration: nobody runs the job;
+/// 5. otherwise the latest cycle's outcome: [`JobHealth::Failed`],
+///    [`JobHealth::FoundNothing`] (succeeded reporting 0 items) or
+///    [`JobHealth::Succeeded`]; or [`JobHealth::Pending`] when registered recently and
+///    no cycle is due yet.
+///
+/// For a job with cycles but no registration (no period known), 2 and 4 cannot be told
+/// and the latest outcome is reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobHealth {
+    /// Neither registered nor ever run.
+    Unknown,
+    /// Registered less than 2 × period ago; no cycle has started yet.
+    Pending,
+    /// The latest cycle is running (started less than a period ago).
+    Running {
+        /// The running cycle's scheduled time.
+        scheduled_at: SystemTime,
+    },
+    /// The latest cycle succeeded and handled work (or does not count its work).
+    Succeeded {
+        /// Its scheduled time.
+        scheduled_at: SystemTime,
+        /// Work items it reported, if it counts them.
+        items: Option<u64>,
+    },
+    /// The latest cycle succeeded and found nothing to do (reported 0 items).
+    FoundNothing {
+        /// Its scheduled time.
+        scheduled_at: SystemTime,
+    },
+    /// The latest cycle failed.
+    Failed {
+        /// Its scheduled time.
+        scheduled_at: SystemTime,
+        /// Scheduled time of the latest successful cycle, if any.
+        last_success_at: Option<SystemTime>,
+    },
+    /// No cycle started within 2 × period.
+    Overdue {
+        /// When the latest cycle started (`None`: never).
+        last_started_at: Option<SystemTime>,
+        /// How long past the 2 × period bound `now` is.
+        overdue_by: Duration,
+    },
+    /// The latest cycle started more than a period ago and never reported an outcome.
+    StoppedReporting {
+        /// The silent cycle's scheduled time.
+        scheduled_at: SystemTime,
+        /// When it started.
+        started_at: SystemTime,
+    },
+}
+
+impl JobHealth {
+    /// Every state label, the value set of the `state` metric label.
+    pub const STATES: [&'static str; 8] = [
+        "unknown",
+        "pending",
+        "running",
+        "succeeded",
+        "found_nothing",
+        "failed",
+        "overdue",
+        "stopped_reporting",
+    ];
+
+    /// The state's label (one of [`JobHealth::STATES`]).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Pending => "pending",
+            Self::Running { .. } => "running",
+            Self::Succeeded { .. } => "succeeded",
+            Self::FoundNothing { .. } => "found_nothing",
+            Self::Failed { .. } => "failed",
+            Self::Overdue { .. } => "overdue",
+            Self::StoppedReporting { .. } => "stopped_reporting",
+        }
+    }
+
+    /// True for the states an operator should be alerted on (failed, overdue, stopped
+    /// reporting).
+    pub fn is_alarming(&self) -> bool {
+        matches!(
+            self,
+            Self::Failed { .. } | Self::Overdue { .. } | Self::StoppedReporting { .. }
+        )
+    }
+}
+
+/// Judges the health of the job `name` at `now` (see [`JobHealth`] for the rules). Pass
+/// the database clock ([`db_now`]) outside tests: cycle times are the database's.
+///
+/// # Errors
+/// [`ClusterError::Store`] on database failure.
+pub async fn job_health(pool: &PgPool, name: &str, now: SystemTime) -> Result<JobHealth> {
+    type Row = (
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+        Option<i64>,
+    );
+    let (period_ms, registered, scheduled, started, outcome, items, success): Row = sqlx::query_as(
+        "SELECT j.period_ms, (extract(epoch FROM j.registered_at) * 1000000)::int8, \
+                    (extract(epoch FROM l.scheduled_at) * 1000000)::int8, \
+                    (extract(epoch FROM l.started_at) * 1000000)::int8, \
+                    l.outcome, l.items, \
+                    (SELECT (extract(epoch FROM max(scheduled_at)) * 1000000)::int8 \
+                       FROM cron_cycle WHERE name = $1 AND outcome = 'succeeded') \
+               FROM (SELECT 1) one \
+               LEFT JOIN cron_job j ON j.name = $1 \
+               LEFT JOIN LATERAL (SELECT scheduled_at, started_at, outcome, items FROM cron_cycle \
+                                   WHERE name = $1 ORDER BY started_at DESC, scheduled_at DESC \
+                                   LIMIT 1) l ON true",
+    )
+    .bind(name)
+    .fetch_one(pool)
+    .await?;
+    let now_us = to_unix_us(now);
+    let period_us = period_ms.map(|ms| ms.saturating_mul(1000).max(1));
+    let (Some(scheduled), Some(started)) = (scheduled, started) else {
+        return Ok(match (period_us, registered) {
+            (Some(p), Some(reg)) => {
+                let late = now_us - reg - 2 * p;
+                if late > 0 {
+                    JobHealth::Overdue {
+                        last_started_at: None,
+                        overdue_by: Duration::from_micros(late.unsigned_abs()),
+                    }
+                } else {
+                    JobHealth::Pending
+                }
+            }
+            _ => JobHealth::Unknown,
+        });
+    };
+    if let Some(p) = period_us {
+        if outcome.is_none() {
+            return Ok(if now_us - started > p {
+                JobHealth::StoppedReporting {
+                    scheduled_at: to_system_time(scheduled),
+                    started_at: to_system_time(started),
+                }
+            } else {
+                JobHealth::Running {
+                    scheduled_at: to_system_time(scheduled),
+                }
+            });
+        }
+        let late = now_us - started - 2 * p;
+        if late > 0 {
+            return Ok(JobHealth::Overdue {
+                last_started_at: Some(to_system_time(started)),
+                overdue_by: Duration::from_micros(late.unsigned_abs()),
+            });
+        }
+    }
+    let scheduled_at = to_system_time(scheduled);
+    Ok(match outcome.as_deref().map(parse_outcome) {
+        None => JobHealth::Running { scheduled_at },
+        Some(CronOutcome::Failed) => JobHealth::Failed {
+            scheduled_at,
+            last_success_at: success.map(to_system_time),
+        },
+        Some(CronOutcome::Succeeded) => match items {
+            Some(0) => JobHealth::FoundNothing { scheduled_at },
+            items => JobHealth::Succeeded {
+                scheduled_at,
+                items: items.and_then(|n| u64::try_from(n).ok()),
+            },
+        },
+    })
+}
+
+/// Evaluates [`job_health`] for each of `names` at the database's clock and sets the
+/// gauge `keel_cluster_cron_job_state{job, state}` (1 for the current state, 0 for the
+/// others). `names` must be a fixed set (the job names are metric labels).
+///
+/// # Errors
+/// [`ClusterError::Store`] on database failure.
+pub async fn report_job_health(
+    pool: &PgPool,
+    names: &[&'static str],
+) -> Result<Vec<(&'static str, JobHealth)>> {
+    let now = db_now(pool).await?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let health = job_health(pool, name, now).await?;
+        crate::metrics::job_state(name, health.as_str());
+        if health.is_alarming() {
+            warn!(target: TARGET, name, state = health.as_str(), "scheduled job unhealthy");
+        }
+        out.push((*name, health));
+    }
+    Ok(out)
+}
+
+/// Retention of `cron_cycle`: deletes cycles scheduled more than `older_than` ago (database
+/// clock), in batches of `batch` rows (one statement each, `FOR UPDATE SKIP LOCKED`), at
+/// most `max_batches` per call. The latest cycle of every job is always kept: it is where
+/// the job's next pass continues (and what [`job_health`] judges). Returns the rows
+/// deleted.
+///
+/// # Errors
+/// [`ClusterError::Store`] on database failure.
+pub async fn prune_cron_cycles(
+    pool: &PgPool,
+    older_than: Duration,
+    batch: u32,
+    max_batches: u32,
+) -> Result<u64> {
+    let ms = duration_ms(older_than);
+    let mut deleted = 0u64;
+    for _ in 0..max_batches {
+        let n = sqlx::query(
+            "WITH old AS (
+                SELECT name, scheduled_at FROM cron_cycle c
+                 WHERE scheduled_at < now() - $1 * interval '1 millisecond'
+                   AND scheduled_at < (SELECT max(scheduled_at) FROM cron_cycle l
+                                        WHERE l.name = c.name)
+                 ORDER BY scheduled_at
+                 LIMIT $2
+                   FOR UPDATE SKIP LOCKED)
+             DELETE FROM cron_cycle d USING old
+              WHERE d.name = old.name AND d.scheduled_at = old.scheduled_at",
+        )
+        .bind(ms as f64)
+        .bind(i64::from(batch.max(1)))
+        .execute(pool)
+        .await?
+        .rows_affected();
+        deleted += n;
+        if n < u64::from(batch.max(1)) {
+            break;
+        }
+    }
+    Ok(deleted)
+}
+
+/// The database clock.
+///
+/// # Errors
+/// [`ClusterError::Store`] on database failure.
+pub async fn db_now(pool: &PgPool) -> Result<SystemTime> {
+    Ok(to_system_time(db_now_us(pool).await?))
+}
+
 /// The loop a cron job runs under its shard's lease.
-pub(crate) async fn run<F, Fut, E>(
+pub(crate) async fn run<F, Fut, T, E>(
     pool: PgPool,
     replica: Uuid,
     job: CronJob,
@@ -270,7 +604,8 @@ pub(crate) async fn run<F, Fut, E>(
     work: &F,
 ) where
     F: Fn(CronCycle) -> Fut,
-    Fut: Future<Output = std::result::Result<(), E>>,
+    Fut: Future<Output = std::result::Result<T, E>>,
+    T: CronReport,
     E: std::fmt::Display,
 {
     let token = lease.token().clone();
@@ -278,9 +613,12 @@ pub(crate) async fn run<F, Fut, E>(
         .schedule
         .period
         .clamp(Duration::from_millis(100), Duration::from_secs(5));
+    if let Err(err) = register_job(&pool, &job).await {
+        warn!(target: TARGET, name = %job.name, error = %err, "cron job registration failed");
+    }
     while !token.is_cancelled() {
-        let wait = match pass(&pool, replica, &job, &token, work).await {
-            Ok(wait) => wait,
+        let wait = match cron_pass(&pool, replica, &job, &token, work).await {
+            Ok(pass) => pass.wait,
             Err(err) => {
                 warn!(target: TARGET, name = %job.name, error = %err, "cron pass failed");
                 retry
@@ -293,18 +631,39 @@ pub(crate) async fn run<F, Fut, E>(
     }
 }
 
-/// Runs the due, unrecorded cycles (at most `max_catch_up_per_pass`); returns how long
-/// to wait for the next one.
-async fn pass<F, Fut, E>(
+/// What one [`cron_pass`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CronPass {
+    /// Cycles this pass started (recorded here and run).
+    pub ran: u32,
+    /// Due cycles it found already recorded (by another owner) and skipped.
+    pub skipped: u32,
+    /// Due cycles left for the next passes (catch-up after downtime; 0 when caught up).
+    pub remaining: i64,
+    /// How long to wait before the next pass (zero while catching up).
+    pub wait: Duration,
+}
+
+/// One pass of a cron job, as its owner's loop runs it (public for tests and tools; the
+/// caller must be the job's owner, as [`crate::ShardOwner::cron`] ensures): runs the due,
+/// unrecorded cycles after the latest recorded one, oldest first, at most
+/// [`CronJob::max_catch_up_per_pass`] of them, and logs and reports (gauge
+/// `keel_cluster_cron_catch_up_remaining_cycles`) how many missed cycles remain. The first
+/// pass of a job that never ran starts at the latest due cycle (no backfill).
+///
+/// # Errors
+/// [`ClusterError::Store`] on database failure (a cycle already started stays recorded).
+pub async fn cron_pass<F, Fut, T, E>(
     pool: &PgPool,
     replica: Uuid,
     job: &CronJob,
     token: &CancellationToken,
     work: &F,
-) -> Result<Duration>
+) -> Result<CronPass>
 where
     F: Fn(CronCycle) -> Fut,
-    Fut: Future<Output = std::result::Result<(), E>>,
+    Fut: Future<Output = std::result::Result<T, E>>,
+    T: CronReport,
     E: std::fmt::Display,
 {
     let period = job.schedule.period_us().max(1);
@@ -314,20 +673,30 @@ where
         Some(last) => job.schedule.due_at_or_before(last) + period,
         None => due,
     };
-    let mut ran = 0u32;
-    while next <= due && ran < job.max_catch_up_per_pass && !token.is_cancelled() {
+    let mut pass = CronPass {
+        ran: 0,
+        skipped: 0,
+        remaining: 0,
+        wait: Duration::ZERO,
+    };
+    while next <= due
+        && pass.ran + pass.skipped < job.max_catch_up_per_pass
+        && !token.is_cancelled()
+    {
         if claim(pool, &job.name, next, replica).await? {
+            pass.ran += 1;
+            crate::metrics::cron_started(&job.name);
             let cycle = CronCycle {
                 name: job.name.clone(),
                 scheduled_at: to_system_time(next),
                 token: token.clone(),
             };
             let started = std::time::Instant::now();
-            let outcome = match work(cycle).await {
-                Ok(()) => CronOutcome::Succeeded,
+            let (outcome, items) = match work(cycle).await {
+                Ok(report) => (CronOutcome::Succeeded, report.items()),
                 Err(err) => {
                     warn!(target: TARGET, name = %job.name, error = %err, "cron cycle failed");
-                    CronOutcome::Failed
+                    (CronOutcome::Failed, None)
                 }
             };
             crate::metrics::cron_cycle(
@@ -338,22 +707,24 @@ where
             if outcome == CronOutcome::Succeeded {
                 crate::metrics::cron_success(&job.name, next as f64 / 1e6);
             }
-            finish(pool, &job.name, next, replica, outcome).await?;
+            finish(pool, &job.name, next, replica, outcome, items).await?;
+        } else {
+            pass.skipped += 1;
         }
-        ran += 1;
         next += period;
     }
     if next <= due {
-        let remaining = (due - next) / period + 1;
-        crate::metrics::cron_remaining(&job.name, remaining);
-        info!(target: TARGET, name = %job.name, remaining, "cron catch-up continues next pass");
-        return Ok(Duration::ZERO);
+        pass.remaining = (due - next) / period + 1;
+        crate::metrics::cron_remaining(&job.name, pass.remaining);
+        let gap_seconds = (due - next + period) / 1_000_000;
+        info!(target: TARGET, name = %job.name, ran = pass.ran, remaining = pass.remaining,
+            gap_seconds, "cron catch-up bounded; the remaining gap continues next pass");
+        return Ok(pass);
     }
     crate::metrics::cron_remaining(&job.name, 0);
     let now = db_now_us(pool).await?;
-    Ok(Duration::from_micros(
-        u64::try_from(next - now).unwrap_or(0),
-    ))
+    pass.wait = Duration::from_micros(u64::try_from(next - now).unwrap_or(0));
+    Ok(pass)
 }
 
 #[cfg(test)]

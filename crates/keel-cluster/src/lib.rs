@@ -16,9 +16,15 @@
 //!   name's shard and moves with it;
 //! - [`ShardOwner::cron`]: a job run once per cycle on one owner, each cycle keyed by
 //!   (name, scheduled time) and recorded in `cron_cycle` before it starts, so an
-//!   ownership handoff never starts a recorded cycle twice.
+//!   ownership handoff never starts a recorded cycle twice; missed cycles are caught up
+//!   at most [`CronJob::max_catch_up_per_pass`] per pass ([`cron_pass`]);
+//! - [`job_health`] / [`report_job_health`]: each job's schedule (`cron_job`) and cycles
+//!   (attempt, outcome, duration, items, last success) judged as one [`JobHealth`] —
+//!   "ran and found nothing", "overdue" and "stopped reporting" are distinct states;
+//! - retention of the crate's tables: [`prune_stale_replicas`] deletes registry rows of
+//!   crashed replicas, [`prune_cron_cycles`] old cycle records (keeping each job's latest).
 //!
-//! Schema: migration `0003_cluster.sql`. Metrics: see the table in `src/metrics.rs`
+//! Schema: migrations `0003_cluster.sql` and `0004_cron_job.sql`. Metrics: see the table in `src/metrics.rs`
 //! (`keel_cluster_*`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -32,8 +38,11 @@ mod owner;
 mod registry;
 
 pub use config::{MAX_SHARDS, OwnerConfig, Role, Timing};
-pub use cron::{CronCycle, CronJob, CronOutcome, CronStatus, Schedule, cron_status};
+pub use cron::{
+    CronCycle, CronJob, CronOutcome, CronPass, CronReport, CronStatus, JobHealth, Schedule,
+    cron_pass, cron_status, db_now, job_health, prune_cron_cycles, register_job, report_job_health,
+};
 pub use error::{ClusterError, Result};
 pub use hash::{assignment, group_key, rendezvous_owner, rendezvous_weight, shard_of};
 pub use owner::{OwnedShards, ShardLease, ShardOwner};
-pub use registry::{check_shard_count, recorded_shard_count};
+pub use registry::{check_shard_count, prune_stale_replicas, recorded_shard_count};

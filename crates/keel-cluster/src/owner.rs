@@ -301,16 +301,19 @@ impl ShardOwner {
     /// Each cycle is keyed by (name, scheduled time) and recorded in `cron_cycle`
     /// *before* `work` starts; a recorded cycle is never started again, by this replica
     /// or the next owner after a handoff (at most once per key; a cycle interrupted by a
-    /// handoff stays unfinished). Missed cycles are caught up, at most
+    /// handoff stays unfinished). A cycle's `Ok` value reports its work items
+    /// ([`crate::CronReport`]: `()` or a count), recorded for [`crate::job_health`].
+    /// Missed cycles are caught up, at most
     /// [`CronJob::max_catch_up_per_pass`] per pass. `work` must stop writing when
     /// [`CronCycle::token`] fires. The clock is the database's.
     ///
     /// # Errors
     /// [`ClusterError::Config`] for an invalid job.
-    pub fn cron<F, Fut, E>(&self, pool: PgPool, job: CronJob, work: F) -> Result<JoinHandle<()>>
+    pub fn cron<F, Fut, T, E>(&self, pool: PgPool, job: CronJob, work: F) -> Result<JoinHandle<()>>
     where
         F: Fn(CronCycle) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        Fut: Future<Output = std::result::Result<T, E>> + Send + 'static,
+        T: crate::CronReport + Send + 'static,
         E: std::fmt::Display + Send + 'static,
     {
         job.validate()?;

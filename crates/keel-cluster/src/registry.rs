@@ -2,7 +2,7 @@
 //! registry (migration `0003_cluster.sql`).
 
 use crate::{ClusterError, Result};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -95,4 +95,31 @@ pub(crate) async fn deregister(conn: &mut PgConnection, id: Uuid) -> Result<()> 
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// Deletes the `cluster_replica` rows whose heartbeat (database clock) is older than
+/// `older_than` — replicas that crashed instead of deregistering. Pass a multiple of the
+/// liveness window (rows within the window are live and never deleted here: the bound is
+/// raised to at least the window). Returns the rows deleted.
+///
+/// # Errors
+/// [`ClusterError::Store`] on database failure.
+pub async fn prune_stale_replicas(
+    pool: &PgPool,
+    older_than: Duration,
+    liveness_window: Duration,
+) -> Result<u64> {
+    let bound = older_than.max(liveness_window);
+    let ms = i64::try_from(bound.as_millis()).unwrap_or(i64::MAX);
+    let deleted = sqlx::query(
+        "DELETE FROM cluster_replica WHERE heartbeat_at < now() - $1 * interval '1 millisecond'",
+    )
+    .bind(ms as f64)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    if deleted > 0 {
+        crate::metrics::replicas_pruned(deleted);
+    }
+    Ok(deleted)
 }

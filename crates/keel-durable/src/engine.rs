@@ -633,9 +633,11 @@ impl Engine {
 
     /// Retention hook: deletes up to `batch` settled commands and up to `batch` ended
     /// (`completed`/`cancelled`) instances older than `older_than` (with their journal,
-    /// signals and commands). Rows locked by others are skipped. A deleted instance's
-    /// idempotency key can start a new instance. The scheduler that calls it belongs to
-    /// the cluster crate.
+    /// signals and commands, by `ON DELETE CASCADE`). Rows locked by others are skipped
+    /// (`SKIP LOCKED`) and left for a later call. A deleted instance's idempotency key
+    /// can start a new instance. One batch, no transaction of its own; the scheduled
+    /// retention pass is [`crate::Retention`] (batches in short transactions, per-pass
+    /// cap, lock timeout, report), which the runner's daily cron runs.
     ///
     /// # Errors
     /// [`DurableError::Store`].

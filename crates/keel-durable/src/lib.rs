@@ -26,6 +26,8 @@
 //!   optional serialization key), [`Engine::signal`], [`Engine::cancel`],
 //!   [`Engine::retry`], [`Engine::status`], the probe [`Engine::await_idle`], the
 //!   retention hook [`Engine::purge`], and [`Engine::spawn_executor`].
+//! - [`Retention`]: the retention pass (batched, `SKIP LOCKED`, one short transaction per
+//!   batch) that the cluster's daily cron runs; returns a [`RetentionReport`].
 //!
 //! ## Execution model
 //!
@@ -100,6 +102,7 @@ mod error;
 mod executor;
 pub mod metrics;
 pub mod payload;
+mod retention;
 mod status;
 mod workflow;
 
@@ -108,6 +111,7 @@ pub use context::{Deadline, WorkflowContext};
 pub use engine::{CancelOutcome, Engine, PurgeCounts, SignalReceipt, StartOptions, Started};
 pub use error::{DurableError, Result};
 pub use executor::{CHANNEL, ExecutorHandle};
+pub use retention::{Retention, RetentionConfig, RetentionReport};
 pub use status::{
     CommandSummary, ErrorInfo, IdleReport, InstanceStatus, RunStatus, WaitDescription, WaitKind,
 };

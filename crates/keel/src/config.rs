@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 /// The defaults compiled into the binary (the text of `config/default.toml`).
 pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
@@ -106,6 +107,49 @@ pub struct ShardingConfig {
     pub shards: u32,
 }
 
+/// `[cluster]`: shard ownership of runner and indexer replicas (keel-cluster).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Heartbeat / reassignment / lock re-assertion period, milliseconds (50..=60000).
+    pub refresh_interval_ms: u64,
+    /// Heartbeat age after which a replica is not live, milliseconds (>= 3 refresh
+    /// intervals).
+    pub liveness_window_ms: u64,
+    /// Host name recorded in `cluster_replica` (empty: the machine's host name).
+    pub host: String,
+}
+
+impl ClusterConfig {
+    /// The refresh interval.
+    pub fn refresh_interval(&self) -> Duration {
+        Duration::from_millis(self.refresh_interval_ms)
+    }
+
+    /// The liveness window.
+    pub fn liveness_window(&self) -> Duration {
+        Duration::from_millis(self.liveness_window_ms)
+    }
+}
+
+/// `[retention]`: the daily retention pass of the runner role.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetentionSettings {
+    /// Age in days after which settled commands and ended instances are deleted (>= 1).
+    pub window_days: u32,
+    /// Rows per batch (one transaction each), 1..=100000.
+    pub batch_size: u32,
+    /// Batches per table per pass (>= 1).
+    pub max_batches_per_pass: u32,
+    /// Wait bound on a dependent row's lock, milliseconds (10..=60000).
+    pub lock_timeout_ms: u64,
+    /// Hour of the day (UTC) of the daily pass, 0..=23.
+    pub hour_utc: u32,
+    /// Registry rows of replicas silent for this many liveness windows are deleted (>= 2).
+    pub stale_replica_windows: u32,
+}
+
 /// `[monitoring]`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -181,6 +225,10 @@ pub struct Config {
     pub chains: BTreeMap<String, ChainConfig>,
     /// `[durable]`.
     pub durable: DurableConfig,
+    /// `[cluster]`.
+    pub cluster: ClusterConfig,
+    /// `[retention]`.
+    pub retention: RetentionSettings,
     /// `[monitoring]`.
     pub monitoring: MonitoringConfig,
     /// `[telemetry]`.
@@ -365,6 +413,53 @@ impl Config {
         }
         if self.durable.sharding.shards == 0 {
             return Err(invalid("durable.sharding.shards", "must be greater than 0"));
+        }
+        if self.durable.sharding.shards > 65_536 {
+            return Err(invalid("durable.sharding.shards", "must be at most 65536"));
+        }
+        let refresh = self.cluster.refresh_interval_ms;
+        if !(50..=60_000).contains(&refresh) {
+            return Err(invalid(
+                "cluster.refreshIntervalMs",
+                "must be within 50..=60000 milliseconds",
+            ));
+        }
+        if self.cluster.liveness_window_ms < refresh.saturating_mul(3) {
+            return Err(invalid(
+                "cluster.livenessWindowMs",
+                "must be at least three times cluster.refreshIntervalMs",
+            ));
+        }
+        if self.cluster.host.len() > 255 {
+            return Err(invalid("cluster.host", "must be at most 255 bytes"));
+        }
+        let r = &self.retention;
+        if r.window_days == 0 || r.window_days > 36_500 {
+            return Err(invalid(
+                "retention.windowDays",
+                "must be within 1..=36500 days",
+            ));
+        }
+        if !(1..=100_000).contains(&r.batch_size) {
+            return Err(invalid("retention.batchSize", "must be within 1..=100000"));
+        }
+        if r.max_batches_per_pass == 0 {
+            return Err(invalid("retention.maxBatchesPerPass", "must be at least 1"));
+        }
+        if !(10..=60_000).contains(&r.lock_timeout_ms) {
+            return Err(invalid(
+                "retention.lockTimeoutMs",
+                "must be within 10..=60000 milliseconds",
+            ));
+        }
+        if r.hour_utc > 23 {
+            return Err(invalid("retention.hourUtc", "must be within 0..=23"));
+        }
+        if r.stale_replica_windows < 2 {
+            return Err(invalid(
+                "retention.staleReplicaWindows",
+                "must be at least 2",
+            ));
         }
         let secs = self.monitoring.blockchain_health_collector.interval_seconds;
         if secs == 0 || (secs < 60 && 60 % secs != 0) {

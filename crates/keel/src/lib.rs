@@ -7,8 +7,11 @@
 //! - [`telemetry`]: tracing-subscriber (human on a TTY, JSON otherwise) and the
 //!   Prometheus endpoint, both stamped with the deployment id.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
+//! - [`roles`]: what `keel run --role` runs: shard ownership for runner and indexer,
+//!   the runner's daily retention job and job-health reporting, and the orderly stop.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod config;
+pub mod roles;
 pub mod shutdown;
 pub mod telemetry;

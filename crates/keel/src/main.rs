@@ -33,9 +33,10 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
-    /// Run one role of Keel until SIGTERM/SIGINT. In this release a role process serves
-    /// its metrics and readiness only; the role's work loops arrive with the engine,
-    /// queue and index components.
+    /// Run one role of Keel until SIGTERM/SIGINT. `runner` and `indexer` own shards of
+    /// their group (refusing to start when `durable.sharding.shards` differs from the
+    /// recorded count); the runner also runs the daily retention job. On a signal the
+    /// process reports not-ready, releases its shards within the grace, and exits.
     Run {
         /// The role of this process (no combined role exists).
         #[arg(long, env = "KEEL_ROLE", value_enum)]
@@ -164,6 +165,7 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
         .await
         .context("connecting to the database")?;
     let shutdown = keel::shutdown::on_signal();
+    let runtime = keel::roles::RoleRuntime::start(role, &config, &pool).await?;
     metrics::gauge!("keel_ready").set(1.0);
     tracing::info!(
         target: "keel",
@@ -172,10 +174,13 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
         role.as_str()
     );
     shutdown.cancelled().await;
+    // Readiness first, so load balancers and probes stop routing before work stops.
     metrics::gauge!("keel_ready").set(0.0);
     tracing::info!(target: "keel", grace_seconds = grace.as_secs(), "draining");
-    // No role tasks exist yet; the pool is the only resource to release.
-    tokio::time::timeout(grace, pool.close()).await.ok();
+    let started = std::time::Instant::now();
+    runtime.stop(grace).await;
+    let left = grace.saturating_sub(started.elapsed());
+    tokio::time::timeout(left, pool.close()).await.ok();
     tracing::info!(target: "keel", "stopped");
     Ok(())
 }

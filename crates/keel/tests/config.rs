@@ -208,3 +208,57 @@ fn print_redacts_secrets() {
     let reparsed: toml::Table = printed.parse().unwrap();
     assert!(reparsed.contains_key("durable"));
 }
+
+#[test]
+fn cluster_and_retention_keys_load_override_and_validate() {
+    let c = load(&[]).unwrap();
+    assert_eq!(c.cluster.refresh_interval_ms, 1000);
+    assert_eq!(c.cluster.liveness_window_ms, 5000);
+    assert_eq!(c.retention.window_days, 30);
+    assert_eq!(c.retention.batch_size, 1000);
+    let c = load(&[
+        ("KEEL__CLUSTER__REFRESHINTERVALMS", "2000"),
+        ("KEEL__RETENTION__WINDOWDAYS", "7"),
+    ]);
+    // A 2 s refresh needs a liveness window of at least 6 s; the default is 5 s.
+    assert_eq!(invalid_key(c), "cluster.livenessWindowMs");
+    let c = load(&[
+        ("KEEL__CLUSTER__REFRESHINTERVALMS", "200"),
+        ("KEEL__Cluster__LivenessWindowMs", "1000"),
+        ("KEEL__RETENTION__WINDOWDAYS", "7"),
+        ("KEEL__RETENTION__BATCHSIZE", "50"),
+    ])
+    .unwrap();
+    assert_eq!(c.cluster.refresh_interval_ms, 200);
+    assert_eq!(c.cluster.liveness_window_ms, 1000);
+    assert_eq!(c.retention.window_days, 7);
+    assert_eq!(c.retention.batch_size, 50);
+    for (var, value, key) in [
+        (
+            "KEEL__CLUSTER__REFRESHINTERVALMS",
+            "10",
+            "cluster.refreshIntervalMs",
+        ),
+        ("KEEL__RETENTION__WINDOWDAYS", "0", "retention.windowDays"),
+        ("KEEL__RETENTION__BATCHSIZE", "0", "retention.batchSize"),
+        (
+            "KEEL__RETENTION__MAXBATCHESPERPASS",
+            "0",
+            "retention.maxBatchesPerPass",
+        ),
+        (
+            "KEEL__RETENTION__LOCKTIMEOUTMS",
+            "1",
+            "retention.lockTimeoutMs",
+        ),
+        ("KEEL__RETENTION__HOURUTC", "24", "retention.hourUtc"),
+        (
+            "KEEL__RETENTION__STALEREPLICAWINDOWS",
+            "1",
+            "retention.staleReplicaWindows",
+        ),
+        ("KEEL__RETENTION__BATCHSIZE", "lots", "retention.batchSize"),
+    ] {
+        assert_eq!(invalid_key(load(&[(var, value)])), key, "{var}={value}");
+    }
+}

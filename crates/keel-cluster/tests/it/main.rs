@@ -2,6 +2,7 @@
 //! test, `DATABASE_URL` or the local default).
 
 mod cron;
+mod health;
 mod ownership;
 mod process;
 mod singleton;

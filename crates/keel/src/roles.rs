@@ -1,0 +1,257 @@
+//! What a role process runs besides its metrics: shard ownership (keel-cluster) for
+//! `runner` and `indexer`, the runner's scheduled jobs, and an orderly stop.
+//!
+//! | role | shard group | scheduled jobs |
+//! |---|---|---|
+//! | `runner` | `workflow` | [`RETENTION_JOB`] (daily), job-health reporting |
+//! | `indexer` | `indexer` | — |
+//! | `api` | none (owns nothing) | — |
+//!
+//! Stopping ([`RoleRuntime::stop`]) aborts the job supervisors, then shuts the
+//! [`ShardOwner`] down: every lease's token fires, work under leases gets the owner's
+//! lock deadline to stop, every advisory lock is released and the replica's registry
+//! row deleted, so peers take its shards at their next refresh.
+
+use crate::config::{Config, RetentionSettings, Role};
+use anyhow::Context;
+use keel_cluster::{CronCycle, CronJob, OwnerConfig, Schedule, ShardOwner};
+use keel_durable::{Retention, RetentionConfig, RetentionReport};
+use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
+use std::str::FromStr;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const TARGET: &str = "keel::roles";
+
+/// Name of the daily retention cron job (a cycle key prefix and a metric label).
+pub const RETENTION_JOB: &str = "retention/daily";
+
+/// The runner's scheduled jobs: a fixed set, so job names are bounded metric labels.
+pub const RUNNER_JOBS: [&str; 1] = [RETENTION_JOB];
+
+/// How often a runner evaluates and exports the health of [`RUNNER_JOBS`].
+pub const JOB_HEALTH_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The cluster role of a process role; `None` for `api`, which owns nothing.
+pub fn cluster_role(role: Role) -> Option<keel_cluster::Role> {
+    match role {
+        Role::Api => None,
+        Role::Runner => Some(keel_cluster::Role::Runner),
+        Role::Indexer => Some(keel_cluster::Role::Indexer),
+    }
+}
+
+/// The host name recorded in the registry: `cluster.host`, else the kernel's host name,
+/// else `$HOSTNAME`, else `unknown`.
+pub fn host_name(config: &Config) -> String {
+    if !config.cluster.host.is_empty() {
+        return config.cluster.host.clone();
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .map(|mut h| {
+            h.truncate(255);
+            h
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The [`OwnerConfig`] of a replica of `role` from the configuration.
+pub fn owner_config(config: &Config, role: keel_cluster::Role) -> OwnerConfig {
+    let mut owner = OwnerConfig::new(role, config.durable.sharding.shards, host_name(config));
+    owner.refresh_interval = config.cluster.refresh_interval();
+    owner.liveness_window = config.cluster.liveness_window();
+    owner
+}
+
+/// The retention pass's settings from `[retention]`.
+pub fn retention_config(settings: &RetentionSettings) -> RetentionConfig {
+    RetentionConfig {
+        window: Duration::from_secs(u64::from(settings.window_days) * 86_400),
+        batch_size: settings.batch_size,
+        max_batches_per_pass: settings.max_batches_per_pass,
+        lock_timeout: Duration::from_millis(settings.lock_timeout_ms),
+    }
+}
+
+/// The daily retention cron job: every 24 h at `hourUtc`:00 UTC.
+pub fn retention_job(settings: &RetentionSettings) -> CronJob {
+    CronJob::new(
+        RETENTION_JOB,
+        Schedule::every(Duration::from_secs(86_400))
+            .offset(Duration::from_secs(u64::from(settings.hour_utc) * 3600)),
+    )
+}
+
+/// What one retention cycle deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionCycle {
+    /// The durable tables' pass.
+    pub durable: RetentionReport,
+    /// `cluster_replica` rows of crashed replicas deleted.
+    pub stale_replicas: u64,
+    /// `cron_cycle` records older than the window deleted (each job's latest is kept).
+    pub cron_cycles: u64,
+}
+
+impl RetentionCycle {
+    /// Rows deleted in all (the cycle's reported work items).
+    pub fn deleted(&self) -> u64 {
+        self.durable.deleted() + self.stale_replicas + self.cron_cycles
+    }
+}
+
+/// One retention cycle: the durable tables' pass ([`Retention::run_once`]), then the
+/// registry rows of crashed replicas (silent for `stale_after`, at least one liveness
+/// window) and the cycle records older than the retention window.
+///
+/// # Errors
+/// A value-free message when a step could not run, or when the durable pass had
+/// failed batches (the cycle is recorded `failed`; its rows are retried next cycle).
+pub async fn retention_cycle(
+    retention: &Retention,
+    pool: &PgPool,
+    stale_after: Duration,
+    liveness_window: Duration,
+    stop: &CancellationToken,
+) -> Result<RetentionCycle, String> {
+    let durable = retention.run_once(stop).await.map_err(|e| e.to_string())?;
+    let stale_replicas = keel_cluster::prune_stale_replicas(pool, stale_after, liveness_window)
+        .await
+        .map_err(|e| e.to_string())?;
+    let config = retention.config();
+    let cron_cycles = keel_cluster::prune_cron_cycles(
+        pool,
+        config.window,
+        config.batch_size,
+        config.max_batches_per_pass,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    tracing::info!(target: TARGET, stale_replicas, cron_cycles, "cluster records pruned");
+    if durable.failures > 0 {
+        return Err(format!(
+            "retention pass had {} failed batches (retried next cycle)",
+            durable.failures
+        ));
+    }
+    Ok(RetentionCycle {
+        durable,
+        stale_replicas,
+        cron_cycles,
+    })
+}
+
+/// The running parts of a role: its shard owner and named supervised tasks.
+#[derive(Debug)]
+pub struct RoleRuntime {
+    owner: Option<ShardOwner>,
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl RoleRuntime {
+    /// Starts what `role` runs. `api` starts nothing.
+    ///
+    /// # Errors
+    /// When the shard owner cannot start — notably when the database records another
+    /// shard count than `durable.sharding.shards` (the process must not start) — or a
+    /// job is invalid.
+    pub async fn start(role: Role, config: &Config, pool: &PgPool) -> anyhow::Result<Self> {
+        let Some(cluster_role) = cluster_role(role) else {
+            return Ok(Self {
+                owner: None,
+                tasks: Vec::new(),
+            });
+        };
+        let connect = PgConnectOptions::from_str(&config.database.url)
+            .context("configuration key `database.url`: not a valid postgres:// URL")?;
+        let owner = ShardOwner::start(connect, owner_config(config, cluster_role))
+            .await
+            .with_context(|| format!("starting the {} replica's shard ownership", role.as_str()))?;
+        tracing::info!(target: TARGET, replica = %owner.replica_id(),
+            group = cluster_role.shard_group(), shards = owner.shards(), "shard owner started");
+        let mut runtime = Self {
+            owner: None,
+            tasks: Vec::new(),
+        };
+        if role == Role::Runner {
+            runtime.start_runner_jobs(&owner, config, pool).await?;
+        }
+        runtime.owner = Some(owner);
+        Ok(runtime)
+    }
+
+    async fn start_runner_jobs(
+        &mut self,
+        owner: &ShardOwner,
+        config: &Config,
+        pool: &PgPool,
+    ) -> anyhow::Result<()> {
+        let retention = Retention::new(pool.clone(), retention_config(&config.retention))
+            .context("configuration section `retention`")?;
+        let job = retention_job(&config.retention);
+        keel_cluster::register_job(pool, &job)
+            .await
+            .context("registering the retention job")?;
+        let liveness = config.cluster.liveness_window();
+        let stale_after = liveness * config.retention.stale_replica_windows;
+        let work_pool = pool.clone();
+        let cron = owner
+            .cron(pool.clone(), job, move |cycle: CronCycle| {
+                let retention = retention.clone();
+                let pool = work_pool.clone();
+                async move {
+                    let done =
+                        retention_cycle(&retention, &pool, stale_after, liveness, &cycle.token)
+                            .await?;
+                    Ok::<u64, String>(done.deleted())
+                }
+            })
+            .context("starting the retention job")?;
+        self.tasks.push(("retention-cron", cron));
+
+        let health_pool = pool.clone();
+        let health = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(JOB_HEALTH_INTERVAL);
+            loop {
+                tick.tick().await;
+                if let Err(err) = keel_cluster::report_job_health(&health_pool, &RUNNER_JOBS).await
+                {
+                    tracing::warn!(target: TARGET, error = %err, "job health could not be read");
+                }
+            }
+        });
+        self.tasks.push(("job-health", health));
+        Ok(())
+    }
+
+    /// This replica's registry id, when it owns shards.
+    pub fn replica_id(&self) -> Option<sqlx::types::Uuid> {
+        self.owner.as_ref().map(ShardOwner::replica_id)
+    }
+
+    /// Stops the tasks and releases every shard within `grace`. Returns false when the
+    /// grace ran out (the process exits anyway; its session's end frees the locks).
+    pub async fn stop(self, grace: Duration) -> bool {
+        for (name, task) in &self.tasks {
+            task.abort();
+            tracing::debug!(target: TARGET, task = name, "task stopped");
+        }
+        let Some(owner) = self.owner else {
+            return true;
+        };
+        let released = tokio::time::timeout(grace, owner.shutdown()).await.is_ok();
+        if released {
+            tracing::info!(target: TARGET, "shards released");
+        } else {
+            tracing::warn!(target: TARGET, grace_seconds = grace.as_secs(),
+                "shard release did not finish within the termination grace");
+        }
+        released
+    }
+}
