@@ -145,7 +145,9 @@ async fn sigkill_at_each_dangerous_point_loses_no_step_and_repeats_only_the_inte
     for tag in ["b0", "b1", "b2", "b3", "b4", "b5"] {
         for step in ["s0", "s1", "s2"] {
             let n = effect(pool, &format!("{tag}-{step}")).await;
-            assert!((1..=2).contains(&n), "{tag}-{step} ran {n} times");
+            // An unheld step can be interrupted by more than one kill (it re-runs after
+            // kill k and kill k+1 lands inside it again): at most once more per kill.
+            assert!((1..=1 + kills).contains(&n), "{tag}-{step} ran {n} times");
             extra += n - 1;
         }
     }
