@@ -15,6 +15,11 @@
 //!   call and requires a successful receipt; [`expect_revert`] and [`decode_revert`] turn
 //!   a refusal into the contract's typed custom error so tests assert *which* error.
 //!
+//! - [`proxy::RpcProxy`] is a fault-injecting JSON-RPC proxy to put between the code
+//!   under test and the node (dropped responses, errors, `null` results, latency,
+//!   failures then recovery, geth's +10 % replacement rule); [`TestChain::provider_via`]
+//!   signs as a dev account through such an endpoint.
+//!
 //! Every test starts its own chain, so tests are independent and run in parallel under
 //! `cargo test` and `cargo nextest`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -33,6 +38,8 @@ use keel_abi::platform::{PlatformDeployment, names};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+pub mod proxy;
 
 /// The alloy version the harness is built on, so tests name the same types.
 pub use alloy;
@@ -264,6 +271,24 @@ impl TestChain {
         Ok(signing_provider(
             self.signer(index)?.clone(),
             &self.endpoint,
+            self.chain_id(),
+        ))
+    }
+
+    /// A new provider signing as dev account `index` that sends its requests to
+    /// `endpoint` instead of the node (e.g. a [`proxy::RpcProxy::url`]), built like
+    /// [`TestChain::provider_for`].
+    ///
+    /// # Errors
+    /// When there is no such account.
+    pub fn provider_via(
+        &self,
+        index: usize,
+        endpoint: &alloy::transports::http::reqwest::Url,
+    ) -> anyhow::Result<DynProvider> {
+        Ok(signing_provider(
+            self.signer(index)?.clone(),
+            endpoint,
             self.chain_id(),
         ))
     }

@@ -40,9 +40,13 @@
 //!   the geth/reth replacement rule) and at least the market's, capped per chain; each
 //!   attempt is persisted before broadcast and whichever attempt mines settles.
 //!
-//! Not here yet: nonce-gap recovery, funding pauses
-//! (the request fails `GAS_REQUIRED` instead), the process-kill crash test, the
-//! benchmark.
+//! - **Nonce recovery** ([`TxQueue::recover_nonces`], at start and periodically):
+//!   adopts a nonce advanced outside Keel and fills gaps left by requests that failed
+//!   after signing with zero-value self-transfers.
+//!
+//! Not here yet: funding pauses
+//! (the request fails `GAS_REQUIRED` instead), running the confirmation pass as a
+//! cluster singleton in the runner role, the benchmark.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;

@@ -45,6 +45,8 @@ pub struct TxQueueConfig {
     pub sign_batch: i64,
     /// Percent added to an estimate for the gas limit (default 20).
     pub gas_limit_headroom_percent: u64,
+    /// Nonce recovery runs every this many ticks of [`TxQueue::run`] (default 40).
+    pub recovery_every_ticks: u64,
     /// A broadcast transaction without a receipt for this long is replaced at the same
     /// nonce with bumped fees; `None` disables fee bumping (default 30 s).
     pub bump_after: Option<Duration>,
@@ -62,6 +64,7 @@ impl Default for TxQueueConfig {
             poll_interval: Duration::from_millis(250),
             sign_batch: 256,
             gas_limit_headroom_percent: 20,
+            recovery_every_ticks: 40,
             bump_after: Some(Duration::from_secs(30)),
             bump_percent: 12,
             max_fee_cap: 1_000_000_000_000,
@@ -236,18 +239,138 @@ impl TxQueue {
 
     /// Runs passes until `cancel` fires: every sender with work gets a sender pass
     /// (senders in parallel), then the confirmation pass.
+    ///
+    /// Nonce recovery ([`TxQueue::recover_nonces`]) runs for every registered sender at
+    /// start and then every `recovery_every_ticks` ticks.
     pub async fn run(&self, cancel: CancellationToken) {
+        use tracing::Instrument;
         let span = tracing::info_span!("txq", chain_id = self.chain_id);
-        let _g = span.enter();
-        while !cancel.is_cancelled() {
-            if let Err(e) = self.tick().await {
-                tracing::warn!(target: "keel::txq", error = %e, "queue pass failed; retrying next tick");
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(self.config.poll_interval) => {}
+        async {
+            let mut ticks: u64 = 0;
+            while !cancel.is_cancelled() {
+                if ticks % self.config.recovery_every_ticks.max(1) == 0 {
+                    for sender in self.signers.keys() {
+                        if let Err(e) = self.recover_nonces(*sender).await {
+                            tracing::warn!(target: "keel::txq", error = %e, "nonce recovery failed; retrying later");
+                        }
+                    }
+                }
+                ticks = ticks.wrapping_add(1);
+                if let Err(e) = self.tick().await {
+                    tracing::warn!(target: "keel::txq", error = %e, "queue pass failed; retrying next tick");
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(self.config.poll_interval) => {}
+                }
             }
         }
+        .instrument(span)
+        .await
+    }
+
+    /// Nonce recovery for `sender`: compares the chain's nonces with the queue's.
+    ///
+    /// - When the chain's latest nonce is above Keel's next nonce, someone else used
+    ///   the account: Keel adopts the chain's value (with a warning); live requests
+    ///   below it are resolved by their next broadcast (ours mined, or
+    ///   `NONCE_CONSUMED_EXTERNALLY`).
+    /// - Every nonce between the chain's latest nonce and Keel's next nonce that no
+    ///   live request holds (its request failed after signing) is a gap that would
+    ///   stall every later transaction: it is filled with a zero-value self-transfer,
+    ///   persisted and broadcast like any request.
+    ///
+    /// Returns `(adopted, filled)`: whether the nonce was adopted, and how many gaps
+    /// were filled.
+    ///
+    /// # Errors
+    /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
+    pub async fn recover_nonces(&self, sender: Address) -> Result<(bool, usize)> {
+        let signer = self
+            .signers
+            .get(&sender)
+            .cloned()
+            .ok_or(TxqError::UnknownSender)?;
+        let Some(next) = store::sender_next(&self.db, self.chain_id, sender.as_slice()).await?
+        else {
+            return Ok((false, 0)); // initialized from the chain on first use
+        };
+        let to_i64 = |n: u64| i64::try_from(n).map_err(|_| TxqError::InvalidRequest("nonce"));
+        let latest = to_i64(self.chain.nonce(sender, BlockNumberOrTag::Latest).await?)?;
+        let mut adopted = false;
+        if latest > next {
+            if let Some(before) =
+                store::sender_raise_next(&self.db, self.chain_id, sender.as_slice(), latest).await?
+            {
+                tracing::warn!(target: "keel::txq", %sender, before, after = latest, "nonce advanced outside Keel; adopted");
+                metrics::counter!("keel_txq_nonce_adopted_total", "chain_id" => self.chain_id.to_string()).increment(1);
+                adopted = true;
+            }
+            return Ok((adopted, 0));
+        }
+        // Nodes disagree on whether gapped pool transactions count in the `pending`
+        // nonce, so gaps are looked for from the mined (`latest`) nonce.
+        if latest >= next {
+            return Ok((false, 0));
+        }
+        let live =
+            store::live_nonces(&self.db, self.chain_id, sender.as_slice(), latest, next).await?;
+        let (max_fee, tip) = self.fees().await?;
+        let mut filled = 0;
+        for nonce in latest..next {
+            if live.contains(&nonce) {
+                continue;
+            }
+            let unsigned = TxEip1559 {
+                chain_id: self.chain.chain().get(),
+                nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
+                gas_limit: 21_000,
+                max_fee_per_gas: max_fee,
+                max_priority_fee_per_gas: tip,
+                to: TxKind::Call(sender),
+                value: U256::ZERO,
+                access_list: Default::default(),
+                input: Bytes::new(),
+            };
+            let envelope = signer.sign(unsigned).await?;
+            let hash = *envelope.tx_hash();
+            let raw = envelope.encoded_2718();
+            let id = Uuid::new_v4();
+            let mut tx = self.db.begin().await?;
+            if !store::request_insert_gap_fill(
+                &mut *tx,
+                id,
+                self.chain_id,
+                sender.as_slice(),
+                nonce,
+            )
+            .await?
+            {
+                continue;
+            }
+            store::attempt_insert(
+                &mut *tx,
+                &NewAttempt {
+                    request_id: id,
+                    attempt: 1,
+                    nonce,
+                    hash: hash.as_slice(),
+                    raw: &raw,
+                    max_fee: max_fee.to_string(),
+                    priority_fee: tip.to_string(),
+                    gas_limit: 21_000,
+                },
+            )
+            .await?;
+            tx.commit().await?;
+            tracing::warn!(target: "keel::txq", %sender, nonce, "nonce gap filled with a zero-value self-transfer");
+            metrics::counter!("keel_txq_nonce_gaps_filled_total", "chain_id" => self.chain_id.to_string()).increment(1);
+            filled += 1;
+        }
+        if filled > 0 {
+            self.broadcast_signed(sender).await?;
+        }
+        Ok((adopted, filled))
     }
 
     /// One round: sender passes for every sender with work, then a confirmation pass.

@@ -315,3 +315,90 @@ pub(crate) async fn request_lock_broadcast(db: impl PgExecutor<'_>, id: Uuid) ->
             .is_some(),
     )
 }
+
+/// Nonces held by live (`signed` or `broadcast`) requests of a sender in `[from, to)`.
+pub(crate) async fn live_nonces(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+    from: i64,
+    to: i64,
+) -> Result<Vec<i64>> {
+    let rows = sqlx::query(
+        "SELECT nonce FROM txq_request
+          WHERE chain_id = $1 AND sender = $2 AND state IN ('signed', 'broadcast')
+            AND nonce >= $3 AND nonce < $4 ORDER BY nonce",
+    )
+    .bind(chain_id)
+    .bind(sender)
+    .bind(from)
+    .bind(to)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| r.try_get::<i64, _>(0).map_err(Into::into))
+        .collect()
+}
+
+/// Raises the sender's next nonce to `at_least` (never lowers it); returns the value
+/// before.
+pub(crate) async fn sender_raise_next(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+    at_least: i64,
+) -> Result<Option<i64>> {
+    let row = sqlx::query(
+        "UPDATE txq_sender s SET next_nonce = $3, updated_at = now()
+           FROM (SELECT next_nonce FROM txq_sender WHERE chain_id = $1 AND sender = $2 FOR UPDATE) old
+          WHERE s.chain_id = $1 AND s.sender = $2 AND old.next_nonce < $3
+         RETURNING old.next_nonce",
+    )
+    .bind(chain_id)
+    .bind(sender)
+    .bind(at_least)
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| r.try_get::<i64, _>(0))
+        .transpose()
+        .map_err(Into::into)
+}
+
+/// The sender's next nonce, if its row exists.
+pub(crate) async fn sender_next(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+) -> Result<Option<i64>> {
+    let row = sqlx::query("SELECT next_nonce FROM txq_sender WHERE chain_id = $1 AND sender = $2")
+        .bind(chain_id)
+        .bind(sender)
+        .fetch_optional(db)
+        .await?;
+    row.map(|r| r.try_get::<i64, _>(0))
+        .transpose()
+        .map_err(Into::into)
+}
+
+/// Records a gap-filling request already `signed` at `nonce` (a zero-value
+/// self-transfer); false when its key exists (filled before).
+pub(crate) async fn request_insert_gap_fill(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    chain_id: i64,
+    sender: &[u8],
+    nonce: i64,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, state, nonce)
+         VALUES ($1, $2, $3, 'keel:nonce-gap-fill:' || $4::text, $3, '0', ''::bytea, 21000, 'signed', $4)
+         ON CONFLICT (chain_id, sender, idempotency_key) DO NOTHING",
+    )
+    .bind(id)
+    .bind(chain_id)
+    .bind(sender)
+    .bind(nonce)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}

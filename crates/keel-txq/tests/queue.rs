@@ -545,3 +545,64 @@ async fn stuck_transaction_is_replaced_with_bumped_fees_and_one_attempt_mines() 
         "exactly one transaction took effect"
     );
 }
+
+#[tokio::test]
+async fn nonce_recovery_fills_a_gap_left_by_a_request_that_failed_after_signing() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(8).unwrap();
+    let q = f.queue(&[8]);
+    let a = q.enqueue(&transfer(sender, "a", 1)).await.unwrap();
+    let b = q.enqueue(&transfer(sender, "b", 2)).await.unwrap();
+    assert_eq!(q.sign_pending(sender).await.unwrap(), 2);
+    // Request a (nonce 0) fails after signing (as a node refusal at broadcast would
+    // settle it); its nonce is now a hole below b's.
+    sqlx::query(
+        "UPDATE txq_request SET state = 'settled', settled_at = now(), verdict_kind = 'failed',
+                verdict = '{\"kind\":\"failed\",\"code\":\"REJECTED\",\"reason\":null,\"revertData\":null,\"attempts\":[]}'
+          WHERE id = $1",
+    )
+    .bind(a)
+    .execute(f.db.pool())
+    .await
+    .unwrap();
+    q.tick().await.unwrap();
+    let p = f.chain.provider();
+    assert_eq!(
+        p.get_transaction_count(sender).await.unwrap(),
+        0,
+        "b waits behind the gap"
+    );
+    assert_eq!(q.status(b).await.unwrap().state, "broadcast");
+
+    assert_eq!(q.recover_nonces(sender).await.unwrap(), (false, 1));
+    assert_eq!(q.recover_nonces(sender).await.unwrap().1, 0, "filled once");
+    let verdict = settle_all(&q, &[b]).await.remove(0);
+    assert_eq!(confirmed_nonce(&verdict), 1);
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 2);
+    let (to, value): (Vec<u8>, String) = sqlx::query_as(
+        "SELECT to_address, value_wei FROM txq_request WHERE idempotency_key = 'keel:nonce-gap-fill:0'",
+    )
+    .fetch_one(f.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(to, sender.to_vec(), "a self-transfer");
+    assert_eq!(value, "0");
+}
+
+#[tokio::test]
+async fn nonce_advanced_outside_keel_is_adopted() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(9).unwrap();
+    let q = f.queue(&[9]);
+    let first = q.enqueue(&transfer(sender, "first", 1)).await.unwrap();
+    settle_all(&q, &[first]).await;
+    f.chain
+        .provider()
+        .raw_request::<_, ()>("anvil_setNonce".into(), (sender, U256::from(10u64)))
+        .await
+        .unwrap();
+    assert_eq!(q.recover_nonces(sender).await.unwrap(), (true, 0));
+    let next = q.enqueue(&transfer(sender, "next", 1)).await.unwrap();
+    let verdict = settle_all(&q, &[next]).await.remove(0);
+    assert_eq!(confirmed_nonce(&verdict), 10);
+}
