@@ -248,7 +248,7 @@ impl TxQueue {
         async {
             let mut ticks: u64 = 0;
             while !cancel.is_cancelled() {
-                if ticks % self.config.recovery_every_ticks.max(1) == 0 {
+                if ticks.is_multiple_of(self.config.recovery_every_ticks.max(1)) {
                     for sender in self.signers.keys() {
                         if let Err(e) = self.recover_nonces(*sender).await {
                             tracing::warn!(target: "keel::txq", error = %e, "nonce recovery failed; retrying later");
