@@ -12,6 +12,14 @@ pub enum TxqError {
     /// A request field is invalid (names the field).
     #[error("invalid request field `{0}`")]
     InvalidRequest(&'static str),
+    /// The queue's configuration breaks a rule (names the setting).
+    #[error("invalid queue setting `{key}`: {reason}")]
+    Config {
+        /// The setting.
+        key: &'static str,
+        /// The rule.
+        reason: &'static str,
+    },
     /// No signer is configured for the sender.
     #[error("no signer for this sender")]
     UnknownSender,

@@ -133,8 +133,22 @@ impl TxQueue {
     /// A queue for the chain behind `chain`.
     ///
     /// # Errors
-    /// [`TxqError::InvalidRequest`] when the chain id does not fit PostgreSQL's BIGINT.
+    /// [`TxqError::InvalidRequest`] when the chain id does not fit PostgreSQL's BIGINT;
+    /// [`TxqError::Config`] when `bump_percent` is below 10 (geth and reth refuse such
+    /// replacements) or `confirmations` is 0.
     pub fn new(db: PgPool, chain: Arc<UpstreamPool>, config: TxQueueConfig) -> Result<Self> {
+        if config.bump_percent < 10 {
+            return Err(TxqError::Config {
+                key: "bumpPercent",
+                reason: "must be at least 10 (the geth/reth replacement rule)",
+            });
+        }
+        if config.confirmations == 0 {
+            return Err(TxqError::Config {
+                key: "confirmations",
+                reason: "must be at least 1",
+            });
+        }
         let chain_id =
             i64::try_from(chain.chain().get()).map_err(|_| TxqError::InvalidRequest("chain_id"))?;
         Ok(Self {
@@ -816,8 +830,7 @@ impl TxQueue {
             .max(market_max)
             .max(tip)
             .min(self.config.max_fee_cap);
-        let min_rule = |prev: u128| prev.saturating_mul(110).div_ceil(100);
-        if max_fee < min_rule(prev_max) || tip > max_fee {
+        if max_fee < bump(prev_max) || tip > max_fee {
             tracing::warn!(target: "keel::txq", request = %req.id, "fee cap reached; not replacing");
             metrics::counter!("keel_txq_replacements_capped_total", "chain_id" => self.chain_id.to_string()).increment(1);
             return Ok(());
