@@ -29,9 +29,10 @@ pub struct UpstreamConfig {
     /// JSON-RPC URLs in failover order (http or https). May embed API keys; never
     /// logged or shown in errors.
     pub urls: Vec<String>,
-    /// Sustained requests per second per upstream (governor quota), default 50.
+    /// Sustained requests per second per upstream (governor quota), default 500.
+    /// Hosted providers sell plans by this number: set it to the plan's limit.
     pub requests_per_second: u32,
-    /// Burst allowance per upstream, default 100.
+    /// Burst allowance per upstream, default 1000.
     pub burst: u32,
     /// Consecutive transport failures that mark an upstream unhealthy, default 3.
     pub failure_threshold: u32,
@@ -46,8 +47,8 @@ impl UpstreamConfig {
     pub fn new(urls: Vec<String>) -> Self {
         Self {
             urls,
-            requests_per_second: 50,
-            burst: 100,
+            requests_per_second: 500,
+            burst: 1000,
             failure_threshold: 3,
             cooldown: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),

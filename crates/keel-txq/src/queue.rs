@@ -3,7 +3,7 @@
 use crate::store::{self, AttemptRow, NewAttempt, NewRequest, RequestRow};
 use crate::verdict::{AttemptRecord, SettlementVerdict};
 use crate::{Result, TxSigner, TxqError};
-use alloy::consensus::{Transaction as _, TxEip1559};
+use alloy::consensus::TxEip1559;
 use alloy::eips::{BlockNumberOrTag, Encodable2718};
 use alloy::primitives::{Address, B256, Bytes, TxKind, U64, U256};
 use alloy::rpc::types::{Block, TransactionReceipt, TransactionRequest};
@@ -102,6 +102,27 @@ impl std::fmt::Debug for TxQueue {
             .field("senders", &self.signers.len())
             .finish()
     }
+}
+
+/// Requests signed per database transaction.
+const SIGN_CHUNK: usize = 128;
+
+/// Broadcasts of one sender in flight at once.
+const BROADCAST_IN_FLIGHT: usize = 16;
+
+/// A queued request ready for a nonce.
+struct ReadyTx {
+    id: Uuid,
+    to: Option<Address>,
+    value: U256,
+    data: Bytes,
+    gas_limit: u64,
+}
+
+enum Prepared {
+    Ready(ReadyTx),
+    Settled,
+    Retry,
 }
 
 enum Broadcast {
@@ -458,18 +479,26 @@ impl TxQueue {
             .wei
             .get();
         let mut moved = 0;
-        for req in queued {
-            match self.sign_one(&*signer, &req, fees, &mut available).await? {
-                Broadcast::Retry => break,
-                _ => moved += 1,
+        let mut ready = Vec::new();
+        for req in &queued {
+            match self.prepare(sender, req, fees, &mut available).await? {
+                Prepared::Ready(p) => ready.push(p),
+                Prepared::Settled => moved += 1,
+                Prepared::Retry => break,
             }
+        }
+        for chunk in ready.chunks(SIGN_CHUNK) {
+            if !self.sign_chunk(&*signer, chunk, fees).await? {
+                break;
+            }
+            moved += chunk.len();
         }
         Ok(moved)
     }
 
     /// Phase two: broadcasts the latest attempt of every `signed` request of `sender`
-    /// in nonce order, stopping at the first that must be retried (later nonces would
-    /// only wait in the node's pool behind it).
+    /// in nonce order, a bounded number in flight; those that must be retried stay
+    /// `signed` and go out again (same bytes) next pass.
     async fn broadcast_signed(&self, sender: Address) -> Result<usize> {
         let signed = store::requests_in_flight(
             &self.db,
@@ -483,17 +512,30 @@ impl TxQueue {
         }
         let ids: Vec<Uuid> = signed.iter().map(|r| r.id).collect();
         let attempts = store::attempts_of(&self.db, &ids).await?;
+        // Sent in nonce order with up to BROADCAST_IN_FLIGHT requests outstanding;
+        // nodes hold a briefly out-of-order nonce until its predecessor arrives.
+        use futures::StreamExt;
+        let results: Vec<Result<Broadcast>> = futures::stream::iter(signed.iter())
+            .map(|req| {
+                let mine: Vec<AttemptRow> = attempts
+                    .iter()
+                    .filter(|a| a.request_id == req.id)
+                    .cloned()
+                    .collect();
+                async move {
+                    match mine.last() {
+                        Some(last) => self.broadcast(req, last, &mine).await,
+                        None => Ok(Broadcast::Retry),
+                    }
+                }
+            })
+            .buffered(BROADCAST_IN_FLIGHT)
+            .collect()
+            .await;
         let mut moved = 0;
-        for req in &signed {
-            let mine: Vec<AttemptRow> = attempts
-                .iter()
-                .filter(|a| a.request_id == req.id)
-                .cloned()
-                .collect();
-            let Some(last) = mine.last() else { continue };
-            match self.broadcast(req, last, &mine).await? {
-                Broadcast::Retry => break,
-                _ => moved += 1,
+        for r in results {
+            if !matches!(r?, Broadcast::Retry) {
+                moved += 1;
             }
         }
         Ok(moved)
@@ -510,16 +552,16 @@ impl TxQueue {
         Ok((base.saturating_mul(2).saturating_add(tip), tip))
     }
 
-    /// Prepares (estimate, fees, funds), then in one transaction assigns the nonce,
-    /// signs and persists the attempt.
-    async fn sign_one(
+    /// Prepares one queued request for signing: its gas limit (estimated when not
+    /// fixed) and what it costs; settles it `failed` when it can never be signed
+    /// (estimation reverts, the sender cannot pay). Nothing here takes a nonce.
+    async fn prepare(
         &self,
-        signer: &dyn TxSigner,
+        sender: Address,
         req: &RequestRow,
-        (max_fee, tip): (u128, u128),
+        (max_fee, _tip): (u128, u128),
         available: &mut U256,
-    ) -> Result<Broadcast> {
-        let sender = signer.address();
+    ) -> Result<Prepared> {
         let to = req
             .to_address
             .as_deref()
@@ -570,11 +612,11 @@ impl TxQueue {
                             _ => failed("REJECTED", vec![]),
                         };
                         self.settle(req.id, &verdict).await?;
-                        return Ok(Broadcast::Settled);
+                        return Ok(Prepared::Settled);
                     }
                     Err(e) => {
                         tracing::debug!(target: "keel::txq", error = %e, "estimation failed; retry next pass");
-                        return Ok(Broadcast::Retry);
+                        return Ok(Prepared::Retry);
                     }
                 }
             }
@@ -584,56 +626,84 @@ impl TxQueue {
             .saturating_add(value);
         if *available < need {
             self.settle(req.id, &failed("GAS_REQUIRED", vec![])).await?;
-            return Ok(Broadcast::Settled);
+            return Ok(Prepared::Settled);
         }
-
-        // Nonce, signature and persistence in one transaction under the sender's row lock.
-        let mut tx = self.db.begin().await?;
-        let nonce = store::sender_lock(&mut *tx, self.chain_id, sender.as_slice()).await?;
-        let unsigned = TxEip1559 {
-            chain_id: self.chain.chain().get(),
-            nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
-            gas_limit,
-            max_fee_per_gas: max_fee,
-            max_priority_fee_per_gas: tip,
-            to: to.map_or(TxKind::Create, TxKind::Call),
-            value,
-            access_list: Default::default(),
-            input: data,
-        };
-        let envelope = signer.sign(unsigned).await?;
-        let hash = *envelope.tx_hash();
-        let raw = envelope.encoded_2718();
-        store::attempt_insert(
-            &mut *tx,
-            &NewAttempt {
-                request_id: req.id,
-                attempt: 1,
-                nonce,
-                hash: hash.as_slice(),
-                raw: &raw,
-                max_fee: envelope.max_fee_per_gas().to_string(),
-                priority_fee: envelope
-                    .max_priority_fee_per_gas()
-                    .unwrap_or_default()
-                    .to_string(),
-                gas_limit: i64::try_from(gas_limit)
-                    .map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
-            },
-        )
-        .await?;
-        if !store::request_mark_signed(&mut *tx, req.id, nonce).await? {
-            // Settled or signed by someone else meanwhile: nothing consumed.
-            tx.rollback().await?;
-            return Ok(Broadcast::Settled);
-        }
-        store::sender_set_next(&mut *tx, self.chain_id, sender.as_slice(), nonce + 1).await?;
-        tx.commit().await?;
         *available -= need;
-        metrics::counter!("keel_txq_signed_total", "chain_id" => self.chain_id.to_string())
-            .increment(1);
+        Ok(Prepared::Ready(ReadyTx {
+            id: req.id,
+            to,
+            value,
+            data,
+            gas_limit,
+        }))
+    }
 
-        Ok(Broadcast::Accepted)
+    /// In one transaction under the sender's row lock: assigns consecutive nonces to
+    /// `chunk` in order, signs each, persists every attempt and marks the requests
+    /// `signed`. Returns false (and commits nothing) when a request was no longer
+    /// queued (another process took it).
+    async fn sign_chunk(
+        &self,
+        signer: &dyn TxSigner,
+        chunk: &[ReadyTx],
+        (max_fee, tip): (u128, u128),
+    ) -> Result<bool> {
+        let sender = signer.address();
+        let mut tx = self.db.begin().await?;
+        let first = store::sender_lock(&mut *tx, self.chain_id, sender.as_slice()).await?;
+        let mut signed = Vec::with_capacity(chunk.len());
+        for (i, r) in chunk.iter().enumerate() {
+            let nonce = first + i64::try_from(i).map_err(|_| TxqError::InvalidRequest("nonce"))?;
+            let unsigned = TxEip1559 {
+                chain_id: self.chain.chain().get(),
+                nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
+                gas_limit: r.gas_limit,
+                max_fee_per_gas: max_fee,
+                max_priority_fee_per_gas: tip,
+                to: r.to.map_or(TxKind::Create, TxKind::Call),
+                value: r.value,
+                access_list: Default::default(),
+                input: r.data.clone(),
+            };
+            let envelope = signer.sign(unsigned).await?;
+            signed.push((
+                nonce,
+                *envelope.tx_hash(),
+                envelope.encoded_2718(),
+                i64::try_from(r.gas_limit).map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
+            ));
+        }
+        let (max_fee_s, tip_s) = (max_fee.to_string(), tip.to_string());
+        let rows: Vec<NewAttempt<'_>> = chunk
+            .iter()
+            .zip(&signed)
+            .map(|(r, (nonce, hash, raw, gas))| NewAttempt {
+                request_id: r.id,
+                attempt: 1,
+                nonce: *nonce,
+                hash: hash.as_slice(),
+                raw,
+                max_fee: max_fee_s.clone(),
+                priority_fee: tip_s.clone(),
+                gas_limit: *gas,
+            })
+            .collect();
+        store::attempts_insert_many(&mut *tx, &rows).await?;
+        let ids: Vec<Uuid> = chunk.iter().map(|r| r.id).collect();
+        let nonces: Vec<i64> = signed.iter().map(|s| s.0).collect();
+        let moved = store::requests_mark_signed_many(&mut *tx, &ids, &nonces).await?;
+        if moved != chunk.len() as u64 {
+            // Settled or signed elsewhere meanwhile: nothing is consumed.
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let next =
+            first + i64::try_from(chunk.len()).map_err(|_| TxqError::InvalidRequest("nonce"))?;
+        store::sender_set_next(&mut *tx, self.chain_id, sender.as_slice(), next).await?;
+        tx.commit().await?;
+        metrics::counter!("keel_txq_signed_total", "chain_id" => self.chain_id.to_string())
+            .increment(chunk.len() as u64);
+        Ok(true)
     }
 
     /// Broadcasts `attempt`'s bytes and records what the node said.

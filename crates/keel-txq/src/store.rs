@@ -256,22 +256,6 @@ pub(crate) async fn attempt_insert(db: impl PgExecutor<'_>, a: &NewAttempt<'_>) 
     Ok(())
 }
 
-/// `queued` → `signed` with its nonce; false when the request was not queued.
-pub(crate) async fn request_mark_signed(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-    nonce: i64,
-) -> Result<bool> {
-    let r = sqlx::query(
-        "UPDATE txq_request SET state = 'signed', nonce = $2, updated_at = now() WHERE id = $1 AND state = 'queued'",
-    )
-    .bind(id)
-    .bind(nonce)
-    .execute(db)
-    .await?;
-    Ok(r.rows_affected() == 1)
-}
-
 /// `signed` → `broadcast`.
 pub(crate) async fn request_mark_broadcast(db: impl PgExecutor<'_>, id: Uuid) -> Result<()> {
     sqlx::query(
@@ -401,4 +385,52 @@ pub(crate) async fn request_insert_gap_fill(
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+/// Inserts many attempts in one statement (UNNEST of column arrays).
+pub(crate) async fn attempts_insert_many(
+    db: impl PgExecutor<'_>,
+    rows: &[NewAttempt<'_>],
+) -> Result<()> {
+    let ids: Vec<Uuid> = rows.iter().map(|a| a.request_id).collect();
+    let attempts: Vec<i32> = rows.iter().map(|a| a.attempt).collect();
+    let nonces: Vec<i64> = rows.iter().map(|a| a.nonce).collect();
+    let hashes: Vec<&[u8]> = rows.iter().map(|a| a.hash).collect();
+    let raws: Vec<&[u8]> = rows.iter().map(|a| a.raw).collect();
+    let max_fees: Vec<&str> = rows.iter().map(|a| a.max_fee.as_str()).collect();
+    let tips: Vec<&str> = rows.iter().map(|a| a.priority_fee.as_str()).collect();
+    let gas: Vec<i64> = rows.iter().map(|a| a.gas_limit).collect();
+    sqlx::query(
+        "INSERT INTO txq_attempt (request_id, attempt, nonce, tx_hash, raw, max_fee_per_gas, max_priority_fee_per_gas, gas_limit)
+         SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::int8[])",
+    )
+    .bind(&ids)
+    .bind(&attempts)
+    .bind(&nonces)
+    .bind(&hashes)
+    .bind(&raws)
+    .bind(&max_fees)
+    .bind(&tips)
+    .bind(&gas)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// `queued` → `signed` for many requests with their nonces; returns how many moved.
+pub(crate) async fn requests_mark_signed_many(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+    nonces: &[i64],
+) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE txq_request r SET state = 'signed', nonce = v.nonce, updated_at = now()
+           FROM unnest($1::uuid[], $2::int8[]) AS v(id, nonce)
+          WHERE r.id = v.id AND r.state = 'queued'",
+    )
+    .bind(ids)
+    .bind(nonces)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
 }

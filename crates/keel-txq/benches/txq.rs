@@ -1,0 +1,219 @@
+//! Transaction-queue benchmark (issue 5): durable submissions per second to Anvil
+//! (automine) with 1 sender and with 50 senders, enqueue→broadcast latency p50/p99,
+//! and in the same run the same transactions sent raw with alloy (pre-signed,
+//! `eth_sendRawTransaction`, 64 in flight, no durability) as the ceiling.
+//!
+//! `cargo bench -p keel-txq --bench txq` (env `KEEL_TXQ_BENCH_N`, default 2000
+//! transactions per case). Needs `scripts/setup` (PostgreSQL, Anvil).
+
+use alloy::consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy::eips::Encodable2718;
+use alloy::network::TxSignerSync;
+use alloy::primitives::{Address, Bytes, TxKind, U256};
+use alloy::providers::Provider;
+use anvil_tests::{ChainBuilder, TestChain};
+use futures::StreamExt;
+use keel_chain::{UpstreamConfig, UpstreamPool};
+use keel_store::testing::TestDatabase;
+use keel_txq::{LocalSigner, TxQueue, TxQueueConfig, TxRequest};
+use keel_units::{ChainId, Wei};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+async fn chain(senders: usize) -> anyhow::Result<TestChain> {
+    ChainBuilder::new()
+        .high_throughput()
+        .args(["--accounts".to_owned(), (senders + 1).to_string()])
+        .start()
+        .await
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+struct Figures {
+    per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+async fn keel_case(n: usize, senders: usize) -> anyhow::Result<Figures> {
+    let chain = chain(senders).await?;
+    let db = TestDatabase::create().await?;
+    // A local node: no provider plan to respect.
+    let mut upstream = UpstreamConfig::new(vec![chain.endpoint().to_string()]);
+    upstream.requests_per_second = 1_000_000;
+    upstream.burst = 1_000_000;
+    let pool = UpstreamPool::new(ChainId(chain.chain_id()), upstream)?;
+    let mut q = TxQueue::new(
+        db.pool().clone(),
+        Arc::new(pool),
+        TxQueueConfig {
+            bump_after: None,
+            sign_batch: 10_000,
+            ..Default::default()
+        },
+    )?;
+    let accounts: Vec<Address> = (1..=senders)
+        .map(|i| chain.account(i))
+        .collect::<anyhow::Result<_>>()?;
+    for i in 1..=senders {
+        q.add_signer(Arc::new(LocalSigner::new(chain.signer(i)?.clone())));
+    }
+    let q = Arc::new(q);
+    let started = Instant::now();
+    let enqueues = futures::stream::iter(0..n)
+        .map(|i| {
+            let q = q.clone();
+            let sender = accounts[i % senders];
+            async move {
+                q.enqueue(&TxRequest {
+                    sender,
+                    idempotency_key: format!("bench-{i}"),
+                    to: Some(Address::repeat_byte(0x42)),
+                    value: Wei::new(U256::from(1u64)),
+                    data: Bytes::new(),
+                    gas_limit: Some(21_000),
+                })
+                .await
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    for r in enqueues {
+        r?;
+    }
+    loop {
+        q.tick().await?;
+        let settled: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM txq_request WHERE state = 'settled'")
+                .fetch_one(db.pool())
+                .await?;
+        if settled as usize >= n {
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    let mut lat: Vec<f64> = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM broadcast_at - created_at) * 1000)::float8 FROM txq_request WHERE broadcast_at IS NOT NULL",
+    )
+    .fetch_all(db.pool())
+    .await?;
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let confirmed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM txq_request WHERE verdict_kind = 'confirmed'")
+            .fetch_one(db.pool())
+            .await?;
+    anyhow::ensure!(confirmed as usize == n, "only {confirmed} of {n} confirmed");
+    Ok(Figures {
+        per_second: n as f64 / elapsed.as_secs_f64(),
+        p50_ms: percentile(&lat, 0.5),
+        p99_ms: percentile(&lat, 0.99),
+    })
+}
+
+async fn raw_case(n: usize, senders: usize) -> anyhow::Result<Figures> {
+    let chain = chain(senders).await?;
+    let provider = chain.provider().clone();
+    let fee = provider.get_gas_price().await? * 2;
+    let mut raws = Vec::with_capacity(n);
+    let per = n.div_ceil(senders);
+    for s in 1..=senders {
+        let signer = chain.signer(s)?;
+        for nonce in 0..per {
+            if raws.len() >= n {
+                break;
+            }
+            let mut tx = TxEip1559 {
+                chain_id: chain.chain_id(),
+                nonce: nonce as u64,
+                gas_limit: 21_000,
+                max_fee_per_gas: fee,
+                max_priority_fee_per_gas: 1_000_000_000.min(fee),
+                to: TxKind::Call(Address::repeat_byte(0x42)),
+                value: U256::from(1u64),
+                access_list: Default::default(),
+                input: Bytes::new(),
+            };
+            let sig = signer.sign_transaction_sync(&mut tx)?;
+            let env = TxEnvelope::from(tx.into_signed(sig));
+            raws.push(Bytes::from(env.encoded_2718()));
+        }
+    }
+    let started = Instant::now();
+    let sent: Vec<(Duration, anyhow::Result<alloy::primitives::B256>)> =
+        futures::stream::iter(raws)
+            .map(|raw| {
+                let provider = provider.clone();
+                async move {
+                    let t = Instant::now();
+                    let r = provider
+                        .send_raw_transaction(&raw)
+                        .await
+                        .map(|p| *p.tx_hash())
+                        .map_err(anyhow::Error::from);
+                    (t.elapsed(), r)
+                }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+    let mut lat = Vec::with_capacity(sent.len());
+    for (d, r) in &sent {
+        r.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+        lat.push(d.as_secs_f64() * 1000.0);
+    }
+    // Confirmed: every sender's nonce reached its count.
+    for s in 1..=senders {
+        let want = per.min(n - (s - 1) * per) as u64;
+        while provider.get_transaction_count(chain.account(s)?).await? < want {}
+    }
+    let elapsed = started.elapsed();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    Ok(Figures {
+        per_second: n as f64 / elapsed.as_secs_f64(),
+        p50_ms: percentile(&lat, 0.5),
+        p99_ms: percentile(&lat, 0.99),
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let n: usize = std::env::var("KEEL_TXQ_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    println!("keel-txq benchmark: {n} transfers per case, Anvil automine, PostgreSQL local");
+    println!(
+        "{:<10} {:>14} {:>14} {:>8} {:>16} {:>16}",
+        "senders", "keel tx/s", "raw tx/s", "ratio", "keel p50/p99 ms", "raw p50/p99 ms"
+    );
+    for senders in [1usize, 50] {
+        let keel = keel_case(n, senders).await?;
+        let raw = raw_case(n, senders).await?;
+        println!(
+            "{:<10} {:>14.0} {:>14.0} {:>7.0}% {:>7.1}/{:<8.1} {:>7.1}/{:<8.1}",
+            senders,
+            keel.per_second,
+            raw.per_second,
+            100.0 * keel.per_second / raw.per_second,
+            keel.p50_ms,
+            keel.p99_ms,
+            raw.p50_ms,
+            raw.p99_ms
+        );
+    }
+    println!(
+        "keel: enqueue -> confirmed (durable: persist before broadcast); latency = enqueue -> broadcast"
+    );
+    println!(
+        "raw: pre-signed eth_sendRawTransaction, 64 in flight, no database; latency = one send"
+    );
+    Ok(())
+}
