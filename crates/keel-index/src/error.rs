@@ -1,0 +1,113 @@
+//! The crate's error type.
+
+use keel_chain::ChainError;
+use keel_store::StoreError;
+use keel_units::ChainId;
+
+/// Errors of the Ledger Index. Messages are value-free: no SQL, no node messages, no
+/// row values.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexError {
+    /// PostgreSQL failed; see [`StoreError::is_transient`].
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The chain's node failed or refused a request; see [`ChainError::is_retryable`].
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+    /// Another process took ownership of the chain's tip ingest after this one (its
+    /// epoch is higher than `epoch`): nothing was committed. Fatal for this owner; it
+    /// must stop ingesting the chain.
+    #[error("tip ingest of chain {chain} is fenced: epoch {epoch} was superseded")]
+    Fenced {
+        /// The chain.
+        chain: ChainId,
+        /// The epoch this owner held.
+        epoch: i64,
+    },
+    /// A reorg reaches below the oldest block of the hash window: the common ancestor
+    /// cannot be found, so derived rows cannot be rolled back safely. Fatal for the
+    /// chain (an operator must re-index it); also counted in
+    /// `keel_index_reorg_too_deep_total`.
+    #[error(
+        "chain {chain}: reorg deeper than the hash window (tip {tip}, oldest stored block {oldest})"
+    )]
+    ReorgTooDeep {
+        /// The chain.
+        chain: ChainId,
+        /// The indexed tip when the reorg was found.
+        tip: u64,
+        /// The oldest block still in the hash window (no match at or above it).
+        oldest: u64,
+    },
+    /// The node answered inconsistently (a block it reported is missing, a log of
+    /// another block came back for a block hash). Retryable: the next step re-reads.
+    #[error("chain {chain}: node answer for block {number} is inconsistent: {reason}")]
+    Inconsistent {
+        /// The chain.
+        chain: ChainId,
+        /// The block number concerned.
+        number: u64,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// [`crate::wait_for_block`] gave up: block `block` was not indexed in time.
+    #[error("chain {chain}: block {block} not indexed before the deadline")]
+    WaitTimeout {
+        /// The chain.
+        chain: ChainId,
+        /// The block waited for.
+        block: u64,
+        /// The indexed tip at the deadline, if any.
+        indexed: Option<u64>,
+    },
+    /// A history range's lease was lost (it expired and another worker claimed the
+    /// range): nothing of this attempt was committed. Not retryable by this worker.
+    #[error(
+        "chain {chain}: lease of history range from block {from_block} lost (attempt {attempt})"
+    )]
+    LeaseLost {
+        /// The chain.
+        chain: ChainId,
+        /// First block of the range.
+        from_block: u64,
+        /// The attempt that lost its lease.
+        attempt: i32,
+    },
+    /// Invalid configuration (key named, value not shown).
+    #[error("invalid index configuration `{key}`: {reason}")]
+    Config {
+        /// The configuration key.
+        key: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+impl IndexError {
+    /// True when the chain's ingest must stop and an operator is needed
+    /// ([`IndexError::ReorgTooDeep`]) or this process lost ownership
+    /// ([`IndexError::Fenced`]).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, Self::Fenced { .. } | Self::ReorgTooDeep { .. })
+    }
+
+    /// True when the same step may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Store(e) => e.is_transient(),
+            Self::Chain(e) => e.is_retryable(),
+            Self::Inconsistent { .. } | Self::WaitTimeout { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+impl From<sqlx::Error> for IndexError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Store(StoreError::from(e))
+    }
+}
+
+/// `Result` with [`IndexError`].
+pub type Result<T, E = IndexError> = std::result::Result<T, E>;

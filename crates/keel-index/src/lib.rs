@@ -1,0 +1,71 @@
+//! # keel-index
+//!
+//! Keel's Ledger Index: the read model of Keel's contracts on EVM chains, in
+//! PostgreSQL (migration `0006_index.sql`).
+//!
+//! - [`scope`]: the indexing scope (`index_scope`): which contracts of which chain are
+//!   watched, by [`ScopeKind`]. Adding an address after ingest passed its
+//!   `from_block` schedules its history (an address-only range). Tokens announced by `AssetCreated` and feeds announced
+//!   by `FeedCreated` join the scope automatically (and leave it again if the block
+//!   that announced them is reorged out).
+//! - [`TipIngest`]: one owner per chain follows the head. Taking ownership increments
+//!   `index_chain.owner_epoch`; every write transaction first locks the chain row and
+//!   checks the epoch, so a late write of a previous owner commits nothing
+//!   ([`IndexError::Fenced`]). Each block's parent hash is checked against the stored
+//!   predecessor, its logs are fetched **by block hash** and checked to belong to it,
+//!   and the block, its raw logs, projections and the checkpoint are written in one
+//!   transaction. A mismatch is a reorg: the common ancestor is found in the hash
+//!   window (`index_block`, at least `finality_depth` deep) and every derived row
+//!   above it is deleted before re-ingesting. A reorg deeper than the window is
+//!   [`IndexError::ReorgTooDeep`] (fatal, metric `keel_index_reorg_too_deep_total`).
+//! - Projections (all rows carry chain, block number, block hash, tx hash, log index;
+//!   inserts are idempotent on `(chain_id, block_hash, log_index)`):
+//!   `index_transfer` (ERC-20 `Transfer` of asset tokens), `index_balance` (a **view**
+//!   computed on read from transfers, so rollback never has to reverse balances),
+//!   `index_asset` (`AssetCreated`), `index_observation` (`AnswerUpdated`),
+//!   `index_directory_entry` (`EntryChanged`/`EntryRemoved`; removal and replacement
+//!   stamp `removed_at_block` instead of deleting; reads show live rows unless asked
+//!   for history), `index_token_pause` (`Paused`/`Unpaused`; current state = latest
+//!   row), `index_staleness_bound` (`StalenessBoundSet`/`Cleared`; current = latest row).
+//! - [`read`]: typed reads of the projections and [`wait_for_block`] (read-after-write,
+//!   LISTEN/NOTIFY on checkpoint advance with a poll fallback).
+//!
+//! ## Metrics
+//! `keel_index_blocks_total`, `keel_index_logs_total` (counters, label `chain_id`),
+//! `keel_index_tip_block` (gauge), `keel_index_reorgs_total`,
+//! `keel_index_reorg_depth_blocks` (histogram, blocks), `keel_index_reorg_too_deep_total`,
+//! `keel_index_fenced_total`.
+//!
+//! - [`history`]: leased historical catch-up below the settled height. The owner plans
+//!   ranges ([`plan_history`], `index_range`); any replica's [`HistoryWorker`] claims
+//!   one (`FOR UPDATE SKIP LOCKED`, lease with expiry, attempt + 1 in the same
+//!   statement), fetches logs with adaptive `eth_getLogs` spans (halve on "range too
+//!   large", double back on success; retry rate limits and transport failures), and
+//!   writes the rows together with a completion guarded by its attempt, so a worker
+//!   whose lease expired and was re-claimed commits nothing ([`IndexError::LeaseLost`]).
+//!   Contracts discovered inside a range get address-only ranges for the spans that will
+//!   not see the new scope (ranges above already claimed or completed, tip blocks above
+//!   the planned history).
+//!
+//! ## Metrics (history)
+//! `keel_index_history_logs_total`, `keel_index_history_span_splits_total`.
+//!
+//! ## Not yet built
+//! Lease renewal for long ranges; binary COPY writes; the 1M-event
+//! benchmark and the Ponder comparison; a multi-process kill -9 test (fencing is tested
+//! in-process with two owners).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod decode;
+mod error;
+pub mod history;
+pub mod read;
+pub mod scope;
+pub mod tip;
+mod write;
+
+pub use error::{IndexError, Result};
+pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
+pub use read::{IndexedTip, wait_for_block};
+pub use scope::{ScopeEntry, ScopeKind};
+pub use tip::{StepOutcome, TipConfig, TipIngest};

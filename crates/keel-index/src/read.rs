@@ -1,0 +1,414 @@
+//! Reads of the projections, and read-after-write waits.
+
+use crate::scope::{chain_i64, to_i64};
+use crate::tip::TIP_CHANNEL;
+use crate::{IndexError, Result};
+use alloy::primitives::{Address, B256};
+use keel_store::PgPool;
+use keel_units::ChainId;
+use sqlx::postgres::{PgListener, PgRow};
+use sqlx::{PgExecutor, Row};
+use std::time::Duration;
+
+/// The indexed tip of a chain: every row at or below `number` reflects the canonical
+/// chain as far as the tip ingest has verified it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexedTip {
+    /// Block number.
+    pub number: u64,
+    /// Block hash.
+    pub hash: B256,
+}
+
+/// Where an event sits on chain (every projected row carries it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventPosition {
+    /// Block number.
+    pub block_number: u64,
+    /// Log index within the block.
+    pub log_index: u64,
+    /// Block hash.
+    pub block_hash: B256,
+    /// Transaction hash.
+    pub tx_hash: B256,
+}
+
+/// An ERC-20 `Transfer` of a scoped asset token (a mint has `from` = zero address).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TransferRow {
+    /// Position of the event.
+    pub position: EventPosition,
+    /// The token contract.
+    pub token: Address,
+    /// Sender (zero for a mint).
+    pub from: Address,
+    /// Receiver (zero for a burn).
+    pub to: Address,
+    /// Amount in the token's base units, as a decimal integer string.
+    pub value: String,
+}
+
+/// An asset announced by `AssetCreated`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssetRow {
+    /// Position of the event.
+    pub position: EventPosition,
+    /// The factory that created it.
+    pub factory: Address,
+    /// Keel asset id.
+    pub asset_id: B256,
+    /// The token contract.
+    pub token: Address,
+    /// ERC-20 symbol.
+    pub symbol: String,
+    /// ERC-20 decimals.
+    pub decimals: u8,
+}
+
+/// A price observation (`AnswerUpdated`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservationRow {
+    /// Position of the event.
+    pub position: EventPosition,
+    /// The feed contract.
+    pub feed: Address,
+    /// Round id, decimal string.
+    pub round_id: String,
+    /// Answer in the feed's decimals, signed decimal string.
+    pub answer: String,
+    /// Round timestamp (unix seconds), decimal string.
+    pub updated_at: String,
+}
+
+/// A directory entry. `removed_at_block` is set when the entry was removed or replaced
+/// by a later value in that block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectoryEntryRow {
+    /// Position of the `EntryChanged` event that set it.
+    pub position: EventPosition,
+    /// The directory contract.
+    pub directory: Address,
+    /// The entry name (32 bytes, ASCII left-aligned).
+    pub name: B256,
+    /// The entry value.
+    pub value: Address,
+    /// Block of the removal or replacement; `None` while live.
+    pub removed_at_block: Option<u64>,
+}
+
+fn b256(row: &PgRow, col: &str) -> Result<B256> {
+    let v: Vec<u8> = row.try_get(col)?;
+    B256::try_from(&v[..]).map_err(|_| IndexError::Store(keel_store::StoreError::Decode))
+}
+
+fn address(row: &PgRow, col: &str) -> Result<Address> {
+    let v: Vec<u8> = row.try_get(col)?;
+    Address::try_from(&v[..]).map_err(|_| IndexError::Store(keel_store::StoreError::Decode))
+}
+
+fn u64_col(row: &PgRow, col: &str) -> Result<u64> {
+    let v: i64 = row.try_get(col)?;
+    u64::try_from(v).map_err(|_| IndexError::Store(keel_store::StoreError::Decode))
+}
+
+fn position(row: &PgRow) -> Result<EventPosition> {
+    Ok(EventPosition {
+        block_number: u64_col(row, "block_number")?,
+        log_index: u64_col(row, "log_index")?,
+        block_hash: b256(row, "block_hash")?,
+        tx_hash: b256(row, "tx_hash")?,
+    })
+}
+
+/// The indexed tip of `chain`, if any block was ingested.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn indexed_tip(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Option<IndexedTip>> {
+    let row = sqlx::query(
+        "SELECT tip_number, tip_hash FROM index_chain WHERE chain_id = $1 AND tip_number IS NOT NULL",
+    )
+    .bind(chain_i64(chain))
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| {
+        Ok(IndexedTip {
+            number: u64_col(&r, "tip_number")?,
+            hash: b256(&r, "tip_hash")?,
+        })
+    })
+    .transpose()
+}
+
+/// Transfers of `token` on `chain` (every token when `None`), in chain order.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn transfers(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    token: Option<Address>,
+) -> Result<Vec<TransferRow>> {
+    let rows = sqlx::query(
+        "SELECT block_number, log_index, block_hash, tx_hash, token, from_address, to_address,
+                value::text AS value
+         FROM index_transfer WHERE chain_id = $1 AND ($2::bytea IS NULL OR token = $2)
+         ORDER BY block_number, log_index",
+    )
+    .bind(chain_i64(chain))
+    .bind(token.map(|t| t.to_vec()))
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TransferRow {
+                position: position(r)?,
+                token: address(r, "token")?,
+                from: address(r, "from_address")?,
+                to: address(r, "to_address")?,
+                value: r.try_get("value")?,
+            })
+        })
+        .collect()
+}
+
+/// The balance of `holder` in `token` on `chain`, in base units as a decimal string
+/// ("0" when it never received any). Computed on read from the transfers (the
+/// `index_balance` view), so it always agrees with them, including after a reorg.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn balance(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    token: Address,
+    holder: Address,
+) -> Result<String> {
+    let v: Option<String> = sqlx::query_scalar(
+        "SELECT balance::text FROM index_balance WHERE chain_id = $1 AND token = $2 AND holder = $3",
+    )
+    .bind(chain_i64(chain))
+    .bind(token.as_slice())
+    .bind(holder.as_slice())
+    .fetch_optional(db)
+    .await?;
+    Ok(v.unwrap_or_else(|| "0".to_owned()))
+}
+
+/// Every nonzero balance of `token` on `chain`, by holder.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn balances(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    token: Address,
+) -> Result<Vec<(Address, String)>> {
+    let rows = sqlx::query(
+        "SELECT holder, balance::text AS balance FROM index_balance
+         WHERE chain_id = $1 AND token = $2 AND balance <> 0 ORDER BY holder",
+    )
+    .bind(chain_i64(chain))
+    .bind(token.as_slice())
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| Ok((address(r, "holder")?, r.try_get("balance")?)))
+        .collect()
+}
+
+/// Assets created on `chain`, in chain order.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn assets(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Vec<AssetRow>> {
+    let rows = sqlx::query(
+        "SELECT block_number, log_index, block_hash, tx_hash, factory, asset_id, token, symbol,
+                decimals
+         FROM index_asset WHERE chain_id = $1 ORDER BY block_number, log_index",
+    )
+    .bind(chain_i64(chain))
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let decimals: i16 = r.try_get("decimals")?;
+            Ok(AssetRow {
+                position: position(r)?,
+                factory: address(r, "factory")?,
+                asset_id: b256(r, "asset_id")?,
+                token: address(r, "token")?,
+                symbol: r.try_get("symbol")?,
+                decimals: u8::try_from(decimals)
+                    .map_err(|_| IndexError::Store(keel_store::StoreError::Decode))?,
+            })
+        })
+        .collect()
+}
+
+/// Observations of `feed` on `chain`, in chain order.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn observations(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    feed: Address,
+) -> Result<Vec<ObservationRow>> {
+    let rows = sqlx::query(
+        "SELECT block_number, log_index, block_hash, tx_hash, feed, round_id::text AS round_id,
+                answer::text AS answer, updated_at::text AS updated_at
+         FROM index_observation WHERE chain_id = $1 AND feed = $2
+         ORDER BY block_number, log_index",
+    )
+    .bind(chain_i64(chain))
+    .bind(feed.as_slice())
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(ObservationRow {
+                position: position(r)?,
+                feed: address(r, "feed")?,
+                round_id: r.try_get("round_id")?,
+                answer: r.try_get("answer")?,
+                updated_at: r.try_get("updated_at")?,
+            })
+        })
+        .collect()
+}
+
+/// Entries of `directory` on `chain`: live ones only, or with `history` also the
+/// removed and replaced ones. Chain order.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn directory_entries(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    directory: Address,
+    history: bool,
+) -> Result<Vec<DirectoryEntryRow>> {
+    let rows = sqlx::query(
+        "SELECT block_number, log_index, block_hash, tx_hash, directory, name, value,
+                removed_at_block
+         FROM index_directory_entry
+         WHERE chain_id = $1 AND directory = $2 AND ($3 OR removed_at_block IS NULL)
+         ORDER BY block_number, log_index",
+    )
+    .bind(chain_i64(chain))
+    .bind(directory.as_slice())
+    .bind(history)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let removed: Option<i64> = r.try_get("removed_at_block")?;
+            Ok(DirectoryEntryRow {
+                position: position(r)?,
+                directory: address(r, "directory")?,
+                name: b256(r, "name")?,
+                value: address(r, "value")?,
+                removed_at_block: removed.and_then(|n| u64::try_from(n).ok()),
+            })
+        })
+        .collect()
+}
+
+/// Read-after-write: waits until the tip ingest of `chain` has committed block
+/// `block` (its indexed tip is at or above it) and returns that tip. Woken by the
+/// checkpoint's `pg_notify` on [`TIP_CHANNEL`], with a poll every `poll` as fallback
+/// (a missed notification or a lost listener connection only delays the answer).
+///
+/// # Errors
+/// [`IndexError::WaitTimeout`] when `timeout` passes first; [`IndexError::Store`].
+pub async fn wait_for_block(
+    db: &PgPool,
+    chain: ChainId,
+    block: u64,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<IndexedTip> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut listener = match PgListener::connect_with(db).await {
+        Ok(mut l) => match l.listen(TIP_CHANNEL).await {
+            Ok(()) => Some(l),
+            Err(_) => None,
+        },
+        Err(_) => None,
+    };
+    let target = to_i64(block);
+    loop {
+        let tip = indexed_tip(db, chain).await?;
+        if let Some(t) = tip
+            && to_i64(t.number) >= target
+        {
+            return Ok(t);
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(IndexError::WaitTimeout {
+                chain,
+                block,
+                indexed: tip.map(|t| t.number),
+            });
+        }
+        let wake = (now + poll).min(deadline);
+        match listener.as_mut() {
+            Some(l) => {
+                tokio::select! {
+                    r = l.recv() => { if r.is_err() { listener = None; } }
+                    () = tokio::time::sleep_until(wake) => {}
+                }
+            }
+            None => tokio::time::sleep_until(wake).await,
+        }
+    }
+}
+
+/// Whether `token` is paused according to its latest `Paused`/`Unpaused` event, with
+/// that event's position; `None` when no such event was indexed.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn token_paused(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    token: Address,
+) -> Result<Option<(bool, EventPosition)>> {
+    let row = sqlx::query(
+        "SELECT block_number, log_index, block_hash, tx_hash, paused FROM index_token_pause
+         WHERE chain_id = $1 AND token = $2
+         ORDER BY block_number DESC, log_index DESC LIMIT 1",
+    )
+    .bind(chain_i64(chain))
+    .bind(token.as_slice())
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| Ok((r.try_get("paused")?, position(&r)?)))
+        .transpose()
+}
+
+/// The staleness bound of `feed` (seconds, decimal string) according to the latest
+/// `StalenessBoundSet`/`StalenessBoundCleared` event, with that event's position.
+/// `None` when never set; `Some((None, _))` when cleared.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn staleness_bound(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    feed: Address,
+) -> Result<Option<(Option<String>, EventPosition)>> {
+    let row = sqlx::query(
+        "SELECT block_number, log_index, block_hash, tx_hash, bound_seconds::text AS bound
+         FROM index_staleness_bound WHERE chain_id = $1 AND feed = $2
+         ORDER BY block_number DESC, log_index DESC LIMIT 1",
+    )
+    .bind(chain_i64(chain))
+    .bind(feed.as_slice())
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| Ok((r.try_get("bound")?, position(&r)?)))
+        .transpose()
+}

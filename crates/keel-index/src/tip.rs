@@ -1,0 +1,571 @@
+//! Tip ingest: one epoch-fenced owner per chain follows the head block by block,
+//! checks parent hashes, fetches logs by block hash and rolls back reorgs.
+
+use crate::decode::decode;
+use crate::scope::{ScopeKind, chain_i64, live_scope, to_i64};
+use crate::write::write_logs;
+use crate::{IndexError, Result};
+use alloy::primitives::{Address, B256, U64};
+use alloy::rpc::types::Log;
+use keel_chain::{ChainError, UpstreamPool};
+use keel_store::PgPool;
+use keel_units::ChainId;
+use serde::Deserialize;
+use sqlx::{PgConnection, Row};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The channel of `pg_notify` sent with every checkpoint advance (payload
+/// `"<chain_id>:<block number>"`).
+pub const TIP_CHANNEL: &str = "keel_index_tip";
+
+/// Settings of one chain's tip ingest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TipConfig {
+    /// Blocks after which a block is considered final on this chain (e.g. 64 on an
+    /// Ethereum-like chain). Reorgs deeper than the hash window are fatal.
+    pub finality_depth: u64,
+    /// Blocks kept in `index_block` below the tip for reorg detection; at least
+    /// `finality_depth` (default `2 × finality_depth`, minimum 1).
+    pub hash_window: u64,
+    /// First block to ingest when the chain has no checkpoint yet; `None` starts at
+    /// the lowest `from_block` of the live scope, or at the head if the scope is empty.
+    pub start_block: Option<u64>,
+    /// Upper bound of blocks ingested by one [`TipIngest::step`] (default 1000).
+    pub max_blocks_per_step: u64,
+}
+
+impl TipConfig {
+    /// Defaults for a chain with `finality_depth`.
+    pub fn new(finality_depth: u64) -> Self {
+        Self {
+            finality_depth,
+            hash_window: finality_depth.saturating_mul(2).max(1),
+            start_block: None,
+            max_blocks_per_step: 1_000,
+        }
+    }
+
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// [`IndexError::Config`] naming `hashWindow` or `maxBlocksPerStep`.
+    pub fn validate(&self) -> Result<()> {
+        if self.hash_window < self.finality_depth.max(1) {
+            return Err(IndexError::Config {
+                key: "hashWindow",
+                reason: "must be at least finalityDepth and at least 1",
+            });
+        }
+        if self.max_blocks_per_step == 0 {
+            return Err(IndexError::Config {
+                key: "maxBlocksPerStep",
+                reason: "must be at least 1",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What one [`TipIngest::step`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepOutcome {
+    /// The head the node reported at the start of the step.
+    pub head: u64,
+    /// The indexed tip after the step (`None` if nothing was ever ingested).
+    pub tip: Option<u64>,
+    /// Blocks committed.
+    pub blocks: u64,
+    /// Logs committed.
+    pub logs: u64,
+    /// Reorgs rolled back.
+    pub reorgs: u64,
+}
+
+/// The minimal block header read from `eth_getBlockByNumber`.
+#[derive(Debug, Clone, Deserialize)]
+struct Header {
+    number: U64,
+    hash: B256,
+    #[serde(rename = "parentHash")]
+    parent_hash: B256,
+}
+
+/// Why fetching one block's data stopped.
+enum Fetch {
+    Ready(Vec<Log>, Vec<(Address, ScopeKind)>),
+    /// The block is no longer canonical: re-read from the checkpoint.
+    Orphaned,
+}
+
+/// The tip-ingest owner of one chain, holding a fencing epoch.
+///
+/// Every database write (block commit, reorg rollback) runs in one transaction that
+/// first locks `index_chain` and checks the epoch; if another process took ownership
+/// since, the write fails with [`IndexError::Fenced`] and commits nothing.
+#[derive(Debug, Clone)]
+pub struct TipIngest {
+    db: PgPool,
+    node: Arc<UpstreamPool>,
+    chain: ChainId,
+    epoch: i64,
+    config: TipConfig,
+}
+
+impl TipIngest {
+    /// Takes ownership of `node`'s chain: increments `index_chain.owner_epoch`
+    /// (creating the row at epoch 1), records `owner_id`, and returns an ingest
+    /// holding the new epoch. Any earlier owner is fenced out from then on.
+    ///
+    /// Callers hold the chain's singleton (keel-cluster) before calling this; the
+    /// epoch makes a late write of a previous owner harmless anyway.
+    ///
+    /// # Errors
+    /// [`IndexError::Config`] for invalid settings; [`IndexError::Store`].
+    pub async fn take_ownership(
+        db: PgPool,
+        node: Arc<UpstreamPool>,
+        config: TipConfig,
+        owner_id: &str,
+    ) -> Result<Self> {
+        config.validate()?;
+        let chain = node.chain();
+        let epoch: i64 = sqlx::query_scalar(
+            "INSERT INTO index_chain (chain_id, owner_epoch, owner_id) VALUES ($1, 1, $2)
+             ON CONFLICT (chain_id) DO UPDATE
+               SET owner_epoch = index_chain.owner_epoch + 1, owner_id = EXCLUDED.owner_id,
+                   updated_at = now()
+             RETURNING owner_epoch",
+        )
+        .bind(chain_i64(chain))
+        .bind(owner_id)
+        .fetch_one(&db)
+        .await?;
+        tracing::info!(target: "keel::index::tip", chain = %chain, epoch, "took tip-ingest ownership");
+        Ok(Self {
+            db,
+            node,
+            chain,
+            epoch,
+            config,
+        })
+    }
+
+    /// The fencing epoch this owner holds.
+    pub fn epoch(&self) -> i64 {
+        self.epoch
+    }
+
+    /// The chain.
+    pub fn chain(&self) -> ChainId {
+        self.chain
+    }
+
+    /// One ingest pass: reads the head, verifies the stored tip is still canonical
+    /// (rolling back a reorg if not), then ingests up to `max_blocks_per_step` new
+    /// blocks, each in its own fenced transaction with its logs, projections and the
+    /// checkpoint.
+    ///
+    /// # Errors
+    /// [`IndexError::Fenced`] (stop: another owner took over), [`IndexError::ReorgTooDeep`]
+    /// (stop: operator needed), retryable [`IndexError::Chain`], [`IndexError::Store`],
+    /// [`IndexError::Inconsistent`].
+    #[tracing::instrument(target = "keel::index::tip", skip_all, fields(chain = %self.chain, epoch = self.epoch))]
+    pub async fn step(&self) -> Result<StepOutcome> {
+        let mut conn = self.db.acquire().await?;
+        self.check_epoch(&mut conn).await?;
+        drop(conn);
+        let head = self.node.block_number().await?;
+        let mut out = StepOutcome {
+            head,
+            ..StepOutcome::default()
+        };
+        let mut scope = self.load_scope().await?;
+
+        // Verify the stored tip before building on it (catches same-height reorgs and
+        // reorgs that happened while no owner was running).
+        let mut tip = self.checkpoint().await?;
+        if let Some((number, hash)) = tip {
+            let node_hash = self.header(number).await?.map(|h| h.hash);
+            if node_hash != Some(hash) {
+                tip = Some(self.handle_reorg(number).await?);
+                out.reorgs += 1;
+            }
+        }
+
+        let mut budget = self.config.max_blocks_per_step;
+        while budget > 0 {
+            budget -= 1;
+            let next = match tip {
+                Some((n, _)) => n + 1,
+                None => self.start_block(head, &scope),
+            };
+            if next > head {
+                break;
+            }
+            let Some(header) = self.header(next).await? else {
+                // The head moved back (a shorter chain): the next step re-verifies.
+                break;
+            };
+            if header.number.to::<u64>() != next {
+                return Err(IndexError::Inconsistent {
+                    chain: self.chain,
+                    number: next,
+                    reason: "block number differs from the one requested",
+                });
+            }
+            if let Some((n, hash)) = tip
+                && header.parent_hash != hash
+            {
+                tip = Some(self.handle_reorg(n).await?);
+                out.reorgs += 1;
+                continue;
+            }
+            match self.fetch_logs(&header, &scope).await? {
+                Fetch::Orphaned => continue,
+                Fetch::Ready(logs, discovered) => {
+                    if !self
+                        .commit_block(&header, &logs, &scope, &discovered)
+                        .await?
+                    {
+                        // The scope changed under us (history discovered a contract, an
+                        // operator added one): reload it and fetch this block again.
+                        scope = self.load_scope().await?;
+                        continue;
+                    }
+                    for (address, kind) in discovered {
+                        scope.insert(address, (kind, next));
+                    }
+                    out.blocks += 1;
+                    out.logs += logs.len() as u64;
+                    tip = Some((next, header.hash));
+                }
+            }
+        }
+        out.tip = tip.map(|(n, _)| n);
+        let label = self.chain.get().to_string();
+        metrics::counter!("keel_index_blocks_total", "chain_id" => label.clone())
+            .increment(out.blocks);
+        metrics::counter!("keel_index_logs_total", "chain_id" => label.clone()).increment(out.logs);
+        if let Some(t) = out.tip {
+            metrics::gauge!("keel_index_tip_block", "chain_id" => label).set(t as f64);
+        }
+        Ok(out)
+    }
+
+    async fn load_scope(&self) -> Result<HashMap<Address, (ScopeKind, u64)>> {
+        Ok(live_scope(&self.db, self.chain)
+            .await?
+            .into_iter()
+            .map(|e| (e.address, (e.kind, e.from_block)))
+            .collect())
+    }
+
+    fn start_block(&self, head: u64, scope: &HashMap<Address, (ScopeKind, u64)>) -> u64 {
+        self.config
+            .start_block
+            .or_else(|| scope.values().map(|(_, from)| *from).min())
+            .unwrap_or(head)
+    }
+
+    /// The stored checkpoint `(tip_number, tip_hash)`.
+    async fn checkpoint(&self) -> Result<Option<(u64, B256)>> {
+        let row = sqlx::query("SELECT tip_number, tip_hash FROM index_chain WHERE chain_id = $1")
+            .bind(chain_i64(self.chain))
+            .fetch_optional(&self.db)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let number: Option<i64> = row.try_get("tip_number")?;
+        let hash: Option<Vec<u8>> = row.try_get("tip_hash")?;
+        Ok(match (number, hash) {
+            (Some(n), Some(h)) if h.len() == 32 => {
+                Some((u64::try_from(n).unwrap_or(0), B256::from_slice(&h)))
+            }
+            _ => None,
+        })
+    }
+
+    /// `eth_getBlockByNumber(number, false)`; `None` when the node has no such block.
+    async fn header(&self, number: u64) -> Result<Option<Header>> {
+        Ok(self
+            .node
+            .request::<_, Option<Header>>("eth_getBlockByNumber", (format!("0x{number:x}"), false))
+            .await?)
+    }
+
+    /// True when `hash` is still the canonical block at `number`.
+    async fn is_canonical(&self, number: u64, hash: B256) -> Result<bool> {
+        Ok(self.header(number).await?.map(|h| h.hash) == Some(hash))
+    }
+
+    /// Logs of the scoped contracts in `header`'s block, fetched by block hash and
+    /// checked to belong to it; contracts announced in the block (new tokens, feeds)
+    /// are fetched too.
+    async fn fetch_logs(
+        &self,
+        header: &Header,
+        scope: &HashMap<Address, (ScopeKind, u64)>,
+    ) -> Result<Fetch> {
+        let number = header.number.to::<u64>();
+        let mut known: HashMap<Address, ScopeKind> = scope
+            .iter()
+            .filter(|(_, (_, from))| *from <= number)
+            .map(|(a, (k, _))| (*a, *k))
+            .collect();
+        let mut pending: Vec<Address> = known.keys().copied().collect();
+        let mut logs: Vec<Log> = Vec::new();
+        let mut discovered = Vec::new();
+        while !pending.is_empty() {
+            pending.sort();
+            let filter = serde_json::json!({ "blockHash": header.hash, "address": pending });
+            let fetched: Vec<Log> = match self.node.request("eth_getLogs", vec![filter]).await {
+                Ok(l) => l,
+                Err(e @ ChainError::Node { .. }) => {
+                    // A node error for a block hash that is no longer canonical is a
+                    // reorg signal, not something to retry forever.
+                    if self.is_canonical(number, header.hash).await? {
+                        return Err(e.into());
+                    }
+                    return Ok(Fetch::Orphaned);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            for log in &fetched {
+                let ours = log.block_hash == Some(header.hash)
+                    && log.block_number == Some(number)
+                    && !log.removed
+                    && log.log_index.is_some()
+                    && log.transaction_hash.is_some();
+                if !ours {
+                    if self.is_canonical(number, header.hash).await? {
+                        return Err(IndexError::Inconsistent {
+                            chain: self.chain,
+                            number,
+                            reason: "a log returned for the block hash belongs elsewhere",
+                        });
+                    }
+                    return Ok(Fetch::Orphaned);
+                }
+            }
+            pending.clear();
+            for log in &fetched {
+                if let Some(kind) = known.get(&log.inner.address)
+                    && let Some((address, kind)) = decode(*kind, log).and_then(|p| p.discovers())
+                    && !known.contains_key(&address)
+                {
+                    known.insert(address, kind);
+                    discovered.push((address, kind));
+                    pending.push(address);
+                }
+            }
+            logs.extend(fetched);
+        }
+        logs.sort_by_key(|l| l.log_index);
+        logs.dedup_by_key(|l| l.log_index);
+        Ok(Fetch::Ready(logs, discovered))
+    }
+
+    /// Locks the chain row and checks the epoch (inside the caller's transaction).
+    async fn check_epoch(&self, conn: &mut PgConnection) -> Result<()> {
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "SELECT owner_epoch FROM index_chain WHERE chain_id = $1 FOR UPDATE",
+        )
+        .bind(chain_i64(self.chain))
+        .fetch_optional(&mut *conn)
+        .await?;
+        if epoch != Some(self.epoch) {
+            metrics::counter!("keel_index_fenced_total", "chain_id" => self.chain.get().to_string())
+                .increment(1);
+            tracing::warn!(target: "keel::index::tip", chain = %self.chain, epoch = self.epoch, current = ?epoch, "fenced: another owner took over");
+            return Err(IndexError::Fenced {
+                chain: self.chain,
+                epoch: self.epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes one block, its logs, projections, discovered scope and the checkpoint in
+    /// one fenced transaction. Returns false (nothing committed) when the live scope in
+    /// the database no longer matches `scope`: history and `add_scope` writers change
+    /// the scope, and the chain-row lock taken here orders them against this commit.
+    async fn commit_block(
+        &self,
+        header: &Header,
+        logs: &[Log],
+        scope: &HashMap<Address, (ScopeKind, u64)>,
+        discovered: &[(Address, ScopeKind)],
+    ) -> Result<bool> {
+        let chain = chain_i64(self.chain);
+        let number = to_i64(header.number.to::<u64>());
+        let hash = header.hash.as_slice();
+        let mut tx = self.db.begin().await?;
+        self.check_epoch(&mut tx).await?;
+        let live: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM index_scope WHERE chain_id = $1 AND removed_at IS NULL",
+        )
+        .bind(chain)
+        .fetch_one(&mut *tx)
+        .await?;
+        if usize::try_from(live).ok() != Some(scope.len()) {
+            return Ok(false);
+        }
+
+        sqlx::query(
+            "INSERT INTO index_block (chain_id, number, hash, parent_hash) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (chain_id, number) DO UPDATE
+               SET hash = EXCLUDED.hash, parent_hash = EXCLUDED.parent_hash",
+        )
+        .bind(chain)
+        .bind(number)
+        .bind(hash)
+        .bind(header.parent_hash.as_slice())
+        .execute(&mut *tx)
+        .await?;
+
+        if !logs.is_empty() {
+            let mut kinds: HashMap<Address, ScopeKind> =
+                scope.iter().map(|(a, (k, _))| (*a, *k)).collect();
+            kinds.extend(discovered.iter().copied());
+            write_logs(&mut tx, chain, logs, &kinds).await?;
+        }
+
+        for (address, kind) in discovered {
+            sqlx::query(
+                "INSERT INTO index_scope (chain_id, address, kind, from_block, discovered_at_block)
+                 VALUES ($1, $2, $3, $4, $4)
+                 ON CONFLICT (chain_id, address) WHERE removed_at IS NULL DO NOTHING",
+            )
+            .bind(chain)
+            .bind(address.as_slice())
+            .bind(kind.as_str())
+            .bind(number)
+            .execute(&mut *tx)
+            .await?;
+        }
+
+        sqlx::query(
+            "UPDATE index_chain SET tip_number = $2, tip_hash = $3, updated_at = now()
+             WHERE chain_id = $1",
+        )
+        .bind(chain)
+        .bind(number)
+        .bind(hash)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM index_block WHERE chain_id = $1 AND number <= $2")
+            .bind(chain)
+            .bind(number.saturating_sub(to_i64(self.config.hash_window)))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(TIP_CHANNEL)
+            .bind(format!("{chain}:{number}"))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Finds the common ancestor below the stored block `from` and rolls back to it.
+    /// Returns the new checkpoint.
+    async fn handle_reorg(&self, from: u64) -> Result<(u64, B256)> {
+        let label = self.chain.get().to_string();
+        let stored: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT number, hash FROM index_block WHERE chain_id = $1 AND number <= $2
+             ORDER BY number DESC",
+        )
+        .bind(chain_i64(self.chain))
+        .bind(to_i64(from))
+        .fetch_all(&self.db)
+        .await?;
+        let oldest = stored
+            .last()
+            .map_or(from, |(n, _)| u64::try_from(*n).unwrap_or(0));
+        let mut expected = from;
+        for (number, hash) in stored {
+            let number = u64::try_from(number).unwrap_or(0);
+            if number != expected {
+                break; // a hole in the window: cannot prove continuity below it
+            }
+            expected = number.saturating_sub(1);
+            let hash = B256::try_from(&hash[..]).map_err(|_| IndexError::Inconsistent {
+                chain: self.chain,
+                number,
+                reason: "stored block hash is not 32 bytes",
+            })?;
+            if self.is_canonical(number, hash).await? {
+                let depth = from - number;
+                self.rollback_to(number, hash).await?;
+                metrics::counter!("keel_index_reorgs_total", "chain_id" => label.clone())
+                    .increment(1);
+                metrics::histogram!("keel_index_reorg_depth_blocks", "chain_id" => label)
+                    .record(depth as f64);
+                tracing::warn!(target: "keel::index::tip", chain = %self.chain, ancestor = number, depth, "reorg rolled back");
+                return Ok((number, hash));
+            }
+        }
+        metrics::counter!("keel_index_reorg_too_deep_total", "chain_id" => label).increment(1);
+        tracing::error!(target: "keel::index::tip", chain = %self.chain, tip = from, oldest, "reorg deeper than the hash window; ingest of this chain stops");
+        Err(IndexError::ReorgTooDeep {
+            chain: self.chain,
+            tip: from,
+            oldest,
+        })
+    }
+
+    /// Deletes every derived row above `ancestor` and moves the checkpoint to it, in
+    /// one fenced transaction.
+    async fn rollback_to(&self, ancestor: u64, hash: B256) -> Result<()> {
+        let chain = chain_i64(self.chain);
+        let above = to_i64(ancestor);
+        let mut tx = self.db.begin().await?;
+        self.check_epoch(&mut tx).await?;
+        for table in [
+            "index_log",
+            "index_transfer",
+            "index_asset",
+            "index_observation",
+            "index_directory_entry",
+            "index_token_pause",
+            "index_staleness_bound",
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE chain_id = $1 AND block_number > $2"
+            )))
+            .bind(chain)
+            .bind(above)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "UPDATE index_directory_entry SET removed_at_block = NULL
+             WHERE chain_id = $1 AND removed_at_block > $2",
+        )
+        .bind(chain)
+        .bind(above)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM index_scope WHERE chain_id = $1 AND discovered_at_block > $2")
+            .bind(chain)
+            .bind(above)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM index_block WHERE chain_id = $1 AND number > $2")
+            .bind(chain)
+            .bind(above)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE index_chain SET tip_number = $2, tip_hash = $3, updated_at = now()
+             WHERE chain_id = $1",
+        )
+        .bind(chain)
+        .bind(above)
+        .bind(hash.as_slice())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,8 @@
+//! Integration tests of keel-index against real PostgreSQL and Anvil.
+
+mod common;
+mod fencing;
+mod history;
+mod measure;
+mod projections;
+mod reorg;

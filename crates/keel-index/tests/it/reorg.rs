@@ -1,0 +1,228 @@
+//! Reorgs at the tip: derived rows of orphaned blocks are rolled back and the new
+//! branch is ingested; the result equals a fresh re-index.
+
+use crate::common::{catch_up, config, env, fingerprint, reindex};
+use alloy::network::TransactionBuilder;
+use alloy::primitives::U256;
+use alloy::providers::ext::AnvilApi;
+use alloy::rpc::types::anvil::{ReorgOptions, TransactionData};
+use anvil_tests::keel_abi::bindings::AssetToken;
+use keel_index::{IndexError, TipConfig, read};
+
+fn transfer_request(
+    token: alloy::primitives::Address,
+    from: alloy::primitives::Address,
+    to: alloy::primitives::Address,
+    amount: u64,
+    provider: &alloy::providers::DynProvider,
+) -> TransactionData {
+    let instance = AssetToken::new(token, provider.clone());
+    let req = instance
+        .transfer(to, U256::from(amount))
+        .into_transaction_request()
+        .with_from(from)
+        .with_gas_limit(200_000);
+    TransactionData::JSON(req)
+}
+
+#[tokio::test]
+async fn anvil_reorg_rolls_back_orphaned_transfers_and_ingests_the_new_branch() -> anyhow::Result<()>
+{
+    let env = env().await?;
+    let asset = env.mintable("REORG").await?;
+    let (a0, a1, a2) = (
+        env.chain.account(0)?,
+        env.chain.account(1)?,
+        env.chain.account(2)?,
+    );
+    env.mint(asset.token, a0, 1_000).await?;
+    let ingest = env.owner(config(64), "a").await?;
+
+    for depth in 1..=5u64 {
+        // A transfer to a1 in the block `depth` below the head + empty blocks above it.
+        env.transfer(asset.token, a1, depth).await?;
+        for _ in 1..depth {
+            env.chain.mine().await?;
+        }
+        catch_up(&ingest).await?;
+        let orphan_count = read::transfers(env.db.pool(), env.chain_id, Some(asset.token))
+            .await?
+            .iter()
+            .filter(|t| t.to == a1)
+            .count();
+        assert_eq!(orphan_count, 1, "depth {depth}");
+
+        // Replace the last `depth` blocks: the a1 transfer is gone, a2 gets one instead,
+        // placed in the newest replacement block (a previously empty block gains a log).
+        let p = env.chain.provider();
+        p.anvil_reorg(ReorgOptions {
+            depth,
+            tx_block_pairs: vec![(
+                transfer_request(asset.token, a0, a2, 100 + depth, p),
+                depth - 1,
+            )],
+        })
+        .await?;
+        let reorgs = catch_up(&ingest).await?;
+        assert!(reorgs >= 1, "depth {depth}: no reorg detected");
+
+        let t = read::transfers(env.db.pool(), env.chain_id, Some(asset.token)).await?;
+        assert!(
+            !t.iter().any(|t| t.to == a1),
+            "depth {depth}: orphaned transfer kept: {t:?}"
+        );
+        assert!(
+            t.iter()
+                .any(|t| t.to == a2 && t.value == (100 + depth).to_string()),
+            "depth {depth}: replacement transfer missing: {t:?}"
+        );
+        assert_eq!(
+            fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+            reindex(&env).await?,
+            "depth {depth}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reorg_while_no_owner_ran_is_rolled_back_by_the_next_owner() -> anyhow::Result<()> {
+    let env = env().await?;
+    let asset = env.mintable("DOWN").await?;
+    let (a0, a1) = (env.chain.account(0)?, env.chain.account(1)?);
+    let p = env.chain.provider();
+    let snapshot = p.anvil_snapshot().await?;
+    env.mint(asset.token, a0, 10).await?;
+    env.transfer(asset.token, a1, 3).await?;
+    {
+        let first = env.owner(config(64), "first").await?;
+        catch_up(&first).await?;
+        assert_eq!(
+            read::balance(env.db.pool(), env.chain_id, asset.token, a1).await?,
+            "3"
+        );
+    } // the first owner stops
+
+    assert!(p.anvil_revert(snapshot).await?);
+    env.mint(asset.token, a0, 20).await?;
+    for _ in 0..3 {
+        env.chain.mine().await?;
+    }
+    let second = env.owner(config(64), "second").await?;
+    let reorgs = catch_up(&second).await?;
+    assert!(reorgs >= 1);
+    let pool = env.db.pool();
+    assert_eq!(
+        read::balance(pool, env.chain_id, asset.token, a1).await?,
+        "0"
+    );
+    assert_eq!(
+        read::balance(pool, env.chain_id, asset.token, a0).await?,
+        "20"
+    );
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reorg_deeper_than_the_hash_window_is_a_typed_fatal_error() -> anyhow::Result<()> {
+    let env = env().await?;
+    let asset = env.mintable("DEEP").await?;
+    let a0 = env.chain.account(0)?;
+    env.mint(asset.token, a0, 5).await?;
+    for _ in 0..5 {
+        env.chain.mine().await?;
+    }
+    let cfg = TipConfig {
+        hash_window: 3,
+        ..config(3)
+    };
+    let ingest = env.owner(cfg, "a").await?;
+    catch_up(&ingest).await?;
+    let window: i64 = sqlx::query_scalar("SELECT count(*) FROM index_block")
+        .fetch_one(env.db.pool())
+        .await?;
+    assert_eq!(window, 3);
+    let before = fingerprint(&env.db, env.chain_id, &env.deployed).await?;
+    let tip = read::indexed_tip(env.db.pool(), env.chain_id).await?;
+
+    env.chain
+        .provider()
+        .anvil_reorg(ReorgOptions {
+            depth: 5,
+            tx_block_pairs: vec![],
+        })
+        .await?;
+    let err = ingest.step().await.unwrap_err();
+    assert!(matches!(err, IndexError::ReorgTooDeep { .. }), "{err}");
+    assert!(err.is_fatal());
+    // Nothing was rolled back or written.
+    assert_eq!(
+        before,
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?
+    );
+    assert_eq!(tip, read::indexed_tip(env.db.pool(), env.chain_id).await?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn get_logs_for_a_block_reorged_away_mid_step_converges() -> anyhow::Result<()> {
+    use anvil_tests::proxy::{RpcProxy, Rule};
+    use keel_chain::{UpstreamConfig, UpstreamPool};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let env = env().await?;
+    let asset = env.mintable("SIGNAL").await?;
+    let (a0, a1, a2) = (
+        env.chain.account(0)?,
+        env.chain.account(1)?,
+        env.chain.account(2)?,
+    );
+    env.mint(asset.token, a0, 100).await?;
+    let proxy = RpcProxy::start(env.chain.endpoint()).await?;
+    let node = Arc::new(UpstreamPool::new(
+        env.chain_id,
+        UpstreamConfig::new(vec![proxy.url().to_string()]),
+    )?);
+    let ingest =
+        keel_index::TipIngest::take_ownership(env.db.pool().clone(), node, config(64), "a").await?;
+    catch_up(&ingest).await?;
+
+    // Block N holds a transfer to a1. The next getLogs (by N's hash) reaches the node
+    // late: meanwhile N is replaced by a block with a transfer to a2, so the node is
+    // asked for the logs of a block that is no longer canonical.
+    env.transfer(asset.token, a1, 1).await?;
+    let before = proxy.count("eth_getLogs");
+    proxy.add_rule(Rule::latency("eth_getLogs", Duration::from_millis(1_500)).times(1));
+    let step = tokio::spawn({
+        let ingest = ingest.clone();
+        async move { ingest.step().await }
+    });
+    // Reorg only once the step is inside the slow getLogs of block N.
+    while proxy.count("eth_getLogs") == before {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let p = env.chain.provider();
+    p.anvil_reorg(ReorgOptions {
+        depth: 1,
+        tx_block_pairs: vec![(transfer_request(asset.token, a0, a2, 2, p), 0)],
+    })
+    .await?;
+    let out = step.await??;
+    println!("step across the reorg: {out:?}");
+    // Whatever the node answered for the orphaned hash (an error: a reorg signal; an
+    // empty list: the tip check of the next step), the index converges.
+    catch_up(&ingest).await?;
+    let t = read::transfers(env.db.pool(), env.chain_id, Some(asset.token)).await?;
+    assert!(!t.iter().any(|t| t.to == a1), "{t:?}");
+    assert!(t.iter().any(|t| t.to == a2), "{t:?}");
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
+    );
+    Ok(())
+}
