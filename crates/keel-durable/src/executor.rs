@@ -379,7 +379,12 @@ async fn rescue(engine: &Engine) -> u64 {
 }
 
 async fn claim(engine: &Engine, names: &[String]) -> Result<Option<Claimed>> {
+    // Unprepared on purpose: as a prepared statement PostgreSQL may switch it to a
+    // generic plan chosen while the tables were nearly empty (a full scan and sort of
+    // every queued command), which the benchmark saw take 150-1,100 ms per claim until
+    // the next ANALYZE. An unnamed statement is planned with its parameters each time.
     Ok(sqlx::query_as::<_, Claimed>(CLAIM)
+        .persistent(false)
         .bind(names)
         .bind(engine.config.lease.as_secs_f64())
         .fetch_optional(&engine.pool)
