@@ -107,6 +107,9 @@ impl std::fmt::Debug for TxQueue {
 /// Requests signed per database transaction.
 const SIGN_CHUNK: usize = 128;
 
+/// Receipts fetched per JSON-RPC batch.
+const RECEIPT_BATCH: usize = 100;
+
 /// Broadcasts of one sender in flight at once.
 const BROADCAST_IN_FLIGHT: usize = 16;
 
@@ -809,7 +812,11 @@ impl TxQueue {
             .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
             .collect();
         let head = self.chain.block_number().await?;
-        let receipts = self.chain.receipts(&hashes).await?;
+        // Batches of RECEIPT_BATCH: providers cap JSON-RPC batch sizes.
+        let mut receipts = Vec::with_capacity(hashes.len());
+        for chunk in hashes.chunks(RECEIPT_BATCH) {
+            receipts.extend(self.chain.receipts(chunk).await?);
+        }
         let by_hash: HashMap<B256, TransactionReceipt> = hashes
             .iter()
             .zip(receipts)
