@@ -9,7 +9,8 @@
 //!
 //! | state | meaning | moved by |
 //! |---|---|---|
-//! | `queued` | recorded, no nonce yet | [`TxQueue::enqueue`] |
+//! | `queued` | recorded, no nonce yet | [`TxQueue::enqueue`] / [`TxQueue::enqueue_with`]; the funding check when funds arrived |
+//! | `waiting_funding` | the sender cannot pay and the request has a funding pause; no nonce; an open [`FundingRequest`] | the sender pass |
 //! | `signed` | a nonce is assigned and the signed raw transaction is **persisted**; it may not have reached a node | the sender pass |
 //! | `broadcast` | a node accepted an attempt (or said it already knew it) | the sender pass |
 //! | `settled` | the verdict is final: `confirmed`, `reverted` or `failed` | the confirmation pass, or the sender pass for failures before signing |
@@ -20,7 +21,7 @@
 //!   (`txq_sender`, `FOR UPDATE`), takes its next nonce, signs through the
 //!   [`TxSigner`] seam and inserts the attempt (raw bytes and hash) before committing.
 //!   A request that fails before signing (gas estimation reverts, the sender cannot
-//!   pay) consumes no nonce and settles `failed`.
+//!   pay and has no funding pause) consumes no nonce and settles `failed`.
 //! - **Broadcast** happens after the commit, outside any transaction. A crash between
 //!   the two leaves a `signed` request whose exact bytes the next pass re-broadcasts.
 //!   "Already known" is success. "Nonce too low" is resolved by looking for a receipt
@@ -44,18 +45,82 @@
 //!   adopts a nonce advanced outside Keel and fills gaps left by requests that failed
 //!   after signing with zero-value self-transfers.
 //!
-//! Not here yet: funding pauses
-//! (the request fails `GAS_REQUIRED` instead), running the confirmation pass as a
-//! cluster singleton in the runner role, the benchmark.
+//! ## Funding pauses
+//!
+//! A request enqueued with [`TxQueue::enqueue_with`] and
+//! [`EnqueueOptions::funding_pause`] does not fail when its sender cannot pay for it.
+//!
+//! - **Detection, before a nonce.** While preparing a queued request (before any nonce
+//!   is assigned) the sender pass compares the sender's `pending` balance, less what
+//!   the requests signed ahead of it in the same pass cost, with its cost: gas limit ×
+//!   max fee per gas + value, in wei (max fee = 2 × base fee + priority fee). When the
+//!   balance is short (or the node refuses to estimate gas for lack of funds) the
+//!   request moves to `waiting_funding` with a [`FundingRequest`]: the destination
+//!   address (the sender), the required amount in wei (cost − balance), the deadline
+//!   (database clock: the first detection + the pause; it never moves afterwards), and
+//!   the gas limit and max fee the amount was computed from. It holds **no nonce**, so
+//!   waiting can never leave a nonce gap. Without a funding pause the request settles
+//!   `Failed { code: "GAS_REQUIRED" }` as before.
+//! - **Every tick re-checks** the waiting requests of each sender (one balance read per
+//!   sender): when the balance covers the cost at current fees the request goes back to
+//!   `queued` and is signed in the same pass; past the deadline it settles
+//!   `Failed { code: "FUNDING_DEADLINE_EXPIRED" }`; otherwise the required amount is
+//!   updated (fees move, partial top-ups count).
+//! - **Same-sender requests wait behind it** (head-of-line): while a sender has a
+//!   `waiting_funding` request none of its later requests is signed, with or without a
+//!   funding pause. Funds sent for the waiting request are therefore not spent by later
+//!   requests, the sender's requests keep their submission order, and at most one
+//!   request per sender waits at a time (the required amount covers that request only;
+//!   the ones behind it are checked when their turn comes). Requests already signed
+//!   before the pause are unaffected and proceed.
+//! - **Refused after signing.** When a node still answers "insufficient funds" to the
+//!   broadcast of a `signed` request (the balance moved between check and broadcast, or
+//!   the funding has not reached that node), a request with a funding pause is retried
+//!   with the same bytes on the next passes, at most
+//!   [`TxQueueConfig::funding_broadcast_retries`] times, then it settles `GAS_REQUIRED`
+//!   like a request without a pause; the nonce it held is then a gap that nonce recovery
+//!   fills. A refused *replacement* (or re-broadcast) of a request an earlier attempt
+//!   of which a node accepted never settles it: that attempt may still mine.
+//! - **Reading them**: [`RequestStatus::funding`], [`TxQueue::funding_requests`] (this
+//!   chain) and [`funding_requests`] (every chain or one, from the database only).
+//!
+//! ## Metrics
+//!
+//! Labels are bounded: `chain_id`, `kind` (verdict kind) and, for the in-flight gauge
+//! only, `sender` (the registered signers' addresses, a configured set). Never request
+//! ids or hashes.
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `keel_txq_queue_depth` | gauge | `chain_id` | requests `queued` + `waiting_funding`, set every tick |
+//! | `keel_txq_waiting_funding` | gauge | `chain_id` | requests `waiting_funding`, set every tick |
+//! | `keel_txq_in_flight` | gauge | `chain_id`, `sender` | requests `signed` + `broadcast` per registered signer, set every tick |
+//! | `keel_txq_time_to_broadcast_seconds` | histogram | `chain_id` | enqueue → first accepted broadcast (includes any funding wait) |
+//! | `keel_txq_time_to_confirmation_seconds` | histogram | `chain_id` | enqueue → settled `confirmed` or `reverted` (at the confirmation depth) |
+//! | `keel_txq_verdicts_total` | counter | `chain_id`, `kind` | settled requests by verdict kind (`confirmed`, `reverted`, `failed`) |
+//! | `keel_txq_replacements_total` | counter | `chain_id` | fee-bumped replacement attempts persisted |
+//! | `keel_txq_replacements_capped_total` | counter | `chain_id` | replacements skipped at `max_fee_cap` |
+//! | `keel_txq_enqueued_total` | counter | `chain_id` | new requests recorded (idempotent repeats excluded) |
+//! | `keel_txq_signed_total` | counter | `chain_id` | requests signed (nonce assigned) |
+//! | `keel_txq_broadcast_total` | counter | `chain_id` | broadcasts a node accepted (or already knew) |
+//! | `keel_txq_funding_paused_total` | counter | `chain_id` | requests entering `waiting_funding` |
+//! | `keel_txq_funding_resumed_total` | counter | `chain_id` | waiting requests resumed after funding |
+//! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
+//! | `keel_txq_nonce_gaps_filled_total` | counter | `chain_id` | gaps filled with zero-value self-transfers |
+//!
+//! Not here yet: running the confirmation pass as a cluster singleton in the runner
+//! role.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
+mod funding;
 mod queue;
 mod signer;
 mod store;
 mod verdict;
 
 pub use error::{Result, TxqError};
-pub use queue::{RequestStatus, TxQueue, TxQueueConfig, TxRequest};
+pub use funding::{FundingRequest, funding_requests};
+pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
 pub use verdict::{AttemptRecord, SettlementVerdict};

@@ -1,5 +1,7 @@
-//! The queue: enqueue, the per-sender signing/broadcast pass, the confirmation pass.
+//! The queue: enqueue, the per-sender signing/broadcast pass (with funding pauses), the
+//! confirmation pass, metrics.
 
+use crate::funding::FundingRequest;
 use crate::store::{self, AttemptRow, NewAttempt, NewRequest, RequestRow};
 use crate::verdict::{AttemptRecord, SettlementVerdict};
 use crate::{Result, TxSigner, TxqError};
@@ -55,6 +57,12 @@ pub struct TxQueueConfig {
     pub bump_percent: u64,
     /// Upper bound of the max fee per gas, wei (the per-chain cap; default 1,000 gwei).
     pub max_fee_cap: u128,
+    /// For requests with a funding pause: how many times a broadcast refused by the node
+    /// for insufficient funds (after the queue's own balance check let the request
+    /// sign) is retried with the same bytes, one retry per pass, before the request
+    /// settles `Failed { code: "GAS_REQUIRED" }` (default 10). Requests without a
+    /// funding pause settle on the first refusal.
+    pub funding_broadcast_retries: u32,
 }
 
 impl Default for TxQueueConfig {
@@ -68,6 +76,34 @@ impl Default for TxQueueConfig {
             bump_after: Some(Duration::from_secs(30)),
             bump_percent: 12,
             max_fee_cap: 1_000_000_000_000,
+            funding_broadcast_retries: 10,
+        }
+    }
+}
+
+/// Options of [`TxQueue::enqueue_with`]. `Default` is what [`TxQueue::enqueue`] uses: no
+/// funding pause.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    /// Enables the funding pause. When the sender cannot pay for the request (balance <
+    /// gas limit × max fee per gas + value, in wei) the request waits in
+    /// `waiting_funding` with a [`FundingRequest`] instead of failing `GAS_REQUIRED`,
+    /// and resumes by itself once the balance suffices.
+    ///
+    /// The duration counts from the **first detection** of missing funds (not from
+    /// enqueue): the deadline, database clock, is fixed then and never moves, even if
+    /// the request resumes and later waits again. Past it the request settles
+    /// `Failed { code: "FUNDING_DEADLINE_EXPIRED" }`. Millisecond resolution.
+    /// `None` (the default): no pause, the request fails `GAS_REQUIRED`.
+    pub funding_pause: Option<Duration>,
+}
+
+impl EnqueueOptions {
+    /// Options with a funding pause of `deadline` (counted from the first detection of
+    /// missing funds).
+    pub fn funding_pause(deadline: Duration) -> Self {
+        Self {
+            funding_pause: Some(deadline),
         }
     }
 }
@@ -78,12 +114,14 @@ impl Default for TxQueueConfig {
 pub struct RequestStatus {
     /// Request id.
     pub id: Uuid,
-    /// `queued`, `signed`, `broadcast` or `settled`.
+    /// `queued`, `waiting_funding`, `signed`, `broadcast` or `settled`.
     pub state: String,
-    /// Assigned nonce, once signed.
+    /// Assigned nonce, once signed (never while `queued` or `waiting_funding`).
     pub nonce: Option<u64>,
     /// The verdict, once settled.
     pub verdict: Option<SettlementVerdict>,
+    /// The open funding request while the state is `waiting_funding`; `None` otherwise.
+    pub funding: Option<FundingRequest>,
 }
 
 /// The transaction queue of one chain.
@@ -125,6 +163,8 @@ struct ReadyTx {
 enum Prepared {
     Ready(ReadyTx),
     Settled,
+    /// Entered `waiting_funding`; the sender's later requests wait behind it.
+    Waiting,
     Retry,
 }
 
@@ -194,12 +234,27 @@ impl TxQueue {
         self.chain.chain()
     }
 
-    /// Records a request, idempotently by (chain, sender, key). Returns its id.
+    /// Records a request without a funding pause, idempotently by (chain, sender, key).
+    /// Returns its id. Same as [`TxQueue::enqueue_with`] with `EnqueueOptions::default()`.
     ///
     /// # Errors
-    /// [`TxqError::IdempotencyConflict`] when the key exists with another payload;
-    /// [`TxqError::InvalidRequest`] for an empty or over-long key or a zero gas limit.
+    /// [`TxqError::IdempotencyConflict`] when the key exists with another payload (or
+    /// with a funding pause); [`TxqError::InvalidRequest`] for an empty or over-long key
+    /// or a zero gas limit.
     pub async fn enqueue(&self, req: &TxRequest) -> Result<Uuid> {
+        self.enqueue_with(req, &EnqueueOptions::default()).await
+    }
+
+    /// Records a request with `opts`, idempotently by (chain, sender, key). Returns its
+    /// id. The options are part of the payload: the same key with another funding pause
+    /// is a conflict.
+    ///
+    /// # Errors
+    /// [`TxqError::IdempotencyConflict`] when the key exists with another payload or
+    /// other options; [`TxqError::InvalidRequest`] for an empty or over-long key
+    /// (`idempotency_key`), a zero gas limit (`gas_limit`), or a funding pause longer
+    /// than `i64::MAX` milliseconds (`funding_pause`).
+    pub async fn enqueue_with(&self, req: &TxRequest, opts: &EnqueueOptions) -> Result<Uuid> {
         let key_len = req.idempotency_key.chars().count();
         if key_len == 0 || key_len > 255 {
             return Err(TxqError::InvalidRequest("idempotency_key"));
@@ -209,6 +264,11 @@ impl TxQueue {
             Some(g) => Some(i64::try_from(g).map_err(|_| TxqError::InvalidRequest("gas_limit"))?),
             None => None,
         };
+        let funding_pause_ms = opts
+            .funding_pause
+            .map(|d| i64::try_from(d.as_millis()))
+            .transpose()
+            .map_err(|_| TxqError::InvalidRequest("funding_pause"))?;
         let new = NewRequest {
             id: Uuid::new_v4(),
             chain_id: self.chain_id,
@@ -218,6 +278,7 @@ impl TxQueue {
             value_wei: req.value.get().to_string(),
             calldata: &req.data,
             gas_limit,
+            funding_pause_ms,
         };
         if store::request_insert(&self.db, &new).await? {
             metrics::counter!("keel_txq_enqueued_total", "chain_id" => self.chain_id.to_string())
@@ -230,7 +291,8 @@ impl TxQueue {
         let same = existing.to_address.as_deref() == new.to
             && existing.value_wei == new.value_wei
             && existing.calldata == new.calldata
-            && existing.gas_limit == new.gas_limit;
+            && existing.gas_limit == new.gas_limit
+            && existing.funding_pause_ms == new.funding_pause_ms;
         if same {
             Ok(existing.id)
         } else {
@@ -238,7 +300,8 @@ impl TxQueue {
         }
     }
 
-    /// The request's state, nonce and verdict.
+    /// The request's state, nonce, verdict and (while `waiting_funding`) its funding
+    /// request.
     ///
     /// # Errors
     /// [`TxqError::NotFound`]; store errors.
@@ -253,12 +316,30 @@ impl TxQueue {
             ),
             None => None,
         };
+        let funding = if row.state == "waiting_funding" {
+            store::funding_of(&self.db, id)
+                .await?
+                .map(FundingRequest::try_from)
+                .transpose()?
+        } else {
+            None
+        };
         Ok(RequestStatus {
             id,
             state: row.state,
             nonce: row.nonce.and_then(|n| u64::try_from(n).ok()),
             verdict,
+            funding,
         })
+    }
+
+    /// Open funding requests of this queue's chain (requests in `waiting_funding`),
+    /// oldest first; see [`crate::funding_requests`] for every chain.
+    ///
+    /// # Errors
+    /// [`TxqError::Store`] when the database fails or a row does not decode.
+    pub async fn funding_requests(&self) -> Result<Vec<FundingRequest>> {
+        crate::funding_requests(&self.db, Some(self.chain_id)).await
     }
 
     /// Waits until the request is settled, checking every `poll` (this is a reader's
@@ -411,7 +492,8 @@ impl TxQueue {
         Ok((adopted, filled))
     }
 
-    /// One round: sender passes for every sender with work, then a confirmation pass.
+    /// One round: sender passes for every sender with work (funding checks included),
+    /// then a confirmation pass, then the queue-depth and in-flight gauges.
     ///
     /// # Errors
     /// The first failing pass's error (others still ran).
@@ -423,10 +505,41 @@ impl TxQueue {
             .map(|a| self.sender_pass(a));
         let results = futures::future::join_all(passes).await;
         let confirm = self.confirm_pass().await;
+        let gauges = self.record_gauges().await;
         for r in results {
             r?;
         }
-        confirm.map(|_| ())
+        confirm?;
+        gauges
+    }
+
+    /// Sets `keel_txq_queue_depth{chain_id}` (queued + waiting_funding),
+    /// `keel_txq_waiting_funding{chain_id}` and `keel_txq_in_flight{chain_id,sender}`
+    /// (signed + broadcast) for every registered sender (a bounded label set).
+    async fn record_gauges(&self) -> Result<()> {
+        let rows = store::depth(&self.db, self.chain_id).await?;
+        let (mut depth, mut waiting) = (0_i64, 0_i64);
+        let mut in_flight: HashMap<Vec<u8>, i64> = HashMap::new();
+        for r in rows {
+            match r.state.as_str() {
+                "queued" => depth += r.n,
+                "waiting_funding" => {
+                    depth += r.n;
+                    waiting += r.n;
+                }
+                _ => *in_flight.entry(r.sender).or_default() += r.n,
+            }
+        }
+        let chain = self.chain_id.to_string();
+        metrics::gauge!("keel_txq_queue_depth", "chain_id" => chain.clone()).set(depth as f64);
+        metrics::gauge!("keel_txq_waiting_funding", "chain_id" => chain.clone())
+            .set(waiting as f64);
+        for sender in self.signers.keys() {
+            let n = in_flight.get(sender.as_slice()).copied().unwrap_or(0);
+            metrics::gauge!("keel_txq_in_flight", "chain_id" => chain.clone(), "sender" => sender.to_string())
+                .set(n as f64);
+        }
+        Ok(())
     }
 
     /// The sender pass: signs and persists the sender's queued requests
@@ -442,11 +555,16 @@ impl TxQueue {
         Ok(signed + broadcast)
     }
 
-    /// Phase one of a sender pass: for each queued request, oldest first, prepares it
-    /// (gas estimate, fees, funds) and then, in one transaction under the sender's row
-    /// lock, assigns the next nonce, signs and persists the attempt. Nothing is
-    /// broadcast. Requests that fail before signing settle `failed` and take no nonce.
-    /// Returns how many requests were signed or settled.
+    /// Phase one of a sender pass: first the funding check of the sender's
+    /// `waiting_funding` requests (resume when the balance suffices, settle
+    /// `FUNDING_DEADLINE_EXPIRED` past the deadline); while one still waits, nothing
+    /// else of the sender is signed (head-of-line: the funds sent for it are not spent
+    /// by later requests). Then for each queued request, oldest first, prepares it (gas
+    /// estimate, fees, funds) and then, in one transaction under the sender's row lock,
+    /// assigns the next nonce, signs and persists the attempt. Nothing is broadcast.
+    /// Requests that fail before signing settle `failed`, and requests that enter
+    /// `waiting_funding` wait; neither takes a nonce. Returns how many requests were
+    /// signed, settled, paused or resumed.
     ///
     /// # Errors
     /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
@@ -462,6 +580,10 @@ impl TxQueue {
             let nonce = i64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?;
             store::sender_init(&self.db, self.chain_id, sender.as_slice(), nonce).await?;
         }
+        let (still_waiting, mut moved) = self.check_funding(sender).await?;
+        if still_waiting {
+            return Ok(moved);
+        }
         let queued = store::requests_queued(
             &self.db,
             self.chain_id,
@@ -470,7 +592,7 @@ impl TxQueue {
         )
         .await?;
         if queued.is_empty() {
-            return Ok(0);
+            return Ok(moved);
         }
         // Fees and funds are read once per pass; the balance is spent down locally as
         // requests are signed (their transactions are not in the node's pool yet).
@@ -481,12 +603,15 @@ impl TxQueue {
             .await?
             .wei
             .get();
-        let mut moved = 0;
         let mut ready = Vec::new();
         for req in &queued {
             match self.prepare(sender, req, fees, &mut available).await? {
                 Prepared::Ready(p) => ready.push(p),
                 Prepared::Settled => moved += 1,
+                Prepared::Waiting => {
+                    moved += 1;
+                    break;
+                }
                 Prepared::Retry => break,
             }
         }
@@ -497,6 +622,67 @@ impl TxQueue {
             moved += chunk.len();
         }
         Ok(moved)
+    }
+
+    /// The funding check of `sender`'s `waiting_funding` requests, oldest first: one
+    /// whose cost (its gas limit × the current max fee per gas + value, wei) the
+    /// sender's pending balance covers goes back to `queued` (the balance is spent down
+    /// locally for the next one); otherwise, past its deadline (database clock), it
+    /// settles `Failed { code: "FUNDING_DEADLINE_EXPIRED" }`; otherwise its shortfall is
+    /// updated and it keeps waiting. Returns whether one still waits, and how many
+    /// moved.
+    async fn check_funding(&self, sender: Address) -> Result<(bool, usize)> {
+        let waiting =
+            store::funding_open(&self.db, Some(self.chain_id), Some(sender.as_slice())).await?;
+        if waiting.is_empty() {
+            return Ok((false, 0));
+        }
+        let (max_fee, _tip) = self.fees().await?;
+        let mut available = self
+            .chain
+            .balance(sender, BlockNumberOrTag::Pending)
+            .await?
+            .wei
+            .get();
+        let chain = self.chain_id.to_string();
+        let mut moved = 0;
+        for w in &waiting {
+            let value: U256 = w
+                .value_wei
+                .parse()
+                .map_err(|_| TxqError::InvalidRequest("value"))?;
+            let gas = u64::try_from(w.funding_gas_limit)
+                .map_err(|_| TxqError::InvalidRequest("gas_limit"))?;
+            let need = U256::from(gas)
+                .saturating_mul(U256::from(max_fee))
+                .saturating_add(value);
+            if available >= need {
+                available -= need;
+                if store::request_resume(&self.db, w.id).await? {
+                    tracing::info!(target: "keel::txq", request = %w.id, %sender, "funds arrived; request resumes");
+                    metrics::counter!("keel_txq_funding_resumed_total", "chain_id" => chain.clone())
+                        .increment(1);
+                    moved += 1;
+                }
+                continue;
+            }
+            if w.expired {
+                let verdict = failed("FUNDING_DEADLINE_EXPIRED", vec![]);
+                let json = serde_json::to_value(&verdict)
+                    .map_err(|_| TxqError::InvalidRequest("verdict"))?;
+                if store::request_expire_funding(&self.db, w.id, &json, verdict.kind()).await? {
+                    metrics::counter!("keel_txq_verdicts_total", "chain_id" => chain.clone(), "kind" => verdict.kind()).increment(1);
+                    tracing::warn!(target: "keel::txq", request = %w.id, %sender, "funding deadline passed; request failed");
+                    moved += 1;
+                }
+                continue;
+            }
+            let short = need - available;
+            store::request_update_funding(&self.db, w.id, &short.to_string(), &max_fee.to_string())
+                .await?;
+            return Ok((true, moved));
+        }
+        Ok((false, moved))
     }
 
     /// Phase two: broadcasts the latest attempt of every `signed` request of `sender`
@@ -557,7 +743,9 @@ impl TxQueue {
 
     /// Prepares one queued request for signing: its gas limit (estimated when not
     /// fixed) and what it costs; settles it `failed` when it can never be signed
-    /// (estimation reverts, the sender cannot pay). Nothing here takes a nonce.
+    /// (estimation reverts, the sender cannot pay and the request has no funding
+    /// pause), or moves it to `waiting_funding` (the sender cannot pay, funding pause
+    /// enabled). Nothing here takes a nonce.
     async fn prepare(
         &self,
         sender: Address,
@@ -611,6 +799,14 @@ impl TxQueue {
                                     attempts: vec![],
                                 }
                             }
+                            NodeErrorKind::InsufficientFunds if req.funding_pause_ms.is_some() => {
+                                // The node refuses to estimate without funds: estimate as
+                                // if funded; a lower bound of 21,000 gas when it cannot.
+                                let gas = self.estimate_funded(sender, to, value, &data).await;
+                                return self
+                                    .wait_for_funds(req, gas, max_fee, value, *available)
+                                    .await;
+                            }
                             NodeErrorKind::InsufficientFunds => failed("GAS_REQUIRED", vec![]),
                             _ => failed("REJECTED", vec![]),
                         };
@@ -628,6 +824,11 @@ impl TxQueue {
             .saturating_mul(U256::from(max_fee))
             .saturating_add(value);
         if *available < need {
+            if req.funding_pause_ms.is_some() {
+                return self
+                    .wait_for_funds(req, gas_limit, max_fee, value, *available)
+                    .await;
+            }
             self.settle(req.id, &failed("GAS_REQUIRED", vec![])).await?;
             return Ok(Prepared::Settled);
         }
@@ -639,6 +840,79 @@ impl TxQueue {
             data,
             gas_limit,
         }))
+    }
+
+    /// Moves a queued request with a funding pause to `waiting_funding`, its funding
+    /// request being `gas_limit × max_fee + value − available` wei (deadline set on the
+    /// first detection). Takes no nonce.
+    async fn wait_for_funds(
+        &self,
+        req: &RequestRow,
+        gas_limit: u64,
+        max_fee: u128,
+        value: U256,
+        available: U256,
+    ) -> Result<Prepared> {
+        let need = U256::from(gas_limit)
+            .saturating_mul(U256::from(max_fee))
+            .saturating_add(value);
+        let short = need.saturating_sub(available).max(U256::from(1));
+        let gas = i64::try_from(gas_limit).map_err(|_| TxqError::InvalidRequest("gas_limit"))?;
+        if !store::request_wait_funding(
+            &self.db,
+            req.id,
+            &short.to_string(),
+            gas,
+            &max_fee.to_string(),
+        )
+        .await?
+        {
+            // Moved by another process meanwhile.
+            return Ok(Prepared::Retry);
+        }
+        metrics::counter!("keel_txq_funding_paused_total", "chain_id" => self.chain_id.to_string())
+            .increment(1);
+        tracing::warn!(target: "keel::txq", request = %req.id, required_wei = %short, "sender cannot pay; request waits for funding");
+        Ok(Prepared::Waiting)
+    }
+
+    /// `eth_estimateGas` with the sender's balance overridden (state override), for a
+    /// request the node refused to estimate for lack of funds; 21,000 (the intrinsic
+    /// minimum, a lower bound) when the node supports no override or still refuses.
+    async fn estimate_funded(
+        &self,
+        sender: Address,
+        to: Option<Address>,
+        value: U256,
+        data: &Bytes,
+    ) -> u64 {
+        let call = TransactionRequest {
+            from: Some(sender),
+            to: Some(to.map_or(TxKind::Create, TxKind::Call)),
+            value: Some(value),
+            input: data.clone().into(),
+            ..Default::default()
+        };
+        let balance = value.saturating_add(U256::from(10u128.pow(30)));
+        let overrides =
+            serde_json::json!({ sender.to_string(): { "balance": format!("{balance:#x}") } });
+        match self
+            .chain
+            .request::<_, U64>(
+                "eth_estimateGas",
+                (call, BlockNumberOrTag::Latest, overrides),
+            )
+            .await
+        {
+            Ok(g) => {
+                let g = g.to::<u64>();
+                g.saturating_add(g.saturating_mul(self.config.gas_limit_headroom_percent) / 100)
+            }
+            Err(e) => {
+                tracing::debug!(target: "keel::txq", error = %e, "estimation with a balance override failed; using 21,000 gas as a lower bound");
+                21_000
+            }
+        }
     }
 
     /// In one transaction under the sender's row lock: assigns consecutive nonces to
@@ -734,6 +1008,25 @@ impl TxQueue {
                     }
                 }
                 NodeErrorKind::InsufficientFunds => {
+                    if req.state == "broadcast" {
+                        // An earlier attempt was accepted (this is a replacement or a
+                        // re-broadcast): it may still mine, so the request stays in
+                        // flight and the confirmation pass keeps watching it.
+                        tracing::warn!(target: "keel::txq", request = %req.id, "node refused an attempt for insufficient funds; an earlier attempt stays in flight");
+                        return Ok(Broadcast::Retry);
+                    }
+                    if req.funding_pause_ms.is_some() {
+                        // Signed after the queue's own balance check (the funds may not
+                        // have reached this node yet): bounded retries, same bytes.
+                        let refusals = store::request_funding_refused(&self.db, req.id).await?;
+                        if u32::try_from(refusals).unwrap_or(u32::MAX)
+                            <= self.config.funding_broadcast_retries
+                        {
+                            tracing::warn!(target: "keel::txq", request = %req.id, refusals, "broadcast refused for insufficient funds; retrying next pass");
+                            return Ok(Broadcast::Retry);
+                        }
+                    }
+                    // The nonce is left unused; nonce recovery fills the gap.
                     self.settle(req.id, &failed("GAS_REQUIRED", attempt_records(all)))
                         .await?;
                     return Ok(Broadcast::Settled);
@@ -761,7 +1054,10 @@ impl TxQueue {
                 return Ok(Broadcast::Retry);
             }
         }
-        store::request_mark_broadcast(&self.db, req.id).await?;
+        if let Some(secs) = store::request_mark_broadcast(&self.db, req.id).await? {
+            metrics::histogram!("keel_txq_time_to_broadcast_seconds", "chain_id" => self.chain_id.to_string())
+                .record(secs);
+        }
         metrics::counter!("keel_txq_broadcast_total", "chain_id" => self.chain_id.to_string())
             .increment(1);
         Ok(Broadcast::Accepted)
@@ -785,8 +1081,12 @@ impl TxQueue {
     async fn settle(&self, id: Uuid, verdict: &SettlementVerdict) -> Result<()> {
         let json =
             serde_json::to_value(verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
-        if store::request_settle(&self.db, id, &json, verdict.kind()).await? {
+        if let Some(secs) = store::request_settle(&self.db, id, &json, verdict.kind()).await? {
             metrics::counter!("keel_txq_verdicts_total", "chain_id" => self.chain_id.to_string(), "kind" => verdict.kind()).increment(1);
+            if !matches!(verdict, SettlementVerdict::Failed { .. }) {
+                metrics::histogram!("keel_txq_time_to_confirmation_seconds", "chain_id" => self.chain_id.to_string())
+                    .record(secs);
+            }
             tracing::info!(target: "keel::txq", request = %id, verdict = verdict.kind(), "request settled");
         }
         Ok(())

@@ -1,5 +1,6 @@
-//! SQL of the queue's tables (`migrations/0005_txq.sql`). Every function takes an
-//! executor so callers can compose them in one transaction.
+//! SQL of the queue's tables (`migrations/0005_txq.sql`, funding pauses in
+//! `migrations/0008_txq_funding.sql`). Every function takes an executor so callers can
+//! compose them in one transaction.
 
 use crate::Result;
 use sqlx::{PgExecutor, Row};
@@ -17,6 +18,31 @@ pub(crate) struct RequestRow {
     pub state: String,
     pub nonce: Option<i64>,
     pub verdict: Option<serde_json::Value>,
+    /// The funding pause in milliseconds; `None`: no funding pause.
+    pub funding_pause_ms: Option<i64>,
+}
+
+/// The open funding request of a `waiting_funding` row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct FundingRow {
+    pub id: Uuid,
+    pub chain_id: i64,
+    pub sender: Vec<u8>,
+    pub value_wei: String,
+    pub funding_required_wei: String,
+    pub funding_gas_limit: i64,
+    pub funding_max_fee_wei: String,
+    pub funding_deadline: chrono::DateTime<chrono::Utc>,
+    /// `funding_deadline <= now()` on the database clock.
+    pub expired: bool,
+}
+
+/// Counts of unsettled requests of one (state, sender).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct DepthRow {
+    pub state: String,
+    pub sender: Vec<u8>,
+    pub n: i64,
 }
 
 /// A `txq_attempt` row.
@@ -34,8 +60,11 @@ pub(crate) struct AttemptRow {
     pub age_ms: i64,
 }
 
-const REQUEST_COLUMNS: &str =
-    "id, sender, to_address, value_wei, calldata, gas_limit, state, nonce, verdict";
+const REQUEST_COLUMNS: &str = "id, sender, to_address, value_wei, calldata, gas_limit, state, nonce, verdict, \
+     funding_pause_ms";
+
+const FUNDING_COLUMNS: &str = "id, chain_id, sender, value_wei, funding_required_wei, funding_gas_limit, \
+     funding_max_fee_wei, funding_deadline, funding_deadline <= now() AS expired";
 
 pub(crate) struct NewRequest<'a> {
     pub id: Uuid,
@@ -46,13 +75,14 @@ pub(crate) struct NewRequest<'a> {
     pub value_wei: String,
     pub calldata: &'a [u8],
     pub gas_limit: Option<i64>,
+    pub funding_pause_ms: Option<i64>,
 }
 
 /// Inserts a request unless its idempotency key exists; returns whether it inserted.
 pub(crate) async fn request_insert(db: impl PgExecutor<'_>, r: &NewRequest<'_>) -> Result<bool> {
     let done = sqlx::query(
-        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          ON CONFLICT (chain_id, sender, idempotency_key) DO NOTHING",
     )
     .bind(r.id)
@@ -63,6 +93,7 @@ pub(crate) async fn request_insert(db: impl PgExecutor<'_>, r: &NewRequest<'_>) 
     .bind(&r.value_wei)
     .bind(r.calldata)
     .bind(r.gas_limit)
+    .bind(r.funding_pause_ms)
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -133,13 +164,14 @@ pub(crate) async fn requests_in_flight(
     .await?)
 }
 
-/// Senders of a chain with queued or in-flight requests.
+/// Senders of a chain with queued, waiting or signed requests (those a sender pass has
+/// work for).
 pub(crate) async fn senders_with_work(
     db: impl PgExecutor<'_>,
     chain_id: i64,
 ) -> Result<Vec<Vec<u8>>> {
     let rows = sqlx::query(
-        "SELECT DISTINCT sender FROM txq_request WHERE chain_id = $1 AND state IN ('queued', 'signed')",
+        "SELECT DISTINCT sender FROM txq_request WHERE chain_id = $1 AND state IN ('queued', 'waiting_funding', 'signed')",
     )
     .bind(chain_id)
     .fetch_all(db)
@@ -256,21 +288,107 @@ pub(crate) async fn attempt_insert(db: impl PgExecutor<'_>, a: &NewAttempt<'_>) 
     Ok(())
 }
 
-/// `signed` → `broadcast`.
-pub(crate) async fn request_mark_broadcast(db: impl PgExecutor<'_>, id: Uuid) -> Result<()> {
-    sqlx::query(
+/// `signed` → `broadcast`; returns the seconds since enqueue when it moved.
+pub(crate) async fn request_mark_broadcast(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<Option<f64>> {
+    let row = sqlx::query(
         "UPDATE txq_request SET state = 'broadcast', broadcast_at = coalesce(broadcast_at, now()), updated_at = now()
-          WHERE id = $1 AND state = 'signed'",
+          WHERE id = $1 AND state = 'signed'
+         RETURNING extract(epoch FROM now() - created_at)::float8",
     )
     .bind(id)
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| r.try_get::<f64, _>(0))
+        .transpose()
+        .map_err(Into::into)
+}
+
+/// Any unsettled state → `settled` with `verdict`; `None` when it was settled already
+/// (a settled verdict is never overwritten), else the seconds since enqueue.
+pub(crate) async fn request_settle(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    verdict: &serde_json::Value,
+    kind: &str,
+) -> Result<Option<f64>> {
+    let row = sqlx::query(
+        "UPDATE txq_request SET state = 'settled', verdict = $2, verdict_kind = $3, settled_at = now(), updated_at = now()
+          WHERE id = $1 AND state <> 'settled'
+         RETURNING extract(epoch FROM now() - created_at)::float8",
+    )
+    .bind(id)
+    .bind(verdict)
+    .bind(kind)
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| r.try_get::<f64, _>(0))
+        .transpose()
+        .map_err(Into::into)
+}
+
+/// `queued` → `waiting_funding` with its funding request; the deadline is set on the
+/// first detection only (`now()` + the pause) and kept afterwards. False when the
+/// request is no longer queued or has no funding pause.
+pub(crate) async fn request_wait_funding(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    required_wei: &str,
+    gas_limit: i64,
+    max_fee_wei: &str,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "UPDATE txq_request
+            SET state = 'waiting_funding',
+                funding_deadline = coalesce(funding_deadline, now() + funding_pause_ms * interval '1 millisecond'),
+                funding_required_wei = $2, funding_gas_limit = $3, funding_max_fee_wei = $4, updated_at = now()
+          WHERE id = $1 AND state = 'queued' AND funding_pause_ms IS NOT NULL",
+    )
+    .bind(id)
+    .bind(required_wei)
+    .bind(gas_limit)
+    .bind(max_fee_wei)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Updates the shortfall of a request still `waiting_funding`.
+pub(crate) async fn request_update_funding(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    required_wei: &str,
+    max_fee_wei: &str,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE txq_request SET funding_required_wei = $2, funding_max_fee_wei = $3, updated_at = now()
+          WHERE id = $1 AND state = 'waiting_funding'",
+    )
+    .bind(id)
+    .bind(required_wei)
+    .bind(max_fee_wei)
     .execute(db)
     .await?;
     Ok(())
 }
 
-/// Any unsettled state → `settled` with `verdict`; false when it was settled already
-/// (a settled verdict is never overwritten).
-pub(crate) async fn request_settle(
+/// `waiting_funding` → `queued` (the balance suffices); false when it moved meanwhile.
+pub(crate) async fn request_resume(db: impl PgExecutor<'_>, id: Uuid) -> Result<bool> {
+    let r = sqlx::query(
+        "UPDATE txq_request SET state = 'queued', updated_at = now()
+          WHERE id = $1 AND state = 'waiting_funding'",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// `waiting_funding` past its deadline (database clock) → `settled` with `verdict`;
+/// false when it is not waiting any more or its deadline has not passed.
+pub(crate) async fn request_expire_funding(
     db: impl PgExecutor<'_>,
     id: Uuid,
     verdict: &serde_json::Value,
@@ -278,7 +396,7 @@ pub(crate) async fn request_settle(
 ) -> Result<bool> {
     let r = sqlx::query(
         "UPDATE txq_request SET state = 'settled', verdict = $2, verdict_kind = $3, settled_at = now(), updated_at = now()
-          WHERE id = $1 AND state <> 'settled'",
+          WHERE id = $1 AND state = 'waiting_funding' AND funding_deadline <= now()",
     )
     .bind(id)
     .bind(verdict)
@@ -286,6 +404,59 @@ pub(crate) async fn request_settle(
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+/// Counts one more broadcast refused for insufficient funds; returns the new count.
+pub(crate) async fn request_funding_refused(db: impl PgExecutor<'_>, id: Uuid) -> Result<i32> {
+    let row = sqlx::query(
+        "UPDATE txq_request SET funding_refusals = funding_refusals + 1, updated_at = now()
+          WHERE id = $1 RETURNING funding_refusals",
+    )
+    .bind(id)
+    .fetch_one(db)
+    .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// Open funding requests (`waiting_funding`), optionally of one chain and one sender,
+/// oldest first.
+pub(crate) async fn funding_open(
+    db: impl PgExecutor<'_>,
+    chain_id: Option<i64>,
+    sender: Option<&[u8]>,
+) -> Result<Vec<FundingRow>> {
+    Ok(sqlx::query_as::<_, FundingRow>(sqlx::AssertSqlSafe(format!(
+        "SELECT {FUNDING_COLUMNS} FROM txq_request
+          WHERE state = 'waiting_funding' AND ($1::int8 IS NULL OR chain_id = $1)
+            AND ($2::bytea IS NULL OR sender = $2)
+          ORDER BY created_at, id"
+    )))
+    .bind(chain_id)
+    .bind(sender)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The open funding request of one request, when it is `waiting_funding`.
+pub(crate) async fn funding_of(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<FundingRow>> {
+    Ok(sqlx::query_as::<_, FundingRow>(sqlx::AssertSqlSafe(format!(
+        "SELECT {FUNDING_COLUMNS} FROM txq_request WHERE id = $1 AND state = 'waiting_funding'"
+    )))
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// Unsettled requests of a chain counted by (state, sender).
+pub(crate) async fn depth(db: impl PgExecutor<'_>, chain_id: i64) -> Result<Vec<DepthRow>> {
+    Ok(sqlx::query_as::<_, DepthRow>(
+        "SELECT state, sender, count(*) AS n FROM txq_request
+          WHERE chain_id = $1 AND state IN ('queued', 'waiting_funding', 'signed', 'broadcast')
+          GROUP BY state, sender",
+    )
+    .bind(chain_id)
+    .fetch_all(db)
+    .await?)
 }
 
 /// Locks a request that is still `broadcast` (for adding a replacement attempt); false

@@ -52,7 +52,10 @@ pub enum SettlementVerdict {
     },
     /// Never took effect. `code`: `EXECUTION_REVERTED` (gas estimation reverted;
     /// `revert_data` holds the data), `GAS_REQUIRED` (the sender cannot pay gas ×
-    /// max fee + value), `NONCE_CONSUMED_EXTERNALLY`, `INTRINSIC_GAS_TOO_LOW`,
+    /// max fee + value, in wei, and has no funding pause — or a node kept refusing the
+    /// signed transaction for insufficient funds), `FUNDING_DEADLINE_EXPIRED` (the
+    /// request waited in `waiting_funding` past its deadline; no nonce was used),
+    /// `NONCE_CONSUMED_EXTERNALLY`, `INTRINSIC_GAS_TOO_LOW`,
     /// `EXCEEDS_BLOCK_GAS_LIMIT`, `REJECTED` (another node refusal).
     #[serde(rename_all = "camelCase")]
     Failed {
