@@ -89,6 +89,15 @@ pub struct DurableConfig {
     pub confirmation_watcher: ConfirmationWatcherConfig,
     /// `durable.sharding`.
     pub sharding: ShardingConfig,
+    /// Execution lease of a workflow segment, milliseconds (1000..=600000; default
+    /// 30000): a crashed runner's in-flight segment is resumed elsewhere this long
+    /// after its last renewal.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+}
+
+fn default_lease_ms() -> u64 {
+    30_000
 }
 
 /// `[durable.confirmationWatcher]`.
@@ -209,6 +218,66 @@ impl TelemetryConfig {
     }
 }
 
+/// `[api]`: the Platform API (role `api`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Listen address, `ip:port`.
+    pub listen_address: String,
+    /// Largest accepted request body, bytes (1024..=16777216; default 262144).
+    pub body_limit_bytes: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            listen_address: "127.0.0.1:8080".to_owned(),
+            body_limit_bytes: 262_144,
+        }
+    }
+}
+
+/// `[operator]`: the account Keel sends transactions from (role `runner`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperatorConfig {
+    /// Name of the environment variable holding the operator's hex private key.
+    pub key_env: String,
+    /// ERC-8021 attribution codes (schema 0), appended to every calldata.
+    pub attribution_codes: Vec<String>,
+}
+
+impl Default for OperatorConfig {
+    fn default() -> Self {
+        Self {
+            key_env: "KEEL_OPERATOR_KEY".to_owned(),
+            attribution_codes: vec!["keel".to_owned()],
+        }
+    }
+}
+
+/// `[index]`: the Ledger Index (role `indexer`) and read-after-write waits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IndexSettings {
+    /// Tip-ingest poll interval, milliseconds (50..=60000; default 500).
+    pub poll_interval_ms: u64,
+    /// Blocks after which a block is final (default 12); the hash window is twice this.
+    pub finality_depth: u64,
+    /// A workflow's read-after-write wait per step attempt, milliseconds (default 30000).
+    pub read_after_write_wait_ms: u64,
+}
+
+impl Default for IndexSettings {
+    fn default() -> Self {
+        Self {
+            poll_interval_ms: 500,
+            finality_depth: 12,
+            read_after_write_wait_ms: 30_000,
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -223,6 +292,15 @@ pub struct Config {
     /// `[chains.<name>]`, by name.
     #[serde(default)]
     pub chains: BTreeMap<String, ChainConfig>,
+    /// `[api]`.
+    #[serde(default)]
+    pub api: ApiConfig,
+    /// `[operator]`.
+    #[serde(default)]
+    pub operator: OperatorConfig,
+    /// `[index]`.
+    #[serde(default)]
+    pub index: IndexSettings,
     /// `[durable]`.
     pub durable: DurableConfig,
     /// `[cluster]`.
@@ -404,11 +482,35 @@ impl Config {
         if ids.windows(2).any(|w| w[0] == w[1]) {
             return Err(invalid("chains", "two chains share a chainId"));
         }
+        if self.api.listen_address.parse::<SocketAddr>().is_err() {
+            return Err(invalid("api.listenAddress", "must be ip:port"));
+        }
+        if !(1024..=16_777_216).contains(&self.api.body_limit_bytes) {
+            return Err(invalid(
+                "api.bodyLimitBytes",
+                "must be within 1024..=16777216",
+            ));
+        }
+        if !(50..=60_000).contains(&self.index.poll_interval_ms) {
+            return Err(invalid(
+                "index.pollIntervalMs",
+                "must be within 50..=60000 milliseconds",
+            ));
+        }
+        if self.index.read_after_write_wait_ms == 0 {
+            return Err(invalid("index.readAfterWriteWaitMs", "must be positive"));
+        }
         let interval = self.durable.confirmation_watcher.interval_ms;
         if !(50..=60_000).contains(&interval) {
             return Err(invalid(
                 "durable.confirmationWatcher.intervalMs",
                 "must be within 50..=60000 milliseconds",
+            ));
+        }
+        if !(1_000..=600_000).contains(&self.durable.lease_ms) {
+            return Err(invalid(
+                "durable.leaseMs",
+                "must be within 1000..=600000 milliseconds",
             ));
         }
         if self.durable.sharding.shards == 0 {

@@ -13,5 +13,6 @@
 
 pub mod config;
 pub mod roles;
+pub mod services;
 pub mod shutdown;
 pub mod telemetry;

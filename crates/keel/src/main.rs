@@ -11,6 +11,8 @@ use keel::telemetry;
 use keel_abi::platform::{PlatformDeployment, deploy_platform, read_back};
 use keel_store::platform::{PlatformContract, platform_contract_upsert};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Keel: durable asset operations on EVM chains.
@@ -49,6 +51,79 @@ enum Command {
     Chain {
         #[command(subcommand)]
         command: ChainCommand,
+    },
+    /// Organization commands (tenants of the Platform API).
+    Org {
+        #[command(subcommand)]
+        command: OrgCommand,
+    },
+    /// API key commands.
+    ApiKey {
+        #[command(subcommand)]
+        command: ApiKeyCommand,
+    },
+    /// Asset template commands (the server-side settings assets are created from).
+    Template {
+        #[command(subcommand)]
+        command: TemplateCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum OrgCommand {
+    /// Create an organization; prints its id.
+    Create {
+        /// Unique name, 1 to 255 characters.
+        #[arg(long)]
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ApiKeyCommand {
+    /// Create an API key for an organization. The token is printed once on stdout and
+    /// stored only as its SHA-256.
+    Create {
+        /// The organization's name.
+        #[arg(long)]
+        org: String,
+        /// A label for the key (who or what uses it).
+        #[arg(long)]
+        label: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TemplateCommand {
+    /// Create or replace an asset template of an organization.
+    Set {
+        /// The organization's name.
+        #[arg(long)]
+        org: String,
+        /// Template id, `^[a-z0-9][a-z0-9._-]{0,63}$`.
+        #[arg(long)]
+        id: String,
+        /// The chain's name in the configuration (`[chains.<name>]`).
+        #[arg(long)]
+        chain: String,
+        /// Decimals of the price feed's answers.
+        #[arg(long, default_value_t = 8)]
+        price_decimals: u8,
+        /// Staleness bound installed on the PriceResolver, seconds.
+        #[arg(long, default_value_t = 86_400)]
+        staleness_bound_seconds: u64,
+        /// Mints above this amount (token units) wait for an approval.
+        #[arg(long)]
+        mint_approval_threshold: Option<String>,
+        /// Seconds an approval may take before the operation fails APPROVAL_EXPIRED.
+        #[arg(long, default_value_t = 86_400)]
+        approval_ttl_seconds: u64,
+        /// Pause operations on insufficient gas funds instead of failing GAS_REQUIRED.
+        #[arg(long)]
+        funding_pause: bool,
+        /// Seconds a funding pause may last.
+        #[arg(long, default_value_t = 3_600)]
+        funding_deadline_seconds: u64,
     },
 }
 
@@ -148,7 +223,72 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
                 },
         } => bootstrap(config, &chain, &key_env, deploy_erc4337, entry_point).await,
         Command::Config { .. } => Ok(()),
+        Command::Org {
+            command: OrgCommand::Create { name },
+        } => {
+            let pool = connect_migrated(&config).await?;
+            let id = keel_workflows::tenancy::create_organization(&pool, &name).await?;
+            println!("{id}");
+            Ok(())
+        }
+        Command::ApiKey {
+            command: ApiKeyCommand::Create { org, label },
+        } => {
+            let pool = connect_migrated(&config).await?;
+            let org = keel_workflows::tenancy::organization_by_name(&pool, &org).await?;
+            let key = keel_workflows::tenancy::create_api_key(&pool, org, &label).await?;
+            eprintln!("api key {} created; the token below is shown once", key.id);
+            println!("{}", key.token);
+            Ok(())
+        }
+        Command::Template {
+            command:
+                TemplateCommand::Set {
+                    org,
+                    id,
+                    chain,
+                    price_decimals,
+                    staleness_bound_seconds,
+                    mint_approval_threshold,
+                    approval_ttl_seconds,
+                    funding_pause,
+                    funding_deadline_seconds,
+                },
+        } => {
+            let chain_id = config
+                .chains
+                .get(&chain)
+                .with_context(|| {
+                    format!("no chain named `{chain}` in the configuration (chains.*)")
+                })?
+                .chain_id;
+            let pool = connect_migrated(&config).await?;
+            let org = keel_workflows::tenancy::organization_by_name(&pool, &org).await?;
+            let template = keel_workflows::tenancy::Template {
+                id,
+                chain_id,
+                price_decimals,
+                staleness_bound_seconds,
+                mint_approval_threshold,
+                approval_ttl_seconds,
+                funding_pause,
+                funding_deadline_seconds,
+            };
+            keel_workflows::tenancy::upsert_template(&pool, org, &template).await?;
+            println!("template {} set (chain {chain_id})", template.id);
+            Ok(())
+        }
     }
+}
+
+async fn connect_migrated(config: &Config) -> anyhow::Result<sqlx::PgPool> {
+    let pool = keel_store::connect(&config.database)
+        .await
+        .context("connecting to the database")?;
+    keel_store::migrate(&pool)
+        .await
+        .context("applying migrations")?;
+    Ok(pool)
 }
 
 async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow::Result<()> {
@@ -166,6 +306,13 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
         .context("connecting to the database")?;
     let shutdown = keel::shutdown::on_signal();
     let runtime = keel::roles::RoleRuntime::start(role, &config, &pool).await?;
+    let ready = Arc::new(AtomicBool::new(false));
+    let api = if role == Role::Api {
+        Some(start_api(&config, &pool, ready.clone(), shutdown.clone()).await?)
+    } else {
+        None
+    };
+    ready.store(true, Ordering::SeqCst);
     metrics::gauge!("keel_ready").set(1.0);
     tracing::info!(
         target: "keel",
@@ -175,14 +322,51 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
     );
     shutdown.cancelled().await;
     // Readiness first, so load balancers and probes stop routing before work stops.
+    ready.store(false, Ordering::SeqCst);
     metrics::gauge!("keel_ready").set(0.0);
     tracing::info!(target: "keel", grace_seconds = grace.as_secs(), "draining");
     let started = std::time::Instant::now();
-    runtime.stop(grace).await;
+    if let Some(server) = api {
+        // The server stops accepting at the signal and finishes in-flight requests.
+        if tokio::time::timeout(grace, server).await.is_err() {
+            tracing::warn!(target: "keel", "in-flight requests did not finish within the grace");
+        }
+    }
+    runtime.stop(grace.saturating_sub(started.elapsed())).await;
     let left = grace.saturating_sub(started.elapsed());
     tokio::time::timeout(left, pool.close()).await.ok();
     tracing::info!(target: "keel", "stopped");
     Ok(())
+}
+
+/// Binds the Platform API and serves it until `shutdown` fires (graceful: in-flight
+/// requests finish).
+async fn start_api(
+    config: &Config,
+    pool: &sqlx::PgPool,
+    ready: Arc<AtomicBool>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let engine = keel_durable::Engine::new(pool.clone(), keel::services::engine_config(config))
+        .context("durable engine")?;
+    let ops = keel_workflows::Ops::new(pool.clone(), engine);
+    let state = keel_api::ApiState::new(ops, ready).with_config(keel_api::ApiConfig {
+        max_body_bytes: config.api.body_limit_bytes,
+        ..keel_api::ApiConfig::default()
+    });
+    let listener = tokio::net::TcpListener::bind(&config.api.listen_address)
+        .await
+        .with_context(|| format!("binding api.listenAddress {}", config.api.listen_address))?;
+    tracing::info!(target: "keel::api", address = %config.api.listen_address, "platform API listening");
+    let app = keel_api::router(state);
+    Ok(tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(target: "keel::api", error = %e, "platform API server failed");
+        }
+    }))
 }
 
 async fn bootstrap(
@@ -255,6 +439,29 @@ async fn bootstrap(
         )
         .await?;
         println!("deployed {:<20} {}", c.name, c.address);
+    }
+    let chain_id = keel_units::ChainId(deployment.chain_id);
+    for c in &deployment.contracts {
+        use keel_abi::platform::names;
+        let kind = match c.name {
+            names::DIRECTORY => keel_index::ScopeKind::Directory,
+            names::PRICE_RESOLVER => keel_index::ScopeKind::PriceResolver,
+            names::PRICE_FEED_FACTORY => keel_index::ScopeKind::PriceFeedFactory,
+            names::ASSET_FACTORY => keel_index::ScopeKind::AssetFactory,
+            _ => continue,
+        };
+        keel_index::scope::add_scope(
+            &pool,
+            chain_id,
+            &keel_index::ScopeEntry {
+                address: c.address,
+                kind,
+                organization: None,
+                from_block: c.block.unwrap_or(0),
+            },
+        )
+        .await
+        .with_context(|| format!("adding {} to the index scope", c.name))?;
     }
     for check in read_back(&provider, &deployment).await? {
         println!("check    {:<20} {}", check.name, check.observed);

@@ -152,6 +152,8 @@ pub async fn retention_cycle(
 pub struct RoleRuntime {
     owner: Option<ShardOwner>,
     tasks: Vec<(&'static str, JoinHandle<()>)>,
+    executor: Option<keel_durable::ExecutorHandle>,
+    stop: CancellationToken,
 }
 
 impl RoleRuntime {
@@ -166,6 +168,8 @@ impl RoleRuntime {
             return Ok(Self {
                 owner: None,
                 tasks: Vec::new(),
+                executor: None,
+                stop: CancellationToken::new(),
             });
         };
         let connect = PgConnectOptions::from_str(&config.database.url)
@@ -178,9 +182,19 @@ impl RoleRuntime {
         let mut runtime = Self {
             owner: None,
             tasks: Vec::new(),
+            executor: None,
+            stop: CancellationToken::new(),
         };
         if role == Role::Runner {
             runtime.start_runner_jobs(&owner, config, pool).await?;
+            let services = crate::services::start_runner(config, pool, &owner).await?;
+            runtime.executor = Some(services.executor);
+            runtime.tasks.extend(services.tasks);
+        }
+        if role == Role::Indexer {
+            let tasks =
+                crate::services::start_indexer(config, pool, &owner, runtime.stop.clone()).await?;
+            runtime.tasks.extend(tasks);
         }
         runtime.owner = Some(owner);
         Ok(runtime)
@@ -238,6 +252,14 @@ impl RoleRuntime {
     /// Stops the tasks and releases every shard within `grace`. Returns false when the
     /// grace ran out (the process exits anyway; its session's end frees the locks).
     pub async fn stop(self, grace: Duration) -> bool {
+        let started = std::time::Instant::now();
+        self.stop.cancel();
+        if let Some(executor) = self.executor
+            && !executor.shutdown_within(grace).await
+        {
+            tracing::warn!(target: TARGET, "segments still running at the end of the grace were abandoned; their leases lapse");
+        }
+        let grace = grace.saturating_sub(started.elapsed());
         for (name, task) in &self.tasks {
             task.abort();
             tracing::debug!(target: TARGET, task = name, "task stopped");

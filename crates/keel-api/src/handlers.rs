@@ -1,0 +1,821 @@
+//! The route handlers. Each is annotated for the OpenAPI document (`crate::openapi`).
+
+use crate::ApiState;
+use crate::dto::{
+    Asset, AssetList, Balance, CreateAssetRequest, EmptyRequest, FundingRequestList, Health,
+    Operation, OperationAccepted, TokenAmountRequest,
+};
+use crate::extract::{
+    Authed, IdempotencyKey, JsonBody, PreferWait, RawPath, parse_address, parse_id,
+};
+use crate::problem::Problem;
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use keel_workflows::Caller;
+use keel_workflows::ops::{AssetView, MAX_WAIT, NewAsset, OperationView, TokenRequest};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use utoipa::{IntoParams, IntoResponses};
+use uuid::Uuid;
+
+/// Errors of the operation-creating POSTs (for the OpenAPI document).
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum WriteErrors {
+    /// `IDEMPOTENCY_KEY_REQUIRED`, `MALFORMED_JSON`, `JSON_TOO_DEEP`,
+    /// `UNKNOWN_FIELD`, `INVALID_FIELD` (wrong type, missing field, a JSON number
+    /// where a decimal string is expected), `MALFORMED_BODY`.
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(Problem),
+    /// `UNAUTHENTICATED`: missing or invalid API key.
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthenticated(Problem),
+    /// `NOT_FOUND`: no such asset, operation or template in the caller's organization
+    /// (also for malformed ids and other organizations' resources).
+    #[response(status = 404, content_type = "application/problem+json")]
+    NotFound(Problem),
+    /// `IDEMPOTENCY_CONFLICT` (the key was used with another request),
+    /// `ASSET_NOT_READY`, `APPROVAL_NOT_PENDING`, `APPROVAL_SAME_KEY`.
+    #[response(status = 409, content_type = "application/problem+json")]
+    Conflict(Problem),
+    /// `PAYLOAD_TOO_LARGE`: the body exceeds the limit (default 256 KiB).
+    #[response(status = 413, content_type = "application/problem+json")]
+    TooLarge(Problem),
+    /// `UNSUPPORTED_MEDIA_TYPE`: a body that is not `application/json`.
+    #[response(status = 415, content_type = "application/problem+json")]
+    UnsupportedMediaType(Problem),
+    /// `INVALID_FIELD` (a rule of the operations service: lengths, zero amounts, the
+    /// zero address, the key's length), `INVALID_ADDRESS`, `AMOUNT_MALFORMED`,
+    /// `AMOUNT_NEGATIVE`, `AMOUNT_PRECISION_LOSS`, `AMOUNT_TOO_MANY_DIGITS`,
+    /// `DECIMALS_OUT_OF_RANGE`, `CHAIN_NOT_CONFIGURED`.
+    #[response(status = 422, content_type = "application/problem+json")]
+    Unprocessable(Problem),
+    /// `SERVICE_UNAVAILABLE` (retryable): the database or engine is unavailable.
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
+/// Errors of the reads (for the OpenAPI document).
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum ReadErrors {
+    /// `INVALID_QUERY`: a query parameter is not a non-negative integer.
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(Problem),
+    /// `UNAUTHENTICATED`: missing or invalid API key.
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthenticated(Problem),
+    /// `NOT_FOUND`: no such resource in the caller's organization.
+    #[response(status = 404, content_type = "application/problem+json")]
+    NotFound(Problem),
+    /// `ASSET_NOT_READY`: the asset's token does not exist yet (balances).
+    #[response(status = 409, content_type = "application/problem+json")]
+    Conflict(Problem),
+    /// `INVALID_ADDRESS` (balances).
+    #[response(status = 422, content_type = "application/problem+json")]
+    Unprocessable(Problem),
+    /// `INDEX_BEHIND` (the index did not reach `minBlock` within the wait),
+    /// `INDEX_UNAVAILABLE`, `SERVICE_UNAVAILABLE`; all retryable.
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
+/// The body of an accepted POST: the operation's view, `created` and `statusUrl`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AcceptedBody<'a> {
+    #[serde(flatten)]
+    operation: &'a OperationView,
+    created: bool,
+    status_url: &'a str,
+}
+
+/// A funding request of the caller's organization, as served.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FundingRequestItem {
+    pub(crate) operation_id: Uuid,
+    pub(crate) step: String,
+    #[serde(flatten)]
+    pub(crate) request: keel_txq::FundingRequest,
+}
+
+/// The status URL of operation `id`.
+pub fn status_url(id: Uuid) -> String {
+    format!("/v1/operations/{id}")
+}
+
+/// Answers an accepted operation: `200` when it is terminal (at once, or within the
+/// `Prefer: wait` time, capped at [`MAX_WAIT`]), else `202`; `Location` names the status
+/// URL; `Preference-Applied: wait=N` when a wait preference was honoured for a `200`.
+async fn answer(
+    state: &ApiState,
+    caller: Caller,
+    mut view: OperationView,
+    created: Option<bool>,
+    wait: Option<u64>,
+) -> Response {
+    let applied = wait.map(|w| w.min(MAX_WAIT.as_secs()));
+    if let Some(secs) = applied
+        && secs > 0
+        && !view.is_terminal()
+    {
+        match state
+            .ops()
+            .operation_wait(caller, view.id, Duration::from_secs(secs))
+            .await
+        {
+            Ok(v) => view = v,
+            // The operation was accepted: answer 202 and let the client poll.
+            Err(e) => tracing::warn!(code = e.code(), "Prefer: wait could not be honoured"),
+        }
+    }
+    let terminal = view.is_terminal();
+    let status = if terminal {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let url = status_url(view.id);
+    let mut res = match created {
+        Some(created) => (
+            status,
+            Json(AcceptedBody {
+                operation: &view,
+                created,
+                status_url: &url,
+            }),
+        )
+            .into_response(),
+        None => (status, Json(&view)).into_response(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&url) {
+        res.headers_mut().insert(header::LOCATION, v);
+    }
+    if terminal
+        && let Some(n) = applied
+        && let Ok(v) = HeaderValue::from_str(&format!("wait={n}"))
+    {
+        res.headers_mut().insert("preference-applied", v);
+    }
+    res
+}
+
+/// Create an asset.
+///
+/// Starts the `asset.create` workflow (token, price feed, first observation, staleness
+/// bound, unpause, index read-after-write). The chain, price resolver and staleness
+/// bound come from the named template. Idempotent by `Idempotency-Key`: the same key
+/// with the same body returns the same operation (`created: false`), whatever its
+/// state — a failure included; with another body it is `409 IDEMPOTENCY_CONFLICT`.
+#[utoipa::path(
+    post,
+    path = "/v1/assets",
+    tag = "assets",
+    operation_id = "createAsset",
+    request_body(content = CreateAssetRequest, content_type = "application/json"),
+    params(
+        ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters, unique per request within the organization."),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60): answer 200 if the operation ends within that time, else 202. Other preferences and malformed values are ignored."),
+    ),
+    responses(
+        (status = 202, description = "Accepted; the operation runs asynchronously. `Location` is the status URL.", body = OperationAccepted,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "The operation is terminal (a replayed key, or it ended within `Prefer: wait`).", body = OperationAccepted,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N` when a wait preference was honoured"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn create_asset(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    JsonBody(body): JsonBody<CreateAssetRequest>,
+) -> Result<Response, Problem> {
+    if !template_id_well_formed(&body.template_id) {
+        // No template can have this id (and it must not reach SQL: e.g. a NUL byte).
+        return Err(Problem::not_found("template"));
+    }
+    let req = NewAsset {
+        name: body.name,
+        symbol: body.symbol,
+        decimals: body.decimals,
+        template_id: body.template_id,
+        initial_price: body.initial_price,
+    };
+    let accepted = state.ops().create_asset(caller, &key, &req).await?;
+    Ok(answer(
+        &state,
+        caller,
+        accepted.operation,
+        Some(accepted.created),
+        wait,
+    )
+    .await)
+}
+
+/// Whether `id` matches the template id pattern `^[a-z0-9][a-z0-9._-]{0,63}$`.
+fn template_id_well_formed(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id.bytes().enumerate().all(|(i, b)| {
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || (i > 0 && matches!(b, b'.' | b'_' | b'-'))
+        })
+}
+
+async fn token_op(
+    state: &ApiState,
+    caller: Caller,
+    id: &str,
+    key: &str,
+    wait: Option<u64>,
+    req: TokenRequest,
+) -> Result<Response, Problem> {
+    let asset_id = parse_id(id, "asset")?;
+    let accepted = state
+        .ops()
+        .token_operation(caller, key, asset_id, &req)
+        .await?;
+    Ok(answer(
+        state,
+        caller,
+        accepted.operation,
+        Some(accepted.created),
+        wait,
+    )
+    .await)
+}
+
+fn amount_request(body: TokenAmountRequest, mint: bool) -> Result<TokenRequest, Problem> {
+    let recipient = parse_address(&body.recipient, "recipient")?;
+    Ok(if mint {
+        TokenRequest::Mint {
+            recipient,
+            amount: body.amount,
+        }
+    } else {
+        TokenRequest::Transfer {
+            recipient,
+            amount: body.amount,
+        }
+    })
+}
+
+/// Mint tokens.
+///
+/// Starts `asset.mint` on an `active` asset (`409 ASSET_NOT_READY` before). Mints above
+/// the template's threshold wait for an approval by another API key of the
+/// organization. Operations of one asset run one at a time, in acceptance order. Same
+/// idempotency and `Prefer: wait` rules as `POST /v1/assets`.
+#[utoipa::path(
+    post,
+    path = "/v1/assets/{id}/mint",
+    tag = "assets",
+    operation_id = "mintAsset",
+    request_body(content = TokenAmountRequest, content_type = "application/json"),
+    params(
+        ("id" = Uuid, Path, description = "Asset id"),
+        ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn mint(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    JsonBody(body): JsonBody<TokenAmountRequest>,
+) -> Result<Response, Problem> {
+    let req = amount_request(body, true)?;
+    token_op(&state, caller, &id, &key, wait, req).await
+}
+
+/// Transfer tokens from the issuer's holdings.
+///
+/// Starts `asset.transfer` on an `active` asset. Same rules as mint (no approval).
+#[utoipa::path(
+    post,
+    path = "/v1/assets/{id}/transfer",
+    tag = "assets",
+    operation_id = "transferAsset",
+    request_body(content = TokenAmountRequest, content_type = "application/json"),
+    params(
+        ("id" = Uuid, Path, description = "Asset id"),
+        ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn transfer(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    JsonBody(body): JsonBody<TokenAmountRequest>,
+) -> Result<Response, Problem> {
+    let req = amount_request(body, false)?;
+    token_op(&state, caller, &id, &key, wait, req).await
+}
+
+/// Pause all balance changes of an asset.
+///
+/// Starts `asset.pause` on an `active` asset. The body is empty or `{}`.
+#[utoipa::path(
+    post,
+    path = "/v1/assets/{id}/pause",
+    tag = "assets",
+    operation_id = "pauseAsset",
+    request_body(content = EmptyRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    params(
+        ("id" = Uuid, Path, description = "Asset id"),
+        ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn pause(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    JsonBody(_): JsonBody<EmptyRequest>,
+) -> Result<Response, Problem> {
+    token_op(&state, caller, &id, &key, wait, TokenRequest::Pause).await
+}
+
+/// Unpause balance changes of an asset.
+///
+/// Starts `asset.unpause` on an `active` asset. The body is empty or `{}`.
+#[utoipa::path(
+    post,
+    path = "/v1/assets/{id}/unpause",
+    tag = "assets",
+    operation_id = "unpauseAsset",
+    request_body(content = EmptyRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    params(
+        ("id" = Uuid, Path, description = "Asset id"),
+        ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn unpause(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    JsonBody(_): JsonBody<EmptyRequest>,
+) -> Result<Response, Problem> {
+    token_op(&state, caller, &id, &key, wait, TokenRequest::Unpause).await
+}
+
+async fn decide(
+    state: &ApiState,
+    caller: Caller,
+    id: &str,
+    wait: Option<u64>,
+    approved: bool,
+) -> Result<Response, Problem> {
+    let id = parse_id(id, "operation")?;
+    let view = state.ops().decide_approval(caller, id, approved).await?;
+    Ok(answer(state, caller, view, None, wait).await)
+}
+
+/// Approve an operation that waits for an approval.
+///
+/// Only by another API key of the same organization than the request's
+/// (`409 APPROVAL_SAME_KEY`); the first decision wins; an operation that needs no
+/// approval, was decided already or ended is `409 APPROVAL_NOT_PENDING`. Answers the
+/// operation's status: `202` while it runs on, `200` once terminal (`Prefer: wait`
+/// applies as for the other POSTs). No `Idempotency-Key` is needed.
+#[utoipa::path(
+    post,
+    path = "/v1/operations/{id}/approve",
+    tag = "operations",
+    operation_id = "approveOperation",
+    request_body(content = EmptyRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    params(
+        ("id" = Uuid, Path, description = "Operation id"),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Decision recorded; the operation runs on.", body = Operation, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "Decision recorded; the operation is terminal.", body = Operation,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn approve(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    PreferWait(wait): PreferWait,
+    JsonBody(_): JsonBody<EmptyRequest>,
+) -> Result<Response, Problem> {
+    decide(&state, caller, &id, wait, true).await
+}
+
+/// Reject an operation that waits for an approval (it then fails
+/// `APPROVAL_REJECTED`). Same rules as approve.
+#[utoipa::path(
+    post,
+    path = "/v1/operations/{id}/reject",
+    tag = "operations",
+    operation_id = "rejectOperation",
+    request_body(content = EmptyRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    params(
+        ("id" = Uuid, Path, description = "Operation id"),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Decision recorded; the operation runs on.", body = Operation, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "Decision recorded; the operation is terminal.", body = Operation,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn reject(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    PreferWait(wait): PreferWait,
+    JsonBody(_): JsonBody<EmptyRequest>,
+) -> Result<Response, Problem> {
+    decide(&state, caller, &id, wait, false).await
+}
+
+/// An operation's status: state, wait, milestones, progress, result and error.
+#[utoipa::path(
+    get,
+    path = "/v1/operations/{id}",
+    tag = "operations",
+    operation_id = "getOperation",
+    params(("id" = Uuid, Path, description = "Operation id")),
+    responses(
+        (status = 200, description = "The operation's status.", body = Operation),
+        ReadErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn operation(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "operation")?;
+    let view = state.ops().operation(caller, id).await?;
+    Ok(Json(view).into_response())
+}
+
+#[derive(Serialize)]
+struct AssetListBody {
+    assets: Vec<AssetView>,
+}
+
+/// The caller's assets, oldest first (at most 1000), with their index state.
+#[utoipa::path(
+    get,
+    path = "/v1/assets",
+    tag = "assets",
+    operation_id = "listAssets",
+    responses(
+        (status = 200, description = "The organization's assets.", body = AssetList),
+        ReadErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn assets(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+) -> Result<Response, Problem> {
+    let assets = state.ops().assets(caller).await?;
+    Ok(Json(AssetListBody { assets }).into_response())
+}
+
+/// Read-after-write parameters of the asset reads.
+#[derive(Debug, Clone, Copy, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct MinBlockQuery {
+    /// Wait until the Ledger Index has committed this block before reading
+    /// (`503 INDEX_BEHIND` when it does not within the wait).
+    min_block: Option<u64>,
+    /// How long to wait for `minBlock`, seconds (default 10, capped at 60).
+    wait_seconds: Option<u64>,
+}
+
+impl MinBlockQuery {
+    fn wait(&self, state: &ApiState) -> Duration {
+        self.wait_seconds
+            .map(Duration::from_secs)
+            .unwrap_or(state.config().min_block_wait)
+            .min(MAX_WAIT)
+    }
+}
+
+fn invalid_query() -> Problem {
+    Problem::bad_request(
+        "INVALID_QUERY",
+        "a query parameter is malformed (integers must be non-negative and at most 2^63-1)",
+    )
+}
+
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
+    q.map(|Query(t)| t).map_err(|_| invalid_query())
+}
+
+fn block_query(q: Result<Query<MinBlockQuery>, QueryRejection>) -> Result<MinBlockQuery, Problem> {
+    let q = query(q)?;
+    if q.min_block.is_some_and(|b| i64::try_from(b).is_err()) {
+        return Err(invalid_query());
+    }
+    Ok(q)
+}
+
+/// One asset: identity, status, addresses, and from the Ledger Index its supply, paused
+/// state, staleness bound and latest observation.
+#[utoipa::path(
+    get,
+    path = "/v1/assets/{id}",
+    tag = "assets",
+    operation_id = "getAsset",
+    params(("id" = Uuid, Path, description = "Asset id"), MinBlockQuery),
+    responses(
+        (status = 200, description = "The asset.", body = Asset),
+        ReadErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn asset(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    q: Result<Query<MinBlockQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let q = block_query(q)?;
+    let id = parse_id(&id, "asset")?;
+    let view = state
+        .ops()
+        .asset(caller, id, q.min_block, q.wait(&state))
+        .await?;
+    Ok(Json(view).into_response())
+}
+
+/// A holder's balance of an asset, from the Ledger Index.
+#[utoipa::path(
+    get,
+    path = "/v1/assets/{id}/balances/{address}",
+    tag = "assets",
+    operation_id = "getBalance",
+    params(
+        ("id" = Uuid, Path, description = "Asset id"),
+        ("address" = String, Path, description = "Holder: `0x` + 40 hex digits"),
+        MinBlockQuery,
+    ),
+    responses(
+        (status = 200, description = "The balance.", body = Balance),
+        ReadErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn balance(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath((id, address)): RawPath<(String, String)>,
+    q: Result<Query<MinBlockQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let q = block_query(q)?;
+    let id = parse_id(&id, "asset")?;
+    let holder = parse_address(&address, "address")?;
+    let view = state
+        .ops()
+        .balance(caller, id, holder, q.min_block, q.wait(&state))
+        .await?;
+    Ok(Json(view).into_response())
+}
+
+/// Filter of the funding requests.
+#[derive(Debug, Clone, Copy, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct FundingQuery {
+    /// Only this EIP-155 chain.
+    chain_id: Option<u64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FundingListBody {
+    funding_requests: Vec<FundingRequestItem>,
+}
+
+/// The open funding requests of the caller's operations (transactions paused until
+/// their sender holds enough native currency for gas; they resume by themselves once
+/// funded, or fail `FUNDING_DEADLINE_EXPIRED` after `deadline`).
+#[utoipa::path(
+    get,
+    path = "/v1/funding-requests",
+    tag = "operations",
+    operation_id = "listFundingRequests",
+    params(FundingQuery),
+    responses(
+        (status = 200, description = "Open funding requests, oldest first.", body = FundingRequestList),
+        ReadErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn funding_requests(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    q: Result<Query<FundingQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let q = query(q)?;
+    let items = funding_requests_of(&state, caller, q.chain_id).await?;
+    Ok(Json(FundingListBody {
+        funding_requests: items,
+    })
+    .into_response())
+}
+
+/// The open funding requests (`keel_txq::funding_requests`) that belong to operations
+/// of the caller's organization.
+async fn funding_requests_of(
+    state: &ApiState,
+    caller: Caller,
+    chain_id: Option<u64>,
+) -> Result<Vec<FundingRequestItem>, Problem> {
+    let unavailable = || {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "SERVICE_UNAVAILABLE",
+            "a dependency is temporarily unavailable; retry later",
+        )
+    };
+    let chain = match chain_id.map(i64::try_from).transpose() {
+        Ok(c) => c,
+        // No chain has such an id.
+        Err(_) => return Ok(Vec::new()),
+    };
+    let db = state.ops().db();
+    let open = keel_txq::funding_requests(db, chain).await.map_err(|e| {
+        tracing::warn!(error = %e, "funding requests unavailable");
+        unavailable()
+    })?;
+    if open.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = open.iter().map(|r| r.request_id).collect();
+    let owned: Vec<(Uuid, Uuid, String)> = sqlx::query_as(
+        "SELECT ot.txq_request_id, ot.operation_id, ot.step
+           FROM operation_tx ot JOIN operation o ON o.id = ot.operation_id
+          WHERE o.organization_id = $1 AND ot.txq_request_id = ANY($2)",
+    )
+    .bind(caller.organization_id)
+    .bind(&ids)
+    .fetch_all(db)
+    .await
+    .map_err(|e| {
+        tracing::warn!(error = %e, "funding requests: operation lookup failed");
+        unavailable()
+    })?;
+    Ok(open
+        .into_iter()
+        .filter_map(|request| {
+            owned
+                .iter()
+                .find(|(rid, _, _)| *rid == request.request_id)
+                .map(|(_, operation_id, step)| FundingRequestItem {
+                    operation_id: *operation_id,
+                    step: step.clone(),
+                    request,
+                })
+        })
+        .collect())
+}
+
+/// Liveness: `200 {"status":"ok"}` whenever the process serves HTTP.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    operation_id = "healthz",
+    responses((status = 200, description = "The process serves.", body = Health))
+)]
+pub(crate) async fn healthz() -> Response {
+    Json(Health {
+        status: "ok".to_owned(),
+    })
+    .into_response()
+}
+
+/// Readiness: `200 {"status":"ready"}` when the process flagged itself ready, the
+/// database answers `SELECT 1` and every embedded migration is applied (same version
+/// and checksum); else `503 NOT_READY`.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    operation_id = "readyz",
+    responses(
+        (status = 200, description = "Ready to serve traffic.", body = Health),
+        (status = 503, description = "`NOT_READY`: starting, shutting down, database unreachable or migrations pending.", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn readyz(State(state): State<ApiState>) -> Response {
+    let not_ready =
+        |detail: &str| Problem::new(StatusCode::SERVICE_UNAVAILABLE, "NOT_READY", detail);
+    if !state.is_ready() {
+        return not_ready("the process is starting or shutting down").into_response();
+    }
+    match tokio::time::timeout(Duration::from_secs(3), check_database(&state)).await {
+        Ok(Ok(())) => Json(Health {
+            status: "ready".to_owned(),
+        })
+        .into_response(),
+        Ok(Err(detail)) => not_ready(detail).into_response(),
+        Err(_) => not_ready("the database did not answer in time").into_response(),
+    }
+}
+
+async fn check_database(state: &ApiState) -> Result<(), &'static str> {
+    let db = state.ops().db();
+    sqlx::query("SELECT 1")
+        .execute(db)
+        .await
+        .map_err(|_| "the database is unreachable")?;
+    let applied: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(db)
+            .await
+            .map_err(|_| "migrations are not applied")?;
+    let all_applied = keel_store::MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .all(|m| {
+            applied
+                .iter()
+                .any(|(v, c)| *v == m.version && c.as_slice() == &*m.checksum)
+        });
+    if all_applied {
+        Ok(())
+    } else {
+        Err("migrations are pending")
+    }
+}
+
+/// The OpenAPI 3.1 document (`docs/openapi.json`).
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "health",
+    operation_id = "openapi",
+    responses((status = 200, description = "This document.", content_type = "application/json"))
+)]
+pub(crate) async fn openapi_json() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        crate::openapi_json(),
+    )
+        .into_response()
+}

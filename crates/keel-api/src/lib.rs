@@ -1,0 +1,190 @@
+//! # keel-api
+//!
+//! Keel's Platform API: the HTTP layer (axum 0.8) over the operations service
+//! [`keel_workflows::Ops`]. [`router`] builds the whole API from an [`ApiState`]; the
+//! binary serves it with `axum::serve` and flips the readiness flag.
+//!
+//! ## Routes (JSON, camelCase)
+//!
+//! | route | service call | answer |
+//! |---|---|---|
+//! | `POST /v1/assets` | `Ops::create_asset` | `202` operation (+`created`, `statusUrl`, `Location`); `200` when terminal |
+//! | `POST /v1/assets/{id}/mint`, `/transfer`, `/pause`, `/unpause` | `Ops::token_operation` | as above |
+//! | `POST /v1/operations/{id}/approve`, `/reject` | `Ops::decide_approval` | `202`/`200` operation |
+//! | `GET /v1/operations/{id}` | `Ops::operation` | operation |
+//! | `GET /v1/assets`, `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::assets`, `Ops::asset` | assets |
+//! | `GET /v1/assets/{id}/balances/{address}` (same query) | `Ops::balance` | balance |
+//! | `GET /v1/funding-requests` (`?chainId=N`) | `keel_txq::funding_requests`, scoped to the caller's operations | funding requests |
+//! | `GET /healthz`, `GET /readyz`, `GET /openapi.json` | — | liveness, readiness, [`openapi`] |
+//!
+//! Operation-creating POSTs require `Idempotency-Key` (`400 IDEMPOTENCY_KEY_REQUIRED`).
+//! Every POST honours `Prefer: wait=<seconds>` (RFC 7240, capped at 60 s): `200` with
+//! `Preference-Applied: wait=N` when the operation is terminal within that time, else
+//! `202` exactly as without it; malformed preferences are ignored.
+//!
+//! ## Auth and scoping
+//! `Authorization: Bearer <api key>` ([`keel_workflows::Ops::authenticate`]); missing or
+//! invalid → `401 UNAUTHENTICATED`. The operations service scopes every read and write
+//! to the caller's organization: other organizations' ids answer `404 NOT_FOUND`.
+//!
+//! ## Errors
+//! Every error is an `application/problem+json` [`Problem`] with a stable `code`,
+//! `retryable` and a value-free `detail`. Service errors map through
+//! `OpsError::{code, http_status, retryable, detail}`. Request-level errors (see
+//! [`extract::JsonBody`]): body over [`ApiConfig::max_body_bytes`] → `413
+//! PAYLOAD_TOO_LARGE`; non-JSON media type → `415 UNSUPPORTED_MEDIA_TYPE`; nesting
+//! deeper than 64 → `400 JSON_TOO_DEEP` (counted on the raw bytes, without recursion,
+//! before parsing); bad syntax → `400 MALFORMED_JSON`; unknown members → `400
+//! UNKNOWN_FIELD`; missing members, wrong types and JSON numbers where decimal strings
+//! are expected → `400 INVALID_FIELD`; bad addresses → `422 INVALID_ADDRESS`;
+//! malformed path ids → `404 NOT_FOUND`; bad query integers → `400 INVALID_QUERY`;
+//! unknown routes → `404`, wrong methods → `405 METHOD_NOT_ALLOWED`; a panicking
+//! handler → `500 INTERNAL` (a bug; never caused by input by design).
+//!
+//! ## Layers
+//! Body limit (`axum::extract::DefaultBodyLimit`, read by the body extractor), request
+//! tracing (`tower_http::trace::TraceLayer`, `Authorization` marked sensitive) and a
+//! catch-panic layer answering a problem.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod dto;
+pub mod extract;
+mod handlers;
+mod openapi;
+pub mod problem;
+
+pub use handlers::status_url;
+pub use openapi::{openapi, openapi_json};
+pub use problem::Problem;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use keel_workflows::Ops;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
+
+/// Default request body limit: 256 KiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 262_144;
+
+/// Default wait of `?minBlock=N` reads when `waitSeconds` is not given: 10 s.
+pub const DEFAULT_MIN_BLOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// Request-level settings of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiConfig {
+    /// Largest accepted request body, bytes (default [`DEFAULT_MAX_BODY_BYTES`]);
+    /// larger bodies answer `413 PAYLOAD_TOO_LARGE`.
+    pub max_body_bytes: usize,
+    /// How long a `?minBlock=N` read waits for the index when the request gives no
+    /// `waitSeconds` (default [`DEFAULT_MIN_BLOCK_WAIT`]; any wait is capped at 60 s).
+    pub min_block_wait: Duration,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            min_block_wait: DEFAULT_MIN_BLOCK_WAIT,
+        }
+    }
+}
+
+/// What the handlers share: the operations service, the readiness flag and the
+/// request-level settings. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ApiState {
+    ops: Ops,
+    ready: Arc<AtomicBool>,
+    config: ApiConfig,
+}
+
+impl ApiState {
+    /// A state over `ops` with default [`ApiConfig`]. `ready` is the readiness flag the
+    /// binary sets once started and clears first on shutdown; `/readyz` answers `200`
+    /// only while it is set (and the database is reachable and migrated).
+    pub fn new(ops: Ops, ready: Arc<AtomicBool>) -> Self {
+        Self {
+            ops,
+            ready,
+            config: ApiConfig::default(),
+        }
+    }
+
+    /// The same state with `config`.
+    pub fn with_config(mut self, config: ApiConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The operations service.
+    pub fn ops(&self) -> &Ops {
+        &self.ops
+    }
+
+    /// The readiness flag.
+    pub fn ready_flag(&self) -> &Arc<AtomicBool> {
+        &self.ready
+    }
+
+    /// Whether the readiness flag is set.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The request-level settings.
+    pub fn config(&self) -> &ApiConfig {
+        &self.config
+    }
+}
+
+/// The Platform API (every route of the crate docs) with its layers: body limit,
+/// tracing, catch-panic; unknown routes answer `404 NOT_FOUND`, wrong methods `405
+/// METHOD_NOT_ALLOWED`, both as problems.
+pub fn router(state: ApiState) -> Router {
+    let max_body = state.config.max_body_bytes;
+    Router::new()
+        .route(
+            "/v1/assets",
+            post(handlers::create_asset).get(handlers::assets),
+        )
+        .route("/v1/assets/{id}", get(handlers::asset))
+        .route("/v1/assets/{id}/mint", post(handlers::mint))
+        .route("/v1/assets/{id}/transfer", post(handlers::transfer))
+        .route("/v1/assets/{id}/pause", post(handlers::pause))
+        .route("/v1/assets/{id}/unpause", post(handlers::unpause))
+        .route("/v1/assets/{id}/balances/{address}", get(handlers::balance))
+        .route("/v1/operations/{id}", get(handlers::operation))
+        .route("/v1/operations/{id}/approve", post(handlers::approve))
+        .route("/v1/operations/{id}/reject", post(handlers::reject))
+        .route("/v1/funding-requests", get(handlers::funding_requests))
+        .route("/healthz", get(handlers::healthz))
+        .route("/readyz", get(handlers::readyz))
+        .route("/openapi.json", get(handlers::openapi_json))
+        .fallback(|| async { Problem::not_found("route") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "METHOD_NOT_ALLOWED",
+                "the route does not support this method",
+            )
+        })
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(CatchPanicLayer::custom(
+            |_panic: Box<dyn std::any::Any + Send>| {
+                tracing::error!("a request handler panicked");
+                Problem::internal().into_response()
+            },
+        ))
+        .layer(TraceLayer::new_for_http())
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            header::AUTHORIZATION,
+        ]))
+}

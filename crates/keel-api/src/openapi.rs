@@ -1,0 +1,120 @@
+//! The OpenAPI 3.1 document, generated from the handlers' annotations and the DTOs.
+
+use crate::dto;
+use crate::handlers;
+use crate::problem::Problem;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+/// Adds the `bearer` security scheme (API keys) and marks the bodies of `pause`,
+/// `unpause`, `approve` and `reject` optional (they may be empty).
+struct Fixups;
+
+impl Modify for Fixups {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        for (path, item) in doc.paths.paths.iter_mut() {
+            let optional_body = ["/pause", "/unpause", "/approve", "/reject"]
+                .iter()
+                .any(|suffix| path.ends_with(suffix));
+            if let Some(body) = item
+                .post
+                .as_mut()
+                .and_then(|op| op.request_body.as_mut())
+                .filter(|_| optional_body)
+            {
+                body.required = Some(utoipa::openapi::Required::False);
+            }
+        }
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API key of the organization: `keel_sk_` followed by 64 hex digits. \
+                         Missing or invalid keys answer 401 `UNAUTHENTICATED`.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Keel Platform API",
+        version = "1",
+        description = "Create and operate digital assets on EVM chains. Writes are accepted \
+            idempotently (`Idempotency-Key`) and run as durable operations: poll \
+            `GET /v1/operations/{id}` or send `Prefer: wait=<seconds>`. Every read and write \
+            is scoped to the API key's organization; other organizations' resources answer 404. \
+            Errors are `application/problem+json` with a stable `code`, `retryable` and a \
+            value-free `detail`. Amounts and prices are decimal strings in token (or quote) \
+            units; JSON numbers are refused for them. Request bodies are limited to 256 KiB \
+            (by default) and 64 levels of nesting."
+    ),
+    paths(
+        handlers::create_asset,
+        handlers::mint,
+        handlers::transfer,
+        handlers::pause,
+        handlers::unpause,
+        handlers::assets,
+        handlers::asset,
+        handlers::balance,
+        handlers::operation,
+        handlers::approve,
+        handlers::reject,
+        handlers::funding_requests,
+        handlers::healthz,
+        handlers::readyz,
+        handlers::openapi_json,
+    ),
+    components(schemas(
+        Problem,
+        dto::CreateAssetRequest,
+        dto::TokenAmountRequest,
+        dto::EmptyRequest,
+        dto::Operation,
+        dto::OperationAccepted,
+        dto::OperationState,
+        dto::OperationWait,
+        dto::WaitFor,
+        dto::Milestones,
+        dto::TxMilestone,
+        dto::IndexedMilestone,
+        dto::OperationError,
+        dto::Asset,
+        dto::AssetStatus,
+        dto::AssetList,
+        dto::Observation,
+        dto::Balance,
+        dto::FundingRequest,
+        dto::FundingRequestList,
+        dto::Health,
+    )),
+    modifiers(&Fixups),
+    tags(
+        (name = "assets", description = "Assets: creation, token operations and reads from the Ledger Index"),
+        (name = "operations", description = "Durable operations: status, approvals, funding requests"),
+        (name = "health", description = "Liveness, readiness and this document"),
+    )
+)]
+struct ApiDoc;
+
+/// The OpenAPI 3.1 document of the Platform API.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+/// The document as served at `/openapi.json` and committed as `docs/openapi.json`:
+/// pretty-printed JSON with a trailing newline.
+pub fn openapi_json() -> String {
+    let mut s = openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|_| "{}".to_owned());
+    s.push('\n');
+    s
+}

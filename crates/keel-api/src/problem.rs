@@ -1,0 +1,128 @@
+//! `application/problem+json` error answers (RFC 9457) with Keel's stable codes.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use keel_workflows::OpsError;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// The media type of every error answer.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An error answer: an RFC 9457 problem document with Keel's extension members
+/// `code` (stable, machine-readable) and `retryable`.
+///
+/// `detail` never carries request values, SQL or secrets: it names the rule that was
+/// broken (and at most the name of a field of Keel's own schema).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({
+    "type": "urn:keel:problem:IDEMPOTENCY_CONFLICT",
+    "title": "Conflict",
+    "status": 409,
+    "code": "IDEMPOTENCY_CONFLICT",
+    "retryable": false,
+    "detail": "the idempotency key was used with a different request"
+}))]
+pub struct Problem {
+    /// `urn:keel:problem:<code>`.
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    /// The HTTP status's reason phrase (`Conflict`, `Not Found`, ...).
+    pub title: String,
+    /// The HTTP status code, repeated.
+    pub status: u16,
+    /// Stable machine-readable code, e.g. `UNAUTHENTICATED`, `NOT_FOUND`,
+    /// `IDEMPOTENCY_KEY_REQUIRED`, `IDEMPOTENCY_CONFLICT`, `PAYLOAD_TOO_LARGE`,
+    /// `JSON_TOO_DEEP`, `MALFORMED_JSON`, `UNKNOWN_FIELD`, `INVALID_FIELD`,
+    /// `INVALID_ADDRESS`, `UNSUPPORTED_MEDIA_TYPE`, `INVALID_QUERY`,
+    /// `AMOUNT_MALFORMED`, `AMOUNT_NEGATIVE`, `AMOUNT_PRECISION_LOSS`,
+    /// `ASSET_NOT_READY`, `APPROVAL_NOT_PENDING`, `APPROVAL_SAME_KEY`,
+    /// `CHAIN_NOT_CONFIGURED`, `INDEX_BEHIND`, `INDEX_UNAVAILABLE`,
+    /// `SERVICE_UNAVAILABLE`, `NOT_READY`, `METHOD_NOT_ALLOWED`, `INTERNAL`.
+    pub code: String,
+    /// Whether the same request may succeed later (true for 503 answers).
+    pub retryable: bool,
+    /// Value-free description of what was wrong.
+    pub detail: String,
+}
+
+impl Problem {
+    /// A problem with `status`, `code` and a value-free `detail`; `retryable` is true
+    /// exactly for 503.
+    pub fn new(status: StatusCode, code: &str, detail: impl Into<String>) -> Self {
+        Self {
+            problem_type: format!("urn:keel:problem:{code}"),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            code: code.to_owned(),
+            retryable: status == StatusCode::SERVICE_UNAVAILABLE,
+            detail: detail.into(),
+        }
+    }
+
+    /// 400 with `code`.
+    pub fn bad_request(code: &str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, detail)
+    }
+
+    /// 401 `UNAUTHENTICATED`.
+    pub fn unauthenticated() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHENTICATED",
+            "missing or invalid API key",
+        )
+    }
+
+    /// 404 `NOT_FOUND` for `what` (`asset`, `operation`, `route`).
+    pub fn not_found(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("{what} not found"),
+        )
+    }
+
+    /// 500 `INTERNAL` (a bug: a handler panicked). Never carries the panic message.
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            "internal error",
+        )
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+}
+
+impl From<OpsError> for Problem {
+    fn from(e: OpsError) -> Self {
+        let status =
+            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::warn!(code = e.code(), error = %e, "operations service unavailable");
+        }
+        let mut p = Self::new(status, e.code(), e.detail());
+        p.retryable = e.retryable();
+        p
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut res = (status, body).into_response();
+        res.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if status == StatusCode::UNAUTHORIZED {
+            res.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        res
+    }
+}

@@ -1,0 +1,139 @@
+//! [`OpsError`]: what the operations service refuses, with stable codes.
+
+use keel_units::UnitsError;
+
+/// An error of the operations service. Every variant has a stable machine-readable
+/// [`OpsError::code`], an HTTP status class ([`OpsError::http_status`]) and a
+/// value-free message: no SQL, no payload values, no secrets.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpsError {
+    /// The bearer token is missing, malformed, unknown or revoked. Code `UNAUTHENTICATED`.
+    #[error("missing or invalid API key")]
+    Unauthenticated,
+    /// The resource does not exist **for the caller's organization** (another
+    /// organization's resources are reported the same way). Code `NOT_FOUND`.
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked up (`asset`, `operation`, `template`).
+        what: &'static str,
+    },
+    /// The idempotency key was used before with a different request. Code
+    /// `IDEMPOTENCY_CONFLICT`.
+    #[error("the idempotency key was used with a different request")]
+    IdempotencyConflict,
+    /// A request field is invalid. Code `INVALID_FIELD`.
+    #[error("field `{field}`: {reason}")]
+    InvalidField {
+        /// The field's name in the request.
+        field: &'static str,
+        /// The rule it broke (never its value).
+        reason: &'static str,
+    },
+    /// An amount or price could not be read. Code: the units error's code
+    /// (`AMOUNT_MALFORMED`, `AMOUNT_NEGATIVE`, `AMOUNT_PRECISION_LOSS`, ...).
+    #[error("field `{field}`: {source}")]
+    Amount {
+        /// The field's name in the request.
+        field: &'static str,
+        /// What was wrong.
+        #[source]
+        source: UnitsError,
+    },
+    /// The asset is not ready for this operation (its creation has not completed).
+    /// Code `ASSET_NOT_READY`.
+    #[error("the asset has not finished its creation")]
+    AssetNotReady,
+    /// The template's chain is not configured on this deployment. Code
+    /// `CHAIN_NOT_CONFIGURED`.
+    #[error("the template's chain is not configured")]
+    ChainNotConfigured,
+    /// An approval decision by the key that requested the operation. Code
+    /// `APPROVAL_SAME_KEY`.
+    #[error("an operation must be approved or rejected by a different API key")]
+    ApprovalSameKey,
+    /// The operation does not wait for an approval (none needed, already decided, or
+    /// ended). Code `APPROVAL_NOT_PENDING`.
+    #[error("the operation is not waiting for an approval")]
+    ApprovalNotPending,
+    /// The durable engine refused (bounds) or failed. Code `ENGINE_*` or
+    /// `SERVICE_UNAVAILABLE` when retryable.
+    #[error("workflow engine: {0}")]
+    Engine(#[from] keel_durable::DurableError),
+    /// The index could not be read. Code `INDEX_UNAVAILABLE`; retryable.
+    #[error("ledger index unavailable")]
+    Index(#[from] keel_index::IndexError),
+    /// The index has not reached the requested block within the wait. Code
+    /// `INDEX_BEHIND`; retryable.
+    #[error("the ledger index has not reached the requested block yet")]
+    IndexBehind,
+    /// The database failed. Code `SERVICE_UNAVAILABLE`; retryable when transient.
+    #[error("database: {0}")]
+    Store(#[from] keel_store::StoreError),
+}
+
+impl From<sqlx::Error> for OpsError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Store(keel_store::StoreError::from(e))
+    }
+}
+
+impl OpsError {
+    /// The stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::NotFound { .. } => "NOT_FOUND",
+            Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
+            Self::InvalidField { .. } => "INVALID_FIELD",
+            Self::Amount { source, .. } => source.code(),
+            Self::AssetNotReady => "ASSET_NOT_READY",
+            Self::ChainNotConfigured => "CHAIN_NOT_CONFIGURED",
+            Self::ApprovalSameKey => "APPROVAL_SAME_KEY",
+            Self::ApprovalNotPending => "APPROVAL_NOT_PENDING",
+            Self::Engine(e) => match e {
+                keel_durable::DurableError::InvalidInput(_) => "PAYLOAD_TOO_LARGE_OR_DEEP",
+                keel_durable::DurableError::IdempotencyConflict { .. } => "IDEMPOTENCY_CONFLICT",
+                _ => "SERVICE_UNAVAILABLE",
+            },
+            Self::Index(_) => "INDEX_UNAVAILABLE",
+            Self::IndexBehind => "INDEX_BEHIND",
+            Self::Store(_) => "SERVICE_UNAVAILABLE",
+        }
+    }
+
+    /// The HTTP status this error answers with (400, 401, 404, 409, 413, 422 or 503).
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::Unauthenticated => 401,
+            Self::NotFound { .. } => 404,
+            Self::IdempotencyConflict
+            | Self::AssetNotReady
+            | Self::ApprovalNotPending
+            | Self::ApprovalSameKey => 409,
+            Self::InvalidField { .. } | Self::Amount { .. } | Self::ChainNotConfigured => 422,
+            Self::Engine(keel_durable::DurableError::InvalidInput(_)) => 413,
+            Self::Engine(keel_durable::DurableError::IdempotencyConflict { .. }) => 409,
+            Self::Engine(_) | Self::Index(_) | Self::IndexBehind | Self::Store(_) => 503,
+        }
+    }
+
+    /// Whether the same request may succeed later.
+    pub fn retryable(&self) -> bool {
+        self.http_status() == 503
+    }
+
+    /// A value-free description for clients (`detail` of a problem document). Server
+    /// failures are summarized without their internal cause.
+    pub fn detail(&self) -> String {
+        match self {
+            Self::Engine(_) | Self::Store(_) | Self::Index(_) if self.retryable() => {
+                "a dependency is temporarily unavailable; retry later".to_owned()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+/// `Result` with [`OpsError`].
+pub type Result<T, E = OpsError> = std::result::Result<T, E>;

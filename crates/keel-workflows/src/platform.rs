@@ -1,0 +1,105 @@
+//! What the runner-side workflows need to act on chains: per chain an upstream pool,
+//! the transaction queue (for enqueue) and Keel's platform contract addresses.
+
+use alloy::primitives::Address;
+use keel_chain::{AttributionSuffix, UpstreamPool};
+use keel_txq::TxQueue;
+use keel_units::ChainId;
+use sqlx::PgPool;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The platform contracts the workflows call on one chain (recorded by
+/// `keel chain bootstrap` in `platform_contract`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlatformAddresses {
+    /// `AssetFactory` (deploys asset tokens with CREATE2).
+    pub asset_factory: Address,
+    /// `PriceFeedFactory` (deploys price feeds).
+    pub price_feed_factory: Address,
+    /// `PriceResolver` (staleness bounds, consulted on mint).
+    pub price_resolver: Address,
+}
+
+/// Why [`PlatformAddresses::load`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlatformError {
+    /// A contract is not recorded for the chain: the chain was not bootstrapped.
+    #[error(
+        "platform contract `{name}` is not recorded for chain {chain_id}; run `keel chain bootstrap`"
+    )]
+    Missing {
+        /// The contract's name in `platform_contract`.
+        name: &'static str,
+        /// The chain.
+        chain_id: u64,
+    },
+    /// The database failed.
+    #[error("database: {0}")]
+    Store(#[from] keel_store::StoreError),
+}
+
+impl PlatformAddresses {
+    /// Loads the addresses of `chain_id` from `platform_contract`.
+    ///
+    /// # Errors
+    /// [`PlatformError::Missing`] when the chain was not bootstrapped;
+    /// [`PlatformError::Store`].
+    pub async fn load(db: &PgPool, chain_id: u64) -> Result<Self, PlatformError> {
+        let id = i64::try_from(chain_id).map_err(|_| PlatformError::Missing {
+            name: "assetFactory",
+            chain_id,
+        })?;
+        let rows = keel_store::platform::platform_contract_list(db, id).await?;
+        let find = |name: &'static str| {
+            rows.iter()
+                .find(|r| r.name == name)
+                .and_then(|r| Address::try_from(r.address.as_slice()).ok())
+                .ok_or(PlatformError::Missing { name, chain_id })
+        };
+        Ok(Self {
+            asset_factory: find(keel_abi::platform::names::ASSET_FACTORY)?,
+            price_feed_factory: find(keel_abi::platform::names::PRICE_FEED_FACTORY)?,
+            price_resolver: find(keel_abi::platform::names::PRICE_RESOLVER)?,
+        })
+    }
+}
+
+/// One chain as the workflows see it.
+#[derive(Debug, Clone)]
+pub struct ChainContext {
+    /// The chain.
+    pub chain_id: ChainId,
+    /// Its RPC upstreams (receipts and logs are read through it).
+    pub node: Arc<UpstreamPool>,
+    /// Its transaction queue; workflows only enqueue and read, the runner's queue loop
+    /// signs, broadcasts and confirms.
+    pub queue: Arc<TxQueue>,
+    /// Keel's platform contracts on it.
+    pub contracts: PlatformAddresses,
+}
+
+/// Everything the workflows share.
+#[derive(Debug, Clone)]
+pub struct Platform {
+    /// The database (asset rows, operation links, the index).
+    pub db: PgPool,
+    /// The operator account: the sender of every transaction and the admin of every
+    /// token and feed Keel deploys. Its signer is registered with each chain's queue.
+    pub operator: Address,
+    /// The ERC-8021 attribution suffix appended to every calldata.
+    pub suffix: AttributionSuffix,
+    /// The configured chains, by EIP-155 chain id.
+    pub chains: HashMap<u64, ChainContext>,
+    /// How long one read-after-write wait on the index lasts before the step retries.
+    pub index_wait: Duration,
+}
+
+impl Platform {
+    /// The chain `chain_id`, if configured.
+    pub fn chain(&self, chain_id: u64) -> Option<&ChainContext> {
+        self.chains.get(&chain_id)
+    }
+}

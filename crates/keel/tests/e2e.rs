@@ -1,0 +1,628 @@
+//! The main job end to end: the `keel` binary's three roles as separate processes
+//! against a real PostgreSQL and a real Anvil, driven through the Platform API.
+
+use alloy::primitives::{Address, B256};
+use alloy::providers::Provider;
+use alloy::rpc::types::Filter;
+use alloy::sol_types::SolEvent;
+use anvil_tests::TestChain;
+use keel_abi::bindings::{AssetFactory, AssetToken, PriceFeed, PriceFeedFactory, PriceResolver};
+use keel_store::testing::TestDatabase;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn keel() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("KEEL") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Stack {
+    chain: TestChain,
+    db: TestDatabase,
+    env: Vec<(String, String)>,
+    api: String,
+    logs: tempfile::TempDir,
+    procs: HashMap<&'static str, Child>,
+    http: reqwest::Client,
+    /// Two keys of organization `acme`, one of organization `other`.
+    key_a: String,
+    key_b: String,
+    key_other: String,
+    contracts: HashMap<String, Address>,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        for (_, mut child) in self.procs.drain() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Template options for `keel template set`.
+#[derive(Default)]
+struct TemplateOpts {
+    approval_threshold: Option<&'static str>,
+    approval_ttl_seconds: Option<u64>,
+    funding_pause: bool,
+}
+
+impl Stack {
+    async fn start(chain: TestChain, template: TemplateOpts) -> Stack {
+        let db = TestDatabase::create().await.unwrap();
+        let port = free_port();
+        let key0 = format!(
+            "0x{}",
+            alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
+        );
+        let env: Vec<(String, String)> = vec![
+            ("KEEL__DATABASE__URL".into(), db.url().to_owned()),
+            (
+                "KEEL__CHAINS__LOCAL__CHAINID".into(),
+                chain.chain_id().to_string(),
+            ),
+            (
+                "KEEL__CHAINS__LOCAL__RPCURLS".into(),
+                format!("[\"{}\"]", chain.endpoint()),
+            ),
+            (
+                "KEEL__API__LISTENADDRESS".into(),
+                format!("127.0.0.1:{port}"),
+            ),
+            ("KEEL__TELEMETRY__METRICSADDRESS".into(), String::new()),
+            ("KEEL__TELEMETRY__LOGFORMAT".into(), "json".into()),
+            ("KEEL__DURABLE__SHARDING__SHARDS".into(), "4".into()),
+            ("KEEL__DURABLE__LEASEMS".into(), "3000".into()),
+            (
+                "KEEL__DURABLE__CONFIRMATIONWATCHER__INTERVALMS".into(),
+                "100".into(),
+            ),
+            ("KEEL__CLUSTER__REFRESHINTERVALMS".into(), "200".into()),
+            ("KEEL__CLUSTER__LIVENESSWINDOWMS".into(), "1000".into()),
+            ("KEEL__INDEX__POLLINTERVALMS".into(), "100".into()),
+            ("KEEL_OPERATOR_KEY".into(), key0.clone()),
+            ("KEEL_DEPLOYER_KEY".into(), key0),
+        ];
+        let mut stack = Stack {
+            chain,
+            db,
+            env,
+            api: format!("http://127.0.0.1:{port}"),
+            logs: tempfile::tempdir().unwrap(),
+            procs: HashMap::new(),
+            http: reqwest::Client::new(),
+            key_a: String::new(),
+            key_b: String::new(),
+            key_other: String::new(),
+            contracts: HashMap::new(),
+        };
+        stack.cli(&["migrate"]);
+        stack.cli(&["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"]);
+        stack.cli(&["org", "create", "--name", "acme"]);
+        stack.cli(&["org", "create", "--name", "other"]);
+        stack.key_a = stack.cli(&["api-key", "create", "--org", "acme", "--label", "a"]);
+        stack.key_b = stack.cli(&["api-key", "create", "--org", "acme", "--label", "b"]);
+        stack.key_other = stack.cli(&["api-key", "create", "--org", "other", "--label", "o"]);
+        let mut args = vec![
+            "template",
+            "set",
+            "--org",
+            "acme",
+            "--id",
+            "std",
+            "--chain",
+            "local",
+            "--staleness-bound-seconds",
+            "86400",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+        if let Some(t) = template.approval_threshold {
+            args.extend(["--mint-approval-threshold".to_owned(), t.to_owned()]);
+        }
+        if let Some(t) = template.approval_ttl_seconds {
+            args.extend(["--approval-ttl-seconds".to_owned(), t.to_string()]);
+        }
+        if template.funding_pause {
+            args.extend([
+                "--funding-pause".to_owned(),
+                "--funding-deadline-seconds".to_owned(),
+                "600".to_owned(),
+            ]);
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        stack.cli(&refs);
+        let rows: Vec<(String, Vec<u8>)> =
+            sqlx::query_as("SELECT name, address FROM platform_contract")
+                .fetch_all(stack.db.pool())
+                .await
+                .unwrap();
+        stack.contracts = rows
+            .into_iter()
+            .map(|(n, a)| (n, Address::from_slice(&a)))
+            .collect();
+        for role in ["indexer", "runner", "api"] {
+            stack.spawn(role);
+        }
+        stack.await_ready().await;
+        stack
+    }
+
+    /// Runs a `keel` command to completion; returns its stdout (trimmed).
+    fn cli(&self, args: &[&str]) -> String {
+        let out = keel().args(args).envs(self.env.clone()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "keel {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    fn spawn(&mut self, role: &'static str) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.logs.path().join(format!("{role}.log")))
+            .unwrap();
+        let child = keel()
+            .args(["run", "--role", role, "--termination-grace-seconds", "5"])
+            .envs(self.env.clone())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.procs.insert(role, child);
+    }
+
+    /// SIGKILL (no shutdown path runs).
+    fn kill9(&mut self, role: &'static str) {
+        let mut child = self.procs.remove(role).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    fn log(&self, role: &str) -> String {
+        std::fs::read_to_string(self.logs.path().join(format!("{role}.log"))).unwrap_or_default()
+    }
+
+    async fn await_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = self.http.get(format!("{}/readyz", self.api)).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "api not ready: {}",
+                self.log("api")
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn post(&self, key: &str, path: &str, idem: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.api))
+            .bearer_auth(key)
+            .header("Idempotency-Key", idem)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, key: &str, path: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.api))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Polls the operation until `done(view)` holds (probe, 50 ms apart) or `within`
+    /// passes (then fails with the roles' logs).
+    async fn await_op(&self, id: &str, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let (status, view) = self.get(&self.key_a, &format!("/v1/operations/{id}")).await;
+            assert_eq!(status, 200, "{view}");
+            if done(&view) {
+                return view;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "operation {id} did not reach the expected state: {view}\n--- runner\n{}\n--- indexer\n{}",
+                self.log("runner"),
+                self.log("indexer")
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn create_asset(&self, idem: &str, symbol: &str) -> (String, String) {
+        let (status, body) = self
+            .post(
+                &self.key_a,
+                "/v1/assets",
+                idem,
+                json!({"name": format!("{symbol} Fund"), "symbol": symbol, "decimals": 6,
+                       "templateId": "std", "initialPrice": "101.25"}),
+            )
+            .await;
+        assert!(status == 202 || status == 200, "{status} {body}");
+        (
+            body["id"].as_str().unwrap().to_owned(),
+            body["assetId"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    async fn logs_of<E: SolEvent>(&self, emitter: Address) -> Vec<alloy::rpc::types::Log> {
+        self.chain
+            .provider()
+            .get_logs(
+                &Filter::new()
+                    .address(emitter)
+                    .event_signature(E::SIGNATURE_HASH)
+                    .from_block(0),
+            )
+            .await
+            .unwrap()
+    }
+}
+
+fn state(v: &Value) -> &str {
+    v["state"].as_str().unwrap_or("")
+}
+
+fn terminal(v: &Value) -> bool {
+    matches!(state(v), "completed" | "failed" | "cancelled")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_mint_transfer_and_read_back_from_the_index() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (op, asset) = stack.create_asset("create-1", "ACME").await;
+    let view = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let steps: Vec<&str> = view["milestones"]["confirmed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "create-feed",
+            "deploy-token",
+            "submit-observation",
+            "set-bound",
+            "unpause"
+        ]
+    );
+    assert!(
+        view["milestones"]["indexed"]["block"].as_u64().is_some(),
+        "{view}"
+    );
+
+    let (status, a) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(a["status"], "active", "{a}");
+    assert_eq!(a["paused"], false, "{a}");
+    assert_eq!(a["stalenessBoundSeconds"], "86400");
+    assert_eq!(a["latestObservation"]["answer"], "10125000000", "{a}");
+
+    // Mint 1,234.5 tokens (6 decimals) to account 3 and read the balance back from the
+    // index at the mint's block.
+    let holder = stack.chain.account(3).unwrap();
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/mint"),
+            "mint-1",
+            json!({"recipient": holder.to_string(), "amount": "1234.5"}),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{status} {body}");
+    let mint_op = body["id"].as_str().unwrap().to_owned();
+    let view = stack
+        .await_op(&mint_op, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let block = view["result"]["block"].as_u64().unwrap();
+    let (status, bal) = stack
+        .get(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/balances/{holder}?minBlock={block}"),
+        )
+        .await;
+    assert_eq!(status, 200, "{bal}");
+    assert_eq!(bal["balance"], "1234.5");
+    assert_eq!(bal["balanceBaseUnits"], "1234500000");
+
+    // Same key, same body: the same operation, nothing new on chain.
+    let (_, again) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/mint"),
+            "mint-1",
+            json!({"recipient": holder.to_string(), "amount": "1234.50"}),
+        )
+        .await;
+    assert_eq!(again["id"], mint_op, "{again}");
+    // Same key, other body: conflict.
+    let (status, conflict) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/mint"),
+            "mint-1",
+            json!({"recipient": holder.to_string(), "amount": "1"}),
+        )
+        .await;
+    assert_eq!(status, 409, "{conflict}");
+    assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
+
+    // A transfer the issuer cannot cover reverts on chain: a failed operation with the
+    // decoded reason.
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/transfer"),
+            "transfer-too-much",
+            json!({"recipient": holder.to_string(), "amount": "5"}),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{status} {body}");
+    let view = stack
+        .await_op(
+            body["id"].as_str().unwrap(),
+            Duration::from_secs(60),
+            terminal,
+        )
+        .await;
+    assert_eq!(state(&view), "failed", "{view}");
+    assert!(
+        ["EXECUTION_REVERTED"].contains(&view["error"]["code"].as_str().unwrap()),
+        "{view}"
+    );
+
+    // Tenant isolation: the other organization sees none of it.
+    let (status, _) = stack
+        .get(&stack.key_other, &format!("/v1/assets/{asset}"))
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = stack
+        .get(&stack.key_other, &format!("/v1/operations/{op}"))
+        .await;
+    assert_eq!(status, 404);
+    let mints = stack
+        .logs_of::<AssetToken::Transfer>(a["tokenAddress"].as_str().unwrap().parse().unwrap())
+        .await;
+    assert_eq!(mints.len(), 1, "exactly one mint on chain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mints_above_the_threshold_wait_for_an_approval_by_another_key() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(
+        chain,
+        TemplateOpts {
+            approval_threshold: Some("100"),
+            approval_ttl_seconds: Some(600),
+            ..TemplateOpts::default()
+        },
+    )
+    .await;
+    let (op, asset) = stack.create_asset("create-a", "APRV").await;
+    let view = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let holder = stack.chain.account(4).unwrap().to_string();
+    let mint = |idem: &'static str| {
+        let holder = holder.clone();
+        let asset = asset.clone();
+        let stack = &stack;
+        async move {
+            let (status, body) = stack
+                .post(
+                    &stack.key_a,
+                    &format!("/v1/assets/{asset}/mint"),
+                    idem,
+                    json!({"recipient": holder, "amount": "500"}),
+                )
+                .await;
+            assert!(status == 202 || status == 200, "{status} {body}");
+            body["id"].as_str().unwrap().to_owned()
+        }
+    };
+    // Approved by the second key.
+    let approved = mint("big-1").await;
+    let view = stack
+        .await_op(&approved, Duration::from_secs(30), |v| {
+            state(v) == "waiting"
+        })
+        .await;
+    assert_eq!(view["wait"]["for"], "approval", "{view}");
+    assert!(view["wait"]["until"].is_string(), "{view}");
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/operations/{approved}/approve"),
+            "x",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "APPROVAL_SAME_KEY");
+    let (status, body) = stack
+        .post(
+            &stack.key_b,
+            &format!("/v1/operations/{approved}/approve"),
+            "y",
+            json!({}),
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    let view = stack
+        .await_op(&approved, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+
+    // Rejected.
+    let rejected = mint("big-2").await;
+    stack
+        .await_op(&rejected, Duration::from_secs(30), |v| {
+            state(v) == "waiting"
+        })
+        .await;
+    let (status, body) = stack
+        .post(
+            &stack.key_b,
+            &format!("/v1/operations/{rejected}/reject"),
+            "z",
+            json!({}),
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    let view = stack
+        .await_op(&rejected, Duration::from_secs(30), terminal)
+        .await;
+    assert_eq!(view["error"]["code"], "APPROVAL_REJECTED", "{view}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_approval_expires() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(
+        chain,
+        TemplateOpts {
+            approval_threshold: Some("1"),
+            approval_ttl_seconds: Some(2),
+            ..TemplateOpts::default()
+        },
+    )
+    .await;
+    let (op, asset) = stack.create_asset("create-e", "EXPR").await;
+    let view = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let (_, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/mint"),
+            "big-e",
+            json!({"recipient": stack.chain.account(5).unwrap().to_string(), "amount": "2"}),
+        )
+        .await;
+    let id = body["id"].as_str().unwrap().to_owned();
+    let view = stack.await_op(&id, Duration::from_secs(30), terminal).await;
+    assert_eq!(view["error"]["code"], "APPROVAL_EXPIRED", "{view}");
+    let (status, body) = stack
+        .post(
+            &stack.key_b,
+            &format!("/v1/operations/{id}/approve"),
+            "late",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+}
+
+/// The runner is killed (SIGKILL) once in every phase of the creation; after each
+/// restart the operation resumes, and afterwards the chain holds exactly one feed, one
+/// token, one observation, one bound and one unpause, in fail-closed order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_in_every_feed_phase_step_deploys_everything_exactly_once() {
+    let chain = TestChain::builder().block_time(1).start().await.unwrap();
+    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (op, _asset) = stack.create_asset("create-k", "KILL").await;
+    let phases = [
+        "create-feed",
+        "deploy-token",
+        "submit-observation",
+        "set-bound",
+        "unpause",
+    ];
+    for phase in phases {
+        let view = stack
+            .await_op(&op, Duration::from_secs(120), |v| {
+                terminal(v) || {
+                    let at = v["progress"]["phase"].as_str().unwrap_or("");
+                    let ix = |p: &str| phases.iter().position(|x| *x == p);
+                    matches!((ix(at), ix(phase)), (Some(a), Some(b)) if a >= b)
+                        || at == "index"
+                        || at == "done"
+                }
+            })
+            .await;
+        if terminal(&view) {
+            break;
+        }
+        stack.kill9("runner");
+        stack.spawn("runner");
+    }
+    let view = stack
+        .await_op(&op, Duration::from_secs(180), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let feed_factory = stack.contracts["priceFeedFactory"];
+    let factory = stack.contracts["assetFactory"];
+    let resolver = stack.contracts["priceResolver"];
+    let feeds = stack
+        .logs_of::<PriceFeedFactory::FeedCreated>(feed_factory)
+        .await;
+    let tokens = stack.logs_of::<AssetFactory::AssetCreated>(factory).await;
+    assert_eq!(feeds.len(), 1, "one feed");
+    assert_eq!(tokens.len(), 1, "one token");
+    let feed = Address::from_word(feeds[0].topics()[1]);
+    let token = Address::from_word(tokens[0].topics()[2]);
+    let observations = stack.logs_of::<PriceFeed::AnswerUpdated>(feed).await;
+    let bounds = stack
+        .logs_of::<PriceResolver::StalenessBoundSet>(resolver)
+        .await;
+    let unpauses = stack.logs_of::<AssetToken::Unpaused>(token).await;
+    assert_eq!(observations.len(), 1, "one observation");
+    assert_eq!(bounds.len(), 1, "one staleness bound");
+    assert_eq!(unpauses.len(), 1, "one unpause");
+    let pos = |l: &alloy::rpc::types::Log| (l.block_number.unwrap(), l.log_index.unwrap());
+    assert!(
+        pos(&bounds[0]) < pos(&unpauses[0]),
+        "the bound lands before the unpause"
+    );
+    assert!(pos(&observations[0]) < pos(&bounds[0]));
+    let _ = B256::ZERO;
+}
