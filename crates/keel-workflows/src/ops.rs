@@ -238,24 +238,6 @@ pub struct ObservationView {
     pub block: u64,
 }
 
-/// An open funding request of an operation (`GET /v1/funding-requests`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FundingView {
-    /// The operation that waits.
-    pub operation_id: Uuid,
-    /// Its step.
-    pub step: String,
-    /// EIP-155 chain id.
-    pub chain_id: u64,
-    /// The account to fund (the operator).
-    pub address: Address,
-    /// Wei still missing: gas limit × max fee per gas + value − balance (decimal string).
-    pub required_wei: String,
-    /// After this instant (database clock) the operation fails `FUNDING_DEADLINE_EXPIRED`.
-    pub deadline: DateTime<Utc>,
-}
-
 /// A holder's balance of an asset, from the index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -885,45 +867,6 @@ impl Ops {
             Err(e) => return Err(e.into()),
         }
         self.operation(caller, id).await
-    }
-
-    /// Open funding requests of the caller's operations: transactions waiting for the
-    /// operator account to be funded (address, required wei, deadline).
-    ///
-    /// # Errors
-    /// [`OpsError::Store`].
-    pub async fn funding_requests(&self, caller: Caller) -> Result<Vec<FundingView>> {
-        let links: Vec<(Uuid, Uuid, String)> = sqlx::query_as(
-            "SELECT ot.txq_request_id, ot.operation_id, ot.step
-               FROM operation_tx ot JOIN operation o ON o.id = ot.operation_id
-               JOIN txq_request r ON r.id = ot.txq_request_id
-              WHERE o.organization_id = $1 AND r.state = 'waiting_funding'",
-        )
-        .bind(caller.organization_id)
-        .fetch_all(&self.db)
-        .await?;
-        if links.is_empty() {
-            return Ok(Vec::new());
-        }
-        let open = keel_txq::funding_requests(&self.db, None)
-            .await
-            .map_err(|_| OpsError::Store(keel_store::StoreError::Decode))?;
-        Ok(open
-            .into_iter()
-            .filter_map(|f| {
-                links
-                    .iter()
-                    .find(|(r, _, _)| *r == f.request_id)
-                    .map(|(_, op, step)| FundingView {
-                        operation_id: *op,
-                        step: step.clone(),
-                        chain_id: f.chain_id.get(),
-                        address: f.address,
-                        required_wei: f.required_wei.get().to_string(),
-                        deadline: f.deadline,
-                    })
-            })
-            .collect())
     }
 
     async fn asset_record(&self, caller: Caller, id: Uuid) -> Result<AssetRecord> {

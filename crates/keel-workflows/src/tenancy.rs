@@ -157,20 +157,24 @@ pub async fn authenticate(db: &PgPool, token: &str) -> Result<Caller> {
     })
 }
 
+/// Whether `id` matches the template id pattern `^[a-z0-9][a-z0-9._-]{0,63}$`.
+pub fn valid_template_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id.bytes().enumerate().all(|(i, b)| {
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || (i > 0 && matches!(b, b'.' | b'_' | b'-'))
+        })
+}
+
 /// Creates or replaces the template `t.id` of `organization_id`.
 ///
 /// # Errors
 /// [`OpsError::InvalidField`] for an id that breaks the pattern, zero bound or TTLs,
 /// decimals above 36 or a malformed threshold; [`OpsError::Store`].
 pub async fn upsert_template(db: &PgPool, organization_id: Uuid, t: &Template) -> Result<()> {
-    let id_ok = !t.id.is_empty()
-        && t.id.len() <= 64
-        && t.id.bytes().enumerate().all(|(i, b)| {
-            b.is_ascii_lowercase()
-                || b.is_ascii_digit()
-                || (i > 0 && matches!(b, b'.' | b'_' | b'-'))
-        });
-    if !id_ok {
+    if !valid_template_id(&t.id) {
         return Err(OpsError::InvalidField {
             field: "id",
             reason: "must match ^[a-z0-9][a-z0-9._-]{0,63}$",
@@ -236,12 +240,16 @@ pub async fn upsert_template(db: &PgPool, organization_id: Uuid, t: &Template) -
 /// The template `id` of `organization_id`.
 ///
 /// # Errors
-/// [`OpsError::NotFound`] (`template`); [`OpsError::Store`].
+/// [`OpsError::NotFound`] (`template`, also for an id that breaks the pattern, which
+/// is refused before any query); [`OpsError::Store`].
 pub async fn template(
     db: impl sqlx::PgExecutor<'_>,
     organization_id: Uuid,
     id: &str,
 ) -> Result<Template> {
+    if !valid_template_id(id) {
+        return Err(OpsError::NotFound { what: "template" });
+    }
     type Row = (String, i64, i16, i64, Option<String>, i64, bool, i64);
     let row: Option<Row> = sqlx::query_as(
         "SELECT id, chain_id, price_decimals, staleness_bound_seconds, mint_approval_threshold,

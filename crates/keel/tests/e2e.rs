@@ -626,3 +626,103 @@ async fn a_runner_killed_in_every_feed_phase_step_deploys_everything_exactly_onc
     assert!(pos(&observations[0]) < pos(&bounds[0]));
     let _ = B256::ZERO;
 }
+
+async fn set_balance(stack: &Stack, who: Address, wei: u128) {
+    let _: Value = stack
+        .chain
+        .provider()
+        .raw_request(
+            "anvil_setBalance".into(),
+            (who, alloy::primitives::U256::from(wei)),
+        )
+        .await
+        .unwrap();
+}
+
+/// With the template's funding pause, an operation whose operator cannot pay for gas
+/// waits (`wait.for = funding`, listed under `/v1/funding-requests` with the amount to
+/// send) and completes on its own once the operator is funded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfunded_operator_pauses_the_operation_until_funded() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(
+        chain,
+        TemplateOpts {
+            funding_pause: true,
+            ..TemplateOpts::default()
+        },
+    )
+    .await;
+    let (op, asset) = stack.create_asset("create-f", "FUND").await;
+    let view = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let operator = stack.chain.account(0).unwrap();
+    set_balance(&stack, operator, 0).await;
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/mint"),
+            "mint-f",
+            json!({"recipient": stack.chain.account(6).unwrap().to_string(), "amount": "7"}),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{status} {body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    let view = stack
+        .await_op(&id, Duration::from_secs(60), |v| {
+            v["wait"]["for"] == "funding"
+        })
+        .await;
+    assert_eq!(view["wait"]["step"], "mint", "{view}");
+    let (status, list) = stack.get(&stack.key_a, "/v1/funding-requests").await;
+    assert_eq!(status, 200, "{list}");
+    let requests = list["fundingRequests"].as_array().unwrap();
+    assert_eq!(requests.len(), 1, "{list}");
+    let required: u128 = requests[0]["requiredWei"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(required > 0);
+    assert_eq!(
+        requests[0]["address"].as_str().unwrap().to_lowercase(),
+        operator.to_string().to_lowercase()
+    );
+    // The other organization sees no funding request of acme's.
+    let (_, other) = stack.get(&stack.key_other, "/v1/funding-requests").await;
+    assert_eq!(
+        other["fundingRequests"].as_array().unwrap().len(),
+        0,
+        "{other}"
+    );
+    set_balance(&stack, operator, required).await;
+    let view = stack.await_op(&id, Duration::from_secs(60), terminal).await;
+    assert_eq!(state(&view), "completed", "{view}");
+}
+
+/// Without the funding pause the same situation fails the operation `GAS_REQUIRED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfunded_operator_fails_gas_required_without_the_pause() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (op, asset) = stack.create_asset("create-g", "GASR").await;
+    let view = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    set_balance(&stack, stack.chain.account(0).unwrap(), 0).await;
+    let (_, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/pause"),
+            "pause-g",
+            json!({}),
+        )
+        .await;
+    let id = body["id"].as_str().unwrap().to_owned();
+    let view = stack.await_op(&id, Duration::from_secs(60), terminal).await;
+    assert_eq!(view["error"]["code"], "GAS_REQUIRED", "{view}");
+    assert_eq!(view["error"]["retryable"], true, "{view}");
+}
