@@ -120,6 +120,12 @@ impl Engine {
         self
     }
 
+    /// Names of the registered workflows (what this engine's executors claim; commands
+    /// of other workflows are left to executors that registered them).
+    pub fn registered(&self) -> Vec<String> {
+        self.registry.names()
+    }
+
     /// The pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool

@@ -1225,3 +1225,56 @@ fn project(op: &OperationRow, status: Option<&InstanceStatus>, txs: Vec<TxRow>) 
         error,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflows::WORKFLOWS;
+
+    /// Every operation the API accepts starts a workflow the runner registers.
+    #[test]
+    fn every_accepted_kind_is_a_registered_workflow() {
+        let kinds = [
+            AssetCreate::NAME,
+            TokenRequest::Mint {
+                recipient: Address::ZERO,
+                amount: String::new(),
+            }
+            .kind(),
+            TokenRequest::Transfer {
+                recipient: Address::ZERO,
+                amount: String::new(),
+            }
+            .kind(),
+            TokenRequest::Pause.kind(),
+            TokenRequest::Unpause.kind(),
+        ];
+        for kind in kinds {
+            assert!(WORKFLOWS.contains(&kind), "{kind}");
+        }
+        assert_eq!(kinds.len(), WORKFLOWS.len());
+    }
+
+    #[tokio::test]
+    async fn register_all_registers_every_workflow() {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://postgres@127.0.0.1:5432/unused")
+            .unwrap();
+        let platform = std::sync::Arc::new(crate::Platform {
+            db: pool.clone(),
+            operator: Address::ZERO,
+            suffix: keel_chain::AttributionSuffix::new(&["keel"]).unwrap(),
+            chains: Default::default(),
+            index_wait: Duration::from_secs(1),
+        });
+        let engine = crate::workflows::register_all(
+            Engine::new(pool, keel_durable::EngineConfig::default()).unwrap(),
+            platform,
+        );
+        let mut registered = engine.registered();
+        registered.sort();
+        let mut expected: Vec<String> = WORKFLOWS.iter().map(|s| (*s).to_owned()).collect();
+        expected.sort();
+        assert_eq!(registered, expected);
+    }
+}

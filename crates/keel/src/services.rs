@@ -154,6 +154,15 @@ pub async fn start_runner(
         Engine::new(pool.clone(), engine_config(config)).context("durable engine")?,
         platform.clone(),
     );
+    // Startup assertion: every workflow the API can start is executed here, so no
+    // accepted operation can wait forever for an executor that does not know it.
+    let registered = engine.registered();
+    if let Some(missing) = keel_workflows::workflows::WORKFLOWS
+        .iter()
+        .find(|w| !registered.iter().any(|r| r == *w))
+    {
+        anyhow::bail!("workflow `{missing}` can be started by the API but is not registered");
+    }
     let executor = engine
         .spawn_executor(ExecutorConfig::default())
         .context("durable executor")?;
