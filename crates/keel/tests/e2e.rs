@@ -177,19 +177,25 @@ impl Stack {
     }
 
     fn spawn(&mut self, role: &'static str) {
+        self.spawn_named(role, role);
+    }
+
+    /// Starts process `name` running `role` (several processes may share a role).
+    fn spawn_named(&mut self, name: &'static str, role: &'static str) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.logs.path().join(format!("{role}.log")))
+            .open(self.logs.path().join(format!("{name}.log")))
             .unwrap();
         let child = keel()
             .args(["run", "--role", role, "--termination-grace-seconds", "5"])
             .envs(self.env.clone())
+            .env("KEEL__CLUSTER__HOST", name)
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
             .unwrap();
-        self.procs.insert(role, child);
+        self.procs.insert(name, child);
     }
 
     /// SIGKILL (no shutdown path runs).
@@ -725,4 +731,124 @@ async fn an_unfunded_operator_fails_gas_required_without_the_pause() {
     let view = stack.await_op(&id, Duration::from_secs(60), terminal).await;
     assert_eq!(view["error"]["code"], "GAS_REQUIRED", "{view}");
     assert_eq!(view["error"]["retryable"], true, "{view}");
+}
+
+/// Two indexer processes: the one that owns the chain's tip ingest is killed (SIGKILL);
+/// the other takes the chain over with a new epoch, and the index still equals the
+/// chain's Transfer logs exactly (nothing lost, nothing doubled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_tip_owner_is_replaced_by_the_other_indexer_without_gaps_or_duplicates() {
+    let chain = TestChain::start().await.unwrap();
+    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (op, asset) = stack.create_asset("create-i", "IDXR").await;
+    let view = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let epoch_before: i64 = sqlx::query_scalar("SELECT owner_epoch FROM index_chain")
+        .fetch_one(stack.db.pool())
+        .await
+        .unwrap();
+    // The second indexer joins; once both are live, whichever owns the chain's tip
+    // ingest dies without any shutdown.
+    stack.spawn_named("indexer-2", "indexer");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let live: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM cluster_replica WHERE role = 'indexer'
+               AND heartbeat_at > now() - interval '1 second'",
+        )
+        .fetch_one(stack.db.pool())
+        .await
+        .unwrap();
+        if live == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "indexer-2 never became live");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let owner: String = sqlx::query_scalar(
+        "SELECT r.host FROM index_chain c JOIN cluster_replica r ON r.id::text = c.owner_id",
+    )
+    .fetch_one(stack.db.pool())
+    .await
+    .unwrap();
+    let (victim, survivor) = if owner == "indexer" {
+        ("indexer", "indexer-2")
+    } else {
+        ("indexer-2", "indexer")
+    };
+    stack.kill9(victim);
+    let holder = stack.chain.account(7).unwrap();
+    let mut last_block = 0;
+    for i in 0..3 {
+        let (status, body) = stack
+            .post(
+                &stack.key_a,
+                &format!("/v1/assets/{asset}/mint"),
+                &format!("mint-i-{i}"),
+                json!({"recipient": holder.to_string(), "amount": "10"}),
+            )
+            .await;
+        assert!(status == 202 || status == 200, "{status} {body}");
+        let view = stack
+            .await_op(
+                body["id"].as_str().unwrap(),
+                Duration::from_secs(90),
+                terminal,
+            )
+            .await;
+        assert_eq!(state(&view), "completed", "{view}\n{}", stack.log(survivor));
+        last_block = view["result"]["block"].as_u64().unwrap();
+    }
+    let epoch_after: i64 = sqlx::query_scalar("SELECT owner_epoch FROM index_chain")
+        .fetch_one(stack.db.pool())
+        .await
+        .unwrap();
+    assert!(
+        epoch_after > epoch_before,
+        "ownership moved with a new epoch"
+    );
+    let owner_after: String = sqlx::query_scalar(
+        "SELECT r.host FROM index_chain c JOIN cluster_replica r ON r.id::text = c.owner_id",
+    )
+    .fetch_one(stack.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(owner_after, survivor);
+    let (status, bal) = stack
+        .get(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/balances/{holder}?minBlock={last_block}"),
+        )
+        .await;
+    assert_eq!(status, 200, "{bal}");
+    assert_eq!(bal["balance"], "30");
+    let (_, a) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}"))
+        .await;
+    let token: Address = a["tokenAddress"].as_str().unwrap().parse().unwrap();
+    let mut on_chain: Vec<(Vec<u8>, i64)> = stack
+        .logs_of::<AssetToken::Transfer>(token)
+        .await
+        .iter()
+        .map(|l| {
+            (
+                l.block_hash.unwrap().to_vec(),
+                i64::try_from(l.log_index.unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    let mut indexed: Vec<(Vec<u8>, i64)> =
+        sqlx::query_as("SELECT block_hash, log_index FROM index_transfer WHERE token = $1")
+            .bind(token.as_slice())
+            .fetch_all(stack.db.pool())
+            .await
+            .unwrap();
+    on_chain.sort();
+    indexed.sort();
+    assert_eq!(
+        indexed, on_chain,
+        "the index equals the chain's Transfer logs"
+    );
 }
