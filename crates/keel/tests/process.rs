@@ -226,6 +226,7 @@ fn spawn_role(db: &TestDatabase, role: &str, shards: u32) -> std::process::Child
         .env("KEEL__DATABASE__URL", db.url())
         .env("KEEL__TELEMETRY__LOGFORMAT", "json")
         .env("KEEL__TELEMETRY__METRICSADDRESS", "")
+        .env("KEEL__API__LISTENADDRESS", "127.0.0.1:0")
         .env("KEEL__DURABLE__SHARDING__SHARDS", shards.to_string())
         .env("KEEL__CLUSTER__REFRESHINTERVALMS", "200")
         .env("KEEL__CLUSTER__LIVENESSWINDOWMS", "1000")
