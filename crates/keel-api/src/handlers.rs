@@ -38,7 +38,7 @@ pub(crate) enum WriteErrors {
     #[response(status = 404, content_type = "application/problem+json")]
     NotFound(Problem),
     /// `IDEMPOTENCY_CONFLICT` (the key was used with another request),
-    /// `ASSET_NOT_READY`, `APPROVAL_NOT_PENDING`, `APPROVAL_SAME_KEY`.
+    /// `ASSET_NOT_READY`, `APPROVAL_NOT_PENDING`, `APPROVAL_SAME_KEY`, `OPERATION_NOT_RETRYABLE`.
     #[response(status = 409, content_type = "application/problem+json")]
     Conflict(Problem),
     /// `PAYLOAD_TOO_LARGE`: the body exceeds the limit (default 256 KiB).
@@ -480,6 +480,43 @@ pub(crate) async fn reject(
     JsonBody(_): JsonBody<EmptyRequest>,
 ) -> Result<Response, Problem> {
     decide(&state, caller, &id, wait, false).await
+}
+
+/// Retry a failed (or suspended) operation.
+///
+/// The operation's workflow replays its journal: steps with a recorded result — landed
+/// transactions included — are not run again; it resumes at the first step without
+/// one. Anything but `failed` or `suspended` is `409 OPERATION_NOT_RETRYABLE`. Answers
+/// the operation's status like approve (`202` / `200`, `Prefer: wait` applies). No
+/// `Idempotency-Key` is needed: retrying a running operation is refused.
+#[utoipa::path(
+    post,
+    path = "/v1/operations/{id}/retry",
+    tag = "operations",
+    operation_id = "retryOperation",
+    request_body(content = EmptyRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    params(
+        ("id" = Uuid, Path, description = "Operation id"),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Retry recorded; the operation runs again.", body = Operation, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "Retry recorded; the operation is terminal.", body = Operation,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn retry(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    PreferWait(wait): PreferWait,
+    JsonBody(_): JsonBody<EmptyRequest>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "operation")?;
+    let view = state.ops().retry(caller, id).await?;
+    Ok(answer(&state, caller, view, None, wait).await)
 }
 
 /// An operation's status: state, wait, milestones, progress, result and error.

@@ -11,6 +11,7 @@
 //! | `POST /v1/assets` | `Ops::create_asset` | `202` operation (+`created`, `statusUrl`, `Location`); `200` when terminal |
 //! | `POST /v1/assets/{id}/mint`, `/transfer`, `/pause`, `/unpause` | `Ops::token_operation` | as above |
 //! | `POST /v1/operations/{id}/approve`, `/reject` | `Ops::decide_approval` | `202`/`200` operation |
+//! | `POST /v1/operations/{id}/retry` | `Ops::retry` | `202`/`200` operation |
 //! | `GET /v1/operations/{id}` | `Ops::operation` | operation |
 //! | `GET /v1/assets`, `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::assets`, `Ops::asset` | assets |
 //! | `GET /v1/assets/{id}/balances/{address}` (same query) | `Ops::balance` | balance |
@@ -163,6 +164,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/operations/{id}", get(handlers::operation))
         .route("/v1/operations/{id}/approve", post(handlers::approve))
         .route("/v1/operations/{id}/reject", post(handlers::reject))
+        .route("/v1/operations/{id}/retry", post(handlers::retry))
         .route("/v1/funding-requests", get(handlers::funding_requests))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))

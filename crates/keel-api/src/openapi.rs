@@ -7,13 +7,13 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 /// Adds the `bearer` security scheme (API keys) and marks the bodies of `pause`,
-/// `unpause`, `approve` and `reject` optional (they may be empty).
+/// `unpause`, `approve`, `reject` and `retry` optional (they may be empty).
 struct Fixups;
 
 impl Modify for Fixups {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         for (path, item) in doc.paths.paths.iter_mut() {
-            let optional_body = ["/pause", "/unpause", "/approve", "/reject"]
+            let optional_body = ["/pause", "/unpause", "/approve", "/reject", "/retry"]
                 .iter()
                 .any(|suffix| path.ends_with(suffix));
             if let Some(body) = item
@@ -67,6 +67,7 @@ impl Modify for Fixups {
         handlers::operation,
         handlers::approve,
         handlers::reject,
+        handlers::retry,
         handlers::funding_requests,
         handlers::healthz,
         handlers::readyz,

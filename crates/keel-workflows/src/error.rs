@@ -56,6 +56,10 @@ pub enum OpsError {
     /// ended). Code `APPROVAL_NOT_PENDING`.
     #[error("the operation is not waiting for an approval")]
     ApprovalNotPending,
+    /// Only a `failed` or `suspended` operation can be retried. Code
+    /// `OPERATION_NOT_RETRYABLE`.
+    #[error("only a failed or suspended operation can be retried")]
+    NotRetryable,
     /// The durable engine refused (bounds) or failed. Code `ENGINE_*` or
     /// `SERVICE_UNAVAILABLE` when retryable.
     #[error("workflow engine: {0}")]
@@ -91,6 +95,7 @@ impl OpsError {
             Self::ChainNotConfigured => "CHAIN_NOT_CONFIGURED",
             Self::ApprovalSameKey => "APPROVAL_SAME_KEY",
             Self::ApprovalNotPending => "APPROVAL_NOT_PENDING",
+            Self::NotRetryable => "OPERATION_NOT_RETRYABLE",
             Self::Engine(e) => match e {
                 keel_durable::DurableError::InvalidInput(_) => "PAYLOAD_TOO_LARGE_OR_DEEP",
                 keel_durable::DurableError::IdempotencyConflict { .. } => "IDEMPOTENCY_CONFLICT",
@@ -110,6 +115,7 @@ impl OpsError {
             Self::IdempotencyConflict
             | Self::AssetNotReady
             | Self::ApprovalNotPending
+            | Self::NotRetryable
             | Self::ApprovalSameKey => 409,
             Self::InvalidField { .. } | Self::Amount { .. } | Self::ChainNotConfigured => 422,
             Self::Engine(keel_durable::DurableError::InvalidInput(_)) => 413,

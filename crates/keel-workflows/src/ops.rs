@@ -376,6 +376,19 @@ pub async fn link_operation_tx(
     Ok(())
 }
 
+/// How many times operation `id` was retried (`POST /v1/operations/{id}/retry`); 0
+/// when it cannot be read (the workflow then fails again, retryably).
+pub async fn operation_retries(db: &PgPool, id: Uuid) -> u32 {
+    sqlx::query_scalar::<_, i32>("SELECT retries FROM operation WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0)
+}
+
 /// Records the token and feed addresses of `asset_id` (idempotent).
 ///
 /// # Errors
@@ -864,6 +877,36 @@ impl Ops {
             Err(keel_durable::DurableError::InstanceEnded { .. }) => {
                 return Err(OpsError::ApprovalNotPending);
             }
+            Err(e) => return Err(e.into()),
+        }
+        self.operation(caller, id).await
+    }
+
+    /// Retries a `failed` operation (or hurries a `suspended` one): its workflow replays
+    /// its journal, so every step with a recorded result — a landed transaction
+    /// included — is not run again; it resumes at the first step without one.
+    ///
+    /// # Errors
+    /// [`OpsError::NotFound`]; [`OpsError::NotRetryable`] when the operation is not
+    /// `failed` or `suspended`; [`OpsError::Store`] / [`OpsError::Engine`].
+    pub async fn retry(&self, caller: Caller, id: Uuid) -> Result<OperationView> {
+        let op = operation_get(&self.db, caller.organization_id, id).await?;
+        let instance = op.instance_id.ok_or(OpsError::NotRetryable)?;
+        let status = self.engine.status(instance).await?.status;
+        if !matches!(status, RunStatus::Failed | RunStatus::Suspended) {
+            return Err(OpsError::NotRetryable);
+        }
+        // Counted before the engine's retry, so the replay that the retry starts sees it.
+        sqlx::query("UPDATE operation SET retries = retries + 1 WHERE id = $1")
+            .bind(id)
+            .execute(&self.db)
+            .await?;
+        match self.engine.retry(instance).await {
+            Ok(()) => {}
+            Err(
+                keel_durable::DurableError::NotRetryable { .. }
+                | keel_durable::DurableError::InstanceEnded { .. },
+            ) => return Err(OpsError::NotRetryable),
             Err(e) => return Err(e.into()),
         }
         self.operation(caller, id).await

@@ -239,20 +239,111 @@ async fn send(
     call: Vec<u8>,
     funding_deadline: Option<u64>,
 ) -> Result<Landed, Failure> {
-    let signal = format!("{TX_SIGNAL_PREFIX}{step}");
-    let request = TxRequest {
-        sender: p.operator,
-        idempotency_key: format!("op/{operation_id}/{step}"),
-        to: Some(to),
-        value: Wei::ZERO,
-        data: p.suffix.append_to(&call),
-        gas_limit: None,
-    };
+    let data = p.suffix.append_to(&call);
+    let mut attempt: u32 = 1;
+    loop {
+        // Attempt 1 keeps the plain names; later attempts (after a retryable failure
+        // and a retry of the operation) are new, separately keyed requests.
+        let (link, key) = if attempt == 1 {
+            (step.to_owned(), format!("op/{operation_id}/{step}"))
+        } else {
+            (
+                format!("{step}#{attempt}"),
+                format!("op/{operation_id}/{step}/{attempt}"),
+            )
+        };
+        let signal = format!("{TX_SIGNAL_PREFIX}{link}");
+        let request = TxRequest {
+            sender: p.operator,
+            idempotency_key: key,
+            to: Some(to),
+            value: Wei::ZERO,
+            data: data.clone(),
+            gas_limit: None,
+        };
+        let verdict = send_attempt(
+            ctx,
+            p,
+            chain,
+            operation_id,
+            &link,
+            &signal,
+            request,
+            funding_deadline,
+        )
+        .await?;
+        match verdict {
+            SettlementVerdict::Confirmed { block, hash, .. } => {
+                return Ok(Landed {
+                    tx_hash: hash,
+                    block,
+                });
+            }
+            SettlementVerdict::Reverted { reason, .. } => {
+                return Err(WorkflowFailure::Failed(OpFailure {
+                    code: "EXECUTION_REVERTED".to_owned(),
+                    retryable: false,
+                    detail: "the transaction reverted on chain".to_owned(),
+                    step: Some(step.to_owned()),
+                    reason,
+                }));
+            }
+            SettlementVerdict::Failed { code, reason, .. } => {
+                let retryable =
+                    matches!(code.as_str(), "GAS_REQUIRED" | "FUNDING_DEADLINE_EXPIRED");
+                // Not journaled on purpose: the retry count only grows, so every replay
+                // takes the same path up to here, and the retried path after a retry.
+                if retryable && crate::ops::operation_retries(&p.db, operation_id).await >= attempt
+                {
+                    attempt += 1;
+                    continue;
+                }
+                return Err(WorkflowFailure::Failed(OpFailure {
+                    detail: match code.as_str() {
+                        "GAS_REQUIRED" => {
+                            "the operator account cannot pay for gas; fund it and retry the operation"
+                        }
+                        "FUNDING_DEADLINE_EXPIRED" => {
+                            "the operator account was not funded in time; fund it and retry the operation"
+                        }
+                        "EXECUTION_REVERTED" => "the transaction would revert",
+                        _ => "the transaction did not take effect",
+                    }
+                    .to_owned(),
+                    code,
+                    retryable,
+                    step: Some(step.to_owned()),
+                    reason,
+                }));
+            }
+            _ => {
+                return Err(WorkflowFailure::Failed(OpFailure::new(
+                    "VERDICT_UNKNOWN",
+                    false,
+                    "the settlement verdict has an unknown kind",
+                )));
+            }
+        }
+    }
+}
+
+/// One attempt of a step's transaction: the journaled enqueue (and link for the relay),
+/// then the wait for its verdict.
+#[allow(clippy::too_many_arguments)] // the attempt's identity: operation, link, signal, request
+async fn send_attempt(
+    ctx: &mut WorkflowContext,
+    p: &Platform,
+    chain: &ChainContext,
+    operation_id: Uuid,
+    link: &str,
+    signal: &str,
+    request: TxRequest,
+    funding_deadline: Option<u64>,
+) -> Result<SettlementVerdict, Failure> {
     let instance_id = ctx.instance_id();
     let enqueued: Result<Uuid, OpFailure> = ctx
-        .step(&format!("enqueue {step}"), || {
+        .step(&format!("enqueue {link}"), || {
             let request = request.clone();
-            let signal = signal.clone();
             async move {
                 let id = chain
                     .queue
@@ -274,7 +365,7 @@ async fn send(
                             ))
                         }
                     })?;
-                crate::ops::link_operation_tx(&p.db, operation_id, step, id, instance_id, &signal)
+                crate::ops::link_operation_tx(&p.db, operation_id, link, id, instance_id, signal)
                     .await
                     .map_err(|_| StepError::transient("DATABASE_UNAVAILABLE"))?;
                 Ok(id)
@@ -282,48 +373,12 @@ async fn send(
         })
         .await?;
     enqueued.map_err(WorkflowFailure::Failed)?;
-    let verdict = match ctx.wait_signal::<SettlementVerdict>(&signal, None).await? {
-        SignalOutcome::Received(v) => v,
-        SignalOutcome::Expired => {
-            return Err(WorkflowFailure::Failed(OpFailure::new(
-                "VERDICT_MISSING",
-                true,
-                "no settlement verdict arrived",
-            )));
-        }
-    };
-    match verdict {
-        SettlementVerdict::Confirmed { block, hash, .. } => Ok(Landed {
-            tx_hash: hash,
-            block,
-        }),
-        SettlementVerdict::Reverted { reason, .. } => Err(WorkflowFailure::Failed(OpFailure {
-            code: "EXECUTION_REVERTED".to_owned(),
-            retryable: false,
-            detail: "the transaction reverted on chain".to_owned(),
-            step: Some(step.to_owned()),
-            reason,
-        })),
-        SettlementVerdict::Failed { code, reason, .. } => {
-            let retryable = matches!(code.as_str(), "GAS_REQUIRED" | "FUNDING_DEADLINE_EXPIRED");
-            Err(WorkflowFailure::Failed(OpFailure {
-                detail: match code.as_str() {
-                    "GAS_REQUIRED" => "the operator account cannot pay for gas; fund it and retry",
-                    "FUNDING_DEADLINE_EXPIRED" => "the operator account was not funded in time",
-                    "EXECUTION_REVERTED" => "the transaction would revert",
-                    _ => "the transaction did not take effect",
-                }
-                .to_owned(),
-                code,
-                retryable,
-                step: Some(step.to_owned()),
-                reason,
-            }))
-        }
-        _ => Err(WorkflowFailure::Failed(OpFailure::new(
-            "VERDICT_UNKNOWN",
-            false,
-            "the settlement verdict has an unknown kind",
+    match ctx.wait_signal::<SettlementVerdict>(signal, None).await? {
+        SignalOutcome::Received(v) => Ok(v),
+        SignalOutcome::Expired => Err(WorkflowFailure::Failed(OpFailure::new(
+            "VERDICT_MISSING",
+            true,
+            "no settlement verdict arrived",
         ))),
     }
 }

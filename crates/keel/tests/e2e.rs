@@ -852,3 +852,83 @@ async fn a_killed_tip_owner_is_replaced_by_the_other_indexer_without_gaps_or_dup
         "the index equals the chain's Transfer logs"
     );
 }
+
+/// A creation that fails part-way (the operator ran out of gas money while the runner
+/// was down, no funding pause) leaves the token paused with the landed hashes shown;
+/// after funding, `POST /v1/operations/{id}/retry` resumes at the first write without a
+/// recorded result: exactly one feed and one token exist afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_creation_retried_resumes_without_repeating_landed_writes() {
+    let chain = TestChain::builder().block_time(1).start().await.unwrap();
+    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (op, asset) = stack.create_asset("create-r", "RTRY").await;
+    stack
+        .await_op(&op, Duration::from_secs(60), |v| {
+            v["milestones"]["confirmed"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|m| m["step"] == "deploy-token"))
+        })
+        .await;
+    stack.kill9("runner");
+    let operator = stack.chain.account(0).unwrap();
+    let balance = stack.chain.provider().get_balance(operator).await.unwrap();
+    set_balance(&stack, operator, 0).await;
+    stack.spawn("runner");
+    let view = stack.await_op(&op, Duration::from_secs(60), terminal).await;
+    assert_eq!(state(&view), "failed", "{view}");
+    assert_eq!(view["error"]["code"], "GAS_REQUIRED", "{view}");
+    let landed: Vec<&str> = view["milestones"]["confirmed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["step"].as_str().unwrap())
+        .collect();
+    assert!(landed.contains(&"deploy-token"), "{view}");
+    let (_, a) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}"))
+        .await;
+    assert_eq!(a["status"], "failed", "{a}");
+    // Not retryable while it runs; the same POST returns the failure, no new attempt.
+    let (status, same) = stack
+        .post(
+            &stack.key_a,
+            "/v1/assets",
+            "create-r",
+            json!({"name": "RTRY Fund", "symbol": "RTRY", "decimals": 6,
+                   "templateId": "std", "initialPrice": "101.25"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{same}");
+    assert_eq!(same["state"], "failed");
+    set_balance(&stack, operator, balance.to::<u128>()).await;
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/operations/{op}/retry"),
+            "r",
+            json!({}),
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    let view = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/operations/{op}/retry"),
+            "r2",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "OPERATION_NOT_RETRYABLE");
+    let feeds = stack
+        .logs_of::<PriceFeedFactory::FeedCreated>(stack.contracts["priceFeedFactory"])
+        .await;
+    let tokens = stack
+        .logs_of::<AssetFactory::AssetCreated>(stack.contracts["assetFactory"])
+        .await;
+    assert_eq!((feeds.len(), tokens.len()), (1, 1));
+}

@@ -91,7 +91,8 @@ impl Workflow for Crash {
             }
         }
         // Dangerous points 3 and 4: while waiting on a timer and on a signal.
-        ctx.sleep(Duration::from_millis(300)).await?;
+        // Long enough that the test sees the timer wait even on a loaded machine.
+        ctx.sleep(Duration::from_secs(2)).await?;
         let _: SignalOutcome<Value> = ctx
             .wait_signal(
                 "go",

@@ -94,16 +94,26 @@ async fn sigkill_at_each_dangerous_point_loses_no_step_and_repeats_only_the_inte
     set_flag(pool, "hold-after-s1-a", "release").await;
 
     // 3. While waiting on a durable timer; the deadline passes while no executor runs.
+    // The deadline is read from the same status snapshot that shows the timer wait (a
+    // second read could already see the timer fired on a loaded machine).
     let w = Worker::start(db.url());
-    until_wait(&engine, &ids[..1], WaitKind::Timer).await;
-    let deadline = engine
-        .status(a)
-        .await
-        .unwrap()
-        .wait
-        .unwrap()
-        .deadline
-        .unwrap();
+    let started = std::time::Instant::now();
+    let deadline = loop {
+        let s = engine.status(a).await.unwrap();
+        if let Some(d) = s
+            .wait
+            .as_ref()
+            .filter(|w| s.status == RunStatus::Waiting && w.kind == WaitKind::Timer)
+            .and_then(|w| w.deadline)
+        {
+            break d;
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "instance a never waited on its timer: {s:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     w.kill();
     kills += 1;
     loop {
