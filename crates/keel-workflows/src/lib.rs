@@ -10,7 +10,9 @@
 //! - [`ops`]: [`ops::Ops`], the API's service: idempotent acceptance (organization +
 //!   `Idempotency-Key`, request hash), the operation status projection (state, wait,
 //!   milestones accepted → submitted → confirmed → indexed, result, typed error),
-//!   approvals, asset and balance reads from the Ledger Index.
+//!   approvals, retries (a retryable transaction failure is sent again as a new,
+//!   separately keyed attempt once the operation is retried; landed writes never are),
+//!   asset and balance reads from the Ledger Index.
 //! - [`tenancy`]: organizations, API keys (stored as SHA-256 of a 256-bit token),
 //!   asset templates.
 //! - [`relay`]: delivers each settled verdict to its workflow as the signal
