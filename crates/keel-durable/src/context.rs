@@ -2,8 +2,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -30,10 +30,41 @@ pub enum Deadline {
 }
 
 /// Flags shared between a segment and its lease-renewal task.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SegmentFlags {
     pub(crate) fenced: AtomicBool,
     pub(crate) cancel_requested: AtomicBool,
+    /// When the claim statement was sent (the lease's start, or earlier).
+    base: Instant,
+    /// Milliseconds after `base` at which the last successful renewal was sent.
+    renewed_ms: AtomicU64,
+}
+
+impl SegmentFlags {
+    /// Flags of a segment whose claim was sent at `claimed_at`.
+    pub(crate) fn new(claimed_at: Instant) -> Self {
+        Self {
+            fenced: AtomicBool::new(false),
+            cancel_requested: AtomicBool::new(false),
+            base: claimed_at,
+            renewed_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a successful renewal whose statement was sent at `sent_at`.
+    pub(crate) fn renewed(&self, sent_at: Instant) {
+        let ms = u64::try_from(sent_at.saturating_duration_since(self.base).as_millis())
+            .unwrap_or(u64::MAX);
+        self.renewed_ms.fetch_max(ms, Ordering::AcqRel);
+    }
+
+    /// True when more than a third of the lease has passed since the last renewal was
+    /// sent (or the claim): the next fenced write then renews the lease too.
+    pub(crate) fn renewal_due(&self, lease_secs: f64) -> bool {
+        let since = self.base.elapsed().as_secs_f64()
+            - self.renewed_ms.load(Ordering::Acquire) as f64 / 1000.0;
+        since * 3.0 > lease_secs
+    }
 }
 
 /// Why a segment stopped before the body returned.
@@ -57,8 +88,9 @@ pub(crate) struct JournalEntry {
 }
 
 /// The context of one segment of one instance: replays the journal, then records new
-/// results. Every recording is one fenced write: it renews the lease and fails (stopping
-/// the segment) when the lease token no longer matches.
+/// results. Every recording is one fenced write: it checks the lease token in the same
+/// statement (and renews the lease when a third of it has passed since the last
+/// renewal) and fails (stopping the segment) when the token no longer matches.
 pub struct WorkflowContext {
     pub(crate) pool: PgPool,
     pub(crate) instance_id: Uuid,
@@ -86,30 +118,47 @@ impl std::fmt::Debug for WorkflowContext {
     }
 }
 
-const FENCED_APPEND: &str = "\
-WITH f AS (
+/// The fence of a journal write, as CTEs `r`/`s`/`f`, in the same statement as the write.
+/// With `$10` (renew) true, the instance row is updated: lease renewed, progress written.
+/// Otherwise it is only share-locked (no new row version, no index update): a claim's
+/// `FOR UPDATE SKIP LOCKED` skips the instance while the write is in flight, and a
+/// write that waits behind a claim (or any other token change) re-checks the token on
+/// the new row version and finds no row, so nothing is written. Either way `f` holds
+/// the instance's row when the token still matches, else nothing.
+macro_rules! fenced {
+    ($rest:literal) => {
+        concat!(
+            "WITH r AS (
     UPDATE durable_instance
        SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now(),
            progress = COALESCE($7::jsonb, progress)
-     WHERE id = $1 AND lease_token = $2
+     WHERE $10::bool AND id = $1 AND lease_token = $2
  RETURNING id, cancel_requested_at
-), v AS (
+), s AS (
+    SELECT id, cancel_requested_at FROM durable_instance
+     WHERE NOT $10::bool AND id = $1 AND lease_token = $2
+       FOR SHARE
+), f AS (
+    SELECT id, cancel_requested_at FROM r UNION ALL SELECT id, cancel_requested_at FROM s
+)",
+            $rest
+        )
+    };
+}
+
+const FENCED_APPEND: &str = fenced!(
+    ", v AS (
     SELECT CASE WHEN $8 THEN jsonb_build_object('ok', to_jsonb(now())) ELSE $6::jsonb END AS result
 ), j AS (
     INSERT INTO durable_journal (instance_id, seq, kind, name, result)
     SELECT f.id, $4, $5, $9, v.result FROM f, v
  RETURNING result
 )
-SELECT f.cancel_requested_at IS NOT NULL AS cancel, j.result FROM f, j";
+SELECT f.cancel_requested_at IS NOT NULL AS cancel, j.result FROM f, j"
+);
 
-const FENCED_TIMER: &str = "\
-WITH f AS (
-    UPDATE durable_instance
-       SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now(),
-           progress = COALESCE($7::jsonb, progress)
-     WHERE id = $1 AND lease_token = $2
- RETURNING id, cancel_requested_at
-), d AS (
+const FENCED_TIMER: &str = fenced!(
+    ", d AS (
     SELECT CASE WHEN $8::float8 IS NOT NULL THEN now() + make_interval(secs => $8::float8)
                 WHEN $9::timestamptz IS NOT NULL THEN greatest(now(), $9::timestamptz)
            END AS at
@@ -119,7 +168,8 @@ WITH f AS (
  RETURNING seq
 )
 SELECT f.cancel_requested_at IS NOT NULL AS cancel, d.at, coalesce(d.at <= now(), false) AS due
-  FROM f, d, j";
+  FROM f, d, j"
+);
 
 const FENCE: &str = "\
 UPDATE durable_instance
@@ -229,6 +279,7 @@ impl WorkflowContext {
         name: &str,
         result: Option<Value>,
     ) -> Result<Value, Interrupt> {
+        let (renew, sent_at) = self.renew_now();
         let row: Option<(bool, Value)> = match sqlx::query_as(FENCED_APPEND)
             .bind(self.instance_id)
             .bind(self.token)
@@ -239,6 +290,7 @@ impl WorkflowContext {
             .bind(self.progress.as_ref())
             .bind(result.is_none())
             .bind(name)
+            .bind(renew)
             .fetch_optional(&self.pool)
             .await
         {
@@ -248,8 +300,18 @@ impl WorkflowContext {
         let Some((cancel, stored)) = row else {
             return Err(self.halt(Halt::Fenced));
         };
+        if renew {
+            self.flags.renewed(sent_at);
+        }
         self.after_write(cancel);
         Ok(stored)
+    }
+
+    /// Whether the next fenced write renews the lease (a third of it has passed since
+    /// the last renewal, or there is progress to write), and the instant it is sent.
+    fn renew_now(&self) -> (bool, Instant) {
+        let renew = self.progress.is_some() || self.flags.renewal_due(self.lease_secs);
+        (renew, Instant::now())
     }
 
     fn after_write(&mut self, cancel: bool) {
@@ -391,6 +453,7 @@ impl WorkflowContext {
             Some(Deadline::At(t)) => (None, Some(t)),
             None => (None, None),
         };
+        let (renew, sent_at) = self.renew_now();
         let row: Option<(bool, Option<DateTime<Utc>>, bool)> = match sqlx::query_as(FENCED_TIMER)
             .bind(self.instance_id)
             .bind(self.token)
@@ -401,6 +464,7 @@ impl WorkflowContext {
             .bind(self.progress.as_ref())
             .bind(secs)
             .bind(at)
+            .bind(renew)
             .fetch_optional(&self.pool)
             .await
         {
@@ -410,6 +474,9 @@ impl WorkflowContext {
         let Some((cancel, at, due)) = row else {
             return Err(self.halt(Halt::Fenced));
         };
+        if renew {
+            self.flags.renewed(sent_at);
+        }
         self.after_write(cancel);
         Ok((at, due))
     }

@@ -22,8 +22,8 @@ use crate::metrics as m;
 use crate::status::{RunStatus, WaitDescription};
 use crate::workflow::ErasedOutcome;
 
-/// The notification channel (`pg_notify('keel_durable', '')` on every command insert
-/// and every settlement).
+/// The notification channel (`pg_notify('keel_durable', '')` on every command insert,
+/// and on a settlement that may make a command claimable for another executor).
 pub const CHANNEL: &str = "keel_durable";
 
 /// A running executor. Dropping the handle does not stop it; call
@@ -95,11 +95,13 @@ struct Claimed {
     db_now: DateTime<Utc>,
 }
 
-/// One statement: the oldest available queued command of a registered workflow whose instance holds no live lease, that no
-/// earlier runnable command of its instance precedes, and (for a START) that no earlier
-/// unfinished instance with the same serialization key precedes. It is set running with
-/// attempt + 1 and the instance leased with a new token — or dead-lettered when its
-/// attempts are spent.
+/// One statement: up to `$3` of the oldest available queued commands of registered
+/// workflows whose instance holds no live lease, that no earlier runnable command of
+/// their instance precedes, and (for a START) that no earlier unfinished instance with
+/// the same serialization key precedes. The per-instance check means at most one
+/// command per instance (and one START per serialization key) qualifies, so a batch
+/// never holds two commands of one instance. Each is set running with attempt + 1 and
+/// its instance leased with a new token — or dead-lettered when its attempts are spent.
 const CLAIM: &str = "\
 WITH cand AS (
     SELECT c.id AS command_id, c.instance_id, c.attempt + 1 > c.max_attempts AS exhausted,
@@ -118,7 +120,7 @@ WITH cand AS (
             WHERE p.serialization_key = i.serialization_key AND p.start_order < i.start_order
               AND p.status NOT IN ('completed', 'cancelled')))
      ORDER BY c.available_at, c.id
-     LIMIT 1
+     LIMIT $3
        FOR UPDATE OF c, i SKIP LOCKED
 ), cmd AS (
     UPDATE durable_command c
@@ -130,7 +132,7 @@ WITH cand AS (
                              ELSE c.last_error END
       FROM cand
      WHERE c.id = cand.command_id
- RETURNING c.id, c.kind, c.attempt, cand.exhausted,
+ RETURNING c.id, c.instance_id, c.kind, c.attempt, cand.exhausted,
            extract(epoch FROM now() - c.available_at)::float8 AS latency
 ), inst AS (
     UPDATE durable_instance i
@@ -148,14 +150,24 @@ WITH cand AS (
 SELECT cmd.id AS command_id, cmd.kind, cmd.attempt, cmd.exhausted, cmd.latency,
        inst.id AS instance_id, inst.workflow, inst.status, inst.input, inst.lease_token,
        inst.cancel, inst.recovery_attempts, now() AS db_now
-  FROM cmd, inst";
+  FROM cmd JOIN inst ON inst.id = cmd.instance_id
+ ORDER BY cmd.id";
 
 /// Settles a segment under the fence: the instance's new state, the command done, the
-/// open commands of an instance that ended, a recovery RETRY for a suspension, a timer
-/// for a blocked wait with a deadline (unless one is queued), the lease released, and a
-/// notification so other executors re-claim.
-const SETTLE: &str = "\
-WITH i AS (
+/// open commands of an instance that ended, the lease released, and `extra` (the
+/// recovery RETRY of a suspension or the TIMER of a blocked wait with a deadline: only
+/// in the statements that need them, since every `INSERT INTO durable_command`, even of
+/// zero rows, fires the notifying statement trigger).
+///
+/// It notifies (`n`) only when the release may make a command claimable for another
+/// executor: the instance has another queued command (in the statement's snapshot), or
+/// may get one concurrently (open signals, a cancel request: both are read from the row
+/// version this update wrote, which is the latest), or it holds a serialization key (a
+/// later START may now run). The executor that settles claims again anyway.
+macro_rules! settle {
+    ($extra:literal) => {
+        concat!(
+            "WITH i AS (
     UPDATE durable_instance
        SET status = $3, output = $4, error_code = $5, error_retryable = $6, error_message = $7,
            error_detail = $8, wait = $9, progress = COALESCE($10::jsonb, progress),
@@ -165,7 +177,7 @@ WITH i AS (
                                       ELSE cancel_requested_at END,
            lease_token = NULL, lease_expires_at = NULL, updated_at = now()
      WHERE id = $1 AND lease_token = $2
- RETURNING id
+ RETURNING id, serialization_key, open_signals, cancel_requested_at
 ), c AS (
     UPDATE durable_command SET state = 'done', outcome = $11, completed_at = now()
       FROM i WHERE durable_command.id = $12
@@ -177,22 +189,46 @@ WITH i AS (
        AND durable_command.id <> $12 AND $3 IN ('completed', 'cancelled', 'failed')
        AND NOT ($3 = 'failed' AND durable_command.kind IN ('cancel', 'retry'))
  RETURNING durable_command.id
-), r AS (
+)",
+            $extra,
+            ", n AS (
+    SELECT pg_notify('keel_durable', '') FROM i
+     WHERE i.serialization_key IS NOT NULL OR i.open_signals > 0
+        OR i.cancel_requested_at IS NOT NULL
+        OR EXISTS (SELECT 1 FROM durable_command x
+                    WHERE x.instance_id = i.id AND x.state = 'queued' AND x.id <> $12)
+)
+SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified"
+        )
+    };
+}
+
+/// [`settle!`] for a segment that completed, failed, was cancelled or blocked without a
+/// deadline.
+const SETTLE: &str = settle!("");
+
+/// [`settle!`] for a suspension: a recovery RETRY after `$13` seconds (`$14` attempts).
+const SETTLE_SUSPENDED: &str = settle!(
+    ", r AS (
     INSERT INTO durable_command (instance_id, kind, available_at, max_attempts)
-    SELECT i.id, 'retry', now() + make_interval(secs => $13), $14 FROM i WHERE $3 = 'suspended'
+    SELECT i.id, 'retry', now() + make_interval(secs => $13), $14 FROM i
  RETURNING id
-), t AS (
+)"
+);
+
+/// [`settle!`] for a blocked wait with a deadline `$15`: its TIMER (`$14` attempts),
+/// unless one at or before the deadline is queued.
+const SETTLE_TIMER: &str = settle!(
+    ", t AS (
     INSERT INTO durable_command (instance_id, kind, available_at, max_attempts)
     SELECT i.id, 'timer', $15, $14 FROM i
-     WHERE $15::timestamptz IS NOT NULL AND $3 = 'waiting' AND NOT EXISTS (
+     WHERE NOT EXISTS (
            SELECT 1 FROM durable_command x
             WHERE x.instance_id = i.id AND x.kind = 'timer' AND x.state = 'queued'
               AND x.id <> $12 AND x.available_at <= $15)
  RETURNING id
-), n AS (
-    SELECT pg_notify('keel_durable', '') FROM i
-)
-SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified";
+)"
+);
 
 /// Settles only the command (the instance is unchanged) and releases the lease.
 const SETTLE_COMMAND: &str = "\
@@ -238,11 +274,13 @@ UPDATE durable_instance SET lease_expires_at = now() + make_interval(secs => $3)
  WHERE id = $1 AND lease_token = $2
 RETURNING cancel_requested_at IS NOT NULL";
 
+/// Seconds to the earliest future queued command, seconds to the earliest lease expiry
+/// (negative when one has lapsed), and the queue depth.
 const NEXT_DUE: &str = "\
-SELECT extract(epoch FROM least(
-          (SELECT min(available_at) FROM durable_command WHERE state = 'queued' AND available_at > now()),
-          (SELECT min(lease_expires_at) FROM durable_instance WHERE lease_expires_at > now())
-       ) - now())::float8,
+SELECT extract(epoch FROM (SELECT min(available_at) FROM durable_command
+                            WHERE state = 'queued' AND available_at > now()) - now())::float8,
+       extract(epoch FROM (SELECT min(lease_expires_at) FROM durable_instance
+                            WHERE lease_expires_at IS NOT NULL) - now())::float8,
        (SELECT count(*) FROM durable_command WHERE state = 'queued')";
 
 async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationToken) {
@@ -258,6 +296,9 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let mut segments: JoinSet<()> = JoinSet::new();
     let mut last_rescue: Option<Instant> = None;
+    // When the earliest lease (as of the last next-due query) lapses: an empty claim
+    // runs the rescuer only from then on (and at least once per poll interval anyway).
+    let mut rescue_from: Option<Instant> = Some(Instant::now());
     loop {
         // Rescue lapsed leases at least once per poll interval, even under load.
         if last_rescue.is_none_or(|t| t.elapsed() >= config.poll_interval) {
@@ -265,52 +306,77 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
             rescue(&engine).await;
         }
         while segments.try_join_next().is_some() {}
-        let permit = tokio::select! {
+        let first = tokio::select! {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             () = cancel.cancelled() => break,
         };
-        match claim(&engine, &names).await {
-            Ok(Some(c)) => {
-                if c.exhausted {
-                    tracing::warn!(target: "keel::durable::executor", command_id = c.command_id,
-                        instance_id = %c.instance_id, kind = %c.kind, "command dead-lettered");
-                    m::dead_letter(&c.workflow);
-                    m::settled(&c.workflow, "dead_letter");
+        // Claim for every free slot in one statement.
+        let mut permits = vec![first];
+        while let Ok(p) = slots.clone().try_acquire_owned() {
+            permits.push(p);
+        }
+        let wanted = permits.len();
+        let claimed_at = Instant::now();
+        match claim(&engine, &names, wanted).await {
+            Ok(batch) if !batch.is_empty() => {
+                let full = batch.len() >= wanted;
+                for c in batch {
+                    if c.exhausted {
+                        tracing::warn!(target: "keel::durable::executor", command_id = c.command_id,
+                            instance_id = %c.instance_id, kind = %c.kind, "command dead-lettered");
+                        m::dead_letter(&c.workflow);
+                        m::settled(&c.workflow, "dead_letter");
+                        continue;
+                    }
+                    let Some(permit) = permits.pop() else { break };
+                    m::claim_latency(&c.workflow, c.latency);
+                    let engine = engine.clone();
+                    let wake = wake.clone();
+                    let renew_every = config.renew_every(&engine.config);
+                    let renew = config.renew_leases;
+                    segments.spawn(segment(
+                        engine,
+                        c,
+                        claimed_at,
+                        permit,
+                        wake,
+                        renew_every,
+                        renew,
+                    ));
+                }
+                drop(permits);
+                if full {
                     continue;
                 }
-                m::claim_latency(&c.workflow, c.latency);
-                let engine = engine.clone();
-                let wake = wake.clone();
-                let renew_every = config.renew_every(&engine.config);
-                let renew = config.renew_leases;
-                segments.spawn(segment(engine, c, permit, wake, renew_every, renew));
-                continue;
             }
-            Ok(None) => {
-                drop(permit);
-                if rescue(&engine).await > 0 {
+            Ok(_) => {
+                drop(permits);
+                if rescue_from.is_some_and(|t| Instant::now() >= t) && rescue(&engine).await > 0 {
                     last_rescue = Some(Instant::now());
                     continue;
                 }
             }
             Err(e) => {
-                drop(permit);
+                drop(permits);
                 tracing::warn!(target: "keel::durable::executor", error = %e, "claim failed");
             }
         }
         let mut pause = config.poll_interval;
-        match sqlx::query_as::<_, (Option<f64>, i64)>(NEXT_DUE)
+        match sqlx::query_as::<_, (Option<f64>, Option<f64>, i64)>(NEXT_DUE)
             .fetch_one(&engine.pool)
             .await
         {
-            Ok((next, depth)) => {
+            Ok((next, lease, depth)) => {
                 m::queue_depth(depth);
-                if let Some(secs) = next {
+                let now = Instant::now();
+                rescue_from = lease.map(|secs| now + Duration::from_secs_f64(secs.max(0.0)));
+                for secs in [next, lease.filter(|s| *s > 0.0)].into_iter().flatten() {
                     let d = Duration::from_secs_f64(secs.max(0.0)) + Duration::from_millis(2);
                     pause = pause.min(d);
                 }
             }
             Err(e) => {
+                rescue_from = Some(Instant::now());
                 tracing::warn!(target: "keel::durable::executor", error = %e, "next-due query failed")
             }
         }
@@ -378,7 +444,7 @@ async fn rescue(engine: &Engine) -> u64 {
     }
 }
 
-async fn claim(engine: &Engine, names: &[String]) -> Result<Option<Claimed>> {
+async fn claim(engine: &Engine, names: &[String], limit: usize) -> Result<Vec<Claimed>> {
     // Unprepared on purpose: as a prepared statement PostgreSQL may switch it to a
     // generic plan chosen while the tables were nearly empty (a full scan and sort of
     // every queued command), which the benchmark saw take 150-1,100 ms per claim until
@@ -387,7 +453,8 @@ async fn claim(engine: &Engine, names: &[String]) -> Result<Option<Claimed>> {
         .persistent(false)
         .bind(names)
         .bind(engine.config.lease.as_secs_f64())
-        .fetch_optional(&engine.pool)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&engine.pool)
         .await?)
 }
 
@@ -429,6 +496,7 @@ enum Disposition {
 async fn segment(
     engine: Arc<Engine>,
     c: Claimed,
+    claimed_at: Instant,
     permit: OwnedSemaphorePermit,
     wake: Arc<Notify>,
     renew_every: Duration,
@@ -443,7 +511,16 @@ async fn segment(
             return;
         };
         let mut progress = None;
-        let disposition = decide(&engine, &c, token, renew_every, renew, &mut progress).await;
+        let disposition = decide(
+            &engine,
+            &c,
+            token,
+            claimed_at,
+            renew_every,
+            renew,
+            &mut progress,
+        )
+        .await;
         let outcome = match finish(&engine, &c, token, disposition, progress).await {
             Ok(o) => o,
             Err(e) => {
@@ -466,6 +543,7 @@ async fn decide(
     engine: &Arc<Engine>,
     c: &Claimed,
     token: Uuid,
+    claimed_at: Instant,
     renew_every: Duration,
     renew: bool,
     progress: &mut Option<Value>,
@@ -499,17 +577,26 @@ async fn decide(
     else {
         return Disposition::Release("WORKFLOW_NOT_REGISTERED");
     };
-    let journal: Vec<JournalEntry> = match sqlx::query_as(
-        "SELECT kind, name, result FROM durable_journal WHERE instance_id = $1 ORDER BY seq",
-    )
-    .bind(c.instance_id)
-    .fetch_all(&engine.pool)
-    .await
-    {
-        Ok(j) => j,
-        Err(_) => return Disposition::Release("JOURNAL_READ_FAILED"),
+    // A START on its first attempt is the instance's first claim ever (every claim
+    // spends an attempt, and no other command of the instance can run before its START:
+    // it is the instance's first command and precedes the rest while it is runnable),
+    // so no segment has journaled anything yet: skip the read.
+    let first_start = c.kind == "start" && c.attempt == 1;
+    let journal: Vec<JournalEntry> = if first_start {
+        Vec::new()
+    } else {
+        match sqlx::query_as(
+            "SELECT kind, name, result FROM durable_journal WHERE instance_id = $1 ORDER BY seq",
+        )
+        .bind(c.instance_id)
+        .fetch_all(&engine.pool)
+        .await
+        {
+            Ok(j) => j,
+            Err(_) => return Disposition::Release("JOURNAL_READ_FAILED"),
+        }
     };
-    let flags = Arc::new(SegmentFlags::default());
+    let flags = Arc::new(SegmentFlags::new(claimed_at));
     let lease_secs = engine.config.lease.as_secs_f64();
     let _renewal = renew.then(|| {
         AbortOnDrop(tokio::spawn(renew_lease(
@@ -634,6 +721,7 @@ async fn renew_lease(
 ) {
     loop {
         tokio::time::sleep(every).await;
+        let sent_at = Instant::now();
         let r: std::result::Result<Option<bool>, _> = sqlx::query_scalar(RENEW)
             .bind(instance_id)
             .bind(token)
@@ -642,6 +730,7 @@ async fn renew_lease(
             .await;
         match r {
             Ok(Some(cancel)) => {
+                flags.renewed(sent_at);
                 if cancel {
                     flags.cancel_requested.store(true, Ordering::Release);
                 }
@@ -706,7 +795,12 @@ async fn finish(
                 Some((c, r, m, d)) => (Some(c), Some(r), Some(m), d),
                 None => (None, None, None, None),
             };
-            let (settled, _): (i64, i64) = sqlx::query_as(SETTLE)
+            let sql = match (s.status, timer_at) {
+                (RunStatus::Suspended, _) => SETTLE_SUSPENDED,
+                (RunStatus::Waiting, Some(_)) => SETTLE_TIMER,
+                _ => SETTLE,
+            };
+            let (settled, _): (i64, i64) = sqlx::query_as(sql)
                 .bind(c.instance_id)
                 .bind(token)
                 .bind(s.status.as_str())

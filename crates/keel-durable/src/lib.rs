@@ -32,23 +32,29 @@
 //! ## Execution model
 //!
 //! Everything that changes an instance is a command in its queue (`durable_command`:
-//! START, SIGNAL, TIMER, RETRY, CANCEL). An executor claims one command in one statement
-//! (`FOR UPDATE SKIP LOCKED`): the oldest available one whose instance holds no live
-//! lease and that no earlier runnable command of the same instance precedes; the
-//! instance gets a new lease token and expiry (its execution lock) and the command
-//! `attempt + 1`. The executor then runs one **segment**: it replays the body from the
-//! start against the journal until the body completes, fails, or blocks on a wait, and
-//! settles the command and the instance's status in one fenced statement. Every
-//! journal write is one statement that also checks and renews the lease
-//! (`WHERE id = $1 AND lease_token = $2`): zero rows means another executor owns the
-//! instance, the write is not made and the segment is abandoned. A task renews the
-//! lease while a long step runs. A crashed executor's lease lapses; its running
-//! command is queued again at its position by the rescuer (each executor runs it when
-//! idle and at least once per poll interval) and claimed again; a command whose attempts exceed `commandMaxAttempts` is
+//! START, SIGNAL, TIMER, RETRY, CANCEL). An executor claims commands in one statement
+//! (`FOR UPDATE SKIP LOCKED`), up to one per free segment slot: the oldest available
+//! ones whose instance holds no live lease and that no earlier runnable command of the
+//! same instance precedes (so a batch never holds two commands of one instance); each
+//! instance gets a new lease token and expiry (its execution lock) and each command
+//! `attempt + 1`. The executor then runs one **segment** per command: it replays the
+//! body from the start against the journal (not read for a START on its first attempt:
+//! nothing can have been journaled yet) until the body completes, fails, or blocks on a
+//! wait, and settles the command and the instance's status in one fenced statement.
+//! Every journal write is one statement that also checks the lease token
+//! (`WHERE id = $1 AND lease_token = $2`, with the instance row share-locked, or updated
+//! to renew the lease when a third of it has passed since the last renewal): zero rows
+//! means another executor owns the instance, the write is not made and the segment is
+//! abandoned. A task renews the lease while a long step runs. A crashed executor's
+//! lease lapses; its running command is queued again at its position by the rescuer
+//! (each executor runs it when idle once a lease has lapsed, and at least once per poll
+//! interval) and claimed again; a command whose attempts exceed `commandMaxAttempts` is
 //! dead-lettered (`state = 'dead'`, listed by the probe).
 //!
 //! Executors wake on `LISTEN keel_durable` (a trigger notifies on every recorded command;
-//! settlements notify too), on a timer for the earliest future command or lease expiry
+//! a settlement notifies when its release may make a command claimable for another
+//! executor: the instance has queued commands, open signals, a cancel request or a
+//! serialization key), on a timer for the earliest future command or lease expiry
 //! (database clock), and on a poll interval. A dropped LISTEN connection is
 //! re-established and followed by a claim pass.
 //!

@@ -235,3 +235,59 @@ async fn probe_reports_stuck_commands_when_not_idle() {
     );
     ex.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_journal_write_that_does_not_renew_the_lease_is_still_fenced_by_the_token() {
+    let db = database().await;
+    let mut config = fast_config();
+    // A long lease: the write after step b comes well within a third of it, so it only
+    // share-locks the instance row (no renewal) and must still check the token.
+    config.lease = Duration::from_secs(60);
+    let engine = engine(db.pool(), config);
+    let ex = engine
+        .spawn_executor(ExecutorConfig {
+            renew_leases: false,
+            ..executor_config()
+        })
+        .unwrap();
+    let s = engine
+        .start::<Gated>("f", &"f".to_owned(), opts())
+        .await
+        .unwrap();
+    until_db(
+        db.pool(),
+        "step b running",
+        "SELECT EXISTS (SELECT 1 FROM effect WHERE key = 'f-b')",
+    )
+    .await;
+    // Another owner takes the instance (what a claim after a lapsed lease does).
+    sqlx::query("UPDATE durable_instance SET lease_token = gen_random_uuid() WHERE id = $1")
+        .bind(s.instance_id)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    set_flag(db.pool(), "gate-f", "open").await;
+    // Shutdown waits for the segment: its write of b is fenced and it stops there.
+    ex.shutdown().await;
+    let journal: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM durable_journal WHERE instance_id = $1 ORDER BY seq")
+            .bind(s.instance_id)
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        journal,
+        vec!["a".to_owned()],
+        "the fenced write made nothing"
+    );
+    assert_eq!(
+        effect(db.pool(), "f-c").await,
+        0,
+        "the segment stopped at b"
+    );
+    assert_eq!(
+        engine.status(s.instance_id).await.unwrap().status,
+        RunStatus::Running,
+        "the fenced segment did not settle"
+    );
+}
