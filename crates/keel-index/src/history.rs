@@ -32,8 +32,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryConfig {
     /// How long a claimed range stays leased; a replica that stops is replaced after
-    /// this (default 60 s). Ranges are not renewed: keep ranges small enough to finish
-    /// well within the lease.
+    /// this (default 60 s). A worker renews its lease every third of this while it
+    /// fetches the range (fenced by its attempt), so a long range is not offered again
+    /// while its worker is alive.
     pub lease: Duration,
     /// Largest `eth_getLogs` span in blocks (default 2000). The span halves on a
     /// "range too large"/"too many results" answer and doubles back on success.
@@ -52,6 +53,15 @@ impl Default for HistoryConfig {
         }
     }
 }
+
+/// What `HistoryWorker::fetch_all` returns: logs, scope kinds, discovered contracts
+/// (address, kind, announcing block), span splits.
+type Fetched = (
+    Vec<Log>,
+    HashMap<Address, ScopeKind>,
+    Vec<(Address, ScopeKind, u64)>,
+    u64,
+);
 
 /// A claimed range.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,52 +287,25 @@ impl HistoryWorker {
     }
 
     /// Fetches the range's logs and writes them, their projections and the range's
-    /// completion in one transaction. The completion is guarded by the lease's attempt:
-    /// if the range was claimed again since (the lease expired), nothing is committed.
+    /// completion in one transaction. While fetching, the lease is renewed every third
+    /// of [`HistoryConfig::lease`], fenced by the attempt; a renewal that finds the
+    /// range claimed again stops the fetch. The completion is guarded by the attempt
+    /// too: if the range was claimed again since (the lease expired), nothing is
+    /// committed.
     ///
     /// # Errors
-    /// [`IndexError::LeaseLost`]; [`IndexError::Chain`] when `eth_getLogs` keeps
+    /// [`IndexError::LeaseLost`] (renewal or completion found the attempt superseded); [`IndexError::Chain`] when `eth_getLogs` keeps
     /// failing (after retries, or "range too large" at a span of one block);
     /// [`IndexError::Store`].
     #[tracing::instrument(target = "keel::index::history", skip_all, fields(chain = %lease.chain, from = lease.from_block, to = lease.to_block))]
     pub async fn work(&self, lease: &RangeLease) -> Result<RangeDone> {
         let chain = lease.chain;
-        let scope = live_scope(&self.db, chain).await?;
-        let mut kinds: HashMap<Address, ScopeKind> =
-            scope.iter().map(|e| (e.address, e.kind)).collect();
-        let addresses: Vec<Address> = match lease.address {
-            Some(a) => vec![a],
-            None => scope
-                .iter()
-                .filter(|e| e.from_block <= lease.to_block)
-                .map(|e| e.address)
-                .collect(),
-        };
-        let mut discovered: Vec<(Address, ScopeKind, u64)> = Vec::new();
-        let mut splits = 0;
-        let mut logs = if addresses.is_empty() {
-            Vec::new()
-        } else {
-            self.fetch_range(
-                chain,
-                lease.from_block,
-                lease.to_block,
-                &addresses,
-                &mut splits,
-            )
-            .await?
-        };
-        // Contracts announced in this range: fetch them from their announcing block on.
-        let mut pending = self.discover(&logs, &mut kinds, &mut discovered);
-        while let Some((address, block)) = pending.pop() {
-            let more = self
-                .fetch_range(chain, block, lease.to_block, &[address], &mut splits)
-                .await?;
-            pending.extend(self.discover(&more, &mut kinds, &mut discovered));
-            logs.extend(more);
-        }
-        logs.sort_by_key(|l| (l.block_number, l.log_index));
-        logs.dedup_by_key(|l| (l.block_number, l.log_index));
+        // Fetching can take longer than the lease: renew it (fenced by the attempt)
+        // while the fetch runs. A lost lease drops the fetch and commits nothing. The
+        // renewal stops before the write transaction, which locks the range row (so a
+        // claimer skips it) until the completion commits.
+        let (logs, kinds, discovered, splits) =
+            self.while_renewing(lease, self.fetch_all(lease)).await?;
 
         let c = chain_i64(chain);
         let mut tx = self.db.begin().await?;
@@ -337,11 +320,7 @@ impl HistoryWorker {
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() != 1 {
-            return Err(IndexError::LeaseLost {
-                chain,
-                from_block: lease.from_block,
-                attempt: lease.attempt,
-            });
+            return Err(self.lost(lease));
         }
         // Discovered contracts need their events above this range, but only where
         // nobody will read the new scope: whole-scope ranges already claimed or completed
@@ -420,6 +399,114 @@ impl HistoryWorker {
             logs: logs.len() as u64,
             splits,
         })
+    }
+
+    /// The range's logs (the scope's, and those of contracts announced inside the
+    /// range from their announcing block on), with the scope's kinds, the discovered
+    /// contracts and the span splits.
+    async fn fetch_all(&self, lease: &RangeLease) -> Result<Fetched> {
+        let chain = lease.chain;
+        let scope = live_scope(&self.db, chain).await?;
+        let mut kinds: HashMap<Address, ScopeKind> =
+            scope.iter().map(|e| (e.address, e.kind)).collect();
+        let addresses: Vec<Address> = match lease.address {
+            Some(a) => vec![a],
+            None => scope
+                .iter()
+                .filter(|e| e.from_block <= lease.to_block)
+                .map(|e| e.address)
+                .collect(),
+        };
+        let mut discovered: Vec<(Address, ScopeKind, u64)> = Vec::new();
+        let mut splits = 0;
+        let mut logs = if addresses.is_empty() {
+            Vec::new()
+        } else {
+            self.fetch_range(
+                chain,
+                lease.from_block,
+                lease.to_block,
+                &addresses,
+                &mut splits,
+            )
+            .await?
+        };
+        // Contracts announced in this range: fetch them from their announcing block on.
+        let mut pending = self.discover(&logs, &mut kinds, &mut discovered);
+        while let Some((address, block)) = pending.pop() {
+            let more = self
+                .fetch_range(chain, block, lease.to_block, &[address], &mut splits)
+                .await?;
+            pending.extend(self.discover(&more, &mut kinds, &mut discovered));
+            logs.extend(more);
+        }
+        logs.sort_by_key(|l| (l.block_number, l.log_index));
+        logs.dedup_by_key(|l| (l.block_number, l.log_index));
+
+        Ok((logs, kinds, discovered, splits))
+    }
+
+    /// Runs `fetch` while renewing `lease` every third of the configured lease. A
+    /// renewal that finds the attempt superseded or the range no longer running ends
+    /// the fetch with [`IndexError::LeaseLost`]; a failed renewal (database
+    /// unreachable) is retried at the next tick until the lease would have expired,
+    /// then also counts as lost.
+    async fn while_renewing<T>(
+        &self,
+        lease: &RangeLease,
+        fetch: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let every = self.renew_every();
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut renewed = tokio::time::Instant::now();
+        let mut fetch = std::pin::pin!(fetch);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut fetch => return out,
+                _ = ticker.tick() => match self.renew(lease).await {
+                    Ok(true) => renewed = tokio::time::Instant::now(),
+                    Ok(false) => return Err(self.lost(lease)),
+                    Err(e) if renewed.elapsed() < self.config.lease => {
+                        tracing::warn!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, error = %e, "lease renewal failed; retrying");
+                    }
+                    Err(_) => return Err(self.lost(lease)),
+                },
+            }
+        }
+    }
+
+    /// The renewal period: a third of the lease (at least 1 ms).
+    fn renew_every(&self) -> Duration {
+        (self.config.lease / 3).max(Duration::from_millis(1))
+    }
+
+    /// Extends the lease of `lease` if it is still this attempt's and the range still
+    /// running. False when it is not (another worker claimed it since).
+    ///
+    /// # Errors
+    /// [`IndexError::Store`].
+    pub async fn renew(&self, lease: &RangeLease) -> Result<bool> {
+        let renewed = sqlx::query(
+            "UPDATE index_range SET lease_expires_at = now() + make_interval(secs => $3)
+              WHERE id = $1 AND attempt = $2 AND state = 'running'",
+        )
+        .bind(lease.id)
+        .bind(lease.attempt)
+        .bind(self.config.lease.as_secs_f64())
+        .execute(&self.db)
+        .await?;
+        Ok(renewed.rows_affected() == 1)
+    }
+
+    fn lost(&self, lease: &RangeLease) -> IndexError {
+        metrics::counter!("keel_index_history_leases_lost_total", "chain_id" => lease.chain.get().to_string()).increment(1);
+        IndexError::LeaseLost {
+            chain: lease.chain,
+            from_block: lease.from_block,
+            attempt: lease.attempt,
+        }
     }
 
     /// Logs of `addresses` over `[from, to]`, in `eth_getLogs` spans that halve on a

@@ -266,3 +266,160 @@ async fn a_contract_discovered_after_later_ranges_completed_gets_those_ranges_re
     );
     Ok(())
 }
+
+/// A worker whose node answers `eth_getLogs` slowly (through the proxy), working one
+/// range in spans of `max_span` blocks, with a 2 s lease.
+fn slow_worker(env: &Env, proxy: &RpcProxy, id: &str, max_span: u64) -> HistoryWorker {
+    let node = Arc::new(
+        UpstreamPool::new(
+            env.chain_id,
+            UpstreamConfig::new(vec![proxy.url().to_string()]),
+        )
+        .unwrap(),
+    );
+    worker_with_span(env, node, id, Duration::from_secs(2), max_span)
+}
+
+async fn range_state(env: &Env) -> anyhow::Result<Vec<(String, i32, Option<String>)>> {
+    Ok(sqlx::query_as(
+        "SELECT state, attempt, lease_owner FROM index_range WHERE address IS NULL ORDER BY from_block",
+    )
+    .fetch_all(env.db.pool())
+    .await?)
+}
+
+#[tokio::test]
+async fn a_range_longer_than_its_lease_is_renewed_and_completes_exactly_once() -> anyhow::Result<()>
+{
+    let env = env().await?;
+    activity(&env, "RENEW", 4).await?;
+    let head = env.chain.block_number().await?;
+    // One range holding the whole history.
+    assert_eq!(
+        plan_history(env.db.pool(), env.chain_id, head, head + 1).await?,
+        1
+    );
+    let proxy = RpcProxy::start(env.chain.endpoint()).await?;
+    proxy.add_rule(Rule::latency("eth_getLogs", Duration::from_millis(500)));
+    let lease = Duration::from_secs(2);
+    let a = slow_worker(&env, &proxy, "a", 3);
+    let b = worker(&env, env.node.clone(), "b", Duration::from_secs(60));
+
+    let claimed = a.claim().await?.unwrap();
+    let started = std::time::Instant::now();
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    let work = async {
+        let out = a.work(&claimed).await;
+        finished.store(true, std::sync::atomic::Ordering::SeqCst);
+        out
+    };
+    // Another worker keeps trying to claim while `a` works, well past the lease.
+    let rival = async {
+        let mut tries = 0u32;
+        while !finished.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Some(stolen) = b.claim().await? {
+                anyhow::bail!(
+                    "range claimed by a second worker after {:?}: {stolen:?}",
+                    started.elapsed()
+                );
+            }
+            tries += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(tries)
+    };
+    let (done, tries) = tokio::join!(work, rival);
+    let done = done?;
+    let tries = tries?;
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed > lease * 2,
+        "the work must outlast the lease to test renewal: {elapsed:?} ({} getLogs calls)",
+        proxy.count("eth_getLogs")
+    );
+    assert!(tries > 20, "{tries}");
+    assert!(done.logs > 0);
+    assert_eq!(
+        range_state(&env).await?,
+        vec![("completed".to_owned(), 1, Some("a".to_owned()))]
+    );
+    // Nothing is left to claim, and the rows equal a fresh index.
+    assert!(b.claim().await?.is_none());
+    assert_eq!(pending_ranges(env.db.pool(), env.chain_id).await?, 0);
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_worker_whose_renewal_finds_its_lease_lost_stops_and_commits_nothing()
+-> anyhow::Result<()> {
+    let env = env().await?;
+    activity(&env, "LOST", 4).await?;
+    let head = env.chain.block_number().await?;
+    plan_history(env.db.pool(), env.chain_id, head, head + 1).await?;
+    let proxy = RpcProxy::start(env.chain.endpoint()).await?;
+    proxy.add_rule(Rule::latency("eth_getLogs", Duration::from_millis(500)));
+    let a = slow_worker(&env, &proxy, "a", 1);
+    let b = worker(&env, env.node.clone(), "b", Duration::from_secs(60));
+
+    let claimed = a.claim().await?.unwrap();
+    let work = async {
+        let out = a.work(&claimed).await;
+        (out, std::time::Instant::now())
+    };
+    // While `a` fetches, its lease is made to lapse and `b` claims the range (as if
+    // `a` had been paused past its lease).
+    let takeover = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..50 {
+            sqlx::query("UPDATE index_range SET lease_expires_at = now() - interval '1 second'")
+                .execute(env.db.pool())
+                .await?;
+            if let Some(l) = b.claim().await? {
+                return Ok((l, std::time::Instant::now()));
+            }
+        }
+        anyhow::bail!("b never claimed the range")
+    };
+    let ((out, stopped_at), taken) = tokio::join!(work, takeover);
+    let (redo, taken_at) = taken?;
+    assert_eq!((redo.id, redo.attempt), (claimed.id, 2));
+    let err = out.unwrap_err();
+    assert!(
+        matches!(err, IndexError::LeaseLost { attempt: 1, .. }),
+        "{err}"
+    );
+    // `a` noticed at its next renewal (every lease/3), long before its fetch of one
+    // block per slow call would have ended.
+    let noticed = stopped_at.saturating_duration_since(taken_at);
+    assert!(noticed < Duration::from_millis(1_500), "{noticed:?}");
+    let calls = proxy.count("eth_getLogs");
+    assert!(
+        calls < head,
+        "a stopped fetching: {calls} calls for {head} blocks"
+    );
+    // Nothing of `a`'s attempt was committed.
+    assert_eq!(
+        range_state(&env).await?,
+        vec![("running".to_owned(), 2, Some("b".to_owned()))]
+    );
+    let logs: i64 = sqlx::query_scalar("SELECT count(*) FROM index_log")
+        .fetch_one(env.db.pool())
+        .await?;
+    assert_eq!(logs, 0);
+    // A renewal by the superseded attempt is refused; `b`'s succeeds.
+    assert!(!a.renew(&claimed).await?);
+    assert!(b.renew(&redo).await?);
+
+    b.work(&redo).await?;
+    drain(&b).await?;
+    assert_eq!(pending_ranges(env.db.pool(), env.chain_id).await?, 0);
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
+    );
+    Ok(())
+}
