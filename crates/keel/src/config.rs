@@ -260,7 +260,7 @@ impl Default for OperatorConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IndexSettings {
-    /// Tip-ingest poll interval, milliseconds (50..=60000; default 500).
+    /// Tip-ingest poll interval, milliseconds (50..=60000; default 100).
     pub poll_interval_ms: u64,
     /// Blocks after which a block is final (default 12); the hash window is twice this.
     pub finality_depth: u64,
@@ -271,7 +271,7 @@ pub struct IndexSettings {
 impl Default for IndexSettings {
     fn default() -> Self {
         Self {
-            poll_interval_ms: 500,
+            poll_interval_ms: 100,
             finality_depth: 12,
             read_after_write_wait_ms: 30_000,
         }
