@@ -279,16 +279,28 @@ async fn send(
                     block,
                 });
             }
-            SettlementVerdict::Reverted { reason, .. } => {
+            SettlementVerdict::Reverted {
+                reason,
+                revert_data,
+                ..
+            } => {
                 return Err(WorkflowFailure::Failed(OpFailure {
                     code: "EXECUTION_REVERTED".to_owned(),
                     retryable: false,
                     detail: "the transaction reverted on chain".to_owned(),
                     step: Some(step.to_owned()),
-                    reason,
+                    reason: reason
+                        .or_else(|| revert_data.as_ref().and_then(|d| custom_error_name(d))),
                 }));
             }
-            SettlementVerdict::Failed { code, reason, .. } => {
+            SettlementVerdict::Failed {
+                code,
+                reason,
+                revert_data,
+                ..
+            } => {
+                let reason =
+                    reason.or_else(|| revert_data.as_ref().and_then(|d| custom_error_name(d)));
                 let retryable =
                     matches!(code.as_str(), "GAS_REQUIRED" | "FUNDING_DEADLINE_EXPIRED");
                 // Not journaled on purpose: the retry count only grows, so every replay
@@ -325,6 +337,18 @@ async fn send(
             }
         }
     }
+}
+
+/// The name of a custom error of Keel's contracts (or of OpenZeppelin's, which they
+/// inherit) from revert data, e.g. `ERC20InsufficientBalance`, `EnforcedPause`,
+/// `PriceNotFresh`. The name only: the error's arguments are not copied.
+pub fn custom_error_name(data: &[u8]) -> Option<String> {
+    let selector: [u8; 4] = data.get(..4)?.try_into().ok()?;
+    AssetToken::AssetTokenErrors::name_by_selector(selector)
+        .or_else(|| AssetFactory::AssetFactoryErrors::name_by_selector(selector))
+        .or_else(|| PriceResolver::PriceResolverErrors::name_by_selector(selector))
+        .or_else(|| PriceFeed::PriceFeedErrors::name_by_selector(selector))
+        .map(str::to_owned)
 }
 
 /// One attempt of a step's transaction: the journaled enqueue (and link for the relay),

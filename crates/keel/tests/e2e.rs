@@ -419,8 +419,9 @@ async fn create_mint_transfer_and_read_back_from_the_index() {
         )
         .await;
     assert_eq!(state(&view), "failed", "{view}");
-    assert!(
-        ["EXECUTION_REVERTED"].contains(&view["error"]["code"].as_str().unwrap()),
+    assert_eq!(view["error"]["code"], "EXECUTION_REVERTED", "{view}");
+    assert_eq!(
+        view["error"]["reason"], "ERC20InsufficientBalance",
         "{view}"
     );
 
