@@ -66,11 +66,10 @@
 //!   per table per block or range), not `COPY`.
 //! - The performance targets are not met (≥ 10× Ponder's backfill rate; tip
 //!   latency p50 under 100 ms at the default 500 ms poll); see `benches/README.md`.
-//! - The `keel` binary's indexer role runs a [`HistoryWorker`] on every replica but
-//!   nothing in it calls [`plan_history`]: the tip owner starts at the lowest
-//!   `from_block` of the scope and ingests everything itself, so the workers only get
-//!   the address-only ranges that [`scope::add_scope`] schedules.
 //!
+//! The `keel` binary's indexer role plans history ([`plan_history`]) below the settled
+//! height before a chain's first tip block and starts the tip above it; every replica
+//! runs a [`HistoryWorker`].
 //! The multi-process kill -9 test of the tip owner (two `keel run --role indexer`
 //! processes, the owner killed, the other takes over with a new epoch and the index
 //! equals the chain's logs) is in `crates/keel/tests/e2e.rs`.

@@ -3,7 +3,7 @@
 //! | role | runs |
 //! |---|---|
 //! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain the transaction queue loop (sign, broadcast, confirmation watcher every `durable.confirmationWatcher.intervalMs`, nonce recovery) as the cluster singleton `txq/<chainId>`; the verdict relay as the singleton `verdict-relay` |
-//! | `indexer` | per chain the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch) and a history worker on every replica |
+//! | `indexer` | per chain the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica |
 //! | `api` | the Platform API (see [`keel_api`]) |
 
 use crate::config::Config;
@@ -218,6 +218,12 @@ pub async fn start_indexer(
     for node in upstreams(config).await? {
         let chain_id = node.chain().get();
         let tip_config = TipConfig::new(config.index.finality_depth);
+        let confirmations = config
+            .chains
+            .values()
+            .find(|c| c.chain_id == chain_id)
+            .map(|c| c.confirmations)
+            .unwrap_or(1);
         let tip_pool = pool.clone();
         let tip_node = node.clone();
         let owner_id = replica.clone();
@@ -229,7 +235,7 @@ pub async fn start_indexer(
             let owner_id = owner_id.clone();
             async move {
                 let token = lease.token().clone();
-                run_tip(pool, node, config, &owner_id, poll, token).await;
+                run_tip(pool, node, config, confirmations, &owner_id, poll, token).await;
             }
         });
         tasks.push(("index-tip", handle));
@@ -265,6 +271,31 @@ pub async fn start_indexer(
     Ok(tasks)
 }
 
+/// Blocks per planned history range.
+pub const HISTORY_RANGE_BLOCKS: u64 = 2_000;
+
+/// Before a chain's first tip commit, its owner plans the history below the settled
+/// height (the `finalized` tag, else head − confirmations) as leased ranges that every
+/// indexer replica's history worker claims, and starts the tip right above it. Once the
+/// chain has a tip checkpoint, the tip continues from it and nothing is planned.
+async fn plan_before_first_tip(
+    pool: &PgPool,
+    node: &UpstreamPool,
+    config: &TipConfig,
+    confirmations: u64,
+) -> keel_index::Result<TipConfig> {
+    let mut config = config.clone();
+    let chain = node.chain();
+    if keel_index::read::indexed_tip(pool, chain).await?.is_some() {
+        return Ok(config);
+    }
+    let settled = keel_index::history::settled_height(node, confirmations).await?;
+    let ranges = keel_index::plan_history(pool, chain, settled, HISTORY_RANGE_BLOCKS).await?;
+    tracing::info!(target: TARGET, chain = %chain, settled, ranges, "history planned below the first tip block");
+    config.start_block = Some(settled.saturating_add(1));
+    Ok(config)
+}
+
 /// The tip-ingest loop of one chain while this replica owns it: takes ownership (a new
 /// epoch), then steps until the lease's token fires. A fenced step (a newer owner)
 /// ends the loop; a fatal error (reorg deeper than the window) stops ingest of the
@@ -273,6 +304,7 @@ async fn run_tip(
     pool: PgPool,
     node: Arc<UpstreamPool>,
     config: TipConfig,
+    confirmations: u64,
     owner_id: &str,
     poll: Duration,
     stop: CancellationToken,
@@ -281,7 +313,14 @@ async fn run_tip(
     let chain = node.chain();
     async move {
         let ingest = loop {
-            match TipIngest::take_ownership(pool.clone(), node.clone(), config.clone(), owner_id).await {
+            let planned = plan_before_first_tip(&pool, &node, &config, confirmations).await;
+            let attempt = match planned {
+                Ok(config) => {
+                    TipIngest::take_ownership(pool.clone(), node.clone(), config, owner_id).await
+                }
+                Err(e) => Err(e),
+            };
+            match attempt {
                 Ok(i) => break i,
                 Err(e) => {
                     tracing::warn!(target: TARGET, error = %e, "taking tip ownership failed; retrying");

@@ -313,7 +313,13 @@ fn terminal(v: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_mint_transfer_and_read_back_from_the_index() {
-    let chain = TestChain::start().await.unwrap();
+    // `finalized` = head − 2 (Anvil: 2 × slots per epoch), so the bootstrap's blocks are
+    // settled when the indexer starts and go through planned history ranges.
+    let chain = TestChain::builder()
+        .args(["--slots-in-an-epoch", "1"])
+        .start()
+        .await
+        .unwrap();
     let stack = Stack::start(chain, TemplateOpts::default()).await;
     let (op, asset) = stack.create_asset("create-1", "ACME").await;
     let view = stack
@@ -438,6 +444,32 @@ async fn create_mint_transfer_and_read_back_from_the_index() {
         .logs_of::<AssetToken::Transfer>(a["tokenAddress"].as_str().unwrap().parse().unwrap())
         .await;
     assert_eq!(mints.len(), 1, "exactly one mint on chain");
+
+    // The bootstrap's blocks lie below the first tip block: the indexer planned them as
+    // history ranges, its history worker completed them, and the Directory's entries
+    // from those blocks are in the index.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (open, done): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE state <> 'completed'),
+                    count(*) FILTER (WHERE state = 'completed') FROM index_range",
+        )
+        .fetch_one(stack.db.pool())
+        .await
+        .unwrap();
+        if open == 0 && done > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "history ranges: {open} open, {done} done");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let entries: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM index_directory_entry WHERE removed_at_block IS NULL",
+    )
+    .fetch_one(stack.db.pool())
+    .await
+    .unwrap();
+    assert!(entries >= 4, "{entries} directory entries indexed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
