@@ -131,6 +131,10 @@ pub struct TxQueue {
     chain_id: i64,
     signers: HashMap<Address, Arc<dyn TxSigner>>,
     config: TxQueueConfig,
+    /// Wakes [`TxQueue::run`] when a request is recorded in this process (a stored
+    /// permit when the loop is busy, so a request recorded during a pass is picked up
+    /// by the next one at once).
+    wake: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for TxQueue {
@@ -149,11 +153,40 @@ const SIGN_CHUNK: usize = 128;
 const RECEIPT_BATCH: usize = 100;
 
 /// Broadcasts of one sender in flight at once.
-const BROADCAST_IN_FLIGHT: usize = 16;
+const BROADCAST_IN_FLIGHT: usize = 64;
+
+/// Receipt batches of the confirmation pass in flight at once.
+const RECEIPT_BATCHES_IN_FLIGHT: usize = 4;
+
+/// Requests without a receipt examined at once by the confirmation pass (each asks the
+/// node whether it still knows an attempt, and may re-broadcast or replace it).
+const UNMINED_IN_FLIGHT: usize = 16;
+
+/// Signatures of one chunk requested at once (the [`TxSigner`] may be remote).
+const SIGN_IN_FLIGHT: usize = 16;
+
+/// Signed requests broadcast per marking statement (leftovers of earlier passes).
+const BROADCAST_CHUNK: usize = 256;
+
+/// What a sender pass did.
+struct Pass {
+    /// Requests signed, settled, paused or resumed by the signing phase.
+    moved: usize,
+    /// Of those, requests signed (a nonce taken).
+    signed: usize,
+    /// Requests the broadcast phase moved (accepted by a node, or settled).
+    broadcast: usize,
+}
+
+/// A request to broadcast: the request (as of signing or as read) and its attempts,
+/// the last one being the one to send.
+type ToSend = (RequestRow, Vec<AttemptRow>);
 
 /// A queued request ready for a nonce.
 struct ReadyTx {
     id: Uuid,
+    /// The queued row (turned into the `signed` row handed to the broadcaster).
+    row: RequestRow,
     to: Option<Address>,
     value: U256,
     data: Bytes,
@@ -161,7 +194,7 @@ struct ReadyTx {
 }
 
 enum Prepared {
-    Ready(ReadyTx),
+    Ready(Box<ReadyTx>),
     Settled,
     /// Entered `waiting_funding`; the sender's later requests wait behind it.
     Waiting,
@@ -221,6 +254,7 @@ impl TxQueue {
             chain_id,
             signers: HashMap::new(),
             config,
+            wake: tokio::sync::Notify::new(),
         })
     }
 
@@ -283,6 +317,7 @@ impl TxQueue {
         if store::request_insert(&self.db, &new).await? {
             metrics::counter!("keel_txq_enqueued_total", "chain_id" => self.chain_id.to_string())
                 .increment(1);
+            self.wake.notify_one();
             return Ok(new.id);
         }
         let existing = store::request_by_key(&self.db, self.chain_id, new.sender, new.key)
@@ -356,31 +391,61 @@ impl TxQueue {
         }
     }
 
-    /// Runs passes until `cancel` fires: every sender with work gets a sender pass
-    /// (senders in parallel), then the confirmation pass.
+    /// Runs passes until `cancel` fires.
+    ///
+    /// Every `poll_interval` a full [`TxQueue::tick`]: a sender pass for every sender
+    /// with work (senders in parallel), then the confirmation pass. In between, a
+    /// request recorded through this queue ([`TxQueue::enqueue`] /
+    /// [`TxQueue::enqueue_with`], this process) wakes the loop for sender passes at once,
+    /// and a sender pass that signed something is followed by another at once (more may
+    /// be queued than one pass signs); requests recorded by other processes are picked
+    /// up by the next interval's tick. The confirmation pass keeps its interval.
     ///
     /// Nonce recovery ([`TxQueue::recover_nonces`]) runs for every registered sender at
     /// start and then every `recovery_every_ticks` ticks.
+    ///
+    /// The future is `Send`: `tokio::spawn(async move { queue.run(token).await })` on
+    /// an `Arc<TxQueue>` works.
     pub async fn run(&self, cancel: CancellationToken) {
         use tracing::Instrument;
         let span = tracing::info_span!("txq", chain_id = self.chain_id);
         async {
             let mut ticks: u64 = 0;
+            let mut next_tick = tokio::time::Instant::now();
             while !cancel.is_cancelled() {
-                if ticks.is_multiple_of(self.config.recovery_every_ticks.max(1)) {
-                    for sender in self.signers.keys() {
-                        if let Err(e) = self.recover_nonces(*sender).await {
-                            tracing::warn!(target: "keel::txq", error = %e, "nonce recovery failed; retrying later");
+                let full = tokio::time::Instant::now() >= next_tick;
+                let mut again = false;
+                if full {
+                    if ticks.is_multiple_of(self.config.recovery_every_ticks.max(1)) {
+                        for sender in self.signers.keys() {
+                            if let Err(e) = self.recover_nonces(*sender).await {
+                                tracing::warn!(target: "keel::txq", error = %e, "nonce recovery failed; retrying later");
+                            }
+                        }
+                    }
+                    ticks = ticks.wrapping_add(1);
+                    next_tick = tokio::time::Instant::now() + self.config.poll_interval;
+                    match self.tick_counted().await {
+                        Ok(signed) => again = signed > 0,
+                        Err(e) => {
+                            tracing::warn!(target: "keel::txq", error = %e, "queue pass failed; retrying next tick");
+                        }
+                    }
+                } else {
+                    match self.sender_round().await {
+                        Ok(signed) => again = signed > 0,
+                        Err(e) => {
+                            tracing::warn!(target: "keel::txq", error = %e, "sender pass failed; retrying next tick");
                         }
                     }
                 }
-                ticks = ticks.wrapping_add(1);
-                if let Err(e) = self.tick().await {
-                    tracing::warn!(target: "keel::txq", error = %e, "queue pass failed; retrying next tick");
+                if again {
+                    continue;
                 }
                 tokio::select! {
                     _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep(self.config.poll_interval) => {}
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep_until(next_tick) => {}
                 }
             }
         }
@@ -498,19 +563,35 @@ impl TxQueue {
     /// # Errors
     /// The first failing pass's error (others still ran).
     pub async fn tick(&self) -> Result<()> {
-        let senders = store::senders_with_work(&self.db, self.chain_id).await?;
-        let passes = senders
-            .iter()
-            .filter_map(|s| Address::try_from(s.as_slice()).ok())
-            .map(|a| self.sender_pass(a));
-        let results = futures::future::join_all(passes).await;
+        self.tick_counted().await.map(|_| ())
+    }
+
+    /// [`TxQueue::tick`], returning how many requests the sender passes signed.
+    async fn tick_counted(&self) -> Result<usize> {
+        let senders = self.sender_round().await;
         let confirm = self.confirm_pass().await;
         let gauges = self.record_gauges().await;
-        for r in results {
-            r?;
-        }
+        let signed = senders?;
         confirm?;
-        gauges
+        gauges?;
+        Ok(signed)
+    }
+
+    /// Sender passes for every sender with work, in parallel; returns how many requests
+    /// they signed (the first error once all ran).
+    async fn sender_round(&self) -> Result<usize> {
+        let senders = store::senders_with_work(&self.db, self.chain_id).await?;
+        let passes: Vec<_> = senders
+            .iter()
+            .filter_map(|s| Address::try_from(s.as_slice()).ok())
+            .map(|a| self.pass(a))
+            .collect();
+        let results = futures::future::join_all(passes).await;
+        let mut signed = 0;
+        for r in results {
+            signed += r?.signed;
+        }
+        Ok(signed)
     }
 
     /// Sets `keel_txq_queue_depth{chain_id}` (queued + waiting_funding),
@@ -543,16 +624,83 @@ impl TxQueue {
     }
 
     /// The sender pass: signs and persists the sender's queued requests
-    /// ([`TxQueue::sign_pending`]), then broadcasts every `signed` request in nonce
-    /// order — the ones just signed and any a crash left persisted but unsent, whose
-    /// exact bytes go out again. Returns how many requests it moved.
+    /// ([`TxQueue::sign_pending`]) and broadcasts every `signed` request in nonce
+    /// order — first any a crash (or an earlier refusal) left persisted but unsent,
+    /// whose exact bytes go out again, then the ones just signed. The two phases are
+    /// pipelined: a chunk of requests is broadcast as soon as its transaction (nonces,
+    /// raw bytes and hashes) has committed, while the next chunk is being signed;
+    /// nothing is broadcast before it is persisted, and no broadcast happens inside a
+    /// database transaction. Returns how many requests it moved.
     ///
     /// # Errors
-    /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
+    /// [`TxqError::UnknownSender`] without a signer; store and transport errors (the
+    /// first one, after both phases ran).
     pub async fn sender_pass(&self, sender: Address) -> Result<usize> {
-        let signed = self.sign_pending(sender).await?;
-        let broadcast = self.broadcast_signed(sender).await?;
-        Ok(signed + broadcast)
+        let pass = self.pass(sender).await?;
+        Ok(pass.moved + pass.broadcast)
+    }
+
+    async fn pass(&self, sender: Address) -> Result<Pass> {
+        // Left over from an earlier pass: lower nonces than anything signed below.
+        let leftovers = self.signed_of(sender).await?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<ToSend>>();
+        let sign = async move {
+            // `tx` is dropped when signing ends, which ends the broadcaster's loop.
+            self.sign_pending_inner(sender, Some(&tx)).await
+        };
+        let send = async {
+            let mut moved = 0;
+            let mut first_err = None;
+            let mut round = |r: Result<usize>| match r {
+                Ok(n) => moved += n,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            };
+            for chunk in leftovers.chunks(BROADCAST_CHUNK) {
+                round(self.broadcast_many(chunk).await);
+            }
+            while let Some(chunk) = rx.recv().await {
+                round(self.broadcast_many(&chunk).await);
+            }
+            match first_err {
+                Some(e) => Err(e),
+                None => Ok(moved),
+            }
+        };
+        let (signed, broadcast) = tokio::join!(sign, send);
+        let (moved, signed) = signed?;
+        Ok(Pass {
+            moved,
+            signed,
+            broadcast: broadcast?,
+        })
+    }
+
+    /// The sender's `signed` requests with their attempts, in nonce order.
+    async fn signed_of(&self, sender: Address) -> Result<Vec<ToSend>> {
+        let signed = store::requests_in_flight(
+            &self.db,
+            self.chain_id,
+            Some(sender.as_slice()),
+            Some("signed"),
+        )
+        .await?;
+        if signed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = signed.iter().map(|r| r.id).collect();
+        let mut attempts: HashMap<Uuid, Vec<AttemptRow>> = HashMap::new();
+        for a in store::attempts_of(&self.db, &ids).await? {
+            attempts.entry(a.request_id).or_default().push(a);
+        }
+        Ok(signed
+            .into_iter()
+            .map(|r| {
+                let mine = attempts.remove(&r.id).unwrap_or_default();
+                (r, mine)
+            })
+            .collect())
     }
 
     /// Phase one of a sender pass: first the funding check of the sender's
@@ -569,6 +717,16 @@ impl TxQueue {
     /// # Errors
     /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
     pub async fn sign_pending(&self, sender: Address) -> Result<usize> {
+        Ok(self.sign_pending_inner(sender, None).await?.0)
+    }
+
+    /// [`TxQueue::sign_pending`], handing every committed chunk to `sink` (the
+    /// broadcaster); returns (moved, signed).
+    async fn sign_pending_inner(
+        &self,
+        sender: Address,
+        sink: Option<&tokio::sync::mpsc::UnboundedSender<Vec<ToSend>>>,
+    ) -> Result<(usize, usize)> {
         let signer = self
             .signers
             .get(&sender)
@@ -582,7 +740,7 @@ impl TxQueue {
         }
         let (still_waiting, mut moved) = self.check_funding(sender).await?;
         if still_waiting {
-            return Ok(moved);
+            return Ok((moved, 0));
         }
         let queued = store::requests_queued(
             &self.db,
@@ -592,7 +750,7 @@ impl TxQueue {
         )
         .await?;
         if queued.is_empty() {
-            return Ok(moved);
+            return Ok((moved, 0));
         }
         // Fees and funds are read once per pass; the balance is spent down locally as
         // requests are signed (their transactions are not in the node's pool yet).
@@ -606,7 +764,7 @@ impl TxQueue {
         let mut ready = Vec::new();
         for req in &queued {
             match self.prepare(sender, req, fees, &mut available).await? {
-                Prepared::Ready(p) => ready.push(p),
+                Prepared::Ready(p) => ready.push(*p),
                 Prepared::Settled => moved += 1,
                 Prepared::Waiting => {
                     moved += 1;
@@ -615,13 +773,20 @@ impl TxQueue {
                 Prepared::Retry => break,
             }
         }
+        let mut signed = 0;
         for chunk in ready.chunks(SIGN_CHUNK) {
-            if !self.sign_chunk(&*signer, chunk, fees).await? {
+            let Some(done) = self.sign_chunk(&*signer, chunk, fees).await? else {
                 break;
-            }
+            };
             moved += chunk.len();
+            signed += chunk.len();
+            if let Some(sink) = sink {
+                // Committed: these may be broadcast now. A closed receiver only means
+                // the broadcaster failed; the rows stay `signed` for the next pass.
+                let _ = sink.send(done);
+            }
         }
-        Ok(moved)
+        Ok((moved, signed))
     }
 
     /// The funding check of `sender`'s `waiting_funding` requests, oldest first: one
@@ -685,49 +850,69 @@ impl TxQueue {
         Ok((false, moved))
     }
 
-    /// Phase two: broadcasts the latest attempt of every `signed` request of `sender`
-    /// in nonce order, a bounded number in flight; those that must be retried stay
-    /// `signed` and go out again (same bytes) next pass.
+    /// Broadcasts the latest attempt of every `signed` request of `sender` in nonce
+    /// order, a bounded number in flight; those that must be retried stay `signed` and
+    /// go out again (same bytes) next pass.
     async fn broadcast_signed(&self, sender: Address) -> Result<usize> {
-        let signed = store::requests_in_flight(
-            &self.db,
-            self.chain_id,
-            Some(sender.as_slice()),
-            Some("signed"),
-        )
-        .await?;
-        if signed.is_empty() {
-            return Ok(0);
+        let mut moved = 0;
+        for chunk in self.signed_of(sender).await?.chunks(BROADCAST_CHUNK) {
+            moved += self.broadcast_many(chunk).await?;
         }
-        let ids: Vec<Uuid> = signed.iter().map(|r| r.id).collect();
-        let attempts = store::attempts_of(&self.db, &ids).await?;
-        // Sent in nonce order with up to BROADCAST_IN_FLIGHT requests outstanding;
-        // nodes hold a briefly out-of-order nonce until its predecessor arrives.
+        Ok(moved)
+    }
+
+    /// Broadcasts the last attempt of each request of `items` (one sender's, in nonce
+    /// order) with up to [`BROADCAST_IN_FLIGHT`] outstanding — nodes hold a briefly
+    /// out-of-order nonce until its predecessor arrives — then marks the accepted ones
+    /// `broadcast` in one statement. Returns how many moved (accepted or settled).
+    async fn broadcast_many(&self, items: &[ToSend]) -> Result<usize> {
         use futures::StreamExt;
-        let results: Vec<Result<Broadcast>> = futures::stream::iter(signed.iter())
-            .map(|req| {
-                let mine: Vec<AttemptRow> = attempts
-                    .iter()
-                    .filter(|a| a.request_id == req.id)
-                    .cloned()
-                    .collect();
-                async move {
-                    match mine.last() {
-                        Some(last) => self.broadcast(req, last, &mine).await,
-                        None => Ok(Broadcast::Retry),
-                    }
-                }
-            })
+        // The futures are built up front (no closure over borrowed rows inside the
+        // stream), which keeps this future `Send`.
+        let sends: Vec<_> = items
+            .iter()
+            .map(|(req, mine)| self.send_last(req, mine))
+            .collect();
+        let results: Vec<Result<Broadcast>> = futures::stream::iter(sends)
             .buffered(BROADCAST_IN_FLIGHT)
             .collect()
             .await;
+        let mut accepted = Vec::new();
         let mut moved = 0;
-        for r in results {
-            if !matches!(r?, Broadcast::Retry) {
-                moved += 1;
+        let mut first_err = None;
+        for ((req, _), r) in items.iter().zip(results) {
+            match r {
+                Ok(Broadcast::Accepted) => accepted.push(req.id),
+                Ok(Broadcast::Settled) => moved += 1,
+                Ok(Broadcast::Retry) => {}
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
             }
         }
-        Ok(moved)
+        // A failure here leaves them `signed`: the next pass sends the same bytes
+        // again ("already known", or "nonce too low" resolved by their receipts).
+        let marked = store::requests_mark_broadcast_many(&self.db, &accepted).await?;
+        let chain = self.chain_id.to_string();
+        let histogram =
+            metrics::histogram!("keel_txq_time_to_broadcast_seconds", "chain_id" => chain.clone());
+        for secs in &marked {
+            histogram.record(*secs);
+        }
+        metrics::counter!("keel_txq_broadcast_total", "chain_id" => chain)
+            .increment(accepted.len() as u64);
+        moved += accepted.len();
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(moved),
+        }
+    }
+
+    async fn send_last(&self, req: &RequestRow, mine: &[AttemptRow]) -> Result<Broadcast> {
+        match mine.last() {
+            Some(last) => self.send(req, last, mine).await,
+            None => Ok(Broadcast::Retry),
+        }
     }
 
     async fn fees(&self) -> Result<(u128, u128)> {
@@ -833,13 +1018,14 @@ impl TxQueue {
             return Ok(Prepared::Settled);
         }
         *available -= need;
-        Ok(Prepared::Ready(ReadyTx {
+        Ok(Prepared::Ready(Box::new(ReadyTx {
             id: req.id,
+            row: req.clone(),
             to,
             value,
             data,
             gas_limit,
-        }))
+        })))
     }
 
     /// Moves a queued request with a funding pause to `waiting_funding`, its funding
@@ -917,21 +1103,25 @@ impl TxQueue {
 
     /// In one transaction under the sender's row lock: assigns consecutive nonces to
     /// `chunk` in order, signs each, persists every attempt and marks the requests
-    /// `signed`. Returns false (and commits nothing) when a request was no longer
-    /// queued (another process took it).
+    /// `signed`. Returns the committed requests with their attempt, ready to broadcast,
+    /// or `None` (and commits nothing) when a request was no longer queued (another
+    /// process took it). The chunk's signatures are requested concurrently (in nonce
+    /// order, up to [`SIGN_IN_FLIGHT`] at once): the nonces are fixed under the lock
+    /// before any is requested.
     async fn sign_chunk(
         &self,
         signer: &dyn TxSigner,
         chunk: &[ReadyTx],
         (max_fee, tip): (u128, u128),
-    ) -> Result<bool> {
+    ) -> Result<Option<Vec<ToSend>>> {
+        use futures::StreamExt;
         let sender = signer.address();
         let mut tx = self.db.begin().await?;
         let first = store::sender_lock(&mut *tx, self.chain_id, sender.as_slice()).await?;
-        let mut signed = Vec::with_capacity(chunk.len());
+        let mut unsigned_txs = Vec::with_capacity(chunk.len());
         for (i, r) in chunk.iter().enumerate() {
             let nonce = first + i64::try_from(i).map_err(|_| TxqError::InvalidRequest("nonce"))?;
-            let unsigned = TxEip1559 {
+            unsigned_txs.push(TxEip1559 {
                 chain_id: self.chain.chain().get(),
                 nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
                 gas_limit: r.gas_limit,
@@ -941,8 +1131,17 @@ impl TxQueue {
                 value: r.value,
                 access_list: Default::default(),
                 input: r.data.clone(),
-            };
-            let envelope = signer.sign(unsigned).await?;
+            });
+        }
+        let sigs: Vec<_> = unsigned_txs.into_iter().map(|u| signer.sign(u)).collect();
+        let envelopes: Vec<_> = futures::stream::iter(sigs)
+            .buffered(SIGN_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut signed = Vec::with_capacity(chunk.len());
+        for ((i, r), envelope) in chunk.iter().enumerate().zip(envelopes) {
+            let envelope = envelope?;
+            let nonce = first + i64::try_from(i).map_err(|_| TxqError::InvalidRequest("nonce"))?;
             signed.push((
                 nonce,
                 *envelope.tx_hash(),
@@ -972,7 +1171,7 @@ impl TxQueue {
         if moved != chunk.len() as u64 {
             // Settled or signed elsewhere meanwhile: nothing is consumed.
             tx.rollback().await?;
-            return Ok(false);
+            return Ok(None);
         }
         let next =
             first + i64::try_from(chunk.len()).map_err(|_| TxqError::InvalidRequest("nonce"))?;
@@ -980,11 +1179,53 @@ impl TxQueue {
         tx.commit().await?;
         metrics::counter!("keel_txq_signed_total", "chain_id" => self.chain_id.to_string())
             .increment(chunk.len() as u64);
-        Ok(true)
+        Ok(Some(
+            chunk
+                .iter()
+                .zip(signed)
+                .map(|(r, (nonce, hash, raw, gas))| {
+                    let mut row = r.row.clone();
+                    row.state = "signed".to_owned();
+                    row.nonce = Some(nonce);
+                    let attempt = AttemptRow {
+                        request_id: r.id,
+                        attempt: 1,
+                        nonce,
+                        tx_hash: hash.to_vec(),
+                        raw,
+                        max_fee_per_gas: max_fee_s.clone(),
+                        max_priority_fee_per_gas: tip_s.clone(),
+                        gas_limit: gas,
+                        age_ms: 0,
+                    };
+                    (row, vec![attempt])
+                })
+                .collect(),
+        ))
     }
 
     /// Broadcasts `attempt`'s bytes and records what the node said.
     async fn broadcast(
+        &self,
+        req: &RequestRow,
+        attempt: &AttemptRow,
+        all: &[AttemptRow],
+    ) -> Result<Broadcast> {
+        let sent = self.send(req, attempt, all).await?;
+        if matches!(sent, Broadcast::Accepted) {
+            if let Some(secs) = store::request_mark_broadcast(&self.db, req.id).await? {
+                metrics::histogram!("keel_txq_time_to_broadcast_seconds", "chain_id" => self.chain_id.to_string())
+                    .record(secs);
+            }
+            metrics::counter!("keel_txq_broadcast_total", "chain_id" => self.chain_id.to_string())
+                .increment(1);
+        }
+        Ok(sent)
+    }
+
+    /// Sends `attempt`'s bytes and handles what the node said, except recording an
+    /// acceptance (the caller marks [`Broadcast::Accepted`] requests `broadcast`).
+    async fn send(
         &self,
         req: &RequestRow,
         attempt: &AttemptRow,
@@ -1054,12 +1295,6 @@ impl TxQueue {
                 return Ok(Broadcast::Retry);
             }
         }
-        if let Some(secs) = store::request_mark_broadcast(&self.db, req.id).await? {
-            metrics::histogram!("keel_txq_time_to_broadcast_seconds", "chain_id" => self.chain_id.to_string())
-                .record(secs);
-        }
-        metrics::counter!("keel_txq_broadcast_total", "chain_id" => self.chain_id.to_string())
-            .increment(1);
         Ok(Broadcast::Accepted)
     }
 
@@ -1093,56 +1328,60 @@ impl TxQueue {
     }
 
     /// The confirmation pass: fetches receipts of every attempt of in-flight requests
-    /// in one batch and settles those at the confirmation depth; a `broadcast` request
-    /// whose transaction the node no longer knows (dropped by a reorg) is re-broadcast
-    /// with the same bytes. Returns how many requests settled.
+    /// in JSON-RPC batches and settles those at the confirmation depth, all in one
+    /// statement; a `broadcast` request whose transaction the node no longer knows
+    /// (dropped by a reorg) is re-broadcast with the same bytes, and one without a
+    /// receipt for `bump_after` is replaced. Returns how many requests settled.
     ///
     /// # Errors
     /// Store and transport errors.
     pub async fn confirm_pass(&self) -> Result<usize> {
+        use futures::StreamExt;
         let in_flight =
             store::requests_in_flight(&self.db, self.chain_id, None, Some("broadcast")).await?;
         if in_flight.is_empty() {
             return Ok(0);
         }
         let ids: Vec<Uuid> = in_flight.iter().map(|r| r.id).collect();
-        let attempts = store::attempts_of(&self.db, &ids).await?;
+        let mut attempts: HashMap<Uuid, Vec<AttemptRow>> = HashMap::new();
+        for a in store::attempts_of(&self.db, &ids).await? {
+            attempts.entry(a.request_id).or_default().push(a);
+        }
         let hashes: Vec<B256> = attempts
-            .iter()
+            .values()
+            .flatten()
             .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
             .collect();
         let head = self.chain.block_number().await?;
-        // Batches of RECEIPT_BATCH: providers cap JSON-RPC batch sizes.
+        // Batches of RECEIPT_BATCH (providers cap JSON-RPC batch sizes), a few at once.
+        let batches: Vec<_> = hashes
+            .chunks(RECEIPT_BATCH)
+            .map(|chunk| self.chain.receipts(chunk))
+            .collect();
+        let fetched: Vec<_> = futures::stream::iter(batches)
+            .buffered(RECEIPT_BATCHES_IN_FLIGHT)
+            .collect()
+            .await;
         let mut receipts = Vec::with_capacity(hashes.len());
-        for chunk in hashes.chunks(RECEIPT_BATCH) {
-            receipts.extend(self.chain.receipts(chunk).await?);
+        for batch in fetched {
+            receipts.extend(batch?);
         }
         let by_hash: HashMap<B256, TransactionReceipt> = hashes
             .iter()
             .zip(receipts)
             .filter_map(|(h, r)| r.map(|r| (*h, r)))
             .collect();
-        let mut settled = 0;
+        let empty = Vec::new();
+        let mut verdicts: Vec<(Uuid, SettlementVerdict)> = Vec::new();
+        let mut unmined: Vec<(&RequestRow, &[AttemptRow])> = Vec::new();
         for req in &in_flight {
-            let mine: Vec<AttemptRow> = attempts
-                .iter()
-                .filter(|a| a.request_id == req.id)
-                .cloned()
-                .collect();
+            let mine = attempts.get(&req.id).unwrap_or(&empty);
             let receipt = mine
                 .iter()
                 .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
                 .find_map(|h| by_hash.get(&h));
             let Some(receipt) = receipt else {
-                let Some(last) = mine.last() else { continue };
-                if !self.any_attempt_known(&mine).await? {
-                    tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
-                    let _ = self.broadcast(req, last, &mine).await?;
-                } else if self.config.bump_after.is_some_and(|after| {
-                    u128::try_from(last.age_ms).unwrap_or(0) >= after.as_millis()
-                }) {
-                    self.replace(req, &mine).await?;
-                }
+                unmined.push((req, mine));
                 continue;
             };
             let Some(block) = receipt.block_number else {
@@ -1157,7 +1396,7 @@ impl TxQueue {
                     hash: receipt.transaction_hash,
                     gas_used: receipt.gas_used,
                     effective_gas_price: receipt.effective_gas_price.to_string(),
-                    attempts: attempt_records(&mine),
+                    attempts: attempt_records(mine),
                 }
             } else {
                 let revert = self.revert_reason(req, block).await;
@@ -1166,13 +1405,80 @@ impl TxQueue {
                     hash: receipt.transaction_hash,
                     reason: revert.as_ref().and_then(|r| r.message.clone()),
                     revert_data: revert.map(|r| r.data),
-                    attempts: attempt_records(&mine),
+                    attempts: attempt_records(mine),
                 }
             };
-            self.settle(req.id, &verdict).await?;
-            settled += 1;
+            verdicts.push((req.id, verdict));
+        }
+        let settled = self.settle_many(&verdicts).await?;
+        // Requests without a receipt: still known to the node (wait, or replace when
+        // stuck), or dropped (re-broadcast the same bytes).
+        let checks: Vec<_> = unmined
+            .into_iter()
+            .map(|(req, mine)| self.unmined(req, mine))
+            .collect();
+        let checked: Vec<Result<()>> = futures::stream::iter(checks)
+            .buffer_unordered(UNMINED_IN_FLIGHT)
+            .collect()
+            .await;
+        for r in checked {
+            r?;
         }
         Ok(settled)
+    }
+
+    /// A `broadcast` request none of whose attempts has a receipt: re-broadcast the
+    /// last attempt's bytes when the node knows none of them (a reorg dropped it), or
+    /// replace it with bumped fees once it is older than `bump_after`.
+    async fn unmined(&self, req: &RequestRow, mine: &[AttemptRow]) -> Result<()> {
+        let Some(last) = mine.last() else {
+            return Ok(());
+        };
+        if !self.any_attempt_known(mine).await? {
+            tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
+            let _ = self.broadcast(req, last, mine).await?;
+        } else if self
+            .config
+            .bump_after
+            .is_some_and(|after| u128::try_from(last.age_ms).unwrap_or(0) >= after.as_millis())
+        {
+            self.replace(req, mine).await?;
+        }
+        Ok(())
+    }
+
+    /// Settles many requests in one statement; metrics and logs for the ones that
+    /// moved (a request settled already keeps its verdict and is not counted again).
+    /// Returns how many moved.
+    async fn settle_many(&self, verdicts: &[(Uuid, SettlementVerdict)]) -> Result<usize> {
+        if verdicts.is_empty() {
+            return Ok(0);
+        }
+        let mut ids = Vec::with_capacity(verdicts.len());
+        let mut json = Vec::with_capacity(verdicts.len());
+        let mut kinds = Vec::with_capacity(verdicts.len());
+        for (id, v) in verdicts {
+            ids.push(*id);
+            json.push(serde_json::to_string(v).map_err(|_| TxqError::InvalidRequest("verdict"))?);
+            kinds.push(v.kind());
+        }
+        let rows = store::requests_settle_many(&self.db, &ids, &json, &kinds).await?;
+        let chain = self.chain_id.to_string();
+        let time_to_confirmation = metrics::histogram!("keel_txq_time_to_confirmation_seconds", "chain_id" => chain.clone());
+        for r in &rows {
+            let kind = kinds
+                .iter()
+                .find(|k| **k == r.kind)
+                .copied()
+                .unwrap_or("failed");
+            metrics::counter!("keel_txq_verdicts_total", "chain_id" => chain.clone(), "kind" => kind)
+                .increment(1);
+            if kind != "failed" {
+                time_to_confirmation.record(r.secs);
+            }
+            tracing::info!(target: "keel::txq", request = %r.id, verdict = kind, "request settled");
+        }
+        Ok(rows.len())
     }
 
     /// Replaces a stuck transaction: a new attempt at the same nonce with both fees

@@ -605,3 +605,64 @@ pub(crate) async fn requests_mark_signed_many(
     .await?;
     Ok(r.rows_affected())
 }
+
+/// `signed` → `broadcast` for many requests in one statement (the ones a node accepted
+/// in one broadcast round); returns, per request that moved, the seconds since
+/// enqueue. Requests no longer `signed` (settled meanwhile, or marked already) are left
+/// alone.
+pub(crate) async fn requests_mark_broadcast_many(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<f64>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(
+        "UPDATE txq_request SET state = 'broadcast', broadcast_at = coalesce(broadcast_at, now()), updated_at = now()
+          WHERE id = ANY($1) AND state = 'signed'
+         RETURNING extract(epoch FROM now() - created_at)::float8",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| r.try_get::<f64, _>(0).map_err(Into::into))
+        .collect()
+}
+
+/// A request that settled in [`requests_settle_many`].
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct SettledRow {
+    pub id: Uuid,
+    pub kind: String,
+    /// Seconds since enqueue.
+    pub secs: f64,
+}
+
+/// Any unsettled state → `settled` for many requests in one statement, each with its
+/// verdict (JSON text) and kind; returns the ones that moved. A settled verdict is
+/// never overwritten (`state <> 'settled'`), so each verdict is recorded exactly once
+/// and only the returned rows may be counted.
+pub(crate) async fn requests_settle_many(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+    verdicts: &[String],
+    kinds: &[&str],
+) -> Result<Vec<SettledRow>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(sqlx::query_as::<_, SettledRow>(
+        "UPDATE txq_request r
+            SET state = 'settled', verdict = v.verdict::jsonb, verdict_kind = v.kind,
+                settled_at = now(), updated_at = now()
+           FROM unnest($1::uuid[], $2::text[], $3::text[]) AS v(id, verdict, kind)
+          WHERE r.id = v.id AND r.state <> 'settled'
+         RETURNING r.id, v.kind, extract(epoch FROM now() - r.created_at)::float8 AS secs",
+    )
+    .bind(ids)
+    .bind(verdicts)
+    .bind(kinds)
+    .fetch_all(db)
+    .await?)
+}

@@ -606,3 +606,118 @@ async fn nonce_advanced_outside_keel_is_adopted() {
     let verdict = settle_all(&q, &[next]).await.remove(0);
     assert_eq!(confirmed_nonce(&verdict), 10);
 }
+
+/// Compile-time: the loop's future is `Send`, so an `Arc<TxQueue>` runs it with
+/// `tokio::spawn` (no `spawn_blocking` + `Handle::block_on` needed).
+#[allow(dead_code)]
+fn run_future_is_send(queue: Arc<TxQueue>, token: tokio_util::sync::CancellationToken) {
+    fn assert_send<T: Send>(_: T) {}
+    assert_send(queue.run(token.clone()));
+    assert_send(async move { queue.run(token).await });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(1).unwrap();
+    // An interval no test waits for: only the wake-up can move the request after the
+    // loop's first tick.
+    let q = Arc::new(f.queue_with(
+        &[1],
+        TxQueueConfig {
+            poll_interval: Duration::from_secs(3600),
+            ..TxQueueConfig::default()
+        },
+    ));
+    let token = tokio_util::sync::CancellationToken::new();
+    let handle = tokio::spawn({
+        let q = q.clone();
+        let token = token.clone();
+        async move { q.run(token).await }
+    });
+    // Let the first tick (recovery, empty passes) go by.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = q.enqueue(&transfer(sender, "woken", 1)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = q.status(id).await.unwrap();
+        if status.state == "broadcast" {
+            assert_eq!(status.nonce, Some(0));
+            break;
+        }
+        assert_ne!(
+            status.state, "settled",
+            "only the confirmation pass settles"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the enqueue did not wake the loop"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Mined (automine), but the confirmation pass keeps its interval.
+    assert_eq!(
+        f.chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(q.status(id).await.unwrap().state, "broadcast");
+    token.cancel();
+    tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .expect("the loop stops on cancel")
+        .unwrap();
+    // A tick settles it.
+    let verdict = settle_all(&q, &[id]).await.remove(0);
+    assert_eq!(confirmed_nonce(&verdict), 0);
+}
+
+#[tokio::test]
+async fn concurrent_enqueues_stay_idempotent() {
+    let f = Fixture::new().await;
+    let q = f.queue(&[0]);
+    let sender = f.chain.account(0).unwrap();
+    // Every key twice with the same payload, plus one conflicting payload, at once.
+    let reqs: Vec<TxRequest> = (0..64)
+        .map(|i| transfer(sender, &format!("c{}", i % 32), 1))
+        .chain(std::iter::once(transfer(sender, "c0", 2)))
+        .collect();
+    let results = futures::future::join_all(reqs.iter().map(|r| q.enqueue(r))).await;
+    let mut by_key: std::collections::HashMap<(String, U256), Vec<&Result<Uuid, TxqError>>> =
+        std::collections::HashMap::new();
+    for (r, res) in reqs.iter().zip(&results) {
+        by_key
+            .entry((r.idempotency_key.clone(), r.value.get()))
+            .or_default()
+            .push(res);
+    }
+    for ((key, value), res) in &by_key {
+        if key == "c0" {
+            continue;
+        }
+        assert_eq!(*value, U256::from(1u64));
+        let (a, b) = (res[0].as_ref().unwrap(), res[1].as_ref().unwrap());
+        assert_eq!(a, b, "the same key answers with the same request");
+    }
+    // `c0`: whichever payload was recorded first wins; the other one conflicts.
+    let same = &by_key[&("c0".to_owned(), U256::from(1u64))];
+    let other = &by_key[&("c0".to_owned(), U256::from(2u64))];
+    if other[0].is_ok() {
+        assert!(
+            same.iter()
+                .all(|r| matches!(r, Err(TxqError::IdempotencyConflict)))
+        );
+    } else {
+        assert!(matches!(other[0], Err(TxqError::IdempotencyConflict)));
+        assert_eq!(same[0].as_ref().unwrap(), same[1].as_ref().unwrap());
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM txq_request")
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 32);
+}

@@ -174,15 +174,7 @@ pub async fn start_runner(
             let queue = queue.clone();
             async move {
                 tracing::info!(target: TARGET, shard = lease.shard(), "transaction queue loop owned");
-                let token = lease.token().clone();
-                // The queue's pass future is not `Send` for every lifetime (its
-                // broadcast stream borrows), so it runs on a blocking thread of the
-                // same runtime.
-                let handle = tokio::runtime::Handle::current();
-                let joined = tokio::task::spawn_blocking(move || handle.block_on(queue.run(token))).await;
-                if joined.is_err() {
-                    tracing::error!(target: TARGET, "transaction queue loop panicked");
-                }
+                queue.run(lease.token().clone()).await;
             }
         });
         tasks.push(("txq", handle));

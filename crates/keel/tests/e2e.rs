@@ -460,7 +460,10 @@ async fn create_mint_transfer_and_read_back_from_the_index() {
         if open == 0 && done > 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "history ranges: {open} open, {done} done");
+        assert!(
+            Instant::now() < deadline,
+            "history ranges: {open} open, {done} done"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let entries: i64 = sqlx::query_scalar(
