@@ -295,33 +295,7 @@ fn is_json_media_type(v: &str) -> bool {
 /// inside strings (escapes included) do not count. Malformed input is left to the
 /// parser.
 pub fn json_too_deep(bytes: &[u8], max: usize) -> bool {
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in bytes {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    false
+    keel_durable::payload::json_depth_exceeds(bytes, max)
 }
 
 fn invalid(detail: String) -> Problem {

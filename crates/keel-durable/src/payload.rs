@@ -177,23 +177,15 @@ pub fn validate_value(
 /// Use this for payloads that arrive as text (the HTTP API): a 1 MB, deeply nested
 /// document is refused before the parser sees it.
 ///
-/// # Errors
-/// [`BoundError::TooLarge`], [`BoundError::TooDeep`] or [`BoundError::NotJson`].
-pub fn validate_payload_str(
-    what: &'static str,
-    text: &str,
-    max_bytes: usize,
-) -> Result<Value, BoundError> {
-    if text.len() > max_bytes {
-        return Err(BoundError::TooLarge {
-            what,
-            limit: max_bytes,
-        });
-    }
-    let mut depth: usize = 0;
+/// Whether `bytes`, read as JSON, nests deeper than `max` levels (objects and arrays
+/// each count one). A byte scan with a counter: no recursion, no allocation; brackets
+/// inside strings (escapes included) do not count. Malformed input is left to the
+/// parser.
+pub fn json_depth_exceeds(bytes: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
-    for b in text.bytes() {
+    for &b in bytes {
         if in_string {
             if escaped {
                 escaped = false;
@@ -208,16 +200,35 @@ pub fn validate_payload_str(
             b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(BoundError::TooDeep {
-                        what,
-                        limit: MAX_DEPTH,
-                    });
+                if depth > max {
+                    return true;
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+    }
+    false
+}
+
+/// # Errors
+/// [`BoundError::TooLarge`], [`BoundError::TooDeep`] or [`BoundError::NotJson`].
+pub fn validate_payload_str(
+    what: &'static str,
+    text: &str,
+    max_bytes: usize,
+) -> Result<Value, BoundError> {
+    if text.len() > max_bytes {
+        return Err(BoundError::TooLarge {
+            what,
+            limit: max_bytes,
+        });
+    }
+    if json_depth_exceeds(text.as_bytes(), MAX_DEPTH) {
+        return Err(BoundError::TooDeep {
+            what,
+            limit: MAX_DEPTH,
+        });
     }
     serde_json::from_str(text).map_err(|_| BoundError::NotJson { what })
 }
