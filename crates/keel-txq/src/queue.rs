@@ -63,6 +63,11 @@ pub struct TxQueueConfig {
     /// settles `Failed { code: "GAS_REQUIRED" }` (default 10). Requests without a
     /// funding pause settle on the first refusal.
     pub funding_broadcast_retries: u32,
+    /// Broadcasts of one sender outstanding at once (default 16; at least 1). Higher
+    /// is faster against a node that promotes out-of-order nonces reliably; Anvil 1.7.1
+    /// can leave a transaction queued for good when many arrive concurrently (then only
+    /// a fee bump gets it mined), so keep it modest on Anvil.
+    pub broadcast_in_flight: usize,
 }
 
 impl Default for TxQueueConfig {
@@ -77,6 +82,7 @@ impl Default for TxQueueConfig {
             bump_percent: 12,
             max_fee_cap: 1_000_000_000_000,
             funding_broadcast_retries: 10,
+            broadcast_in_flight: DEFAULT_BROADCAST_IN_FLIGHT,
         }
     }
 }
@@ -153,7 +159,7 @@ const SIGN_CHUNK: usize = 128;
 const RECEIPT_BATCH: usize = 100;
 
 /// Broadcasts of one sender in flight at once.
-const BROADCAST_IN_FLIGHT: usize = 64;
+const DEFAULT_BROADCAST_IN_FLIGHT: usize = 16;
 
 /// Receipt batches of the confirmation pass in flight at once.
 const RECEIPT_BATCHES_IN_FLIGHT: usize = 4;
@@ -862,7 +868,7 @@ impl TxQueue {
     }
 
     /// Broadcasts the last attempt of each request of `items` (one sender's, in nonce
-    /// order) with up to [`BROADCAST_IN_FLIGHT`] outstanding — nodes hold a briefly
+    /// order) with up to `broadcast_in_flight` outstanding — nodes hold a briefly
     /// out-of-order nonce until its predecessor arrives — then marks the accepted ones
     /// `broadcast` in one statement. Returns how many moved (accepted or settled).
     async fn broadcast_many(&self, items: &[ToSend]) -> Result<usize> {
@@ -874,7 +880,7 @@ impl TxQueue {
             .map(|(req, mine)| self.send_last(req, mine))
             .collect();
         let results: Vec<Result<Broadcast>> = futures::stream::iter(sends)
-            .buffered(BROADCAST_IN_FLIGHT)
+            .buffered(self.config.broadcast_in_flight.max(1))
             .collect()
             .await;
         let mut accepted = Vec::new();
