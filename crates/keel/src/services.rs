@@ -24,6 +24,16 @@ use tokio_util::sync::CancellationToken;
 
 const TARGET: &str = "keel::services";
 
+/// `chains.<name>.confirmations` of the chain with `chain_id` (at least 1; 1 when the
+/// chain is not configured).
+fn chain_confirmations(config: &Config, chain_id: u64) -> u64 {
+    config
+        .chains
+        .values()
+        .find(|c| c.chain_id == chain_id)
+        .map_or(1, |c| c.confirmations.max(1))
+}
+
 /// One upstream pool per configured chain that answers with its configured `chainId`.
 /// A chain that cannot be reached or reports another id is skipped with an error log
 /// and the metric `keel_chain_unavailable_at_start_total{chain_id}`: the process keeps
@@ -87,12 +97,7 @@ pub async fn platform(config: &Config, pool: &PgPool) -> anyhow::Result<Arc<Plat
         let signer: Arc<dyn TxSigner> = Arc::new(signer);
         for (node, contracts) in usable {
             let chain_id = node.chain().get();
-            let confirmations = config
-                .chains
-                .values()
-                .find(|c| c.chain_id == chain_id)
-                .map(|c| c.confirmations.max(1))
-                .unwrap_or(1);
+            let confirmations = chain_confirmations(config, chain_id);
             let queue_config = TxQueueConfig {
                 confirmations,
                 poll_interval: Duration::from_millis(
@@ -210,12 +215,7 @@ pub async fn start_indexer(
     for node in upstreams(config).await? {
         let chain_id = node.chain().get();
         let tip_config = TipConfig::new(config.index.finality_depth);
-        let confirmations = config
-            .chains
-            .values()
-            .find(|c| c.chain_id == chain_id)
-            .map(|c| c.confirmations)
-            .unwrap_or(1);
+        let confirmations = chain_confirmations(config, chain_id);
         let tip_pool = pool.clone();
         let tip_node = node.clone();
         let owner_id = replica.clone();

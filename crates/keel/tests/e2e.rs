@@ -1,6 +1,9 @@
 //! The main job end to end: the `keel` binary's three roles as separate processes
 //! against a real PostgreSQL and a real Anvil, driven through the Platform API.
 
+mod common;
+use common::{free_port, keel};
+
 use alloy::primitives::{Address, B256};
 use alloy::providers::Provider;
 use alloy::rpc::types::Filter;
@@ -10,26 +13,8 @@ use keel_abi::bindings::{AssetFactory, AssetToken, PriceFeed, PriceFeedFactory, 
 use keel_store::testing::TestDatabase;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-fn keel() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KEEL") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Stack {
     chain: TestChain,

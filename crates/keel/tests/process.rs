@@ -2,28 +2,12 @@
 //! with the deployment id, JSON logs carrying it on every line, and a clean exit on
 //! SIGTERM.
 
+mod common;
+use common::{free_port, keel};
+
 use keel_store::testing::TestDatabase;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn keel() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
-    // Start from a clean slate of KEEL_* variables.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KEEL") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 #[tokio::test]
 async fn migrate_applies_schema() {
