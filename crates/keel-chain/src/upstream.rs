@@ -205,6 +205,23 @@ impl UpstreamPool {
         }
     }
 
+    /// Waits until `u`'s rate limiter admits `n` requests (a JSON-RPC batch of `n`
+    /// calls counts as `n` against a provider's plan); a batch larger than the burst
+    /// waits for a full burst.
+    async fn admit(&self, u: &Upstream, n: usize) {
+        let n = u32::try_from(n)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.config.burst.max(1));
+        match NonZeroU32::new(n) {
+            Some(n) if n.get() > 1 => {
+                if u.limiter.until_n_ready(n).await.is_err() {
+                    u.limiter.until_ready().await;
+                }
+            }
+            _ => u.limiter.until_ready().await,
+        }
+    }
+
     async fn attempt<P: RpcSend + Clone, R: RpcRecv>(
         &self,
         index: usize,
@@ -364,6 +381,72 @@ impl UpstreamPool {
         self.request("eth_sendRawTransaction", (raw.clone(),)).await
     }
 
+    /// `eth_sendRawTransaction` for each of `raws` in one JSON-RPC batch (JSON-RPC 2.0
+    /// §6), with the same failover as [`UpstreamPool::request`] when the batch fails at
+    /// the transport level (sending the same signed bytes to another node is harmless:
+    /// it answers "already known" or accepts them). Returns one outcome per item, in
+    /// order: the transaction hash, or the node's classified refusal of that item
+    /// (a refusal never marks the upstream unhealthy).
+    ///
+    /// # Errors
+    /// [`ChainError::Unavailable`] when no upstream answered the batch.
+    pub async fn send_raw_transactions(
+        &self,
+        raws: &[Bytes],
+    ) -> Result<Vec<std::result::Result<B256, crate::NodeError>>> {
+        const METHOD: &str = "eth_sendRawTransaction";
+        if raws.is_empty() {
+            return Ok(Vec::new());
+        }
+        let order = self.order();
+        let chain_label = self.chain.get().to_string();
+        'upstreams: for &index in &order {
+            let Some(u) = self.upstreams.get(index) else {
+                continue;
+            };
+            self.admit(u, raws.len()).await;
+            let mut batch = u.client.new_batch();
+            let mut waiters = Vec::with_capacity(raws.len());
+            for raw in raws {
+                match batch.add_call::<_, B256>(METHOD, &(raw.clone(),)) {
+                    Ok(w) => waiters.push(w),
+                    Err(_) => continue 'upstreams,
+                }
+            }
+            let sent = tokio::time::timeout(self.config.request_timeout, batch.send()).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                self.record(index, false);
+                metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => METHOD, "outcome" => "transport_error").increment(1);
+                continue;
+            }
+            let mut out = Vec::with_capacity(raws.len());
+            for w in waiters {
+                match w.await {
+                    Ok(hash) => {
+                        metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => METHOD, "outcome" => "ok").increment(1);
+                        out.push(Ok(hash));
+                    }
+                    Err(RpcError::ErrorResp(payload)) => {
+                        let error = classify_payload(&payload);
+                        metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => METHOD, "outcome" => error.kind.as_str()).increment(1);
+                        out.push(Err(error));
+                    }
+                    Err(_) => {
+                        self.record(index, false);
+                        continue 'upstreams;
+                    }
+                }
+            }
+            self.record(index, true);
+            return Ok(out);
+        }
+        Err(ChainError::Unavailable {
+            chain: self.chain,
+            method: METHOD,
+            attempts: order.len(),
+        })
+    }
+
     /// Receipts of `hashes` (`None` when not mined or unknown), in one JSON-RPC batch
     /// per attempt, with the same failover as [`UpstreamPool::request`].
     ///
@@ -379,7 +462,7 @@ impl UpstreamPool {
             let Some(u) = self.upstreams.get(index) else {
                 continue;
             };
-            u.limiter.until_ready().await;
+            self.admit(u, hashes.len()).await;
             let mut batch = u.client.new_batch();
             let mut waiters = Vec::with_capacity(hashes.len());
             for hash in hashes {

@@ -112,6 +112,7 @@
 //! role.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod batch;
 mod error;
 mod funding;
 mod queue;

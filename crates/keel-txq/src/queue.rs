@@ -1,8 +1,9 @@
 //! The queue: enqueue, the per-sender signing/broadcast pass (with funding pauses), the
 //! confirmation pass, metrics.
 
+use crate::batch::EnqueueBatcher;
 use crate::funding::FundingRequest;
-use crate::store::{self, AttemptRow, NewAttempt, NewRequest, RequestRow};
+use crate::store::{self, AttemptRow, NewAttempt, OwnedNewRequest, RequestRow};
 use crate::verdict::{AttemptRecord, SettlementVerdict};
 use crate::{Result, TxSigner, TxqError};
 use alloy::consensus::TxEip1559;
@@ -68,6 +69,12 @@ pub struct TxQueueConfig {
     /// can leave a transaction queued for good when many arrive concurrently (then only
     /// a fee bump gets it mined), so keep it modest on Anvil.
     pub broadcast_in_flight: usize,
+    /// Broadcasts per JSON-RPC batch (`eth_sendRawTransaction` × n in one HTTP
+    /// request; default 16; 1 = one request per transaction). With n > 1, up to
+    /// `broadcast_in_flight / n` batches (at least 1) are outstanding at once. A node
+    /// answers each item separately; a batch that fails at the transport level leaves
+    /// its requests `signed` for the next pass (same bytes).
+    pub broadcast_batch: usize,
 }
 
 impl Default for TxQueueConfig {
@@ -83,6 +90,7 @@ impl Default for TxQueueConfig {
             max_fee_cap: 1_000_000_000_000,
             funding_broadcast_retries: 10,
             broadcast_in_flight: DEFAULT_BROADCAST_IN_FLIGHT,
+            broadcast_batch: 16,
         }
     }
 }
@@ -141,6 +149,10 @@ pub struct TxQueue {
     /// permit when the loop is busy, so a request recorded during a pass is picked up
     /// by the next one at once).
     wake: tokio::sync::Notify,
+    /// Group commit of concurrent enqueues.
+    enqueues: EnqueueBatcher,
+    /// Senders whose `txq_sender` row is known to exist.
+    initialized: std::sync::Mutex<std::collections::HashSet<Address>>,
 }
 
 impl std::fmt::Debug for TxQueue {
@@ -207,6 +219,17 @@ enum Prepared {
     Retry,
 }
 
+/// What a round of sender passes read once for all of them.
+#[derive(Debug, Clone, Copy)]
+struct Hint {
+    /// (max fee, priority fee) per gas, wei.
+    fees: (u128, u128),
+    /// The sender has `waiting_funding` requests.
+    waiting_funding: bool,
+    /// The sender has `signed` requests (persisted, not yet accepted by the node).
+    signed: bool,
+}
+
 enum Broadcast {
     Accepted,
     Retry,
@@ -255,6 +278,8 @@ impl TxQueue {
         let chain_id =
             i64::try_from(chain.chain().get()).map_err(|_| TxqError::InvalidRequest("chain_id"))?;
         Ok(Self {
+            enqueues: EnqueueBatcher::new(db.clone()),
+            initialized: Default::default(),
             db,
             chain,
             chain_id,
@@ -309,18 +334,22 @@ impl TxQueue {
             .map(|d| i64::try_from(d.as_millis()))
             .transpose()
             .map_err(|_| TxqError::InvalidRequest("funding_pause"))?;
-        let new = NewRequest {
+        let owned = OwnedNewRequest {
             id: Uuid::new_v4(),
             chain_id: self.chain_id,
-            sender: req.sender.as_slice(),
-            key: &req.idempotency_key,
-            to: req.to.as_ref().map(|a| a.as_slice()),
+            sender: req.sender.to_vec(),
+            key: req.idempotency_key.clone(),
+            to: req.to.map(|a| a.to_vec()),
             value_wei: req.value.get().to_string(),
-            calldata: &req.data,
+            calldata: req.data.to_vec(),
             gas_limit,
             funding_pause_ms,
         };
-        if store::request_insert(&self.db, &new).await? {
+        // Concurrent enqueues of this process share one INSERT (group commit); this
+        // returns once this request's row has committed.
+        let inserted = self.enqueues.insert(&owned).await?;
+        let new = owned.borrowed();
+        if inserted {
             metrics::counter!("keel_txq_enqueued_total", "chain_id" => self.chain_id.to_string())
                 .increment(1);
             self.wake.notify_one();
@@ -587,10 +616,23 @@ impl TxQueue {
     /// they signed (the first error once all ran).
     async fn sender_round(&self) -> Result<usize> {
         let senders = store::senders_with_work(&self.db, self.chain_id).await?;
+        if senders.is_empty() {
+            return Ok(0);
+        }
+        // One fee reading for the whole round (two RPCs), not one per sender.
+        let fees = self.fees().await?;
         let passes: Vec<_> = senders
             .iter()
-            .filter_map(|s| Address::try_from(s.as_slice()).ok())
-            .map(|a| self.pass(a))
+            .filter_map(|s| {
+                let hint = Hint {
+                    fees,
+                    waiting_funding: s.waiting_funding,
+                    signed: s.signed,
+                };
+                Address::try_from(s.sender.as_slice())
+                    .ok()
+                    .map(|a| self.pass(a, Some(hint)))
+            })
             .collect();
         let results = futures::future::join_all(passes).await;
         let mut signed = 0;
@@ -642,17 +684,24 @@ impl TxQueue {
     /// [`TxqError::UnknownSender`] without a signer; store and transport errors (the
     /// first one, after both phases ran).
     pub async fn sender_pass(&self, sender: Address) -> Result<usize> {
-        let pass = self.pass(sender).await?;
+        let pass = self.pass(sender, None).await?;
         Ok(pass.moved + pass.broadcast)
     }
 
-    async fn pass(&self, sender: Address) -> Result<Pass> {
+    /// One sender pass; `hint` when the caller read the fees and the sender's request
+    /// states for a round of passes (the round's loop is the only mover of a sender's
+    /// requests, so the states cannot change before this pass runs).
+    async fn pass(&self, sender: Address, hint: Option<Hint>) -> Result<Pass> {
         // Left over from an earlier pass: lower nonces than anything signed below.
-        let leftovers = self.signed_of(sender).await?;
+        let leftovers = if hint.is_none_or(|h| h.signed) {
+            self.signed_of(sender).await?
+        } else {
+            Vec::new()
+        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<ToSend>>();
         let sign = async move {
             // `tx` is dropped when signing ends, which ends the broadcaster's loop.
-            self.sign_pending_inner(sender, Some(&tx)).await
+            self.sign_pending_inner(sender, Some(&tx), hint).await
         };
         let send = async {
             let mut moved = 0;
@@ -723,7 +772,7 @@ impl TxQueue {
     /// # Errors
     /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
     pub async fn sign_pending(&self, sender: Address) -> Result<usize> {
-        Ok(self.sign_pending_inner(sender, None).await?.0)
+        Ok(self.sign_pending_inner(sender, None, None).await?.0)
     }
 
     /// [`TxQueue::sign_pending`], handing every committed chunk to `sink` (the
@@ -732,19 +781,36 @@ impl TxQueue {
         &self,
         sender: Address,
         sink: Option<&tokio::sync::mpsc::UnboundedSender<Vec<ToSend>>>,
+        hint: Option<Hint>,
     ) -> Result<(usize, usize)> {
         let signer = self
             .signers
             .get(&sender)
             .cloned()
             .ok_or(TxqError::UnknownSender)?;
-        if !store::sender_exists(&self.db, self.chain_id, sender.as_slice()).await? {
-            // Nonce bookkeeping starts at the chain's pending nonce.
-            let nonce = self.chain.nonce(sender, BlockNumberOrTag::Pending).await?;
-            let nonce = i64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?;
-            store::sender_init(&self.db, self.chain_id, sender.as_slice(), nonce).await?;
+        let known = self
+            .initialized
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&sender);
+        if !known {
+            if !store::sender_exists(&self.db, self.chain_id, sender.as_slice()).await? {
+                // Nonce bookkeeping starts at the chain's pending nonce.
+                let nonce = self.chain.nonce(sender, BlockNumberOrTag::Pending).await?;
+                let nonce = i64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?;
+                store::sender_init(&self.db, self.chain_id, sender.as_slice(), nonce).await?;
+            }
+            // Sender rows are never deleted: no need to look again.
+            self.initialized
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(sender);
         }
-        let (still_waiting, mut moved) = self.check_funding(sender).await?;
+        let (still_waiting, mut moved) = if hint.is_none_or(|h| h.waiting_funding) {
+            self.check_funding(sender).await?
+        } else {
+            (false, 0)
+        };
         if still_waiting {
             return Ok((moved, 0));
         }
@@ -758,9 +824,13 @@ impl TxQueue {
         if queued.is_empty() {
             return Ok((moved, 0));
         }
-        // Fees and funds are read once per pass; the balance is spent down locally as
-        // requests are signed (their transactions are not in the node's pool yet).
-        let fees = self.fees().await?;
+        // Fees and funds are read once per pass (fees once per round when the round
+        // read them); the balance is spent down locally as requests are signed (their
+        // transactions are not in the node's pool yet).
+        let fees = match hint {
+            Some(h) => h.fees,
+            None => self.fees().await?,
+        };
         let mut available = self
             .chain
             .balance(sender, BlockNumberOrTag::Pending)
@@ -875,14 +945,29 @@ impl TxQueue {
         use futures::StreamExt;
         // The futures are built up front (no closure over borrowed rows inside the
         // stream), which keeps this future `Send`.
-        let sends: Vec<_> = items
-            .iter()
-            .map(|(req, mine)| self.send_last(req, mine))
-            .collect();
-        let results: Vec<Result<Broadcast>> = futures::stream::iter(sends)
-            .buffered(self.config.broadcast_in_flight.max(1))
-            .collect()
-            .await;
+        let results: Vec<Result<Broadcast>> = if self.config.broadcast_batch > 1 {
+            let batch = self.config.broadcast_batch;
+            let batches: Vec<_> = items
+                .chunks(batch)
+                .map(|chunk| self.send_batch(chunk))
+                .collect();
+            futures::stream::iter(batches)
+                .buffered((self.config.broadcast_in_flight / batch).max(1))
+                .collect::<Vec<Vec<Result<Broadcast>>>>()
+                .await
+                .into_iter()
+                .flatten()
+                .collect()
+        } else {
+            let sends: Vec<_> = items
+                .iter()
+                .map(|(req, mine)| self.send_last(req, mine))
+                .collect();
+            futures::stream::iter(sends)
+                .buffered(self.config.broadcast_in_flight.max(1))
+                .collect()
+                .await
+        };
         let mut accepted = Vec::new();
         let mut moved = 0;
         let mut first_err = None;
@@ -912,6 +997,43 @@ impl TxQueue {
             Some(e) => Err(e),
             None => Ok(moved),
         }
+    }
+
+    /// [`TxQueue::send_last`] for every item of `items` with one JSON-RPC batch;
+    /// one outcome per item, in order.
+    async fn send_batch(&self, items: &[ToSend]) -> Vec<Result<Broadcast>> {
+        let raws: Vec<Bytes> = items
+            .iter()
+            .filter_map(|(_, mine)| mine.last().map(|a| Bytes::from(a.raw.clone())))
+            .collect();
+        let answers = match self.chain.send_raw_transactions(&raws).await {
+            Ok(answers) => answers,
+            Err(e) => {
+                tracing::debug!(target: "keel::txq", error = %e, "batched broadcast failed; the same bytes go out next pass");
+                return items.iter().map(|_| Ok(Broadcast::Retry)).collect();
+            }
+        };
+        let mut answers = answers.into_iter();
+        let mut out = Vec::with_capacity(items.len());
+        for (req, mine) in items {
+            if mine.is_empty() {
+                out.push(Ok(Broadcast::Retry));
+                continue;
+            }
+            let sent = match answers.next() {
+                Some(Ok(hash)) => Ok(hash),
+                Some(Err(error)) => Err(ChainError::Node {
+                    method: "eth_sendRawTransaction",
+                    error,
+                }),
+                None => {
+                    out.push(Ok(Broadcast::Retry));
+                    continue;
+                }
+            };
+            out.push(self.sent(req, mine, sent).await);
+        }
+        out
     }
 
     async fn send_last(&self, req: &RequestRow, mine: &[AttemptRow]) -> Result<Broadcast> {
@@ -1238,7 +1360,18 @@ impl TxQueue {
         all: &[AttemptRow],
     ) -> Result<Broadcast> {
         let raw = Bytes::from(attempt.raw.clone());
-        match self.chain.send_raw_transaction(&raw).await {
+        let sent = self.chain.send_raw_transaction(&raw).await;
+        self.sent(req, all, sent).await
+    }
+
+    /// Handles what the node said to a broadcast of `attempt` (see [`TxQueue::send`]).
+    async fn sent(
+        &self,
+        req: &RequestRow,
+        all: &[AttemptRow],
+        sent: std::result::Result<B256, ChainError>,
+    ) -> Result<Broadcast> {
+        match sent {
             Ok(_) => {}
             Err(ChainError::Node { error, .. }) => match error.kind {
                 NodeErrorKind::AlreadyKnown => {}

@@ -78,6 +78,71 @@ pub(crate) struct NewRequest<'a> {
     pub funding_pause_ms: Option<i64>,
 }
 
+/// An owned [`NewRequest`] (queued in the enqueue combiner).
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedNewRequest {
+    pub id: Uuid,
+    pub chain_id: i64,
+    pub sender: Vec<u8>,
+    pub key: String,
+    pub to: Option<Vec<u8>>,
+    pub value_wei: String,
+    pub calldata: Vec<u8>,
+    pub gas_limit: Option<i64>,
+    pub funding_pause_ms: Option<i64>,
+}
+
+impl OwnedNewRequest {
+    pub(crate) fn borrowed(&self) -> NewRequest<'_> {
+        NewRequest {
+            id: self.id,
+            chain_id: self.chain_id,
+            sender: &self.sender,
+            key: &self.key,
+            to: self.to.as_deref(),
+            value_wei: self.value_wei.clone(),
+            calldata: &self.calldata,
+            gas_limit: self.gas_limit,
+            funding_pause_ms: self.funding_pause_ms,
+        }
+    }
+}
+
+/// Inserts many requests in one statement (UNNEST of column arrays), skipping those
+/// whose idempotency key exists (or repeats an earlier row of the batch); returns the
+/// ids of the rows inserted.
+pub(crate) async fn requests_insert_many(
+    db: impl PgExecutor<'_>,
+    rows: &[&OwnedNewRequest],
+) -> Result<Vec<Uuid>> {
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let chains: Vec<i64> = rows.iter().map(|r| r.chain_id).collect();
+    let senders: Vec<&[u8]> = rows.iter().map(|r| r.sender.as_slice()).collect();
+    let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+    let tos: Vec<Option<&[u8]>> = rows.iter().map(|r| r.to.as_deref()).collect();
+    let values: Vec<&str> = rows.iter().map(|r| r.value_wei.as_str()).collect();
+    let calldata: Vec<&[u8]> = rows.iter().map(|r| r.calldata.as_slice()).collect();
+    let gas: Vec<Option<i64>> = rows.iter().map(|r| r.gas_limit).collect();
+    let pauses: Vec<Option<i64>> = rows.iter().map(|r| r.funding_pause_ms).collect();
+    Ok(sqlx::query_scalar(
+        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms)
+         SELECT * FROM unnest($1::uuid[], $2::int8[], $3::bytea[], $4::text[], $5::bytea[], $6::text[], $7::bytea[], $8::int8[], $9::int8[])
+         ON CONFLICT (chain_id, sender, idempotency_key) DO NOTHING
+         RETURNING id",
+    )
+    .bind(&ids)
+    .bind(&chains)
+    .bind(&senders)
+    .bind(&keys)
+    .bind(&tos)
+    .bind(&values)
+    .bind(&calldata)
+    .bind(&gas)
+    .bind(&pauses)
+    .fetch_all(db)
+    .await?)
+}
+
 /// Inserts a request unless its idempotency key exists; returns whether it inserted.
 pub(crate) async fn request_insert(db: impl PgExecutor<'_>, r: &NewRequest<'_>) -> Result<bool> {
     let done = sqlx::query(
@@ -169,16 +234,26 @@ pub(crate) async fn requests_in_flight(
 pub(crate) async fn senders_with_work(
     db: impl PgExecutor<'_>,
     chain_id: i64,
-) -> Result<Vec<Vec<u8>>> {
-    let rows = sqlx::query(
-        "SELECT DISTINCT sender FROM txq_request WHERE chain_id = $1 AND state IN ('queued', 'waiting_funding', 'signed')",
+) -> Result<Vec<SenderWork>> {
+    Ok(sqlx::query_as::<_, SenderWork>(
+        "SELECT sender,
+                bool_or(state = 'waiting_funding') AS waiting_funding,
+                bool_or(state = 'signed') AS signed
+           FROM txq_request
+          WHERE chain_id = $1 AND state IN ('queued', 'waiting_funding', 'signed')
+          GROUP BY sender",
     )
     .bind(chain_id)
     .fetch_all(db)
-    .await?;
-    rows.iter()
-        .map(|r| r.try_get::<Vec<u8>, _>(0).map_err(Into::into))
-        .collect()
+    .await?)
+}
+
+/// A sender with requests to move, and which kinds it has besides `queued`.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SenderWork {
+    pub sender: Vec<u8>,
+    pub waiting_funding: bool,
+    pub signed: bool,
 }
 
 /// Attempts of the given requests, by request then attempt number.

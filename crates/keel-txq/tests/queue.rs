@@ -721,3 +721,84 @@ async fn concurrent_enqueues_stay_idempotent() {
         .unwrap();
     assert_eq!(rows, 32);
 }
+
+#[tokio::test]
+async fn concurrent_enqueues_share_commits_and_each_returns_its_own_durable_row() {
+    let f = Fixture::new().await;
+    let q = f.queue(&[0]);
+    let sender = f.chain.account(0).unwrap();
+    let reqs: Vec<TxRequest> = (0..64)
+        .map(|i| transfer(sender, &format!("g{i}"), i + 1))
+        .collect();
+    let ids: Vec<Uuid> = futures::future::join_all(reqs.iter().map(|r| q.enqueue(r)))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let distinct: std::collections::HashSet<&Uuid> = ids.iter().collect();
+    assert_eq!(distinct.len(), 64, "one request per key");
+    // Every id handed out is committed, with its own payload.
+    for (r, id) in reqs.iter().zip(&ids) {
+        let value: String = sqlx::query_scalar(
+            "SELECT value_wei FROM txq_request WHERE id = $1 AND idempotency_key = $2",
+        )
+        .bind(id)
+        .bind(&r.idempotency_key)
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+        assert_eq!(value, r.value.get().to_string());
+    }
+    // Group commit: the 64 rows were written by fewer statements than requests (rows
+    // of one statement share its transaction timestamp).
+    let statements: i64 = sqlx::query_scalar("SELECT count(DISTINCT created_at) FROM txq_request")
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+    assert!(statements < 64, "{statements} statements for 64 enqueues");
+}
+
+#[tokio::test]
+async fn batched_broadcasts_confirm_in_order_and_a_refused_item_settles_alone() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(7).unwrap();
+    let q = f.queue_with(
+        &[7],
+        TxQueueConfig {
+            broadcast_batch: 8,
+            ..TxQueueConfig::default()
+        },
+    );
+    let mut ids = Vec::new();
+    for i in 0..15 {
+        ids.push(
+            q.enqueue(&transfer(sender, &format!("b{i}"), i + 1))
+                .await
+                .unwrap(),
+        );
+    }
+    // Last (no later nonce waits behind its gap): a gas limit below a transfer's
+    // intrinsic 21,000, which the node refuses in the same JSON-RPC batch as 7 others.
+    let mut low = transfer(sender, "low-gas", 1);
+    low.gas_limit = Some(20_000);
+    let low = q.enqueue(&low).await.unwrap();
+    let mut all = ids.clone();
+    all.push(low);
+    let verdicts = settle_all(&q, &all).await;
+    let mut nonces: Vec<u64> = verdicts[..15].iter().map(confirmed_nonce).collect();
+    nonces.sort_unstable();
+    assert_eq!(nonces, (0..15).collect::<Vec<u64>>());
+    match &verdicts[15] {
+        SettlementVerdict::Failed { code, .. } => assert_eq!(code, "INTRINSIC_GAS_TOO_LOW"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        f.chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
+        15,
+        "exactly one transaction per accepted request"
+    );
+}
