@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use crate::batch::{BatchOp, Combiner, Held, lost, rolled_back};
 use crate::config::Backoff;
 use crate::error::DurableError;
 use crate::metrics as m;
@@ -103,6 +104,7 @@ pub struct WorkflowContext {
     pub(crate) halt: Option<Halt>,
     pub(crate) progress: Option<Value>,
     pub(crate) flags: Arc<SegmentFlags>,
+    pub(crate) writer: Arc<Combiner<JournalOp>>,
     pub(crate) step_attempts: u32,
     pub(crate) step_backoff: Backoff,
     pub(crate) command_max_attempts: i32,
@@ -118,58 +120,223 @@ impl std::fmt::Debug for WorkflowContext {
     }
 }
 
-/// The fence of a journal write, as CTEs `r`/`s`/`f`, in the same statement as the write.
-/// With `$10` (renew) true, the instance row is updated: lease renewed, progress written.
-/// Otherwise it is only share-locked (no new row version, no index update): a claim's
-/// `FOR UPDATE SKIP LOCKED` skips the instance while the write is in flight, and a
-/// write that waits behind a claim (or any other token change) re-checks the token on
-/// the new row version and finds no row, so nothing is written. Either way `f` holds
-/// the instance's row when the token still matches, else nothing.
-macro_rules! fenced {
-    ($rest:literal) => {
-        concat!(
-            "WITH r AS (
-    UPDATE durable_instance
-       SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now(),
-           progress = COALESCE($7::jsonb, progress)
-     WHERE $10::bool AND id = $1 AND lease_token = $2
- RETURNING id, cancel_requested_at
+/// Journal appends of concurrent segments, as one statement (see [`crate::batch`]): one
+/// row per write (`$1`..`$11` are parallel arrays, `$12` the lease in seconds). Each row
+/// is fenced by its own token in the same statement: a row with `renew` updates its
+/// instance row (lease renewed, progress written); the others only share-lock it (no new
+/// row version, no index update), so a claim's `FOR UPDATE SKIP LOCKED` skips the
+/// instance while the write is in flight, and a write that waits behind a claim (or any
+/// other token change) re-checks the token on the new row version and finds no row.
+/// Only the rows whose token matched (`f`) are inserted; the others are fenced out and
+/// not returned. `mode` 0 journals `result`, 1 the database clock, 2 a deadline entry
+/// (`now() + secs`, or `greatest(now(), at)`, or none) whose time and dueness are
+/// returned too.
+const JOURNAL_BATCH: &str = "\
+WITH req AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int4[], $4::text[], $5::text[], $6::int4[],
+                         $7::text[], $8::float8[], $9::timestamptz[], $10::bool[], $11::text[])
+           WITH ORDINALITY AS t(instance_id, token, seq, kind, name, mode, result, secs, at,
+                                renew, progress, idx)
+), r AS (
+    UPDATE durable_instance i
+       SET lease_expires_at = now() + make_interval(secs => $12), updated_at = now(),
+           progress = COALESCE(req.progress::jsonb, i.progress)
+      FROM req
+     WHERE req.renew AND i.id = req.instance_id AND i.lease_token = req.token
+ RETURNING req.idx, i.cancel_requested_at
 ), s AS (
-    SELECT id, cancel_requested_at FROM durable_instance
-     WHERE NOT $10::bool AND id = $1 AND lease_token = $2
-       FOR SHARE
+    SELECT req.idx, i.cancel_requested_at
+      FROM req JOIN durable_instance i ON i.id = req.instance_id AND i.lease_token = req.token
+     WHERE NOT req.renew
+       FOR SHARE OF i
 ), f AS (
-    SELECT id, cancel_requested_at FROM r UNION ALL SELECT id, cancel_requested_at FROM s
-)",
-            $rest
-        )
-    };
+    SELECT idx, cancel_requested_at FROM r UNION ALL SELECT idx, cancel_requested_at FROM s
+), v AS (
+    SELECT req.idx, req.instance_id, req.seq, req.kind, req.name, req.mode, req.result,
+           f.cancel_requested_at,
+           CASE WHEN req.mode <> 2 THEN NULL
+                WHEN req.secs IS NOT NULL THEN now() + make_interval(secs => req.secs)
+                WHEN req.at IS NOT NULL THEN greatest(now(), req.at)
+           END AS deadline
+      FROM req JOIN f ON f.idx = req.idx
+), j AS (
+    INSERT INTO durable_journal (instance_id, seq, kind, name, result)
+    SELECT instance_id, seq, kind, name,
+           CASE mode WHEN 1 THEN jsonb_build_object('ok', to_jsonb(now()))
+                     WHEN 2 THEN jsonb_build_object('ok', to_jsonb(deadline))
+                     ELSE result::jsonb END
+      FROM v
+ RETURNING instance_id, seq, result
+)
+SELECT v.idx, v.cancel_requested_at IS NOT NULL AS cancel, j.result, v.deadline,
+       coalesce(v.deadline <= now(), false) AS due
+  FROM v JOIN j ON j.instance_id = v.instance_id AND j.seq = v.seq";
+
+/// What a journal write records.
+#[derive(Debug, Clone)]
+pub(crate) enum JournalValue {
+    /// This result (`{"ok": ..}` or `{"err": ..}`), as JSON text.
+    Result(String),
+    /// The database clock.
+    Now,
+    /// A deadline entry: `now() + secs`, `greatest(now(), at)`, or none.
+    Deadline {
+        secs: Option<f64>,
+        at: Option<DateTime<Utc>>,
+    },
 }
 
-const FENCED_APPEND: &str = fenced!(
-    ", v AS (
-    SELECT CASE WHEN $8 THEN jsonb_build_object('ok', to_jsonb(now())) ELSE $6::jsonb END AS result
-), j AS (
-    INSERT INTO durable_journal (instance_id, seq, kind, name, result)
-    SELECT f.id, $4, $5, $9, v.result FROM f, v
- RETURNING result
-)
-SELECT f.cancel_requested_at IS NOT NULL AS cancel, j.result FROM f, j"
-);
+/// One fenced journal write (a row of [`JOURNAL_BATCH`]).
+#[derive(Debug, Clone)]
+pub(crate) struct JournalWrite {
+    pub(crate) instance_id: Uuid,
+    pub(crate) token: Uuid,
+    pub(crate) seq: i32,
+    pub(crate) kind: &'static str,
+    pub(crate) name: String,
+    pub(crate) value: JournalValue,
+    pub(crate) renew: bool,
+    /// JSON text.
+    pub(crate) progress: Option<String>,
+}
 
-const FENCED_TIMER: &str = fenced!(
-    ", d AS (
-    SELECT CASE WHEN $8::float8 IS NOT NULL THEN now() + make_interval(secs => $8::float8)
-                WHEN $9::timestamptz IS NOT NULL THEN greatest(now(), $9::timestamptz)
-           END AS at
-), j AS (
-    INSERT INTO durable_journal (instance_id, seq, kind, name, result)
-    SELECT f.id, $4, $5, $6, jsonb_build_object('ok', to_jsonb(d.at)) FROM f, d
- RETURNING seq
-)
-SELECT f.cancel_requested_at IS NOT NULL AS cancel, d.at, coalesce(d.at <= now(), false) AS due
-  FROM f, d, j"
-);
+/// A committed journal write.
+#[derive(Debug, Clone)]
+pub(crate) struct Written {
+    pub(crate) cancel: bool,
+    pub(crate) result: Value,
+    pub(crate) deadline: Option<DateTime<Utc>>,
+    pub(crate) due: bool,
+}
+
+/// A row of [`JOURNAL_BATCH`]: the write's 1-based position in the batch, then
+/// [`Written`]'s fields.
+type WrittenRow = (i64, bool, Value, Option<DateTime<Utc>>, bool);
+
+/// The answer to one write: `Ok(None)` when it was fenced out (nothing written).
+pub(crate) type JournalAnswer = Result<Option<Written>, DurableError>;
+
+/// The journal appends of one engine, combined into [`JOURNAL_BATCH`] statements.
+#[derive(Debug)]
+pub(crate) struct JournalOp {
+    pub(crate) lease_secs: f64,
+}
+
+impl JournalOp {
+    async fn exec(
+        &self,
+        held: &mut Held,
+        rows: &[JournalWrite],
+    ) -> Result<Vec<Option<Written>>, sqlx::Error> {
+        let r = match held.conn().await {
+            Ok(conn) => self.exec_on(conn, rows).await,
+            Err(e) => Err(e),
+        };
+        held.check(&r);
+        r
+    }
+
+    async fn exec_on(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        rows: &[JournalWrite],
+    ) -> Result<Vec<Option<Written>>, sqlx::Error> {
+        let n = rows.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut tokens = Vec::with_capacity(n);
+        let mut seqs = Vec::with_capacity(n);
+        let mut kinds = Vec::with_capacity(n);
+        let mut names = Vec::with_capacity(n);
+        let mut modes = Vec::with_capacity(n);
+        let mut results = Vec::with_capacity(n);
+        let mut secs = Vec::with_capacity(n);
+        let mut ats = Vec::with_capacity(n);
+        let mut renews = Vec::with_capacity(n);
+        let mut progress = Vec::with_capacity(n);
+        for w in rows {
+            ids.push(w.instance_id);
+            tokens.push(w.token);
+            seqs.push(w.seq);
+            kinds.push(w.kind);
+            names.push(w.name.as_str());
+            let (mode, result, s, at) = match &w.value {
+                JournalValue::Result(r) => (0i32, Some(r.as_str()), None, None),
+                JournalValue::Now => (1, None, None, None),
+                JournalValue::Deadline { secs, at } => (2, None, *secs, *at),
+            };
+            modes.push(mode);
+            results.push(result);
+            secs.push(s);
+            ats.push(at);
+            renews.push(w.renew);
+            progress.push(w.progress.as_deref());
+        }
+        let written: Vec<WrittenRow> = sqlx::query_as(JOURNAL_BATCH)
+            .bind(ids)
+            .bind(tokens)
+            .bind(seqs)
+            .bind(kinds)
+            .bind(names)
+            .bind(modes)
+            .bind(results)
+            .bind(secs)
+            .bind(ats)
+            .bind(renews)
+            .bind(progress)
+            .bind(self.lease_secs)
+            .fetch_all(conn)
+            .await?;
+        let mut out: Vec<Option<Written>> = vec![None; n];
+        for (idx, cancel, result, deadline, due) in written {
+            let slot = usize::try_from(idx)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| out.get_mut(i));
+            if let Some(slot) = slot {
+                *slot = Some(Written {
+                    cancel,
+                    result,
+                    deadline,
+                    due,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl BatchOp for JournalOp {
+    type Req = JournalWrite;
+    type Resp = JournalAnswer;
+
+    fn weight(req: &JournalWrite) -> usize {
+        let result = match &req.value {
+            JournalValue::Result(r) => r.len(),
+            _ => 0,
+        };
+        64 + req.name.len() + result + req.progress.as_ref().map_or(0, String::len)
+    }
+
+    async fn run(&self, held: &mut Held, batch: Vec<JournalWrite>) -> Vec<JournalAnswer> {
+        match self.exec(held, &batch).await {
+            Ok(rows) => rows.into_iter().map(Ok).collect(),
+            Err(e) if batch.len() > 1 && rolled_back(&e) => {
+                // Nothing of the batch was written: each row on its own, so a row that
+                // fails does not fail the others.
+                let mut answers = Vec::with_capacity(batch.len());
+                for w in &batch {
+                    answers.push(match self.exec(held, std::slice::from_ref(w)).await {
+                        Ok(mut rows) => Ok(rows.pop().flatten()),
+                        Err(e) => Err(DurableError::from(e)),
+                    });
+                }
+                answers
+            }
+            Err(e) if batch.len() == 1 => vec![Err(DurableError::from(e))],
+            Err(e) => batch.iter().map(|_| Err(lost(&e))).collect(),
+        }
+    }
+}
 
 const FENCE: &str = "\
 UPDATE durable_instance
@@ -279,32 +446,66 @@ impl WorkflowContext {
         name: &str,
         result: Option<Value>,
     ) -> Result<Value, Interrupt> {
-        let (renew, sent_at) = self.renew_now();
-        let row: Option<(bool, Value)> = match sqlx::query_as(FENCED_APPEND)
-            .bind(self.instance_id)
-            .bind(self.token)
-            .bind(self.lease_secs)
-            .bind(self.seq())
-            .bind(kind)
-            .bind(result.as_ref())
-            .bind(self.progress.as_ref())
-            .bind(result.is_none())
-            .bind(name)
-            .bind(renew)
-            .fetch_optional(&self.pool)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => return Err(self.fail_infra(e)),
+        let value = match result {
+            Some(v) => match serde_json::to_string(&v) {
+                Ok(text) => JournalValue::Result(text),
+                Err(_) => {
+                    return Err(self.fail_infra(DurableError::Json {
+                        what: "journal entry",
+                    }));
+                }
+            },
+            None => JournalValue::Now,
         };
-        let Some((cancel, stored)) = row else {
-            return Err(self.halt(Halt::Fenced));
+        let written = self.write(kind, name, value).await?;
+        Ok(written.result)
+    }
+
+    /// One fenced journal write through the engine's combiner; waits until it has
+    /// committed (or was fenced out) before the body continues.
+    async fn write(
+        &mut self,
+        kind: &'static str,
+        name: &str,
+        value: JournalValue,
+    ) -> Result<Written, Interrupt> {
+        let progress = match self.progress.as_ref().map(serde_json::to_string) {
+            None => None,
+            Some(Ok(text)) => Some(text),
+            Some(Err(_)) => return Err(self.fail_infra(DurableError::Json { what: "progress" })),
+        };
+        let (renew, sent_at) = self.renew_now();
+        let write = JournalWrite {
+            instance_id: self.instance_id,
+            token: self.token,
+            seq: self.seq(),
+            kind,
+            name: name.to_owned(),
+            value,
+            renew,
+            progress,
+        };
+        let answer = match self.writer.submit(write).await {
+            Some(a) => a,
+            None => {
+                return Err(self.fail_infra(DurableError::Store(
+                    keel_store::StoreError::Transient {
+                        kind: keel_store::TransientKind::ConnectionLost,
+                        sqlstate: None,
+                    },
+                )));
+            }
+        };
+        let written = match answer {
+            Ok(Some(w)) => w,
+            Ok(None) => return Err(self.halt(Halt::Fenced)),
+            Err(e) => return Err(self.fail_infra(e)),
         };
         if renew {
             self.flags.renewed(sent_at);
         }
-        self.after_write(cancel);
-        Ok(stored)
+        self.after_write(written.cancel);
+        Ok(written)
     }
 
     /// Whether the next fenced write renews the lease (a third of it has passed since
@@ -453,32 +654,10 @@ impl WorkflowContext {
             Some(Deadline::At(t)) => (None, Some(t)),
             None => (None, None),
         };
-        let (renew, sent_at) = self.renew_now();
-        let row: Option<(bool, Option<DateTime<Utc>>, bool)> = match sqlx::query_as(FENCED_TIMER)
-            .bind(self.instance_id)
-            .bind(self.token)
-            .bind(self.lease_secs)
-            .bind(self.seq())
-            .bind(kind)
-            .bind(name)
-            .bind(self.progress.as_ref())
-            .bind(secs)
-            .bind(at)
-            .bind(renew)
-            .fetch_optional(&self.pool)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => return Err(self.fail_infra(e)),
-        };
-        let Some((cancel, at, due)) = row else {
-            return Err(self.halt(Halt::Fenced));
-        };
-        if renew {
-            self.flags.renewed(sent_at);
-        }
-        self.after_write(cancel);
-        Ok((at, due))
+        let written = self
+            .write(kind, name, JournalValue::Deadline { secs, at })
+            .await?;
+        Ok((written.deadline, written.due))
     }
 
     /// A durable sleep: the deadline is `now() + duration` on the database clock,

@@ -9,9 +9,11 @@ use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::batch::{BatchOp, Combiner, Held, lost, rolled_back};
 use crate::config::{EngineConfig, ExecutorConfig};
+use crate::context::JournalOp;
 use crate::error::{DurableError, Result};
-use crate::executor::{self, ExecutorHandle};
+use crate::executor::{self, ExecutorHandle, SettleOp};
 use crate::payload::{validate_name, validate_payload_str, validate_value};
 use crate::status::{
     CommandSummary, ErrorInfo, IdleReport, InstanceStatus, RunStatus, WaitDescription,
@@ -74,6 +76,12 @@ pub struct Engine {
     pub(crate) pool: PgPool,
     pub(crate) config: Arc<EngineConfig>,
     pub(crate) registry: Arc<Registry>,
+    /// Group commit of concurrent starts (see [`crate::batch`]).
+    starts: Arc<Combiner<StartOp>>,
+    /// Group commit of the journal writes of every segment of this engine's executors.
+    pub(crate) journal: Arc<Combiner<JournalOp>>,
+    /// Group commit of the plain settlements of those segments.
+    pub(crate) settlements: Arc<Combiner<SettleOp>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -85,10 +93,28 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-const INSERT_INSTANCE: &str = "\
-WITH ins AS (
+/// Rows per batch statement, and the payload bytes beyond which a batch is cut (a
+/// batch always takes at least one row).
+pub(crate) const BATCH_ROWS: usize = 64;
+pub(crate) const BATCH_BYTES: usize = 1 << 20;
+/// Statements in flight per combiner. One: a write that arrives while a batch is in
+/// flight goes with the next batch, which leaves as soon as the previous one has
+/// committed. (Two flushers measured about the same throughput for ~25% more
+/// PostgreSQL CPU per workflow: smaller batches.)
+pub(crate) const BATCH_FLUSHERS: usize = 1;
+
+/// Starts of concurrent callers in one statement (see [`crate::batch`]): one instance
+/// and its START command per row, idempotently by `(workflow, idempotency_key)`; a row
+/// whose key exists inserts nothing (also a second row of the same key in the batch),
+/// and only the ids of the inserted instances are returned. Rows are inserted in
+/// their submission order, so `start_order` follows it.
+const INSERT_INSTANCES: &str = "\
+WITH req AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+           WITH ORDINALITY AS t(id, workflow, idempotency_key, input, serialization_key, idx)
+), ins AS (
     INSERT INTO durable_instance (id, workflow, idempotency_key, input, serialization_key)
-    VALUES ($1, $2, $3, $4, $5)
+    SELECT id, workflow, idempotency_key, input::jsonb, serialization_key FROM req ORDER BY idx
     ON CONFLICT (workflow, idempotency_key) DO NOTHING
  RETURNING id
 ), cmd AS (
@@ -98,6 +124,89 @@ WITH ins AS (
 )
 SELECT id FROM ins";
 
+/// One start (a row of [`INSERT_INSTANCES`]).
+#[derive(Debug)]
+struct StartRow {
+    id: Uuid,
+    workflow: String,
+    key: String,
+    /// JSON text.
+    input: String,
+    serialization_key: Option<String>,
+}
+
+/// The starts of one engine, combined into [`INSERT_INSTANCES`] statements. The answer
+/// is whether the row's instance was created.
+#[derive(Debug)]
+struct StartOp {
+    max_attempts: i32,
+}
+
+impl StartOp {
+    async fn exec(
+        &self,
+        held: &mut Held,
+        rows: &[StartRow],
+    ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+        let r = match held.conn().await {
+            Ok(conn) => self.exec_on(conn, rows).await,
+            Err(e) => Err(e),
+        };
+        held.check(&r);
+        r
+    }
+
+    async fn exec_on(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        rows: &[StartRow],
+    ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let created: Vec<Uuid> = sqlx::query_scalar(INSERT_INSTANCES)
+            .bind(&ids)
+            .bind(rows.iter().map(|r| r.workflow.as_str()).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.key.as_str()).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.input.as_str()).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|r| r.serialization_key.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(self.max_attempts)
+            .fetch_all(conn)
+            .await?;
+        let created: std::collections::HashSet<Uuid> = created.into_iter().collect();
+        Ok(ids.iter().map(|id| created.contains(id)).collect())
+    }
+}
+
+impl BatchOp for StartOp {
+    type Req = StartRow;
+    type Resp = Result<bool>;
+
+    fn weight(req: &StartRow) -> usize {
+        64 + req.workflow.len() + req.key.len() + req.input.len()
+    }
+
+    async fn run(&self, held: &mut Held, batch: Vec<StartRow>) -> Vec<Result<bool>> {
+        match self.exec(held, &batch).await {
+            Ok(created) => created.into_iter().map(Ok).collect(),
+            Err(e) if batch.len() > 1 && rolled_back(&e) => {
+                let mut answers = Vec::with_capacity(batch.len());
+                for row in &batch {
+                    answers.push(match self.exec(held, std::slice::from_ref(row)).await {
+                        Ok(created) => Ok(created.first().copied().unwrap_or(false)),
+                        Err(e) => Err(DurableError::from(e)),
+                    });
+                }
+                answers
+            }
+            Err(e) if batch.len() == 1 => vec![Err(DurableError::from(e))],
+            Err(e) => batch.iter().map(|_| Err(lost(&e))).collect(),
+        }
+    }
+}
+
 impl Engine {
     /// An engine on `pool` (migrated with [`keel_store::migrate`]).
     ///
@@ -105,10 +214,39 @@ impl Engine {
     /// [`DurableError::Config`] when the configuration is out of bounds.
     pub fn new(pool: PgPool, config: EngineConfig) -> Result<Self> {
         config.validate()?;
+        let max_attempts = i32::try_from(config.command_max_attempts).unwrap_or(i32::MAX);
+        let starts = Combiner::new(
+            StartOp { max_attempts },
+            pool.clone(),
+            BATCH_ROWS,
+            BATCH_BYTES,
+            BATCH_FLUSHERS,
+        );
+        let journal = Combiner::new(
+            JournalOp {
+                lease_secs: config.lease.as_secs_f64(),
+            },
+            pool.clone(),
+            BATCH_ROWS,
+            BATCH_BYTES,
+            BATCH_FLUSHERS,
+        );
+        let settlements = Combiner::new(
+            SettleOp {
+                lease_secs: config.lease.as_secs_f64(),
+            },
+            pool.clone(),
+            BATCH_ROWS,
+            BATCH_BYTES,
+            BATCH_FLUSHERS,
+        );
         Ok(Self {
             pool,
             config: Arc::new(config),
             registry: Arc::new(Registry::default()),
+            starts,
+            journal,
+            settlements,
         })
     }
 
@@ -205,17 +343,22 @@ impl Engine {
             validate_name("serialization key", s)?;
         }
         validate_value("input", &input, self.config.max_payload_bytes)?;
+        let input_text =
+            serde_json::to_string(&input).map_err(|_| DurableError::Json { what: "input" })?;
         for _ in 0..3 {
             let id = Uuid::new_v4();
-            let created: Option<Uuid> = sqlx::query_scalar(INSERT_INSTANCE)
-                .bind(id)
-                .bind(workflow)
-                .bind(key)
-                .bind(&input)
-                .bind(options.serialization_key.as_deref())
-                .bind(self.max_attempts())
-                .fetch_optional(&self.pool)
-                .await?;
+            let row = StartRow {
+                id,
+                workflow: workflow.to_owned(),
+                key: key.to_owned(),
+                input: input_text.clone(),
+                serialization_key: options.serialization_key.clone(),
+            };
+            let created = match self.starts.submit(row).await {
+                Some(answer) => answer?.then_some(id),
+                // The answer was lost: whether the row was written is unknown, so look.
+                None => None,
+            };
             if let Some(instance_id) = created {
                 return Ok(Started {
                     instance_id,

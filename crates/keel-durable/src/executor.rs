@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use crate::batch::{BatchOp, Held, lost, rolled_back};
 use crate::config::ExecutorConfig;
 use crate::context::{Halt, JournalEntry, SegmentFlags, WorkflowContext};
 use crate::engine::{Engine, parse_status};
@@ -79,79 +80,36 @@ pub(crate) fn spawn(engine: Engine, config: ExecutorConfig) -> ExecutorHandle {
 }
 
 #[derive(Debug, sqlx::FromRow)]
-struct Claimed {
-    command_id: i64,
-    kind: String,
-    attempt: i32,
-    exhausted: bool,
-    latency: f64,
-    instance_id: Uuid,
-    workflow: String,
-    status: String,
-    input: Value,
-    lease_token: Option<Uuid>,
-    cancel: bool,
-    recovery_attempts: i32,
-    db_now: DateTime<Utc>,
+pub(crate) struct Claimed {
+    pub(crate) command_id: i64,
+    pub(crate) kind: String,
+    pub(crate) attempt: i32,
+    pub(crate) exhausted: bool,
+    pub(crate) latency: f64,
+    pub(crate) instance_id: Uuid,
+    pub(crate) workflow: String,
+    pub(crate) status: String,
+    pub(crate) input: Value,
+    pub(crate) lease_token: Option<Uuid>,
+    pub(crate) cancel: bool,
+    pub(crate) recovery_attempts: i32,
+    pub(crate) db_now: DateTime<Utc>,
 }
 
-/// One statement: up to `$3` of the oldest available queued commands of registered
-/// workflows whose instance holds no live lease, that no earlier runnable command of
-/// their instance precedes, and (for a START) that no earlier unfinished instance with
-/// the same serialization key precedes. The per-instance check means at most one
-/// command per instance (and one START per serialization key) qualifies, so a batch
-/// never holds two commands of one instance. Each is set running with attempt + 1 and
-/// its instance leased with a new token — or dead-lettered when its attempts are spent.
+/// Up to `$3` of the oldest available queued commands of registered workflows whose
+/// instance holds no live lease, that no earlier runnable command of their instance
+/// precedes, and (for a START) that no earlier unfinished instance with the same
+/// serialization key precedes: each is set running with attempt + 1 and its instance
+/// leased with a new token — or dead-lettered when its attempts are spent. The
+/// per-instance check means at most one command per instance (and one START per
+/// serialization key) qualifies, so a batch never holds two commands of one instance.
+/// `durable_claim` (migration 0012) walks the queue in claim order and stops after `$3`
+/// claims, checking and locking (`FOR UPDATE ... SKIP LOCKED`) each candidate by primary
+/// key, so its cost does not grow with the backlog and no plan can make it scan the queue.
 const CLAIM: &str = "\
-WITH cand AS (
-    SELECT c.id AS command_id, c.instance_id, c.attempt + 1 > c.max_attempts AS exhausted,
-           (c.kind <> 'cancel' AND i.status IN ('pending', 'waiting', 'suspended')) AS flip
-      FROM durable_command c
-      JOIN durable_instance i ON i.id = c.instance_id
-     WHERE c.state = 'queued' AND c.available_at <= now()
-       AND (i.lease_expires_at IS NULL OR i.lease_expires_at <= now())
-       AND i.workflow = ANY($1::text[])
-       AND NOT EXISTS (
-           SELECT 1 FROM durable_command e
-            WHERE e.instance_id = c.instance_id AND e.id < c.id
-              AND (e.state = 'running' OR (e.state = 'queued' AND e.available_at <= now())))
-       AND NOT (c.kind = 'start' AND i.serialization_key IS NOT NULL AND EXISTS (
-           SELECT 1 FROM durable_instance p
-            WHERE p.serialization_key = i.serialization_key AND p.start_order < i.start_order
-              AND p.status NOT IN ('completed', 'cancelled')))
-     ORDER BY c.available_at, c.id
-     LIMIT $3
-       FOR UPDATE OF c, i SKIP LOCKED
-), cmd AS (
-    UPDATE durable_command c
-       SET attempt = CASE WHEN cand.exhausted THEN c.attempt ELSE c.attempt + 1 END,
-           state = CASE WHEN cand.exhausted THEN 'dead' ELSE 'running' END,
-           completed_at = CASE WHEN cand.exhausted THEN now() END,
-           outcome = CASE WHEN cand.exhausted THEN 'dead_letter' END,
-           last_error = CASE WHEN cand.exhausted THEN coalesce(c.last_error, 'ATTEMPTS_EXHAUSTED')
-                             ELSE c.last_error END
-      FROM cand
-     WHERE c.id = cand.command_id
- RETURNING c.id, c.instance_id, c.kind, c.attempt, cand.exhausted,
-           extract(epoch FROM now() - c.available_at)::float8 AS latency
-), inst AS (
-    UPDATE durable_instance i
-       SET lease_token = CASE WHEN cand.exhausted THEN NULL ELSE gen_random_uuid() END,
-           lease_expires_at = CASE WHEN cand.exhausted THEN NULL
-                                   ELSE now() + make_interval(secs => $2) END,
-           status = CASE WHEN cand.flip AND NOT cand.exhausted THEN 'running' ELSE i.status END,
-           wait = CASE WHEN cand.flip AND NOT cand.exhausted THEN NULL ELSE i.wait END,
-           updated_at = now()
-      FROM cand
-     WHERE i.id = cand.instance_id
- RETURNING i.id, i.workflow, i.status, i.input, i.lease_token,
-           i.cancel_requested_at IS NOT NULL AS cancel, i.recovery_attempts
-)
-SELECT cmd.id AS command_id, cmd.kind, cmd.attempt, cmd.exhausted, cmd.latency,
-       inst.id AS instance_id, inst.workflow, inst.status, inst.input, inst.lease_token,
-       inst.cancel, inst.recovery_attempts, now() AS db_now
-  FROM cmd JOIN inst ON inst.id = cmd.instance_id
- ORDER BY cmd.id";
+SELECT command_id, kind, attempt, exhausted, latency, instance_id, workflow, status, input,
+       lease_token, cancel, recovery_attempts, db_now
+  FROM durable_claim($1, $2, $3::int4)";
 
 /// Settles a segment under the fence: the instance's new state, the command done, the
 /// open commands of an instance that ended, the lease released, and `extra` (the
@@ -203,9 +161,271 @@ SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified
     };
 }
 
-/// [`settle!`] for a segment that completed, failed, was cancelled or blocked without a
-/// deadline.
-const SETTLE: &str = settle!("");
+/// Plain settlements ([`settle!`] without extra) of concurrent segments in one statement (see
+/// [`crate::batch`]): one row per segment (`$1`..`$12` are parallel arrays), each fenced
+/// by its own token; the rows whose token no longer matches change nothing and are not
+/// returned. Notifies once when any settled row qualifies (the rule of [`settle!`]).
+/// Two rows never touch the same command: a row's own command and the queued commands
+/// of its own instance only, and at most one row per instance matches its token.
+const SETTLE_BATCH: &str = "\
+WITH req AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bool[],
+                         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::int8[])
+           WITH ORDINALITY AS t(instance_id, token, status, output, error_code, error_retryable,
+                                error_message, error_detail, wait, progress, outcome, command_id,
+                                idx)
+), i AS (
+    UPDATE durable_instance d
+       SET status = req.status, output = req.output::jsonb, error_code = req.error_code,
+           error_retryable = req.error_retryable, error_message = req.error_message,
+           error_detail = req.error_detail::jsonb, wait = req.wait::jsonb,
+           progress = COALESCE(req.progress::jsonb, d.progress),
+           ended_at = CASE WHEN req.status IN ('completed', 'failed', 'cancelled') THEN now() END,
+           recovery_attempts = CASE WHEN req.status = 'suspended' THEN d.recovery_attempts + 1 ELSE 0 END,
+           cancel_requested_at = CASE WHEN req.status = 'cancelled'
+                                      THEN coalesce(d.cancel_requested_at, now())
+                                      ELSE d.cancel_requested_at END,
+           lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+      FROM req
+     WHERE d.id = req.instance_id AND d.lease_token = req.token
+ RETURNING req.idx, d.id, req.status, req.outcome, req.command_id, d.serialization_key,
+           d.open_signals, d.cancel_requested_at
+), c AS (
+    UPDATE durable_command x SET state = 'done', outcome = i.outcome, completed_at = now()
+      FROM i WHERE x.id = i.command_id
+ RETURNING x.id
+), o AS (
+    UPDATE durable_command x SET state = 'done', outcome = 'instance_' || i.status, completed_at = now()
+      FROM i
+     WHERE x.instance_id = i.id AND x.state = 'queued' AND x.id <> i.command_id
+       AND i.status IN ('completed', 'cancelled', 'failed')
+       AND NOT (i.status = 'failed' AND x.kind IN ('cancel', 'retry'))
+ RETURNING x.id
+), n AS (
+    SELECT pg_notify('keel_durable', '')
+     WHERE EXISTS (
+           SELECT 1 FROM i
+            WHERE i.serialization_key IS NOT NULL OR i.open_signals > 0
+               OR i.cancel_requested_at IS NOT NULL
+               OR EXISTS (SELECT 1 FROM durable_command x
+                           WHERE x.instance_id = i.id AND x.state = 'queued' AND x.id <> i.command_id))
+)
+SELECT i.idx, (SELECT count(*) FROM n) AS notified FROM i";
+
+/// One plain settlement (a row of [`SETTLE_BATCH`]); JSON values as text.
+#[derive(Debug)]
+pub(crate) struct SettleRow {
+    pub(crate) instance_id: Uuid,
+    pub(crate) token: Uuid,
+    pub(crate) status: &'static str,
+    pub(crate) output: Option<String>,
+    pub(crate) error_code: Option<String>,
+    pub(crate) error_retryable: Option<bool>,
+    pub(crate) error_message: Option<&'static str>,
+    pub(crate) error_detail: Option<String>,
+    pub(crate) wait: Option<String>,
+    pub(crate) progress: Option<String>,
+    pub(crate) outcome: &'static str,
+    pub(crate) command_id: i64,
+    /// The slot wants its next command, of these workflows, claimed with the settlement.
+    pub(crate) next: Option<Arc<[String]>>,
+}
+
+/// The answer to a [`SettleRow`].
+#[derive(Debug)]
+pub(crate) struct SettleAnswer {
+    /// False: fenced out (nothing written).
+    pub(crate) settled: bool,
+    /// The slot's next command, claimed in the same transaction, and when that
+    /// transaction was begun (no later than the lease's start).
+    pub(crate) next: Option<(Claimed, Instant)>,
+}
+
+/// The plain settlements of one engine's segments, combined into [`SETTLE_BATCH`]
+/// statements. When rows ask for their slot's next command, the batch and one
+/// [`CLAIM`] for that many commands run in one transaction (settle-and-claim-next: one
+/// commit instead of two, and the slot does not wait for the executor loop).
+#[derive(Debug)]
+pub(crate) struct SettleOp {
+    pub(crate) lease_secs: f64,
+}
+
+impl SettleOp {
+    async fn exec(
+        conn: &mut sqlx::PgConnection,
+        rows: &[SettleRow],
+    ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+        let settled: Vec<(i64, i64)> = sqlx::query_as(SETTLE_BATCH)
+            .bind(rows.iter().map(|r| r.instance_id).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.token).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.status).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.output.as_deref()).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|r| r.error_code.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows.iter().map(|r| r.error_retryable).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.error_message).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|r| r.error_detail.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows.iter().map(|r| r.wait.as_deref()).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|r| r.progress.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows.iter().map(|r| r.outcome).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.command_id).collect::<Vec<_>>())
+            .fetch_all(conn)
+            .await?;
+        let mut out = vec![false; rows.len()];
+        for (idx, _) in settled {
+            let slot = usize::try_from(idx)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| out.get_mut(i));
+            if let Some(slot) = slot {
+                *slot = true;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The batch and a claim of `want` commands of `names`, in one transaction.
+    async fn exec_and_claim(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        rows: &[SettleRow],
+        names: &[String],
+        want: usize,
+    ) -> std::result::Result<(Vec<bool>, Vec<Claimed>, Instant), sqlx::Error> {
+        use sqlx::Connection;
+        let sent_at = Instant::now();
+        let mut tx = conn.begin().await?;
+        let settled = Self::exec(&mut tx, rows).await?;
+        let claimed = sqlx::query_as::<_, Claimed>(CLAIM)
+            .bind(names)
+            .bind(self.lease_secs)
+            .bind(i32::try_from(want).unwrap_or(i32::MAX))
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((settled, claimed, sent_at))
+    }
+
+    /// [`SettleOp::exec`] on the held connection.
+    async fn exec_held(
+        held: &mut Held,
+        rows: &[SettleRow],
+    ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+        let r = match held.conn().await {
+            Ok(conn) => Self::exec(conn, rows).await,
+            Err(e) => Err(e),
+        };
+        held.check(&r);
+        r
+    }
+
+    /// The batch on its own; on a database error, each row on its own.
+    async fn settle_only(&self, held: &mut Held, batch: &[SettleRow]) -> Vec<Result<SettleAnswer>> {
+        let answer = |settled| SettleAnswer {
+            settled,
+            next: None,
+        };
+        match Self::exec_held(held, batch).await {
+            Ok(settled) => settled.into_iter().map(|s| Ok(answer(s))).collect(),
+            Err(e) if batch.len() > 1 && rolled_back(&e) => {
+                let mut answers = Vec::with_capacity(batch.len());
+                for row in batch {
+                    answers.push(
+                        match Self::exec_held(held, std::slice::from_ref(row)).await {
+                            Ok(settled) => Ok(answer(settled.first().copied().unwrap_or(false))),
+                            Err(e) => Err(DurableError::from(e)),
+                        },
+                    );
+                }
+                answers
+            }
+            Err(e) if batch.len() == 1 => vec![Err(DurableError::from(e))],
+            Err(e) => batch.iter().map(|_| Err(lost(&e))).collect(),
+        }
+    }
+}
+
+impl BatchOp for SettleOp {
+    type Req = SettleRow;
+    type Resp = Result<SettleAnswer>;
+
+    fn weight(r: &SettleRow) -> usize {
+        128 + [&r.output, &r.error_detail, &r.wait, &r.progress]
+            .iter()
+            .map(|v| v.as_ref().map_or(0, String::len))
+            .sum::<usize>()
+    }
+
+    async fn run(&self, held: &mut Held, batch: Vec<SettleRow>) -> Vec<Result<SettleAnswer>> {
+        // Claims go to the rows that want one with the same workflows as the first such
+        // row (one engine's executors all have the same; clones that registered more
+        // workflows differ).
+        let Some(names) = batch.iter().find_map(|r| r.next.clone()) else {
+            return self.settle_only(held, &batch).await;
+        };
+        let takers: Vec<usize> = batch
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.next.as_ref().is_some_and(|n| **n == *names))
+            .map(|(i, _)| i)
+            .collect();
+        let r = match held.conn().await {
+            Ok(conn) => {
+                self.exec_and_claim(conn, &batch, &names, takers.len())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        held.check(&r);
+        let (settled, claimed, sent_at) = match r {
+            Ok(r) => r,
+            // Rolled back as a whole: settle without claiming (the executor loop claims
+            // for the freed slots).
+            Err(e) if rolled_back(&e) => return self.settle_only(held, &batch).await,
+            Err(e) => return batch.iter().map(|_| Err(lost(&e))).collect(),
+        };
+        let mut answers: Vec<SettleAnswer> = settled
+            .into_iter()
+            .map(|settled| SettleAnswer {
+                settled,
+                next: None,
+            })
+            .collect();
+        let mut takers = takers.into_iter();
+        for c in claimed {
+            if c.exhausted {
+                dead_lettered(&c);
+                continue;
+            }
+            match takers.next().and_then(|i| answers.get_mut(i)) {
+                Some(a) => a.next = Some((c, sent_at)),
+                // Cannot happen (the claim is limited to the takers); the lease lapses.
+                None => tracing::warn!(target: "keel::durable::executor",
+                    command_id = c.command_id, "claimed a command for no slot"),
+            }
+        }
+        answers.into_iter().map(Ok).collect()
+    }
+}
+
+/// Logs and counts a command that its claim dead-lettered.
+fn dead_lettered(c: &Claimed) {
+    tracing::warn!(target: "keel::durable::executor", command_id = c.command_id,
+        instance_id = %c.instance_id, kind = %c.kind, "command dead-lettered");
+    m::dead_letter(&c.workflow);
+    m::settled(&c.workflow, "dead_letter");
+}
 
 /// [`settle!`] for a suspension: a recovery RETRY after `$13` seconds (`$14` attempts).
 const SETTLE_SUSPENDED: &str = settle!(
@@ -293,6 +513,13 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
         )))
     });
     let names = engine.registry.names();
+    let slot = Arc::new(SlotContext {
+        engine: engine.clone(),
+        renew_every: config.renew_every(&engine.config),
+        renew: config.renew_leases,
+        names: names.clone().into(),
+        cancel: cancel.clone(),
+    });
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let mut segments: JoinSet<()> = JoinSet::new();
     let mut last_rescue: Option<Instant> = None;
@@ -306,8 +533,14 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
             rescue(&engine).await;
         }
         while segments.try_join_next().is_some() {}
+        // With every slot busy (segments chain the commands their settlements claim, so
+        // slots may stay busy for long), still come round for the rescuer.
+        let rescue_in = last_rescue.map_or(Duration::ZERO, |t| {
+            config.poll_interval.saturating_sub(t.elapsed())
+        });
         let first = tokio::select! {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            () = tokio::time::sleep(rescue_in) => continue,
             () = cancel.cancelled() => break,
         };
         // Claim for every free slot in one statement.
@@ -322,27 +555,12 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
                 let full = batch.len() >= wanted;
                 for c in batch {
                     if c.exhausted {
-                        tracing::warn!(target: "keel::durable::executor", command_id = c.command_id,
-                            instance_id = %c.instance_id, kind = %c.kind, "command dead-lettered");
-                        m::dead_letter(&c.workflow);
-                        m::settled(&c.workflow, "dead_letter");
+                        dead_lettered(&c);
                         continue;
                     }
                     let Some(permit) = permits.pop() else { break };
                     m::claim_latency(&c.workflow, c.latency);
-                    let engine = engine.clone();
-                    let wake = wake.clone();
-                    let renew_every = config.renew_every(&engine.config);
-                    let renew = config.renew_leases;
-                    segments.spawn(segment(
-                        engine,
-                        c,
-                        claimed_at,
-                        permit,
-                        wake,
-                        renew_every,
-                        renew,
-                    ));
+                    segments.spawn(segment(slot.clone(), c, claimed_at, permit, wake.clone()));
                 }
                 drop(permits);
                 if full {
@@ -445,15 +663,10 @@ async fn rescue(engine: &Engine) -> u64 {
 }
 
 async fn claim(engine: &Engine, names: &[String], limit: usize) -> Result<Vec<Claimed>> {
-    // Unprepared on purpose: as a prepared statement PostgreSQL may switch it to a
-    // generic plan chosen while the tables were nearly empty (a full scan and sort of
-    // every queued command), which the benchmark saw take 150-1,100 ms per claim until
-    // the next ANALYZE. An unnamed statement is planned with its parameters each time.
     Ok(sqlx::query_as::<_, Claimed>(CLAIM)
-        .persistent(false)
         .bind(names)
         .bind(engine.config.lease.as_secs_f64())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i32::try_from(limit).unwrap_or(i32::MAX))
         .fetch_all(&engine.pool)
         .await?)
 }
@@ -493,49 +706,77 @@ enum Disposition {
     Abandon,
 }
 
-async fn segment(
+/// What a segment slot needs besides its command.
+struct SlotContext {
     engine: Arc<Engine>,
+    renew_every: Duration,
+    renew: bool,
+    /// The registered workflows, for claiming the next command with the settlement.
+    names: Arc<[String]>,
+    cancel: CancellationToken,
+}
+
+/// A segment slot: runs the claimed command's segment, and then the commands claimed
+/// with its settlements (settle-and-claim-next), until a settlement brings no command or
+/// the executor is shutting down; then frees the slot.
+async fn segment(
+    slot: Arc<SlotContext>,
     c: Claimed,
     claimed_at: Instant,
     permit: OwnedSemaphorePermit,
     wake: Arc<Notify>,
-    renew_every: Duration,
-    renew: bool,
 ) {
+    let mut next = Some((c, claimed_at));
+    while let Some((c, claimed_at)) = next.take() {
+        let want_next = (!slot.cancel.is_cancelled()).then(|| slot.names.clone());
+        next = run_segment(&slot, c, claimed_at, want_next).await;
+        if let Some((c, _)) = &next {
+            m::claim_latency(&c.workflow, c.latency);
+        }
+    }
+    drop(permit);
+    wake.notify_one();
+}
+
+/// One segment; returns the next command when its settlement claimed one for this slot.
+async fn run_segment(
+    slot: &SlotContext,
+    c: Claimed,
+    claimed_at: Instant,
+    want_next: Option<Arc<[String]>>,
+) -> Option<(Claimed, Instant)> {
     let started = Instant::now();
     let span = tracing::info_span!(target: "keel::durable::segment", "segment",
         workflow = %c.workflow, instance_id = %c.instance_id, kind = %c.kind, attempt = c.attempt,
         outcome = tracing::field::Empty);
+    let engine = &slot.engine;
     async {
-        let Some(token) = c.lease_token else {
-            return;
-        };
+        let token = c.lease_token?;
         let mut progress = None;
         let disposition = decide(
-            &engine,
+            engine,
             &c,
             token,
             claimed_at,
-            renew_every,
-            renew,
+            slot.renew_every,
+            slot.renew,
             &mut progress,
         )
         .await;
-        let outcome = match finish(&engine, &c, token, disposition, progress).await {
+        let (outcome, next) = match finish(engine, &c, token, disposition, progress, want_next).await {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(target: "keel::durable::segment", error = %e, "settlement failed; the lease will lapse");
-                "settle_failed"
+                ("settle_failed", None)
             }
         };
         tracing::Span::current().record("outcome", outcome);
         m::settled(&c.workflow, outcome);
         m::segment_duration(&c.workflow, started.elapsed().as_secs_f64());
+        next
     }
     .instrument(span)
-    .await;
-    drop(permit);
-    wake.notify_one();
+    .await
 }
 
 /// The ended-instance table (see the crate docs), then the segment itself.
@@ -620,6 +861,7 @@ async fn decide(
         halt: None,
         progress: None,
         flags: flags.clone(),
+        writer: engine.journal.clone(),
         step_attempts: engine.config.step_attempts,
         step_backoff: engine.config.step_backoff,
         command_max_attempts: i32::try_from(engine.config.command_max_attempts).unwrap_or(i32::MAX),
@@ -746,16 +988,19 @@ async fn renew_lease(
     }
 }
 
+/// Settles the segment; a plain settlement may bring the slot's next command
+/// (`want_next`: the workflows to claim from).
 async fn finish(
     engine: &Engine,
     c: &Claimed,
     token: Uuid,
     disposition: Disposition,
     progress: Option<Value>,
-) -> Result<&'static str> {
+    want_next: Option<Arc<[String]>>,
+) -> Result<(&'static str, Option<(Claimed, Instant)>)> {
     let max_attempts = i32::try_from(engine.config.command_max_attempts).unwrap_or(i32::MAX);
     match disposition {
-        Disposition::Abandon => Ok("fenced"),
+        Disposition::Abandon => Ok(("fenced", None)),
         Disposition::SettleCommand(outcome) => {
             let (settled, _): (i64, i64) = sqlx::query_as(SETTLE_COMMAND)
                 .bind(c.instance_id)
@@ -764,7 +1009,7 @@ async fn finish(
                 .bind(outcome)
                 .fetch_one(&engine.pool)
                 .await?;
-            Ok(if settled == 1 { outcome } else { "fenced" })
+            Ok((if settled == 1 { outcome } else { "fenced" }, None))
         }
         Disposition::Release(code) => {
             let attempt = u32::try_from(c.attempt).unwrap_or(1);
@@ -777,7 +1022,7 @@ async fn finish(
                 .bind(code)
                 .fetch_one(&engine.pool)
                 .await?;
-            Ok("released")
+            Ok(("released", None))
         }
         Disposition::Settle(s) => {
             let recovery = engine
@@ -798,7 +1043,40 @@ async fn finish(
             let sql = match (s.status, timer_at) {
                 (RunStatus::Suspended, _) => SETTLE_SUSPENDED,
                 (RunStatus::Waiting, Some(_)) => SETTLE_TIMER,
-                _ => SETTLE,
+                _ => {
+                    let text = |v: Option<Value>, what| match v {
+                        Some(v) => serde_json::to_string(&v)
+                            .map(Some)
+                            .map_err(|_| DurableError::Json { what }),
+                        None => Ok(None),
+                    };
+                    let row = SettleRow {
+                        instance_id: c.instance_id,
+                        token,
+                        status: s.status.as_str(),
+                        output: text(s.output, "output")?,
+                        error_code: code,
+                        error_retryable: retryable,
+                        error_message: message,
+                        error_detail: text(detail, "error detail")?,
+                        wait: text(wait, "wait")?,
+                        progress: text(progress, "progress")?,
+                        outcome: s.outcome,
+                        command_id: c.command_id,
+                        next: want_next,
+                    };
+                    let answer = match engine.settlements.submit(row).await {
+                        Some(answer) => answer?,
+                        None => {
+                            return Err(DurableError::Store(keel_store::StoreError::Transient {
+                                kind: keel_store::TransientKind::ConnectionLost,
+                                sqlstate: None,
+                            }));
+                        }
+                    };
+                    let outcome = if answer.settled { s.outcome } else { "fenced" };
+                    return Ok((outcome, answer.next));
+                }
             };
             let (settled, _): (i64, i64) = sqlx::query_as(sql)
                 .bind(c.instance_id)
@@ -818,7 +1096,7 @@ async fn finish(
                 .bind(timer_at)
                 .fetch_one(&engine.pool)
                 .await?;
-            Ok(if settled == 1 { s.outcome } else { "fenced" })
+            Ok((if settled == 1 { s.outcome } else { "fenced" }, None))
         }
     }
 }

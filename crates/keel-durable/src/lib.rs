@@ -33,23 +33,36 @@
 //!
 //! Everything that changes an instance is a command in its queue (`durable_command`:
 //! START, SIGNAL, TIMER, RETRY, CANCEL). An executor claims commands in one statement
-//! (`FOR UPDATE SKIP LOCKED`), up to one per free segment slot: the oldest available
-//! ones whose instance holds no live lease and that no earlier runnable command of the
-//! same instance precedes (so a batch never holds two commands of one instance); each
+//! (the `durable_claim` function: it walks the queue in (available_at, id) order and
+//! locks each candidate with `FOR UPDATE SKIP LOCKED`, stopping after one per free
+//! segment slot, so its cost does not grow with the backlog): the oldest available ones
+//! whose instance holds no live lease and that no earlier runnable command of the same
+//! instance precedes (so a batch never holds two commands of one instance); each
 //! instance gets a new lease token and expiry (its execution lock) and each command
 //! `attempt + 1`. The executor then runs one **segment** per command: it replays the
 //! body from the start against the journal (not read for a START on its first attempt:
 //! nothing can have been journaled yet) until the body completes, fails, or blocks on a
 //! wait, and settles the command and the instance's status in one fenced statement.
-//! Every journal write is one statement that also checks the lease token
-//! (`WHERE id = $1 AND lease_token = $2`, with the instance row share-locked, or updated
-//! to renew the lease when a third of it has passed since the last renewal): zero rows
+//! Every journal write checks the lease token in the statement that makes it
+//! (`WHERE id = .. AND lease_token = ..`, with the instance row share-locked, or updated
+//! to renew the lease when a third of it has passed since the last renewal): no match
 //! means another executor owns the instance, the write is not made and the segment is
 //! abandoned. A task renews the lease while a long step runs. A crashed executor's
 //! lease lapses; its running command is queued again at its position by the rescuer
 //! (each executor runs it when idle once a lease has lapsed, and at least once per poll
 //! interval) and claimed again; a command whose attempts exceed `commandMaxAttempts` is
 //! dead-lettered (`state = 'dead'`, listed by the probe).
+//!
+//! **Group commit.** Within one process, the journal writes of all running segments,
+//! their plain settlements, and concurrent [`Engine::start`] calls are each combined
+//! into multi-row statements (leader/follower: while one statement is in flight the
+//! next rows queue, and go as one statement when it returns). Each row keeps its own
+//! fence (a row whose token no longer matches is refused and its segment stops, exactly
+//! as alone), and each caller waits for the commit of the statement holding its row:
+//! a step's result is durable before the body continues. A batch that the server
+//! rejects is retried row by row, so one failing row never fails another. A settlement
+//! that frees a segment slot also claims the slot's next command in the same
+//! transaction (settle-and-claim-next).
 //!
 //! Executors wake on `LISTEN keel_durable` (a trigger notifies on every recorded command;
 //! a settlement notifies when its release may make a command claimable for another
@@ -100,10 +113,12 @@
 //!
 //! `scripts/bench-durable` runs N workflows (3 journaled no-op steps and a zero sleep)
 //! with 1 and 2 executor processes and the same workload on DBOS Transact for Rust;
-//! figures and what bounds them are in `benches/README.md`. The engine does not yet
-//! meet the targets (≥ 1,000 workflows/s, ≥ 2× the peer).
+//! figures and what bounds them are in `benches/README.md`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod batch;
+#[cfg(test)]
+mod batch_tests;
 mod config;
 mod context;
 mod engine;

@@ -164,3 +164,90 @@ async fn different_serialization_keys_run_in_parallel() {
     assert_eq!(log, ["enter", "enter", "exit", "exit"]);
     ex.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_starts_combined_into_batches_keep_the_idempotency_rules() {
+    let db = database().await;
+    let engine = engine(db.pool(), fast_config());
+    let input = |tag: &str| CounterInput {
+        tag: tag.into(),
+        steps: 1,
+    };
+    // A failed instance, whose key returns its failure.
+    let failed = engine.start::<Fails>("failed", &7, opts()).await.unwrap();
+    let ex = spawn(&engine);
+    until_status(&engine, failed.instance_id, RunStatus::Failed).await;
+    ex.shutdown().await;
+    // Many concurrent starts (combined into multi-row statements): 30 distinct keys,
+    // "dup" started 20 times with the same input and 5 times with another, and the
+    // failed key again.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..30 {
+        let engine = engine.clone();
+        let input = input(&format!("k{i}"));
+        tasks.spawn(async move {
+            (
+                "distinct",
+                engine
+                    .start::<Counter>(&format!("k{i}"), &input, opts())
+                    .await,
+            )
+        });
+    }
+    for i in 0..25 {
+        let engine = engine.clone();
+        let input = input(if i % 5 == 4 { "other" } else { "same" });
+        let what = if i % 5 == 4 { "dup-other" } else { "dup-same" };
+        tasks.spawn(async move { (what, engine.start::<Counter>("dup", &input, opts()).await) });
+    }
+    {
+        let engine = engine.clone();
+        tasks.spawn(async move { ("failed", engine.start::<Fails>("failed", &7, opts()).await) });
+    }
+    let mut created = 0;
+    let mut dup_ids = std::collections::HashSet::new();
+    let mut conflicts = 0;
+    while let Some(r) = tasks.join_next().await {
+        match r.unwrap() {
+            ("distinct", Ok(s)) => {
+                assert!(s.created && s.status == RunStatus::Pending);
+                created += 1;
+            }
+            ("failed", Ok(s)) => {
+                assert!(!s.created);
+                assert_eq!(s.instance_id, failed.instance_id);
+                assert_eq!(s.status, RunStatus::Failed, "no fresh attempt");
+            }
+            (_, Ok(s)) => {
+                if s.created {
+                    created += 1;
+                }
+                dup_ids.insert(s.instance_id);
+            }
+            (_, Err(DurableError::IdempotencyConflict { .. })) => conflicts += 1,
+            (what, Err(e)) => panic!("{what}: {e}"),
+        }
+    }
+    assert_eq!(dup_ids.len(), 1, "one instance for the duplicated key");
+    assert_eq!(created, 31, "30 distinct keys and one of the duplicates");
+    // Whichever input won, the starts with the other one are conflicts.
+    let winner_same: bool = sqlx::query_scalar(
+        "SELECT input->>'tag' = 'same' FROM durable_instance WHERE idempotency_key = 'dup'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(conflicts, if winner_same { 5 } else { 20 });
+    let (instances, starts): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM durable_instance),
+                (SELECT count(*) FROM durable_command WHERE kind = 'start')",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        (instances, starts),
+        (32, 32),
+        "one instance and one START per key"
+    );
+}
