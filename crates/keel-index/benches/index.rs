@@ -6,12 +6,19 @@
 //! same PostgreSQL server, printed as a ratio.
 //!
 //! `cargo bench -p keel-index --bench index`. Environment (defaults in brackets):
-//! `KEEL_INDEX_BENCH_EVENTS` [100000] events (1000000 for the figure),
+//! `KEEL_INDEX_BENCH_EVENTS` [1000000] events (the figure; 100000 for a quick run),
 //! `KEEL_INDEX_BENCH_EVENTS_PER_BLOCK` [1000] (one transaction per block emits them),
-//! `KEEL_INDEX_BENCH_RANGE` [20] blocks per history range,
+//! `KEEL_INDEX_BENCH_RANGE` [10] blocks per history range,
 //! `KEEL_INDEX_BENCH_SPAN` [20] largest `eth_getLogs` span of a worker,
+//! `KEEL_INDEX_BENCH_CONCURRENCY` [16] `eth_getLogs` in flight per worker process,
+//! `KEEL_INDEX_BENCH_WRITERS` [2 for one process, 1 for several] range writers per
+//! worker process,
+//! `KEEL_INDEX_BENCH_WORKERS` [1,3] worker-process counts of the history cases,
 //! `KEEL_INDEX_BENCH_LATENCY_BLOCKS` [20] blocks per latency run,
-//! `KEEL_INDEX_BENCH_POLL_MS` [50,500] tip-ingest poll intervals of the latency runs,
+//! `KEEL_INDEX_BENCH_POLL_MS` [100] tip-ingest poll intervals of the latency runs (100
+//! is the configuration's default `index.pollIntervalMs`),
+//! `KEEL_INDEX_BENCH_HEAD_MS` [10] `eth_blockNumber` interval of the head-watching
+//! latency variant,
 //! `KEEL_INDEX_BENCH_PEER` [1] (0 skips Ponder; it runs only when
 //! `benches/peers/ponder/node_modules` exists).
 //!
@@ -40,6 +47,7 @@ use keel_units::ChainId;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// keccak256("Transfer(address,address,uint256)").
 const TRANSFER_TOPIC: [u8; 32] = [
@@ -92,6 +100,96 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
+}
+
+/// An upstream pool for a local node: no provider plan to respect.
+fn node(url: &str, chain_id: u64) -> anyhow::Result<Arc<UpstreamPool>> {
+    let mut upstream = UpstreamConfig::new(vec![url.to_owned()]);
+    upstream.requests_per_second = 1_000_000;
+    upstream.burst = 1_000_000;
+    upstream.request_timeout = Duration::from_secs(60);
+    Ok(Arc::new(UpstreamPool::new(ChainId(chain_id), upstream)?))
+}
+
+/// Settings of a history worker process.
+#[derive(Debug, Clone)]
+struct WorkerArgs {
+    database_url: String,
+    rpc_url: String,
+    chain_id: u64,
+    id: String,
+    span: u64,
+    concurrency: u64,
+    writers: u64,
+}
+
+impl WorkerArgs {
+    fn to_args(&self) -> Vec<String> {
+        vec![
+            "--history-worker".into(),
+            self.database_url.clone(),
+            self.rpc_url.clone(),
+            self.chain_id.to_string(),
+            self.id.clone(),
+            self.span.to_string(),
+            self.concurrency.to_string(),
+            self.writers.to_string(),
+        ]
+    }
+
+    fn parse(args: &[String]) -> anyhow::Result<Self> {
+        let at = |i: usize| {
+            args.get(i)
+                .cloned()
+                .ok_or_else(|| anyhow::anyhow!("--history-worker needs 7 arguments"))
+        };
+        Ok(Self {
+            database_url: at(0)?,
+            rpc_url: at(1)?,
+            chain_id: at(2)?.parse()?,
+            id: at(3)?,
+            span: at(4)?.parse()?,
+            concurrency: at(5)?.parse()?,
+            writers: at(6)?.parse()?,
+        })
+    }
+}
+
+/// `--history-worker`: one indexer process's history worker. Connects (own pool, own
+/// upstream pool), prints `ready`, waits for a line on stdin, drains every claimable
+/// range with the pipelined worker, prints `done ranges=R logs=L` and exits.
+async fn history_worker_process(args: WorkerArgs) -> anyhow::Result<()> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(u32::try_from(args.writers)? + 3)
+        .connect(&args.database_url)
+        .await?;
+    // Connect (and check the database) before the clock starts.
+    keel_index::history::pending_ranges(&pool, ChainId(args.chain_id)).await?;
+    let worker = HistoryWorker::new(
+        pool,
+        node(&args.rpc_url, args.chain_id)?,
+        args.id.clone(),
+        HistoryConfig {
+            lease: Duration::from_secs(60),
+            max_span: args.span,
+            retries: 5,
+        },
+    )?
+    .with_fetch_concurrency(usize::try_from(args.concurrency)?)
+    .with_write_concurrency(usize::try_from(args.writers)?);
+    println!("ready");
+    let mut line = String::new();
+    BufReader::new(tokio::io::stdin())
+        .read_line(&mut line)
+        .await?;
+    let done = worker.drain().await?;
+    println!(
+        "done ranges={} logs={} cpu_s={:.2}",
+        done.len(),
+        done.iter().map(|d| d.logs).sum::<u64>(),
+        own_cpu_seconds()
+    );
+    Ok(())
 }
 
 /// The chain with the emitter deployed, automine off.
@@ -163,15 +261,7 @@ impl Workload {
     }
 
     fn node(&self) -> anyhow::Result<Arc<UpstreamPool>> {
-        // A local node: no provider plan to respect.
-        let mut upstream = UpstreamConfig::new(vec![self.chain.endpoint().to_string()]);
-        upstream.requests_per_second = 1_000_000;
-        upstream.burst = 1_000_000;
-        upstream.request_timeout = Duration::from_secs(60);
-        Ok(Arc::new(UpstreamPool::new(
-            ChainId(self.chain.chain_id()),
-            upstream,
-        )?))
+        node(self.chain.endpoint().as_str(), self.chain.chain_id())
     }
 
     /// A fresh database whose scope holds the emitter (as an asset token) from block 0.
@@ -198,40 +288,72 @@ async fn transfers(db: &TestDatabase) -> anyhow::Result<i64> {
         .await?)
 }
 
-/// Historical catch-up of `[0, head]` with `workers` workers (tasks of this process,
-/// each with its own upstream pool).
+/// Historical catch-up of `[0, head]` with `workers` indexer processes (this
+/// executable with `--history-worker`), each with its own database pool and upstream
+/// pool. The clock runs from the start signal (every process connected and ready) to
+/// the last process exiting. Returns (seconds, transfers indexed, ranges).
 async fn history(
     w: &Workload,
     head: u64,
     workers: usize,
     range: u64,
     span: u64,
+    concurrency: u64,
+    writers: u64,
 ) -> anyhow::Result<(f64, i64, u64)> {
     let db = w.database().await?;
     let chain = ChainId(w.chain.chain_id());
     let ranges = plan_history(db.pool(), chain, head, range).await?;
-    let started = Instant::now();
-    let mut tasks = Vec::new();
+    let mut children = Vec::new();
     for i in 0..workers {
-        let worker = HistoryWorker::new(
-            db.pool().clone(),
-            w.node()?,
-            format!("bench-{i}"),
-            HistoryConfig {
-                lease: Duration::from_secs(60),
-                max_span: span,
-                retries: 5,
-            },
-        )?;
-        tasks.push(tokio::spawn(async move {
-            while worker.run_once().await?.is_some() {}
-            anyhow::Ok(())
-        }));
+        let args = WorkerArgs {
+            database_url: db.url().to_owned(),
+            rpc_url: w.chain.endpoint().to_string(),
+            chain_id: w.chain.chain_id(),
+            id: format!("bench-{i}"),
+            span,
+            concurrency,
+            writers,
+        };
+        let mut child = tokio::process::Command::new(std::env::current_exe()?)
+            .args(args.to_args())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no child stdout"))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+        anyhow::ensure!(
+            ready.as_deref() == Some("ready"),
+            "worker {i} did not start: {ready:?}"
+        );
+        children.push((child, lines));
     }
-    for t in tasks {
-        t.await??;
+    let started = Instant::now();
+    for (child, _) in &mut children {
+        let stdin = child
+            .stdin
+            .as_mut()
+            .ok_or_else(|| anyhow::anyhow!("no child stdin"))?;
+        stdin.write_all(b"go\n").await?;
+        stdin.flush().await?;
+    }
+    let mut reports = Vec::new();
+    for (mut child, mut lines) in children {
+        let status = child.wait().await?;
+        let mut last = String::new();
+        while let Some(l) = lines.next_line().await? {
+            last = l;
+        }
+        anyhow::ensure!(status.success(), "worker process failed: {status}");
+        reports.push(last);
     }
     let secs = started.elapsed().as_secs_f64();
+    println!("         processes: {}", reports.join("; "));
     Ok((secs, transfers(&db).await?, ranges))
 }
 
@@ -257,20 +379,50 @@ async fn tip_catch_up(w: &Workload, db: &TestDatabase, head: u64) -> anyhow::Res
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// Tip latency at 1 s block time: a tip loop polls every `poll`; each second this
-/// sends a transaction of `events` events, mines its block and waits (read-after-write,
-/// `wait_for_block`) until the index shows it. Milliseconds, sorted.
+/// How the latency case's tip loop waits between steps once caught up.
+#[derive(Debug, Clone, Copy)]
+enum Follow {
+    /// Sleep the poll interval (what `keel run`'s indexer loop does).
+    Poll,
+    /// [`TipIngest::wait_for_new_head`]: `eth_blockNumber` every `head` until a new
+    /// block appears, at most the poll interval.
+    WatchHead(Duration),
+}
+
+/// Tip latency at 1 s block time on `chain` (an Anvil with `--block-time 1`, the
+/// emitter at `emitter`): a tip loop steps and then waits per `follow`; the bench
+/// watches the head every 2 ms, sends a transaction of `events` events as each block
+/// appears (so the next block carries them), and times block seen → `wait_for_block`
+/// returns (read-after-write through LISTEN/NOTIFY). Milliseconds, sorted.
 async fn tip_latency(
-    w: &mut Workload,
-    db: &TestDatabase,
+    chain: &TestChain,
+    emitter: Address,
     blocks: u64,
     events: u64,
     poll: Duration,
+    follow: Follow,
 ) -> anyhow::Result<Vec<f64>> {
+    let db = TestDatabase::create().await?;
+    let chain_id = ChainId(chain.chain_id());
+    let start = chain.block_number().await? + 1;
+    scope::add_scope(
+        db.pool(),
+        chain_id,
+        &ScopeEntry {
+            address: emitter,
+            kind: ScopeKind::AssetToken,
+            organization: None,
+            from_block: start,
+        },
+    )
+    .await?;
     let ingest = TipIngest::take_ownership(
         db.pool().clone(),
-        w.node()?,
-        TipConfig::new(12),
+        node(chain.endpoint().as_str(), chain.chain_id())?,
+        TipConfig {
+            start_block: Some(start),
+            ..TipConfig::new(12)
+        },
         "bench-latency",
     )
     .await?;
@@ -279,35 +431,88 @@ async fn tip_latency(
         let stop = stop.clone();
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                ingest.step().await?;
-                tokio::time::sleep(poll).await;
+                let out = ingest.step().await?;
+                if out.tip.is_some_and(|t| t < out.head) {
+                    continue;
+                }
+                match follow {
+                    Follow::Poll => tokio::time::sleep(poll).await,
+                    Follow::WatchHead(every) => {
+                        ingest.wait_for_new_head(out.tip, poll, every).await?;
+                    }
+                }
             }
             anyhow::Ok(())
         })
     };
-    let chain = ChainId(w.chain.chain_id());
-    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    let p = chain.provider();
+    let from = chain.account(0)?;
+    let mut nonce = p.get_transaction_count(from).pending().await?;
+    let mut seen = chain.block_number().await?;
     let mut out = Vec::new();
-    for _ in 0..blocks {
-        ticks.tick().await;
-        w.send(events).await?;
-        w.mine().await?;
+    let mut carrying = false;
+    while (out.len() as u64) < blocks {
+        let head = chain.block_number().await?;
+        if head == seen {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        }
         let mined = Instant::now();
-        let number = w.chain.block_number().await?;
+        seen = head;
+        let tx = TransactionRequest::default()
+            .with_to(emitter)
+            .with_input(Bytes::from(U256::from(events).to_be_bytes::<32>().to_vec()))
+            .with_nonce(nonce)
+            .with_chain_id(chain.chain_id())
+            .with_gas_limit(60_000 + events * 2_200)
+            .with_max_fee_per_gas(100_000_000_000)
+            .with_max_priority_fee_per_gas(1_000_000_000);
         keel_index::wait_for_block(
             db.pool(),
-            chain,
-            number,
+            chain_id,
+            head,
             Duration::from_secs(30),
             Duration::from_millis(200),
         )
         .await?;
-        out.push(mined.elapsed().as_secs_f64() * 1_000.0);
+        // Only blocks that carry the bench's events count (the first one seen does not).
+        if carrying {
+            out.push(mined.elapsed().as_secs_f64() * 1_000.0);
+        }
+        // Events for the next block, sent once this one is visible (outside the clock).
+        let _pending = p.send_transaction(tx).await?;
+        nonce += 1;
+        carrying = true;
     }
     stop.store(true, Ordering::Relaxed);
     looping.await??;
+    let indexed: i64 = sqlx::query_scalar("SELECT count(*) FROM index_transfer")
+        .fetch_one(db.pool())
+        .await?;
+    anyhow::ensure!(indexed > 0, "the latency blocks carried no indexed events");
     out.sort_by(f64::total_cmp);
     Ok(out)
+}
+
+/// A second Anvil mining a block every second, with the emitter deployed.
+async fn block_time_chain() -> anyhow::Result<(TestChain, Address)> {
+    let chain = ChainBuilder::new()
+        .high_throughput()
+        .block_time(1)
+        .start()
+        .await?;
+    let receipt = chain
+        .provider()
+        .send_transaction(
+            TransactionRequest::default().with_deploy_code(Bytes::from(emitter_init_code())),
+        )
+        .await?
+        .get_receipt()
+        .await?;
+    let emitter = receipt
+        .contract_address
+        .ok_or_else(|| anyhow::anyhow!("emitter not deployed"))?;
+    Ok((chain, emitter))
 }
 
 /// Ponder (benches/peers/ponder/run.sh) over the same chain; its events/s.
@@ -350,21 +555,35 @@ async fn ponder(w: &Workload, events: u64) -> anyhow::Result<Option<f64>> {
     Ok(rate)
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    if !std::env::args().any(|a| a == "--bench") {
-        return Ok(());
-    }
-    let events = env_u64("KEEL_INDEX_BENCH_EVENTS", 100_000);
-    let per_block = env_u64("KEEL_INDEX_BENCH_EVENTS_PER_BLOCK", 1_000).max(1);
-    let range = env_u64("KEEL_INDEX_BENCH_RANGE", 20).max(1);
-    let span = env_u64("KEEL_INDEX_BENCH_SPAN", 20).max(1);
-    let latency_blocks = env_u64("KEEL_INDEX_BENCH_LATENCY_BLOCKS", 20);
-    let polls: Vec<u64> = std::env::var("KEEL_INDEX_BENCH_POLL_MS")
-        .unwrap_or_else(|_| "50,500".to_owned())
+fn env_list(name: &str, default: &str) -> Vec<u64> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
         .split(',')
         .filter_map(|p| p.trim().parse().ok())
-        .collect();
+        .collect()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--history-worker") {
+        return history_worker_process(WorkerArgs::parse(&args[i + 1..])?).await;
+    }
+    if !args.iter().any(|a| a == "--bench") {
+        return Ok(());
+    }
+    let events = env_u64("KEEL_INDEX_BENCH_EVENTS", 1_000_000);
+    let per_block = env_u64("KEEL_INDEX_BENCH_EVENTS_PER_BLOCK", 1_000).max(1);
+    let range = env_u64("KEEL_INDEX_BENCH_RANGE", 10).max(1);
+    let span = env_u64("KEEL_INDEX_BENCH_SPAN", 20).max(1);
+    let concurrency = env_u64("KEEL_INDEX_BENCH_CONCURRENCY", 16).max(1);
+    // 0 = 2 writers for a single process (one process can then keep two database
+    // cores busy), 1 each when there are several.
+    let writers_env = env_u64("KEEL_INDEX_BENCH_WRITERS", 0);
+    let latency_blocks = env_u64("KEEL_INDEX_BENCH_LATENCY_BLOCKS", 20);
+    let head_ms = env_u64("KEEL_INDEX_BENCH_HEAD_MS", 10).max(1);
+    let polls = env_list("KEEL_INDEX_BENCH_POLL_MS", "100");
+    let worker_counts = env_list("KEEL_INDEX_BENCH_WORKERS", "1,3");
 
     let mut w = Workload::start().await?;
     let started = Instant::now();
@@ -374,10 +593,19 @@ async fn main() -> anyhow::Result<()> {
         events.div_ceil(per_block),
         started.elapsed().as_secs_f64()
     );
+    println!("loadavg  {}", loadavg());
 
     let mut best_history = 0.0_f64;
-    for workers in [1usize, 3] {
-        let (secs, rows, ranges) = history(&w, head, workers, range, span).await?;
+    let mut history_kv = Vec::new();
+    for workers in worker_counts {
+        let workers = usize::try_from(workers)?.max(1);
+        let writers = match writers_env {
+            0 if workers == 1 => 2,
+            0 => 1,
+            n => n,
+        };
+        let (secs, rows, ranges) =
+            history(&w, head, workers, range, span, concurrency, writers).await?;
         anyhow::ensure!(
             rows == i64::try_from(events)?,
             "history indexed {rows} transfers, expected {events}"
@@ -385,9 +613,11 @@ async fn main() -> anyhow::Result<()> {
         let rate = events as f64 / secs;
         best_history = best_history.max(rate);
         println!(
-            "history  workers={workers}  ranges={ranges} ({range} blocks, span {span})  {secs:.2} s  {rate:.0} events/s"
+            "history  processes={workers}  ranges={ranges} ({range} blocks, span {span}, {concurrency} getLogs in flight, {writers} writers each)  {secs:.2} s  {rate:.0} events/s"
         );
+        history_kv.push(format!("history_p{workers}_events_per_s={rate:.0}"));
     }
+    println!("loadavg  {}", loadavg());
 
     let db = w.database().await?;
     let secs = tip_catch_up(&w, &db, head).await?;
@@ -395,7 +625,7 @@ async fn main() -> anyhow::Result<()> {
     let tip_rate = events as f64 / secs;
     println!("tip      catch-up of {head} blocks  {secs:.2} s  {tip_rate:.0} events/s");
 
-    // Ponder over the same blocks, before the latency runs add more.
+    // Ponder over the same blocks.
     let peer = ponder(&w, events).await?;
     if let Some(p) = peer {
         println!(
@@ -403,31 +633,70 @@ async fn main() -> anyhow::Result<()> {
             best_history / p
         );
     }
+    println!("loadavg  {}", loadavg());
+    drop(w);
 
+    let (bt_chain, emitter) = block_time_chain().await?;
     let mut latency = Vec::new();
-    for poll in &polls {
-        let ms = tip_latency(
-            &mut w,
-            &db,
-            latency_blocks,
-            100,
-            Duration::from_millis(*poll),
-        )
-        .await?;
-        let (p50, p99) = (percentile(&ms, 0.5), percentile(&ms, 0.99));
-        println!(
-            "latency  poll={poll} ms  {latency_blocks} blocks at 1 s, 100 events each: p50 {p50:.1} ms  p99 {p99:.1} ms  max {:.1} ms",
-            ms.last().copied().unwrap_or(0.0)
-        );
-        latency.push(format!(
-            "latency_p50_ms_poll{poll}={p50:.1} latency_p99_ms_poll{poll}={p99:.1}"
-        ));
+    for poll in polls.iter().filter(|_| latency_blocks > 0) {
+        for follow in [
+            Follow::Poll,
+            Follow::WatchHead(Duration::from_millis(head_ms)),
+        ] {
+            let ms = tip_latency(
+                &bt_chain,
+                emitter,
+                latency_blocks,
+                100,
+                Duration::from_millis(*poll),
+                follow,
+            )
+            .await?;
+            let (p50, p99) = (percentile(&ms, 0.5), percentile(&ms, 0.99));
+            let (label, key) = match follow {
+                Follow::Poll => ("step, sleep poll".to_owned(), format!("poll{poll}")),
+                Follow::WatchHead(d) => (
+                    format!("step, watch head every {} ms", d.as_millis()),
+                    format!("poll{poll}_head{}", d.as_millis()),
+                ),
+            };
+            println!(
+                "latency  poll={poll} ms ({label})  {latency_blocks} blocks at --block-time 1, 100 events each: p50 {p50:.1} ms  p99 {p99:.1} ms  max {:.1} ms",
+                ms.last().copied().unwrap_or(0.0)
+            );
+            latency.push(format!(
+                "latency_p50_ms_{key}={p50:.1} latency_p99_ms_{key}={p99:.1}"
+            ));
+        }
     }
+    println!("loadavg  {}", loadavg());
 
     println!(
-        "RESULT events={events} history_best_events_per_s={best_history:.0} tip_events_per_s={tip_rate:.0} {} ponder_events_per_s={}",
+        "RESULT events={events} {} history_best_events_per_s={best_history:.0} tip_events_per_s={tip_rate:.0} {} ponder_events_per_s={} ratio={}",
+        history_kv.join(" "),
         latency.join(" "),
-        peer.map_or("n/a".to_owned(), |p| format!("{p:.0}"))
+        peer.map_or("n/a".to_owned(), |p| format!("{p:.0}")),
+        peer.map_or("n/a".to_owned(), |p| format!("{:.1}", best_history / p)),
     );
     Ok(())
+}
+
+/// CPU time (user + system) of this process so far, from `/proc/self/stat` (clock
+/// ticks of 10 ms); 0 where unavailable.
+fn own_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses): utime is the 12th.
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// `/proc/loadavg` (1, 5, 15 min), for the record.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }

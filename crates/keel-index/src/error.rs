@@ -74,6 +74,14 @@ pub enum IndexError {
         /// The attempt that lost its lease.
         attempt: i32,
     },
+    /// A row could not be encoded for the binary `COPY` of a bulk write (a value out
+    /// of PostgreSQL's range). Nothing was written.
+    #[error("a row could not be encoded for the bulk write")]
+    Encode,
+    /// A fetch task ended without an answer (the runtime is shutting down). Nothing of
+    /// the work it belonged to was committed.
+    #[error("an index fetch task was cancelled")]
+    Interrupted,
     /// Invalid configuration (key named, value not shown).
     #[error("invalid index configuration `{key}`: {reason}")]
     Config {
@@ -97,7 +105,7 @@ impl IndexError {
         match self {
             Self::Store(e) => e.is_transient(),
             Self::Chain(e) => e.is_retryable(),
-            Self::Inconsistent { .. } | Self::WaitTimeout { .. } => true,
+            Self::Inconsistent { .. } | Self::WaitTimeout { .. } | Self::Interrupted => true,
             _ => false,
         }
     }

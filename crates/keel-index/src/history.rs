@@ -14,7 +14,7 @@
 
 use crate::decode::decode;
 use crate::scope::{ScopeKind, chain_i64, live_scope, to_i64};
-use crate::write::write_logs;
+use crate::write::{Batch, write_batch};
 use crate::{IndexError, Result};
 use alloy::primitives::Address;
 use alloy::rpc::types::Log;
@@ -23,10 +23,11 @@ use keel_store::PgPool;
 use keel_units::ChainId;
 use serde::Deserialize;
 use sqlx::Row;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokio::task::JoinSet;
 
 /// Settings of a history worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +38,9 @@ pub struct HistoryConfig {
     /// while its worker is alive.
     pub lease: Duration,
     /// Largest `eth_getLogs` span in blocks (default 2000). The span halves on a
-    /// "range too large"/"too many results" answer and doubles back on success.
+    /// "range too large"/"too many results" answer, shrinks when an answer had more
+    /// logs than [`HistoryWorker::with_target_logs_per_request`], and doubles back on
+    /// smaller answers.
     pub max_span: u64,
     /// Retries of a rate-limited or unreachable `eth_getLogs` before the range is left
     /// to its lease (default 5, 200 ms apart, doubling).
@@ -54,14 +57,27 @@ impl Default for HistoryConfig {
     }
 }
 
-/// What `HistoryWorker::fetch_all` returns: logs, scope kinds, discovered contracts
-/// (address, kind, announcing block), span splits.
-type Fetched = (
-    Vec<Log>,
-    HashMap<Address, ScopeKind>,
-    Vec<(Address, ScopeKind, u64)>,
-    u64,
-);
+/// A contract announced by a factory in the scope: (address, kind, announcing block).
+type Announced = (Address, ScopeKind, u64);
+
+/// What `HistoryWorker::fetch_all` returns: the range's rows encoded for the bulk
+/// write, the contracts discovered in it, and the span splits.
+#[derive(Debug)]
+struct Fetched {
+    batch: Batch,
+    discovered: Vec<Announced>,
+    splits: u64,
+}
+
+/// One `eth_getLogs` span's answer, encoded in its fetch task.
+struct Chunk {
+    batch: Batch,
+    announced: Vec<Announced>,
+    logs: u64,
+}
+
+/// Default of [`HistoryWorker::with_target_logs_per_request`].
+pub const DEFAULT_TARGET_LOGS_PER_REQUEST: u64 = 1_000;
 
 /// A claimed range.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,6 +207,11 @@ pub async fn settled_height(node: &UpstreamPool, confirmations: u64) -> Result<u
 }
 
 /// One replica's history worker for one chain.
+///
+/// [`HistoryWorker::run_once`] works one range at a time; [`HistoryWorker::drain`]
+/// pipelines: the next range is claimed and fetched while the previous one is written.
+/// Within a range, up to [`HistoryWorker::with_fetch_concurrency`] `eth_getLogs` spans
+/// are in flight, each decoded and encoded for the bulk write in its own task.
 #[derive(Debug)]
 pub struct HistoryWorker {
     db: PgPool,
@@ -198,7 +219,13 @@ pub struct HistoryWorker {
     worker_id: String,
     config: HistoryConfig,
     span: AtomicU64,
+    fetch_concurrency: usize,
+    write_concurrency: usize,
+    target_logs: u64,
 }
+
+/// Most writers [`HistoryWorker::drain`] runs at once.
+pub const MAX_WRITE_CONCURRENCY: usize = 4;
 
 impl HistoryWorker {
     /// A worker named `worker_id` (recorded as `lease_owner`).
@@ -230,7 +257,42 @@ impl HistoryWorker {
             worker_id: worker_id.into(),
             config,
             span,
+            fetch_concurrency: 1,
+            write_concurrency: 1,
+            target_logs: DEFAULT_TARGET_LOGS_PER_REQUEST,
         })
+    }
+
+    /// Up to `n` `eth_getLogs` requests of one range in flight at once (default 1;
+    /// at least 1). Against a local node, 8–16 is where fetching stops being the
+    /// bottleneck; against a hosted provider, mind its rate limit (the upstream
+    /// pool's limiter applies to every request).
+    #[must_use]
+    pub fn with_fetch_concurrency(mut self, n: usize) -> Self {
+        self.fetch_concurrency = n.max(1);
+        self
+    }
+
+    /// Up to `n` fetched ranges written at once by [`HistoryWorker::drain`], each in
+    /// its own transaction on its own connection (default 1; 1 to
+    /// [`MAX_WRITE_CONCURRENCY`]). Writing is where a range's time goes (index
+    /// maintenance in PostgreSQL), so a second writer lets one process use more than one
+    /// database core; the pool needs `n` + 1 connections.
+    #[must_use]
+    pub fn with_write_concurrency(mut self, n: usize) -> Self {
+        self.write_concurrency = n.clamp(1, MAX_WRITE_CONCURRENCY);
+        self
+    }
+
+    /// The span of the next `eth_getLogs` shrinks (proportionally) when an answer had
+    /// more than `n` logs, and doubles (up to [`HistoryConfig::max_span`]) only when an
+    /// answer had at most `n / 2`; 0 turns this off (always double on success).
+    /// Default [`DEFAULT_TARGET_LOGS_PER_REQUEST`]: nodes encode big answers slowly,
+    /// and small ones spread over concurrent requests.
+    #[must_use]
+    pub fn with_target_logs_per_request(mut self, n: u64) -> Self {
+        self.target_logs = n;
+        self
     }
 
     /// Claims, works and completes one range. `None` when no range is claimable.
@@ -243,6 +305,73 @@ impl HistoryWorker {
             Some(lease) => Ok(Some(self.work(&lease).await?)),
             None => Ok(None),
         }
+    }
+
+    /// Claims, works and completes ranges until none is claimable, pipelined: while
+    /// one range is written (its rows, projections and completion in one
+    /// transaction, fenced by its attempt as in [`HistoryWorker::work`]), the next one
+    /// is claimed and fetched, its lease renewed until its write begins. Ranges that
+    /// contracts discovered on the way schedule are drained too. Returns the completed
+    /// ranges.
+    ///
+    /// # Errors
+    /// The first error of a fetch or a write (as [`HistoryWorker::work`]); the ranges
+    /// then claimed but not completed stay leased and are offered again when their
+    /// leases expire. Nothing of an uncompleted range is committed.
+    pub async fn drain(&self) -> Result<Vec<RangeDone>> {
+        let mut all = Vec::new();
+        loop {
+            let done = self.drain_pass().await?;
+            if done.is_empty() {
+                return Ok(all);
+            }
+            all.extend(done);
+        }
+    }
+
+    /// One pipelined pass: a fetcher claims and fetches ranges until none is
+    /// claimable, handing each to the writers through a channel of one.
+    async fn drain_pass(&self) -> Result<Vec<RangeDone>> {
+        let (send, recv) = tokio::sync::mpsc::channel::<(RangeLease, Fetched)>(1);
+        let recv = tokio::sync::Mutex::new(recv);
+        let fetcher = async move {
+            while let Some(lease) = self.claim().await? {
+                let send = &send;
+                let fetch_and_hand_over = async {
+                    let t0 = std::time::Instant::now();
+                    let fetched = self.fetch_all(&lease).await?;
+                    tracing::debug!(target: "keel::index::history", from = lease.from_block, logs = fetched.batch.log_rows(), ms = t0.elapsed().as_millis() as u64, "range fetched");
+                    send.send((lease.clone(), fetched))
+                        .await
+                        .map_err(|_| IndexError::Interrupted)
+                };
+                // Renewed while fetched and while waiting for the writer.
+                self.while_renewing(&lease, fetch_and_hand_over).await?;
+            }
+            Ok::<(), IndexError>(())
+        };
+        let writer = |i: usize| {
+            let recv = &recv;
+            async move {
+                let mut done = Vec::new();
+                if i >= self.write_concurrency {
+                    return Ok::<_, IndexError>(done);
+                }
+                loop {
+                    let next = recv.lock().await.recv().await;
+                    let Some((lease, fetched)) = next else {
+                        return Ok(done);
+                    };
+                    let t0 = std::time::Instant::now();
+                    done.push(self.complete(&lease, fetched).await?);
+                    tracing::debug!(target: "keel::index::history", from = lease.from_block, writer = i, ms = t0.elapsed().as_millis() as u64, "range written");
+                }
+            }
+        };
+        let ((), mut done, d1, d2, d3) =
+            tokio::try_join!(fetcher, writer(0), writer(1), writer(2), writer(3))?;
+        done.extend(d1.into_iter().chain(d2).chain(d3));
+        Ok(done)
     }
 
     /// Claims the lowest claimable range of the node's chain (pending, or running with
@@ -299,14 +428,25 @@ impl HistoryWorker {
     /// [`IndexError::Store`].
     #[tracing::instrument(target = "keel::index::history", skip_all, fields(chain = %lease.chain, from = lease.from_block, to = lease.to_block))]
     pub async fn work(&self, lease: &RangeLease) -> Result<RangeDone> {
-        let chain = lease.chain;
         // Fetching can take longer than the lease: renew it (fenced by the attempt)
         // while the fetch runs. A lost lease drops the fetch and commits nothing. The
         // renewal stops before the write transaction, which locks the range row (so a
         // claimer skips it) until the completion commits.
-        let (logs, kinds, discovered, splits) =
-            self.while_renewing(lease, self.fetch_all(lease)).await?;
+        let fetched = self.while_renewing(lease, self.fetch_all(lease)).await?;
+        self.complete(lease, fetched).await
+    }
 
+    /// Writes a fetched range: its completion (guarded by the attempt; first, so the
+    /// range row stays locked until the commit), scheduled gaps for discovered
+    /// contracts, the rows and the discovered scope, in one transaction.
+    async fn complete(&self, lease: &RangeLease, fetched: Fetched) -> Result<RangeDone> {
+        let chain = lease.chain;
+        let Fetched {
+            batch,
+            discovered,
+            splits,
+        } = fetched;
+        let logs = batch.log_rows();
         let c = chain_i64(chain);
         let mut tx = self.db.begin().await?;
         let done = sqlx::query(
@@ -316,7 +456,7 @@ impl HistoryWorker {
         )
         .bind(lease.id)
         .bind(lease.attempt)
-        .bind(to_i64(logs.len() as u64))
+        .bind(to_i64(logs))
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() != 1 {
@@ -364,7 +504,7 @@ impl HistoryWorker {
                 gaps.push((planned_end + 1, tip));
             }
         }
-        write_logs(&mut tx, c, &logs, &kinds).await?;
+        write_batch(&mut tx, c, &batch).await?;
         for (address, kind, block) in &discovered {
             sqlx::query(
                 "INSERT INTO index_scope (chain_id, address, kind, from_block, discovered_at_block)
@@ -392,20 +532,21 @@ impl HistoryWorker {
         }
         tx.commit().await?;
         metrics::counter!("keel_index_history_logs_total", "chain_id" => chain.get().to_string())
-            .increment(logs.len() as u64);
+            .increment(logs);
         Ok(RangeDone {
             from_block: lease.from_block,
             to_block: lease.to_block,
-            logs: logs.len() as u64,
+            logs,
             splits,
         })
     }
 
     /// The range's logs (the scope's, and those of contracts announced inside the
-    /// range from their announcing block on), with the scope's kinds, the discovered
-    /// contracts and the span splits.
+    /// range from their announcing block on), encoded for the bulk write, with the
+    /// discovered contracts and the span splits.
     async fn fetch_all(&self, lease: &RangeLease) -> Result<Fetched> {
         let chain = lease.chain;
+        let c = chain_i64(chain);
         let scope = live_scope(&self.db, chain).await?;
         let mut kinds: HashMap<Address, ScopeKind> =
             scope.iter().map(|e| (e.address, e.kind)).collect();
@@ -417,33 +558,54 @@ impl HistoryWorker {
                 .map(|e| e.address)
                 .collect(),
         };
-        let mut discovered: Vec<(Address, ScopeKind, u64)> = Vec::new();
+        let mut discovered: Vec<Announced> = Vec::new();
         let mut splits = 0;
-        let mut logs = if addresses.is_empty() {
-            Vec::new()
-        } else {
-            self.fetch_range(
-                chain,
-                lease.from_block,
-                lease.to_block,
-                &addresses,
-                &mut splits,
-            )
-            .await?
-        };
-        // Contracts announced in this range: fetch them from their announcing block on.
-        let mut pending = self.discover(&logs, &mut kinds, &mut discovered);
-        while let Some((address, block)) = pending.pop() {
-            let more = self
-                .fetch_range(chain, block, lease.to_block, &[address], &mut splits)
+        let mut batch = Batch::default();
+        let mut announced = Vec::new();
+        if !addresses.is_empty() {
+            let (b, a) = self
+                .fetch_range(
+                    c,
+                    lease.from_block,
+                    lease.to_block,
+                    addresses,
+                    Arc::new(kinds.clone()),
+                    &mut splits,
+                )
                 .await?;
-            pending.extend(self.discover(&more, &mut kinds, &mut discovered));
-            logs.extend(more);
+            batch.append(b);
+            announced = a;
         }
-        logs.sort_by_key(|l| (l.block_number, l.log_index));
-        logs.dedup_by_key(|l| (l.block_number, l.log_index));
-
-        Ok((logs, kinds, discovered, splits))
+        // Contracts announced in this range: fetch them from their announcing block on
+        // (earliest announcement first).
+        loop {
+            announced.sort_by_key(|(_, _, block)| std::cmp::Reverse(*block));
+            let Some((address, kind, block)) = announced.pop() else {
+                break;
+            };
+            if kinds.contains_key(&address) {
+                continue;
+            }
+            kinds.insert(address, kind);
+            discovered.push((address, kind, block));
+            let (b, a) = self
+                .fetch_range(
+                    c,
+                    block,
+                    lease.to_block,
+                    vec![address],
+                    Arc::new(kinds.clone()),
+                    &mut splits,
+                )
+                .await?;
+            batch.append(b);
+            announced.extend(a);
+        }
+        Ok(Fetched {
+            batch,
+            discovered,
+            splits,
+        })
     }
 
     /// Runs `fetch` while renewing `lease` every third of the configured lease. A
@@ -509,90 +671,148 @@ impl HistoryWorker {
         }
     }
 
-    /// Logs of `addresses` over `[from, to]`, in `eth_getLogs` spans that halve on a
-    /// "range too large" answer and double back (up to `max_span`) on success.
+    /// Logs of `addresses` over `[from, to]`, encoded, with the contracts they
+    /// announce. Up to `fetch_concurrency` `eth_getLogs` spans are in flight, each in
+    /// its own task that also decodes and encodes its answer. A span answered "range
+    /// too large" is split in halves (and the worker's span halves); the span adapts
+    /// to the answers' sizes (see [`HistoryWorker::with_target_logs_per_request`]).
     async fn fetch_range(
         &self,
-        chain: ChainId,
+        chain: i64,
         from: u64,
         to: u64,
-        addresses: &[Address],
+        addresses: Vec<Address>,
+        kinds: Arc<HashMap<Address, ScopeKind>>,
         splits: &mut u64,
-    ) -> Result<Vec<Log>> {
-        let mut logs = Vec::new();
-        let mut start = from;
-        while start <= to {
-            let span = self.span.load(Ordering::Relaxed).max(1);
-            let end = start.saturating_add(span - 1).min(to);
-            match self.get_logs(start, end, addresses).await {
-                Ok(l) => {
-                    logs.extend(l);
-                    let grown = span.saturating_mul(2).min(self.config.max_span);
-                    self.span.store(grown, Ordering::Relaxed);
-                    start = end + 1;
+    ) -> Result<(Batch, Vec<Announced>)> {
+        let addresses = Arc::new(addresses);
+        let mut batch = Batch::default();
+        let mut announced = Vec::new();
+        let mut retry: VecDeque<(u64, u64)> = VecDeque::new();
+        let mut next = Some(from).filter(|f| *f <= to);
+        let mut tasks: JoinSet<(u64, u64, Result<Chunk>)> = JoinSet::new();
+        loop {
+            while tasks.len() < self.fetch_concurrency {
+                let (start, end) = if let Some(r) = retry.pop_front() {
+                    r
+                } else if let Some(start) = next {
+                    let span = self.span.load(Ordering::Relaxed).max(1);
+                    let end = start.saturating_add(span - 1).min(to);
+                    next = end.checked_add(1).filter(|n| *n <= to);
+                    (start, end)
+                } else {
+                    break;
+                };
+                let node = self.node.clone();
+                let addresses = addresses.clone();
+                let kinds = kinds.clone();
+                let retries = self.config.retries;
+                tasks.spawn(async move {
+                    let out = match get_logs(&node, retries, start, end, &addresses).await {
+                        Ok(logs) => encode_chunk(chain, &logs, &kinds),
+                        Err(e) => Err(e),
+                    };
+                    (start, end, out)
+                });
+            }
+            let Some(joined) = tasks.join_next().await else {
+                break;
+            };
+            let (start, end, out) = match joined {
+                Ok(j) => j,
+                Err(e) => match e.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    Err(_) => return Err(IndexError::Interrupted),
+                },
+            };
+            match out {
+                Ok(chunk) => {
+                    self.adapt_span(end - start + 1, chunk.logs);
+                    batch.append(chunk.batch);
+                    announced.extend(chunk.announced);
                 }
                 Err(IndexError::Chain(ChainError::Node { error, .. }))
                     if error.kind == NodeErrorKind::RangeTooLarge && end > start =>
                 {
-                    self.span
-                        .store((end - start).div_ceil(2).max(1), Ordering::Relaxed);
+                    let half = (end - start).div_ceil(2).max(1);
+                    self.span.fetch_min(half, Ordering::Relaxed);
+                    let mid = start + half - 1;
+                    retry.push_front((mid + 1, end));
+                    retry.push_front((start, mid));
                     *splits += 1;
-                    metrics::counter!("keel_index_history_span_splits_total", "chain_id" => chain.get().to_string()).increment(1);
+                    metrics::counter!("keel_index_history_span_splits_total", "chain_id" => chain.to_string()).increment(1);
                 }
                 Err(e) => return Err(e),
             }
         }
-        Ok(logs)
+        Ok((batch, announced))
     }
 
-    /// New contracts announced by `logs`, with the block that announced them.
-    fn discover(
-        &self,
-        logs: &[Log],
-        kinds: &mut HashMap<Address, ScopeKind>,
-        discovered: &mut Vec<(Address, ScopeKind, u64)>,
-    ) -> Vec<(Address, u64)> {
-        let mut out = Vec::new();
-        for log in logs {
-            let Some(kind) = kinds.get(&log.inner.address).copied() else {
-                continue;
-            };
-            if let Some((address, new_kind)) = decode(kind, log).and_then(|p| p.discovers())
-                && !kinds.contains_key(&address)
-            {
-                let block = log.block_number.unwrap_or(0);
-                kinds.insert(address, new_kind);
-                discovered.push((address, new_kind, block));
-                out.push((address, block));
-            }
-        }
-        out
+    /// The next span after an answer of `logs` logs for `span` blocks.
+    fn adapt_span(&self, span: u64, logs: u64) {
+        let target = self.target_logs;
+        let next = if target > 0 && logs > target {
+            (u128::from(span) * u128::from(target) / u128::from(logs)) as u64
+        } else if target == 0 || logs.saturating_mul(2) <= target {
+            span.saturating_mul(2)
+        } else {
+            span
+        };
+        self.span
+            .store(next.clamp(1, self.config.max_span), Ordering::Relaxed);
     }
+}
 
-    /// `eth_getLogs` over `[from, to]` for `addresses`, retrying rate limits and
-    /// transport failures with backoff.
-    async fn get_logs(&self, from: u64, to: u64, addresses: &[Address]) -> Result<Vec<Log>> {
-        let filter = serde_json::json!({
-            "fromBlock": format!("0x{from:x}"),
-            "toBlock": format!("0x{to:x}"),
-            "address": addresses,
-        });
-        let mut delay = Duration::from_millis(200);
-        let mut attempt = 0;
-        loop {
-            match self
-                .node
-                .request::<_, Vec<Log>>("eth_getLogs", vec![filter.clone()])
-                .await
-            {
-                Ok(l) => return Ok(l),
-                Err(e) if e.is_retryable() && attempt < self.config.retries => {
-                    attempt += 1;
-                    tokio::time::sleep(delay).await;
-                    delay = delay.saturating_mul(2);
-                }
-                Err(e) => return Err(e.into()),
+/// Encodes one span's logs for the bulk write and lists the contracts they announce
+/// (factory events only are decoded for that).
+fn encode_chunk(chain: i64, logs: &[Log], kinds: &HashMap<Address, ScopeKind>) -> Result<Chunk> {
+    let batch = Batch::encode(chain, logs, kinds)?;
+    let announced = logs
+        .iter()
+        .filter_map(|log| {
+            let kind = *kinds.get(&log.inner.address)?;
+            if !matches!(kind, ScopeKind::AssetFactory | ScopeKind::PriceFeedFactory) {
+                return None;
             }
+            let (address, new_kind) = decode(kind, log)?.discovers()?;
+            Some((address, new_kind, log.block_number.unwrap_or(0)))
+        })
+        .collect();
+    Ok(Chunk {
+        batch,
+        announced,
+        logs: logs.len() as u64,
+    })
+}
+
+/// `eth_getLogs` over `[from, to]` for `addresses`, retrying rate limits and
+/// transport failures with backoff (`retries` times, 200 ms apart, doubling).
+async fn get_logs(
+    node: &UpstreamPool,
+    retries: u32,
+    from: u64,
+    to: u64,
+    addresses: &[Address],
+) -> Result<Vec<Log>> {
+    let filter = serde_json::json!({
+        "fromBlock": format!("0x{from:x}"),
+        "toBlock": format!("0x{to:x}"),
+        "address": addresses,
+    });
+    let mut delay = Duration::from_millis(200);
+    let mut attempt = 0;
+    loop {
+        match node
+            .request::<_, Vec<Log>>("eth_getLogs", vec![filter.clone()])
+            .await
+        {
+            Ok(l) => return Ok(l),
+            Err(e) if e.is_retryable() && attempt < retries => {
+                attempt += 1;
+                tokio::time::sleep(delay).await;
+                delay = delay.saturating_mul(2);
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }

@@ -19,7 +19,11 @@
 //!   above it is deleted before re-ingesting. A reorg deeper than the window is
 //!   [`IndexError::ReorgTooDeep`] (fatal, metric `keel_index_reorg_too_deep_total`).
 //! - Projections (all rows carry chain, block number, block hash, tx hash, log index;
-//!   inserts are idempotent on `(chain_id, block_hash, log_index)`):
+//!   inserts are idempotent on `(chain_id, block_hash, log_index)`; bulk rows of a
+//!   history range or a big block are written with binary `COPY`, straight into the
+//!   tables or, when some are already stored, through temporary staging tables and one
+//!   `INSERT … SELECT … ON CONFLICT DO NOTHING` per table; small batches with one
+//!   `UNNEST` insert per table):
 //!   `index_transfer` (ERC-20 `Transfer` of asset tokens), `index_balance` (a **view**
 //!   computed on read from transfers, so rollback never has to reverse balances),
 //!   `index_asset` (`AssetCreated`), `index_observation` (`AnswerUpdated`),
@@ -40,7 +44,8 @@
 //!   ranges ([`plan_history`], `index_range`); any replica's [`HistoryWorker`] claims
 //!   one (`FOR UPDATE SKIP LOCKED`, lease with expiry, attempt + 1 in the same
 //!   statement), fetches logs with adaptive `eth_getLogs` spans (halve on "range too
-//!   large", double back on success; retry rate limits and transport failures), and
+//!   large", shrink toward ~1,000 logs per answer, double back on success; retry rate
+//!   limits and transport failures), and
 //!   writes the rows together with a completion guarded by its attempt, so a worker
 //!   whose lease expired and was re-claimed commits nothing ([`IndexError::LeaseLost`]).
 //!   While it fetches, a worker renews its lease every third of the lease, fenced by
@@ -50,6 +55,15 @@
 //!   Contracts discovered inside a range get address-only ranges for the spans that will
 //!   not see the new scope (ranges above already claimed or completed, tip blocks above
 //!   the planned history).
+//!   [`HistoryWorker::drain`] pipelines: the next range is claimed and fetched while
+//!   earlier ones are written (by up to [`HistoryWorker::with_write_concurrency`]
+//!   writers); within a range, [`HistoryWorker::with_fetch_concurrency`] `eth_getLogs`
+//!   spans are in flight, each decoded and encoded for `COPY` in its own task, and the
+//!   span adapts to the answers' sizes
+//!   ([`HistoryWorker::with_target_logs_per_request`]).
+//! - [`TipIngest::wait_for_new_head`]: between steps, watch the head with
+//!   `eth_blockNumber` only, so a new block is stepped on within milliseconds while the
+//!   full step (with its reorg check of the stored tip) still runs every poll interval.
 //!
 //! ## Metrics (history)
 //! `keel_index_history_logs_total`, `keel_index_history_span_splits_total`,
@@ -59,13 +73,16 @@
 //! ## Benchmark
 //! `cargo bench -p keel-index --bench index` (`benches/index.rs`; figures and the
 //! Ponder peer in `benches/README.md`): historical catch-up events/s with 1 and 3
-//! history workers, tip-ingest events/s, tip latency p50/p99 at 1 s blocks.
+//! indexer processes, tip-ingest events/s, tip latency p50/p99 on an Anvil with
+//! `--block-time 1`.
 //!
 //! ## Not yet built
-//! - Binary `COPY` writes: ingest writes with multi-row `UNNEST` inserts (one statement
-//!   per table per block or range), not `COPY`.
-//! - The issue's performance targets are not met (≥ 10× Ponder's backfill rate; tip
-//!   latency p50 under 100 ms at the default 500 ms poll); see `benches/README.md`.
+//! - `keel run`'s indexer loop (crate `keel`) still calls [`HistoryWorker::run_once`]
+//!   with the defaults (one `eth_getLogs` in flight, no pipelining) and sleeps its poll
+//!   interval between tip steps; switching it to [`HistoryWorker::drain`] with a fetch
+//!   concurrency and to [`TipIngest::wait_for_new_head`] is a change in that crate.
+//! - Whether the ≥ 10× Ponder target holds depends on the run; see
+//!   `benches/README.md`.
 //!
 //! The `keel` binary's indexer role plans history ([`plan_history`]) below the settled
 //! height before a chain's first tip block and starts the tip above it; every replica

@@ -253,6 +253,34 @@ impl TipIngest {
         Ok(out)
     }
 
+    /// Waits until the node's head is above `tip`, asking only `eth_blockNumber` every
+    /// `every` (no database work), for at most `max_wait`. Returns the last head seen.
+    ///
+    /// A follow loop calls this between [`TipIngest::step`]s once caught up, with
+    /// `max_wait` = its poll interval: a new block is then stepped on within `every` of
+    /// its appearance, while a full step (which also re-verifies the stored tip, so a
+    /// same-height reorg is caught) still runs at least once per poll interval.
+    ///
+    /// # Errors
+    /// [`IndexError::Chain`] when the head cannot be read.
+    pub async fn wait_for_new_head(
+        &self,
+        tip: Option<u64>,
+        max_wait: std::time::Duration,
+        every: std::time::Duration,
+    ) -> Result<u64> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let every = every.max(std::time::Duration::from_millis(1));
+        loop {
+            let head = self.node.block_number().await?;
+            let now = tokio::time::Instant::now();
+            if tip.is_none_or(|t| head > t) || now >= deadline {
+                return Ok(head);
+            }
+            tokio::time::sleep_until((now + every).min(deadline)).await;
+        }
+    }
+
     async fn load_scope(&self) -> Result<HashMap<Address, (ScopeKind, u64)>> {
         Ok(live_scope(&self.db, self.chain)
             .await?

@@ -1,29 +1,253 @@
 //! Bulk writes of raw logs and their projections (shared by tip ingest and history).
-//! Every insert is idempotent on `(chain_id, block_hash, log_index)`, so a block
-//! written twice (tip and history meeting, a range redone after a lease expiry) is
-//! stored once.
+//!
+//! Rows are encoded for PostgreSQL's binary `COPY` ([`Batch::encode`], pure CPU, so
+//! it runs where the logs are fetched, off the writer's path), streamed with `COPY`
+//! into per-connection temporary staging tables (`keel_stage_log`,
+//! `keel_stage_transfer`, `ON COMMIT DELETE ROWS`) and moved into the real tables with
+//! one `INSERT … SELECT … ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING`
+//! per table, inside the caller's transaction. Every write is therefore idempotent on
+//! `(chain_id, block_hash, log_index)`: a block written twice (tip and history
+//! meeting, a range redone after a lease expiry) is stored once.
+//!
+//! The rare projections (assets, observations, directory entries, pauses, staleness
+//! bounds) are inserted row by row after the bulk rows.
 
 use crate::decode::{Projection, decode};
 use crate::scope::{ScopeKind, to_i64};
 use crate::{IndexError, Result};
-use alloy::primitives::{Address, B256};
+use alloy::primitives::{Address, B256, U256};
 use alloy::rpc::types::Log;
 use alloy::sol_types::SolEvent;
 use keel_abi::bindings::Directory;
-use sqlx::PgConnection;
+use sqlx::postgres::PgArgumentBuffer;
+use sqlx::{Encode, PgConnection, Postgres};
 use std::collections::{BTreeSet, HashMap};
 
-/// Writes `logs` (each carrying its block number, block hash, tx hash and log index)
-/// and the projections of those emitted by contracts in `kinds`.
+/// Signature of PostgreSQL's binary `COPY` format, flags and header extension length.
+const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+/// The binary `COPY` trailer: a tuple with field count -1.
+const COPY_TRAILER: &[u8] = &(-1_i16).to_be_bytes();
+
+/// Columns of `index_log`, in the order of the encoded tuples.
+const LOG_COLUMNS: &str =
+    "chain_id, block_number, block_hash, log_index, tx_hash, address, topics, data";
+/// Columns of `index_transfer`, in the order of the encoded tuples.
+const TRANSFER_COLUMNS: &str = "chain_id, block_number, block_hash, log_index, tx_hash, token, from_address, to_address, value";
+
+/// A projection row other than a transfer, with its position.
+type Other = (i64, B256, i64, B256, Projection);
+
+/// Logs and their projections encoded for binary `COPY` (tuples only; the header and
+/// trailer are added when written). Built where logs are fetched; batches of the same
+/// chain can be merged with [`Batch::append`].
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    /// Encoded `index_log` tuples, in chunks as they were encoded.
+    logs: Vec<Vec<u8>>,
+    log_rows: u64,
+    /// Encoded `index_transfer` tuples.
+    transfers: Vec<Vec<u8>>,
+    transfer_rows: u64,
+    /// Projections written row by row.
+    others: Vec<Other>,
+}
+
+/// A binary `COPY` tuple being built in a buffer whose field contents are encoded by
+/// sqlx's own PostgreSQL encoders (`Encode<Postgres>`, the same bytes it sends as bind
+/// parameters); this module adds only the framing (field count, field lengths).
+struct Tuples {
+    buf: PgArgumentBuffer,
+}
+
+impl Tuples {
+    fn new() -> Self {
+        Self {
+            buf: PgArgumentBuffer::default(),
+        }
+    }
+
+    /// Starts a tuple of `fields` fields.
+    fn start(&mut self, fields: i16) {
+        self.buf.extend_from_slice(&fields.to_be_bytes());
+    }
+
+    /// One non-null field encoded by sqlx.
+    fn field<'q, T: Encode<'q, Postgres>>(&mut self, value: &T) -> Result<()> {
+        let at = self.buf.len();
+        self.buf.extend_from_slice(&[0; 4]);
+        let null = value
+            .encode_by_ref(&mut self.buf)
+            .map_err(|_| IndexError::Encode)?;
+        let len = match null {
+            sqlx::encode::IsNull::Yes => {
+                self.buf.truncate(at + 4);
+                -1
+            }
+            sqlx::encode::IsNull::No => {
+                i32::try_from(self.buf.len() - at - 4).map_err(|_| IndexError::Encode)?
+            }
+        };
+        self.buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        Ok(())
+    }
+
+    /// One `NUMERIC` field holding a non-negative integer (PostgreSQL's binary numeric:
+    /// digit count, weight, sign, display scale, then base-10000 digits, most
+    /// significant first). sqlx encodes NUMERIC only with its `bigdecimal` or
+    /// `rust_decimal` features (and the latter stops at 96 bits); the base-10000
+    /// digits come from `ruint`'s `to_base_le`.
+    fn numeric(&mut self, value: U256) -> Result<()> {
+        let mut digits: Vec<i16> = value
+            .to_base_le(10_000)
+            .map(|d| i16::try_from(d).unwrap_or(0))
+            .collect();
+        while digits.last() == Some(&0) {
+            digits.pop(); // leading zeros (none expected)
+        }
+        // Weight: the power of 10000 of the most significant digit.
+        let weight =
+            i16::try_from(digits.len().saturating_sub(1)).map_err(|_| IndexError::Encode)?;
+        digits.reverse();
+        while digits.last() == Some(&0) {
+            digits.pop(); // trailing zeros are implied by the weight
+        }
+        let n = i16::try_from(digits.len()).map_err(|_| IndexError::Encode)?;
+        let len = 8 + 2 * i32::from(n);
+        self.buf.extend_from_slice(&len.to_be_bytes());
+        self.buf.extend_from_slice(&n.to_be_bytes());
+        self.buf
+            .extend_from_slice(&(if n == 0 { 0 } else { weight }).to_be_bytes());
+        self.buf.extend_from_slice(&0_u16.to_be_bytes()); // sign: positive
+        self.buf.extend_from_slice(&0_i16.to_be_bytes()); // display scale
+        for d in digits {
+            self.buf.extend_from_slice(&d.to_be_bytes());
+        }
+        Ok(())
+    }
+
+    fn into_bytes(mut self) -> Vec<u8> {
+        let inner: &mut Vec<u8> = &mut self.buf;
+        std::mem::take(inner)
+    }
+}
+
+impl Batch {
+    /// Encodes `logs` (each carrying its block number, block hash, tx hash and log
+    /// index) of `chain` and the projections of those emitted by contracts in `kinds`.
+    ///
+    /// # Errors
+    /// [`IndexError::Inconsistent`] for a log without position; [`IndexError::Encode`].
+    pub(crate) fn encode(
+        chain: i64,
+        logs: &[Log],
+        kinds: &HashMap<Address, ScopeKind>,
+    ) -> Result<Self> {
+        let mut log_tuples = Tuples::new();
+        let mut transfer_tuples = Tuples::new();
+        let mut out = Self::default();
+        for log in logs {
+            let (Some(number), Some(hash), Some(idx), Some(txh)) = (
+                log.block_number,
+                log.block_hash,
+                log.log_index,
+                log.transaction_hash,
+            ) else {
+                return Err(IndexError::Inconsistent {
+                    chain: keel_units::ChainId(u64::try_from(chain).unwrap_or(0)),
+                    number: log.block_number.unwrap_or(0),
+                    reason: "a log lacks its block, transaction or index",
+                });
+            };
+            let (number, idx) = (to_i64(number), to_i64(idx));
+            let topics: Vec<&[u8]> = log
+                .inner
+                .data
+                .topics()
+                .iter()
+                .map(|t| t.as_slice())
+                .collect();
+            let t = &mut log_tuples;
+            t.start(8);
+            t.field(&chain)?;
+            t.field(&number)?;
+            t.field(&hash.as_slice())?;
+            t.field(&idx)?;
+            t.field(&txh.as_slice())?;
+            t.field(&log.inner.address.as_slice())?;
+            t.field(&topics)?;
+            t.field(&log.inner.data.data.as_ref())?;
+            out.log_rows += 1;
+            match kinds.get(&log.inner.address).and_then(|k| decode(*k, log)) {
+                Some(Projection::Transfer {
+                    token,
+                    from,
+                    to,
+                    value,
+                }) => {
+                    let t = &mut transfer_tuples;
+                    t.start(9);
+                    t.field(&chain)?;
+                    t.field(&number)?;
+                    t.field(&hash.as_slice())?;
+                    t.field(&idx)?;
+                    t.field(&txh.as_slice())?;
+                    t.field(&token.as_slice())?;
+                    t.field(&from.as_slice())?;
+                    t.field(&to.as_slice())?;
+                    t.numeric(value)?;
+                    out.transfer_rows += 1;
+                }
+                Some(p) => out.others.push((number, hash, idx, txh, p)),
+                None => {}
+            }
+        }
+        if out.log_rows > 0 {
+            out.logs.push(log_tuples.into_bytes());
+        }
+        if out.transfer_rows > 0 {
+            out.transfers.push(transfer_tuples.into_bytes());
+        }
+        Ok(out)
+    }
+
+    /// Moves the rows of `other` into this batch.
+    pub(crate) fn append(&mut self, other: Self) {
+        self.logs.extend(other.logs);
+        self.log_rows += other.log_rows;
+        self.transfers.extend(other.transfers);
+        self.transfer_rows += other.transfer_rows;
+        self.others.extend(other.others);
+    }
+
+    /// Raw log rows in the batch (duplicates included).
+    pub(crate) fn log_rows(&self) -> u64 {
+        self.log_rows
+    }
+}
+
+/// Below this many logs, [`write_logs`] inserts with one `UNNEST` statement per table
+/// instead of `COPY`: a statement is one message, while a `COPY` is three, and without
+/// `TCP_NODELAY` (sqlx 0.9 does not set it) a small `COPY`'s last message can wait for
+/// the server's delayed ACK (~40 ms on Linux): too slow for a tip block.
+pub(crate) const COPY_MIN_ROWS: usize = 2_000;
+
+/// Writes `logs` and the projections of those emitted by contracts in `kinds`:
+/// small batches (fewer than [`COPY_MIN_ROWS`] logs, e.g. one tip block) with `UNNEST`
+/// inserts, bigger ones with [`Batch::encode`] then [`write_batch`]. Both are
+/// idempotent on `(chain_id, block_hash, log_index)`.
 ///
 /// # Errors
-/// [`IndexError::Store`]; [`IndexError::Inconsistent`] for a log without position.
+/// As [`Batch::encode`] and [`write_batch`].
 pub(crate) async fn write_logs(
     tx: &mut PgConnection,
     chain: i64,
     logs: &[Log],
     kinds: &HashMap<Address, ScopeKind>,
 ) -> Result<()> {
+    if logs.len() >= COPY_MIN_ROWS {
+        let batch = Batch::encode(chain, logs, kinds)?;
+        return write_batch(tx, chain, &batch).await;
+    }
     let n = logs.len();
     let (mut block_number, mut block_hash, mut log_index, mut tx_hash) = (
         Vec::with_capacity(n),
@@ -96,7 +320,7 @@ pub(crate) async fn write_logs(
 
     // Transfers (the bulk of the rows) go in one UNNEST insert; the rest row by row.
     let mut transfers = TransferColumns::default();
-    let mut touched_names: BTreeSet<(Address, B256)> = BTreeSet::new();
+    let mut others: Vec<Other> = Vec::new();
     for (number, hash, idx, txh, p) in projections {
         if let Projection::Transfer {
             token,
@@ -113,8 +337,169 @@ pub(crate) async fn write_logs(
             transfers.from.push(from.to_vec());
             transfers.to.push(to.to_vec());
             transfers.value.push(value.to_string());
-            continue;
+        } else {
+            others.push((number, hash, idx, txh, p));
         }
+    }
+    if !transfers.block_number.is_empty() {
+        sqlx::query(
+            "INSERT INTO index_transfer (chain_id, block_number, block_hash, log_index, tx_hash,
+                token, from_address, to_address, value)
+             SELECT $1, u.n, u.h, u.i, u.t, u.token, u.f, u.r, u.v::numeric
+             FROM unnest($2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6::bytea[],
+                         $7::bytea[], $8::bytea[], $9::text[]) AS u(n, h, i, t, token, f, r, v)
+             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
+        )
+        .bind(chain)
+        .bind(&transfers.block_number)
+        .bind(&transfers.block_hash)
+        .bind(&transfers.log_index)
+        .bind(&transfers.tx_hash)
+        .bind(&transfers.token)
+        .bind(&transfers.from)
+        .bind(&transfers.to)
+        .bind(&transfers.value)
+        .execute(&mut *tx)
+        .await?;
+    }
+    write_others(tx, chain, &others).await
+}
+
+/// Creates this connection's staging tables unless they exist (temporary tables live
+/// as long as the pooled connection; `ON COMMIT DELETE ROWS` empties them at every
+/// commit, and a rollback discards their rows with everything else).
+const CREATE_STAGING: &str = "DO $$ BEGIN
+    IF to_regclass('pg_temp.keel_stage_log') IS NULL THEN
+        CREATE TEMP TABLE keel_stage_log (LIKE index_log) ON COMMIT DELETE ROWS;
+    END IF;
+    IF to_regclass('pg_temp.keel_stage_transfer') IS NULL THEN
+        CREATE TEMP TABLE keel_stage_transfer (LIKE index_transfer) ON COMMIT DELETE ROWS;
+    END IF;
+END $$";
+
+/// Streams `chunks` (encoded tuples) into `table` with one binary `COPY`, as a single
+/// `CopyData` message: sqlx 0.9 does not set `TCP_NODELAY`, so every further small
+/// message of the copy would wait for the server's delayed ACK (~40 ms on Linux).
+async fn copy_in(
+    tx: &mut PgConnection,
+    table: &str,
+    columns: &str,
+    chunks: &[Vec<u8>],
+) -> std::result::Result<(), sqlx::Error> {
+    let statement = format!("COPY {table} ({columns}) FROM STDIN (FORMAT binary)");
+    let len = COPY_HEADER.len() + chunks.iter().map(Vec::len).sum::<usize>() + COPY_TRAILER.len();
+    let mut data = Vec::with_capacity(len);
+    data.extend_from_slice(COPY_HEADER);
+    for chunk in chunks {
+        data.extend_from_slice(chunk);
+    }
+    data.extend_from_slice(COPY_TRAILER);
+    let mut copy = tx.copy_in_raw(&statement).await?;
+    copy.send(data).await?;
+    copy.finish().await?;
+    Ok(())
+}
+
+/// Writes `batch` inside the caller's transaction, then the other projections row by
+/// row, then directory-entry removal stamps.
+///
+/// The bulk rows are first copied straight into `index_log` and `index_transfer`
+/// (binary `COPY`, inside a savepoint): the common case, where none of them is stored
+/// yet. If any is (a unique violation on `(chain_id, block_hash, log_index)`: tip and
+/// history meeting, a range redone), the savepoint is rolled back and the batch goes
+/// through the staging tables instead: one `COPY` and one
+/// `INSERT … SELECT … ON CONFLICT DO NOTHING` per table, which stores only the rows
+/// that are missing.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub(crate) async fn write_batch(tx: &mut PgConnection, chain: i64, batch: &Batch) -> Result<()> {
+    if batch.log_rows > 0 || batch.transfer_rows > 0 {
+        sqlx::raw_sql("SAVEPOINT keel_index_bulk")
+            .execute(&mut *tx)
+            .await?;
+        match copy_direct(tx, batch).await {
+            Ok(()) => {
+                sqlx::raw_sql("RELEASE SAVEPOINT keel_index_bulk")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            Err(e) if is_unique_violation(&e) => {
+                sqlx::raw_sql(
+                    "ROLLBACK TO SAVEPOINT keel_index_bulk; RELEASE SAVEPOINT keel_index_bulk",
+                )
+                .execute(&mut *tx)
+                .await?;
+                metrics::counter!("keel_index_bulk_staged_total", "chain_id" => chain.to_string())
+                    .increment(1);
+                copy_staged(tx, batch).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    write_others(tx, chain, &batch.others).await
+}
+
+/// True for PostgreSQL's `unique_violation` (23505).
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == "23505")
+}
+
+/// `COPY` of the bulk rows straight into the real tables.
+async fn copy_direct(tx: &mut PgConnection, batch: &Batch) -> std::result::Result<(), sqlx::Error> {
+    if batch.log_rows > 0 {
+        copy_in(tx, "index_log", LOG_COLUMNS, &batch.logs).await?;
+    }
+    if batch.transfer_rows > 0 {
+        copy_in(tx, "index_transfer", TRANSFER_COLUMNS, &batch.transfers).await?;
+    }
+    Ok(())
+}
+
+/// The bulk rows through the staging tables, skipping rows already stored.
+async fn copy_staged(tx: &mut PgConnection, batch: &Batch) -> Result<()> {
+    sqlx::raw_sql(CREATE_STAGING).execute(&mut *tx).await?;
+    if batch.log_rows > 0 {
+        copy_in(tx, "keel_stage_log", LOG_COLUMNS, &batch.logs).await?;
+        sqlx::query(
+            "INSERT INTO index_log (chain_id, block_number, block_hash, log_index, tx_hash, address, topics, data)
+             SELECT chain_id, block_number, block_hash, log_index, tx_hash, address, topics, data
+             FROM keel_stage_log
+             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    if batch.transfer_rows > 0 {
+        copy_in(
+            tx,
+            "keel_stage_transfer",
+            TRANSFER_COLUMNS,
+            &batch.transfers,
+        )
+        .await?;
+        sqlx::query(
+            "INSERT INTO index_transfer (chain_id, block_number, block_hash, log_index, tx_hash,
+                token, from_address, to_address, value)
+             SELECT chain_id, block_number, block_hash, log_index, tx_hash,
+                token, from_address, to_address, value
+             FROM keel_stage_transfer
+             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Inserts the non-transfer projections row by row (they are rare), then recomputes
+/// the removal stamps of every directory entry they touched.
+async fn write_others(tx: &mut PgConnection, chain: i64, others: &[Other]) -> Result<()> {
+    let mut touched_names: BTreeSet<(Address, B256)> = BTreeSet::new();
+    for (number, hash, idx, txh, p) in others {
+        let (number, idx) = (*number, *idx);
         // Every projection statement starts with the same five position columns.
         macro_rules! positioned {
             ($sql:expr) => {
@@ -126,7 +511,7 @@ pub(crate) async fn write_logs(
                     .bind(txh.to_vec())
             };
         }
-        let q = match p {
+        let q = match p.clone() {
             Projection::Transfer { .. } => continue,
             Projection::Asset {
                 factory,
@@ -205,27 +590,6 @@ pub(crate) async fn write_logs(
         };
         q.execute(&mut *tx).await?;
     }
-    if !transfers.block_number.is_empty() {
-        sqlx::query(
-            "INSERT INTO index_transfer (chain_id, block_number, block_hash, log_index, tx_hash,
-                token, from_address, to_address, value)
-             SELECT $1, u.n, u.h, u.i, u.t, u.token, u.f, u.r, u.v::numeric
-             FROM unnest($2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6::bytea[],
-                         $7::bytea[], $8::bytea[], $9::text[]) AS u(n, h, i, t, token, f, r, v)
-             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
-        )
-        .bind(chain)
-        .bind(&transfers.block_number)
-        .bind(&transfers.block_hash)
-        .bind(&transfers.log_index)
-        .bind(&transfers.tx_hash)
-        .bind(&transfers.token)
-        .bind(&transfers.from)
-        .bind(&transfers.to)
-        .bind(&transfers.value)
-        .execute(&mut *tx)
-        .await?;
-    }
     for (directory, name) in touched_names {
         restamp_entry(&mut *tx, chain, directory, name).await?;
     }
@@ -273,4 +637,160 @@ struct TransferColumns {
     from: Vec<Vec<u8>>,
     to: Vec<Vec<u8>>,
     value: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::primitives::{LogData, address, b256};
+    use keel_abi::bindings::AssetToken;
+    use keel_store::testing::TestDatabase;
+
+    const TOKEN: Address = address!("0x00000000000000000000000000000000000000aa");
+
+    /// A `Transfer(from, to, value)` log of `TOKEN` at (`block`, `index`).
+    fn transfer(block: u64, index: u64, value: U256) -> Log {
+        let hash = B256::from(U256::from(block) + U256::from(0xb10c_u64));
+        let from = B256::left_padding_from(&[1]);
+        let to = B256::left_padding_from(&index.to_be_bytes());
+        Log {
+            inner: alloy::primitives::Log {
+                address: TOKEN,
+                data: LogData::new_unchecked(
+                    vec![AssetToken::Transfer::SIGNATURE_HASH, from, to],
+                    value.to_be_bytes::<32>().to_vec().into(),
+                ),
+            },
+            block_hash: Some(hash),
+            block_number: Some(block),
+            block_timestamp: None,
+            transaction_hash: Some(b256!(
+                "0x1111111111111111111111111111111111111111111111111111111111111111"
+            )),
+            transaction_index: Some(0),
+            log_index: Some(index),
+            removed: false,
+        }
+    }
+
+    fn kinds() -> HashMap<Address, ScopeKind> {
+        HashMap::from([(TOKEN, ScopeKind::AssetToken)])
+    }
+
+    /// Every stored row of `chain`, as text, in key order.
+    async fn rows(db: &TestDatabase, chain: i64) -> anyhow::Result<Vec<String>> {
+        let logs: Vec<String> = sqlx::query_scalar(
+            "SELECT concat_ws('|', block_number, encode(block_hash, 'hex'), log_index,
+                    encode(tx_hash, 'hex'), encode(address, 'hex'), topics::text, encode(data, 'hex'))
+             FROM index_log WHERE chain_id = $1 ORDER BY block_number, log_index",
+        )
+        .bind(chain)
+        .fetch_all(db.pool())
+        .await?;
+        let transfers: Vec<String> = sqlx::query_scalar(
+            "SELECT concat_ws('|', block_number, encode(block_hash, 'hex'), log_index,
+                    encode(tx_hash, 'hex'), encode(token, 'hex'), encode(from_address, 'hex'),
+                    encode(to_address, 'hex'), value::text)
+             FROM index_transfer WHERE chain_id = $1 ORDER BY block_number, log_index",
+        )
+        .bind(chain)
+        .fetch_all(db.pool())
+        .await?;
+        Ok(logs.into_iter().chain(transfers).collect())
+    }
+
+    async fn write(db: &TestDatabase, chain: i64, logs: &[Log]) -> anyhow::Result<()> {
+        let batch = Batch::encode(chain, logs, &kinds())?;
+        let mut tx = db.pool().begin().await?;
+        write_batch(&mut tx, chain, &batch).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    fn values() -> Vec<U256> {
+        let mut v = vec![
+            U256::ZERO,
+            U256::from(1),
+            U256::from(9_999),
+            U256::from(10_000),
+            U256::from(10_001),
+            U256::from(100_000_000),
+            U256::from(1_000_000_000_000_u64),
+            U256::from_str_radix("123456789012345678901234567890", 10).unwrap_or_default(),
+            U256::MAX,
+        ];
+        v.extend((0..40).map(|i| U256::from(7_u64).pow(U256::from(i))));
+        v
+    }
+
+    #[tokio::test]
+    async fn copied_rows_equal_the_values_and_the_unnest_path() -> anyhow::Result<()> {
+        let db = TestDatabase::create().await?;
+        let logs: Vec<Log> = values()
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| transfer(1 + i as u64 / 10, i as u64, v))
+            .collect();
+        // The COPY path on chain 1, the UNNEST path (small batch) on chain 2.
+        write(&db, 1, &logs).await?;
+        let mut tx = db.pool().begin().await?;
+        write_logs(&mut tx, 2, &logs, &kinds()).await?;
+        tx.commit().await?;
+        let copied = rows(&db, 1).await?;
+        assert_eq!(copied.len(), logs.len() * 2);
+        assert_eq!(copied, rows(&db, 2).await?);
+        let stored: Vec<String> = sqlx::query_scalar(
+            "SELECT value::text FROM index_transfer WHERE chain_id = 1 ORDER BY block_number, log_index",
+        )
+        .fetch_all(db.pool())
+        .await?;
+        let expected: Vec<String> = values().iter().map(U256::to_string).collect();
+        assert_eq!(stored, expected);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_batch_written_twice_or_overlapping_is_stored_once() -> anyhow::Result<()> {
+        let db = TestDatabase::create().await?;
+        let all: Vec<Log> = (0..3_000)
+            .map(|i| transfer(10 + i / 1_000, i % 1_000, U256::from(i + 1)))
+            .collect();
+        write(&db, 7, &all[..2_000]).await?;
+        let first = rows(&db, 7).await?;
+        assert_eq!(first.len(), 4_000);
+        // The same batch again (a range redone): nothing changes.
+        write(&db, 7, &all[..2_000]).await?;
+        assert_eq!(rows(&db, 7).await?, first);
+        // An overlapping batch (half stored already) adds only the missing rows.
+        write(&db, 7, &all[1_000..]).await?;
+        assert_eq!(rows(&db, 7).await?.len(), 6_000);
+        // The same through `write_logs` in one transaction with a duplicate inside.
+        let mut dup = all[2_500..].to_vec();
+        dup.extend_from_slice(&all[2_990..]);
+        let mut tx = db.pool().begin().await?;
+        write_logs(&mut tx, 7, &dup, &kinds()).await?;
+        tx.commit().await?;
+        assert_eq!(rows(&db, 7).await?.len(), 6_000);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_rolled_back_bulk_write_leaves_nothing_behind() -> anyhow::Result<()> {
+        let db = TestDatabase::create().await?;
+        let logs: Vec<Log> = (0..2_500)
+            .map(|i| transfer(5 + i / 500, i % 500, U256::from(i)))
+            .collect();
+        // Half of it stored, then a write that takes the staged path is rolled back.
+        write(&db, 3, &logs[..1_000]).await?;
+        let before = rows(&db, 3).await?;
+        let batch = Batch::encode(3, &logs, &kinds())?;
+        let mut tx = db.pool().begin().await?;
+        write_batch(&mut tx, 3, &batch).await?;
+        tx.rollback().await?;
+        assert_eq!(rows(&db, 3).await?, before);
+        // The staging tables of the pooled connections are empty for the next write.
+        write(&db, 3, &logs).await?;
+        assert_eq!(rows(&db, 3).await?.len(), 5_000);
+        Ok(())
+    }
 }

@@ -232,8 +232,12 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
     let batches: i64 = sqlx::query_scalar("SELECT count(DISTINCT created_at) FROM txq_request")
         .fetch_one(db.pool())
         .await?;
+    // Replacements: requests Anvil's pool race stranded until the fee bump.
+    let bumped: i64 = sqlx::query_scalar("SELECT count(*) FROM txq_attempt WHERE attempt > 1")
+        .fetch_one(db.pool())
+        .await?;
     eprintln!(
-        "detail {} senders={senders}: enqueue {:.0} ms in {batches} statements, then {ticks} ticks {:.0} ms, {:.1} commits/request (enqueue included)",
+        "detail {} senders={senders}: enqueue {:.0} ms in {batches} statements, then {ticks} ticks {:.0} ms, {:.1} commits/request (enqueue included), {bumped} fee bumps",
         if mode == Mode::Run { "run" } else { "tick" },
         enqueued.as_secs_f64() * 1e3,
         elapsed.saturating_sub(enqueued).as_secs_f64() * 1e3,

@@ -266,6 +266,14 @@ pub struct IndexSettings {
     pub finality_depth: u64,
     /// A workflow's read-after-write wait per step attempt, milliseconds (default 30000).
     pub read_after_write_wait_ms: u64,
+    /// `eth_getLogs` requests a history worker keeps in flight per range (1..=64;
+    /// default 4). Each counts against the upstream's rate limit.
+    #[serde(default = "default_history_fetch_concurrency")]
+    pub history_fetch_concurrency: usize,
+}
+
+fn default_history_fetch_concurrency() -> usize {
+    4
 }
 
 impl Default for IndexSettings {
@@ -274,6 +282,7 @@ impl Default for IndexSettings {
             poll_interval_ms: 100,
             finality_depth: 12,
             read_after_write_wait_ms: 30_000,
+            history_fetch_concurrency: default_history_fetch_concurrency(),
         }
     }
 }
@@ -489,6 +498,12 @@ impl Config {
             return Err(invalid(
                 "api.bodyLimitBytes",
                 "must be within 1024..=16777216",
+            ));
+        }
+        if !(1..=64).contains(&self.index.history_fetch_concurrency) {
+            return Err(invalid(
+                "index.historyFetchConcurrency",
+                "must be within 1..=64",
             ));
         }
         if !(50..=60_000).contains(&self.index.poll_interval_ms) {

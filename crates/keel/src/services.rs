@@ -238,13 +238,21 @@ pub async fn start_indexer(
             format!("{replica}/{chain_id}"),
             HistoryConfig::default(),
         )
-        .context("history worker")?;
+        .context("history worker")?
+        .with_fetch_concurrency(config.index.history_fetch_concurrency);
         let stop = stop.clone();
         let history = tokio::spawn(async move {
             while !stop.is_cancelled() {
-                let idle = match worker.run_once().await {
-                    Ok(Some(_)) => false,
-                    Ok(None) => true,
+                // Pipelined: the next range is fetched while the last one is written.
+                // Stopping drops a range mid-flight: its transaction rolls back and the
+                // range is offered again when its lease lapses (writes are fenced by
+                // attempt and idempotent).
+                let drained = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    r = worker.drain() => r,
+                };
+                let idle = match drained {
+                    Ok(done) => done.is_empty(),
                     Err(e) => {
                         tracing::warn!(target: TARGET, chain_id, error = %e, "history range failed; its lease will lapse");
                         true

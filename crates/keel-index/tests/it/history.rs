@@ -423,3 +423,165 @@ async fn a_worker_whose_renewal_finds_its_lease_lost_stops_and_commits_nothing()
     );
     Ok(())
 }
+
+/// A worker that pipelines (`drain`) with `n` getLogs in flight and two writers.
+fn pipelined(env: &Env, node: Arc<UpstreamPool>, id: &str, n: usize) -> HistoryWorker {
+    worker_with_span(env, node, id, Duration::from_secs(60), 2)
+        .with_fetch_concurrency(n)
+        .with_write_concurrency(2)
+}
+
+#[tokio::test]
+async fn three_pipelined_workers_complete_every_range_once_and_equal_a_reindex()
+-> anyhow::Result<()> {
+    let env = env().await?;
+    activity(&env, "PIPE", 10).await?;
+    let head = env.chain.block_number().await?;
+    let planned = plan_history(env.db.pool(), env.chain_id, head, 3).await?;
+    assert!(planned >= 5);
+    let (w1, w2, w3) = (
+        pipelined(&env, env.node.clone(), "p1", 4),
+        pipelined(&env, env.node.clone(), "p2", 4),
+        pipelined(&env, env.node.clone(), "p3", 4),
+    );
+    let (d1, d2, d3) = tokio::join!(w1.drain(), w2.drain(), w3.drain());
+    let done = d1?.len() + d2?.len() + d3?.len();
+    // `drain` also works the address ranges that discoveries schedule.
+    w1.drain().await?;
+    assert!(done as u64 >= planned);
+    assert_eq!(pending_ranges(env.db.pool(), env.chain_id).await?, 0);
+    let attempts: Vec<i32> =
+        sqlx::query_scalar("SELECT attempt FROM index_range WHERE address IS NULL")
+            .fetch_all(env.db.pool())
+            .await?;
+    assert!(attempts.iter().all(|a| *a == 1), "{attempts:?}");
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn ranges_written_twice_yield_one_row_set() -> anyhow::Result<()> {
+    let env = env().await?;
+    activity(&env, "TWICE", 6).await?;
+    let head = env.chain.block_number().await?;
+    plan_history(env.db.pool(), env.chain_id, head, 4).await?;
+    let w = pipelined(&env, env.node.clone(), "w", 8);
+    w.drain().await?;
+    let once = fingerprint(&env.db, env.chain_id, &env.deployed).await?;
+    let logs = |db: &keel_store::PgPool| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM index_log")
+                .fetch_one(&db)
+                .await
+        }
+    };
+    let stored = logs(env.db.pool()).await?;
+    assert!(stored > 0);
+    // Every range offered again (as after lost leases) and redone, serially and
+    // pipelined: the rows are stored once.
+    for again in 0..2 {
+        sqlx::query(
+            "UPDATE index_range SET state = 'pending', completed_at = NULL, lease_expires_at = NULL",
+        )
+        .execute(env.db.pool())
+        .await?;
+        if again == 0 {
+            drain(&w).await?;
+        } else {
+            w.drain().await?;
+        }
+        assert_eq!(pending_ranges(env.db.pool(), env.chain_id).await?, 0);
+        assert_eq!(logs(env.db.pool()).await?, stored);
+        assert_eq!(
+            fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+            once
+        );
+    }
+    assert_eq!(once, reindex(&env).await?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pipelined_worker_whose_lease_is_taken_over_commits_nothing() -> anyhow::Result<()> {
+    let env = env().await?;
+    activity(&env, "LATE", 4).await?;
+    let head = env.chain.block_number().await?;
+    plan_history(env.db.pool(), env.chain_id, head, head + 1).await?;
+    let proxy = RpcProxy::start(env.chain.endpoint()).await?;
+    proxy.add_rule(Rule::latency("eth_getLogs", Duration::from_millis(500)));
+    let a = slow_worker(&env, &proxy, "a", 1).with_fetch_concurrency(2);
+    let b = worker(&env, env.node.clone(), "b", Duration::from_secs(60));
+    let takeover = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..50 {
+            sqlx::query("UPDATE index_range SET lease_expires_at = now() - interval '1 second'")
+                .execute(env.db.pool())
+                .await?;
+            if let Some(l) = b.claim().await? {
+                return Ok(l);
+            }
+        }
+        anyhow::bail!("b never claimed the range")
+    };
+    let (out, taken) = tokio::join!(a.drain(), takeover);
+    let redo = taken?;
+    assert_eq!(redo.attempt, 2);
+    let err = out.unwrap_err();
+    assert!(
+        matches!(err, IndexError::LeaseLost { attempt: 1, .. }),
+        "{err}"
+    );
+    let logs: i64 = sqlx::query_scalar("SELECT count(*) FROM index_log")
+        .fetch_one(env.db.pool())
+        .await?;
+    assert_eq!(logs, 0, "nothing of the superseded attempt was committed");
+    b.work(&redo).await?;
+    drain(&b).await?;
+    assert_eq!(pending_ranges(env.db.pool(), env.chain_id).await?, 0);
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn injected_get_logs_errors_split_concurrent_spans_and_the_pipelined_run_completes()
+-> anyhow::Result<()> {
+    let env = env().await?;
+    activity(&env, "FAULTS", 6).await?;
+    let head = env.chain.block_number().await?;
+    plan_history(env.db.pool(), env.chain_id, head, 12).await?;
+    let proxy = RpcProxy::start(env.chain.endpoint()).await?;
+    proxy.add_rule(
+        Rule::error(
+            "eth_getLogs",
+            -32005,
+            "query returned more than 10000 results",
+        )
+        .times(3),
+    );
+    proxy.add_rule(Rule::error("eth_getLogs", -32005, "block range is too wide").times(2));
+    proxy.add_rule(Rule::error("eth_getLogs", 429, "Too Many Requests").times(3));
+    proxy.add_rule(Rule::fail_then_recover("eth_getLogs", 2));
+    let node = Arc::new(UpstreamPool::new(
+        env.chain_id,
+        UpstreamConfig::new(vec![proxy.url().to_string()]),
+    )?);
+    let w = worker_with_span(&env, node, "w", Duration::from_secs(60), 8)
+        .with_fetch_concurrency(4)
+        .with_write_concurrency(2)
+        .with_target_logs_per_request(0);
+    let done = w.drain().await?;
+    assert!(done.iter().map(|d| d.splits).sum::<u64>() >= 3, "{done:?}");
+    assert_eq!(pending_ranges(env.db.pool(), env.chain_id).await?, 0);
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
+    );
+    Ok(())
+}

@@ -2,6 +2,7 @@
 
 mod common;
 mod fencing;
+mod follow;
 mod history;
 mod measure;
 mod projections;
