@@ -164,6 +164,9 @@ impl std::fmt::Debug for TxQueue {
     }
 }
 
+/// Sender passes of one round running at once.
+const SENDER_PASSES_IN_FLIGHT: usize = 16;
+
 /// Requests signed per database transaction.
 const SIGN_CHUNK: usize = 128;
 
@@ -634,7 +637,15 @@ impl TxQueue {
                     .map(|a| self.pass(a, Some(hint)))
             })
             .collect();
-        let results = futures::future::join_all(passes).await;
+        // A few senders at a time: each pass holds a connection per statement, and all
+        // of them at once would queue every other user of the pool (enqueues) behind.
+        let results: Vec<Result<Pass>> = {
+            use futures::StreamExt;
+            futures::stream::iter(passes)
+                .buffer_unordered(SENDER_PASSES_IN_FLIGHT)
+                .collect()
+                .await
+        };
         let mut signed = 0;
         for r in results {
             signed += r?.signed;
