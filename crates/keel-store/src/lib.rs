@@ -18,6 +18,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
+pub mod group_commit;
 pub mod platform;
 #[cfg(feature = "testing")]
 pub mod testing;

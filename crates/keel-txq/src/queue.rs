@@ -1,7 +1,7 @@
 //! The queue: enqueue, the per-sender signing/broadcast pass (with funding pauses), the
 //! confirmation pass, metrics.
 
-use crate::batch::EnqueueBatcher;
+use crate::batch::{EnqueueBatcher, enqueue_batcher};
 use crate::funding::FundingRequest;
 use crate::store::{self, AttemptRow, NewAttempt, OwnedNewRequest, RequestRow};
 use crate::verdict::{AttemptRecord, SettlementVerdict};
@@ -281,7 +281,7 @@ impl TxQueue {
         let chain_id =
             i64::try_from(chain.chain().get()).map_err(|_| TxqError::InvalidRequest("chain_id"))?;
         Ok(Self {
-            enqueues: EnqueueBatcher::new(db.clone()),
+            enqueues: enqueue_batcher(db.clone()),
             initialized: Default::default(),
             db,
             chain,
@@ -350,7 +350,16 @@ impl TxQueue {
         };
         // Concurrent enqueues of this process share one INSERT (group commit); this
         // returns once this request's row has committed.
-        let inserted = self.enqueues.insert(&owned).await?;
+        let inserted = self
+            .enqueues
+            .submit(owned.clone())
+            .await
+            // The answer was lost (runtime shutting down): the row may or may not
+            // exist; a retry with the same key tells.
+            .ok_or(TxqError::Store(keel_store::StoreError::Transient {
+                kind: keel_store::TransientKind::ConnectionLost,
+                sqlstate: None,
+            }))??;
         let new = owned.borrowed();
         if inserted {
             metrics::counter!("keel_txq_enqueued_total", "chain_id" => self.chain_id.to_string())

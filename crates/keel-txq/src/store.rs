@@ -111,10 +111,13 @@ impl OwnedNewRequest {
 /// Inserts many requests in one statement (UNNEST of column arrays), skipping those
 /// whose idempotency key exists (or repeats an earlier row of the batch); returns the
 /// ids of the rows inserted.
+///
+/// Returns sqlx's error unclassified: the enqueue combiner tells a statement the
+/// server rejected (nothing written; retried row by row) from a lost connection.
 pub(crate) async fn requests_insert_many(
     db: impl PgExecutor<'_>,
     rows: &[&OwnedNewRequest],
-) -> Result<Vec<Uuid>> {
+) -> std::result::Result<Vec<Uuid>, sqlx::Error> {
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
     let chains: Vec<i64> = rows.iter().map(|r| r.chain_id).collect();
     let senders: Vec<&[u8]> = rows.iter().map(|r| r.sender.as_slice()).collect();
@@ -124,7 +127,7 @@ pub(crate) async fn requests_insert_many(
     let calldata: Vec<&[u8]> = rows.iter().map(|r| r.calldata.as_slice()).collect();
     let gas: Vec<Option<i64>> = rows.iter().map(|r| r.gas_limit).collect();
     let pauses: Vec<Option<i64>> = rows.iter().map(|r| r.funding_pause_ms).collect();
-    Ok(sqlx::query_scalar(
+    sqlx::query_scalar(
         "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms)
          SELECT * FROM unnest($1::uuid[], $2::int8[], $3::bytea[], $4::text[], $5::bytea[], $6::text[], $7::bytea[], $8::int8[], $9::int8[])
          ON CONFLICT (chain_id, sender, idempotency_key) DO NOTHING
@@ -140,7 +143,7 @@ pub(crate) async fn requests_insert_many(
     .bind(&gas)
     .bind(&pauses)
     .fetch_all(db)
-    .await?)
+    .await
 }
 
 /// Inserts a request unless its idempotency key exists; returns whether it inserted.
