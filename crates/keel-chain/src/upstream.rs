@@ -394,8 +394,42 @@ impl UpstreamPool {
         &self,
         raws: &[Bytes],
     ) -> Result<Vec<std::result::Result<B256, crate::NodeError>>> {
-        const METHOD: &str = "eth_sendRawTransaction";
-        if raws.is_empty() {
+        let params: Vec<(Bytes,)> = raws.iter().map(|r| (r.clone(),)).collect();
+        self.batch("eth_sendRawTransaction", &params).await
+    }
+
+    /// Receipts of `hashes` (`None` when not mined or unknown), in one JSON-RPC batch
+    /// per attempt, with the same failover as [`UpstreamPool::request`].
+    ///
+    /// # Errors
+    /// [`ChainError::Node`] when the node answers an item with an error;
+    /// [`ChainError::Unavailable`] when no upstream answered the batch.
+    pub async fn receipts(&self, hashes: &[B256]) -> Result<Vec<Option<TransactionReceipt>>> {
+        const METHOD: &str = "eth_getTransactionReceipt";
+        let params: Vec<(B256,)> = hashes.iter().map(|h| (*h,)).collect();
+        self.batch(METHOD, &params)
+            .await?
+            .into_iter()
+            .map(|r| {
+                r.map_err(|error| ChainError::Node {
+                    method: METHOD,
+                    error,
+                })
+            })
+            .collect()
+    }
+
+    /// One JSON-RPC batch (JSON-RPC 2.0 §6) of `method` with each of `params`, failing
+    /// over across upstreams when the batch fails at the transport level. The upstream's
+    /// rate limiter counts every call of the batch. One outcome per item, in order: the
+    /// result, or the node's classified answer (which never marks the upstream
+    /// unhealthy).
+    async fn batch<P: RpcSend, R: RpcRecv>(
+        &self,
+        method: &'static str,
+        params: &[P],
+    ) -> Result<Vec<std::result::Result<R, crate::NodeError>>> {
+        if params.is_empty() {
             return Ok(Vec::new());
         }
         let order = self.order();
@@ -404,11 +438,11 @@ impl UpstreamPool {
             let Some(u) = self.upstreams.get(index) else {
                 continue;
             };
-            self.admit(u, raws.len()).await;
+            self.admit(u, params.len()).await;
             let mut batch = u.client.new_batch();
-            let mut waiters = Vec::with_capacity(raws.len());
-            for raw in raws {
-                match batch.add_call::<_, B256>(METHOD, &(raw.clone(),)) {
+            let mut waiters = Vec::with_capacity(params.len());
+            for p in params {
+                match batch.add_call::<_, R>(method, p) {
                     Ok(w) => waiters.push(w),
                     Err(_) => continue 'upstreams,
                 }
@@ -416,19 +450,19 @@ impl UpstreamPool {
             let sent = tokio::time::timeout(self.config.request_timeout, batch.send()).await;
             if !matches!(sent, Ok(Ok(()))) {
                 self.record(index, false);
-                metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => METHOD, "outcome" => "transport_error").increment(1);
+                metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => "transport_error").increment(1);
                 continue;
             }
-            let mut out = Vec::with_capacity(raws.len());
+            let mut out = Vec::with_capacity(params.len());
             for w in waiters {
                 match w.await {
-                    Ok(hash) => {
-                        metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => METHOD, "outcome" => "ok").increment(1);
-                        out.push(Ok(hash));
+                    Ok(r) => {
+                        metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => "ok").increment(1);
+                        out.push(Ok(r));
                     }
                     Err(RpcError::ErrorResp(payload)) => {
                         let error = classify_payload(&payload);
-                        metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => METHOD, "outcome" => error.kind.as_str()).increment(1);
+                        metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => error.kind.as_str()).increment(1);
                         out.push(Err(error));
                     }
                     Err(_) => {
@@ -442,66 +476,7 @@ impl UpstreamPool {
         }
         Err(ChainError::Unavailable {
             chain: self.chain,
-            method: METHOD,
-            attempts: order.len(),
-        })
-    }
-
-    /// Receipts of `hashes` (`None` when not mined or unknown), in one JSON-RPC batch
-    /// per attempt, with the same failover as [`UpstreamPool::request`].
-    ///
-    /// # Errors
-    /// [`ChainError::Node`] when the node answers an item with an error;
-    /// [`ChainError::Unavailable`] when no upstream answered the batch.
-    pub async fn receipts(&self, hashes: &[B256]) -> Result<Vec<Option<TransactionReceipt>>> {
-        if hashes.is_empty() {
-            return Ok(Vec::new());
-        }
-        let order = self.order();
-        'upstreams: for &index in &order {
-            let Some(u) = self.upstreams.get(index) else {
-                continue;
-            };
-            self.admit(u, hashes.len()).await;
-            let mut batch = u.client.new_batch();
-            let mut waiters = Vec::with_capacity(hashes.len());
-            for hash in hashes {
-                match batch.add_call::<_, Option<TransactionReceipt>>(
-                    "eth_getTransactionReceipt",
-                    &(*hash,),
-                ) {
-                    Ok(w) => waiters.push(w),
-                    Err(_) => continue 'upstreams,
-                }
-            }
-            let sent = tokio::time::timeout(self.config.request_timeout, batch.send()).await;
-            if !matches!(sent, Ok(Ok(()))) {
-                self.record(index, false);
-                continue;
-            }
-            let mut out = Vec::with_capacity(hashes.len());
-            for w in waiters {
-                match w.await {
-                    Ok(r) => out.push(r),
-                    Err(RpcError::ErrorResp(payload)) => {
-                        self.record(index, true);
-                        return Err(ChainError::Node {
-                            method: "eth_getTransactionReceipt",
-                            error: classify_payload(&payload),
-                        });
-                    }
-                    Err(_) => {
-                        self.record(index, false);
-                        continue 'upstreams;
-                    }
-                }
-            }
-            self.record(index, true);
-            return Ok(out);
-        }
-        Err(ChainError::Unavailable {
-            chain: self.chain,
-            method: "eth_getTransactionReceipt",
+            method,
             attempts: order.len(),
         })
     }

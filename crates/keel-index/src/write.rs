@@ -146,18 +146,7 @@ impl Batch {
         let mut transfer_tuples = Tuples::new();
         let mut out = Self::default();
         for log in logs {
-            let (Some(number), Some(hash), Some(idx), Some(txh)) = (
-                log.block_number,
-                log.block_hash,
-                log.log_index,
-                log.transaction_hash,
-            ) else {
-                return Err(IndexError::Inconsistent {
-                    chain: keel_units::ChainId(u64::try_from(chain).unwrap_or(0)),
-                    number: log.block_number.unwrap_or(0),
-                    reason: "a log lacks its block, transaction or index",
-                });
-            };
+            let (number, hash, idx, txh) = position(chain, log)?;
             let (number, idx) = (to_i64(number), to_i64(idx));
             let topics: Vec<&[u8]> = log
                 .inner
@@ -262,18 +251,7 @@ pub(crate) async fn write_logs(
     );
     let mut projections = Vec::new();
     for log in logs {
-        let (Some(number), Some(hash), Some(idx), Some(txh)) = (
-            log.block_number,
-            log.block_hash,
-            log.log_index,
-            log.transaction_hash,
-        ) else {
-            return Err(IndexError::Inconsistent {
-                chain: keel_units::ChainId(u64::try_from(chain).unwrap_or(0)),
-                number: log.block_number.unwrap_or(0),
-                reason: "a log lacks its block, transaction or index",
-            });
-        };
+        let (number, hash, idx, txh) = position(chain, log)?;
         block_number.push(to_i64(number));
         block_hash.push(hash.to_vec());
         log_index.push(to_i64(idx));
@@ -637,6 +615,24 @@ struct TransferColumns {
     from: Vec<Vec<u8>>,
     to: Vec<Vec<u8>>,
     value: Vec<String>,
+}
+
+/// A log's (block number, block hash, log index, transaction hash); a log without them
+/// (a pending log) is an inconsistent node answer.
+fn position(chain: i64, log: &Log) -> Result<(u64, B256, u64, B256)> {
+    match (
+        log.block_number,
+        log.block_hash,
+        log.log_index,
+        log.transaction_hash,
+    ) {
+        (Some(number), Some(hash), Some(idx), Some(txh)) => Ok((number, hash, idx, txh)),
+        _ => Err(IndexError::Inconsistent {
+            chain: keel_units::ChainId(u64::try_from(chain).unwrap_or(0)),
+            number: log.block_number.unwrap_or(0),
+            reason: "a log lacks its block, transaction or index",
+        }),
+    }
 }
 
 #[cfg(test)]
