@@ -1,7 +1,7 @@
 //! Head watching between tip steps.
 
 use crate::common::{catch_up, config, env};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[tokio::test]
 async fn wait_for_new_head_returns_on_a_new_block_or_after_the_poll_interval() -> anyhow::Result<()>
@@ -13,8 +13,7 @@ async fn wait_for_new_head_returns_on_a_new_block_or_after_the_poll_interval() -
         .await?
         .map(|t| t.number);
 
-    // No new block: returns the same head once the poll interval has passed.
-    let started = Instant::now();
+    // No new block: returns the unchanged head once `max_wait` is over.
     let head = tip
         .wait_for_new_head(
             indexed,
@@ -23,27 +22,20 @@ async fn wait_for_new_head_returns_on_a_new_block_or_after_the_poll_interval() -
         )
         .await?;
     assert_eq!(Some(head), indexed);
-    assert!(started.elapsed() >= Duration::from_millis(300));
 
-    // A block mined while waiting: returns soon after it appears, well before the
-    // poll interval, and the next step ingests it.
-    let mine = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        env.chain.mine().await
-    };
-    let started = Instant::now();
-    let (head, mined) = tokio::join!(
-        tip.wait_for_new_head(indexed, Duration::from_secs(10), Duration::from_millis(10)),
-        mine
-    );
-    mined?;
-    let head = head?;
+    // A new block: returns its height instead of waiting out `max_wait` (an hour here;
+    // the outer timeout only turns a hang into a failure), and the next step ingests it.
+    env.chain.mine().await?;
+    let head = tokio::time::timeout(
+        Duration::from_secs(60),
+        tip.wait_for_new_head(
+            indexed,
+            Duration::from_secs(3600),
+            Duration::from_millis(10),
+        ),
+    )
+    .await??;
     assert!(Some(head) > indexed);
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
     let out = tip.step().await?;
     assert_eq!(out.tip, Some(head));
     Ok(())

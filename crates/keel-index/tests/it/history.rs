@@ -373,7 +373,18 @@ async fn a_worker_whose_renewal_finds_its_lease_lost_stops_and_commits_nothing()
     // While `a` fetches, its lease is made to lapse and `b` claims the range (as if
     // `a` had been paused past its lease).
     let takeover = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Probe: wait until `a` holds the range (its first attempt is leased).
+        loop {
+            let leased: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM index_range WHERE state = 'running' AND attempt = 1",
+            )
+            .fetch_one(env.db.pool())
+            .await?;
+            if leased > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
         for _ in 0..50 {
             sqlx::query("UPDATE index_range SET lease_expires_at = now() - interval '1 second'")
                 .execute(env.db.pool())
@@ -516,7 +527,18 @@ async fn a_pipelined_worker_whose_lease_is_taken_over_commits_nothing() -> anyho
     let a = slow_worker(&env, &proxy, "a", 1).with_fetch_concurrency(2);
     let b = worker(&env, env.node.clone(), "b", Duration::from_secs(60));
     let takeover = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Probe: wait until `a` holds the range (its first attempt is leased).
+        loop {
+            let leased: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM index_range WHERE state = 'running' AND attempt = 1",
+            )
+            .fetch_one(env.db.pool())
+            .await?;
+            if leased > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
         for _ in 0..50 {
             sqlx::query("UPDATE index_range SET lease_expires_at = now() - interval '1 second'")
                 .execute(env.db.pool())
