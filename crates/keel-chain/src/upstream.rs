@@ -359,6 +359,34 @@ impl UpstreamPool {
         Ok(NativeAmount::new(self.chain, Wei::new(wei)))
     }
 
+    /// `eth_getBalance(address, tag)` for each of `addresses` in one JSON-RPC batch
+    /// (JSON-RPC 2.0 §6), with the same failover as [`UpstreamPool::request`]; one
+    /// [`NativeAmount`] (wei) of this chain per address, in order.
+    ///
+    /// # Errors
+    /// [`ChainError::Node`] when the node answers an item with an error;
+    /// [`ChainError::Unavailable`] when no upstream answered the batch.
+    pub async fn balances(
+        &self,
+        addresses: &[Address],
+        tag: BlockNumberOrTag,
+    ) -> Result<Vec<NativeAmount>> {
+        const METHOD: &str = "eth_getBalance";
+        let params: Vec<(Address, BlockNumberOrTag)> =
+            addresses.iter().map(|a| (*a, tag)).collect();
+        self.batch::<_, U256>(METHOD, &params)
+            .await?
+            .into_iter()
+            .map(|r| {
+                r.map(|wei| NativeAmount::new(self.chain, Wei::new(wei)))
+                    .map_err(|error| ChainError::Node {
+                        method: METHOD,
+                        error,
+                    })
+            })
+            .collect()
+    }
+
     /// `eth_getTransactionCount(address, tag)`: the next nonce at `tag`
     /// (`pending` includes the node's pool).
     ///

@@ -4,7 +4,8 @@
 //! `eth_sendRawTransaction`, 64 in flight, no durability) as the ceiling.
 //!
 //! `cargo bench -p keel-txq --bench txq` (env `KEEL_TXQ_BENCH_N`, default 2000
-//! transactions per case). Needs `scripts/setup` (PostgreSQL, Anvil).
+//! transactions per case; `KEEL_TXQ_BENCH_CASES`, e.g. `run50,tick1`, runs a subset).
+//! Needs `scripts/setup` (PostgreSQL, Anvil).
 
 use alloy::consensus::{SignableTransaction, TxEip1559, TxEnvelope};
 use alloy::eips::Encodable2718;
@@ -401,12 +402,24 @@ async fn main() -> anyhow::Result<()> {
         "keel p50/p99",
         "raw p50/p99"
     );
+    // `KEEL_TXQ_BENCH_CASES`: a comma-separated subset of tick1, tick50, run1, run50.
+    let only = std::env::var("KEEL_TXQ_BENCH_CASES").ok();
     for (mode, senders) in [
         (Mode::Tick, 1usize),
         (Mode::Tick, 50),
         (Mode::Run, 1),
         (Mode::Run, 50),
     ] {
+        let name = format!(
+            "{}{senders}",
+            if mode == Mode::Run { "run" } else { "tick" }
+        );
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|c| c.trim() == name))
+        {
+            continue;
+        }
         let keel = keel_case(n, senders, mode).await?;
         // Anvil's pool race (see `keel_case`) can strand a raw send for good: retry on
         // a fresh node.

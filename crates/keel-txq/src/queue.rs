@@ -164,10 +164,11 @@ impl std::fmt::Debug for TxQueue {
     }
 }
 
-/// Sender passes of one round running at once.
+/// Senders of one round whose funding check or preparation runs at once (each may
+/// wait on the node: estimates, balances).
 const SENDER_PASSES_IN_FLIGHT: usize = 16;
 
-/// Requests signed per database transaction.
+/// Transactions signed per signing group (one commit statement, across senders).
 const SIGN_CHUNK: usize = 128;
 
 /// Receipts fetched per JSON-RPC batch.
@@ -188,16 +189,6 @@ const SIGN_IN_FLIGHT: usize = 16;
 
 /// Signed requests broadcast per marking statement (leftovers of earlier passes).
 const BROADCAST_CHUNK: usize = 256;
-
-/// What a sender pass did.
-struct Pass {
-    /// Requests signed, settled, paused or resumed by the signing phase.
-    moved: usize,
-    /// Of those, requests signed (a nonce taken).
-    signed: usize,
-    /// Requests the broadcast phase moved (accepted by a node, or settled).
-    broadcast: usize,
-}
 
 /// A request to broadcast: the request (as of signing or as read) and its attempts,
 /// the last one being the one to send.
@@ -222,23 +213,106 @@ enum Prepared {
     Retry,
 }
 
-/// What a round of sender passes read once for all of them.
-#[derive(Debug, Clone, Copy)]
-struct Hint {
-    /// (max fee, priority fee) per gas, wei.
-    fees: (u128, u128),
-    /// The sender has `waiting_funding` requests.
-    waiting_funding: bool,
-    /// The sender has `signed` requests (persisted, not yet accepted by the node).
-    signed: bool,
-}
-
 enum Broadcast {
     Accepted,
     Retry,
     Settled,
 }
 
+/// What a round (or a sender pass) did.
+#[derive(Debug, Default)]
+struct Round {
+    /// Requests signed, settled, paused or resumed by the signing half.
+    moved: usize,
+    /// Of those, requests signed (a nonce taken).
+    signed: usize,
+    /// Requests the broadcast half moved (accepted by a node, or settled).
+    broadcast: usize,
+}
+
+/// What the signing half of a round did: counts as in [`Round`], and the first error
+/// (the other senders went on).
+#[derive(Default)]
+struct Signing {
+    moved: usize,
+    signed: usize,
+    error: Option<TxqError>,
+}
+
+impl Signing {
+    fn fail(&mut self, e: TxqError) {
+        self.error.get_or_insert(e);
+    }
+
+    fn failed(mut self, e: TxqError) -> Self {
+        self.fail(e);
+        self
+    }
+}
+
+/// One sender's part of a round: the next nonce as read with its queued requests, and
+/// those prepared for signing, in queue order.
+struct SenderPlan {
+    sender: Address,
+    first: i64,
+    ready: Vec<ReadyTx>,
+    /// A signature failed or a commit found the nonce moved: nothing more this round.
+    failed: bool,
+}
+
+/// `len` prepared requests of `plans[plan]` from `start`: one sender's share of a
+/// signing group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Piece {
+    plan: usize,
+    start: usize,
+    len: usize,
+}
+
+/// Splits the plans' prepared requests (plans sorted by sender) into signing groups of
+/// at most `size` transactions, in order: a sender's requests stay in queue order, each
+/// sender appears at most once per group, and a sender's later pieces come in later
+/// groups.
+fn signing_groups(plans: &[SenderPlan], size: usize) -> Vec<Vec<Piece>> {
+    let lens: Vec<usize> = plans.iter().map(|p| p.ready.len()).collect();
+    pieces_of(&lens, size)
+}
+
+/// [`signing_groups`] over the number of prepared requests of each plan.
+fn pieces_of(lens: &[usize], size: usize) -> Vec<Vec<Piece>> {
+    let size = size.max(1);
+    let mut groups = Vec::new();
+    let mut current = Vec::new();
+    let mut filled = 0;
+    for (plan, &len) in lens.iter().enumerate() {
+        let mut start = 0;
+        while start < len {
+            let take = (size - filled).min(len - start);
+            current.push(Piece {
+                plan,
+                start,
+                len: take,
+            });
+            filled += take;
+            start += take;
+            if filled == size {
+                groups.push(std::mem::take(&mut current));
+                filled = 0;
+            }
+        }
+    }
+    if !current.is_empty() {
+        groups.push(current);
+    }
+    groups
+}
+
+/// One signed transaction of a group: (nonce, hash, EIP-2718 bytes, gas limit).
+type SignedTx = (i64, B256, Vec<u8>, i64);
+
+fn to_i64(n: usize) -> Result<i64> {
+    i64::try_from(n).map_err(|_| TxqError::InvalidRequest("nonce"))
+}
 fn failed(code: &str, attempts: Vec<AttemptRecord>) -> SettlementVerdict {
     SettlementVerdict::Failed {
         code: code.to_owned(),
@@ -479,8 +553,8 @@ impl TxQueue {
                         }
                     }
                 } else {
-                    match self.sender_round().await {
-                        Ok(signed) => again = signed > 0,
+                    match self.round(None, true).await {
+                        Ok(round) => again = round.signed > 0,
                         Err(e) => {
                             tracing::warn!(target: "keel::txq", error = %e, "sender pass failed; retrying next tick");
                         }
@@ -615,51 +689,275 @@ impl TxQueue {
 
     /// [`TxQueue::tick`], returning how many requests the sender passes signed.
     async fn tick_counted(&self) -> Result<usize> {
-        let senders = self.sender_round().await;
+        let senders = self.round(None, true).await;
         let confirm = self.confirm_pass().await;
         let gauges = self.record_gauges().await;
-        let signed = senders?;
+        let signed = senders?.signed;
         confirm?;
         gauges?;
         Ok(signed)
     }
 
-    /// Sender passes for every sender with work, in parallel; returns how many requests
-    /// they signed (the first error once all ran).
-    async fn sender_round(&self) -> Result<usize> {
-        let senders = store::senders_with_work(&self.db, self.chain_id).await?;
-        if senders.is_empty() {
-            return Ok(0);
+    /// One round for every sender with work (or only `only`): the funding check of
+    /// senders with `waiting_funding` requests, then the queued requests of every other
+    /// sender read in one statement with each sender's next nonce, their balances in one
+    /// JSON-RPC batch, their preparation (gas, funds; senders in parallel), and then
+    /// signing in groups of up to [`SIGN_CHUNK`] transactions across senders, each group
+    /// committed in one statement ([`store::commit_signed`]). With `broadcast`, a
+    /// committed group is broadcast (after any requests earlier rounds left `signed`)
+    /// while the next group is being signed; nothing is broadcast before it is
+    /// persisted, and no broadcast happens inside a database transaction.
+    ///
+    /// A failing sender (no signer, a failed funding check, a failed signature) is left
+    /// for the next round while the others go on. Returns what moved; the first error
+    /// once everything else ran.
+    async fn round(&self, only: Option<Address>, broadcast: bool) -> Result<Round> {
+        if let Some(sender) = only
+            && !self.signers.contains_key(&sender)
+        {
+            return Err(TxqError::UnknownSender);
         }
-        // One fee reading for the whole round (two RPCs), not one per sender.
-        let fees = self.fees().await?;
-        let passes: Vec<_> = senders
+        let mut out = Round::default();
+        let mut first_err: Option<TxqError> = None;
+        let work = store::senders_with_work(&self.db, self.chain_id).await?;
+        let mut senders = Vec::with_capacity(work.len());
+        let mut with_leftovers = false;
+        for w in &work {
+            let Ok(sender) = Address::try_from(w.sender.as_slice()) else {
+                continue;
+            };
+            if only.is_some_and(|o| o != sender) {
+                continue;
+            }
+            if !self.signers.contains_key(&sender) {
+                first_err.get_or_insert(TxqError::UnknownSender);
+                continue;
+            }
+            with_leftovers |= w.signed;
+            senders.push((sender, w.waiting_funding));
+        }
+        if senders.is_empty() {
+            return first_err.map_or(Ok(out), Err);
+        }
+        // Left over from earlier rounds: lower nonces than anything signed below.
+        let leftovers = if broadcast && with_leftovers {
+            self.signed_of(only).await?
+        } else {
+            Vec::new()
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<ToSend>>();
+        let sign = async move {
+            // `tx` is dropped when signing ends, which ends the broadcaster's loop.
+            self.sign_round(&senders, broadcast.then_some(&tx)).await
+        };
+        let send = async {
+            let mut moved = 0;
+            let mut first_err = None;
+            let mut step = |r: Result<usize>| match r {
+                Ok(n) => moved += n,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            };
+            for chunk in leftovers.chunks(BROADCAST_CHUNK) {
+                step(self.broadcast_many(chunk).await);
+            }
+            while let Some(chunk) = rx.recv().await {
+                step(self.broadcast_many(&chunk).await);
+            }
+            match first_err {
+                Some(e) => Err(e),
+                None => Ok(moved),
+            }
+        };
+        let (signed, sent) = tokio::join!(sign, send);
+        out.moved = signed.moved;
+        out.signed = signed.signed;
+        if let Some(e) = signed.error {
+            first_err.get_or_insert(e);
+        }
+        match sent {
+            Ok(n) => out.broadcast = n,
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(out), Err)
+    }
+
+    /// The signing half of [`TxQueue::round`] for `senders` (address, has
+    /// `waiting_funding` requests), handing every committed group to `sink`.
+    async fn sign_round(
+        &self,
+        senders: &[(Address, bool)],
+        sink: Option<&tokio::sync::mpsc::UnboundedSender<Vec<ToSend>>>,
+    ) -> Signing {
+        use futures::StreamExt;
+        let mut out = Signing::default();
+        // Sender rows and funding checks, senders in parallel; a sender whose oldest
+        // paused request still waits signs nothing (head-of-line: the funds sent for it
+        // are not spent by later requests).
+        let checks: Vec<_> = senders
             .iter()
-            .filter_map(|s| {
-                let hint = Hint {
-                    fees,
-                    waiting_funding: s.waiting_funding,
-                    signed: s.signed,
-                };
-                Address::try_from(s.sender.as_slice())
-                    .ok()
-                    .map(|a| self.pass(a, Some(hint)))
+            .map(|&(sender, waiting)| async move {
+                self.ensure_sender(sender).await?;
+                if waiting {
+                    self.check_funding(sender).await
+                } else {
+                    Ok((false, 0))
+                }
             })
             .collect();
-        // A few senders at a time: each pass holds a connection per statement, and all
-        // of them at once would queue every other user of the pool (enqueues) behind.
-        let results: Vec<Result<Pass>> = {
-            use futures::StreamExt;
-            futures::stream::iter(passes)
-                .buffer_unordered(SENDER_PASSES_IN_FLIGHT)
-                .collect()
-                .await
-        };
-        let mut signed = 0;
-        for r in results {
-            signed += r?.signed;
+        let checked: Vec<Result<(bool, usize)>> = futures::stream::iter(checks)
+            .buffered(SENDER_PASSES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut ready_senders: Vec<&[u8]> = Vec::with_capacity(senders.len());
+        for ((sender, _), r) in senders.iter().zip(checked) {
+            match r {
+                Ok((still_waiting, n)) => {
+                    out.moved += n;
+                    if !still_waiting {
+                        ready_senders.push(sender.as_slice());
+                    }
+                }
+                Err(e) => out.fail(e),
+            }
         }
-        Ok(signed)
+        if ready_senders.is_empty() {
+            return out;
+        }
+        let rows = match store::requests_queued_many(
+            &self.db,
+            self.chain_id,
+            &ready_senders,
+            self.config.sign_batch,
+        )
+        .await
+        {
+            Ok(rows) => rows,
+            Err(e) => return out.failed(e),
+        };
+        if rows.is_empty() {
+            return out;
+        }
+        // Rows come grouped by sender, oldest first.
+        let mut queued: Vec<(Address, i64, Vec<RequestRow>)> = Vec::new();
+        for row in rows {
+            let Ok(sender) = Address::try_from(row.request.sender.as_slice()) else {
+                continue;
+            };
+            match queued.last_mut() {
+                Some((s, _, requests)) if *s == sender => requests.push(row.request),
+                _ => queued.push((sender, row.next_nonce, vec![row.request])),
+            }
+        }
+        // Fees once per round; each sender's funds in one batch, spent down locally as
+        // its requests are prepared (their transactions are not in the node's pool yet).
+        let fees = match self.fees().await {
+            Ok(fees) => fees,
+            Err(e) => return out.failed(e),
+        };
+        let addresses: Vec<Address> = queued.iter().map(|q| q.0).collect();
+        let balances = match self
+            .chain
+            .balances(&addresses, BlockNumberOrTag::Pending)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) => return out.failed(e.into()),
+        };
+        let preparations: Vec<_> = queued
+            .into_iter()
+            .zip(balances)
+            .map(|((sender, first, requests), balance)| async move {
+                let mut available = balance.wei.get();
+                let (mut moved, mut ready) = (0, Vec::new());
+                for req in &requests {
+                    match self.prepare(sender, req, fees, &mut available).await? {
+                        Prepared::Ready(p) => ready.push(*p),
+                        Prepared::Settled => moved += 1,
+                        Prepared::Waiting => {
+                            moved += 1;
+                            break;
+                        }
+                        Prepared::Retry => break,
+                    }
+                }
+                Ok::<_, TxqError>((
+                    moved,
+                    SenderPlan {
+                        sender,
+                        first,
+                        ready,
+                        failed: false,
+                    },
+                ))
+            })
+            .collect();
+        let prepared: Vec<Result<(usize, SenderPlan)>> = futures::stream::iter(preparations)
+            .buffered(SENDER_PASSES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut plans = Vec::with_capacity(prepared.len());
+        for p in prepared {
+            match p {
+                Ok((moved, plan)) => {
+                    out.moved += moved;
+                    if !plan.ready.is_empty() {
+                        plans.push(plan);
+                    }
+                }
+                Err(e) => out.fail(e),
+            }
+        }
+        // Lock order of the group commits.
+        plans.sort_by_key(|p| p.sender);
+        for group in signing_groups(&plans, SIGN_CHUNK) {
+            match self.sign_group(&mut plans, &group, fees).await {
+                Ok((done, err)) => {
+                    if let Some(e) = err {
+                        out.fail(e);
+                    }
+                    out.moved += done.len();
+                    out.signed += done.len();
+                    if let Some(sink) = sink
+                        && !done.is_empty()
+                    {
+                        // Committed: these may be broadcast now. A closed receiver only
+                        // means the broadcaster failed; the rows stay `signed` for the
+                        // next round.
+                        let _ = sink.send(done);
+                    }
+                }
+                // The store failed: nothing more is signed this round.
+                Err(e) => return out.failed(e),
+            }
+        }
+        out
+    }
+
+    /// Creates `sender`'s nonce row from the chain's pending nonce when it does not
+    /// exist (the row is never deleted, so this looks once per process).
+    async fn ensure_sender(&self, sender: Address) -> Result<()> {
+        let known = self
+            .initialized
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&sender);
+        if known {
+            return Ok(());
+        }
+        if !store::sender_exists(&self.db, self.chain_id, sender.as_slice()).await? {
+            let nonce = self.chain.nonce(sender, BlockNumberOrTag::Pending).await?;
+            let nonce = i64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?;
+            store::sender_init(&self.db, self.chain_id, sender.as_slice(), nonce).await?;
+        }
+        self.initialized
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(sender);
+        Ok(())
     }
 
     /// Sets `keel_txq_queue_depth{chain_id}` (queued + waiting_funding),
@@ -691,76 +989,39 @@ impl TxQueue {
         Ok(())
     }
 
-    /// The sender pass: signs and persists the sender's queued requests
-    /// ([`TxQueue::sign_pending`]) and broadcasts every `signed` request in nonce
-    /// order — first any a crash (or an earlier refusal) left persisted but unsent,
-    /// whose exact bytes go out again, then the ones just signed. The two phases are
-    /// pipelined: a chunk of requests is broadcast as soon as its transaction (nonces,
-    /// raw bytes and hashes) has committed, while the next chunk is being signed;
-    /// nothing is broadcast before it is persisted, and no broadcast happens inside a
-    /// database transaction. Returns how many requests it moved.
+    /// The sender pass: a [`TxQueue::round`] for `sender` alone. Signs and persists
+    /// the sender's queued requests (see [`TxQueue::sign_pending`]) and broadcasts
+    /// every `signed` request in nonce order — first any a crash (or an earlier
+    /// refusal) left persisted but unsent, whose exact bytes go out again, then the
+    /// ones just signed. The two phases are pipelined: a group of requests is broadcast
+    /// as soon as its nonces, raw bytes and hashes have committed, while the next group
+    /// is being signed; nothing is broadcast before it is persisted, and no broadcast
+    /// happens inside a database transaction. Returns how many requests it moved.
     ///
     /// # Errors
     /// [`TxqError::UnknownSender`] without a signer; store and transport errors (the
     /// first one, after both phases ran).
     pub async fn sender_pass(&self, sender: Address) -> Result<usize> {
-        let pass = self.pass(sender, None).await?;
-        Ok(pass.moved + pass.broadcast)
+        let round = self.round(Some(sender), true).await?;
+        Ok(round.moved + round.broadcast)
     }
 
-    /// One sender pass; `hint` when the caller read the fees and the sender's request
-    /// states for a round of passes (the round's loop is the only mover of a sender's
-    /// requests, so the states cannot change before this pass runs).
-    async fn pass(&self, sender: Address, hint: Option<Hint>) -> Result<Pass> {
-        // Left over from an earlier pass: lower nonces than anything signed below.
-        let leftovers = if hint.is_none_or(|h| h.signed) {
-            self.signed_of(sender).await?
-        } else {
-            Vec::new()
-        };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<ToSend>>();
-        let sign = async move {
-            // `tx` is dropped when signing ends, which ends the broadcaster's loop.
-            self.sign_pending_inner(sender, Some(&tx), hint).await
-        };
-        let send = async {
-            let mut moved = 0;
-            let mut first_err = None;
-            let mut round = |r: Result<usize>| match r {
-                Ok(n) => moved += n,
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            };
-            for chunk in leftovers.chunks(BROADCAST_CHUNK) {
-                round(self.broadcast_many(chunk).await);
-            }
-            while let Some(chunk) = rx.recv().await {
-                round(self.broadcast_many(&chunk).await);
-            }
-            match first_err {
-                Some(e) => Err(e),
-                None => Ok(moved),
-            }
-        };
-        let (signed, broadcast) = tokio::join!(sign, send);
-        let (moved, signed) = signed?;
-        Ok(Pass {
-            moved,
-            signed,
-            broadcast: broadcast?,
-        })
-    }
-
-    /// The sender's `signed` requests with their attempts, in nonce order.
-    async fn signed_of(&self, sender: Address) -> Result<Vec<ToSend>> {
+    /// The `signed` requests (of `only`, or of every sender with a signer) with their
+    /// attempts, by sender in nonce order.
+    async fn signed_of(&self, only: Option<Address>) -> Result<Vec<ToSend>> {
         let signed = store::requests_in_flight(
             &self.db,
             self.chain_id,
-            Some(sender.as_slice()),
+            only.as_ref().map(|s| s.as_slice()),
             Some("signed"),
         )
         .await?;
+        let signed: Vec<RequestRow> = signed
+            .into_iter()
+            .filter(|r| {
+                Address::try_from(r.sender.as_slice()).is_ok_and(|s| self.signers.contains_key(&s))
+            })
+            .collect();
         if signed.is_empty() {
             return Ok(Vec::new());
         }
@@ -783,106 +1044,18 @@ impl TxQueue {
     /// `FUNDING_DEADLINE_EXPIRED` past the deadline); while one still waits, nothing
     /// else of the sender is signed (head-of-line: the funds sent for it are not spent
     /// by later requests). Then for each queued request, oldest first, prepares it (gas
-    /// estimate, fees, funds) and then, in one transaction under the sender's row lock,
-    /// assigns the next nonce, signs and persists the attempt. Nothing is broadcast.
-    /// Requests that fail before signing settle `failed`, and requests that enter
-    /// `waiting_funding` wait; neither takes a nonce. Returns how many requests were
-    /// signed, settled, paused or resumed.
+    /// estimate, fees, funds); the prepared requests get consecutive nonces from the
+    /// sender's next nonce, are signed, and are persisted in one statement that checks,
+    /// under the sender's row lock, that the next nonce and the requests' states did not
+    /// change meanwhile (otherwise nothing is written and the requests stay queued).
+    /// Nothing is broadcast. Requests that fail before signing settle `failed`, and
+    /// requests that enter `waiting_funding` wait; neither takes a nonce. Returns how
+    /// many requests were signed, settled, paused or resumed.
     ///
     /// # Errors
     /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
     pub async fn sign_pending(&self, sender: Address) -> Result<usize> {
-        Ok(self.sign_pending_inner(sender, None, None).await?.0)
-    }
-
-    /// [`TxQueue::sign_pending`], handing every committed chunk to `sink` (the
-    /// broadcaster); returns (moved, signed).
-    async fn sign_pending_inner(
-        &self,
-        sender: Address,
-        sink: Option<&tokio::sync::mpsc::UnboundedSender<Vec<ToSend>>>,
-        hint: Option<Hint>,
-    ) -> Result<(usize, usize)> {
-        let signer = self
-            .signers
-            .get(&sender)
-            .cloned()
-            .ok_or(TxqError::UnknownSender)?;
-        let known = self
-            .initialized
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(&sender);
-        if !known {
-            if !store::sender_exists(&self.db, self.chain_id, sender.as_slice()).await? {
-                // Nonce bookkeeping starts at the chain's pending nonce.
-                let nonce = self.chain.nonce(sender, BlockNumberOrTag::Pending).await?;
-                let nonce = i64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?;
-                store::sender_init(&self.db, self.chain_id, sender.as_slice(), nonce).await?;
-            }
-            // Sender rows are never deleted: no need to look again.
-            self.initialized
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(sender);
-        }
-        let (still_waiting, mut moved) = if hint.is_none_or(|h| h.waiting_funding) {
-            self.check_funding(sender).await?
-        } else {
-            (false, 0)
-        };
-        if still_waiting {
-            return Ok((moved, 0));
-        }
-        let queued = store::requests_queued(
-            &self.db,
-            self.chain_id,
-            sender.as_slice(),
-            self.config.sign_batch,
-        )
-        .await?;
-        if queued.is_empty() {
-            return Ok((moved, 0));
-        }
-        // Fees and funds are read once per pass (fees once per round when the round
-        // read them); the balance is spent down locally as requests are signed (their
-        // transactions are not in the node's pool yet).
-        let fees = match hint {
-            Some(h) => h.fees,
-            None => self.fees().await?,
-        };
-        let mut available = self
-            .chain
-            .balance(sender, BlockNumberOrTag::Pending)
-            .await?
-            .wei
-            .get();
-        let mut ready = Vec::new();
-        for req in &queued {
-            match self.prepare(sender, req, fees, &mut available).await? {
-                Prepared::Ready(p) => ready.push(*p),
-                Prepared::Settled => moved += 1,
-                Prepared::Waiting => {
-                    moved += 1;
-                    break;
-                }
-                Prepared::Retry => break,
-            }
-        }
-        let mut signed = 0;
-        for chunk in ready.chunks(SIGN_CHUNK) {
-            let Some(done) = self.sign_chunk(&*signer, chunk, fees).await? else {
-                break;
-            };
-            moved += chunk.len();
-            signed += chunk.len();
-            if let Some(sink) = sink {
-                // Committed: these may be broadcast now. A closed receiver only means
-                // the broadcaster failed; the rows stay `signed` for the next pass.
-                let _ = sink.send(done);
-            }
-        }
-        Ok((moved, signed))
+        Ok(self.round(Some(sender), false).await?.moved)
     }
 
     /// The funding check of `sender`'s `waiting_funding` requests, oldest first: one
@@ -951,7 +1124,7 @@ impl TxQueue {
     /// go out again (same bytes) next pass.
     async fn broadcast_signed(&self, sender: Address) -> Result<usize> {
         let mut moved = 0;
-        for chunk in self.signed_of(sender).await?.chunks(BROADCAST_CHUNK) {
+        for chunk in self.signed_of(Some(sender)).await?.chunks(BROADCAST_CHUNK) {
             moved += self.broadcast_many(chunk).await?;
         }
         Ok(moved)
@@ -1249,89 +1422,137 @@ impl TxQueue {
         }
     }
 
-    /// In one transaction under the sender's row lock: assigns consecutive nonces to
-    /// `chunk` in order, signs each, persists every attempt and marks the requests
-    /// `signed`. Returns the committed requests with their attempt, ready to broadcast,
-    /// or `None` (and commits nothing) when a request was no longer queued (another
-    /// process took it). The chunk's signatures are requested concurrently (in nonce
-    /// order, up to [`SIGN_IN_FLIGHT`] at once): the nonces are fixed under the lock
-    /// before any is requested.
-    async fn sign_chunk(
+    /// Signs the pieces of `group` (skipping senders that failed earlier this round)
+    /// with consecutive nonces from each sender's next nonce as read, and commits them
+    /// in one statement ([`store::commit_signed`]). Returns the committed requests with
+    /// their attempt, ready to broadcast, and the first signing error. A sender whose
+    /// signature failed, or whose slice did not commit (its next nonce moved or a
+    /// request was taken by another process), is marked failed: its later pieces are not
+    /// signed this round, and its requests stay queued. The signatures are requested
+    /// concurrently (up to [`SIGN_IN_FLIGHT`] at once; the signer may be remote).
+    async fn sign_group(
         &self,
-        signer: &dyn TxSigner,
-        chunk: &[ReadyTx],
+        plans: &mut [SenderPlan],
+        group: &[Piece],
         (max_fee, tip): (u128, u128),
-    ) -> Result<Option<Vec<ToSend>>> {
+    ) -> Result<(Vec<ToSend>, Option<TxqError>)> {
         use futures::StreamExt;
-        let sender = signer.address();
-        let mut tx = self.db.begin().await?;
-        let first = store::sender_lock(&mut *tx, self.chain_id, sender.as_slice()).await?;
-        let mut unsigned_txs = Vec::with_capacity(chunk.len());
-        for (i, r) in chunk.iter().enumerate() {
-            let nonce = first + i64::try_from(i).map_err(|_| TxqError::InvalidRequest("nonce"))?;
-            unsigned_txs.push(TxEip1559 {
-                chain_id: self.chain.chain().get(),
-                nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
-                gas_limit: r.gas_limit,
-                max_fee_per_gas: max_fee,
-                max_priority_fee_per_gas: tip,
-                to: r.to.map_or(TxKind::Create, TxKind::Call),
-                value: r.value,
-                access_list: Default::default(),
-                input: r.data.clone(),
-            });
+        let pieces: Vec<&Piece> = group.iter().filter(|p| !plans[p.plan].failed).collect();
+        let mut futures = Vec::new();
+        for piece in &pieces {
+            let plan = &plans[piece.plan];
+            let signer = self
+                .signers
+                .get(&plan.sender)
+                .ok_or(TxqError::UnknownSender)?;
+            for (k, r) in plan.ready[piece.start..piece.start + piece.len]
+                .iter()
+                .enumerate()
+            {
+                let nonce = plan.first + to_i64(piece.start + k)?;
+                futures.push(signer.sign(TxEip1559 {
+                    chain_id: self.chain.chain().get(),
+                    nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
+                    gas_limit: r.gas_limit,
+                    max_fee_per_gas: max_fee,
+                    max_priority_fee_per_gas: tip,
+                    to: r.to.map_or(TxKind::Create, TxKind::Call),
+                    value: r.value,
+                    access_list: Default::default(),
+                    input: r.data.clone(),
+                }));
+            }
         }
-        let sigs: Vec<_> = unsigned_txs.into_iter().map(|u| signer.sign(u)).collect();
-        let envelopes: Vec<_> = futures::stream::iter(sigs)
+        let mut envelopes = futures::stream::iter(futures)
             .buffered(SIGN_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut signed = Vec::with_capacity(chunk.len());
-        for ((i, r), envelope) in chunk.iter().enumerate().zip(envelopes) {
-            let envelope = envelope?;
-            let nonce = first + i64::try_from(i).map_err(|_| TxqError::InvalidRequest("nonce"))?;
-            signed.push((
-                nonce,
-                *envelope.tx_hash(),
-                envelope.encoded_2718(),
-                i64::try_from(r.gas_limit).map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
-            ));
+            .collect::<Vec<_>>()
+            .await
+            .into_iter();
+        // Per piece: (nonce, hash, raw, gas) of each request, or a signing error.
+        let mut first_err = None;
+        let mut signed: Vec<Option<Vec<SignedTx>>> = Vec::new();
+        for piece in &pieces {
+            let plan = &plans[piece.plan];
+            let mut rows = Some(Vec::with_capacity(piece.len));
+            for (k, r) in plan.ready[piece.start..piece.start + piece.len]
+                .iter()
+                .enumerate()
+            {
+                let envelope = envelopes.next();
+                let Some(list) = rows.as_mut() else {
+                    continue;
+                };
+                match envelope {
+                    Some(Ok(envelope)) => list.push((
+                        plan.first + to_i64(piece.start + k)?,
+                        *envelope.tx_hash(),
+                        envelope.encoded_2718(),
+                        i64::try_from(r.gas_limit)
+                            .map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
+                    )),
+                    Some(Err(e)) => {
+                        first_err.get_or_insert(TxqError::from(e));
+                        rows = None;
+                    }
+                    None => rows = None,
+                }
+            }
+            signed.push(rows);
         }
         let (max_fee_s, tip_s) = (max_fee.to_string(), tip.to_string());
-        let rows: Vec<NewAttempt<'_>> = chunk
+        let slices: Vec<store::SignedSlice<'_>> = pieces
             .iter()
             .zip(&signed)
-            .map(|(r, (nonce, hash, raw, gas))| NewAttempt {
-                request_id: r.id,
-                attempt: 1,
-                nonce: *nonce,
-                hash: hash.as_slice(),
-                raw,
-                max_fee: max_fee_s.clone(),
-                priority_fee: tip_s.clone(),
-                gas_limit: *gas,
+            .filter_map(|(piece, rows)| {
+                let plan = &plans[piece.plan];
+                let rows = rows.as_ref()?;
+                Some(store::SignedSlice {
+                    sender: plan.sender.as_slice(),
+                    first: plan.first + i64::try_from(piece.start).ok()?,
+                    attempts: plan.ready[piece.start..piece.start + piece.len]
+                        .iter()
+                        .zip(rows)
+                        .map(|(r, (nonce, hash, raw, gas))| NewAttempt {
+                            request_id: r.id,
+                            attempt: 1,
+                            nonce: *nonce,
+                            hash: hash.as_slice(),
+                            raw,
+                            max_fee: max_fee_s.clone(),
+                            priority_fee: tip_s.clone(),
+                            gas_limit: *gas,
+                        })
+                        .collect(),
+                })
             })
             .collect();
-        store::attempts_insert_many(&mut *tx, &rows).await?;
-        let ids: Vec<Uuid> = chunk.iter().map(|r| r.id).collect();
-        let nonces: Vec<i64> = signed.iter().map(|s| s.0).collect();
-        let moved = store::requests_mark_signed_many(&mut *tx, &ids, &nonces).await?;
-        if moved != chunk.len() as u64 {
-            // Settled or signed elsewhere meanwhile: nothing is consumed.
-            tx.rollback().await?;
-            return Ok(None);
-        }
-        let next =
-            first + i64::try_from(chunk.len()).map_err(|_| TxqError::InvalidRequest("nonce"))?;
-        store::sender_set_next(&mut *tx, self.chain_id, sender.as_slice(), next).await?;
-        tx.commit().await?;
-        metrics::counter!("keel_txq_signed_total", "chain_id" => self.chain_id.to_string())
-            .increment(chunk.len() as u64);
-        Ok(Some(
-            chunk
-                .iter()
-                .zip(signed)
-                .map(|(r, (nonce, hash, raw, gas))| {
+        let committed: std::collections::HashSet<Vec<u8>> = if slices.is_empty() {
+            Default::default()
+        } else {
+            store::commit_signed(&self.db, self.chain_id, &slices)
+                .await?
+                .into_iter()
+                .collect()
+        };
+        drop(slices);
+        let mut done = Vec::new();
+        let failed: Vec<usize> = pieces
+            .iter()
+            .zip(signed)
+            .filter_map(|(piece, rows)| {
+                let plan = &plans[piece.plan];
+                let Some(rows) = rows else {
+                    return Some(piece.plan);
+                };
+                if !committed.contains(plan.sender.as_slice()) {
+                    tracing::debug!(target: "keel::txq", sender = %plan.sender, "next nonce or requests changed meanwhile; nothing committed, retried next round");
+                    return Some(piece.plan);
+                }
+                for (r, (nonce, hash, raw, gas)) in plan.ready
+                    [piece.start..piece.start + piece.len]
+                    .iter()
+                    .zip(rows)
+                {
                     let mut row = r.row.clone();
                     row.state = "signed".to_owned();
                     row.nonce = Some(nonce);
@@ -1346,10 +1567,17 @@ impl TxQueue {
                         gas_limit: gas,
                         age_ms: 0,
                     };
-                    (row, vec![attempt])
-                })
-                .collect(),
-        ))
+                    done.push((row, vec![attempt]));
+                }
+                None
+            })
+            .collect();
+        for plan in failed {
+            plans[plan].failed = true;
+        }
+        metrics::counter!("keel_txq_signed_total", "chain_id" => self.chain_id.to_string())
+            .increment(done.len() as u64);
+        Ok((done, first_err))
     }
 
     /// Broadcasts `attempt`'s bytes and records what the node said.
@@ -1764,6 +1992,53 @@ impl TxQueue {
         match self.chain.request::<_, Bytes>("eth_call", (call, at)).await {
             Err(ChainError::Node { error, .. }) => error.revert,
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Piece, pieces_of};
+
+    fn p(plan: usize, start: usize, len: usize) -> Piece {
+        Piece { plan, start, len }
+    }
+
+    #[test]
+    fn signing_groups_split_senders_in_order_and_never_repeat_one_within_a_group() {
+        assert_eq!(
+            pieces_of(&[3, 5, 1], 4),
+            vec![
+                vec![p(0, 0, 3), p(1, 0, 1)],
+                vec![p(1, 1, 4)],
+                vec![p(2, 0, 1)],
+            ]
+        );
+        // One sender with more than a group: consecutive pieces, in queue order.
+        assert_eq!(
+            pieces_of(&[9], 4),
+            vec![vec![p(0, 0, 4)], vec![p(0, 4, 4)], vec![p(0, 8, 1)]]
+        );
+        assert!(pieces_of(&[], 4).is_empty());
+        // Every request lands in exactly one piece, whatever the sizes.
+        for size in 1..7 {
+            let lens = [0, 2, 7, 1, 0, 13];
+            let groups = pieces_of(&lens, size);
+            for g in &groups {
+                assert!(g.iter().map(|p| p.len).sum::<usize>() <= size);
+                let mut plans: Vec<usize> = g.iter().map(|p| p.plan).collect();
+                plans.dedup();
+                assert_eq!(plans.len(), g.len(), "a sender once per group");
+            }
+            for (plan, &len) in lens.iter().enumerate() {
+                let covered: Vec<usize> = groups
+                    .iter()
+                    .flatten()
+                    .filter(|p| p.plan == plan)
+                    .flat_map(|p| p.start..p.start + p.len)
+                    .collect();
+                assert_eq!(covered, (0..len).collect::<Vec<_>>());
+            }
         }
     }
 }

@@ -192,23 +192,93 @@ pub(crate) async fn request_get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Opt
     .await?)
 }
 
-/// Queued requests of a sender, oldest first.
-pub(crate) async fn requests_queued(
+/// A queued request with its sender's next nonce as read in the same statement.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct QueuedRow {
+    #[sqlx(flatten)]
+    pub request: RequestRow,
+    /// `txq_sender.next_nonce` of the request's sender (read without a lock;
+    /// [`commit_signed`] checks it again under the lock).
+    pub next_nonce: i64,
+}
+
+/// Queued requests of each of `senders` (at most `limit` per sender, oldest first), with
+/// each sender's next nonce; senders without a `txq_sender` row are left out. Rows come
+/// grouped by sender.
+pub(crate) async fn requests_queued_many(
     db: impl PgExecutor<'_>,
     chain_id: i64,
-    sender: &[u8],
+    senders: &[&[u8]],
     limit: i64,
-) -> Result<Vec<RequestRow>> {
-    Ok(sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
-        "SELECT {REQUEST_COLUMNS} FROM txq_request
-          WHERE chain_id = $1 AND sender = $2 AND state = 'queued'
-          ORDER BY created_at, id LIMIT $3"
+) -> Result<Vec<QueuedRow>> {
+    Ok(sqlx::query_as::<_, QueuedRow>(sqlx::AssertSqlSafe(format!(
+        "SELECT q.*, s.next_nonce
+           FROM unnest($2::bytea[]) AS w(sender)
+           JOIN txq_sender s ON s.chain_id = $1 AND s.sender = w.sender
+          CROSS JOIN LATERAL (
+                SELECT {REQUEST_COLUMNS}, created_at FROM txq_request
+                 WHERE chain_id = $1 AND sender = w.sender AND state = 'queued'
+                 ORDER BY created_at, id LIMIT $3) AS q
+          ORDER BY q.sender, q.created_at, q.id"
     )))
     .bind(chain_id)
-    .bind(sender)
+    .bind(senders)
     .bind(limit)
     .fetch_all(db)
     .await?)
+}
+
+/// One sender's slice of a signing group: the nonce its signatures start at, and its
+/// attempts in nonce order.
+pub(crate) struct SignedSlice<'a> {
+    pub sender: &'a [u8],
+    pub first: i64,
+    pub attempts: Vec<NewAttempt<'a>>,
+}
+
+/// Commits a signing group in one statement (`txq_commit_signed`, migration 0013): per
+/// slice, under the sender's row lock, when the sender's next nonce is still `first`
+/// and every request is still queued, inserts the attempts, marks the requests `signed`
+/// and advances the next nonce; otherwise writes nothing for that slice. Returns the
+/// senders whose slice committed. Slices must be sorted by sender (lock order).
+pub(crate) async fn commit_signed(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    slices: &[SignedSlice<'_>],
+) -> Result<Vec<Vec<u8>>> {
+    let senders: Vec<&[u8]> = slices.iter().map(|s| s.sender).collect();
+    let firsts: Vec<i64> = slices.iter().map(|s| s.first).collect();
+    let counts: Vec<i32> = slices
+        .iter()
+        .map(|s| i32::try_from(s.attempts.len()).unwrap_or(i32::MAX))
+        .collect();
+    let all = || slices.iter().flat_map(|s| s.attempts.iter());
+    let ids: Vec<Uuid> = all().map(|a| a.request_id).collect();
+    let nonces: Vec<i64> = all().map(|a| a.nonce).collect();
+    let hashes: Vec<&[u8]> = all().map(|a| a.hash).collect();
+    let raws: Vec<&[u8]> = all().map(|a| a.raw).collect();
+    let max_fees: Vec<&str> = all().map(|a| a.max_fee.as_str()).collect();
+    let tips: Vec<&str> = all().map(|a| a.priority_fee.as_str()).collect();
+    let gas: Vec<i64> = all().map(|a| a.gas_limit).collect();
+    let rows = sqlx::query(
+        "SELECT s FROM txq_commit_signed($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS s",
+    )
+    .bind(chain_id)
+    .bind(&senders)
+    .bind(&firsts)
+    .bind(&counts)
+    .bind(&ids)
+    .bind(&nonces)
+    .bind(&hashes)
+    .bind(&raws)
+    .bind(&max_fees)
+    .bind(&tips)
+    .bind(&gas)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| r.try_get::<Vec<u8>, _>(0).map_err(Into::into))
+        .collect()
 }
 
 /// In-flight (`signed` or `broadcast`) requests of a chain, optionally of one sender,
@@ -239,11 +309,16 @@ pub(crate) async fn senders_with_work(
     chain_id: i64,
 ) -> Result<Vec<SenderWork>> {
     Ok(sqlx::query_as::<_, SenderWork>(
+        // One scan per partial index (settled rows, the bulk of the table, are never
+        // read): a single `state IN (...)` filter plans as a sequential scan.
         "SELECT sender,
                 bool_or(state = 'waiting_funding') AS waiting_funding,
                 bool_or(state = 'signed') AS signed
-           FROM txq_request
-          WHERE chain_id = $1 AND state IN ('queued', 'waiting_funding', 'signed')
+           FROM (SELECT sender, state FROM txq_request WHERE chain_id = $1 AND state = 'queued'
+                 UNION ALL
+                 SELECT sender, state FROM txq_request WHERE chain_id = $1 AND state = 'waiting_funding'
+                 UNION ALL
+                 SELECT sender, state FROM txq_request WHERE chain_id = $1 AND state = 'signed') AS w
           GROUP BY sender",
     )
     .bind(chain_id)
@@ -304,37 +379,6 @@ pub(crate) async fn sender_exists(
             .await?
             .is_some(),
     )
-}
-
-/// Locks the sender's row and returns its next nonce (the per-sender serialization).
-pub(crate) async fn sender_lock(
-    db: impl PgExecutor<'_>,
-    chain_id: i64,
-    sender: &[u8],
-) -> Result<i64> {
-    let row = sqlx::query(
-        "SELECT next_nonce FROM txq_sender WHERE chain_id = $1 AND sender = $2 FOR UPDATE",
-    )
-    .bind(chain_id)
-    .bind(sender)
-    .fetch_one(db)
-    .await?;
-    Ok(row.try_get(0)?)
-}
-
-pub(crate) async fn sender_set_next(
-    db: impl PgExecutor<'_>,
-    chain_id: i64,
-    sender: &[u8],
-    next: i64,
-) -> Result<()> {
-    sqlx::query("UPDATE txq_sender SET next_nonce = $3, updated_at = now() WHERE chain_id = $1 AND sender = $2")
-        .bind(chain_id)
-        .bind(sender)
-        .bind(next)
-        .execute(db)
-        .await?;
-    Ok(())
 }
 
 pub(crate) struct NewAttempt<'a> {
@@ -528,8 +572,14 @@ pub(crate) async fn funding_of(db: impl PgExecutor<'_>, id: Uuid) -> Result<Opti
 /// Unsettled requests of a chain counted by (state, sender).
 pub(crate) async fn depth(db: impl PgExecutor<'_>, chain_id: i64) -> Result<Vec<DepthRow>> {
     Ok(sqlx::query_as::<_, DepthRow>(
-        "SELECT state, sender, count(*) AS n FROM txq_request
-          WHERE chain_id = $1 AND state IN ('queued', 'waiting_funding', 'signed', 'broadcast')
+        // One scan per partial index, as in `senders_with_work`.
+        "SELECT state, sender, count(*) AS n
+           FROM (SELECT state, sender FROM txq_request WHERE chain_id = $1 AND state = 'queued'
+                 UNION ALL
+                 SELECT state, sender FROM txq_request WHERE chain_id = $1 AND state = 'waiting_funding'
+                 UNION ALL
+                 SELECT state, sender FROM txq_request
+                  WHERE chain_id = $1 AND state IN ('signed', 'broadcast')) AS d
           GROUP BY state, sender",
     )
     .bind(chain_id)
@@ -634,54 +684,6 @@ pub(crate) async fn request_insert_gap_fill(
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)
-}
-
-/// Inserts many attempts in one statement (UNNEST of column arrays).
-pub(crate) async fn attempts_insert_many(
-    db: impl PgExecutor<'_>,
-    rows: &[NewAttempt<'_>],
-) -> Result<()> {
-    let ids: Vec<Uuid> = rows.iter().map(|a| a.request_id).collect();
-    let attempts: Vec<i32> = rows.iter().map(|a| a.attempt).collect();
-    let nonces: Vec<i64> = rows.iter().map(|a| a.nonce).collect();
-    let hashes: Vec<&[u8]> = rows.iter().map(|a| a.hash).collect();
-    let raws: Vec<&[u8]> = rows.iter().map(|a| a.raw).collect();
-    let max_fees: Vec<&str> = rows.iter().map(|a| a.max_fee.as_str()).collect();
-    let tips: Vec<&str> = rows.iter().map(|a| a.priority_fee.as_str()).collect();
-    let gas: Vec<i64> = rows.iter().map(|a| a.gas_limit).collect();
-    sqlx::query(
-        "INSERT INTO txq_attempt (request_id, attempt, nonce, tx_hash, raw, max_fee_per_gas, max_priority_fee_per_gas, gas_limit)
-         SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::int8[])",
-    )
-    .bind(&ids)
-    .bind(&attempts)
-    .bind(&nonces)
-    .bind(&hashes)
-    .bind(&raws)
-    .bind(&max_fees)
-    .bind(&tips)
-    .bind(&gas)
-    .execute(db)
-    .await?;
-    Ok(())
-}
-
-/// `queued` → `signed` for many requests with their nonces; returns how many moved.
-pub(crate) async fn requests_mark_signed_many(
-    db: impl PgExecutor<'_>,
-    ids: &[Uuid],
-    nonces: &[i64],
-) -> Result<u64> {
-    let r = sqlx::query(
-        "UPDATE txq_request r SET state = 'signed', nonce = v.nonce, updated_at = now()
-           FROM unnest($1::uuid[], $2::int8[]) AS v(id, nonce)
-          WHERE r.id = v.id AND r.state = 'queued'",
-    )
-    .bind(ids)
-    .bind(nonces)
-    .execute(db)
-    .await?;
-    Ok(r.rows_affected())
 }
 
 /// `signed` → `broadcast` for many requests in one statement (the ones a node accepted

@@ -802,3 +802,119 @@ async fn batched_broadcasts_confirm_in_order_and_a_refused_item_settles_alone() 
         "exactly one transaction per accepted request"
     );
 }
+
+/// A signer that, on its first signature, lets another queue process (`rival`) sign
+/// and commit `contested`'s queued requests first: the signatures this queue is making
+/// then start at a nonce that is no longer next.
+struct RacedSigner {
+    inner: LocalSigner,
+    rival: Arc<TxQueue>,
+    contested: Address,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+impl keel_txq::TxSigner for RacedSigner {
+    fn address(&self) -> Address {
+        keel_txq::TxSigner::address(&self.inner)
+    }
+
+    fn sign(&self, tx: alloy::consensus::TxEip1559) -> keel_txq::SignFuture<'_> {
+        Box::pin(async move {
+            if !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                self.rival
+                    .sign_pending(self.contested)
+                    .await
+                    .expect("the rival signs");
+            }
+            self.inner.sign(tx).await
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_signing_group_whose_nonce_moved_meanwhile_commits_nothing_for_that_sender() {
+    let f = Fixture::new().await;
+    let (contested, other) = (f.chain.account(1).unwrap(), f.chain.account(2).unwrap());
+    // The rival process signs for the contested sender only.
+    let rival = Arc::new(f.queue(&[1]));
+    let mut q = f.queue(&[2]);
+    q.add_signer(Arc::new(RacedSigner {
+        inner: LocalSigner::new(f.chain.signer(1).unwrap().clone()),
+        rival: rival.clone(),
+        contested,
+        fired: Default::default(),
+    }));
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        for sender in [contested, other] {
+            ids.push(
+                q.enqueue(&transfer(sender, &format!("r{i}"), 1))
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    // One round: both senders' requests form one signing group; the contested sender's
+    // signatures start at nonce 0, which the rival takes (nonces 0..5) before the group
+    // commits.
+    q.tick().await.unwrap();
+    let attempts_of = |sender: Address| {
+        let pool = f.db.pool().clone();
+        async move {
+            sqlx::query_as::<_, (i64, i64)>(
+                "SELECT a.nonce, count(*) OVER () FROM txq_attempt a JOIN txq_request r ON r.id = a.request_id
+                  WHERE r.sender = $1 ORDER BY a.nonce",
+            )
+            .bind(sender.as_slice())
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let mine = attempts_of(contested).await;
+    assert_eq!(
+        mine.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (0..5).collect::<Vec<i64>>(),
+        "one attempt per request, the rival's: the losing signatures were discarded unbroadcast"
+    );
+    let signed_by_rival: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM txq_request WHERE sender = $1 AND state = 'signed'",
+    )
+    .bind(contested.as_slice())
+    .fetch_one(f.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(signed_by_rival, 5, "signed by the rival, not yet broadcast");
+    let next: i64 = sqlx::query_scalar("SELECT next_nonce FROM txq_sender WHERE sender = $1")
+        .bind(contested.as_slice())
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(next, 5, "the nonce advanced once");
+    // The group's other sender committed in the same statement.
+    assert_eq!(
+        attempts_of(other)
+            .await
+            .iter()
+            .map(|r| r.0)
+            .collect::<Vec<_>>(),
+        (0..5).collect::<Vec<i64>>()
+    );
+    let verdicts = settle_all(&q, &ids).await;
+    assert!(
+        verdicts
+            .iter()
+            .all(|v| matches!(v, SettlementVerdict::Confirmed { .. }))
+    );
+    for sender in [contested, other] {
+        assert_eq!(
+            f.chain
+                .provider()
+                .get_transaction_count(sender)
+                .await
+                .unwrap(),
+            5,
+            "exactly one transaction per request"
+        );
+    }
+}
