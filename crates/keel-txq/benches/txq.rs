@@ -98,6 +98,7 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
     }
     let q = Arc::new(q);
     let commits0 = commits(db.pool()).await?;
+    let cpu0 = cpu_seconds();
     let started = Instant::now();
     let enqueue_all = async {
         let enqueues = futures::stream::iter(0..n)
@@ -229,6 +230,7 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
         }
     };
     let elapsed = started.elapsed();
+    let cpu1 = cpu_seconds();
     let commits1 = commits(db.pool()).await?;
     let batches: i64 = sqlx::query_scalar("SELECT count(DISTINCT created_at) FROM txq_request")
         .fetch_one(db.pool())
@@ -238,11 +240,14 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
         .fetch_one(db.pool())
         .await?;
     eprintln!(
-        "detail {} senders={senders}: enqueue {:.0} ms in {batches} statements, then {ticks} ticks {:.0} ms, {:.1} commits/request (enqueue included), {bumped} fee bumps",
+        "detail {} senders={senders}: enqueue {:.0} ms in {batches} statements, then {ticks} ticks {:.0} ms, {:.1} commits/request (enqueue included), {bumped} fee bumps; CPU s keel {:.2}, postgres {:.2}, anvil {:.2}",
         if mode == Mode::Run { "run" } else { "tick" },
         enqueued.as_secs_f64() * 1e3,
         elapsed.saturating_sub(enqueued).as_secs_f64() * 1e3,
-        (commits1 - commits0) as f64 / n as f64
+        (commits1 - commits0) as f64 / n as f64,
+        cpu1.0 - cpu0.0,
+        cpu1.1 - cpu0.1,
+        cpu1.2 - cpu0.2,
     );
     let mut lat: Vec<f64> = sqlx::query_scalar(
         "SELECT (extract(epoch FROM broadcast_at - created_at) * 1000)::float8 FROM txq_request WHERE broadcast_at IS NOT NULL",
@@ -262,6 +267,33 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
         p50_ms: percentile(&lat, 0.5),
         p99_ms: percentile(&lat, 0.99),
     })
+}
+
+/// CPU seconds (user + system) used so far by this process, by PostgreSQL processes
+/// and by Anvil processes, read from `/proc` (zeros where it is unreadable).
+fn cpu_seconds() -> (f64, f64, f64) {
+    let tick = 100.0; // USER_HZ on Linux
+    let read = |path: &std::path::Path| -> Option<(String, f64)> {
+        let stat = std::fs::read_to_string(path).ok()?;
+        let name = stat.get(stat.find('(')? + 1..stat.rfind(')')?)?.to_owned();
+        let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+        let t: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some((name, t / tick))
+    };
+    let me = read(std::path::Path::new("/proc/self/stat")).map_or(0.0, |(_, t)| t);
+    let (mut pg, mut anvil) = (0.0, 0.0);
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            if let Some((name, t)) = read(&entry.path().join("stat")) {
+                if name.starts_with("postgres") {
+                    pg += t;
+                } else if name.starts_with("anvil") {
+                    anvil += t;
+                }
+            }
+        }
+    }
+    (me, pg, anvil)
 }
 
 /// Transactions committed in the current database so far (statistics are flushed
@@ -331,6 +363,7 @@ async fn raw_case(n: usize, senders: usize, presigned: bool) -> anyhow::Result<F
             .map(futures::future::Either::Right)
             .collect(),
     };
+    let cpu0 = cpu_seconds();
     let started = Instant::now();
     let sent: Vec<(Duration, anyhow::Result<alloy::primitives::B256>)> =
         futures::stream::iter(items)
@@ -373,6 +406,14 @@ async fn raw_case(n: usize, senders: usize, presigned: bool) -> anyhow::Result<F
         }
     }
     let elapsed = started.elapsed();
+    let cpu1 = cpu_seconds();
+    eprintln!(
+        "detail raw{} senders={senders}: {:.0} ms; CPU s client {:.2}, anvil {:.2}",
+        if presigned { " pre-signed" } else { "" },
+        elapsed.as_secs_f64() * 1e3,
+        cpu1.0 - cpu0.0,
+        cpu1.2 - cpu0.2
+    );
     lat.sort_by(|a, b| a.total_cmp(b));
     Ok(Figures {
         per_second: n as f64 / elapsed.as_secs_f64(),

@@ -71,7 +71,8 @@ pub struct TxQueueConfig {
     pub broadcast_in_flight: usize,
     /// Broadcasts per JSON-RPC batch (`eth_sendRawTransaction` × n in one HTTP
     /// request; default 16; 1 = one request per transaction). With n > 1, up to
-    /// `broadcast_in_flight / n` batches (at least 1) are outstanding at once. A node
+    /// `broadcast_in_flight / n` batches (at least 1) are outstanding at once, each of
+    /// one sender, spread over the senders first. A node
     /// answers each item separately; a batch that fails at the transport level leaves
     /// its requests `signed` for the next pass (same bytes).
     pub broadcast_batch: usize,
@@ -1130,27 +1131,54 @@ impl TxQueue {
         Ok(moved)
     }
 
-    /// Broadcasts the last attempt of each request of `items` (one sender's, in nonce
-    /// order) with up to `broadcast_in_flight` outstanding — nodes hold a briefly
-    /// out-of-order nonce until its predecessor arrives — then marks the accepted ones
-    /// `broadcast` in one statement. Returns how many moved (accepted or settled).
+    /// Broadcasts the last attempt of each request of `items` (grouped by sender, each
+    /// sender's in nonce order), then marks the accepted ones `broadcast` in one
+    /// statement. Returns how many moved (accepted or settled).
+    ///
+    /// With JSON-RPC batches (`broadcast_batch` > 1), up to `broadcast_in_flight /
+    /// broadcast_batch` batches are outstanding at once, each holding one sender's
+    /// consecutive nonces; a sender gets more than one of them only when fewer senders
+    /// than that have requests here (Anvil 1.7.1 can strand a transaction whose
+    /// predecessor arrives concurrently: a sender's nonces arrive in order whenever
+    /// the parallelism can come from other senders). Without batches, up to
+    /// `broadcast_in_flight` single sends are outstanding (nodes hold a briefly
+    /// out-of-order nonce until its predecessor arrives).
     async fn broadcast_many(&self, items: &[ToSend]) -> Result<usize> {
         use futures::StreamExt;
         // The futures are built up front (no closure over borrowed rows inside the
         // stream), which keeps this future `Send`.
         let results: Vec<Result<Broadcast>> = if self.config.broadcast_batch > 1 {
             let batch = self.config.broadcast_batch;
-            let batches: Vec<_> = items
-                .chunks(batch)
-                .map(|chunk| self.send_batch(chunk))
-                .collect();
-            futures::stream::iter(batches)
-                .buffered((self.config.broadcast_in_flight / batch).max(1))
-                .collect::<Vec<Vec<Result<Broadcast>>>>()
-                .await
+            // One lane per run of the same sender.
+            let mut lanes: Vec<(usize, &[ToSend])> = Vec::new();
+            let mut start = 0;
+            for i in 1..=items.len() {
+                if i == items.len() || items[i].0.sender != items[start].0.sender {
+                    lanes.push((start, &items[start..i]));
+                    start = i;
+                }
+            }
+            // Batches in flight at once, shared by the lanes; a lane gets more than one
+            // only when there are fewer lanes than that.
+            let slots = (self.config.broadcast_in_flight / batch).max(1);
+            let per_lane = (slots / lanes.len().max(1)).max(1);
+            let lanes: Vec<_> = lanes
                 .into_iter()
-                .flatten()
+                .map(|(offset, lane)| async move {
+                    let batches: Vec<_> = lane.chunks(batch).map(|c| self.send_batch(c)).collect();
+                    let out: Vec<Vec<Result<Broadcast>>> = futures::stream::iter(batches)
+                        .buffered(per_lane)
+                        .collect()
+                        .await;
+                    (offset, out.into_iter().flatten().collect::<Vec<_>>())
+                })
+                .collect();
+            let mut done: Vec<(usize, Vec<Result<Broadcast>>)> = futures::stream::iter(lanes)
+                .buffer_unordered(slots)
                 .collect()
+                .await;
+            done.sort_by_key(|(offset, _)| *offset);
+            done.into_iter().flat_map(|(_, out)| out).collect()
         } else {
             let sends: Vec<_> = items
                 .iter()
