@@ -51,7 +51,10 @@ pub struct TxQueueConfig {
     /// Nonce recovery runs every this many ticks of [`TxQueue::run`] (default 40).
     pub recovery_every_ticks: u64,
     /// A broadcast transaction without a receipt for this long is replaced at the same
-    /// nonce with bumped fees; `None` disables fee bumping (default 30 s).
+    /// nonce with bumped fees; `None` disables fee bumping (default 30 s). Of one
+    /// sender's stuck transactions, only the lowest nonce is replaced unless the others
+    /// are underpriced too (max fee below the current base fee, or tip below the
+    /// node's suggestion): later nonces waiting behind a stuck one mine once it does.
     pub bump_after: Option<Duration>,
     /// Percent by which a replacement raises both the max fee and the priority fee
     /// (default 12; geth and reth refuse replacements below +10 %).
@@ -257,8 +260,9 @@ struct SenderPlan {
     sender: Address,
     first: i64,
     ready: Vec<ReadyTx>,
-    /// A signature failed or a commit found the nonce moved: nothing more this round.
-    failed: bool,
+    /// A signature failed or a commit found the nonce moved: nothing more this round
+    /// (atomic: set by the commit half while the signing half reads it).
+    failed: std::sync::atomic::AtomicBool,
 }
 
 /// `len` prepared requests of `plans[plan]` from `start`: one sender's share of a
@@ -306,6 +310,14 @@ fn pieces_of(lens: &[usize], size: usize) -> Vec<Vec<Piece>> {
         groups.push(current);
     }
     groups
+}
+
+/// A signing group with its signatures: per piece, the signed transactions or `None`
+/// when a signature failed (the first such error kept).
+struct SignedGroup {
+    pieces: Vec<Piece>,
+    signed: Vec<Option<Vec<SignedTx>>>,
+    error: Option<TxqError>,
 }
 
 /// One signed transaction of a group: (nonce, hash, EIP-2718 bytes, gas limit).
@@ -513,54 +525,42 @@ impl TxQueue {
         }
     }
 
-    /// Runs passes until `cancel` fires.
+    /// Runs passes until `cancel` fires: two loops side by side.
     ///
-    /// Every `poll_interval` a full [`TxQueue::tick`]: a sender pass for every sender
-    /// with work (senders in parallel), then the confirmation pass. In between, a
-    /// request recorded through this queue ([`TxQueue::enqueue`] /
-    /// [`TxQueue::enqueue_with`], this process) wakes the loop for sender passes at once,
-    /// and a sender pass that signed something is followed by another at once (more may
-    /// be queued than one pass signs); requests recorded by other processes are picked
-    /// up by the next interval's tick. The confirmation pass keeps its interval.
-    ///
-    /// Nonce recovery ([`TxQueue::recover_nonces`]) runs for every registered sender at
-    /// start and then every `recovery_every_ticks` ticks.
+    /// - Sender rounds: a request recorded through this queue ([`TxQueue::enqueue`] /
+    ///   [`TxQueue::enqueue_with`], this process) wakes the loop for a round at once,
+    ///   and a round that signed something is followed by another at once (more may be
+    ///   queued than one round signs); otherwise a round runs every `poll_interval`,
+    ///   which picks up requests recorded by other processes. Nonce recovery
+    ///   ([`TxQueue::recover_nonces`]) runs for every registered sender at start and then
+    ///   every `recovery_every_ticks` intervals, between rounds.
+    /// - The confirmation pass ([`TxQueue::confirm_pass`]) and the queue gauges, every
+    ///   `poll_interval`, without waiting for rounds (it only reads and settles
+    ///   `broadcast` requests, and replaces stuck ones at their own nonce).
     ///
     /// The future is `Send`: `tokio::spawn(async move { queue.run(token).await })` on
     /// an `Arc<TxQueue>` works.
     pub async fn run(&self, cancel: CancellationToken) {
         use tracing::Instrument;
         let span = tracing::info_span!("txq", chain_id = self.chain_id);
-        async {
+        let rounds = async {
             let mut ticks: u64 = 0;
             let mut next_tick = tokio::time::Instant::now();
             while !cancel.is_cancelled() {
-                let full = tokio::time::Instant::now() >= next_tick;
-                let mut again = false;
-                if full {
+                if tokio::time::Instant::now() >= next_tick {
                     if ticks.is_multiple_of(self.config.recovery_every_ticks.max(1)) {
-                        for sender in self.signers.keys() {
-                            if let Err(e) = self.recover_nonces(*sender).await {
-                                tracing::warn!(target: "keel::txq", error = %e, "nonce recovery failed; retrying later");
-                            }
-                        }
+                        self.recover_all().await;
                     }
                     ticks = ticks.wrapping_add(1);
                     next_tick = tokio::time::Instant::now() + self.config.poll_interval;
-                    match self.tick_counted().await {
-                        Ok(signed) => again = signed > 0,
-                        Err(e) => {
-                            tracing::warn!(target: "keel::txq", error = %e, "queue pass failed; retrying next tick");
-                        }
-                    }
-                } else {
-                    match self.round(None, true).await {
-                        Ok(round) => again = round.signed > 0,
-                        Err(e) => {
-                            tracing::warn!(target: "keel::txq", error = %e, "sender pass failed; retrying next tick");
-                        }
-                    }
                 }
+                let again = match self.round(None, true).await {
+                    Ok(round) => round.signed > 0,
+                    Err(e) => {
+                        tracing::warn!(target: "keel::txq", error = %e, "sender round failed; retrying next tick");
+                        false
+                    }
+                };
                 if again {
                     continue;
                 }
@@ -570,9 +570,48 @@ impl TxQueue {
                     _ = tokio::time::sleep_until(next_tick) => {}
                 }
             }
+        };
+        let confirmations = async {
+            let mut interval = tokio::time::interval(self.config.poll_interval);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = interval.tick() => {}
+                }
+                if let Err(e) = self.confirm_pass().await {
+                    tracing::warn!(target: "keel::txq", error = %e, "confirmation pass failed; retrying next tick");
+                }
+                if let Err(e) = self.record_gauges().await {
+                    tracing::warn!(target: "keel::txq", error = %e, "queue gauges failed; retrying next tick");
+                }
+            }
+        };
+        async {
+            tokio::join!(rounds, confirmations);
         }
         .instrument(span)
         .await
+    }
+
+    /// [`TxQueue::recover_nonces`] for every registered sender, a few at once; a
+    /// failure is logged and retried at the next recovery.
+    async fn recover_all(&self) {
+        use futures::StreamExt;
+        let recoveries: Vec<_> = self
+            .signers
+            .keys()
+            .map(|sender| self.recover_nonces(*sender))
+            .collect();
+        let results: Vec<Result<(bool, usize)>> = futures::stream::iter(recoveries)
+            .buffer_unordered(SENDER_PASSES_IN_FLIGHT)
+            .collect()
+            .await;
+        for r in results {
+            if let Err(e) = r {
+                tracing::warn!(target: "keel::txq", error = %e, "nonce recovery failed; retrying later");
+            }
+        }
     }
 
     /// Nonce recovery for `sender`: compares the chain's nonces with the queue's.
@@ -685,18 +724,13 @@ impl TxQueue {
     /// # Errors
     /// The first failing pass's error (others still ran).
     pub async fn tick(&self) -> Result<()> {
-        self.tick_counted().await.map(|_| ())
-    }
-
-    /// [`TxQueue::tick`], returning how many requests the sender passes signed.
-    async fn tick_counted(&self) -> Result<usize> {
         let senders = self.round(None, true).await;
         let confirm = self.confirm_pass().await;
         let gauges = self.record_gauges().await;
-        let signed = senders?.signed;
+        senders?;
         confirm?;
         gauges?;
-        Ok(signed)
+        Ok(())
     }
 
     /// One round for every sender with work (or only `only`): the funding check of
@@ -718,6 +752,7 @@ impl TxQueue {
         {
             return Err(TxqError::UnknownSender);
         }
+        let started = std::time::Instant::now();
         let mut out = Round::default();
         let mut first_err: Option<TxqError> = None;
         let work = store::senders_with_work(&self.db, self.chain_id).await?;
@@ -749,7 +784,35 @@ impl TxQueue {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<ToSend>>();
         let sign = async move {
             // `tx` is dropped when signing ends, which ends the broadcaster's loop.
-            self.sign_round(&senders, broadcast.then_some(&tx)).await
+            let sink = broadcast.then_some(&tx);
+            let mut total = self.sign_round(&senders, sink).await;
+            // Requests recorded while this round signed are signed too, while the
+            // broadcaster is still sending what came before (their broadcasts queue
+            // behind, in nonce order), for up to `poll_interval` (the confirmation pass
+            // and nonce recovery of `run` wait for the round).
+            let mut last = total.signed;
+            while broadcast
+                && only.is_none()
+                && last > 0
+                && total.error.is_none()
+                && started.elapsed() < self.config.poll_interval
+            {
+                let more = match self.senders_ready().await {
+                    Ok(more) => more,
+                    Err(e) => {
+                        total.fail(e);
+                        break;
+                    }
+                };
+                let next = self.sign_round(&more, sink).await;
+                last = next.signed;
+                total.moved += next.moved;
+                total.signed += next.signed;
+                if let Some(e) = next.error {
+                    total.fail(e);
+                }
+            }
+            total
         };
         let send = async {
             let mut moved = 0;
@@ -763,8 +826,16 @@ impl TxQueue {
             for chunk in leftovers.chunks(BROADCAST_CHUNK) {
                 step(self.broadcast_many(chunk).await);
             }
-            while let Some(chunk) = rx.recv().await {
-                step(self.broadcast_many(&chunk).await);
+            while let Some(mut items) = rx.recv().await {
+                // Every group committed meanwhile goes out together: more senders to
+                // spread the batches over, one marking statement. A stable sort by
+                // sender keeps each sender's requests in nonce order (groups commit
+                // in order).
+                while let Ok(more) = rx.try_recv() {
+                    items.extend(more);
+                }
+                items.sort_by(|a, b| a.0.sender.cmp(&b.0.sender));
+                step(self.broadcast_many(&items).await);
             }
             match first_err {
                 Some(e) => Err(e),
@@ -891,7 +962,7 @@ impl TxQueue {
                         sender,
                         first,
                         ready,
-                        failed: false,
+                        failed: Default::default(),
                     },
                 ))
             })
@@ -914,28 +985,66 @@ impl TxQueue {
         }
         // Lock order of the group commits.
         plans.sort_by_key(|p| p.sender);
-        for group in signing_groups(&plans, SIGN_CHUNK) {
-            match self.sign_group(&mut plans, &group, fees).await {
-                Ok((done, err)) => {
-                    if let Some(e) = err {
-                        out.fail(e);
+        // Signing and committing are pipelined: the next group is signed while one
+        // commits. A group signed after an earlier group of the same sender failed to
+        // commit cannot commit either (its first nonce is not the sender's next).
+        let groups = signing_groups(&plans, SIGN_CHUNK);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<SignedGroup>>(1);
+        let plans = &plans;
+        let sign = async move {
+            for group in &groups {
+                let signed = self.sign_group(plans, group, fees).await;
+                let stop = signed.is_err();
+                if tx.send(signed).await.is_err() || stop {
+                    break;
+                }
+            }
+        };
+        let commit = async {
+            while let Some(signed) = rx.recv().await {
+                let committed = match signed {
+                    Ok(group) => self.commit_group(plans, group, fees).await,
+                    Err(e) => Err(e),
+                };
+                match committed {
+                    Ok((done, err)) => {
+                        if let Some(e) = err {
+                            out.fail(e);
+                        }
+                        out.moved += done.len();
+                        out.signed += done.len();
+                        if let Some(sink) = sink
+                            && !done.is_empty()
+                        {
+                            // Committed: these may be broadcast now. A closed receiver
+                            // only means the broadcaster failed; the rows stay `signed`
+                            // for the next round.
+                            let _ = sink.send(done);
+                        }
                     }
-                    out.moved += done.len();
-                    out.signed += done.len();
-                    if let Some(sink) = sink
-                        && !done.is_empty()
-                    {
-                        // Committed: these may be broadcast now. A closed receiver only
-                        // means the broadcaster failed; the rows stay `signed` for the
-                        // next round.
-                        let _ = sink.send(done);
+                    // The store failed: nothing more is signed this round.
+                    Err(e) => {
+                        out.fail(e);
+                        break;
                     }
                 }
-                // The store failed: nothing more is signed this round.
-                Err(e) => return out.failed(e),
             }
-        }
+        };
+        tokio::join!(sign, commit);
         out
+    }
+
+    /// Senders with a signer and queued requests, none waiting for funding, as
+    /// [`TxQueue::sign_round`] takes them (no funding check due).
+    async fn senders_ready(&self) -> Result<Vec<(Address, bool)>> {
+        Ok(store::senders_with_work(&self.db, self.chain_id)
+            .await?
+            .into_iter()
+            .filter(|w| !w.waiting_funding)
+            .filter_map(|w| Address::try_from(w.sender.as_slice()).ok())
+            .filter(|s| self.signers.contains_key(s))
+            .map(|s| (s, false))
+            .collect())
     }
 
     /// Creates `sender`'s nonce row from the chain's pending nonce when it does not
@@ -1264,7 +1373,15 @@ impl TxQueue {
         }
     }
 
+    /// (max fee, priority fee) per gas in wei for a new transaction: twice the latest
+    /// base fee plus the node's tip suggestion, and that tip (EIP-1559).
     async fn fees(&self) -> Result<(u128, u128)> {
+        let (base, tip) = self.market().await?;
+        Ok((base.saturating_mul(2).saturating_add(tip), tip))
+    }
+
+    /// (base fee of the latest block, the node's tip suggestion), wei per gas.
+    async fn market(&self) -> Result<(u128, u128)> {
         let block: Option<Block> = self
             .chain
             .request("eth_getBlockByNumber", (BlockNumberOrTag::Latest, false))
@@ -1272,7 +1389,7 @@ impl TxQueue {
         let base = block.and_then(|b| b.header.base_fee_per_gas).unwrap_or(0) as u128;
         let tip = self.chain.max_priority_fee().await?.wei_per_gas;
         let tip = u128::try_from(tip).unwrap_or(u128::MAX);
-        Ok((base.saturating_mul(2).saturating_add(tip), tip))
+        Ok((base, tip))
     }
 
     /// Prepares one queued request for signing: its gas limit (estimated when not
@@ -1451,21 +1568,25 @@ impl TxQueue {
     }
 
     /// Signs the pieces of `group` (skipping senders that failed earlier this round)
-    /// with consecutive nonces from each sender's next nonce as read, and commits them
-    /// in one statement ([`store::commit_signed`]). Returns the committed requests with
-    /// their attempt, ready to broadcast, and the first signing error. A sender whose
-    /// signature failed, or whose slice did not commit (its next nonce moved or a
-    /// request was taken by another process), is marked failed: its later pieces are not
-    /// signed this round, and its requests stay queued. The signatures are requested
-    /// concurrently (up to [`SIGN_IN_FLIGHT`] at once; the signer may be remote).
+    /// with consecutive nonces from each sender's next nonce as read. The signatures
+    /// are requested concurrently (up to [`SIGN_IN_FLIGHT`] at once; the signer may be
+    /// remote); a piece with a failed signature is left out of the commit.
     async fn sign_group(
         &self,
-        plans: &mut [SenderPlan],
+        plans: &[SenderPlan],
         group: &[Piece],
         (max_fee, tip): (u128, u128),
-    ) -> Result<(Vec<ToSend>, Option<TxqError>)> {
+    ) -> Result<SignedGroup> {
         use futures::StreamExt;
-        let pieces: Vec<&Piece> = group.iter().filter(|p| !plans[p.plan].failed).collect();
+        let pieces: Vec<Piece> = group
+            .iter()
+            .filter(|p| {
+                !plans[p.plan]
+                    .failed
+                    .load(std::sync::atomic::Ordering::Acquire)
+            })
+            .copied()
+            .collect();
         let mut futures = Vec::new();
         for piece in &pieces {
             let plan = &plans[piece.plan];
@@ -1527,6 +1648,29 @@ impl TxQueue {
             }
             signed.push(rows);
         }
+        Ok(SignedGroup {
+            pieces,
+            signed,
+            error: first_err,
+        })
+    }
+
+    /// Commits a signed group in one statement ([`store::commit_signed`]). Returns the
+    /// committed requests with their attempt, ready to broadcast, and the group's first
+    /// signing error. A sender whose signature failed, or whose slice did not commit
+    /// (its next nonce moved or a request was taken by another process), is marked
+    /// failed: its later pieces are not signed this round, and its requests stay
+    /// queued.
+    async fn commit_group(
+        &self,
+        plans: &[SenderPlan],
+        SignedGroup {
+            pieces,
+            signed,
+            error: first_err,
+        }: SignedGroup,
+        (max_fee, tip): (u128, u128),
+    ) -> Result<(Vec<ToSend>, Option<TxqError>)> {
         let (max_fee_s, tip_s) = (max_fee.to_string(), tip.to_string());
         let slices: Vec<store::SignedSlice<'_>> = pieces
             .iter()
@@ -1601,7 +1745,9 @@ impl TxQueue {
             })
             .collect();
         for plan in failed {
-            plans[plan].failed = true;
+            plans[plan]
+                .failed
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         metrics::counter!("keel_txq_signed_total", "chain_id" => self.chain_id.to_string())
             .increment(done.len() as u64);
@@ -1746,7 +1892,8 @@ impl TxQueue {
     /// in JSON-RPC batches and settles those at the confirmation depth, all in one
     /// statement; a `broadcast` request whose transaction the node no longer knows
     /// (dropped by a reorg) is re-broadcast with the same bytes, and one without a
-    /// receipt for `bump_after` is replaced. Returns how many requests settled.
+    /// receipt for `bump_after` is replaced (see [`TxQueueConfig::bump_after`] for which
+    /// of a sender's stuck transactions). Returns how many requests settled.
     ///
     /// # Errors
     /// Store and transport errors.
@@ -1827,10 +1974,45 @@ impl TxQueue {
         }
         let settled = self.settle_many(&verdicts).await?;
         // Requests without a receipt: still known to the node (wait, or replace when
-        // stuck), or dropped (re-broadcast the same bytes).
+        // stuck), or dropped (re-broadcast the same bytes). Only each sender's lowest
+        // nonce may be replaced for being stuck, unless the others are underpriced.
+        let mut lowest: HashMap<&[u8], i64> = HashMap::new();
+        for (req, _) in &unmined {
+            if let Some(nonce) = req.nonce {
+                let low = lowest.entry(req.sender.as_slice()).or_insert(nonce);
+                *low = (*low).min(nonce);
+            }
+        }
+        let stuck = |mine: &[AttemptRow]| {
+            mine.last().is_some_and(|a| {
+                self.config
+                    .bump_after
+                    .is_some_and(|after| u128::try_from(a.age_ms).unwrap_or(0) >= after.as_millis())
+            })
+        };
+        // The market is read only when a sender has stuck requests above its lowest.
+        let market = if unmined.iter().any(|(req, mine)| {
+            lowest.get(req.sender.as_slice()) != req.nonce.as_ref() && stuck(mine)
+        }) {
+            Some(self.market().await?)
+        } else {
+            None
+        };
         let checks: Vec<_> = unmined
             .into_iter()
-            .map(|(req, mine)| self.unmined(req, mine))
+            .map(|(req, mine)| {
+                let is_lowest =
+                    req.nonce.is_some() && lowest.get(req.sender.as_slice()) == req.nonce.as_ref();
+                let underpriced = market.is_some_and(|(base, tip)| {
+                    mine.last().is_some_and(|a| {
+                        a.max_fee_per_gas.parse::<u128>().is_ok_and(|f| f < base)
+                            || a.max_priority_fee_per_gas
+                                .parse::<u128>()
+                                .is_ok_and(|t| t < tip)
+                    })
+                });
+                self.unmined(req, mine, is_lowest || underpriced)
+            })
             .collect();
         let checked: Vec<Result<()>> = futures::stream::iter(checks)
             .buffer_unordered(UNMINED_IN_FLIGHT)
@@ -1845,17 +2027,23 @@ impl TxQueue {
     /// A `broadcast` request none of whose attempts has a receipt: re-broadcast the
     /// last attempt's bytes when the node knows none of them (a reorg dropped it), or
     /// replace it with bumped fees once it is older than `bump_after`.
-    async fn unmined(&self, req: &RequestRow, mine: &[AttemptRow]) -> Result<()> {
+    async fn unmined(
+        &self,
+        req: &RequestRow,
+        mine: &[AttemptRow],
+        may_replace: bool,
+    ) -> Result<()> {
         let Some(last) = mine.last() else {
             return Ok(());
         };
         if !self.any_attempt_known(mine).await? {
             tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
             let _ = self.broadcast(req, last, mine).await?;
-        } else if self
-            .config
-            .bump_after
-            .is_some_and(|after| u128::try_from(last.age_ms).unwrap_or(0) >= after.as_millis())
+        } else if may_replace
+            && self
+                .config
+                .bump_after
+                .is_some_and(|after| u128::try_from(last.age_ms).unwrap_or(0) >= after.as_millis())
         {
             self.replace(req, mine).await?;
         }

@@ -918,3 +918,47 @@ async fn a_signing_group_whose_nonce_moved_meanwhile_commits_nothing_for_that_se
         );
     }
 }
+
+#[tokio::test]
+async fn of_a_senders_stuck_transactions_only_the_lowest_nonce_is_replaced() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(6).unwrap();
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let q = f.queue_with(
+        &[6],
+        TxQueueConfig {
+            bump_after: Some(Duration::ZERO),
+            ..TxQueueConfig::default()
+        },
+    );
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(
+            q.enqueue(&transfer(sender, &format!("stuck-{i}"), 1))
+                .await
+                .unwrap(),
+        );
+    }
+    // Nothing mines: every transaction is stuck. Their fees are the market's, so
+    // nonces 1 and 2 only wait for nonce 0: it alone is replaced, on every pass.
+    q.tick().await.unwrap();
+    q.tick().await.unwrap();
+    let attempts: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT nonce, count(*) FROM txq_attempt GROUP BY nonce ORDER BY nonce")
+            .fetch_all(f.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(attempts, vec![(0, 3), (1, 1), (2, 1)]);
+    f.chain.mine().await.unwrap();
+    let verdicts = settle_all(&q, &ids).await;
+    assert!(
+        verdicts
+            .iter()
+            .all(|v| matches!(v, SettlementVerdict::Confirmed { .. })),
+        "{verdicts:?}"
+    );
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 3);
+}
