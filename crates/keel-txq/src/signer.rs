@@ -94,11 +94,18 @@ impl TxSigner for LocalSigner {
     }
 
     /// Signs on tokio's blocking pool (a secp256k1 signature is ~0.1–0.3 ms of CPU):
-    /// the queue asks for a chunk's signatures concurrently, so they spread over the
-    /// cores instead of stalling the task that broadcasts.
+    /// the queue asks for a group's signatures concurrently, so they spread over the
+    /// cores instead of stalling the task that broadcasts, at most one per core at once
+    /// across the process.
     fn sign(&self, mut tx: TxEip1559) -> SignFuture<'_> {
         let inner = self.inner.clone();
         Box::pin(async move {
+            // At most one signature per core at once (process-wide): more threads only
+            // take CPU time from the database and node sharing the machine.
+            let _core = signing_cores()
+                .acquire()
+                .await
+                .map_err(|_| SignerError::Failed)?;
             tokio::task::spawn_blocking(move || {
                 let sig = inner
                     .sign_transaction_sync(&mut tx)
@@ -109,4 +116,12 @@ impl TxSigner for LocalSigner {
             .map_err(|_| SignerError::Failed)?
         })
     }
+}
+
+/// Permits for concurrent local signatures: the number of cores.
+fn signing_cores() -> &'static tokio::sync::Semaphore {
+    static CORES: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    CORES.get_or_init(|| {
+        tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
 }
