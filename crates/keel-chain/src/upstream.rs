@@ -447,6 +447,28 @@ impl UpstreamPool {
             .collect()
     }
 
+    /// Whether the node knows each of `hashes` (`eth_getTransactionByHash` answers a
+    /// transaction, mined or pending, rather than `null`), in one JSON-RPC batch per
+    /// attempt, with the same failover as [`UpstreamPool::request`]; in order.
+    ///
+    /// # Errors
+    /// [`ChainError::Node`] when the node answers an item with an error;
+    /// [`ChainError::Unavailable`] when no upstream answered the batch.
+    pub async fn transactions_known(&self, hashes: &[B256]) -> Result<Vec<bool>> {
+        const METHOD: &str = "eth_getTransactionByHash";
+        let params: Vec<(B256,)> = hashes.iter().map(|h| (*h,)).collect();
+        self.batch::<_, Option<serde::de::IgnoredAny>>(METHOD, &params)
+            .await?
+            .into_iter()
+            .map(|r| {
+                r.map(|tx| tx.is_some()).map_err(|error| ChainError::Node {
+                    method: METHOD,
+                    error,
+                })
+            })
+            .collect()
+    }
+
     /// One JSON-RPC batch (JSON-RPC 2.0 §6) of `method` with each of `params`, failing
     /// over across upstreams when the batch fails at the transport level. The upstream's
     /// rate limiter counts every call of the batch. One outcome per item, in order: the

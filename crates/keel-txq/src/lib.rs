@@ -17,12 +17,21 @@
 //!
 //! - **Enqueue** is idempotent by (chain, sender, key): the same key and payload
 //!   return the existing request; a different payload is [`TxqError::IdempotencyConflict`].
-//! - **Signing** happens in one database transaction that locks the sender's row
-//!   (`txq_sender`, `FOR UPDATE`), takes its next nonce, signs through the
-//!   [`TxSigner`] seam and inserts the attempt (raw bytes and hash) before committing.
-//!   A request that fails before signing (gas estimation reverts, the sender cannot
-//!   pay and has no funding pause) consumes no nonce and settles `failed`.
-//! - **Broadcast** happens after the commit, outside any transaction. A crash between
+//! - **Signing** works in rounds across senders. A round reads every sender's queued
+//!   requests with its next nonce (`txq_sender`) in one statement, signs them through
+//!   the [`TxSigner`] seam with consecutive nonces from there (no row is locked while
+//!   a possibly remote signer works), and commits a group of up to 128 signed
+//!   transactions of several senders in one statement (`txq_commit_signed`, migration
+//!   0013). Under each sender's row lock (`FOR UPDATE`, senders in a fixed order) it
+//!   checks that the next nonce is still the one the signatures start at and that
+//!   every request is still `queued`; only then are the attempts (raw bytes and hash)
+//!   inserted, the requests marked `signed` and the next nonce advanced. A sender that
+//!   fails the check writes nothing: its signatures are discarded unbroadcast and its
+//!   requests stay queued for the next round. A request that fails before signing
+//!   (gas estimation reverts, the sender cannot pay and has no funding pause)
+//!   consumes no nonce and settles `failed`.
+//! - **Broadcast** happens after the commit, outside any transaction, in JSON-RPC
+//!   batches that each hold one sender's consecutive nonces. A crash between
 //!   the two leaves a `signed` request whose exact bytes the next pass re-broadcasts.
 //!   "Already known" is success. "Nonce too low" is resolved by looking for a receipt
 //!   of any attempt of that nonce: ours mined means broadcast; none mined (after
@@ -39,7 +48,9 @@
 //! - **Fee bumping**: a `broadcast` transaction without a receipt after `bump_after`
 //!   is replaced at the same nonce with both fees raised by `bump_percent` (≥ 10 %,
 //!   the geth/reth replacement rule) and at least the market's, capped per chain; each
-//!   attempt is persisted before broadcast and whichever attempt mines settles.
+//!   attempt is persisted before broadcast and whichever attempt mines settles. Of a
+//!   sender's stuck transactions only the lowest nonce is replaced, unless the others
+//!   are underpriced too: later nonces waiting behind it mine once it does.
 //!
 //! - **Nonce recovery** ([`TxQueue::recover_nonces`], at start and periodically):
 //!   adopts a nonce advanced outside Keel and fills gaps left by requests that failed

@@ -170,7 +170,7 @@ impl std::fmt::Debug for TxQueue {
 
 /// Senders of one round whose funding check or preparation runs at once (each may
 /// wait on the node: estimates, balances).
-const SENDER_PASSES_IN_FLIGHT: usize = 16;
+const SENDERS_IN_FLIGHT: usize = 16;
 
 /// Transactions signed per signing group (one commit statement, across senders).
 const SIGN_CHUNK: usize = 128;
@@ -604,7 +604,7 @@ impl TxQueue {
             .map(|sender| self.recover_nonces(*sender))
             .collect();
         let results: Vec<Result<(bool, usize)>> = futures::stream::iter(recoveries)
-            .buffer_unordered(SENDER_PASSES_IN_FLIGHT)
+            .buffer_unordered(SENDERS_IN_FLIGHT)
             .collect()
             .await;
         for r in results {
@@ -881,7 +881,7 @@ impl TxQueue {
             })
             .collect();
         let checked: Vec<Result<(bool, usize)>> = futures::stream::iter(checks)
-            .buffered(SENDER_PASSES_IN_FLIGHT)
+            .buffered(SENDERS_IN_FLIGHT)
             .collect()
             .await;
         let mut ready_senders: Vec<&[u8]> = Vec::with_capacity(senders.len());
@@ -968,7 +968,7 @@ impl TxQueue {
             })
             .collect();
         let prepared: Vec<Result<(usize, SenderPlan)>> = futures::stream::iter(preparations)
-            .buffered(SENDER_PASSES_IN_FLIGHT)
+            .buffered(SENDERS_IN_FLIGHT)
             .collect()
             .await;
         let mut plans = Vec::with_capacity(prepared.len());
@@ -1998,6 +1998,32 @@ impl TxQueue {
         } else {
             None
         };
+        // Which attempts the node still knows, for all of them in JSON-RPC batches.
+        let unmined_hashes: Vec<B256> = unmined
+            .iter()
+            .flat_map(|(_, mine)| mine.iter())
+            .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+            .collect();
+        let batches: Vec<_> = unmined_hashes
+            .chunks(RECEIPT_BATCH)
+            .map(|chunk| self.chain.transactions_known(chunk))
+            .collect();
+        let answers: Vec<_> = futures::stream::iter(batches)
+            .buffered(RECEIPT_BATCHES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut known_hashes = std::collections::HashSet::new();
+        for (hash, known) in unmined_hashes.iter().zip(
+            answers
+                .into_iter()
+                .collect::<std::result::Result<Vec<_>, _>>()?
+                .into_iter()
+                .flatten(),
+        ) {
+            if known {
+                known_hashes.insert(*hash);
+            }
+        }
         let checks: Vec<_> = unmined
             .into_iter()
             .map(|(req, mine)| {
@@ -2011,7 +2037,10 @@ impl TxQueue {
                                 .is_ok_and(|t| t < tip)
                     })
                 });
-                self.unmined(req, mine, is_lowest || underpriced)
+                let known = mine.iter().any(|a| {
+                    B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known_hashes.contains(&h))
+                });
+                self.unmined(req, mine, known, is_lowest || underpriced)
             })
             .collect();
         let checked: Vec<Result<()>> = futures::stream::iter(checks)
@@ -2025,18 +2054,20 @@ impl TxQueue {
     }
 
     /// A `broadcast` request none of whose attempts has a receipt: re-broadcast the
-    /// last attempt's bytes when the node knows none of them (a reorg dropped it), or
-    /// replace it with bumped fees once it is older than `bump_after`.
+    /// last attempt's bytes when the node knows none of them (`known` false: a reorg
+    /// dropped it), or, when `may_replace`, replace it with bumped fees once it is
+    /// older than `bump_after`.
     async fn unmined(
         &self,
         req: &RequestRow,
         mine: &[AttemptRow],
+        known: bool,
         may_replace: bool,
     ) -> Result<()> {
         let Some(last) = mine.last() else {
             return Ok(());
         };
-        if !self.any_attempt_known(mine).await? {
+        if !known {
             tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
             let _ = self.broadcast(req, last, mine).await?;
         } else if may_replace
