@@ -320,6 +320,26 @@ struct SignedGroup {
     error: Option<TxqError>,
 }
 
+/// `fetch` over `hashes` in JSON-RPC batches of [`RECEIPT_BATCH`] (providers cap batch
+/// sizes), [`RECEIPT_BATCHES_IN_FLIGHT`] at once; one answer per hash, in order.
+async fn by_batches<'a, T, F, Fut>(hashes: &'a [B256], fetch: F) -> Result<Vec<T>>
+where
+    F: Fn(&'a [B256]) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<Vec<T>, ChainError>>,
+{
+    use futures::StreamExt;
+    let batches: Vec<_> = hashes.chunks(RECEIPT_BATCH).map(fetch).collect();
+    let fetched: Vec<_> = futures::stream::iter(batches)
+        .buffered(RECEIPT_BATCHES_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut out = Vec::with_capacity(hashes.len());
+    for batch in fetched {
+        out.extend(batch?);
+    }
+    Ok(out)
+}
+
 /// One signed transaction of a group: (nonce, hash, EIP-2718 bytes, gas limit).
 type SignedTx = (i64, B256, Vec<u8>, i64);
 
@@ -1915,19 +1935,7 @@ impl TxQueue {
             .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
             .collect();
         let head = self.chain.block_number().await?;
-        // Batches of RECEIPT_BATCH (providers cap JSON-RPC batch sizes), a few at once.
-        let batches: Vec<_> = hashes
-            .chunks(RECEIPT_BATCH)
-            .map(|chunk| self.chain.receipts(chunk))
-            .collect();
-        let fetched: Vec<_> = futures::stream::iter(batches)
-            .buffered(RECEIPT_BATCHES_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut receipts = Vec::with_capacity(hashes.len());
-        for batch in fetched {
-            receipts.extend(batch?);
-        }
+        let receipts = by_batches(&hashes, |chunk| self.chain.receipts(chunk)).await?;
         let by_hash: HashMap<B256, TransactionReceipt> = hashes
             .iter()
             .zip(receipts)
@@ -1983,16 +1991,9 @@ impl TxQueue {
                 *low = (*low).min(nonce);
             }
         }
-        let stuck = |mine: &[AttemptRow]| {
-            mine.last().is_some_and(|a| {
-                self.config
-                    .bump_after
-                    .is_some_and(|after| u128::try_from(a.age_ms).unwrap_or(0) >= after.as_millis())
-            })
-        };
         // The market is read only when a sender has stuck requests above its lowest.
         let market = if unmined.iter().any(|(req, mine)| {
-            lowest.get(req.sender.as_slice()) != req.nonce.as_ref() && stuck(mine)
+            lowest.get(req.sender.as_slice()) != req.nonce.as_ref() && self.stuck(mine)
         }) {
             Some(self.market().await?)
         } else {
@@ -2004,26 +2005,15 @@ impl TxQueue {
             .flat_map(|(_, mine)| mine.iter())
             .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
             .collect();
-        let batches: Vec<_> = unmined_hashes
-            .chunks(RECEIPT_BATCH)
-            .map(|chunk| self.chain.transactions_known(chunk))
+        let answers = by_batches(&unmined_hashes, |chunk| {
+            self.chain.transactions_known(chunk)
+        })
+        .await?;
+        let known_hashes: std::collections::HashSet<B256> = unmined_hashes
+            .iter()
+            .zip(answers)
+            .filter_map(|(hash, known)| known.then_some(*hash))
             .collect();
-        let answers: Vec<_> = futures::stream::iter(batches)
-            .buffered(RECEIPT_BATCHES_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut known_hashes = std::collections::HashSet::new();
-        for (hash, known) in unmined_hashes.iter().zip(
-            answers
-                .into_iter()
-                .collect::<std::result::Result<Vec<_>, _>>()?
-                .into_iter()
-                .flatten(),
-        ) {
-            if known {
-                known_hashes.insert(*hash);
-            }
-        }
         let checks: Vec<_> = unmined
             .into_iter()
             .map(|(req, mine)| {
@@ -2070,15 +2060,20 @@ impl TxQueue {
         if !known {
             tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
             let _ = self.broadcast(req, last, mine).await?;
-        } else if may_replace
-            && self
-                .config
-                .bump_after
-                .is_some_and(|after| u128::try_from(last.age_ms).unwrap_or(0) >= after.as_millis())
-        {
+        } else if may_replace && self.stuck(mine) {
             self.replace(req, mine).await?;
         }
         Ok(())
+    }
+
+    /// Whether the last of `attempts` has gone without a receipt for `bump_after`
+    /// (never when fee bumping is off).
+    fn stuck(&self, attempts: &[AttemptRow]) -> bool {
+        attempts.last().is_some_and(|a| {
+            self.config
+                .bump_after
+                .is_some_and(|after| u128::try_from(a.age_ms).unwrap_or(0) >= after.as_millis())
+        })
     }
 
     /// Settles many requests in one statement; metrics and logs for the ones that

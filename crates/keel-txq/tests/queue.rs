@@ -32,6 +32,24 @@ impl Fixture {
         self.queue_with(idx, TxQueueConfig::default())
     }
 
+    /// Turns automine off (nothing mines until `mine()`) and returns a queue for dev
+    /// account `idx` that replaces a transaction as soon as it has no receipt
+    /// (`bump_after = 0`).
+    async fn stalled_queue(&self, idx: usize) -> TxQueue {
+        self.chain
+            .provider()
+            .raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+            .await
+            .unwrap();
+        self.queue_with(
+            &[idx],
+            TxQueueConfig {
+                bump_after: Some(Duration::ZERO),
+                ..TxQueueConfig::default()
+            },
+        )
+    }
+
     fn queue_with(&self, idx: &[usize], config: TxQueueConfig) -> TxQueue {
         let pool = UpstreamPool::new(
             ChainId(self.chain.chain_id()),
@@ -477,14 +495,7 @@ async fn stuck_transaction_is_replaced_with_bumped_fees_and_one_attempt_mines() 
     let f = Fixture::new().await;
     let sender = f.chain.account(7).unwrap();
     let p = f.chain.provider();
-    p.raw_request::<_, ()>("evm_setAutomine".into(), (false,))
-        .await
-        .unwrap();
-    let config = TxQueueConfig {
-        bump_after: Some(Duration::ZERO),
-        ..TxQueueConfig::default()
-    };
-    let q = f.queue_with(&[7], config);
+    let q = f.stalled_queue(7).await;
     let suffix = keel_chain::AttributionSuffix::new(&["keel"]).unwrap();
     let mut req = transfer(sender, "stuck", 3);
     req.data = suffix.append_to(&[]);
@@ -924,16 +935,7 @@ async fn of_a_senders_stuck_transactions_only_the_lowest_nonce_is_replaced() {
     let f = Fixture::new().await;
     let sender = f.chain.account(6).unwrap();
     let p = f.chain.provider();
-    p.raw_request::<_, ()>("evm_setAutomine".into(), (false,))
-        .await
-        .unwrap();
-    let q = f.queue_with(
-        &[6],
-        TxQueueConfig {
-            bump_after: Some(Duration::ZERO),
-            ..TxQueueConfig::default()
-        },
-    );
+    let q = f.stalled_queue(6).await;
     let mut ids = Vec::new();
     for i in 0..3 {
         ids.push(
