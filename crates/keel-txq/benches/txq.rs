@@ -3,8 +3,14 @@
 //! and in the same run the same transactions sent raw with alloy (pre-signed,
 //! `eth_sendRawTransaction`, 64 in flight, no durability) as the ceiling.
 //!
-//! `cargo bench -p keel-txq --bench txq` (env `KEEL_TXQ_BENCH_N`, default 2000
-//! transactions per case; `KEEL_TXQ_BENCH_CASES`, e.g. `run50,tick1`, runs a subset).
+//! Two loads: a burst (env `KEEL_TXQ_BENCH_N`, default 2,000 transactions per case,
+//! about half a second, so pipeline fill and drain weigh on it) in all four cases,
+//! and sustained load for the production loop (env `KEEL_TXQ_BENCH_SUSTAINED_N`,
+//! default 10,000 per case: `run1-sustained`, `run50-sustained`).
+//!
+//! `cargo bench -p keel-txq --bench txq`; `KEEL_TXQ_BENCH_CASES`, e.g.
+//! `run50,run50-sustained`, runs a subset; `KEEL_TXQ_BENCH_TIMELINE` prints, per 25 ms
+//! of each Keel case, the requests enqueued, signed and marked broadcast.
 //! Needs `scripts/setup` (PostgreSQL, Anvil).
 
 use alloy::consensus::{SignableTransaction, TxEip1559, TxEnvelope};
@@ -252,7 +258,7 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
         .fetch_one(db.pool())
         .await?;
     eprintln!(
-        "detail {} senders={senders}: enqueue {:.0} ms in {batches} statements, then {ticks} ticks {:.0} ms, {:.1} commits/request (enqueue included), {bumped} fee bumps; CPU s keel {:.2}, postgres {:.2}, anvil {:.2}",
+        "detail {} senders={senders} n={n}: enqueue {:.0} ms in {batches} statements, then {ticks} ticks {:.0} ms, {:.1} commits/request (enqueue included), {bumped} fee bumps; CPU s keel {:.2}, postgres {:.2}, anvil {:.2}",
         if mode == Mode::Run { "run" } else { "tick" },
         enqueued.as_secs_f64() * 1e3,
         elapsed.saturating_sub(enqueued).as_secs_f64() * 1e3,
@@ -261,6 +267,25 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
         cpu1.1 - cpu0.1,
         cpu1.2 - cpu0.2,
     );
+    if std::env::var_os("KEEL_TXQ_BENCH_TIMELINE").is_some() {
+        // Per 25 ms since the first enqueue: requests enqueued, signed (attempt
+        // committed) and marked broadcast in that slot.
+        let rows: Vec<(i32, i64, i64, i64)> = sqlx::query_as(
+            "WITH t0 AS (SELECT min(created_at) AS t FROM txq_request),
+                  ev AS (SELECT floor(extract(epoch FROM r.created_at - t0.t) * 40)::int AS s, 1 AS e, 0 AS c, 0 AS b FROM txq_request r, t0
+                         UNION ALL SELECT floor(extract(epoch FROM a.created_at - t0.t) * 40)::int, 0, 1, 0 FROM txq_attempt a, t0
+                         UNION ALL SELECT floor(extract(epoch FROM r.broadcast_at - t0.t) * 40)::int, 0, 0, 1 FROM txq_request r, t0)
+             SELECT s, sum(e)::int8, sum(c)::int8, sum(b)::int8 FROM ev GROUP BY s ORDER BY s",
+        )
+        .fetch_all(db.pool())
+        .await?;
+        for (s, e, c, b) in rows {
+            eprintln!(
+                "timeline {:>4} ms: enqueued {e:>4} signed {c:>4} broadcast {b:>4}",
+                s * 25
+            );
+        }
+    }
     let mut lat: Vec<f64> = sqlx::query_scalar(
         "SELECT (extract(epoch FROM broadcast_at - created_at) * 1000)::float8 FROM txq_request WHERE broadcast_at IS NOT NULL",
     )
@@ -420,7 +445,7 @@ async fn raw_case(n: usize, senders: usize, presigned: bool) -> anyhow::Result<F
     let elapsed = started.elapsed();
     let cpu1 = cpu_seconds();
     eprintln!(
-        "detail raw{} senders={senders}: {:.0} ms; CPU s client {:.2}, anvil {:.2}",
+        "detail raw{} senders={senders} n={n}: {:.0} ms; CPU s client {:.2}, anvil {:.2}",
         if presigned { " pre-signed" } else { "" },
         elapsed.as_secs_f64() * 1e3,
         cpu1.0 - cpu0.0,
@@ -437,15 +462,22 @@ async fn raw_case(n: usize, senders: usize, presigned: bool) -> anyhow::Result<F
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let n: usize = std::env::var("KEEL_TXQ_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    println!("keel-txq benchmark: {n} transfers per case, Anvil automine, PostgreSQL local");
+    let env_n = |var: &str, default: usize| -> usize {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let burst = env_n("KEEL_TXQ_BENCH_N", 2000);
+    let sustained = env_n("KEEL_TXQ_BENCH_SUSTAINED_N", 10_000);
     println!(
-        "{:<5} {:<7} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>15} {:>13}",
+        "keel-txq benchmark: Anvil automine, PostgreSQL local; burst {burst} and sustained {sustained} transfers"
+    );
+    println!(
+        "{:<5} {:<7} {:>6} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>15} {:>13}",
         "mode",
         "senders",
+        "n",
         "keel tx/s",
         "settled/s",
         "raw tx/s",
@@ -455,16 +487,19 @@ async fn main() -> anyhow::Result<()> {
         "keel p50/p99",
         "raw p50/p99"
     );
-    // `KEEL_TXQ_BENCH_CASES`: a comma-separated subset of tick1, tick50, run1, run50.
+    // `KEEL_TXQ_BENCH_CASES`: a comma-separated subset of tick1, tick50, run1, run50,
+    // run1-sustained, run50-sustained.
     let only = std::env::var("KEEL_TXQ_BENCH_CASES").ok();
-    for (mode, senders) in [
-        (Mode::Tick, 1usize),
-        (Mode::Tick, 50),
-        (Mode::Run, 1),
-        (Mode::Run, 50),
+    for (mode, senders, n, suffix) in [
+        (Mode::Tick, 1usize, burst, ""),
+        (Mode::Tick, 50, burst, ""),
+        (Mode::Run, 1, burst, ""),
+        (Mode::Run, 50, burst, ""),
+        (Mode::Run, 1, sustained, "-sustained"),
+        (Mode::Run, 50, sustained, "-sustained"),
     ] {
         let name = format!(
-            "{}{senders}",
+            "{}{senders}{suffix}",
             if mode == Mode::Run { "run" } else { "tick" }
         );
         if only
@@ -493,9 +528,10 @@ async fn main() -> anyhow::Result<()> {
         }
         let (raw, pre) = (&raws[0], &raws[1]);
         println!(
-            "{:<5} {:<7} {:>9.0} {:>9.0} {:>9.0} {:>6.0}% {:>9.0} {:>6.0}% {:>7.1}/{:<7.1} {:>6.1}/{:<6.1}",
+            "{:<5} {:<7} {:>6} {:>9.0} {:>9.0} {:>9.0} {:>6.0}% {:>9.0} {:>6.0}% {:>7.1}/{:<7.1} {:>6.1}/{:<6.1}",
             if mode == Mode::Run { "run" } else { "tick" },
             senders,
+            n,
             keel.per_second,
             keel.settled_per_second,
             raw.per_second,
@@ -513,6 +549,9 @@ async fn main() -> anyhow::Result<()> {
          chain nonce reached), with full durability (request, nonce, signed bytes persisted\n\
          before broadcast); settled/s: first enqueue -> every request settled `confirmed`.\n\
          tick: all enqueued first, then tick() until settled; run: TxQueue::run while enqueuing.\n\
+         n: transfers in the case; the burst figures include the pipeline's fill and drain\n\
+         (first enqueue -> first broadcast, last commit -> last broadcast), sustained ones\n\
+         spread them over n.\n\
          latency (ms): keel = enqueue -> broadcast recorded; raw = one send"
     );
     println!(
