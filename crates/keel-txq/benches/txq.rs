@@ -601,11 +601,12 @@ async fn main() -> anyhow::Result<()> {
         }
         let keel = keel_case(n, senders, mode).await?;
         // Anvil's pool race (see `keel_case`) can strand a raw send for good: retry on
-        // a fresh node.
+        // a fresh node, up to five times (the batched case strands often with one
+        // sender: four batches of consecutive nonces in flight).
         let mut raws = Vec::new();
         for how in [Raw::SignEach, Raw::Batched, Raw::Presigned] {
             let mut raw = raw_case(n, senders, how).await;
-            for _ in 0..2 {
+            for _ in 0..5 {
                 if raw.is_ok() {
                     break;
                 }
