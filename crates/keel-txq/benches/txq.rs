@@ -19,7 +19,7 @@ use alloy::network::TxSignerSync;
 use alloy::primitives::{Address, Bytes, TxKind, U256};
 use alloy::providers::Provider;
 use anvil_tests::{ChainBuilder, TestChain};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
 use keel_txq::{LocalSigner, TxQueue, TxQueueConfig, TxRequest};
@@ -394,6 +394,19 @@ async fn raw_case(n: usize, senders: usize, how: Raw) -> anyhow::Result<Figures>
             TxEnvelope::from(tx.into_signed(sig)).encoded_2718(),
         ))
     };
+    // Batched: one sender's consecutive nonces per batch (`unsigned` is in sender,
+    // nonce order, `per` each), the batches taken round-robin over the senders.
+    let mut batches = Vec::new();
+    if how == Raw::Batched {
+        let lanes: Vec<Vec<Vec<_>>> = std::mem::take(&mut unsigned)
+            .chunks(per)
+            .map(|lane| lane.chunks(16).map(<[_]>::to_vec).collect())
+            .collect();
+        let depth = lanes.iter().map(Vec::len).max().unwrap_or(0);
+        for k in 0..depth {
+            batches.extend(lanes.iter().filter_map(|lane| lane.get(k).cloned()));
+        }
+    }
     let presigned_raws = if presigned {
         Some(
             unsigned
@@ -417,75 +430,40 @@ async fn raw_case(n: usize, senders: usize, how: Raw) -> anyhow::Result<Figures>
     let cpu0 = cpu_seconds();
     let started = Instant::now();
     let sent: Vec<(Duration, anyhow::Result<alloy::primitives::B256>)> = if how == Raw::Batched {
-        // Batches of one sender's consecutive nonces (`unsigned` is in sender, nonce
-        // order), taken round-robin over the senders.
-        let mut lanes: Vec<Vec<Vec<(alloy::signers::local::PrivateKeySigner, TxEip1559)>>> =
-            Vec::new();
-        let mut rest = items.into_iter().filter_map(|i| match i {
-            futures::future::Either::Right(u) => Some(u),
-            futures::future::Either::Left(_) => None,
-        });
-        for _ in 0..senders {
-            let lane: Vec<_> = rest.by_ref().take(per).collect();
-            lanes.push(lane.chunks(16).map(<[_]>::to_vec).collect());
-        }
-        let depth = lanes.iter().map(Vec::len).max().unwrap_or(0);
-        let mut batches = Vec::new();
-        for k in 0..depth {
-            for lane in &mut lanes {
-                if k < lane.len() {
-                    batches.push(std::mem::take(&mut lane[k]));
-                }
-            }
-        }
         let client = alloy::rpc::client::ClientBuilder::default().http(chain.endpoint().clone());
-        let outs: Vec<Vec<(Duration, anyhow::Result<alloy::primitives::B256>)>> =
-            futures::stream::iter(batches)
-                .map(|batch| {
-                    let client = client.clone();
-                    async move {
-                        let t = Instant::now();
-                        let count = batch.len();
-                        let fail = |e: anyhow::Error| {
-                            let msg = e.to_string();
-                            (0..count)
-                                .map(|_| (t.elapsed(), Err(anyhow::anyhow!("{msg}"))))
-                                .collect::<Vec<_>>()
-                        };
-                        let raws = match batch
-                            .into_iter()
-                            .map(sign)
-                            .collect::<anyhow::Result<Vec<_>>>()
-                        {
-                            Ok(raws) => raws,
-                            Err(e) => return fail(e),
-                        };
-                        let mut rpc = client.new_batch();
-                        let mut waiters = Vec::with_capacity(count);
-                        for raw in &raws {
-                            match rpc.add_call::<_, alloy::primitives::B256>(
+        let outs: Vec<(Duration, Vec<alloy::primitives::B256>)> = futures::stream::iter(batches)
+            .map(|batch| {
+                let client = client.clone();
+                async move {
+                    let t = Instant::now();
+                    let raws = batch
+                        .into_iter()
+                        .map(sign)
+                        .collect::<anyhow::Result<Vec<_>>>()?;
+                    let mut rpc = client.new_batch();
+                    let waiters = raws
+                        .iter()
+                        .map(|raw| {
+                            rpc.add_call::<_, alloy::primitives::B256>(
                                 "eth_sendRawTransaction",
                                 &(raw,),
-                            ) {
-                                Ok(w) => waiters.push(w),
-                                Err(e) => return fail(e.into()),
-                            }
-                        }
-                        if let Err(e) = rpc.send().await {
-                            return fail(e.into());
-                        }
-                        let mut out = Vec::with_capacity(count);
-                        for w in waiters {
-                            out.push(w.await.map_err(anyhow::Error::from));
-                        }
-                        let d = t.elapsed();
-                        out.into_iter().map(|r| (d, r)).collect()
+                            )
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    rpc.send().await?;
+                    let mut hashes = Vec::with_capacity(waiters.len());
+                    for w in waiters {
+                        hashes.push(w.await?);
                     }
-                })
-                .buffer_unordered(4)
-                .collect()
-                .await;
-        outs.into_iter().flatten().collect()
+                    anyhow::Ok((t.elapsed(), hashes))
+                }
+            })
+            .buffer_unordered(4)
+            .try_collect()
+            .await?;
+        outs.into_iter()
+            .flat_map(|(d, hashes)| hashes.into_iter().map(move |h| (d, Ok(h))))
+            .collect()
     } else {
         futures::stream::iter(items)
             .map(|item| {
