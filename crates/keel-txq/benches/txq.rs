@@ -10,7 +10,12 @@
 //!
 //! `cargo bench -p keel-txq --bench txq`; `KEEL_TXQ_BENCH_CASES`, e.g.
 //! `run50,run50-sustained`, runs a subset; `KEEL_TXQ_BENCH_TIMELINE` prints, per 25 ms
-//! of each Keel case, the requests enqueued, signed and marked broadcast.
+//! of each Keel case, the requests enqueued, signed and marked broadcast;
+//! `KEEL_TXQ_BENCH_REPEAT=R` runs each case R times (each repetition with its own raw
+//! ceilings) and ends with one median line per case: the median of the per-repetition
+//! ratios and their range. The detail line of each Keel case gives the WAL bytes
+//! PostgreSQL wrote per request (cluster-wide, so on an otherwise idle server), a
+//! measure of the database's work that does not move with the machine's load.
 //! Needs `scripts/setup` (PostgreSQL, Anvil).
 
 use alloy::consensus::{SignableTransaction, TxEip1559, TxEnvelope};
@@ -106,6 +111,7 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
     }
     let q = Arc::new(q);
     let commits0 = commits(db.pool()).await?;
+    let wal0 = wal_lsn(db.pool()).await?;
     let cpu0 = cpu_seconds();
     let started = Instant::now();
     let enqueue_all = async {
@@ -249,6 +255,7 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
     };
     let elapsed = started.elapsed();
     let cpu1 = cpu_seconds();
+    let wal1 = wal_lsn(db.pool()).await?;
     let commits1 = commits(db.pool()).await?;
     let batches: i64 = sqlx::query_scalar("SELECT count(DISTINCT created_at) FROM txq_request")
         .fetch_one(db.pool())
@@ -258,11 +265,12 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
         .fetch_one(db.pool())
         .await?;
     eprintln!(
-        "detail {} senders={senders} n={n}: enqueue {:.0} ms in {batches} statements, then {ticks} ticks {:.0} ms, {:.1} commits/request (enqueue included), {bumped} fee bumps; CPU s keel {:.2}, postgres {:.2}, anvil {:.2}",
+        "detail {} senders={senders} n={n}: enqueue {:.0} ms in {batches} statements, then {ticks} ticks {:.0} ms, {:.1} commits/request (enqueue included), {:.0} WAL bytes/request, {bumped} fee bumps; CPU s keel {:.2}, postgres {:.2}, anvil {:.2}",
         if mode == Mode::Run { "run" } else { "tick" },
         enqueued.as_secs_f64() * 1e3,
         elapsed.saturating_sub(enqueued).as_secs_f64() * 1e3,
         (commits1 - commits0) as f64 / n as f64,
+        (wal1 - wal0) as f64 / n as f64,
         cpu1.0 - cpu0.0,
         cpu1.1 - cpu0.1,
         cpu1.2 - cpu0.2,
@@ -342,6 +350,17 @@ async fn commits(db: &keel_store::PgPool) -> anyhow::Result<i64> {
     )
     .fetch_one(db)
     .await?)
+}
+
+/// The server's current WAL insert position in bytes (cluster-wide: on an otherwise
+/// idle server the difference over a case is the WAL the case wrote; the queue's row
+/// writes and index insertions are most of it).
+async fn wal_lsn(db: &keel_store::PgPool) -> anyhow::Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::int8")
+            .fetch_one(db)
+            .await?,
+    )
 }
 
 /// How the raw case sends.
@@ -527,6 +546,83 @@ async fn raw_case(n: usize, senders: usize, how: Raw) -> anyhow::Result<Figures>
     })
 }
 
+/// One repetition of a case: transfers per second of Keel and of each raw ceiling
+/// from the same repetition, and latencies (ms, p50/p99).
+struct Row {
+    keel: f64,
+    settled: f64,
+    raw: f64,
+    batch: f64,
+    pre: f64,
+    keel_lat: (f64, f64),
+    raw_lat: (f64, f64),
+}
+
+impl Row {
+    fn line(&self, label: &str) -> String {
+        format!(
+            "{label} {:>9.0} {:>9.0} {:>9.0} {:>6.0}% {:>9.0} {:>6.0}% {:>9.0} {:>6.0}% {:>7.1}/{:<7.1} {:>6.1}/{:<6.1}",
+            self.keel,
+            self.settled,
+            self.raw,
+            100.0 * self.keel / self.raw,
+            self.batch,
+            100.0 * self.keel / self.batch,
+            self.pre,
+            100.0 * self.keel / self.pre,
+            self.keel_lat.0,
+            self.keel_lat.1,
+            self.raw_lat.0,
+            self.raw_lat.1
+        )
+    }
+}
+
+/// The table's first three columns for a case.
+fn label(mode: Mode, senders: usize, n: usize) -> String {
+    format!(
+        "{:<5} {:<7} {:>6}",
+        if mode == Mode::Run { "run" } else { "tick" },
+        senders,
+        n
+    )
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// The median line of a case: median tx/s of each column and the median of the
+/// per-repetition ratios (each ratio taken within one repetition), with their range.
+fn summary(label: &str, reps: &[Row]) -> String {
+    let col = |f: fn(&Row) -> f64| median(reps.iter().map(f).collect());
+    let ratio = |f: fn(&Row) -> f64| {
+        let r: Vec<f64> = reps.iter().map(|x| 100.0 * x.keel / f(x)).collect();
+        let (lo, hi) = r
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+        format!("{:.0}% ({lo:.0}-{hi:.0})", median(r))
+    };
+    format!(
+        "median of {} {label}: keel {:.0} tx/s, settled {:.0}/s; to raw {}, to batch {}, to pre-signed {}; keel p50/p99 {:.1}/{:.1} ms",
+        reps.len(),
+        col(|r| r.keel),
+        col(|r| r.settled),
+        ratio(|r| r.raw),
+        ratio(|r| r.batch),
+        ratio(|r| r.pre),
+        col(|r| r.keel_lat.0),
+        col(|r| r.keel_lat.1),
+    )
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let env_n = |var: &str, default: usize| -> usize {
@@ -537,8 +633,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let burst = env_n("KEEL_TXQ_BENCH_N", 2000);
     let sustained = env_n("KEEL_TXQ_BENCH_SUSTAINED_N", 10_000);
+    // Each case this many times in a row (Keel, then its raw ceilings); with more than
+    // one, a median line per case follows the table.
+    let repeat = env_n("KEEL_TXQ_BENCH_REPEAT", 1).max(1);
+    let mut medians = Vec::new();
     println!(
-        "keel-txq benchmark: Anvil automine, PostgreSQL local; burst {burst} and sustained {sustained} transfers"
+        "keel-txq benchmark: Anvil automine, PostgreSQL local; burst {burst} and sustained {sustained} transfers; {repeat} repetition(s) per case"
     );
     println!(
         "{:<5} {:<7} {:>6} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7} {:>15} {:>13}",
@@ -577,44 +677,45 @@ async fn main() -> anyhow::Result<()> {
         {
             continue;
         }
-        let keel = keel_case(n, senders, mode).await?;
-        // Anvil's pool race (see `keel_case`) can strand a raw send for good: retry on
-        // a fresh node, up to five times (the batched case strands often with one
-        // sender: four batches of consecutive nonces in flight).
-        let mut raws = Vec::new();
-        for how in [Raw::SignEach, Raw::Batched, Raw::Presigned] {
-            let mut raw = raw_case(n, senders, how).await;
-            for _ in 0..5 {
-                if raw.is_ok() {
-                    break;
+        let mut reps: Vec<Row> = Vec::with_capacity(repeat);
+        for _ in 0..repeat {
+            let keel = keel_case(n, senders, mode).await?;
+            // Anvil's pool race (see `keel_case`) can strand a raw send for good: retry
+            // on a fresh node, up to five times (the batched case strands often with
+            // one sender: four batches of consecutive nonces in flight).
+            let mut raws = Vec::new();
+            for how in [Raw::SignEach, Raw::Batched, Raw::Presigned] {
+                let mut raw = raw_case(n, senders, how).await;
+                for _ in 0..5 {
+                    if raw.is_ok() {
+                        break;
+                    }
+                    eprintln!(
+                        "raw case failed, retrying on a fresh Anvil: {:?}",
+                        raw.err()
+                    );
+                    raw = raw_case(n, senders, how).await;
                 }
-                eprintln!(
-                    "raw case failed, retrying on a fresh Anvil: {:?}",
-                    raw.err()
-                );
-                raw = raw_case(n, senders, how).await;
+                raws.push(raw?);
             }
-            raws.push(raw?);
+            let row = Row {
+                keel: keel.per_second,
+                settled: keel.settled_per_second,
+                raw: raws[0].per_second,
+                batch: raws[1].per_second,
+                pre: raws[2].per_second,
+                keel_lat: (keel.p50_ms, keel.p99_ms),
+                raw_lat: (raws[0].p50_ms, raws[0].p99_ms),
+            };
+            println!("{}", row.line(&label(mode, senders, n)));
+            reps.push(row);
         }
-        let (raw, batched, pre) = (&raws[0], &raws[1], &raws[2]);
-        println!(
-            "{:<5} {:<7} {:>6} {:>9.0} {:>9.0} {:>9.0} {:>6.0}% {:>9.0} {:>6.0}% {:>9.0} {:>6.0}% {:>7.1}/{:<7.1} {:>6.1}/{:<6.1}",
-            if mode == Mode::Run { "run" } else { "tick" },
-            senders,
-            n,
-            keel.per_second,
-            keel.settled_per_second,
-            raw.per_second,
-            100.0 * keel.per_second / raw.per_second,
-            batched.per_second,
-            100.0 * keel.per_second / batched.per_second,
-            pre.per_second,
-            100.0 * keel.per_second / pre.per_second,
-            keel.p50_ms,
-            keel.p99_ms,
-            raw.p50_ms,
-            raw.p99_ms
-        );
+        if repeat > 1 {
+            medians.push(summary(&label(mode, senders, n), &reps));
+        }
+    }
+    for m in &medians {
+        println!("{m}");
     }
     println!(
         "keel tx/s: first enqueue -> every request accepted by the node and mined (each sender's\n\
