@@ -2066,8 +2066,10 @@ impl TxQueue {
         Ok(())
     }
 
-    /// Whether the last of `attempts` has gone without a receipt for `bump_after`
-    /// (never when fee bumping is off).
+    /// Whether the last of `attempts` has gone without a receipt for `bump_after` since
+    /// it went out — since its broadcast, not its signature, so a transaction signed
+    /// long before a backlog let it out is not replaced the moment it is sent (never
+    /// when fee bumping is off).
     fn stuck(&self, attempts: &[AttemptRow]) -> bool {
         attempts.last().is_some_and(|a| {
             self.config

@@ -56,7 +56,10 @@ pub(crate) struct AttemptRow {
     pub max_fee_per_gas: String,
     pub max_priority_fee_per_gas: String,
     pub gas_limit: i64,
-    /// Milliseconds since the attempt was persisted (database clock).
+    /// Milliseconds since the attempt went out (database clock): since it was
+    /// persisted, or since the request's first broadcast when that came later (a first
+    /// attempt can wait behind a backlog between its signature and its broadcast, and
+    /// fee bumping counts from the broadcast).
     pub age_ms: i64,
 }
 
@@ -334,13 +337,15 @@ pub(crate) struct SenderWork {
     pub signed: bool,
 }
 
-/// Attempts of the given requests, by request then attempt number.
+/// Attempts of the given requests, by request then attempt number, each with its age
+/// since it went out ([`AttemptRow::age_ms`]).
 pub(crate) async fn attempts_of(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
     Ok(sqlx::query_as::<_, AttemptRow>(
-        "SELECT request_id, attempt, nonce, tx_hash, raw, max_fee_per_gas, max_priority_fee_per_gas, gas_limit,
-                (extract(epoch FROM now() - created_at) * 1000)::bigint AS age_ms
-           FROM txq_attempt
-          WHERE request_id = ANY($1) ORDER BY request_id, attempt",
+        "SELECT a.request_id, a.attempt, a.nonce, a.tx_hash, a.raw, a.max_fee_per_gas,
+                a.max_priority_fee_per_gas, a.gas_limit,
+                (extract(epoch FROM now() - greatest(a.created_at, r.broadcast_at)) * 1000)::bigint AS age_ms
+           FROM txq_attempt a JOIN txq_request r ON r.id = a.request_id
+          WHERE a.request_id = ANY($1) ORDER BY a.request_id, a.attempt",
     )
     .bind(ids)
     .fetch_all(db)

@@ -558,6 +558,69 @@ async fn stuck_transaction_is_replaced_with_bumped_fees_and_one_attempt_mines() 
 }
 
 #[tokio::test]
+async fn fee_bumping_counts_from_the_broadcast_not_from_the_signature() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(6).unwrap();
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let q = f.queue_with(
+        &[6],
+        TxQueueConfig {
+            bump_after: Some(Duration::from_secs(60)),
+            ..TxQueueConfig::default()
+        },
+    );
+    let id = q.enqueue(&transfer(sender, "late", 1)).await.unwrap();
+    assert_eq!(q.sign_pending(sender).await.unwrap(), 1);
+    // Signed an hour before its broadcast, as behind a long backlog.
+    sqlx::query(
+        "UPDATE txq_attempt SET created_at = now() - interval '1 hour' WHERE request_id = $1",
+    )
+    .bind(id)
+    .execute(f.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(q.sender_pass(sender).await.unwrap(), 1);
+    assert_eq!(q.status(id).await.unwrap().state, "broadcast");
+    let attempts = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM txq_attempt WHERE request_id = $1")
+            .bind(id)
+            .fetch_one(f.db.pool())
+            .await
+            .unwrap()
+    };
+    // Unmined (automine is off), but sent just now: not stuck.
+    q.confirm_pass().await.unwrap();
+    assert_eq!(
+        attempts().await,
+        1,
+        "not replaced right after its broadcast"
+    );
+    // Unmined for longer than `bump_after` since the broadcast: replaced.
+    sqlx::query("UPDATE txq_request SET broadcast_at = now() - interval '1 hour' WHERE id = $1")
+        .bind(id)
+        .execute(f.db.pool())
+        .await
+        .unwrap();
+    q.confirm_pass().await.unwrap();
+    assert_eq!(
+        attempts().await,
+        2,
+        "replaced once stuck since its broadcast"
+    );
+    f.chain.mine().await.unwrap();
+    let verdict = settle_all(&q, &[id]).await.remove(0);
+    assert_eq!(confirmed_nonce(&verdict), 0);
+    assert_eq!(
+        p.get_transaction_count(sender).await.unwrap(),
+        1,
+        "exactly one transaction took effect"
+    );
+}
+
+#[tokio::test]
 async fn nonce_recovery_fills_a_gap_left_by_a_request_that_failed_after_signing() {
     let f = Fixture::new().await;
     let sender = f.chain.account(8).unwrap();

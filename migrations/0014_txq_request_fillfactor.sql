@@ -1,0 +1,12 @@
+-- keel-txq: leave room on txq_request's pages for the new versions of its rows.
+--
+-- A request's row is written four times (enqueue, signed, broadcast, settled). Every
+-- update changes `state`, which the partial indexes' predicates read, so none of them
+-- is a HOT update; but when the new version fits on the old version's page, PostgreSQL
+-- logs only the changed middle of the row and touches one heap page instead of two.
+-- With the default fill factor of 100 the pages are packed by the inserts and every
+-- new version moves to the end of the table. At 70, the queue's own path over 2,000
+-- requests wrote ~6 % less WAL (signed -66, broadcast -93, settled -47 bytes per
+-- request) and the table stayed no larger (dead versions are pruned page by page).
+-- Applies to pages written from now on; existing pages keep their layout.
+ALTER TABLE txq_request SET (fillfactor = 70);
