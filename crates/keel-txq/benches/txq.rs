@@ -717,9 +717,9 @@ async fn main() -> anyhow::Result<()> {
         let mut reps: Vec<Row> = Vec::with_capacity(repeat);
         for _ in 0..repeat {
             let keel = keel_case(n, senders, mode).await?;
-            // Anvil's pool race (see `keel_case`) can strand a raw send for good: retry
-            // on a fresh node, up to five times (the batched case strands often with
-            // one sender: four batches of consecutive nonces in flight).
+            // A raw case replaces a stranded nonce itself (see `raw_case`); one that
+            // still does not finish within 30 s is retried on a fresh node, up to five
+            // times.
             let mut raws = Vec::new();
             for how in [Raw::SignEach, Raw::Batched, Raw::Presigned] {
                 let mut raw = raw_case(n, senders, how).await;
