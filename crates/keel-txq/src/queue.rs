@@ -50,10 +50,11 @@ pub struct TxQueueConfig {
     pub gas_limit_headroom_percent: u64,
     /// Nonce recovery runs every this many ticks of [`TxQueue::run`] (default 40).
     pub recovery_every_ticks: u64,
-    /// A broadcast transaction without a receipt for this long is replaced at the same
-    /// nonce with bumped fees; `None` disables fee bumping (default 30 s). Of one
-    /// sender's stuck transactions, only the lowest nonce is replaced unless the others
-    /// are underpriced too (max fee below the current base fee, or tip below the
+    /// A broadcast transaction without a receipt for this long after its broadcast,
+    /// while no transaction of its sender was newly included for as long, is replaced at
+    /// the same nonce with bumped fees; `None` disables fee bumping (default 30 s). Of
+    /// one sender's stuck transactions, only the lowest nonce is replaced unless the
+    /// others are underpriced too (max fee below the current base fee, or tip below the
     /// node's suggestion): later nonces waiting behind a stuck one mine once it does.
     pub bump_after: Option<Duration>,
     /// Percent by which a replacement raises both the max fee and the priority fee
@@ -155,6 +156,10 @@ pub struct TxQueue {
     wake: tokio::sync::Notify,
     /// Group commit of concurrent enqueues.
     enqueues: EnqueueBatcher,
+    /// Per sender: the highest block that holds one of its transactions, as seen by
+    /// the confirmation pass, and when that block was first seen (a sender whose
+    /// transactions keep being included is not stuck; see [`TxQueue::stuck`]).
+    progress: std::sync::Mutex<HashMap<Vec<u8>, (u64, std::time::Instant)>>,
     /// Senders whose `txq_sender` row is known to exist.
     initialized: std::sync::Mutex<std::collections::HashSet<Address>>,
 }
@@ -390,6 +395,7 @@ impl TxQueue {
         Ok(Self {
             enqueues: enqueue_batcher(db.clone()),
             initialized: Default::default(),
+            progress: Default::default(),
             db,
             chain,
             chain_id,
@@ -1957,6 +1963,7 @@ impl TxQueue {
             let Some(block) = receipt.block_number else {
                 continue;
             };
+            self.saw_included(&req.sender, block);
             if head.saturating_sub(block) + 1 < self.config.confirmations {
                 continue;
             }
@@ -1993,7 +2000,7 @@ impl TxQueue {
         }
         // The market is read only when a sender has stuck requests above its lowest.
         let market = if unmined.iter().any(|(req, mine)| {
-            lowest.get(req.sender.as_slice()) != req.nonce.as_ref() && self.stuck(mine)
+            lowest.get(req.sender.as_slice()) != req.nonce.as_ref() && self.stuck(req, mine)
         }) {
             Some(self.market().await?)
         } else {
@@ -2060,22 +2067,54 @@ impl TxQueue {
         if !known {
             tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
             let _ = self.broadcast(req, last, mine).await?;
-        } else if may_replace && self.stuck(mine) {
+        } else if may_replace && self.stuck(req, mine) {
             self.replace(req, mine).await?;
         }
         Ok(())
     }
 
-    /// Whether the last of `attempts` has gone without a receipt for `bump_after` since
-    /// it went out — since its broadcast, not its signature, so a transaction signed
-    /// long before a backlog let it out is not replaced the moment it is sent (never
-    /// when fee bumping is off).
-    fn stuck(&self, attempts: &[AttemptRow]) -> bool {
-        attempts.last().is_some_and(|a| {
-            self.config
-                .bump_after
-                .is_some_and(|after| u128::try_from(a.age_ms).unwrap_or(0) >= after.as_millis())
-        })
+    /// Whether `req` is stuck: the last of its `attempts` has gone without a receipt
+    /// for `bump_after` since it went out — since its broadcast, not its signature, so
+    /// a transaction signed long before a backlog let it out is not replaced the moment
+    /// it is sent — and no transaction of its sender has been newly included for as
+    /// long (a sender whose transactions keep being included is moving through its
+    /// nonces, and its lowest unmined one is next in line rather than stuck; this
+    /// process's memory, so after a restart only the attempt's age counts). Never when
+    /// fee bumping is off.
+    fn stuck(&self, req: &RequestRow, attempts: &[AttemptRow]) -> bool {
+        let Some(after) = self.config.bump_after else {
+            return false;
+        };
+        let old = attempts
+            .last()
+            .is_some_and(|a| u128::try_from(a.age_ms).unwrap_or(0) >= after.as_millis());
+        let moving = self
+            .progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&req.sender)
+            .is_some_and(|(_, since)| since.elapsed() < after);
+        old && !moving
+    }
+
+    /// Records that a transaction of `sender` is included in `block` (see
+    /// [`TxQueue::stuck`]): a block higher than any seen for the sender restarts its
+    /// progress clock.
+    fn saw_included(&self, sender: &[u8], block: u64) {
+        let mut progress = self
+            .progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match progress.get_mut(sender) {
+            Some((seen, since)) if block > *seen => {
+                *seen = block;
+                *since = std::time::Instant::now();
+            }
+            Some(_) => {}
+            None => {
+                progress.insert(sender.to_vec(), (block, std::time::Instant::now()));
+            }
+        }
     }
 
     /// Settles many requests in one statement; metrics and logs for the ones that

@@ -621,6 +621,59 @@ async fn fee_bumping_counts_from_the_broadcast_not_from_the_signature() {
 }
 
 #[tokio::test]
+async fn a_sender_whose_transactions_keep_being_included_is_not_bumped() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(5).unwrap();
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let q = f.queue_with(
+        &[5],
+        TxQueueConfig {
+            bump_after: Some(Duration::from_secs(60)),
+            ..TxQueueConfig::default()
+        },
+    );
+    let a = q.enqueue(&transfer(sender, "first", 1)).await.unwrap();
+    // Signed and broadcast: two moves.
+    assert_eq!(q.sender_pass(sender).await.unwrap(), 2);
+    f.chain.mine().await.unwrap();
+    let b = q.enqueue(&transfer(sender, "second", 2)).await.unwrap();
+    assert_eq!(q.sender_pass(sender).await.unwrap(), 2);
+    // b has waited an hour since its broadcast by the clock, but a (nonce 0) was only
+    // just included: the sender is moving and b is next in line, not stuck.
+    sqlx::query("UPDATE txq_request SET broadcast_at = now() - interval '1 hour' WHERE id = $1")
+        .bind(b)
+        .execute(f.db.pool())
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE txq_attempt SET created_at = now() - interval '1 hour' WHERE request_id = $1",
+    )
+    .bind(b)
+    .execute(f.db.pool())
+    .await
+    .unwrap();
+    q.confirm_pass().await.unwrap();
+    assert!(q.status(a).await.unwrap().verdict.is_some(), "a settled");
+    let attempts: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM txq_attempt WHERE request_id = $1")
+            .bind(b)
+            .fetch_one(f.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        attempts, 1,
+        "not replaced while its sender's transactions are included"
+    );
+    f.chain.mine().await.unwrap();
+    let verdict = settle_all(&q, &[b]).await.remove(0);
+    assert_eq!(confirmed_nonce(&verdict), 1);
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 2);
+}
+
+#[tokio::test]
 async fn nonce_recovery_fills_a_gap_left_by_a_request_that_failed_after_signing() {
     let f = Fixture::new().await;
     let sender = f.chain.account(8).unwrap();
