@@ -36,6 +36,11 @@ impl Fixture {
     /// account `idx` that replaces a transaction as soon as it has no receipt
     /// (`bump_after = 0`).
     async fn stalled_queue(&self, idx: usize) -> TxQueue {
+        self.stalled_queue_bumping_after(idx, Duration::ZERO).await
+    }
+
+    /// As [`Fixture::stalled_queue`], replacing after `bump_after`.
+    async fn stalled_queue_bumping_after(&self, idx: usize, bump_after: Duration) -> TxQueue {
         self.chain
             .provider()
             .raw_request::<_, ()>("evm_setAutomine".into(), (false,))
@@ -44,10 +49,41 @@ impl Fixture {
         self.queue_with(
             &[idx],
             TxQueueConfig {
-                bump_after: Some(Duration::ZERO),
+                bump_after: Some(bump_after),
                 ..TxQueueConfig::default()
             },
         )
+    }
+
+    /// Moves request `id`'s signature (its attempts' `created_at`) an hour back.
+    async fn backdate_signature(&self, id: Uuid) {
+        sqlx::query(
+            "UPDATE txq_attempt SET created_at = now() - interval '1 hour' WHERE request_id = $1",
+        )
+        .bind(id)
+        .execute(self.db.pool())
+        .await
+        .unwrap();
+    }
+
+    /// Moves request `id`'s first broadcast an hour back.
+    async fn backdate_broadcast(&self, id: Uuid) {
+        sqlx::query(
+            "UPDATE txq_request SET broadcast_at = now() - interval '1 hour' WHERE id = $1",
+        )
+        .bind(id)
+        .execute(self.db.pool())
+        .await
+        .unwrap();
+    }
+
+    /// Attempts persisted for request `id`.
+    async fn attempts(&self, id: Uuid) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM txq_attempt WHERE request_id = $1")
+            .bind(id)
+            .fetch_one(self.db.pool())
+            .await
+            .unwrap()
     }
 
     fn queue_with(&self, idx: &[usize], config: TxQueueConfig) -> TxQueue {
@@ -562,51 +598,27 @@ async fn fee_bumping_counts_from_the_broadcast_not_from_the_signature() {
     let f = Fixture::new().await;
     let sender = f.chain.account(6).unwrap();
     let p = f.chain.provider();
-    p.raw_request::<_, ()>("evm_setAutomine".into(), (false,))
-        .await
-        .unwrap();
-    let q = f.queue_with(
-        &[6],
-        TxQueueConfig {
-            bump_after: Some(Duration::from_secs(60)),
-            ..TxQueueConfig::default()
-        },
-    );
+    let q = f
+        .stalled_queue_bumping_after(6, Duration::from_secs(60))
+        .await;
     let id = q.enqueue(&transfer(sender, "late", 1)).await.unwrap();
     assert_eq!(q.sign_pending(sender).await.unwrap(), 1);
     // Signed an hour before its broadcast, as behind a long backlog.
-    sqlx::query(
-        "UPDATE txq_attempt SET created_at = now() - interval '1 hour' WHERE request_id = $1",
-    )
-    .bind(id)
-    .execute(f.db.pool())
-    .await
-    .unwrap();
+    f.backdate_signature(id).await;
     assert_eq!(q.sender_pass(sender).await.unwrap(), 1);
     assert_eq!(q.status(id).await.unwrap().state, "broadcast");
-    let attempts = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM txq_attempt WHERE request_id = $1")
-            .bind(id)
-            .fetch_one(f.db.pool())
-            .await
-            .unwrap()
-    };
     // Unmined (automine is off), but sent just now: not stuck.
     q.confirm_pass().await.unwrap();
     assert_eq!(
-        attempts().await,
+        f.attempts(id).await,
         1,
         "not replaced right after its broadcast"
     );
     // Unmined for longer than `bump_after` since the broadcast: replaced.
-    sqlx::query("UPDATE txq_request SET broadcast_at = now() - interval '1 hour' WHERE id = $1")
-        .bind(id)
-        .execute(f.db.pool())
-        .await
-        .unwrap();
+    f.backdate_broadcast(id).await;
     q.confirm_pass().await.unwrap();
     assert_eq!(
-        attempts().await,
+        f.attempts(id).await,
         2,
         "replaced once stuck since its broadcast"
     );
@@ -625,16 +637,9 @@ async fn a_sender_whose_transactions_keep_being_included_is_not_bumped() {
     let f = Fixture::new().await;
     let sender = f.chain.account(5).unwrap();
     let p = f.chain.provider();
-    p.raw_request::<_, ()>("evm_setAutomine".into(), (false,))
-        .await
-        .unwrap();
-    let q = f.queue_with(
-        &[5],
-        TxQueueConfig {
-            bump_after: Some(Duration::from_secs(60)),
-            ..TxQueueConfig::default()
-        },
-    );
+    let q = f
+        .stalled_queue_bumping_after(5, Duration::from_secs(60))
+        .await;
     let a = q.enqueue(&transfer(sender, "first", 1)).await.unwrap();
     // Signed and broadcast: two moves.
     assert_eq!(q.sender_pass(sender).await.unwrap(), 2);
@@ -643,28 +648,13 @@ async fn a_sender_whose_transactions_keep_being_included_is_not_bumped() {
     assert_eq!(q.sender_pass(sender).await.unwrap(), 2);
     // b has waited an hour since its broadcast by the clock, but a (nonce 0) was only
     // just included: the sender is moving and b is next in line, not stuck.
-    sqlx::query("UPDATE txq_request SET broadcast_at = now() - interval '1 hour' WHERE id = $1")
-        .bind(b)
-        .execute(f.db.pool())
-        .await
-        .unwrap();
-    sqlx::query(
-        "UPDATE txq_attempt SET created_at = now() - interval '1 hour' WHERE request_id = $1",
-    )
-    .bind(b)
-    .execute(f.db.pool())
-    .await
-    .unwrap();
+    f.backdate_signature(b).await;
+    f.backdate_broadcast(b).await;
     q.confirm_pass().await.unwrap();
     assert!(q.status(a).await.unwrap().verdict.is_some(), "a settled");
-    let attempts: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM txq_attempt WHERE request_id = $1")
-            .bind(b)
-            .fetch_one(f.db.pool())
-            .await
-            .unwrap();
     assert_eq!(
-        attempts, 1,
+        f.attempts(b).await,
+        1,
         "not replaced while its sender's transactions are included"
     );
     f.chain.mine().await.unwrap();
