@@ -239,11 +239,13 @@ pub(crate) struct SignedSlice<'a> {
     pub attempts: Vec<NewAttempt<'a>>,
 }
 
-/// Commits a signing group in one statement (`txq_commit_signed`, migration 0013): per
+/// Commits a signing group in one statement (`txq_commit_signed`, migration 0013, made
+/// set-based in 0015: a few statements per group instead of five per sender): per
 /// slice, under the sender's row lock, when the sender's next nonce is still `first`
 /// and every request is still queued, inserts the attempts, marks the requests `signed`
 /// and advances the next nonce; otherwise writes nothing for that slice. Returns the
-/// senders whose slice committed. Slices must be sorted by sender (lock order).
+/// senders whose slice committed. Slices must be sorted by sender (lock order), each
+/// sender at most once (a repeated sender fails the whole statement).
 pub(crate) async fn commit_signed(
     db: impl PgExecutor<'_>,
     chain_id: i64,
