@@ -151,10 +151,10 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
     let per = n.div_ceil(senders);
     let provider = chain.provider().clone();
     let pg = db.pool().clone();
-    // Probed only once every request is enqueued. The database side counts what is left
-    // before `broadcast` through the queue's partial indexes (cheap when little is
-    // left); the chain side asks each sender's nonce until it is reached, sender after
-    // sender, as the raw case does.
+    // Probed only once every request is enqueued. The database side looks for any
+    // request left before `broadcast` through the queue's partial indexes; the chain
+    // side asks each sender's nonce until it is reached, sender after sender, as the
+    // raw case does.
     let reached = std::sync::atomic::AtomicUsize::new(0);
     let submitted = || {
         let provider = provider.clone();
@@ -162,14 +162,16 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
         let pg = pg.clone();
         let reached = &reached;
         async move {
-            let left: i64 = sqlx::query_scalar(
-                "SELECT (SELECT count(*) FROM txq_request WHERE state = 'queued')
-                      + (SELECT count(*) FROM txq_request WHERE state = 'waiting_funding')
-                      + (SELECT count(*) FROM txq_request WHERE state = 'signed')",
+            // EXISTS, not count(*): the probe stops at the first row left, so it costs
+            // PostgreSQL the same early in the case (thousands queued) as late.
+            let left: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM txq_request WHERE state = 'queued')
+                     OR EXISTS (SELECT 1 FROM txq_request WHERE state = 'waiting_funding')
+                     OR EXISTS (SELECT 1 FROM txq_request WHERE state = 'signed')",
             )
             .fetch_one(&pg)
             .await?;
-            if left > 0 {
+            if left {
                 return anyhow::Ok(false);
             }
             let from = reached.load(std::sync::atomic::Ordering::Relaxed);
