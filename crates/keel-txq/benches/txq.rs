@@ -670,6 +670,16 @@ async fn main() -> anyhow::Result<()> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
+    // `KEEL_TXQ_BENCH_RPC`: count the queue's JSON-RPC calls by method (the Keel
+    // cases' `keel_chain_rpc_requests_total`), printed after each Keel case.
+    let rpc = if std::env::var_os("KEEL_TXQ_BENCH_RPC").is_some() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(recorder)?;
+        Some(handle)
+    } else {
+        None
+    };
     let burst = env_n("KEEL_TXQ_BENCH_N", 2000);
     let sustained = env_n("KEEL_TXQ_BENCH_SUSTAINED_N", 10_000);
     // Each case this many times in a row (Keel, then its raw ceilings); with more than
@@ -719,6 +729,14 @@ async fn main() -> anyhow::Result<()> {
         let mut reps: Vec<Row> = Vec::with_capacity(repeat);
         for _ in 0..repeat {
             let keel = keel_case(n, senders, mode).await?;
+            if let Some(handle) = &rpc {
+                // Cumulative over the run's Keel cases so far.
+                for line in handle.render().lines() {
+                    if line.starts_with("keel_chain_rpc_requests_total") {
+                        eprintln!("rpc {line}");
+                    }
+                }
+            }
             // A raw case replaces a stranded nonce itself (see `raw_case`); one that
             // still does not finish within 30 s is retried on a fresh node, up to five
             // times.
