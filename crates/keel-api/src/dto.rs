@@ -74,6 +74,8 @@ pub struct EmptyRequest {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OperationState {
+    /// Accepted; waits behind another operation of its asset (see `queuedBehind`).
+    Queued,
     /// Accepted and being worked on.
     Running,
     /// Waiting for something outside Keel (see `wait`).
@@ -101,8 +103,14 @@ pub struct Operation {
     pub asset_id: Uuid,
     /// Its state; `completed`, `failed` and `cancelled` are terminal.
     pub state: OperationState,
+    /// For a `queued` operation: the operation of the same asset it waits behind (null
+    /// otherwise).
+    pub queued_behind: Option<Uuid>,
     /// What a `waiting` operation waits for (null otherwise).
     pub wait: Option<OperationWait>,
+    /// When a cancel was requested (RFC 3339, UTC), or null. A transaction signed before
+    /// the cancel runs to its verdict; `milestones.confirmed` lists what landed.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
     /// The four milestones: accepted → submitted → confirmed → indexed.
     pub milestones: Milestones,
     /// The workflow's last progress snapshot (free-form JSON), or null.
@@ -378,12 +386,16 @@ mod tests {
             ("waiting", Some("approval")),
             ("waiting", Some("funding")),
             ("completed", None),
+            ("queued", None),
+            ("cancelled", None),
         ] {
             let full = OperationView {
                 id: Uuid::new_v4(),
                 kind: "asset.mint".into(),
                 asset_id: Uuid::new_v4(),
                 state,
+                queued_behind: None,
+                cancel_requested_at: Some(Utc::now()),
                 wait: wait.map(|w| WaitView {
                     waits_for: w,
                     until: Some(Utc::now()),

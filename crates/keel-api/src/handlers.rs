@@ -38,7 +38,10 @@ pub(crate) enum WriteErrors {
     #[response(status = 404, content_type = "application/problem+json")]
     NotFound(Problem),
     /// `IDEMPOTENCY_CONFLICT` (the key was used with another request),
-    /// `ASSET_NOT_READY`, `APPROVAL_NOT_PENDING`, `APPROVAL_SAME_KEY`, `OPERATION_NOT_RETRYABLE`.
+    /// `ASSET_NOT_READY`, `APPROVAL_NOT_PENDING`, `APPROVAL_SAME_KEY`, `APPROVAL_EXPIRED`
+    /// (the approval deadline passed), `OPERATION_NOT_RETRYABLE` (not failed/suspended, or
+    /// failed with a code a retry cannot change; `detail` names it), `OPERATION_ENDED`
+    /// (cancel of an ended operation).
     #[response(status = 409, content_type = "application/problem+json")]
     Conflict(Problem),
     /// `PAYLOAD_TOO_LARGE`: the body exceeds the limit (default 256 KiB).
@@ -516,6 +519,53 @@ pub(crate) async fn retry(
 ) -> Result<Response, Problem> {
     let id = parse_id(&id, "operation")?;
     let view = state.ops().retry(caller, id).await?;
+    Ok(answer(&state, caller, view, None, wait).await)
+}
+
+/// Cancel an operation.
+///
+/// What a cancel does depends on how far the operation got:
+/// - no transaction queued yet (the operation is `queued` behind another one of its
+///   asset, waits for an approval, or has not reached its first write): it ends
+///   `cancelled` and nothing reaches the chain;
+/// - a transaction queued but not signed (in the queue, or waiting for funding): the
+///   request is withdrawn and the operation ends `cancelled`;
+/// - a transaction already signed: it cannot be unsent. The cancel is recorded
+///   (`cancelRequestedAt`), no further write of the operation is queued, and the
+///   operation runs to that transaction's verdict — it may still complete (a mint whose
+///   transaction landed) or end `cancelled` before its next write.
+///
+/// `milestones.confirmed` always lists the writes that landed, and a `cancelled`
+/// operation's `error` (code `CANCELLED`) says how many did. A `completed`, `failed` or
+/// `cancelled` operation answers `409 OPERATION_ENDED`. Repeating a cancel is harmless.
+/// Answers the operation's status like approve (`202` / `200`, `Prefer: wait` applies).
+#[utoipa::path(
+    post,
+    path = "/v1/operations/{id}/cancel",
+    tag = "operations",
+    operation_id = "cancelOperation",
+    request_body(content = EmptyRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    params(
+        ("id" = Uuid, Path, description = "Operation id"),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Cancel recorded; the operation has not ended yet (a signed transaction runs to its verdict).", body = Operation, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "Cancel recorded; the operation is terminal.", body = Operation,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn cancel(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    PreferWait(wait): PreferWait,
+    JsonBody(_): JsonBody<EmptyRequest>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "operation")?;
+    let view = state.ops().cancel(caller, id).await?;
     Ok(answer(&state, caller, view, None, wait).await)
 }
 

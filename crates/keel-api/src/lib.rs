@@ -12,6 +12,7 @@
 //! | `POST /v1/assets/{id}/mint`, `/transfer`, `/pause`, `/unpause` | `Ops::token_operation` | as above |
 //! | `POST /v1/operations/{id}/approve`, `/reject` | `Ops::decide_approval` | `202`/`200` operation |
 //! | `POST /v1/operations/{id}/retry` | `Ops::retry` | `202`/`200` operation |
+//! | `POST /v1/operations/{id}/cancel` | `Ops::cancel` | `202`/`200` operation |
 //! | `GET /v1/operations/{id}` | `Ops::operation` | operation |
 //! | `GET /v1/assets`, `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::assets`, `Ops::asset` | assets |
 //! | `GET /v1/assets/{id}/balances/{address}` (same query) | `Ops::balance` | balance |
@@ -165,6 +166,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/operations/{id}/approve", post(handlers::approve))
         .route("/v1/operations/{id}/reject", post(handlers::reject))
         .route("/v1/operations/{id}/retry", post(handlers::retry))
+        .route("/v1/operations/{id}/cancel", post(handlers::cancel))
         .route("/v1/funding-requests", get(handlers::funding_requests))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))

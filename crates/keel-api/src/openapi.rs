@@ -7,15 +7,17 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 /// Adds the `bearer` security scheme (API keys) and marks the bodies of `pause`,
-/// `unpause`, `approve`, `reject` and `retry` optional (they may be empty).
+/// `unpause`, `approve`, `reject`, `retry` and `cancel` optional (they may be empty).
 struct Fixups;
 
 impl Modify for Fixups {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         for (path, item) in doc.paths.paths.iter_mut() {
-            let optional_body = ["/pause", "/unpause", "/approve", "/reject", "/retry"]
-                .iter()
-                .any(|suffix| path.ends_with(suffix));
+            let optional_body = [
+                "/pause", "/unpause", "/approve", "/reject", "/retry", "/cancel",
+            ]
+            .iter()
+            .any(|suffix| path.ends_with(suffix));
             if let Some(body) = item
                 .post
                 .as_mut()
@@ -68,6 +70,7 @@ impl Modify for Fixups {
         handlers::approve,
         handlers::reject,
         handlers::retry,
+        handlers::cancel,
         handlers::funding_requests,
         handlers::healthz,
         handlers::readyz,

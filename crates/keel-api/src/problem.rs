@@ -6,6 +6,9 @@ use keel_workflows::OpsError;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+/// The `Retry-After` value (seconds) of every `503` answer.
+pub const RETRY_AFTER_SECONDS: &str = "2";
+
 /// The media type of every error answer.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -37,7 +40,8 @@ pub struct Problem {
     /// `JSON_TOO_DEEP`, `MALFORMED_JSON`, `UNKNOWN_FIELD`, `INVALID_FIELD`,
     /// `INVALID_ADDRESS`, `UNSUPPORTED_MEDIA_TYPE`, `INVALID_QUERY`,
     /// `AMOUNT_MALFORMED`, `AMOUNT_NEGATIVE`, `AMOUNT_PRECISION_LOSS`,
-    /// `ASSET_NOT_READY`, `APPROVAL_NOT_PENDING`, `APPROVAL_SAME_KEY`, `OPERATION_NOT_RETRYABLE`,
+    /// `ASSET_NOT_READY`, `APPROVAL_NOT_PENDING`, `APPROVAL_SAME_KEY`, `APPROVAL_EXPIRED`,
+    /// `OPERATION_NOT_RETRYABLE`, `OPERATION_ENDED`,
     /// `CHAIN_NOT_CONFIGURED`, `INDEX_BEHIND`, `INDEX_UNAVAILABLE`,
     /// `SERVICE_UNAVAILABLE`, `NOT_READY`, `METHOD_NOT_ALLOWED`, `INTERNAL`.
     pub code: String,
@@ -119,6 +123,13 @@ impl IntoResponse for Problem {
         let mut res = (status, body).into_response();
         res.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        // RFC 9110 §10.2.3: every 503 tells the client when to come back.
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            res.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            );
+        }
         if status == StatusCode::UNAUTHORIZED {
             res.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

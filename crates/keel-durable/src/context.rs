@@ -363,6 +363,15 @@ impl WorkflowContext {
         self.progress = Some(progress);
     }
 
+    /// Ends the instance as `cancelled` from inside the body (return the interrupt with
+    /// `?` or `Err(..into())`): for a workflow that learns, in a journaled step, that its
+    /// caller asked it to stop. Nothing after this call runs; the segment settles the
+    /// instance `cancelled` like an [`crate::Engine::cancel`] does. A replay that reaches
+    /// the same call ends the same way.
+    pub fn cancel_self(&mut self) -> Interrupt {
+        self.halt(Halt::Cancelled)
+    }
+
     fn halt(&mut self, halt: Halt) -> Interrupt {
         if self.halt.is_none() {
             self.halt = Some(halt);

@@ -662,11 +662,25 @@ impl Engine {
             error_detail: Option<Value>,
             created_at: DateTime<Utc>,
             ended_at: Option<DateTime<Utc>>,
+            cancel_requested_at: Option<DateTime<Utc>>,
+            queued_behind: Option<Uuid>,
         }
+        // The blocker is looked up for keyed `pending` instances only (the rule of
+        // `durable_claim`, migration 0016: pending, running, suspended and timer-waiting
+        // instances hold their key).
         let row: Option<Row> = sqlx::query_as(
-            "SELECT workflow, status, progress, wait, output, error_code, error_retryable,
-                    error_message, error_detail, created_at, ended_at
-               FROM durable_instance WHERE id = $1",
+            "SELECT i.workflow, i.status, i.progress, i.wait, i.output, i.error_code,
+                    i.error_retryable, i.error_message, i.error_detail, i.created_at, i.ended_at,
+                    i.cancel_requested_at,
+                    CASE WHEN i.status = 'pending' AND i.serialization_key IS NOT NULL THEN
+                        (SELECT p.id FROM durable_instance p
+                          WHERE p.serialization_key = i.serialization_key
+                            AND p.start_order < i.start_order
+                            AND (p.status IN ('pending', 'running', 'suspended')
+                                 OR (p.status = 'waiting' AND p.wait->>'kind' = 'timer'))
+                          ORDER BY p.status = 'pending', p.start_order LIMIT 1)
+                    END AS queued_behind
+               FROM durable_instance i WHERE i.id = $1",
         )
         .bind(instance_id)
         .fetch_optional(&self.pool)
@@ -696,6 +710,8 @@ impl Engine {
             }),
             created_at: r.created_at,
             ended_at: r.ended_at,
+            cancel_requested_at: r.cancel_requested_at,
+            queued_behind: r.queued_behind,
         })
     }
 

@@ -76,7 +76,20 @@
 //! `pending` → `running` → `waiting` / `suspended` → … → `completed` | `failed` |
 //! `cancelled`. `completed` and `cancelled` are **ended**: signals, cancel and retry are
 //! refused with [`DurableError::InstanceEnded`]. `failed` can be retried (the body
-//! replays against its journal) or cancelled; it keeps its serialization key.
+//! replays against its journal) or cancelled.
+//!
+//! ## Serialization keys
+//!
+//! Instances sharing a serialization key start one at a time, in start order. An
+//! instance **holds** its key while it is `pending`, `running`, `suspended` (a
+//! suspension interrupted a step that its recovery replays, and may write) or waiting on
+//! a durable timer (`ctx.sleep`, a pause the body chose); it releases it when it ends
+//! (`completed`, `failed`, `cancelled`) and while it waits for a **signal** (an approval,
+//! a transaction verdict, funding: the outside world). So a business failure, or a wait
+//! for a human, never blocks the instances behind it. A retried
+//! `failed` instance is `pending` again and holds the key until its RETRY runs.
+//! [`InstanceStatus::queued_behind`] names the instance a blocked `pending` one waits
+//! behind (migration 0016).
 //!
 //! ## What each command does when its instance has ended or failed
 //!

@@ -129,6 +129,12 @@ pub struct InstanceStatus {
     pub created_at: DateTime<Utc>,
     /// End time, when `completed`, `failed` or `cancelled`.
     pub ended_at: Option<DateTime<Utc>>,
+    /// When a cancel was requested ([`crate::Engine::cancel`]), if one was.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// For a `pending` instance whose START cannot run yet: the instance that holds its
+    /// serialization key (a `running`, `suspended` or timer-waiting one first, else the
+    /// earliest `pending` one before it). `None` otherwise.
+    pub queued_behind: Option<Uuid>,
 }
 
 /// One command listed by the probe.

@@ -130,9 +130,11 @@ mod queue;
 mod signer;
 mod store;
 mod verdict;
+mod withdraw;
 
 pub use error::{Result, TxqError};
 pub use funding::{FundingRequest, funding_requests};
 pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
 pub use verdict::{AttemptRecord, SettlementVerdict};
+pub use withdraw::{WITHDRAWN, Withdrawal, withdraw_by_key_prefix};

@@ -753,3 +753,36 @@ pub(crate) async fn requests_settle_many(
     .fetch_all(db)
     .await?)
 }
+
+/// Settles every `queued` / `waiting_funding` request of `chain_id` whose idempotency key
+/// starts with `prefix` with `verdict` (one statement), and lists the unsettled ones that
+/// were already signed. Rows: `(id, true)` withdrawn now, `(id, false)` in flight.
+pub(crate) async fn requests_withdraw_by_key_prefix(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    prefix: &str,
+    verdict: &serde_json::Value,
+    kind: &str,
+) -> Result<Vec<(Uuid, bool)>> {
+    Ok(sqlx::query_as(
+        "WITH w AS (
+             UPDATE txq_request
+                SET state = 'settled', verdict = $3, verdict_kind = $4, settled_at = now(),
+                    updated_at = now()
+              WHERE chain_id = $1 AND starts_with(idempotency_key, $2)
+                AND state IN ('queued', 'waiting_funding')
+          RETURNING id
+         )
+         SELECT id, true FROM w
+         UNION ALL
+         SELECT id, false FROM txq_request
+          WHERE chain_id = $1 AND starts_with(idempotency_key, $2)
+            AND state IN ('signed', 'broadcast')",
+    )
+    .bind(chain_id)
+    .bind(prefix)
+    .bind(verdict)
+    .bind(kind)
+    .fetch_all(db)
+    .await?)
+}

@@ -56,7 +56,8 @@ pub enum SettlementVerdict {
     /// signed transaction for insufficient funds), `FUNDING_DEADLINE_EXPIRED` (the
     /// request waited in `waiting_funding` past its deadline; no nonce was used),
     /// `NONCE_CONSUMED_EXTERNALLY`, `INTRINSIC_GAS_TOO_LOW`,
-    /// `EXCEEDS_BLOCK_GAS_LIMIT`, `REJECTED` (another node refusal).
+    /// `EXCEEDS_BLOCK_GAS_LIMIT`, `REJECTED` (another node refusal), `WITHDRAWN` (the
+    /// request was withdrawn before it was signed: [`crate::withdraw_by_key_prefix`]).
     #[serde(rename_all = "camelCase")]
     Failed {
         /// Stable code.

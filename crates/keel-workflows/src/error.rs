@@ -60,6 +60,24 @@ pub enum OpsError {
     /// `OPERATION_NOT_RETRYABLE`.
     #[error("only a failed or suspended operation can be retried")]
     NotRetryable,
+    /// The operation failed with a code a retry cannot change (`EXECUTION_REVERTED`,
+    /// `APPROVAL_REJECTED`, ...): correct the cause and submit a new operation with a new
+    /// `Idempotency-Key`. Code `OPERATION_NOT_RETRYABLE`; `detail` names the failure code.
+    #[error(
+        "the operation failed with {code}, which a retry cannot change; submit a new operation"
+    )]
+    FailureNotRetryable {
+        /// The operation's failure code (a Keel code, never a value).
+        code: String,
+    },
+    /// The approval deadline of the operation has passed: a decision has no effect any
+    /// more. Code `APPROVAL_EXPIRED`.
+    #[error("the approval deadline of the operation has passed")]
+    ApprovalExpired,
+    /// The operation has ended (`completed`, `failed` or `cancelled`): there is nothing
+    /// to cancel. Code `OPERATION_ENDED`.
+    #[error("the operation has ended")]
+    OperationEnded,
     /// The durable engine refused (bounds) or failed. Code `ENGINE_*` or
     /// `SERVICE_UNAVAILABLE` when retryable.
     #[error("workflow engine: {0}")]
@@ -95,7 +113,9 @@ impl OpsError {
             Self::ChainNotConfigured => "CHAIN_NOT_CONFIGURED",
             Self::ApprovalSameKey => "APPROVAL_SAME_KEY",
             Self::ApprovalNotPending => "APPROVAL_NOT_PENDING",
-            Self::NotRetryable => "OPERATION_NOT_RETRYABLE",
+            Self::NotRetryable | Self::FailureNotRetryable { .. } => "OPERATION_NOT_RETRYABLE",
+            Self::ApprovalExpired => "APPROVAL_EXPIRED",
+            Self::OperationEnded => "OPERATION_ENDED",
             Self::Engine(e) => match e {
                 keel_durable::DurableError::InvalidInput(_) => "PAYLOAD_TOO_LARGE_OR_DEEP",
                 keel_durable::DurableError::IdempotencyConflict { .. } => "IDEMPOTENCY_CONFLICT",
@@ -116,6 +136,9 @@ impl OpsError {
             | Self::AssetNotReady
             | Self::ApprovalNotPending
             | Self::NotRetryable
+            | Self::FailureNotRetryable { .. }
+            | Self::ApprovalExpired
+            | Self::OperationEnded
             | Self::ApprovalSameKey => 409,
             Self::InvalidField { .. } | Self::Amount { .. } | Self::ChainNotConfigured => 422,
             Self::Engine(keel_durable::DurableError::InvalidInput(_)) => 413,

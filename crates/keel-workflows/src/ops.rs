@@ -102,10 +102,19 @@ pub struct OperationView {
     pub kind: String,
     /// The asset.
     pub asset_id: Uuid,
-    /// `running`, `waiting`, `suspended`, `completed`, `failed` or `cancelled`.
+    /// `queued` (accepted, waiting behind another operation of its asset: see
+    /// `queued_behind`), `running`, `waiting`, `suspended`, `completed`, `failed` or
+    /// `cancelled`.
     pub state: &'static str,
+    /// For a `queued` operation: the operation of the same asset it waits behind.
+    pub queued_behind: Option<Uuid>,
     /// What a `waiting` operation waits for.
     pub wait: Option<WaitView>,
+    /// When a cancel was requested (`POST /v1/operations/{id}/cancel`), if one was. A
+    /// cancel cannot unsend a transaction that was already signed: such an operation
+    /// runs to that transaction's verdict (and may still complete); `milestones.confirmed`
+    /// always lists what landed.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
     /// The four milestones.
     pub milestones: Milestones,
     /// The workflow's last progress snapshot.
@@ -117,7 +126,8 @@ pub struct OperationView {
 }
 
 impl OperationView {
-    /// Whether the operation has ended (`completed`, `failed`, `cancelled`).
+    /// Whether the operation has ended (`completed`, `failed`, `cancelled`); `queued`,
+    /// `running`, `waiting` and `suspended` have not.
     pub fn is_terminal(&self) -> bool {
         matches!(self.state, "completed" | "failed" | "cancelled")
     }
@@ -130,7 +140,8 @@ pub struct WaitView {
     /// `approval`, `transaction`, `funding` or `timer`.
     #[serde(rename = "for")]
     pub waits_for: &'static str,
-    /// The deadline, when there is one.
+    /// The deadline, when there is one: the approval deadline, the funding deadline (after
+    /// it the transaction fails `FUNDING_DEADLINE_EXPIRED`), or the timer's fire time.
     pub until: Option<DateTime<Utc>>,
     /// The step whose transaction it waits for.
     pub step: Option<String>,
@@ -286,6 +297,7 @@ fn decode_err<E>(_: E) -> OpsError {
     OpsError::Store(keel_store::StoreError::Decode)
 }
 
+#[derive(sqlx::FromRow)]
 struct OperationRow {
     id: Uuid,
     kind: String,
@@ -294,43 +306,21 @@ struct OperationRow {
     api_key_id: Uuid,
     instance_id: Option<Uuid>,
     created_at: DateTime<Utc>,
-}
-
-type OperationTuple = (
-    Uuid,
-    String,
-    Uuid,
-    Vec<u8>,
-    Uuid,
-    Option<Uuid>,
-    DateTime<Utc>,
-);
-
-fn operation_row(t: OperationTuple) -> OperationRow {
-    OperationRow {
-        id: t.0,
-        kind: t.1,
-        asset_id: t.2,
-        request_sha256: t.3,
-        api_key_id: t.4,
-        instance_id: t.5,
-        created_at: t.6,
-    }
+    cancel_requested_at: Option<DateTime<Utc>>,
 }
 
 const OPERATION_COLUMNS: &str =
-    "id, kind, asset_id, request_sha256, api_key_id, instance_id, created_at";
+    "id, kind, asset_id, request_sha256, api_key_id, instance_id, created_at, cancel_requested_at";
 
 async fn operation_get(db: &PgPool, organization_id: Uuid, id: Uuid) -> Result<OperationRow> {
-    let row: Option<OperationTuple> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let row: Option<OperationRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {OPERATION_COLUMNS} FROM operation WHERE organization_id = $1 AND id = $2"
     )))
     .bind(organization_id)
     .bind(id)
     .fetch_optional(db)
     .await?;
-    row.map(operation_row)
-        .ok_or(OpsError::NotFound { what: "operation" })
+    row.ok_or(OpsError::NotFound { what: "operation" })
 }
 
 async fn operation_by_key(
@@ -338,14 +328,14 @@ async fn operation_by_key(
     organization_id: Uuid,
     key: &str,
 ) -> Result<Option<OperationRow>> {
-    let row: Option<OperationTuple> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let row: Option<OperationRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {OPERATION_COLUMNS} FROM operation WHERE organization_id = $1 AND idempotency_key = $2"
     )))
     .bind(organization_id)
     .bind(key)
     .fetch_optional(db)
     .await?;
-    Ok(row.map(operation_row))
+    Ok(row)
 }
 
 /// Records that `operation_id`'s `step` made the transaction-queue request
@@ -355,7 +345,7 @@ async fn operation_by_key(
 /// # Errors
 /// [`OpsError::Store`].
 pub async fn link_operation_tx(
-    db: &PgPool,
+    db: impl sqlx::PgExecutor<'_>,
     operation_id: Uuid,
     step: &str,
     txq_request_id: Uuid,
@@ -374,6 +364,31 @@ pub async fn link_operation_tx(
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// Takes operation `id`'s row lock for a step that is about to queue a transaction:
+/// `Some(transaction)` holding the lock (link the request in it, then commit), or `None`
+/// when a cancel was recorded for the operation (nothing may be queued any more). A
+/// missing operation row (a workflow started outside the API) holds no lock and is never
+/// cancelled this way.
+///
+/// # Errors
+/// [`OpsError::Store`].
+pub async fn write_guard(
+    db: &PgPool,
+    id: Uuid,
+) -> Result<Option<sqlx::Transaction<'static, sqlx::Postgres>>> {
+    let mut tx = db.begin().await?;
+    let cancel: Option<Option<DateTime<Utc>>> =
+        sqlx::query_scalar("SELECT cancel_requested_at FROM operation WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if matches!(cancel, Some(Some(_))) {
+        tx.rollback().await?;
+        return Ok(None);
+    }
+    Ok(Some(tx))
 }
 
 /// How many times operation `id` was retried (`POST /v1/operations/{id}/retry`); 0
@@ -796,7 +811,100 @@ impl Ops {
             None => None,
         };
         let txs = operation_txs(&self.db, op.id).await?;
-        Ok(project(&op, status.as_ref(), txs))
+        let queued_behind = match status.as_ref().and_then(|s| s.queued_behind) {
+            Some(instance) => operation_of_instance(&self.db, instance).await?,
+            None => None,
+        };
+        Ok(project(&op, status.as_ref(), txs, queued_behind))
+    }
+
+    /// The operator's view of operation `id`, whatever its organization (for `keel ops`,
+    /// which authenticates by database access, not by an API key): the caller context
+    /// of the operation's own request.
+    ///
+    /// # Errors
+    /// [`OpsError::NotFound`]; [`OpsError::Store`].
+    pub async fn operator_caller(&self, id: Uuid) -> Result<Caller> {
+        let row: Option<(Uuid, Uuid)> =
+            sqlx::query_as("SELECT organization_id, api_key_id FROM operation WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.db)
+                .await?;
+        let (organization_id, api_key_id) = row.ok_or(OpsError::NotFound { what: "operation" })?;
+        Ok(Caller {
+            organization_id,
+            api_key_id,
+        })
+    }
+
+    /// Cancels operation `id` of the caller's organization.
+    ///
+    /// What a cancel does depends on how far the operation got:
+    /// - **no transaction queued yet** (queued behind another operation, waiting for an
+    ///   approval, or before its first write): the operation ends `cancelled` and nothing
+    ///   reaches the chain;
+    /// - **a transaction queued but not signed** (waiting in the queue or for funding): the
+    ///   request is withdrawn (verdict `WITHDRAWN`) and the operation ends `cancelled`;
+    /// - **a transaction signed** (it may already be in a node's pool): it cannot be
+    ///   unsent. The cancel is recorded (`cancelRequestedAt`), no further write of the
+    ///   operation is queued, and the operation runs to that transaction's verdict: it
+    ///   may still complete (a token operation whose only write landed) or end
+    ///   `cancelled` before its next write (an asset creation);
+    /// - in every case `milestones.confirmed` lists the writes that landed, and a
+    ///   `cancelled` operation's `error` says how many did.
+    ///
+    /// Repeating a cancel is harmless (202 with the current view).
+    ///
+    /// # Errors
+    /// [`OpsError::NotFound`]; [`OpsError::OperationEnded`] when it is `completed`,
+    /// `failed` or `cancelled`; [`OpsError::Store`] / [`OpsError::Engine`].
+    pub async fn cancel(&self, caller: Caller, id: Uuid) -> Result<OperationView> {
+        let op = operation_get(&self.db, caller.organization_id, id).await?;
+        if let Some(instance) = op.instance_id {
+            let status = self.engine.status(instance).await?.status;
+            if matches!(
+                status,
+                RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+            ) {
+                return Err(OpsError::OperationEnded);
+            }
+        }
+        // Under the row lock: waits for a step that is queueing a write right now, so
+        // its request is linked (and seen below) before the flag is set.
+        sqlx::query(
+            "UPDATE operation SET cancel_requested_at = coalesce(cancel_requested_at, now())
+              WHERE id = $1",
+        )
+        .bind(id)
+        .execute(&self.db)
+        .await?;
+        let asset = self.asset_record(caller, op.asset_id).await?;
+        let withdrawal = keel_txq::withdraw_by_key_prefix(
+            &self.db,
+            ChainId(asset.chain_id),
+            &format!("op/{id}/"),
+        )
+        .await
+        .map_err(|e| match e {
+            keel_txq::TxqError::Store(s) => OpsError::Store(s),
+            _ => OpsError::Store(keel_store::StoreError::Decode),
+        })?;
+        if let Some(instance) = op.instance_id
+            && withdrawal.in_flight.is_empty()
+        {
+            match self.engine.cancel(instance).await {
+                Ok(_) | Err(keel_durable::DurableError::InstanceEnded { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        tracing::info!(
+            target: "keel::ops",
+            operation = %id,
+            withdrawn = withdrawal.withdrawn.len(),
+            in_flight = withdrawal.in_flight.len(),
+            "operation cancel recorded"
+        );
+        self.operation(caller, id).await
     }
 
     /// Waits up to `wait` (capped at [`MAX_WAIT`]) for operation `id` to end; returns
@@ -853,12 +961,37 @@ impl Ops {
         }
         // A failed instance would keep the signal for a retry; a decision after the
         // operation ended (expired, rejected, cancelled) is refused instead.
-        let status = self.engine.status(instance).await?.status;
+        let current = self.engine.status(instance).await?;
+        let failure_code = current
+            .error
+            .as_ref()
+            .and_then(|e| e.detail.as_ref())
+            .and_then(|d| d.get("code"))
+            .and_then(Value::as_str);
+        if failure_code == Some("APPROVAL_EXPIRED") {
+            return Err(OpsError::ApprovalExpired);
+        }
         if matches!(
-            status,
+            current.status,
             RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
         ) {
             return Err(OpsError::ApprovalNotPending);
+        }
+        // The deadline passed but the timer has not run yet: a signal recorded now would
+        // lose against the deadline (see `wait_signal`), so refuse it instead of
+        // answering 202 for a decision without effect. Database clock, as the engine.
+        if let Some(deadline) = current
+            .wait
+            .as_ref()
+            .filter(|w| w.name.as_deref() == Some(APPROVAL_SIGNAL))
+            .and_then(|w| w.deadline)
+        {
+            let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+                .fetch_one(&self.db)
+                .await?;
+            if now >= deadline {
+                return Err(OpsError::ApprovalExpired);
+            }
         }
         if caller.api_key_id == op.api_key_id {
             return Err(OpsError::ApprovalSameKey);
@@ -892,9 +1025,26 @@ impl Ops {
     pub async fn retry(&self, caller: Caller, id: Uuid) -> Result<OperationView> {
         let op = operation_get(&self.db, caller.organization_id, id).await?;
         let instance = op.instance_id.ok_or(OpsError::NotRetryable)?;
-        let status = self.engine.status(instance).await?.status;
-        if !matches!(status, RunStatus::Failed | RunStatus::Suspended) {
+        let current = self.engine.status(instance).await?;
+        if !matches!(current.status, RunStatus::Failed | RunStatus::Suspended) {
             return Err(OpsError::NotRetryable);
+        }
+        if current.status == RunStatus::Failed
+            && let Some(e) = &current.error
+        {
+            // The workflow's typed failure says whether a retry can help; an engine-level
+            // failure carries its own flag.
+            let typed: Option<OpFailure> = e
+                .detail
+                .clone()
+                .and_then(|d| serde_json::from_value(d).ok());
+            let (code, retryable) = match typed {
+                Some(f) => (f.code, f.retryable),
+                None => (e.code.clone(), e.retryable),
+            };
+            if !retryable {
+                return Err(OpsError::FailureNotRetryable { code });
+            }
         }
         // Counted before the engine's retry, so the replay that the retry starts sees it.
         sqlx::query("UPDATE operation SET retries = retries + 1 WHERE id = $1")
@@ -1124,42 +1274,49 @@ async fn token_supply(tx: &mut sqlx::PgConnection, chain: ChainId, token: Addres
     U256::from_str_radix(&s, 10).map_err(decode_err)
 }
 
+#[derive(sqlx::FromRow)]
 struct TxRow {
     step: String,
     state: String,
     nonce: Option<i64>,
     verdict: Option<Value>,
     last_hash: Option<Vec<u8>>,
+    funding_deadline: Option<DateTime<Utc>>,
 }
 
 async fn operation_txs(db: &PgPool, operation_id: Uuid) -> Result<Vec<TxRow>> {
-    type TxTuple = (String, String, Option<i64>, Option<Value>, Option<Vec<u8>>);
-    let rows: Vec<TxTuple> = sqlx::query_as(
+    Ok(sqlx::query_as(
         "SELECT ot.step, r.state, r.nonce, r.verdict,
                 (SELECT a.tx_hash FROM txq_attempt a WHERE a.request_id = r.id
-                  ORDER BY a.attempt DESC LIMIT 1)
+                  ORDER BY a.attempt DESC LIMIT 1) AS last_hash,
+                r.funding_deadline
            FROM operation_tx ot JOIN txq_request r ON r.id = ot.txq_request_id
           WHERE ot.operation_id = $1 ORDER BY ot.created_at, ot.step",
     )
     .bind(operation_id)
     .fetch_all(db)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(step, state, nonce, verdict, last_hash)| TxRow {
-            step,
-            state,
-            nonce,
-            verdict,
-            last_hash,
-        })
-        .collect())
+    .await?)
 }
 
-fn project(op: &OperationRow, status: Option<&InstanceStatus>, txs: Vec<TxRow>) -> OperationView {
+/// The operation whose workflow instance is `instance`, if any.
+async fn operation_of_instance(db: &PgPool, instance: Uuid) -> Result<Option<Uuid>> {
+    Ok(
+        sqlx::query_scalar("SELECT id FROM operation WHERE instance_id = $1")
+            .bind(instance)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+fn project(
+    op: &OperationRow,
+    status: Option<&InstanceStatus>,
+    txs: Vec<TxRow>,
+    queued_behind: Option<Uuid>,
+) -> OperationView {
     let mut submitted = Vec::new();
     let mut confirmed = Vec::new();
-    let mut waiting_step_state: Option<(String, String)> = None;
+    let mut waiting_step_state: Option<(String, String, Option<DateTime<Utc>>)> = None;
     for t in txs {
         let verdict: Option<keel_txq::SettlementVerdict> =
             t.verdict.and_then(|v| serde_json::from_value(v).ok());
@@ -1176,7 +1333,7 @@ fn project(op: &OperationRow, status: Option<&InstanceStatus>, txs: Vec<TxRow>) 
             mined_hash.or_else(|| t.last_hash.and_then(|h| B256::try_from(h.as_slice()).ok()));
         let nonce = t.nonce.and_then(|n| u64::try_from(n).ok());
         if t.state != "settled" {
-            waiting_step_state = Some((t.step.clone(), t.state.clone()));
+            waiting_step_state = Some((t.step.clone(), t.state.clone(), t.funding_deadline));
         }
         if hash.is_some() {
             submitted.push(TxMilestone {
@@ -1197,7 +1354,14 @@ fn project(op: &OperationRow, status: Option<&InstanceStatus>, txs: Vec<TxRow>) 
             });
         }
     }
-    let state = status.map(|s| view_state(s.status)).unwrap_or("running");
+    let queued_behind = queued_behind.filter(|_| {
+        status.is_some_and(|s| s.status == RunStatus::Pending && s.queued_behind.is_some())
+    });
+    let state = if queued_behind.is_some() {
+        "queued"
+    } else {
+        status.map(|s| view_state(s.status)).unwrap_or("running")
+    };
     let wait = status
         .and_then(|s| s.wait.as_ref())
         .filter(|_| state == "waiting")
@@ -1212,11 +1376,18 @@ fn project(op: &OperationRow, status: Option<&InstanceStatus>, txs: Vec<TxRow>) 
             } else if let Some(step) = name.strip_prefix(TX_SIGNAL_PREFIX) {
                 let funding = waiting_step_state
                     .as_ref()
-                    .is_some_and(|(s, st)| s == step && st == "waiting_funding");
-                WaitView {
-                    waits_for: if funding { "funding" } else { "transaction" },
-                    until: w.deadline,
-                    step: Some(step.to_owned()),
+                    .filter(|(s, st, _)| s == step && st == "waiting_funding");
+                match funding {
+                    Some((_, _, deadline)) => WaitView {
+                        waits_for: "funding",
+                        until: *deadline,
+                        step: Some(step.to_owned()),
+                    },
+                    None => WaitView {
+                        waits_for: "transaction",
+                        until: w.deadline,
+                        step: Some(step.to_owned()),
+                    },
                 }
             } else {
                 WaitView {
@@ -1231,6 +1402,8 @@ fn project(op: &OperationRow, status: Option<&InstanceStatus>, txs: Vec<TxRow>) 
         .and_then(|o| o.get("indexedBlock"))
         .and_then(Value::as_u64)
         .map(|block| IndexedMilestone { block });
+    let landed = confirmed.len();
+    let cancelled = status.is_some_and(|s| s.status == RunStatus::Cancelled);
     let error = status.and_then(|s| s.error.as_ref()).map(|e| {
         let typed: Option<OpFailure> = e
             .detail
@@ -1251,12 +1424,29 @@ fn project(op: &OperationRow, status: Option<&InstanceStatus>, txs: Vec<TxRow>) 
             },
         }
     });
+    // A cancelled operation always says whether any of its writes landed.
+    let error = error.or_else(|| {
+        cancelled.then(|| ErrorView {
+            code: "CANCELLED".to_owned(),
+            retryable: false,
+            detail: if landed == 0 {
+                "the operation was cancelled; none of its transactions landed".to_owned()
+            } else {
+                format!(
+                    "the operation was cancelled after {landed} of its transactions had landed (see milestones.confirmed)"
+                )
+            },
+            reason: None,
+        })
+    });
     OperationView {
         id: op.id,
         kind: op.kind.clone(),
         asset_id: op.asset_id,
         state,
+        queued_behind,
         wait,
+        cancel_requested_at: op.cancel_requested_at,
         milestones: Milestones {
             accepted: op.created_at,
             submitted,

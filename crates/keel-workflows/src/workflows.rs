@@ -33,6 +33,10 @@ pub const WORKFLOWS: [&str; 5] = [
     AssetUnpause::NAME,
 ];
 
+/// The code of an enqueue step that found its operation cancelled (journaled as that
+/// step's result; the workflow then ends `cancelled`).
+pub const CANCELLED: &str = "CANCELLED";
+
 /// The signal an approval decision is delivered as.
 pub const APPROVAL_SIGNAL: &str = "approval";
 
@@ -369,6 +373,19 @@ async fn send_attempt(
         .step(&format!("enqueue {link}"), || {
             let request = request.clone();
             async move {
+                // The operation's row lock orders this enqueue with a cancel: once a
+                // cancel was recorded no new write of the operation is queued, and a
+                // cancel that comes after sees (and withdraws) the request linked here.
+                let Some(mut guard) = crate::ops::write_guard(&p.db, operation_id)
+                    .await
+                    .map_err(|_| StepError::transient("DATABASE_UNAVAILABLE"))?
+                else {
+                    return Err(StepError::Failed(OpFailure::new(
+                        CANCELLED,
+                        false,
+                        "the operation was cancelled before this transaction was queued",
+                    )));
+                };
                 let id = chain
                     .queue
                     .enqueue_with(
@@ -389,14 +406,31 @@ async fn send_attempt(
                             ))
                         }
                     })?;
-                crate::ops::link_operation_tx(&p.db, operation_id, link, id, instance_id, signal)
+                crate::ops::link_operation_tx(
+                    &mut *guard,
+                    operation_id,
+                    link,
+                    id,
+                    instance_id,
+                    signal,
+                )
+                .await
+                .map_err(|_| StepError::transient("DATABASE_UNAVAILABLE"))?;
+                guard
+                    .commit()
                     .await
                     .map_err(|_| StepError::transient("DATABASE_UNAVAILABLE"))?;
                 Ok(id)
             }
         })
         .await?;
-    enqueued.map_err(WorkflowFailure::Failed)?;
+    match enqueued {
+        Ok(_) => {}
+        // Cancelled before this write was queued: end `cancelled` (the writes of earlier
+        // steps, if any, landed and show in the operation's milestones).
+        Err(f) if f.code == CANCELLED => return Err(ctx.cancel_self().into()),
+        Err(f) => return Err(WorkflowFailure::Failed(f)),
+    }
     match ctx.wait_signal::<SettlementVerdict>(signal, None).await? {
         SignalOutcome::Received(v) => Ok(v),
         SignalOutcome::Expired => Err(WorkflowFailure::Failed(OpFailure::new(

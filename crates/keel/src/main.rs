@@ -67,6 +67,23 @@ enum Command {
         #[command(subcommand)]
         command: TemplateCommand,
     },
+    /// Operator commands on operations (through the database; any organization).
+    Ops {
+        #[command(subcommand)]
+        command: OpsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum OpsCommand {
+    /// Cancel an operation, with the semantics of `POST /v1/operations/{id}/cancel`:
+    /// before any transaction it ends `cancelled`; an unsigned transaction is withdrawn;
+    /// a signed one runs to its verdict (what landed is listed). Prints the operation's
+    /// view as JSON; exits non-zero when the operation has ended or does not exist.
+    Cancel {
+        /// The operation id.
+        id: sqlx::types::Uuid,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -276,6 +293,28 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
             };
             keel_workflows::tenancy::upsert_template(&pool, org, &template).await?;
             println!("template {} set (chain {chain_id})", template.id);
+            Ok(())
+        }
+        Command::Ops { command } => ops_command(&config, command).await,
+    }
+}
+
+async fn ops_command(config: &Config, command: OpsCommand) -> anyhow::Result<()> {
+    let pool = connect_migrated(config).await?;
+    let engine = keel_durable::Engine::new(pool.clone(), keel::services::engine_config(config))
+        .context("workflow engine configuration")?;
+    let ops = keel_workflows::Ops::new(pool, engine);
+    match command {
+        OpsCommand::Cancel { id } => {
+            let caller = ops
+                .operator_caller(id)
+                .await
+                .with_context(|| format!("operation {id}"))?;
+            let view = ops
+                .cancel(caller, id)
+                .await
+                .map_err(|e| anyhow::anyhow!("{} ({})", e.detail(), e.code()))?;
+            println!("{}", serde_json::to_string_pretty(&view)?);
             Ok(())
         }
     }

@@ -587,6 +587,7 @@ async fn an_unanswered_approval_expires() {
         )
         .await;
     assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "APPROVAL_EXPIRED", "{body}");
 }
 
 /// The runner is killed (SIGKILL) once in every phase of the creation; after each
@@ -952,4 +953,293 @@ async fn a_failed_creation_retried_resumes_without_repeating_landed_writes() {
         .logs_of::<AssetFactory::AssetCreated>(stack.contracts["assetFactory"])
         .await;
     assert_eq!((feeds.len(), tokens.len()), (1, 1));
+}
+
+impl Stack {
+    /// Posts a token operation of `asset`; returns the operation id.
+    async fn token_op(&self, asset: &str, what: &str, idem: &str, body: Value) -> String {
+        let (status, view) = self
+            .post(
+                &self.key_a,
+                &format!("/v1/assets/{asset}/{what}"),
+                idem,
+                body,
+            )
+            .await;
+        assert!(status == 202 || status == 200, "{what}: {status} {view}");
+        view["id"].as_str().unwrap().to_owned()
+    }
+
+    /// `POST /v1/operations/{id}/<action>` with key `key` and an empty body.
+    async fn act(&self, key: &str, id: &str, action: &str) -> (u16, Value) {
+        self.post(
+            key,
+            &format!("/v1/operations/{id}/{action}"),
+            "act",
+            json!({}),
+        )
+        .await
+    }
+
+    async fn token_of(&self, create_view: &Value) -> Address {
+        create_view["result"]["token"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+}
+
+/// Issue 16, class 1: a business failure (a reverted transfer, a mint refused while
+/// paused), an operation waiting for a human and a cancel never freeze the other
+/// operations of the asset; retrying a failure a retry cannot change answers 409 with
+/// the code; the chain holds exactly the writes that were meant to land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_or_waiting_operation_never_blocks_the_next_ones_of_its_asset() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(
+        chain,
+        TemplateOpts {
+            approval_threshold: Some("100"),
+            approval_ttl_seconds: Some(600),
+            ..TemplateOpts::default()
+        },
+    )
+    .await;
+    let (op, asset) = stack.create_asset("create-w", "WEDG").await;
+    let created = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&created), "completed", "{created}");
+    let token = stack.token_of(&created).await;
+    let holder = stack.chain.account(4).unwrap().to_string();
+    let to = |amount: &str| json!({"recipient": holder, "amount": amount});
+
+    // The issuer holds nothing: the transfer reverts.
+    let transfer = stack.token_op(&asset, "transfer", "t-1", to("1")).await;
+    let view = stack
+        .await_op(&transfer, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(view["error"]["code"], "EXECUTION_REVERTED", "{view}");
+    let (status, body) = stack.act(&stack.key_a, &transfer, "retry").await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "OPERATION_NOT_RETRYABLE", "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("EXECUTION_REVERTED"),
+        "{body}"
+    );
+
+    // The next operations of the asset run.
+    let mint = stack.token_op(&asset, "mint", "m-1", to("5")).await;
+    let view = stack
+        .await_op(&mint, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+
+    // A mint waiting for an approval does not hold back an emergency pause.
+    let big = stack.token_op(&asset, "mint", "m-big", to("500")).await;
+    stack
+        .await_op(&big, Duration::from_secs(30), |v| {
+            v["wait"]["for"] == "approval"
+        })
+        .await;
+    let pause = stack.token_op(&asset, "pause", "p-1", json!({})).await;
+    let view = stack
+        .await_op(&pause, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let (_, big_view) = stack
+        .get(&stack.key_a, &format!("/v1/operations/{big}"))
+        .await;
+    assert_eq!(state(&big_view), "waiting", "{big_view}");
+
+    // Refused while paused, and the asset is not frozen by that failure.
+    let refused = stack.token_op(&asset, "mint", "m-2", to("5")).await;
+    let view = stack
+        .await_op(&refused, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(view["error"]["code"], "EXECUTION_REVERTED", "{view}");
+    assert_eq!(view["error"]["reason"], "EnforcedPause", "{view}");
+    let unpause = stack.token_op(&asset, "unpause", "u-1", json!({})).await;
+    let view = stack
+        .await_op(&unpause, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+
+    // Cancelling the mint that waits for its approval: nothing was queued, it ends.
+    let (status, view) = stack.act(&stack.key_b, &big, "cancel").await;
+    assert!(status == 200 || status == 202, "{status} {view}");
+    let view = stack
+        .await_op(&big, Duration::from_secs(30), terminal)
+        .await;
+    assert_eq!(state(&view), "cancelled", "{view}");
+    assert_eq!(view["error"]["code"], "CANCELLED", "{view}");
+    assert!(view["cancelRequestedAt"].is_string(), "{view}");
+    assert_eq!(view["milestones"]["confirmed"].as_array().unwrap().len(), 0);
+    let (status, body) = stack.act(&stack.key_b, &big, "approve").await;
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = stack.act(&stack.key_a, &mint, "cancel").await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "OPERATION_ENDED", "{body}");
+    let (status, body) = stack.act(&stack.key_a, &big, "cancel").await;
+    assert_eq!(status, 409, "{body}");
+
+    // On chain: one mint (5 base units × 10^6), no transfer from the issuer, and two
+    // pauses and two unpauses (the creation's — the token is deployed paused — and ours).
+    let transfers = stack.logs_of::<AssetToken::Transfer>(token).await;
+    assert_eq!(transfers.len(), 1, "{transfers:?}");
+    let t = AssetToken::Transfer::decode_log_data(transfers[0].data()).unwrap();
+    assert_eq!(t.from, Address::ZERO);
+    assert_eq!(t.value, alloy::primitives::U256::from(5_000_000u64));
+    assert_eq!(stack.logs_of::<AssetToken::Paused>(token).await.len(), 2);
+    assert_eq!(stack.logs_of::<AssetToken::Unpaused>(token).await.len(), 2);
+}
+
+/// Issue 16, class 1: a cancel withdraws a write that was queued but never signed (here
+/// paused for funding, whose deadline the view shows in `wait.until`); nothing of it
+/// reaches the chain, even after the operator is funded, and later operations run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_withdraws_an_unsigned_write_and_nothing_of_it_reaches_the_chain() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(
+        chain,
+        TemplateOpts {
+            funding_pause: true,
+            ..TemplateOpts::default()
+        },
+    )
+    .await;
+    let (op, asset) = stack.create_asset("create-c", "CANC").await;
+    let created = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&created), "completed", "{created}");
+    let token = stack.token_of(&created).await;
+    let operator = stack.chain.account(0).unwrap();
+    let holder = stack.chain.account(6).unwrap().to_string();
+    set_balance(&stack, operator, 0).await;
+    let mint = stack
+        .token_op(
+            &asset,
+            "mint",
+            "m-c",
+            json!({"recipient": holder, "amount": "7"}),
+        )
+        .await;
+    let view = stack
+        .await_op(&mint, Duration::from_secs(60), |v| {
+            v["wait"]["for"] == "funding"
+        })
+        .await;
+    assert!(
+        view["wait"]["until"].is_string(),
+        "the funding deadline: {view}"
+    );
+    let (status, view) = stack.act(&stack.key_a, &mint, "cancel").await;
+    assert!(status == 200 || status == 202, "{status} {view}");
+    let view = stack
+        .await_op(&mint, Duration::from_secs(30), terminal)
+        .await;
+    assert_eq!(state(&view), "cancelled", "{view}");
+    assert!(
+        view["error"]["detail"].as_str().unwrap().contains("none"),
+        "{view}"
+    );
+    let (_, list) = stack.get(&stack.key_a, "/v1/funding-requests").await;
+    assert_eq!(
+        list["fundingRequests"].as_array().unwrap().len(),
+        0,
+        "{list}"
+    );
+    let withdrawn: Vec<(String, Value)> =
+        sqlx::query_as("SELECT state, verdict FROM txq_request WHERE idempotency_key LIKE $1")
+            .bind(format!("op/{mint}/%"))
+            .fetch_all(stack.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(withdrawn.len(), 1, "{withdrawn:?}");
+    assert_eq!(withdrawn[0].0, "settled");
+    assert_eq!(withdrawn[0].1["code"], "WITHDRAWN", "{withdrawn:?}");
+
+    // Funded again: the next mint lands, the cancelled one never does.
+    set_balance(&stack, operator, 10u128.pow(20)).await;
+    let next = stack
+        .token_op(
+            &asset,
+            "mint",
+            "m-c2",
+            json!({"recipient": holder, "amount": "3"}),
+        )
+        .await;
+    let view = stack
+        .await_op(&next, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let transfers = stack.logs_of::<AssetToken::Transfer>(token).await;
+    assert_eq!(transfers.len(), 1, "only the second mint: {transfers:?}");
+    let t = AssetToken::Transfer::decode_log_data(transfers[0].data()).unwrap();
+    assert_eq!(t.value, alloy::primitives::U256::from(3_000_000u64));
+}
+
+/// Issue 16, class 1: a cancel cannot unsend a signed transaction. The operation keeps
+/// waiting for its verdict, completes when it lands, and says both that a cancel was
+/// requested and what landed; it never reads `cancelled` with its write on chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_after_signing_runs_to_the_verdict_and_says_what_landed() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (op, asset) = stack.create_asset("create-s", "SIGN").await;
+    let created = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&created), "completed", "{created}");
+    let token = stack.token_of(&created).await;
+    let provider = stack.chain.provider().clone();
+    let automine = |on: bool| {
+        let provider = provider.clone();
+        async move {
+            let _: Value = provider
+                .raw_request("evm_setAutomine".into(), (on,))
+                .await
+                .unwrap();
+        }
+    };
+    automine(false).await;
+    let holder = stack.chain.account(7).unwrap().to_string();
+    let mint = stack
+        .token_op(
+            &asset,
+            "mint",
+            "m-s",
+            json!({"recipient": holder, "amount": "9"}),
+        )
+        .await;
+    stack
+        .await_op(&mint, Duration::from_secs(60), |v| {
+            v["milestones"]["submitted"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|m| m["broadcast"] == true))
+        })
+        .await;
+    let (status, view) = stack.act(&stack.key_a, &mint, "cancel").await;
+    assert_eq!(status, 202, "{view}");
+    assert!(view["cancelRequestedAt"].is_string(), "{view}");
+    assert_eq!(state(&view), "waiting", "{view}");
+    automine(true).await;
+    let _: Value = stack
+        .chain
+        .provider()
+        .raw_request("evm_mine".into(), ())
+        .await
+        .unwrap();
+    let view = stack
+        .await_op(&mint, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    assert!(view["cancelRequestedAt"].is_string(), "{view}");
+    assert_eq!(view["milestones"]["confirmed"][0]["step"], "mint", "{view}");
+    assert_eq!(stack.logs_of::<AssetToken::Transfer>(token).await.len(), 1);
 }

@@ -67,6 +67,7 @@ pub(crate) fn engine(pool: &PgPool, config: EngineConfig) -> Engine {
         .register(Typed(p.clone()))
         .register(Waiter)
         .register(Fails)
+        .register(SelfCancel)
         .register(Serial(p.clone()))
         .register(Exclusive(p.clone()))
         .register(Dependency(p.clone()))
@@ -344,6 +345,21 @@ impl Workflow for Waiter {
             .deadline_ms
             .map(|ms| Deadline::After(Duration::from_millis(ms)));
         Ok(ctx.wait_signal(&input.signal, deadline).await?)
+    }
+}
+
+/// Runs one step, then ends itself `cancelled` (`ctx.cancel_self`).
+pub(crate) struct SelfCancel;
+
+impl Workflow for SelfCancel {
+    const NAME: &'static str = "test.self_cancel";
+    type Input = ();
+    type Output = ();
+    type Error = String;
+
+    async fn run(&self, ctx: &mut WorkflowContext, _: ()) -> Result<(), WorkflowFailure<String>> {
+        let _ = ctx.uuid().await?;
+        Err(ctx.cancel_self().into())
     }
 }
 

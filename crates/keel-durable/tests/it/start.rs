@@ -251,3 +251,118 @@ async fn concurrent_starts_combined_into_batches_keep_the_idempotency_rules() {
         "one instance and one START per key"
     );
 }
+
+fn keyed(key: &str) -> StartOptions {
+    StartOptions {
+        serialization_key: Some(key.into()),
+    }
+}
+
+/// A business failure releases the key: the next instance of the same key runs (it used
+/// to stay `pending` behind the failed one for good).
+#[tokio::test]
+async fn a_failed_instance_releases_its_serialization_key() {
+    let db = database().await;
+    let engine = engine(db.pool(), fast_config());
+    let failed = engine
+        .start::<Fails>("f", &1, keyed("asset-1"))
+        .await
+        .unwrap();
+    let next = engine
+        .start::<Serial>("b", &"b".to_owned(), keyed("asset-1"))
+        .await
+        .unwrap();
+    let ex = spawn(&engine);
+    until_status(&engine, failed.instance_id, RunStatus::Failed).await;
+    until_status(&engine, next.instance_id, RunStatus::Completed).await;
+    ex.shutdown().await;
+}
+
+/// A waiting instance (for an approval, a verdict, funding) does not hold the key: the
+/// instance behind it runs to completion while it still waits, and it completes itself
+/// when its signal arrives.
+#[tokio::test]
+async fn a_waiting_instance_does_not_block_the_next_of_its_key() {
+    let db = database().await;
+    let engine = engine(db.pool(), fast_config());
+    let waiting = engine
+        .start::<Waiter>("w", &waiter("approval", None, None), keyed("asset-1"))
+        .await
+        .unwrap();
+    let next = engine
+        .start::<Serial>("b", &"b".to_owned(), keyed("asset-1"))
+        .await
+        .unwrap();
+    let ex = spawn(&engine);
+    until_status(&engine, next.instance_id, RunStatus::Completed).await;
+    assert_eq!(
+        engine.status(waiting.instance_id).await.unwrap().status,
+        RunStatus::Waiting
+    );
+    engine
+        .signal(
+            waiting.instance_id,
+            "approval",
+            "d1",
+            &serde_json::json!(true),
+        )
+        .await
+        .unwrap();
+    until_status(&engine, waiting.instance_id, RunStatus::Completed).await;
+    ex.shutdown().await;
+}
+
+/// A suspended instance (a step interrupted by an infrastructure fault) keeps the key;
+/// the instance behind it is `pending` and names it as the one it is queued behind, and
+/// runs once the suspended one recovers.
+#[tokio::test]
+async fn a_suspended_instance_holds_its_key_and_is_named_as_the_blocker() {
+    let db = database().await;
+    let engine = engine(db.pool(), fast_config());
+    let suspended = engine
+        .start::<Dependency>("d", &"d".to_owned(), keyed("asset-1"))
+        .await
+        .unwrap();
+    let behind = engine
+        .start::<Serial>("b", &"b".to_owned(), keyed("asset-1"))
+        .await
+        .unwrap();
+    let ex = spawn(&engine);
+    until_status(&engine, suspended.instance_id, RunStatus::Suspended).await;
+    let status = engine.status(behind.instance_id).await.unwrap();
+    assert_eq!(status.status, RunStatus::Pending);
+    assert_eq!(status.queued_behind, Some(suspended.instance_id));
+    let entered: i64 = sqlx::query_scalar("SELECT count(*) FROM event_log WHERE tag = 'b'")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        entered, 0,
+        "the instance behind a suspended one must not run"
+    );
+    set_flag(db.pool(), "dep", "up").await;
+    until_status(&engine, suspended.instance_id, RunStatus::Completed).await;
+    let done = until_status(&engine, behind.instance_id, RunStatus::Completed).await;
+    assert_eq!(done.queued_behind, None);
+    ex.shutdown().await;
+}
+
+/// `ctx.cancel_self()` ends the instance `cancelled`, and it releases its key.
+#[tokio::test]
+async fn a_body_can_end_its_instance_cancelled() {
+    let db = database().await;
+    let engine = engine(db.pool(), fast_config());
+    let me = engine
+        .start::<SelfCancel>("c", &(), keyed("asset-1"))
+        .await
+        .unwrap();
+    let next = engine
+        .start::<Serial>("b", &"b".to_owned(), keyed("asset-1"))
+        .await
+        .unwrap();
+    let ex = spawn(&engine);
+    let status = until_status(&engine, me.instance_id, RunStatus::Cancelled).await;
+    assert!(status.ended_at.is_some());
+    until_status(&engine, next.instance_id, RunStatus::Completed).await;
+    ex.shutdown().await;
+}
