@@ -74,6 +74,21 @@ pub enum IndexError {
         /// The attempt that lost its lease.
         attempt: i32,
     },
+    /// A history range's answer held rows of block `number` that the index does not
+    /// hold as canonical (a reorg replaced it after the fetch, or it is above the
+    /// indexed tip): nothing was written and the range was put back to pending, to be
+    /// fetched again. Retryable.
+    #[error(
+        "chain {chain}: history range from block {from_block} holds unsettled block {number}; fetched again"
+    )]
+    Unsettled {
+        /// The chain.
+        chain: ChainId,
+        /// First block of the range.
+        from_block: u64,
+        /// The first block whose rows did not match the index's canonical block.
+        number: u64,
+    },
     /// A row could not be encoded for the binary `COPY` of a bulk write (a value out
     /// of PostgreSQL's range). Nothing was written.
     #[error("a row could not be encoded for the bulk write")]
@@ -105,7 +120,10 @@ impl IndexError {
         match self {
             Self::Store(e) => e.is_transient(),
             Self::Chain(e) => e.is_retryable(),
-            Self::Inconsistent { .. } | Self::WaitTimeout { .. } | Self::Interrupted => true,
+            Self::Inconsistent { .. }
+            | Self::WaitTimeout { .. }
+            | Self::Interrupted
+            | Self::Unsettled { .. } => true,
             _ => false,
         }
     }

@@ -7,3 +7,4 @@ mod history;
 mod measure;
 mod projections;
 mod reorg;
+mod unsettled;

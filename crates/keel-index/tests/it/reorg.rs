@@ -9,7 +9,7 @@ use alloy::rpc::types::anvil::{ReorgOptions, TransactionData};
 use anvil_tests::keel_abi::bindings::AssetToken;
 use keel_index::{IndexError, TipConfig, read};
 
-fn transfer_request(
+pub(crate) fn transfer_request(
     token: alloy::primitives::Address,
     from: alloy::primitives::Address,
     to: alloy::primitives::Address,
