@@ -104,4 +104,4 @@ pub use error::{IndexError, Result};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};
-pub use tip::{StepOutcome, TipConfig, TipIngest};
+pub use tip::{FollowBackoff, NextStep, StepOutcome, TipConfig, TipIngest};
