@@ -1,6 +1,7 @@
 //! Integration tests of keel-index against real PostgreSQL and Anvil.
 
 mod common;
+mod converge;
 mod fencing;
 mod follow;
 mod history;
