@@ -13,6 +13,8 @@
 //! | [`Fault::Error`] | a JSON-RPC error object | no |
 //! | [`Fault::NullResult`] | `"result": null` | no |
 //! | [`Fault::Latency`] | the node's answer, later | yes, after the delay |
+//! | [`Fault::HoldResponse`] | the node's answer, held back for a while after the node gave it | yes, at once |
+//! | [`Fault::Result`] | `"result": <the given value>` | no |
 //! | [`Fault::FailThenRecover`] | HTTP **503** for the first `n` matches, then the node's answer | not for the failed ones |
 //! | [`Fault::GethReplacementRule`] | geth's `already known` / `replacement transaction underpriced` (-32000) | not when refused |
 //!
@@ -100,6 +102,15 @@ pub enum Fault {
     NullResult,
     /// Wait this long, then let later rules apply and forward.
     Latency(Duration),
+    /// Forward at once, then hold the node's answer this long before replying (a
+    /// stale answer arriving late: the node answered for the state it had then). Later
+    /// rules still apply. [`RpcProxy::hits`] counts a request once the node has
+    /// answered it, so a test can wait for "the node answered, the caller has not seen
+    /// it yet".
+    HoldResponse(Duration),
+    /// Answer `"result": <value>` without forwarding (e.g. an `eth_blockNumber` above
+    /// the node's real head).
+    Result(Value),
     /// Answer HTTP 503 Service Unavailable (plain-text body, not forwarded) to the first
     /// `n` matching requests, then let them through.
     FailThenRecover {
@@ -165,6 +176,16 @@ impl Rule {
     /// [`Fault::Latency`] on `method`.
     pub fn latency(method: impl Into<String>, delay: Duration) -> Self {
         Self::new(method, Fault::Latency(delay))
+    }
+
+    /// [`Fault::HoldResponse`] on `method`.
+    pub fn hold_response(method: impl Into<String>, delay: Duration) -> Self {
+        Self::new(method, Fault::HoldResponse(delay))
+    }
+
+    /// [`Fault::Result`] on `method`.
+    pub fn result(method: impl Into<String>, value: Value) -> Self {
+        Self::new(method, Fault::Result(value))
     }
 
     /// [`Fault::FailThenRecover`] on `method`.
@@ -318,11 +339,14 @@ enum Plan {
     Answer(Value),
     /// HTTP 503 for the whole HTTP request; nothing forwarded.
     Unavailable,
-    /// Forwarded after `delay`; with `drop`, the caller gets HTTP 504 afterwards.
+    /// Forwarded after `delay`; with `drop`, the caller gets HTTP 504 afterwards; the
+    /// answer is held `hold` after the node gave it (rules `holders` count a hit then).
     Forward {
         delay: Duration,
         drop: bool,
         candidates: Vec<Candidate>,
+        hold: Duration,
+        holders: Vec<RuleId>,
     },
 }
 
@@ -333,11 +357,15 @@ impl ProxyState {
                 delay: Duration::ZERO,
                 drop: false,
                 candidates: Vec::new(),
+                hold: Duration::ZERO,
+                holders: Vec::new(),
             };
         };
         *self.counts.entry(method.to_owned()).or_default() += 1;
         let id = request.get("id").cloned().unwrap_or(Value::Null);
         let mut delay = Duration::ZERO;
+        let mut hold = Duration::ZERO;
+        let mut holders = Vec::new();
         let mut candidates = Vec::new();
         for entry in self.rules.iter_mut().filter(|e| e.active_for(method)) {
             entry.consulted += 1;
@@ -348,6 +376,8 @@ impl ProxyState {
                         delay,
                         drop: true,
                         candidates,
+                        hold,
+                        holders,
                     };
                 }
                 Fault::Error { code, message } => {
@@ -361,6 +391,14 @@ impl ProxyState {
                 Fault::Latency(d) => {
                     entry.hits += 1;
                     delay += *d;
+                }
+                Fault::HoldResponse(d) => {
+                    hold += *d;
+                    holders.push(entry.id);
+                }
+                Fault::Result(value) => {
+                    entry.hits += 1;
+                    return Plan::Answer(json!({"jsonrpc": "2.0", "id": id, "result": value}));
                 }
                 Fault::FailThenRecover { n } => {
                     if entry.hits < *n {
@@ -390,6 +428,14 @@ impl ProxyState {
             delay,
             drop: false,
             candidates,
+            hold,
+            holders,
+        }
+    }
+
+    fn held(&mut self, rule: RuleId) {
+        if let Some(entry) = self.rules.iter_mut().find(|e| e.id == rule) {
+            entry.hits += 1;
         }
     }
 
@@ -573,6 +619,14 @@ async fn handle(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     let dropped = plans
         .iter()
         .any(|p| matches!(p, Plan::Forward { drop: true, .. }));
+    let hold = plans
+        .iter()
+        .filter_map(|p| match p {
+            Plan::Forward { hold, .. } => Some(*hold),
+            _ => None,
+        })
+        .max()
+        .unwrap_or_default();
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -619,9 +673,17 @@ async fn handle(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     {
         let mut state = shared.state();
         for (item, plan) in items.iter().zip(&plans) {
-            let Plan::Forward { candidates, .. } = plan else {
+            let Plan::Forward {
+                candidates,
+                holders,
+                ..
+            } = plan
+            else {
                 continue;
             };
+            for rule in holders {
+                state.held(*rule);
+            }
             let answer = match &single_answer {
                 Some(a) => Some(a),
                 None => by_id.get(&item.get("id").map(Value::to_string).unwrap_or_default()),
@@ -635,6 +697,9 @@ async fn handle(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         }
     }
 
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
+    }
     if dropped {
         return plain(
             StatusCode::GATEWAY_TIMEOUT,

@@ -337,6 +337,44 @@ async fn latency_delays_the_answer() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The node answers at once and the proxy holds that answer: a block mined while it
+/// is held does not show in it (a stale answer arriving late).
+#[tokio::test]
+async fn hold_response_delivers_the_answer_the_node_gave_before_later_changes() -> anyhow::Result<()>
+{
+    let (chain, proxy) = chain_and_proxy().await?;
+    let before = chain.block_number().await?;
+    let rule =
+        proxy.add_rule(Rule::hold_response("eth_blockNumber", Duration::from_millis(500)).times(1));
+    let held = tokio::spawn({
+        let provider = via(&proxy);
+        async move { provider.get_block_number().await }
+    });
+    while proxy.hits(rule) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    chain.mine().await?;
+    assert_eq!(held.await??, before);
+    assert_eq!(via(&proxy).get_block_number().await?, before + 1);
+    assert_eq!(proxy.hits(rule), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn result_rule_answers_the_given_result_without_forwarding() -> anyhow::Result<()> {
+    let (chain, proxy) = chain_and_proxy().await?;
+    let head = chain.block_number().await?;
+    let rule = proxy.add_rule(Rule::result(
+        "eth_blockNumber",
+        json!(format!("0x{:x}", head + 5)),
+    ));
+    assert_eq!(via(&proxy).get_block_number().await?, head + 5);
+    assert_eq!(proxy.hits(rule), 1);
+    assert!(proxy.remove_rule(rule));
+    assert_eq!(via(&proxy).get_block_number().await?, head);
+    Ok(())
+}
+
 #[tokio::test]
 async fn geth_replacement_rule_enforces_the_bump_and_already_known() -> anyhow::Result<()> {
     let (chain, proxy) = manual_chain_and_proxy().await?;

@@ -25,20 +25,28 @@ pub enum IndexError {
         /// The epoch this owner held.
         epoch: i64,
     },
-    /// A reorg reaches below the oldest block of the hash window: the common ancestor
-    /// cannot be found, so derived rows cannot be rolled back safely. Fatal for the
-    /// chain (an operator must re-index it); also counted in
-    /// `keel_index_reorg_too_deep_total`.
+    /// A reorg replaced a block at or below the chain's finalized block (a reorg
+    /// deeper than the hash window but above the finalized block is rolled back to the
+    /// finalized block instead): derived rows cannot be rolled back safely. The chain is
+    /// marked degraded ([`crate::read::chain_health`]); fatal for the chain (an
+    /// operator must re-index it); counted in `keel_index_reorg_too_deep_total`.
     #[error(
-        "chain {chain}: reorg deeper than the hash window (tip {tip}, oldest stored block {oldest})"
+        "chain {chain}: reorg below the finalized block (tip {tip}, no canonical block down to {oldest})"
     )]
     ReorgTooDeep {
         /// The chain.
         chain: ChainId,
         /// The indexed tip when the reorg was found.
         tip: u64,
-        /// The oldest block still in the hash window (no match at or above it).
+        /// The lowest stored block compared with the node (none canonical at or above it).
         oldest: u64,
+    },
+    /// The chain is marked degraded (an earlier reorg below its finalized block): its
+    /// tip ingest writes nothing until an operator re-indexes it. Fatal for the chain.
+    #[error("chain {chain}: the index is degraded; ingest stopped until it is re-indexed")]
+    Degraded {
+        /// The chain.
+        chain: ChainId,
     },
     /// The node answered inconsistently (a block it reported is missing, a log of
     /// another block came back for a block hash). Retryable: the next step re-reads.
@@ -74,6 +82,21 @@ pub enum IndexError {
         /// The attempt that lost its lease.
         attempt: i32,
     },
+    /// A history range's answer held rows of block `number` that the index does not
+    /// hold as canonical (a reorg replaced it after the fetch, or it is above the
+    /// indexed tip): nothing was written and the range was put back to pending, to be
+    /// fetched again. Retryable.
+    #[error(
+        "chain {chain}: history range from block {from_block} holds unsettled block {number}; fetched again"
+    )]
+    Unsettled {
+        /// The chain.
+        chain: ChainId,
+        /// First block of the range.
+        from_block: u64,
+        /// The first block whose rows did not match the index's canonical block.
+        number: u64,
+    },
     /// A row could not be encoded for the binary `COPY` of a bulk write (a value out
     /// of PostgreSQL's range). Nothing was written.
     #[error("a row could not be encoded for the bulk write")]
@@ -94,10 +117,13 @@ pub enum IndexError {
 
 impl IndexError {
     /// True when the chain's ingest must stop and an operator is needed
-    /// ([`IndexError::ReorgTooDeep`]) or this process lost ownership
+    /// ([`IndexError::ReorgTooDeep`], [`IndexError::Degraded`]) or this process lost ownership
     /// ([`IndexError::Fenced`]).
     pub fn is_fatal(&self) -> bool {
-        matches!(self, Self::Fenced { .. } | Self::ReorgTooDeep { .. })
+        matches!(
+            self,
+            Self::Fenced { .. } | Self::ReorgTooDeep { .. } | Self::Degraded { .. }
+        )
     }
 
     /// True when the same step may succeed later.
@@ -105,7 +131,10 @@ impl IndexError {
         match self {
             Self::Store(e) => e.is_transient(),
             Self::Chain(e) => e.is_retryable(),
-            Self::Inconsistent { .. } | Self::WaitTimeout { .. } | Self::Interrupted => true,
+            Self::Inconsistent { .. }
+            | Self::WaitTimeout { .. }
+            | Self::Interrupted
+            | Self::Unsettled { .. } => true,
             _ => false,
         }
     }

@@ -462,22 +462,28 @@ impl HistoryWorker {
         if done.rows_affected() != 1 {
             return Err(self.lost(lease));
         }
+        // The chain row is locked shared before any row is written: tip commits and
+        // reorg rollbacks lock it exclusively, so the checkpoint and the hash window read
+        // here stay as they are until this commits.
+        let tip: Option<i64> =
+            sqlx::query_scalar("SELECT tip_number FROM index_chain WHERE chain_id = $1 FOR SHARE")
+                .bind(c)
+                .fetch_optional(&mut *tx)
+                .await?
+                .flatten();
+        if let Some(number) = unsettled_block(&mut tx, c, tip, &batch).await? {
+            drop(tx);
+            return Err(self.unsettled(lease, number).await);
+        }
         // Discovered contracts need their events above this range, but only where
         // nobody will read the new scope: whole-scope ranges already claimed or completed
         // (they may have read the scope before this commit), and blocks the tip has
         // already committed above the planned history. Pending ranges above are locked
         // here, so claimers skip them until this commits and then read the new scope.
-        // The chain row is locked shared (tip commits lock it exclusively and re-read
-        // the scope under that lock), before any row is written.
+        // The chain row is locked shared above (tip commits lock it exclusively and
+        // re-read the scope under that lock).
         let mut gaps: Vec<(i64, i64)> = Vec::new();
         if !discovered.is_empty() {
-            let tip: Option<i64> = sqlx::query_scalar(
-                "SELECT tip_number FROM index_chain WHERE chain_id = $1 FOR SHARE",
-            )
-            .bind(c)
-            .fetch_optional(&mut *tx)
-            .await?
-            .flatten();
             let above: Vec<(i64, i64, String)> = sqlx::query_as(
                 "SELECT from_block, to_block, state FROM index_range
                  WHERE chain_id = $1 AND address IS NULL AND from_block > $2
@@ -544,9 +550,15 @@ impl HistoryWorker {
     /// The range's logs (the scope's, and those of contracts announced inside the
     /// range from their announcing block on), encoded for the bulk write, with the
     /// discovered contracts and the span splits.
+    ///
+    /// Blocks above the indexed tip are not fetched: the tip ingest writes them itself
+    /// with the scope as it is when it gets there (a range ends above the tip after a
+    /// reorg rolled the tip back below it).
     async fn fetch_all(&self, lease: &RangeLease) -> Result<Fetched> {
         let chain = lease.chain;
         let c = chain_i64(chain);
+        let tip = crate::read::indexed_tip(&self.db, chain).await?;
+        let to_block = tip.map_or(lease.to_block, |t| lease.to_block.min(t.number));
         let scope = live_scope(&self.db, chain).await?;
         let mut kinds: HashMap<Address, ScopeKind> =
             scope.iter().map(|e| (e.address, e.kind)).collect();
@@ -562,12 +574,12 @@ impl HistoryWorker {
         let mut splits = 0;
         let mut batch = Batch::default();
         let mut announced = Vec::new();
-        if !addresses.is_empty() {
+        if !addresses.is_empty() && lease.from_block <= to_block {
             let (b, a) = self
                 .fetch_range(
                     c,
                     lease.from_block,
-                    lease.to_block,
+                    to_block,
                     addresses,
                     Arc::new(kinds.clone()),
                     &mut splits,
@@ -592,7 +604,7 @@ impl HistoryWorker {
                 .fetch_range(
                     c,
                     block,
-                    lease.to_block,
+                    to_block,
                     vec![address],
                     Arc::new(kinds.clone()),
                     &mut splits,
@@ -660,6 +672,30 @@ impl HistoryWorker {
         .execute(&self.db)
         .await?;
         Ok(renewed.rows_affected() == 1)
+    }
+
+    /// A fetched range held a row of block `number` that is not the block the index
+    /// holds as canonical: puts the range back to pending (guarded by the attempt) so it
+    /// is fetched again at once, counts it and returns [`IndexError::Unsettled`].
+    async fn unsettled(&self, lease: &RangeLease, number: u64) -> IndexError {
+        metrics::counter!("keel_index_history_unsettled_total", "chain_id" => lease.chain.get().to_string()).increment(1);
+        tracing::warn!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, to = lease.to_block, block = number, "range answer holds a block the index does not hold as canonical (a reorg since the fetch); nothing written, the range is fetched again");
+        let released = sqlx::query(
+            "UPDATE index_range SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
+              WHERE id = $1 AND attempt = $2 AND state = 'running'",
+        )
+        .bind(lease.id)
+        .bind(lease.attempt)
+        .execute(&self.db)
+        .await;
+        if let Err(e) = released {
+            tracing::warn!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, error = %e, "releasing the range failed; its lease will lapse");
+        }
+        IndexError::Unsettled {
+            chain: lease.chain,
+            from_block: lease.from_block,
+            number,
+        }
     }
 
     fn lost(&self, lease: &RangeLease) -> IndexError {
@@ -761,6 +797,62 @@ impl HistoryWorker {
         self.span
             .store(next.clamp(1, self.config.max_span), Ordering::Relaxed);
     }
+}
+
+/// The first block of `batch` whose rows may not be written: inside the chain's hash
+/// window (`index_block`, from its oldest block up) but not the block stored there, or
+/// above the indexed tip `tip` (the tip ingest writes those blocks itself, with the
+/// scope as it is when it gets there). Blocks below the window are settled (the window
+/// is at least the finality depth deep). Every block is suspect when two rows of one
+/// number carry different hashes. Runs inside the caller's transaction, which holds
+/// the chain row locked, so the window cannot change until it commits.
+async fn unsettled_block(
+    tx: &mut sqlx::PgConnection,
+    chain: i64,
+    tip: Option<i64>,
+    batch: &Batch,
+) -> Result<Option<u64>> {
+    let blocks = batch.blocks();
+    let (Some((&lowest, _)), Some((&highest, _))) =
+        (blocks.first_key_value(), blocks.last_key_value())
+    else {
+        return Ok(None);
+    };
+    if batch.forked() {
+        return Ok(Some(lowest));
+    }
+    if let Some(t) = tip.and_then(|t| u64::try_from(t).ok())
+        && highest > t
+    {
+        return Ok(blocks.keys().copied().find(|n| *n > t));
+    }
+    let oldest: Option<i64> =
+        sqlx::query_scalar("SELECT min(number) FROM index_block WHERE chain_id = $1")
+            .bind(chain)
+            .fetch_one(&mut *tx)
+            .await?;
+    let Some(oldest) = oldest.and_then(|o| u64::try_from(o).ok()) else {
+        return Ok(None);
+    };
+    if highest < oldest {
+        return Ok(None);
+    }
+    let stored: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT number, hash FROM index_block WHERE chain_id = $1 AND number BETWEEN $2 AND $3",
+    )
+    .bind(chain)
+    .bind(to_i64(lowest.max(oldest)))
+    .bind(to_i64(highest))
+    .fetch_all(&mut *tx)
+    .await?;
+    let stored: HashMap<u64, Vec<u8>> = stored
+        .into_iter()
+        .filter_map(|(n, h)| Some((u64::try_from(n).ok()?, h)))
+        .collect();
+    Ok(blocks
+        .range(oldest..)
+        .find(|(n, hash)| stored.get(n).map(Vec::as_slice) != Some(hash.as_slice()))
+        .map(|(n, _)| *n))
 }
 
 /// Encodes one span's logs for the bulk write and lists the contracts they announce

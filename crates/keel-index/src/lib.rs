@@ -16,8 +16,19 @@
 //!   and the block, its raw logs, projections and the checkpoint are written in one
 //!   transaction. A mismatch is a reorg: the common ancestor is found in the hash
 //!   window (`index_block`, at least `finality_depth` deep) and every derived row
-//!   above it is deleted before re-ingesting. A reorg deeper than the window is
-//!   [`IndexError::ReorgTooDeep`] (fatal, metric `keel_index_reorg_too_deep_total`).
+//!   above it is deleted before re-ingesting. A reorg deeper than the window but above
+//!   the chain's finalized block (the node's `finalized` tag, else head −
+//!   `finality_depth`) is rolled back to the finalized block and re-ingested. A reorg
+//!   that replaced a block at or below the finalized block is
+//!   [`IndexError::ReorgTooDeep`] once (fatal, ERROR log, metric
+//!   `keel_index_reorg_too_deep_total`): the chain is marked degraded (migration
+//!   `0017`, [`read::chain_health`], [`read::degraded_chains`], gauge
+//!   `keel_index_chain_degraded`) and every later write of any owner fails with
+//!   [`IndexError::Degraded`] until an operator re-indexes the chain.
+//! - [`FollowBackoff`]: the pacing of a tip follow loop. A step that finds the node
+//!   reporting a head above a block it answers `null` for stops there
+//!   ([`StepOutcome::missing`]); the loop then backs off exponentially (capped), and
+//!   counts and logs it (rate-limited), instead of stepping again at once.
 //! - Projections (all rows carry chain, block number, block hash, tx hash, log index;
 //!   inserts are idempotent on `(chain_id, block_hash, log_index)`; bulk rows of a
 //!   history range or a big block are written with binary `COPY`, straight into the
@@ -38,7 +49,9 @@
 //! `keel_index_blocks_total`, `keel_index_logs_total` (counters, label `chain_id`),
 //! `keel_index_tip_block` (gauge), `keel_index_reorgs_total`,
 //! `keel_index_reorg_depth_blocks` (histogram, blocks), `keel_index_reorg_too_deep_total`,
-//! `keel_index_fenced_total`.
+//! `keel_index_reorg_beyond_window_total` (rolled back to the finalized block),
+//! `keel_index_fenced_total`, `keel_index_chain_degraded` (gauge, 1 degraded),
+//! `keel_index_tip_missing_block_total`, `keel_index_tip_step_errors_total`.
 //!
 //! - [`history`]: leased historical catch-up below the settled height. The owner plans
 //!   ranges ([`plan_history`], `index_range`); any replica's [`HistoryWorker`] claims
@@ -52,6 +65,13 @@
 //!   its attempt, so a range that takes longer than the lease is not offered again
 //!   while its worker lives; a renewal that finds the range claimed again stops the
 //!   fetch at once, and nothing of that attempt is committed.
+//!   A range's rows are written only for blocks that are settled (below the hash
+//!   window) or that the index holds as canonical: under the chain row's lock, each
+//!   row's block hash is checked against `index_block`, and a range whose answer holds
+//!   an orphaned block (a reorg after the fetch) or a block above the indexed tip
+//!   writes nothing and goes back to pending ([`IndexError::Unsettled`],
+//!   `keel_index_history_unsettled_total`). Ranges are not fetched above the indexed
+//!   tip (the tip writes those blocks itself, with the scope it then has).
 //!   Contracts discovered inside a range get address-only ranges for the spans that will
 //!   not see the new scope (ranges above already claimed or completed, tip blocks above
 //!   the planned history).
@@ -77,10 +97,9 @@
 //! `--block-time 1`.
 //!
 //! ## Not yet built
-//! - `keel run`'s indexer loop (crate `keel`) still calls [`HistoryWorker::run_once`]
-//!   with the defaults (one `eth_getLogs` in flight, no pipelining) and sleeps its poll
-//!   interval between tip steps; switching it to [`HistoryWorker::drain`] with a fetch
-//!   concurrency and to [`TipIngest::wait_for_new_head`] is a change in that crate.
+//! - `keel run`'s tip loop (crate `keel`) is paced by [`FollowBackoff`] but does not
+//!   use [`TipIngest::wait_for_new_head`] between steps yet.
+//! - Clearing a degraded marker (an operator's re-index) has no command yet.
 //! - Whether the ≥ 10× Ponder target holds depends on the run; see
 //!   `benches/README.md`.
 //!
@@ -104,4 +123,4 @@ pub use error::{IndexError, Result};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};
-pub use tip::{StepOutcome, TipConfig, TipIngest};
+pub use tip::{FollowBackoff, NextStep, StepOutcome, TipConfig, TipIngest};

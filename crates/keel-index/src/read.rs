@@ -7,6 +7,7 @@ use alloy::primitives::{Address, B256};
 use keel_store::PgPool;
 use keel_units::ChainId;
 use sqlx::postgres::{PgListener, PgRow};
+use sqlx::types::chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, Row};
 use std::time::Duration;
 
@@ -138,6 +139,104 @@ pub async fn indexed_tip(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Opti
         })
     })
     .transpose()
+}
+
+/// Why a chain's index is degraded (see [`chain_health`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Degraded {
+    /// When the tip ingest marked the chain (database clock, UTC).
+    pub since: DateTime<Utc>,
+    /// Value-free text of what happened (e.g. a reorg below the finalized block).
+    pub reason: String,
+    /// The indexed tip when it was marked, if recorded.
+    pub at_block: Option<u64>,
+}
+
+/// The health of one chain's index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainHealth {
+    /// The chain.
+    pub chain: ChainId,
+    /// The indexed tip, if any block was ingested.
+    pub tip: Option<IndexedTip>,
+    /// `Some` when the tip ingest stopped because the chain reorganized below its
+    /// finalized block: rows may belong to orphaned blocks until an operator re-indexes
+    /// the chain. Readers should say the index is degraded.
+    pub degraded: Option<Degraded>,
+}
+
+impl ChainHealth {
+    /// True when the index of the chain is degraded.
+    pub fn is_degraded(&self) -> bool {
+        self.degraded.is_some()
+    }
+}
+
+/// The health of `chain`'s index: its tip and whether it is degraded. A chain never
+/// indexed is healthy with no tip.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn chain_health(db: impl PgExecutor<'_>, chain: ChainId) -> Result<ChainHealth> {
+    let row = sqlx::query(
+        "SELECT tip_number, tip_hash, degraded_at, degraded_reason, degraded_block
+           FROM index_chain WHERE chain_id = $1",
+    )
+    .bind(chain_i64(chain))
+    .fetch_optional(db)
+    .await?;
+    let Some(r) = row else {
+        return Ok(ChainHealth {
+            chain,
+            tip: None,
+            degraded: None,
+        });
+    };
+    health_of(chain, &r)
+}
+
+/// Every indexed chain whose index is degraded, by chain id.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn degraded_chains(db: impl PgExecutor<'_>) -> Result<Vec<ChainHealth>> {
+    let rows = sqlx::query(
+        "SELECT chain_id, tip_number, tip_hash, degraded_at, degraded_reason, degraded_block
+           FROM index_chain WHERE degraded_at IS NOT NULL ORDER BY chain_id",
+    )
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let id: i64 = r.try_get("chain_id")?;
+            health_of(ChainId(u64::try_from(id).unwrap_or(0)), r)
+        })
+        .collect()
+}
+
+fn health_of(chain: ChainId, r: &PgRow) -> Result<ChainHealth> {
+    let number: Option<i64> = r.try_get("tip_number")?;
+    let hash: Option<Vec<u8>> = r.try_get("tip_hash")?;
+    let tip = match (number, hash) {
+        (Some(n), Some(h)) if h.len() == 32 => Some(IndexedTip {
+            number: u64::try_from(n).unwrap_or(0),
+            hash: B256::from_slice(&h),
+        }),
+        _ => None,
+    };
+    let since: Option<DateTime<Utc>> = r.try_get("degraded_at")?;
+    let reason: Option<String> = r.try_get("degraded_reason")?;
+    let block: Option<i64> = r.try_get("degraded_block")?;
+    let degraded = since.map(|since| Degraded {
+        since,
+        reason: reason.unwrap_or_default(),
+        at_block: block.and_then(|b| u64::try_from(b).ok()),
+    });
+    Ok(ChainHealth {
+        chain,
+        tip,
+        degraded,
+    })
 }
 
 /// Transfers of `token` on `chain` (every token when `None`), in chain order.

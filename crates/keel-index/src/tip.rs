@@ -80,6 +80,10 @@ pub struct StepOutcome {
     pub logs: u64,
     /// Reorgs rolled back.
     pub reorgs: u64,
+    /// The node reported a head at or above this block but answered `null` for it
+    /// (a hole, e.g. while the node applies a reorg): the step stopped there. A follow
+    /// loop must back off before stepping again ([`FollowBackoff`]), not spin.
+    pub missing: Option<u64>,
 }
 
 /// The minimal block header read from `eth_getBlockByNumber`.
@@ -204,7 +208,10 @@ impl TipIngest {
                 break;
             }
             let Some(header) = self.header(next).await? else {
-                // The head moved back (a shorter chain): the next step re-verifies.
+                // The node reports a head at or above `next` but has no block there (a
+                // hole while it applies a reorg, or the head moved back): the next step
+                // re-verifies, after a backoff.
+                out.missing = Some(next);
                 break;
             };
             if header.number.to::<u64>() != next {
@@ -393,14 +400,20 @@ impl TipIngest {
         Ok(Fetch::Ready(logs, discovered))
     }
 
-    /// Locks the chain row and checks the epoch (inside the caller's transaction).
+    /// Locks the chain row and checks the epoch (inside the caller's transaction), and
+    /// that the chain is not marked degraded ([`IndexError::Degraded`]).
     async fn check_epoch(&self, conn: &mut PgConnection) -> Result<()> {
-        let epoch: Option<i64> = sqlx::query_scalar(
-            "SELECT owner_epoch FROM index_chain WHERE chain_id = $1 FOR UPDATE",
+        let row: Option<(i64, bool)> = sqlx::query_as(
+            "SELECT owner_epoch, degraded_at IS NOT NULL FROM index_chain
+              WHERE chain_id = $1 FOR UPDATE",
         )
         .bind(chain_i64(self.chain))
         .fetch_optional(&mut *conn)
         .await?;
+        let epoch = row.map(|(e, _)| e);
+        if row.is_some_and(|(_, degraded)| degraded) && epoch == Some(self.epoch) {
+            return Err(IndexError::Degraded { chain: self.chain });
+        }
         if epoch != Some(self.epoch) {
             metrics::counter!("keel_index_fenced_total", "chain_id" => self.chain.get().to_string())
                 .increment(1);
@@ -507,15 +520,16 @@ impl TipIngest {
         .bind(to_i64(from))
         .fetch_all(&self.db)
         .await?;
-        let oldest = stored
-            .last()
-            .map_or(from, |(n, _)| u64::try_from(*n).unwrap_or(0));
+        // The lowest block whose stored hash was compared with the node's (none
+        // canonical down to it); blocks below it are unverified.
+        let mut lowest_checked = from.saturating_add(1);
         let mut expected = from;
         for (number, hash) in stored {
             let number = u64::try_from(number).unwrap_or(0);
             if number != expected {
                 break; // a hole in the window: cannot prove continuity below it
             }
+            lowest_checked = number;
             expected = number.saturating_sub(1);
             let hash = B256::try_from(&hash[..]).map_err(|_| IndexError::Inconsistent {
                 chain: self.chain,
@@ -533,13 +547,74 @@ impl TipIngest {
                 return Ok((number, hash));
             }
         }
+        // Deeper than the window. Blocks at or below the chain's finalized block cannot
+        // be reorged: if the finalized block is below every block found orphaned, the
+        // common ancestor is at or above it, so rolling back to it and re-ingesting is
+        // safe whatever the window. If a block at or below it was found orphaned (or the
+        // finalized block is above the stored tip), finality itself was broken.
+        let finalized = self.finalized().await?;
+        if let Some(f) = &finalized {
+            let number = f.number.to::<u64>();
+            if number < lowest_checked && number <= from {
+                let depth = from - number;
+                self.rollback_to(number, f.hash).await?;
+                metrics::counter!("keel_index_reorgs_total", "chain_id" => label.clone())
+                    .increment(1);
+                metrics::counter!("keel_index_reorg_beyond_window_total", "chain_id" => label.clone())
+                    .increment(1);
+                metrics::histogram!("keel_index_reorg_depth_blocks", "chain_id" => label)
+                    .record(depth as f64);
+                tracing::warn!(target: "keel::index::tip", chain = %self.chain, tip = from, lowest_checked, finalized = number, depth, "reorg deeper than the hash window but above the finalized block: rolled back to the finalized block, re-ingesting");
+                return Ok((number, f.hash));
+            }
+        }
+        let finalized = finalized.map(|f| f.number.to::<u64>());
         metrics::counter!("keel_index_reorg_too_deep_total", "chain_id" => label).increment(1);
-        tracing::error!(target: "keel::index::tip", chain = %self.chain, tip = from, oldest, "reorg deeper than the hash window; ingest of this chain stops");
+        self.mark_degraded(from, "reorg below the finalized block")
+            .await?;
+        tracing::error!(target: "keel::index::tip", chain = %self.chain, tip = from, lowest_checked, ?finalized, "reorg replaced a block at or below the finalized block; the chain is marked degraded and its ingest stops until it is re-indexed");
         Err(IndexError::ReorgTooDeep {
             chain: self.chain,
             tip: from,
-            oldest,
+            oldest: lowest_checked,
         })
+    }
+
+    /// The chain's finalized block: the node's `finalized` tag, else (a node without
+    /// the tag) the block `finality_depth` below the head. `None` when the node has no
+    /// such block.
+    async fn finalized(&self) -> Result<Option<Header>> {
+        if let Ok(Some(h)) = self
+            .node
+            .request::<_, Option<Header>>("eth_getBlockByNumber", ("finalized", false))
+            .await
+        {
+            return Ok(Some(h));
+        }
+        let head = self.node.block_number().await?;
+        self.header(head.saturating_sub(self.config.finality_depth))
+            .await
+    }
+
+    /// Marks the chain degraded (fenced: only this owner, and only once) and sets the
+    /// gauge `keel_index_chain_degraded`.
+    async fn mark_degraded(&self, tip: u64, reason: &'static str) -> Result<()> {
+        let mut tx = self.db.begin().await?;
+        self.check_epoch(&mut tx).await?;
+        sqlx::query(
+            "UPDATE index_chain
+                SET degraded_at = now(), degraded_reason = $2, degraded_block = $3, updated_at = now()
+              WHERE chain_id = $1 AND degraded_at IS NULL",
+        )
+        .bind(chain_i64(self.chain))
+        .bind(reason)
+        .bind(to_i64(tip))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        metrics::gauge!("keel_index_chain_degraded", "chain_id" => self.chain.get().to_string())
+            .set(1.0);
+        Ok(())
     }
 
     /// Deletes every derived row above `ancestor` and moves the checkpoint to it, in
@@ -596,4 +671,153 @@ impl TipIngest {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// What a tip follow loop does after one [`TipIngest::step`] (see [`FollowBackoff`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextStep {
+    /// Step again at once: blocks are waiting below the head.
+    Now,
+    /// Wait this long before the next step (the poll interval when caught up, a
+    /// backoff after a node hole or an error).
+    Wait(std::time::Duration),
+    /// Fenced: a newer owner took the chain over. Stop this owner's loop.
+    GiveUp,
+    /// Fatal for the chain ([`IndexError::ReorgTooDeep`], [`IndexError::Degraded`]: it
+    /// is marked degraded). The caller must not take ownership again in a loop; it
+    /// holds the chain idle until it is stopped.
+    Halt,
+}
+
+/// Default first backoff of [`FollowBackoff`].
+pub const DEFAULT_BACKOFF_BASE: std::time::Duration = std::time::Duration::from_millis(100);
+/// Default longest backoff of [`FollowBackoff`].
+pub const DEFAULT_BACKOFF_CAP: std::time::Duration = std::time::Duration::from_secs(30);
+/// At most one warning per this interval per chain for repeated node holes or errors.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The pacing of a tip follow loop: after each [`TipIngest::step`],
+/// [`FollowBackoff::after`] says whether to step again now, wait, or stop.
+///
+/// A step that stopped at a block the node answered `null` for while reporting a head
+/// above it ([`StepOutcome::missing`]), and a failed step, wait an exponential
+/// backoff (`base`, doubling, at most `cap`), are counted
+/// (`keel_index_tip_missing_block_total`, `keel_index_tip_step_errors_total`, label
+/// `chain_id`) and logged at WARN at most once per 30 s (with the number of
+/// occurrences since the last warning). A step that made progress resets the backoff.
+#[derive(Debug, Clone)]
+pub struct FollowBackoff {
+    chain: ChainId,
+    poll: std::time::Duration,
+    base: std::time::Duration,
+    cap: std::time::Duration,
+    failures: u32,
+    last_warn: Option<std::time::Instant>,
+    unwarned: u64,
+}
+
+impl FollowBackoff {
+    /// Pacing for `chain` with poll interval `poll` (the wait once caught up) and the
+    /// default backoff ([`DEFAULT_BACKOFF_BASE`] doubling up to [`DEFAULT_BACKOFF_CAP`]).
+    pub fn new(chain: ChainId, poll: std::time::Duration) -> Self {
+        Self {
+            chain,
+            poll,
+            base: DEFAULT_BACKOFF_BASE,
+            cap: DEFAULT_BACKOFF_CAP,
+            failures: 0,
+            last_warn: None,
+            unwarned: 0,
+        }
+    }
+
+    /// Backoff from `base` (at least 1 ms), doubling up to `cap` (at least `base`).
+    #[must_use]
+    pub fn with_backoff(mut self, base: std::time::Duration, cap: std::time::Duration) -> Self {
+        self.base = base.max(std::time::Duration::from_millis(1));
+        self.cap = cap.max(self.base);
+        self
+    }
+
+    /// Consecutive steps that hit a node hole or failed.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// What to do after a step that returned `result`.
+    pub fn after(&mut self, result: &Result<StepOutcome>) -> NextStep {
+        let label = || self.chain.get().to_string();
+        match result {
+            Ok(out) if out.missing.is_some() => {
+                metrics::counter!("keel_index_tip_missing_block_total", "chain_id" => label())
+                    .increment(1);
+                let wait = self.fail();
+                if self.should_warn() {
+                    tracing::warn!(target: "keel::index::tip", chain = %self.chain, head = out.head, missing = ?out.missing, occurrences = self.unwarned, backoff_ms = wait.as_millis() as u64, "the node reports a head above a block it has no header for; backing off");
+                    self.unwarned = 0;
+                }
+                NextStep::Wait(wait)
+            }
+            Ok(out) => {
+                self.failures = 0;
+                if out.tip.is_some_and(|t| t < out.head) {
+                    NextStep::Now
+                } else {
+                    NextStep::Wait(self.poll)
+                }
+            }
+            Err(IndexError::Fenced { .. }) => {
+                tracing::warn!(target: "keel::index::tip", chain = %self.chain, "fenced by a newer owner; giving the chain up");
+                NextStep::GiveUp
+            }
+            Err(e) if e.is_fatal() => {
+                tracing::error!(target: "keel::index::tip", chain = %self.chain, error = %e, "tip ingest stopped for this chain");
+                NextStep::Halt
+            }
+            Err(e) => {
+                metrics::counter!("keel_index_tip_step_errors_total", "chain_id" => label())
+                    .increment(1);
+                let wait = self.fail();
+                if self.should_warn() {
+                    tracing::warn!(target: "keel::index::tip", chain = %self.chain, error = %e, occurrences = self.unwarned, backoff_ms = wait.as_millis() as u64, "tip step failed; retrying after a backoff");
+                    self.unwarned = 0;
+                }
+                NextStep::Wait(wait)
+            }
+        }
+    }
+
+    /// Counts a failure and returns its backoff.
+    fn fail(&mut self) -> std::time::Duration {
+        self.failures = self.failures.saturating_add(1);
+        self.unwarned = self.unwarned.saturating_add(1);
+        let shift = (self.failures - 1).min(20);
+        self.base.saturating_mul(1 << shift).min(self.cap)
+    }
+
+    fn should_warn(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if self
+            .last_warn
+            .is_some_and(|t| now.duration_since(t) < WARN_EVERY)
+        {
+            return false;
+        }
+        self.last_warn = Some(now);
+        true
+    }
+}
+
+/// Reads `chain`'s health ([`crate::read::chain_health`]) and publishes it as the gauge
+/// `keel_index_chain_degraded{chain_id}` (1 degraded, 0 healthy). A tip-ingest owner
+/// calls this before taking ownership: a degraded chain must not be ingested (nor its
+/// ownership retaken in a loop) until an operator re-indexes it.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn publish_health(db: &PgPool, chain: ChainId) -> Result<crate::read::ChainHealth> {
+    let health = crate::read::chain_health(db, chain).await?;
+    metrics::gauge!("keel_index_chain_degraded", "chain_id" => chain.get().to_string())
+        .set(if health.is_degraded() { 1.0 } else { 0.0 });
+    Ok(health)
 }

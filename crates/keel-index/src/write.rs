@@ -21,7 +21,7 @@ use alloy::sol_types::SolEvent;
 use keel_abi::bindings::Directory;
 use sqlx::postgres::PgArgumentBuffer;
 use sqlx::{Encode, PgConnection, Postgres};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Signature of PostgreSQL's binary `COPY` format, flags and header extension length.
 const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
@@ -50,6 +50,11 @@ pub(crate) struct Batch {
     transfer_rows: u64,
     /// Projections written row by row.
     others: Vec<Other>,
+    /// The blocks the rows belong to: number → hash (the first hash seen).
+    blocks: BTreeMap<u64, B256>,
+    /// Two rows of the same block number carried different block hashes (the answers
+    /// came from two branches of a reorg).
+    forked: bool,
 }
 
 /// A binary `COPY` tuple being built in a buffer whose field contents are encoded by
@@ -147,6 +152,7 @@ impl Batch {
         let mut out = Self::default();
         for log in logs {
             let (number, hash, idx, txh) = position(chain, log)?;
+            out.note_block(number, hash);
             let (number, idx) = (to_i64(number), to_i64(idx));
             let topics: Vec<&[u8]> = log
                 .inner
@@ -199,8 +205,31 @@ impl Batch {
         Ok(out)
     }
 
+    fn note_block(&mut self, number: u64, hash: B256) {
+        match self.blocks.entry(number) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(hash);
+            }
+            std::collections::btree_map::Entry::Occupied(o) => self.forked |= *o.get() != hash,
+        }
+    }
+
+    /// The distinct blocks `(number, hash)` the batch's rows belong to, by number.
+    pub(crate) fn blocks(&self) -> &BTreeMap<u64, B256> {
+        &self.blocks
+    }
+
+    /// True when two rows of one block number carry different block hashes.
+    pub(crate) fn forked(&self) -> bool {
+        self.forked
+    }
+
     /// Moves the rows of `other` into this batch.
     pub(crate) fn append(&mut self, other: Self) {
+        for (number, hash) in other.blocks {
+            self.note_block(number, hash);
+        }
+        self.forked |= other.forked;
         self.logs.extend(other.logs);
         self.log_rows += other.log_rows;
         self.transfers.extend(other.transfers);

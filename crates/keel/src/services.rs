@@ -297,9 +297,11 @@ async fn plan_before_first_tip(
 }
 
 /// The tip-ingest loop of one chain while this replica owns it: takes ownership (a new
-/// epoch), then steps until the lease's token fires. A fenced step (a newer owner)
-/// ends the loop; a fatal error (reorg deeper than the window) stops ingest of the
-/// chain loudly; other errors are retried.
+/// epoch), then steps until the lease's token fires, paced by
+/// [`keel_index::FollowBackoff`]. A fenced step (a newer owner) ends the loop; a fatal
+/// error (a reorg below the finalized block: the chain is marked degraded) stops ingest
+/// of the chain once, loudly, and holds it idle; node holes and other errors are
+/// retried after a capped exponential backoff.
 async fn run_tip(
     pool: PgPool,
     node: Arc<UpstreamPool>,
@@ -312,6 +314,15 @@ async fn run_tip(
     use tracing::Instrument;
     let chain = node.chain();
     async move {
+        // A degraded chain (a reorg below its finalized block) stays stopped: no new
+        // owner epoch, no restart loop, until an operator re-indexes it.
+        if let Ok(health) = keel_index::tip::publish_health(&pool, chain).await
+            && let Some(d) = health.degraded
+        {
+            tracing::error!(target: TARGET, reason = %d.reason, since = %d.since, "the chain's index is degraded; tip ingest stays stopped until it is re-indexed");
+            stop.cancelled().await;
+            return;
+        }
         let ingest = loop {
             let planned = plan_before_first_tip(&pool, &node, &config, confirmations).await;
             let attempt = match planned {
@@ -331,26 +342,25 @@ async fn run_tip(
                 }
             }
         };
+        // Paced by keel-index: at once while behind, the poll interval once caught up,
+        // a capped exponential backoff after a node hole or an error.
+        let mut pace = keel_index::FollowBackoff::new(chain, poll);
         while !stop.is_cancelled() {
-            let more = match ingest.step().await {
-                Ok(out) => out.tip.is_some_and(|t| t < out.head),
-                Err(keel_index::IndexError::Fenced { .. }) => {
-                    tracing::warn!(target: TARGET, "fenced by a newer owner; giving the chain up");
+            let result = ingest.step().await;
+            match pace.after(&result) {
+                keel_index::NextStep::Now => {}
+                keel_index::NextStep::Wait(wait) => {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+                keel_index::NextStep::GiveUp => return,
+                keel_index::NextStep::Halt => {
+                    // Fatal for the chain (logged once by keel-index): hold it idle
+                    // rather than retaking ownership in a loop.
+                    stop.cancelled().await;
                     return;
-                }
-                Err(e) if e.is_fatal() => {
-                    tracing::error!(target: TARGET, error = %e, "tip ingest stopped for this chain");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(target: TARGET, error = %e, "tip step failed; retrying");
-                    false
-                }
-            };
-            if !more {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(poll) => {}
                 }
             }
         }

@@ -24,7 +24,11 @@ pub(crate) struct Env {
 /// Starts Anvil, deploys Keel, creates a database whose scope holds the platform's
 /// factories and directory from block 0.
 pub(crate) async fn env() -> anyhow::Result<Env> {
-    let chain = TestChain::start().await?;
+    env_on(TestChain::start().await?).await
+}
+
+/// As [`env`], on a chain started by the caller (e.g. with `--slots-in-an-epoch`).
+pub(crate) async fn env_on(chain: TestChain) -> anyhow::Result<Env> {
     let deployed = deploy_keel(&chain).await?;
     let db = TestDatabase::create().await?;
     let chain_id = ChainId(chain.chain_id());

@@ -40,3 +40,67 @@ async fn wait_for_new_head_returns_on_a_new_block_or_after_the_poll_interval() -
     assert_eq!(out.tip, Some(head));
     Ok(())
 }
+
+/// The node reports a head 5 blocks above a block it answers `null` for (the hole
+/// Anvil leaves while a reorg races automining): every step stops at the hole and says
+/// so, the follow pacing backs off exponentially up to its cap instead of stepping
+/// again at once, and each step costs a bounded number of requests. Once the block
+/// exists, the next step makes progress and the backoff resets.
+#[tokio::test]
+async fn a_head_above_a_block_the_node_has_no_header_for_backs_off_instead_of_spinning()
+-> anyhow::Result<()> {
+    use anvil_tests::proxy::{RpcProxy, Rule};
+    use keel_chain::{UpstreamConfig, UpstreamPool};
+    use keel_index::{FollowBackoff, NextStep, TipIngest};
+    use std::sync::Arc;
+
+    let env = env().await?;
+    let proxy = RpcProxy::start(env.chain.endpoint()).await?;
+    let node = Arc::new(UpstreamPool::new(
+        env.chain_id,
+        UpstreamConfig::new(vec![proxy.url().to_string()]),
+    )?);
+    let ingest = TipIngest::take_ownership(env.db.pool().clone(), node, config(64), "a").await?;
+    catch_up(&ingest).await?;
+    let head = env.chain.block_number().await?;
+    proxy.add_rule(Rule::result(
+        "eth_blockNumber",
+        serde_json::json!(format!("0x{:x}", head + 5)),
+    ));
+    proxy.reset_counts();
+
+    let poll = Duration::from_millis(500);
+    let mut pace = FollowBackoff::new(env.chain_id, poll)
+        .with_backoff(Duration::from_millis(100), Duration::from_secs(2));
+    let mut waits = Vec::new();
+    let steps = 8;
+    for _ in 0..steps {
+        let result = ingest.step().await;
+        let out = result.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+        // The situation a loop stepping "while tip < head" spins on.
+        assert_eq!(out.tip, Some(head));
+        assert_eq!(out.head, head + 5);
+        assert_eq!(out.missing, Some(head + 1));
+        match pace.after(&result) {
+            NextStep::Wait(d) => waits.push(d.as_millis()),
+            other => panic!("a step stopped at a missing block must back off: {other:?}"),
+        }
+    }
+    assert_eq!(waits, [100, 200, 400, 800, 1_600, 2_000, 2_000, 2_000]);
+    assert_eq!(pace.failures(), steps);
+    // One header for the stored tip, one for the missing block, per step.
+    assert!(
+        proxy.count("eth_getBlockByNumber") <= 2 * u64::from(steps),
+        "{} header requests for {steps} steps",
+        proxy.count("eth_getBlockByNumber")
+    );
+
+    proxy.clear_rules();
+    env.chain.mine().await?;
+    let result = ingest.step().await;
+    let out = result.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+    assert_eq!((out.tip, out.missing), (Some(head + 1), None));
+    assert_eq!(pace.after(&result), NextStep::Wait(poll));
+    assert_eq!(pace.failures(), 0);
+    Ok(())
+}

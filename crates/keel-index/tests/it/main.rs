@@ -1,9 +1,11 @@
 //! Integration tests of keel-index against real PostgreSQL and Anvil.
 
 mod common;
+mod converge;
 mod fencing;
 mod follow;
 mod history;
 mod measure;
 mod projections;
 mod reorg;
+mod unsettled;

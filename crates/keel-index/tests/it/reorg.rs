@@ -1,7 +1,7 @@
 //! Reorgs at the tip: derived rows of orphaned blocks are rolled back and the new
 //! branch is ingested; the result equals a fresh re-index.
 
-use crate::common::{catch_up, config, env, fingerprint, reindex};
+use crate::common::{catch_up, config, env, env_on, fingerprint, reindex};
 use alloy::network::TransactionBuilder;
 use alloy::primitives::U256;
 use alloy::providers::ext::AnvilApi;
@@ -9,7 +9,7 @@ use alloy::rpc::types::anvil::{ReorgOptions, TransactionData};
 use anvil_tests::keel_abi::bindings::AssetToken;
 use keel_index::{IndexError, TipConfig, read};
 
-fn transfer_request(
+pub(crate) fn transfer_request(
     token: alloy::primitives::Address,
     from: alloy::primitives::Address,
     to: alloy::primitives::Address,
@@ -127,13 +127,23 @@ async fn a_reorg_while_no_owner_ran_is_rolled_back_by_the_next_owner() -> anyhow
     Ok(())
 }
 
+/// A reorg deeper than the hash window but above the chain's finalized block (Anvil's
+/// default `finalized` is head − 64, here block 0) is rolled back to the finalized
+/// block and re-ingested, whatever the window: no fatal error, no degraded marker, and
+/// the index equals a fresh re-index.
 #[tokio::test]
-async fn a_reorg_deeper_than_the_hash_window_is_a_typed_fatal_error() -> anyhow::Result<()> {
+async fn a_reorg_deeper_than_the_hash_window_above_finality_rolls_back_to_the_finalized_block()
+-> anyhow::Result<()> {
     let env = env().await?;
     let asset = env.mintable("DEEP").await?;
-    let a0 = env.chain.account(0)?;
+    let (a0, a1, a2) = (
+        env.chain.account(0)?,
+        env.chain.account(1)?,
+        env.chain.account(2)?,
+    );
     env.mint(asset.token, a0, 5).await?;
-    for _ in 0..5 {
+    env.transfer(asset.token, a1, 2).await?;
+    for _ in 0..4 {
         env.chain.mine().await?;
     }
     let cfg = TipConfig {
@@ -146,6 +156,63 @@ async fn a_reorg_deeper_than_the_hash_window_is_a_typed_fatal_error() -> anyhow:
         .fetch_one(env.db.pool())
         .await?;
     assert_eq!(window, 3);
+
+    // Replaces the a1 transfer's block and the 4 empty ones: 2 blocks below the window.
+    let p = env.chain.provider();
+    p.anvil_reorg(ReorgOptions {
+        depth: 5,
+        tx_block_pairs: vec![(transfer_request(asset.token, a0, a2, 3, p), 0)],
+    })
+    .await?;
+    let reorgs = catch_up(&ingest).await?;
+    assert!(reorgs >= 1);
+    let health = read::chain_health(env.db.pool(), env.chain_id).await?;
+    assert!(!health.is_degraded(), "{health:?}");
+    assert_eq!(
+        read::balance(env.db.pool(), env.chain_id, asset.token, a1).await?,
+        "0"
+    );
+    assert_eq!(
+        read::balance(env.db.pool(), env.chain_id, asset.token, a2).await?,
+        "3"
+    );
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
+    );
+    Ok(())
+}
+
+/// With `--slots-in-an-epoch 1` Anvil's `finalized` is head − 2: a reorg of 5 blocks
+/// replaces finalized blocks. The step fails once with the typed fatal error, the chain
+/// is marked degraded (readable through `read::chain_health`), nothing is rolled back
+/// or written, and later steps (this owner's or a new owner's) write nothing either.
+#[tokio::test]
+async fn a_reorg_below_the_finalized_block_marks_the_chain_degraded_and_stops_ingest()
+-> anyhow::Result<()> {
+    use keel_index::{FollowBackoff, NextStep};
+    let chain = anvil_tests::TestChain::builder()
+        .args(["--slots-in-an-epoch", "1"])
+        .start()
+        .await?;
+    let env = env_on(chain).await?;
+    let asset = env.mintable("FINAL").await?;
+    let a0 = env.chain.account(0)?;
+    env.mint(asset.token, a0, 5).await?;
+    for _ in 0..5 {
+        env.chain.mine().await?;
+    }
+    let cfg = TipConfig {
+        hash_window: 3,
+        ..config(3)
+    };
+    let ingest = env.owner(cfg.clone(), "a").await?;
+    catch_up(&ingest).await?;
+    assert!(
+        !read::chain_health(env.db.pool(), env.chain_id)
+            .await?
+            .is_degraded()
+    );
     let before = fingerprint(&env.db, env.chain_id, &env.deployed).await?;
     let tip = read::indexed_tip(env.db.pool(), env.chain_id).await?;
 
@@ -156,10 +223,38 @@ async fn a_reorg_deeper_than_the_hash_window_is_a_typed_fatal_error() -> anyhow:
             tx_block_pairs: vec![],
         })
         .await?;
-    let err = ingest.step().await.unwrap_err();
+    let result = ingest.step().await;
+    let err = result.as_ref().unwrap_err();
     assert!(matches!(err, IndexError::ReorgTooDeep { .. }), "{err}");
     assert!(err.is_fatal());
-    // Nothing was rolled back or written.
+    let mut pace = FollowBackoff::new(env.chain_id, std::time::Duration::from_millis(100));
+    assert_eq!(pace.after(&result), NextStep::Halt);
+
+    let health = read::chain_health(env.db.pool(), env.chain_id).await?;
+    let degraded = health.degraded.expect("the chain is marked degraded");
+    assert_eq!(degraded.at_block, tip.map(|t| t.number));
+    assert_eq!(
+        read::degraded_chains(env.db.pool())
+            .await?
+            .iter()
+            .map(|h| h.chain)
+            .collect::<Vec<_>>(),
+        vec![env.chain_id]
+    );
+    assert!(
+        keel_index::tip::publish_health(env.db.pool(), env.chain_id)
+            .await?
+            .is_degraded()
+    );
+
+    // Stopped once: later steps, and a new owner's, fail as degraded and write nothing.
+    env.chain.mine().await?;
+    let again = ingest.step().await.unwrap_err();
+    assert!(matches!(again, IndexError::Degraded { .. }), "{again}");
+    let next_owner = env.owner(cfg, "b").await?;
+    let other = next_owner.step().await.unwrap_err();
+    assert!(matches!(other, IndexError::Degraded { .. }), "{other}");
+    assert!(other.is_fatal());
     assert_eq!(
         before,
         fingerprint(&env.db, env.chain_id, &env.deployed).await?

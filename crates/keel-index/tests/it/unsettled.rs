@@ -1,0 +1,145 @@
+//! History never leaves rows of orphaned blocks: a backfill whose `eth_getLogs` answer
+//! was given before a reorg and arrives after the tip rolled the reorg back writes
+//! nothing of the orphaned blocks; the index's balances equal the chain's `balanceOf`.
+
+use crate::common::{Env, catch_up, config, env, fingerprint, reindex};
+use crate::reorg::transfer_request;
+use alloy::primitives::{Address, U256};
+use alloy::providers::ext::AnvilApi;
+use alloy::rpc::types::anvil::ReorgOptions;
+use anvil_tests::keel_abi::bindings::AssetToken;
+use anvil_tests::proxy::{RpcProxy, Rule};
+use keel_chain::{UpstreamConfig, UpstreamPool};
+use keel_index::history::pending_ranges;
+use keel_index::{HistoryConfig, HistoryWorker, IndexError, TipConfig, plan_history, read};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The index's balance of `holder` equals `balanceOf(holder)` on chain, for each holder.
+pub(crate) async fn assert_balances_match_chain(
+    env: &Env,
+    token: Address,
+    holders: &[Address],
+) -> anyhow::Result<()> {
+    let t = AssetToken::new(token, env.chain.provider().clone());
+    for holder in holders {
+        let on_chain: U256 = t.balanceOf(*holder).call().await?;
+        let indexed = read::balance(env.db.pool(), env.chain_id, token, *holder).await?;
+        assert_eq!(
+            indexed,
+            on_chain.to_string(),
+            "balance of {holder}: index {indexed}, chain {on_chain}"
+        );
+    }
+    Ok(())
+}
+
+/// Drains every claimable range, retrying ranges put back as unsettled.
+pub(crate) async fn drain_history(w: &HistoryWorker) -> anyhow::Result<()> {
+    for _ in 0..20 {
+        match w.run_once().await {
+            Ok(Some(_)) | Err(IndexError::Unsettled { .. }) => {}
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    anyhow::bail!("history did not drain")
+}
+
+#[tokio::test]
+async fn a_backfill_answer_given_before_a_reorg_writes_no_row_of_the_orphaned_blocks()
+-> anyhow::Result<()> {
+    let env = env().await?;
+    // The token is created below the settled height: only history discovers it.
+    let asset = env.mintable("BACK").await?;
+    let (a0, a1, a2) = (
+        env.chain.account(0)?,
+        env.chain.account(1)?,
+        env.chain.account(2)?,
+    );
+    env.mint(asset.token, a0, 1_000).await?;
+    let settled = env.chain.block_number().await?;
+    assert_eq!(
+        plan_history(env.db.pool(), env.chain_id, settled, 2_000).await?,
+        1
+    );
+
+    // Above the settled height, seen by the tip before it knows the token: one
+    // transfer to a2, then three blocks with a transfer to a1 each (to be reorged out).
+    env.transfer(asset.token, a2, 7).await?;
+    for amount in [100, 200, 300] {
+        env.transfer(asset.token, a1, amount).await?;
+    }
+    let tip = env
+        .owner(
+            TipConfig {
+                start_block: Some(settled + 1),
+                ..config(64)
+            },
+            "tip",
+        )
+        .await?;
+    catch_up(&tip).await?;
+
+    // History through the proxy: the whole-scope range discovers the token (and its
+    // price feed) and schedules their address ranges up to the tip.
+    let proxy = RpcProxy::start(env.chain.endpoint()).await?;
+    let node = Arc::new(UpstreamPool::new(
+        env.chain_id,
+        UpstreamConfig::new(vec![proxy.url().to_string()]),
+    )?);
+    let worker = |id: &str| {
+        HistoryWorker::new(
+            env.db.pool().clone(),
+            node.clone(),
+            id,
+            HistoryConfig::default(),
+        )
+    };
+    let (w1, w2) = (worker("w1")?, worker("w2")?);
+    assert!(w1.run_once().await?.is_some());
+    assert_eq!(pending_ranges(env.db.pool(), env.chain_id).await?, 2);
+
+    // Both address ranges are fetched at once; the node gives their answers now and
+    // the proxy holds them for 2 s.
+    let held = proxy.add_rule(Rule::hold_response("eth_getLogs", Duration::from_secs(2)).times(2));
+    let ranges = tokio::spawn(async move {
+        let (o1, o2) = tokio::join!(w1.run_once(), w2.run_once());
+        (w1, o1, o2)
+    });
+    while proxy.hits(held) < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Meanwhile the three a1 blocks are replaced by three blocks paying a2, and the
+    // tip rolls the reorg back and ingests the new branch (now with the token).
+    let p = env.chain.provider();
+    p.anvil_reorg(ReorgOptions {
+        depth: 3,
+        tx_block_pairs: vec![
+            (transfer_request(asset.token, a0, a2, 1, p), 0),
+            (transfer_request(asset.token, a0, a2, 2, p), 1),
+            (transfer_request(asset.token, a0, a2, 3, p), 2),
+        ],
+    })
+    .await?;
+    assert!(catch_up(&tip).await? >= 1, "the tip saw no reorg");
+    let (worker, o1, o2) = ranges.await?;
+    let refused = [&o1, &o2]
+        .iter()
+        .filter(|o| matches!(o, Err(IndexError::Unsettled { .. })))
+        .count();
+
+    drain_history(&worker).await?;
+    catch_up(&tip).await?;
+    assert_eq!(pending_ranges(env.db.pool(), env.chain_id).await?, 0);
+    assert_balances_match_chain(&env, asset.token, &[a0, a1, a2]).await?;
+    assert_eq!(
+        refused, 1,
+        "the token range's answer of orphaned blocks was refused, the feed's written: {o1:?} {o2:?}"
+    );
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
+    );
+    Ok(())
+}
