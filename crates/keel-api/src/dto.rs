@@ -269,6 +269,10 @@ pub struct Asset {
     pub latest_observation: Option<Observation>,
     /// The index block this view reflects (null before the index saw the chain).
     pub indexed_block: Option<u64>,
+    /// True when the Ledger Index of the asset's chain is degraded (the chain
+    /// reorganized below its finalized block; ingest stopped): the index state shown
+    /// may include orphaned blocks until an operator re-indexes the chain.
+    pub index_degraded: bool,
 }
 
 /// `GET /v1/assets`.
@@ -308,6 +312,9 @@ pub struct Balance {
     pub balance_base_units: String,
     /// The index block this balance reflects.
     pub indexed_block: u64,
+    /// True when the Ledger Index of the asset's chain is degraded: the balance may
+    /// include orphaned blocks until an operator re-indexes the chain.
+    pub index_degraded: bool,
 }
 
 /// An open funding request: an operation's transaction waits until its sender holds
@@ -472,6 +479,7 @@ mod tests {
                     block: 9,
                 }),
                 indexed_block: Some(10),
+                index_degraded: false,
             };
             let _: Asset = round_trip(&full);
             let empty = AssetView {
@@ -483,6 +491,7 @@ mod tests {
                 staleness_bound_seconds: None,
                 latest_observation: None,
                 indexed_block: None,
+                index_degraded: true,
                 ..full
             };
             let _: Asset = round_trip(&empty);
@@ -493,6 +502,7 @@ mod tests {
             balance: "1.5".into(),
             balance_base_units: "1500".into(),
             indexed_block: 4,
+            index_degraded: false,
         };
         let _: Balance = round_trip(&b);
         let f = crate::handlers::FundingRequestItem {

@@ -233,6 +233,11 @@ pub struct AssetView {
     pub latest_observation: Option<ObservationView>,
     /// The index block this view reflects.
     pub indexed_block: Option<u64>,
+    /// True when the Ledger Index of the asset's chain is **degraded**: the chain
+    /// reorganized below its finalized block, tip ingest stopped, and the index state
+    /// above (supply, paused, observation) may reflect orphaned blocks until an operator
+    /// re-indexes the chain.
+    pub index_degraded: bool,
 }
 
 /// A price observation.
@@ -263,6 +268,9 @@ pub struct BalanceView {
     pub balance_base_units: String,
     /// The index block this balance reflects.
     pub indexed_block: u64,
+    /// True when the Ledger Index of the asset's chain is degraded (see
+    /// [`AssetView::index_degraded`]): the balance may reflect orphaned blocks.
+    pub index_degraded: bool,
 }
 
 /// The operations service (no chain access: everything goes through the database and
@@ -1136,6 +1144,7 @@ impl Ops {
             .await?;
         let tip = keel_index::read::indexed_tip(&mut *tx, chain).await?;
         let base = keel_index::read::balance(&mut *tx, chain, token, holder).await?;
+        let health = keel_index::read::chain_health(&mut *tx, chain).await?;
         tx.commit().await?;
         let base_u = U256::from_str_radix(&base, 10).map_err(decode_err)?;
         Ok(BalanceView {
@@ -1144,6 +1153,7 @@ impl Ops {
             balance: keel_units::format_units(base_u, decimals(r.decimals, "decimals")?),
             balance_base_units: base,
             indexed_block: tip.map(|t| t.number).unwrap_or(0),
+            index_degraded: health.is_degraded(),
         })
     }
 
@@ -1182,6 +1192,7 @@ impl Ops {
             staleness_bound_seconds: None,
             latest_observation: None,
             indexed_block: None,
+            index_degraded: false,
         };
         let mut tx = self.db.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -1190,6 +1201,9 @@ impl Ops {
         view.indexed_block = keel_index::read::indexed_tip(&mut *tx, chain)
             .await?
             .map(|t| t.number);
+        view.index_degraded = keel_index::read::chain_health(&mut *tx, chain)
+            .await?
+            .is_degraded();
         if let Some(token) = r.token {
             let supply = token_supply(&mut tx, chain, token).await?;
             view.supply = Some(keel_units::format_units(

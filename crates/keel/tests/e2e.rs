@@ -1096,6 +1096,31 @@ async fn a_failed_or_waiting_operation_never_blocks_the_next_ones_of_its_asset()
     assert_eq!(t.value, alloy::primitives::U256::from(5_000_000u64));
     assert_eq!(stack.logs_of::<AssetToken::Paused>(token).await.len(), 2);
     assert_eq!(stack.logs_of::<AssetToken::Unpaused>(token).await.len(), 2);
+
+    // Reads say when the chain's index is degraded (the marker the tip ingest writes
+    // after a reorg below finality, set here directly).
+    let (_, view) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}"))
+        .await;
+    assert_eq!(view["indexDegraded"], false, "{view}");
+    sqlx::query(
+        "UPDATE index_chain SET degraded_at = now(), degraded_reason = 'reorg below finality',
+                                degraded_block = 1",
+    )
+    .execute(stack.db.pool())
+    .await
+    .unwrap();
+    let (_, view) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}"))
+        .await;
+    assert_eq!(view["indexDegraded"], true, "{view}");
+    let (_, view) = stack
+        .get(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/balances/{holder}"),
+        )
+        .await;
+    assert_eq!(view["indexDegraded"], true, "{view}");
 }
 
 /// Issue 16, class 1: a cancel withdraws a write that was queued but never signed (here
