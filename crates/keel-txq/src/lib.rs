@@ -125,6 +125,7 @@
 
 mod batch;
 mod error;
+mod failures;
 mod funding;
 mod queue;
 mod signer;
@@ -133,6 +134,7 @@ mod verdict;
 mod withdraw;
 
 pub use error::{Result, TxqError};
+pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
 pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
