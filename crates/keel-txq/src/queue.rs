@@ -166,8 +166,8 @@ pub struct TxQueue {
     progress: std::sync::Mutex<HashMap<Vec<u8>, (u64, std::time::Instant)>>,
     /// Senders whose `txq_sender` row is known to exist.
     initialized: std::sync::Mutex<std::collections::HashSet<Address>>,
-    /// Per broadcast error class: when it was last logged, and the failures since.
-    warned: std::sync::Mutex<HashMap<&'static str, (Option<std::time::Instant>, u64)>>,
+    /// The WARN rate limit of failed broadcasts.
+    warned: std::sync::Mutex<WarnLimiter>,
 }
 
 impl std::fmt::Debug for TxQueue {
@@ -250,6 +250,35 @@ fn error_class(e: &ChainError) -> &'static str {
 /// At most one WARN per error class per this long about failed broadcasts (the others
 /// are counted and reported with the next one).
 const BROADCAST_WARN_EVERY: Duration = Duration::from_secs(30);
+
+/// Per error class, one log line at most every `every`, carrying the failures counted
+/// since the previous line.
+#[derive(Debug, Default)]
+struct WarnLimiter {
+    /// Per class: when a line was last due, and the failures counted since.
+    classes: HashMap<&'static str, (Option<std::time::Instant>, u64)>,
+}
+
+impl WarnLimiter {
+    /// Counts `n` failures of `class` at `now`; returns how many to report when a line
+    /// is due (the first failure of a class is reported at once).
+    fn count(
+        &mut self,
+        class: &'static str,
+        n: u64,
+        now: std::time::Instant,
+        every: Duration,
+    ) -> Option<u64> {
+        let (last, since) = self.classes.entry(class).or_insert((None, 0));
+        *since += n;
+        if last.is_none_or(|t| now.duration_since(t) >= every) {
+            *last = Some(now);
+            Some(std::mem::take(since))
+        } else {
+            None
+        }
+    }
+}
 
 /// What a round (or a sender pass) did.
 #[derive(Debug, Default)]
@@ -2037,12 +2066,8 @@ impl TxQueue {
             for (&class, &(n, example)) in &by_class {
                 metrics::counter!("keel_txq_broadcast_failures_total", "chain_id" => chain.clone(), "class" => class)
                     .increment(n);
-                let (last, since) = warned.entry(class).or_insert((None, 0));
-                *since += n;
-                if last.is_none_or(|t| now.duration_since(t) >= BROADCAST_WARN_EVERY) {
-                    to_log.push((class, *since, example));
-                    *last = Some(now);
-                    *since = 0;
+                if let Some(since) = warned.count(class, n, now, BROADCAST_WARN_EVERY) {
+                    to_log.push((class, since, example));
                 }
             }
         }
@@ -2594,7 +2619,38 @@ impl TxQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::{Piece, pieces_of};
+    use super::{Piece, WarnLimiter, pieces_of};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn failed_broadcasts_are_logged_once_per_class_and_interval_with_the_count() {
+        let mut w = WarnLimiter::default();
+        let every = Duration::from_secs(30);
+        let t0 = Instant::now();
+        assert_eq!(w.count("internal", 1, t0, every), Some(1), "first: at once");
+        assert_eq!(
+            w.count("internal", 3, t0 + Duration::from_secs(1), every),
+            None
+        );
+        assert_eq!(
+            w.count("unavailable", 2, t0 + Duration::from_secs(2), every),
+            Some(2),
+            "classes are limited separately"
+        );
+        assert_eq!(
+            w.count("internal", 1, t0 + Duration::from_secs(29), every),
+            None
+        );
+        assert_eq!(
+            w.count("internal", 1, t0 + Duration::from_secs(30), every),
+            Some(5),
+            "the line carries the failures since the previous one"
+        );
+        assert_eq!(
+            w.count("internal", 1, t0 + Duration::from_secs(31), every),
+            None
+        );
+    }
 
     fn p(plan: usize, start: usize, len: usize) -> Piece {
         Piece { plan, start, len }

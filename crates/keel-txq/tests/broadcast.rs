@@ -159,6 +159,50 @@ async fn a_signed_request_whose_rebroadcasts_fail_settles_by_its_receipt() {
     assert!(counted, "{rendered}");
 }
 
+/// A `signed` request whose every broadcast fails (the only upstream answers internal
+/// errors) while another transaction takes its nonce: reconciled by the chain's nonce,
+/// it settles `NONCE_CONSUMED_EXTERNALLY` instead of staying `signed`.
+#[tokio::test]
+async fn a_signed_request_whose_nonce_the_chain_passed_fails_nonce_consumed() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let proxy = RpcProxy::start(chain.endpoint()).await.unwrap();
+    let sender = chain.account(5).unwrap();
+    let q = queue(&db, &chain, &[&proxy], 5, TxQueueConfig::default());
+    let refuse = proxy.add_rule(Rule::error(
+        "eth_sendRawTransaction",
+        -32603,
+        "internal error",
+    ));
+    let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
+    q.tick().await.unwrap();
+    assert_eq!(q.status(id).await.unwrap().state, "signed");
+    // Something else uses nonce 0 of the same account (automine: mined at once).
+    let other = alloy::rpc::types::TransactionRequest::default()
+        .from(sender)
+        .to(Address::repeat_byte(0x99))
+        .value(U256::from(5u64))
+        .nonce(0);
+    chain
+        .provider_for(5)
+        .unwrap()
+        .send_transaction(other)
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    let verdict = settle_within(&q, id, 5).await;
+    assert!(proxy.hits(refuse) >= 2, "every broadcast failed");
+    match verdict {
+        Some(SettlementVerdict::Failed { code, attempts, .. }) => {
+            assert_eq!(code, "NONCE_CONSUMED_EXTERNALLY");
+            assert_eq!(attempts.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// With two upstreams, the first rewriting the node's "nonce too low" as an internal
 /// error: the broadcast fails over to the second upstream, whose verdict (ours mined)
 /// moves the request to `broadcast` in the sender pass itself.
