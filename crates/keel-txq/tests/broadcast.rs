@@ -376,3 +376,55 @@ async fn a_confirmation_pass_writes_nothing_after_its_token_fired() {
         "{v:?}"
     );
 }
+
+/// The same for the sender round: the token fires while the round reads the sender's
+/// balance (before anything is signed); the round signs, commits and sends nothing,
+/// and the request stays `queued`.
+#[tokio::test]
+async fn a_sender_round_signs_and_sends_nothing_after_its_token_fired() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let proxy = RpcProxy::start(chain.endpoint()).await.unwrap();
+    let sender = chain.account(6).unwrap();
+    let q = Arc::new(queue(&db, &chain, &[&proxy], 6, TxQueueConfig::default()));
+    let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
+    let held = proxy.add_rule(Rule::latency("eth_getBalance", Duration::from_secs(4)));
+    let token = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let q = q.clone();
+        let token = token.clone();
+        async move { q.run(token).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while proxy.count("eth_getBalance") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the round never read the balance"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    token.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("run returns after the token fired")
+        .unwrap();
+    assert!(proxy.hits(held) >= 1);
+    let status = q.status(id).await.unwrap();
+    assert_eq!(
+        (status.state.as_str(), status.nonce),
+        ("queued", None),
+        "signed after the token fired"
+    );
+    assert_eq!(
+        proxy.count("eth_sendRawTransaction"),
+        0,
+        "sent after the token fired"
+    );
+
+    proxy.clear_rules();
+    let v = settle_within(&q, id, 5).await;
+    assert!(
+        matches!(v, Some(SettlementVerdict::Confirmed { .. })),
+        "{v:?}"
+    );
+}
