@@ -268,9 +268,15 @@ async fn an_internal_error_answer_fails_over_and_a_node_verdict_does_not() {
         vec![rewriting.url().to_string(), plain.url().to_string()],
     );
     let signer = chain.signer(1).unwrap().clone();
-    // Automine: the transaction is mined when it arrives.
+    // Mining is explicit (`evm_mine` returns once the block exists).
+    chain
+        .provider()
+        .raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
     let first = raw_transfer(&chain, &signer, 0, 1).await;
     pool.send_raw_transaction(&first).await.unwrap();
+    chain.mine().await.unwrap();
     assert_eq!(
         plain.count("eth_sendRawTransaction"),
         0,
