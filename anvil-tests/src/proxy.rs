@@ -17,6 +17,7 @@
 //! | [`Fault::Result`] | `"result": <the given value>` | no |
 //! | [`Fault::FailThenRecover`] | HTTP **503** for the first `n` matches, then the node's answer | not for the failed ones |
 //! | [`Fault::GethReplacementRule`] | geth's `already known` / `replacement transaction underpriced` (-32000) | not when refused |
+//! | [`Fault::RewriteError`] | the node's error answer replaced by another JSON-RPC error (e.g. its "nonce too low" as `-32603 internal error`) | yes |
 //!
 //! `DropResponse` answers 504 rather than holding the connection open so a test does not
 //! depend on the client's timeout; it is still a transport failure for the caller (alloy
@@ -27,7 +28,8 @@
 //!
 //! ## Rule order
 //! Rules are consulted in the order they were added. [`Fault::Latency`], a
-//! [`Fault::FailThenRecover`] past its failures and a [`Fault::GethReplacementRule`] that
+//! [`Fault::FailThenRecover`] past its failures, a [`Fault::RewriteError`] (the first one
+//! consulted rewrites) and a [`Fault::GethReplacementRule`] that
 //! lets a transaction through leave the request to later rules (so latency or a dropped
 //! response can be combined with geth's replacement rule); the other faults decide the
 //! answer. A rule with a limit ([`Rule::times`]) counts every request it is consulted
@@ -123,6 +125,17 @@ pub enum Fault {
         /// Minimum increase of both fees, in percent.
         bump_percent: u64,
     },
+    /// Forward to the node; when it answers with a JSON-RPC error whose message
+    /// contains `when` (lowercased comparison; empty: any error), answer this error
+    /// instead. Successful answers pass unchanged. Counts a hit per rewritten answer.
+    RewriteError {
+        /// Lowercased substring of the node's error message to rewrite.
+        when: String,
+        /// JSON-RPC error code of the answer sent instead.
+        code: i64,
+        /// JSON-RPC error message of the answer sent instead.
+        message: String,
+    },
 }
 
 /// A [`Fault`] applied to requests of one JSON-RPC method, optionally only to the next
@@ -191,6 +204,24 @@ impl Rule {
     /// [`Fault::FailThenRecover`] on `method`.
     pub fn fail_then_recover(method: impl Into<String>, n: u64) -> Self {
         Self::new(method, Fault::FailThenRecover { n })
+    }
+
+    /// [`Fault::RewriteError`] on `method`: the node's error answers containing `when`
+    /// become `{code, message}`.
+    pub fn rewrite_error(
+        method: impl Into<String>,
+        when: impl Into<String>,
+        code: i64,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::new(
+            method,
+            Fault::RewriteError {
+                when: when.into().to_ascii_lowercase(),
+                code,
+                message: message.into(),
+            },
+        )
     }
 
     /// [`Fault::GethReplacementRule`] on `eth_sendRawTransaction`.
@@ -347,7 +378,36 @@ enum Plan {
         candidates: Vec<Candidate>,
         hold: Duration,
         holders: Vec<RuleId>,
+        rewrite: Option<Rewrite>,
     },
+}
+
+/// A [`Fault::RewriteError`] to apply to the node's answer.
+#[derive(Debug, Clone)]
+struct Rewrite {
+    rule: RuleId,
+    when: String,
+    code: i64,
+    message: String,
+}
+
+impl Rewrite {
+    /// Rewrites `answer` when it is a matching error; returns whether it did.
+    fn apply(&self, answer: &mut Value) -> bool {
+        let Some(message) = answer
+            .get("error")
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+        else {
+            return false;
+        };
+        if !message.to_ascii_lowercase().contains(&self.when) {
+            return false;
+        }
+        let id = answer.get("id").cloned().unwrap_or(Value::Null);
+        *answer = error_response(&id, self.code, &self.message);
+        true
+    }
 }
 
 impl ProxyState {
@@ -359,6 +419,7 @@ impl ProxyState {
                 candidates: Vec::new(),
                 hold: Duration::ZERO,
                 holders: Vec::new(),
+                rewrite: None,
             };
         };
         *self.counts.entry(method.to_owned()).or_default() += 1;
@@ -367,6 +428,7 @@ impl ProxyState {
         let mut hold = Duration::ZERO;
         let mut holders = Vec::new();
         let mut candidates = Vec::new();
+        let mut rewrite: Option<Rewrite> = None;
         for entry in self.rules.iter_mut().filter(|e| e.active_for(method)) {
             entry.consulted += 1;
             match &entry.rule.fault {
@@ -378,6 +440,7 @@ impl ProxyState {
                         candidates,
                         hold,
                         holders,
+                        rewrite,
                     };
                 }
                 Fault::Error { code, message } => {
@@ -399,6 +462,19 @@ impl ProxyState {
                 Fault::Result(value) => {
                     entry.hits += 1;
                     return Plan::Answer(json!({"jsonrpc": "2.0", "id": id, "result": value}));
+                }
+                Fault::RewriteError {
+                    when,
+                    code,
+                    message,
+                } => {
+                    // Counted as a hit once an answer is actually rewritten.
+                    rewrite.get_or_insert_with(|| Rewrite {
+                        rule: entry.id,
+                        when: when.clone(),
+                        code: *code,
+                        message: message.clone(),
+                    });
                 }
                 Fault::FailThenRecover { n } => {
                     if entry.hits < *n {
@@ -430,10 +506,15 @@ impl ProxyState {
             candidates,
             hold,
             holders,
+            rewrite,
         }
     }
 
     fn held(&mut self, rule: RuleId) {
+        self.hit(rule);
+    }
+
+    fn hit(&mut self, rule: RuleId) {
         if let Some(entry) = self.rules.iter_mut().find(|e| e.id == rule) {
             entry.hits += 1;
         }
@@ -676,6 +757,7 @@ async fn handle(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
             let Plan::Forward {
                 candidates,
                 holders,
+                rewrite,
                 ..
             } = plan
             else {
@@ -684,15 +766,23 @@ async fn handle(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
             for rule in holders {
                 state.held(*rule);
             }
-            let answer = match &single_answer {
+            let answer = match single_answer.as_mut() {
                 Some(a) => Some(a),
-                None => by_id.get(&item.get("id").map(Value::to_string).unwrap_or_default()),
+                None => by_id.get_mut(&item.get("id").map(Value::to_string).unwrap_or_default()),
             };
-            let accepted = answer.is_some_and(|a| a.get("result").is_some_and(|r| !r.is_null()));
+            let Some(answer) = answer else {
+                continue;
+            };
+            let accepted = answer.get("result").is_some_and(|r| !r.is_null());
             if accepted {
                 for c in candidates {
                     state.accept(c);
                 }
+            }
+            if let Some(rewrite) = rewrite
+                && rewrite.apply(answer)
+            {
+                state.hit(rewrite.rule);
             }
         }
     }

@@ -9,8 +9,9 @@
 //!   and appended byte-identically to the calldata of every transaction attempt.
 //! - [`upstream`]: a per-chain [`UpstreamPool`] of JSON-RPC upstreams from
 //!   configuration, in failover order, each with a `governor` rate limit and health;
-//!   transport failures fail over and count against an upstream's health, node
-//!   answers about a transaction never do. Values are decoded into `keel-units` types
+//!   transport failures, and error answers that are not a node's verdict on the request
+//!   (internal errors, gateway errors, rate limiting, unknown text), fail over and
+//!   count against an upstream's health; node verdicts about a transaction never do. Values are decoded into `keel-units` types
 //!   at this boundary (gas prices bound to their chain, native amounts), and receipts
 //!   are fetched in JSON-RPC batches.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

@@ -38,7 +38,11 @@ pub enum NodeErrorKind {
     RateLimited,
     /// A `getLogs`-style request covers too many blocks or results.
     RangeTooLarge,
-    /// Anything else.
+    /// JSON-RPC `-32603` (internal error) whose message matches no known text: the
+    /// upstream (a node, a gateway or a provider's proxy) failed, whatever the request
+    /// was. Not about the transaction; another upstream may answer it.
+    Internal,
+    /// Anything else (unknown text). Not known to be about the transaction.
     Other,
 }
 
@@ -57,19 +61,23 @@ impl NodeErrorKind {
             Self::ExecutionReverted => "execution_reverted",
             Self::RateLimited => "rate_limited",
             Self::RangeTooLarge => "range_too_large",
+            Self::Internal => "internal",
             Self::Other => "other",
         }
     }
 
-    /// True when the answer is about the transaction or call itself. Such answers
-    /// never count against an upstream's health.
+    /// True when the answer is the node's verdict on the transaction or call itself
+    /// (another node would say the same). Such answers are final for the request and
+    /// never count against an upstream's health; the others ([`Self::RateLimited`],
+    /// [`Self::Internal`], [`Self::Other`]) make [`crate::UpstreamPool`] try the
+    /// chain's other upstreams.
     pub fn is_transaction_level(self) -> bool {
-        !matches!(self, Self::RateLimited | Self::Other)
+        !matches!(self, Self::RateLimited | Self::Internal | Self::Other)
     }
 
     /// True when retrying the identical request later can succeed.
     pub fn is_retryable(self) -> bool {
-        matches!(self, Self::RateLimited | Self::Other)
+        !self.is_transaction_level()
     }
 }
 
@@ -380,10 +388,10 @@ pub fn classify(code: i64, message: &str, data: Option<Bytes>) -> NodeError {
             .iter()
             .find(|r| lower.contains(r.needle))
             .map(|r| r.kind)
-            .unwrap_or(if code == -32005 {
-                K::RateLimited
-            } else {
-                K::Other
+            .unwrap_or(match code {
+                -32005 => K::RateLimited,
+                -32603 => K::Internal,
+                _ => K::Other,
             })
     };
     let revert =
@@ -640,6 +648,11 @@ mod tests {
             "the method eth_foo does not exist/is not available",
             K::Other,
         ),
+        (Provider, -32603, "internal error", K::Internal),
+        (Provider, -32603, "Internal JSON-RPC error.", K::Internal),
+        // A known text wins over the generic internal-error code.
+        (Provider, -32603, "nonce too low", K::NonceTooLow),
+        (Provider, -32000, "upstream connect error", K::Other),
     ];
 
     #[test]
@@ -685,7 +698,10 @@ mod tests {
             assert!(kind.is_transaction_level());
             assert!(!kind.is_retryable());
         }
-        assert!(!K::RateLimited.is_transaction_level());
+        for kind in [K::RateLimited, K::Internal, K::Other] {
+            assert!(!kind.is_transaction_level(), "{kind:?}");
+            assert!(kind.is_retryable(), "{kind:?}");
+        }
     }
 
     #[test]

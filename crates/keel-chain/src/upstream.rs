@@ -5,9 +5,16 @@
 //! unparsable response) counts against the upstream and the request fails over to the
 //! next; after `failureThreshold` consecutive failures the upstream is unhealthy for
 //! `cooldown`, then tried again. A JSON-RPC **error answer** is classified
-//! ([`crate::node_error`]) and returned to the caller at once: a node that says "nonce
-//! too low" is healthy, and asking another node would not change the answer. Each
-//! upstream has its own `governor` rate limiter (requests per second with a burst).
+//! ([`crate::node_error`]). When it is the node's verdict on the request
+//! ([`crate::NodeErrorKind::is_transaction_level`]: nonce too low, already known,
+//! insufficient funds, underpriced, reverted, ...) it is returned to the caller at once:
+//! a node that says "nonce too low" is healthy, and asking another node would not
+//! change the answer. Any other error answer (an internal error `-32603` without a known
+//! text, a gateway's or provider's error, rate limiting, unknown text) says nothing
+//! about the request: it counts against the upstream like a transport failure and the
+//! request fails over to the next upstream; when every upstream answered so, the last
+//! such answer is returned. Each upstream has its own `governor` rate limiter (requests
+//! per second with a burst).
 
 use crate::node_error::classify_payload;
 use crate::{ChainError, Result};
@@ -243,12 +250,15 @@ impl UpstreamPool {
         }
     }
 
-    /// Sends one JSON-RPC request, failing over across upstreams on transport errors.
+    /// Sends one JSON-RPC request, failing over across upstreams on transport errors
+    /// and on error answers that are not the node's verdict on the request (see the
+    /// module documentation).
     ///
     /// # Errors
-    /// [`ChainError::Node`] with the classified answer when a node answers with an
-    /// error (no failover); [`ChainError::Unavailable`] when every upstream failed at
-    /// the transport level.
+    /// [`ChainError::Node`] with the classified answer when a node answers with its
+    /// verdict on the request (no failover), or with the last answer when every
+    /// upstream answered an error that is not one; [`ChainError::Unavailable`] when
+    /// every upstream failed at the transport level.
     pub async fn request<P: RpcSend + Clone, R: RpcRecv>(
         &self,
         method: &'static str,
@@ -256,6 +266,7 @@ impl UpstreamPool {
     ) -> Result<R> {
         let order = self.order();
         let chain_label = self.chain.get().to_string();
+        let mut not_a_verdict = None;
         for &index in &order {
             match self.attempt::<P, R>(index, method, params.clone()).await {
                 Attempt::Done(r) => {
@@ -263,11 +274,19 @@ impl UpstreamPool {
                     metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label, "method" => method, "outcome" => "ok").increment(1);
                     return Ok(r);
                 }
-                Attempt::Node(error) => {
-                    // The node answered: the transport is fine, whatever it said.
+                Attempt::Node(error) if error.kind.is_transaction_level() => {
+                    // The node answered about the request: the upstream is fine.
                     self.record(index, true);
                     metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label, "method" => method, "outcome" => error.kind.as_str()).increment(1);
                     return Err(ChainError::Node { method, error });
+                }
+                Attempt::Node(error) => {
+                    // Not about the request (internal or gateway error, unknown text):
+                    // another upstream may answer it.
+                    self.record(index, false);
+                    metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => error.kind.as_str()).increment(1);
+                    tracing::debug!(target: "keel::chain", chain = %self.chain, upstream = index, method, kind = error.kind.as_str(), "error answer that is not a verdict on the request, failing over");
+                    not_a_verdict = Some(error);
                 }
                 Attempt::Transport => {
                     self.record(index, false);
@@ -275,6 +294,9 @@ impl UpstreamPool {
                     tracing::debug!(target: "keel::chain", chain = %self.chain, upstream = index, method, "transport failure, failing over");
                 }
             }
+        }
+        if let Some(error) = not_a_verdict {
+            return Err(ChainError::Node { method, error });
         }
         Err(ChainError::Unavailable {
             chain: self.chain,
@@ -472,8 +494,11 @@ impl UpstreamPool {
     /// One JSON-RPC batch (JSON-RPC 2.0 §6) of `method` with each of `params`, failing
     /// over across upstreams when the batch fails at the transport level. The upstream's
     /// rate limiter counts every call of the batch. One outcome per item, in order: the
-    /// result, or the node's classified answer (which never marks the upstream
-    /// unhealthy).
+    /// result, or the node's classified answer. An item answered with an error that is
+    /// not the node's verdict on it (see the module documentation) is sent again, with
+    /// the other such items, to the next upstream (and counts against the one that
+    /// answered it); when no upstream gives a better answer, its last answer is the
+    /// outcome.
     async fn batch<P: RpcSend, R: RpcRecv>(
         &self,
         method: &'static str,
@@ -484,16 +509,24 @@ impl UpstreamPool {
         }
         let order = self.order();
         let chain_label = self.chain.get().to_string();
+        // Per item: its final outcome, or the last answer that was not a verdict.
+        let mut done: Vec<Option<std::result::Result<R, crate::NodeError>>> =
+            std::iter::repeat_with(|| None).take(params.len()).collect();
+        let mut not_a_verdict: Vec<Option<crate::NodeError>> = vec![None; params.len()];
+        let mut pending: Vec<usize> = (0..params.len()).collect();
         'upstreams: for &index in &order {
+            if pending.is_empty() {
+                break;
+            }
             let Some(u) = self.upstreams.get(index) else {
                 continue;
             };
-            self.admit(u, params.len()).await;
+            self.admit(u, pending.len()).await;
             let mut batch = u.client.new_batch();
-            let mut waiters = Vec::with_capacity(params.len());
-            for p in params {
-                match batch.add_call::<_, R>(method, p) {
-                    Ok(w) => waiters.push(w),
+            let mut waiters = Vec::with_capacity(pending.len());
+            for &item in &pending {
+                match batch.add_call::<_, R>(method, &params[item]) {
+                    Ok(w) => waiters.push((item, w)),
                     Err(_) => continue 'upstreams,
                 }
             }
@@ -503,31 +536,51 @@ impl UpstreamPool {
                 metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => "transport_error").increment(1);
                 continue;
             }
-            let mut out = Vec::with_capacity(params.len());
-            for w in waiters {
+            let mut still = Vec::new();
+            let mut healthy = true;
+            for (item, w) in waiters {
                 match w.await {
                     Ok(r) => {
                         metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => "ok").increment(1);
-                        out.push(Ok(r));
+                        done[item] = Some(Ok(r));
                     }
                     Err(RpcError::ErrorResp(payload)) => {
                         let error = classify_payload(&payload);
                         metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => error.kind.as_str()).increment(1);
-                        out.push(Err(error));
+                        if error.kind.is_transaction_level() {
+                            done[item] = Some(Err(error));
+                        } else {
+                            healthy = false;
+                            not_a_verdict[item] = Some(error);
+                            still.push(item);
+                        }
                     }
                     Err(_) => {
-                        self.record(index, false);
-                        continue 'upstreams;
+                        healthy = false;
+                        still.push(item);
                     }
                 }
             }
-            self.record(index, true);
-            return Ok(out);
+            self.record(index, healthy);
+            if !still.is_empty() {
+                tracing::debug!(target: "keel::chain", chain = %self.chain, upstream = index, method, items = still.len(), "batch items without a verdict, failing over");
+            }
+            pending = still;
         }
-        Err(ChainError::Unavailable {
-            chain: self.chain,
-            method,
-            attempts: order.len(),
-        })
+        let mut out = Vec::with_capacity(params.len());
+        for (outcome, fallback) in done.into_iter().zip(not_a_verdict) {
+            match (outcome, fallback) {
+                (Some(outcome), _) => out.push(outcome),
+                (None, Some(error)) => out.push(Err(error)),
+                (None, None) => {
+                    return Err(ChainError::Unavailable {
+                        chain: self.chain,
+                        method,
+                        attempts: order.len(),
+                    });
+                }
+            }
+        }
+        Ok(out)
     }
 }

@@ -246,3 +246,94 @@ async fn receipts_come_back_in_one_batch_in_order() {
         assert!(r.status());
     }
 }
+
+/// Issue 16, class 2: an upstream that answers the node's "nonce too low" as a
+/// JSON-RPC `-32603 internal error` (single requests and batches). Only the node's
+/// verdicts on a transaction are final; an internal error fails over to the chain's
+/// other upstream, which gives the verdict.
+#[tokio::test]
+async fn an_internal_error_answer_fails_over_and_a_node_verdict_does_not() {
+    use anvil_tests::proxy::{RpcProxy, Rule};
+    let chain = TestChain::start().await.unwrap();
+    let rewriting = RpcProxy::start(chain.endpoint()).await.unwrap();
+    let plain = RpcProxy::start(chain.endpoint()).await.unwrap();
+    let rewrite = rewriting.add_rule(Rule::rewrite_error(
+        "eth_sendRawTransaction",
+        "nonce too low",
+        -32603,
+        "internal error",
+    ));
+    let pool = pool(
+        &chain,
+        vec![rewriting.url().to_string(), plain.url().to_string()],
+    );
+    let signer = chain.signer(1).unwrap().clone();
+    // Mining is explicit (`evm_mine` returns once the block exists).
+    chain
+        .provider()
+        .raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let first = raw_transfer(&chain, &signer, 0, 1).await;
+    pool.send_raw_transaction(&first).await.unwrap();
+    chain.mine().await.unwrap();
+    assert_eq!(
+        plain.count("eth_sendRawTransaction"),
+        0,
+        "no failover on success"
+    );
+
+    // The same nonce again: the first upstream's answer is rewritten; the second one
+    // says what the node said.
+    let again = raw_transfer(&chain, &signer, 0, 2).await;
+    let err = pool.send_raw_transaction(&again).await.unwrap_err();
+    assert!(
+        matches!(&err, ChainError::Node { error, .. } if error.kind == NodeErrorKind::NonceTooLow),
+        "{err:?}"
+    );
+    assert_eq!(rewriting.hits(rewrite), 1);
+    assert_eq!(plain.count("eth_sendRawTransaction"), 1, "failed over once");
+    // In a batch, only the item without a verdict goes to the other upstream.
+    let fresh = raw_transfer(&chain, &signer, 1, 3).await;
+    let answers = pool
+        .send_raw_transactions(&[again.clone(), fresh])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&answers[0], Err(e) if e.kind == NodeErrorKind::NonceTooLow),
+        "{answers:?}"
+    );
+    assert!(answers[1].is_ok(), "{answers:?}");
+    assert_eq!(rewriting.hits(rewrite), 2);
+    assert_eq!(
+        plain.count("eth_sendRawTransaction"),
+        2,
+        "only the rewritten item was sent again"
+    );
+
+    // A node's verdict is final: no failover.
+    rewriting.clear_rules();
+    plain.reset_counts();
+    let err = pool.send_raw_transaction(&again).await.unwrap_err();
+    assert!(
+        matches!(&err, ChainError::Node { error, .. } if error.kind == NodeErrorKind::NonceTooLow),
+        "{err:?}"
+    );
+    assert_eq!(
+        plain.count("eth_sendRawTransaction"),
+        0,
+        "a verdict is final"
+    );
+
+    // Every upstream answering an internal error: the last answer, retryable.
+    for proxy in [&rewriting, &plain] {
+        let _ = proxy.add_rule(Rule::error("eth_blockNumber", -32603, "internal error"));
+    }
+    let err = pool.block_number().await.unwrap_err();
+    assert!(
+        matches!(&err, ChainError::Node { error, .. } if error.kind == NodeErrorKind::Internal),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    assert_eq!(plain.count("eth_blockNumber"), 1);
+}

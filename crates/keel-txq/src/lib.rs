@@ -37,9 +37,22 @@
 //!   of any attempt of that nonce: ours mined means broadcast; none mined (after
 //!   confirming that the chain's nonce passed ours) means another transaction took
 //!   the nonce: the request settles `failed` with `NONCE_CONSUMED_EXTERNALLY`.
-//! - **Confirmation**: receipts of every attempt of in-flight requests are fetched in
-//!   one batch; a receipt at least `confirmations` blocks deep settles the request
-//!   (`confirmed`, or `reverted` with the decoded reason). A receipt that disappears
+//!   Only a node's verdict on the transaction is final for a broadcast: an internal
+//!   error, a gateway's error or unknown text makes the upstream pool ask the chain's
+//!   other upstreams (`keel-chain`), and an answer that is no verdict leaves the request
+//!   `signed` for the next pass.
+//! - **Failed broadcasts** (no node accepted the attempt and the answer did not settle
+//!   the request) are recorded on the request (error class, time, count; migration
+//!   0018; [`RequestStatus::broadcast_failure`], [`broadcast_failures`]), counted in
+//!   `keel_txq_broadcast_failures_total{chain_id, class}` and logged as a WARN at most
+//!   once per class every 30 s with the number of failures since the previous one.
+//! - **Confirmation**: receipts of every attempt of in-flight requests (`broadcast`
+//!   ones, and `signed` ones with failed broadcasts: an attempt may have reached a node
+//!   whose answer was lost) are fetched in one batch; a receipt at least
+//!   `confirmations` blocks deep settles the request (`confirmed`, or `reverted` with
+//!   the decoded reason). A `signed` request with failed broadcasts and no receipt
+//!   whose nonce the chain passed while no node knows any of its attempts settles
+//!   `NONCE_CONSUMED_EXTERNALLY`. A receipt that disappears
 //!   in a reorg before that depth leaves the request in flight, and the same signed
 //!   bytes are re-broadcast when the node no longer knows the transaction.
 //! - A caller (a workflow step) reads the verdict with [`TxQueue::status`] or waits for
@@ -50,7 +63,12 @@
 //!   the geth/reth replacement rule) and at least the market's, capped per chain; each
 //!   attempt is persisted before broadcast and whichever attempt mines settles. Of a
 //!   sender's stuck transactions only the lowest nonce is replaced, unless the others
-//!   are underpriced too: later nonces waiting behind it mine once it does.
+//!   are underpriced too: later nonces waiting behind it mine once it does. None is
+//!   replaced while a lower nonce of its sender is still `signed` (never accepted by a
+//!   node): it cannot mine before that one, whatever its fees.
+//! - **Cancellation**: [`TxQueue::run`] checks its token between the stages of every
+//!   pass (before each write and broadcast); once it fired nothing more is written or
+//!   sent.
 //!
 //! - **Nonce recovery** ([`TxQueue::recover_nonces`], at start and periodically):
 //!   adopts a nonce advanced outside Keel and fills gaps left by requests that failed
@@ -97,7 +115,8 @@
 //!
 //! ## Metrics
 //!
-//! Labels are bounded: `chain_id`, `kind` (verdict kind) and, for the in-flight gauge
+//! Labels are bounded: `chain_id`, `kind` (verdict kind), `class` (broadcast error
+//! class, a closed set) and, for the in-flight gauge
 //! only, `sender` (the registered signers' addresses, a configured set). Never request
 //! ids or hashes.
 //!
@@ -114,6 +133,7 @@
 //! | `keel_txq_enqueued_total` | counter | `chain_id` | new requests recorded (idempotent repeats excluded) |
 //! | `keel_txq_signed_total` | counter | `chain_id` | requests signed (nonce assigned) |
 //! | `keel_txq_broadcast_total` | counter | `chain_id` | broadcasts a node accepted (or already knew) |
+//! | `keel_txq_broadcast_failures_total` | counter | `chain_id`, `class` | failed broadcasts by error class (a `keel_chain::NodeErrorKind` code, or `unavailable`) |
 //! | `keel_txq_funding_paused_total` | counter | `chain_id` | requests entering `waiting_funding` |
 //! | `keel_txq_funding_resumed_total` | counter | `chain_id` | waiting requests resumed after funding |
 //! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
@@ -125,6 +145,7 @@
 
 mod batch;
 mod error;
+mod failures;
 mod funding;
 mod queue;
 mod signer;
@@ -133,6 +154,7 @@ mod verdict;
 mod withdraw;
 
 pub use error::{Result, TxqError};
+pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
 pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};

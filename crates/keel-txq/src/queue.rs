@@ -2,6 +2,7 @@
 //! confirmation pass, metrics.
 
 use crate::batch::{EnqueueBatcher, enqueue_batcher};
+use crate::failures::BroadcastFailure;
 use crate::funding::FundingRequest;
 use crate::store::{self, AttemptRow, NewAttempt, OwnedNewRequest, RequestRow};
 use crate::verdict::{AttemptRecord, SettlementVerdict};
@@ -141,6 +142,9 @@ pub struct RequestStatus {
     pub verdict: Option<SettlementVerdict>,
     /// The open funding request while the state is `waiting_funding`; `None` otherwise.
     pub funding: Option<FundingRequest>,
+    /// The last failed broadcast (error class, time, count), once one failed; kept
+    /// after the request moves on. See [`crate::broadcast_failures`] for many requests.
+    pub broadcast_failure: Option<BroadcastFailure>,
 }
 
 /// The transaction queue of one chain.
@@ -162,6 +166,8 @@ pub struct TxQueue {
     progress: std::sync::Mutex<HashMap<Vec<u8>, (u64, std::time::Instant)>>,
     /// Senders whose `txq_sender` row is known to exist.
     initialized: std::sync::Mutex<std::collections::HashSet<Address>>,
+    /// The WARN rate limit of failed broadcasts.
+    warned: std::sync::Mutex<WarnLimiter>,
 }
 
 impl std::fmt::Debug for TxQueue {
@@ -224,8 +230,54 @@ enum Prepared {
 
 enum Broadcast {
     Accepted,
-    Retry,
+    /// Not accepted; the request stays in flight for another try. With the error class
+    /// when the broadcast failed ([`error_class`]); `None` when nothing was sent.
+    Retry(Option<&'static str>),
     Settled,
+}
+
+/// The bounded error class of a failed broadcast (a metric label and the value of
+/// `txq_request.last_broadcast_error`): the node error kind when a node answered,
+/// `unavailable` when no upstream answered.
+fn error_class(e: &ChainError) -> &'static str {
+    match e {
+        ChainError::Node { error, .. } => error.kind.as_str(),
+        ChainError::Unavailable { .. } => "unavailable",
+        _ => "other",
+    }
+}
+
+/// At most one WARN per error class per this long about failed broadcasts (the others
+/// are counted and reported with the next one).
+const BROADCAST_WARN_EVERY: Duration = Duration::from_secs(30);
+
+/// Per error class, one log line at most every `every`, carrying the failures counted
+/// since the previous line.
+#[derive(Debug, Default)]
+struct WarnLimiter {
+    /// Per class: when a line was last due, and the failures counted since.
+    classes: HashMap<&'static str, (Option<std::time::Instant>, u64)>,
+}
+
+impl WarnLimiter {
+    /// Counts `n` failures of `class` at `now`; returns how many to report when a line
+    /// is due (the first failure of a class is reported at once).
+    fn count(
+        &mut self,
+        class: &'static str,
+        n: u64,
+        now: std::time::Instant,
+        every: Duration,
+    ) -> Option<u64> {
+        let (last, since) = self.classes.entry(class).or_insert((None, 0));
+        *since += n;
+        if last.is_none_or(|t| now.duration_since(t) >= every) {
+            *last = Some(now);
+            Some(std::mem::take(since))
+        } else {
+            None
+        }
+    }
 }
 
 /// What a round (or a sender pass) did.
@@ -396,6 +448,7 @@ impl TxQueue {
             enqueues: enqueue_batcher(db.clone()),
             initialized: Default::default(),
             progress: Default::default(),
+            warned: Default::default(),
             db,
             chain,
             chain_id,
@@ -519,12 +572,20 @@ impl TxQueue {
         } else {
             None
         };
+        let broadcast_failure = if row.broadcast_failures > 0 {
+            crate::broadcast_failures(&self.db, &[id])
+                .await?
+                .remove(&id)
+        } else {
+            None
+        };
         Ok(RequestStatus {
             id,
             state: row.state,
             nonce: row.nonce.and_then(|n| u64::try_from(n).ok()),
             verdict,
             funding,
+            broadcast_failure,
         })
     }
 
@@ -564,6 +625,11 @@ impl TxQueue {
     ///   `poll_interval`, without waiting for rounds (it only reads and settles
     ///   `broadcast` requests, and replaces stuck ones at their own nonce).
     ///
+    /// Once `cancel` fires no new pass starts, and a pass under way stops at its next
+    /// stage boundary: it checks the token before every database write and every
+    /// broadcast, so nothing is written or sent after the token fired (a shard's new
+    /// owner may be running its own passes by then). A write already sent completes.
+    ///
     /// The future is `Send`: `tokio::spawn(async move { queue.run(token).await })` on
     /// an `Arc<TxQueue>` works.
     pub async fn run(&self, cancel: CancellationToken) {
@@ -575,12 +641,15 @@ impl TxQueue {
             while !cancel.is_cancelled() {
                 if tokio::time::Instant::now() >= next_tick {
                     if ticks.is_multiple_of(self.config.recovery_every_ticks.max(1)) {
-                        self.recover_all().await;
+                        self.recover_all(&cancel).await;
                     }
                     ticks = ticks.wrapping_add(1);
                     next_tick = tokio::time::Instant::now() + self.config.poll_interval;
                 }
-                let again = match self.round(None, true).await {
+                if cancel.is_cancelled() {
+                    break;
+                }
+                let again = match self.round(None, true, &cancel).await {
                     Ok(round) => round.signed > 0,
                     Err(e) => {
                         tracing::warn!(target: "keel::txq", error = %e, "sender round failed; retrying next tick");
@@ -591,6 +660,7 @@ impl TxQueue {
                     continue;
                 }
                 tokio::select! {
+                    biased;
                     _ = cancel.cancelled() => break,
                     _ = self.wake.notified() => {}
                     _ = tokio::time::sleep_until(next_tick) => {}
@@ -601,12 +671,17 @@ impl TxQueue {
             let mut interval = tokio::time::interval(self.config.poll_interval);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                // Biased: a fired token wins over a due tick (no extra pass).
                 tokio::select! {
+                    biased;
                     _ = cancel.cancelled() => break,
                     _ = interval.tick() => {}
                 }
-                if let Err(e) = self.confirm_pass().await {
+                if let Err(e) = self.confirm(&cancel).await {
                     tracing::warn!(target: "keel::txq", error = %e, "confirmation pass failed; retrying next tick");
+                }
+                if cancel.is_cancelled() {
+                    break;
                 }
                 if let Err(e) = self.record_gauges().await {
                     tracing::warn!(target: "keel::txq", error = %e, "queue gauges failed; retrying next tick");
@@ -622,12 +697,12 @@ impl TxQueue {
 
     /// [`TxQueue::recover_nonces`] for every registered sender, a few at once; a
     /// failure is logged and retried at the next recovery.
-    async fn recover_all(&self) {
+    async fn recover_all(&self, cancel: &CancellationToken) {
         use futures::StreamExt;
         let recoveries: Vec<_> = self
             .signers
             .keys()
-            .map(|sender| self.recover_nonces(*sender))
+            .map(|sender| self.recover(*sender, cancel))
             .collect();
         let results: Vec<Result<(bool, usize)>> = futures::stream::iter(recoveries)
             .buffer_unordered(SENDERS_IN_FLIGHT)
@@ -657,6 +732,14 @@ impl TxQueue {
     /// # Errors
     /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
     pub async fn recover_nonces(&self, sender: Address) -> Result<(bool, usize)> {
+        self.recover(sender, &CancellationToken::new()).await
+    }
+
+    /// [`TxQueue::recover_nonces`], writing and sending nothing once `cancel` fired.
+    async fn recover(&self, sender: Address, cancel: &CancellationToken) -> Result<(bool, usize)> {
+        if cancel.is_cancelled() {
+            return Ok((false, 0));
+        }
         let signer = self
             .signers
             .get(&sender)
@@ -669,6 +752,9 @@ impl TxQueue {
         let to_i64 = |n: u64| i64::try_from(n).map_err(|_| TxqError::InvalidRequest("nonce"));
         let latest = to_i64(self.chain.nonce(sender, BlockNumberOrTag::Latest).await?)?;
         let mut adopted = false;
+        if cancel.is_cancelled() {
+            return Ok((false, 0));
+        }
         if latest > next {
             if let Some(before) =
                 store::sender_raise_next(&self.db, self.chain_id, sender.as_slice(), latest).await?
@@ -707,6 +793,9 @@ impl TxQueue {
             let hash = *envelope.tx_hash();
             let raw = envelope.encoded_2718();
             let id = Uuid::new_v4();
+            if cancel.is_cancelled() {
+                break;
+            }
             let mut tx = self.db.begin().await?;
             if !store::request_insert_gap_fill(
                 &mut *tx,
@@ -738,8 +827,8 @@ impl TxQueue {
             metrics::counter!("keel_txq_nonce_gaps_filled_total", "chain_id" => self.chain_id.to_string()).increment(1);
             filled += 1;
         }
-        if filled > 0 {
-            self.broadcast_signed(sender).await?;
+        if filled > 0 && !cancel.is_cancelled() {
+            self.broadcast_signed(sender, cancel).await?;
         }
         Ok((adopted, filled))
     }
@@ -750,8 +839,9 @@ impl TxQueue {
     /// # Errors
     /// The first failing pass's error (others still ran).
     pub async fn tick(&self) -> Result<()> {
-        let senders = self.round(None, true).await;
-        let confirm = self.confirm_pass().await;
+        let never = CancellationToken::new();
+        let senders = self.round(None, true, &never).await;
+        let confirm = self.confirm(&never).await;
         let gauges = self.record_gauges().await;
         senders?;
         confirm?;
@@ -771,12 +861,21 @@ impl TxQueue {
     ///
     /// A failing sender (no signer, a failed funding check, a failed signature) is left
     /// for the next round while the others go on. Returns what moved; the first error
-    /// once everything else ran.
-    async fn round(&self, only: Option<Address>, broadcast: bool) -> Result<Round> {
+    /// once everything else ran. Once `cancel` fired the round writes and sends nothing
+    /// more (it checks between its stages) and returns what it did.
+    async fn round(
+        &self,
+        only: Option<Address>,
+        broadcast: bool,
+        cancel: &CancellationToken,
+    ) -> Result<Round> {
         if let Some(sender) = only
             && !self.signers.contains_key(&sender)
         {
             return Err(TxqError::UnknownSender);
+        }
+        if cancel.is_cancelled() {
+            return Ok(Round::default());
         }
         let started = std::time::Instant::now();
         let mut out = Round::default();
@@ -811,7 +910,7 @@ impl TxQueue {
         let sign = async move {
             // `tx` is dropped when signing ends, which ends the broadcaster's loop.
             let sink = broadcast.then_some(&tx);
-            let mut total = self.sign_round(&senders, sink).await;
+            let mut total = self.sign_round(&senders, sink, cancel).await;
             // Requests recorded while this round signed are signed too, while the
             // broadcaster is still sending what came before (their broadcasts queue
             // behind, in nonce order), for up to `poll_interval` (the confirmation pass
@@ -822,6 +921,7 @@ impl TxQueue {
                 && last > 0
                 && total.error.is_none()
                 && started.elapsed() < self.config.poll_interval
+                && !cancel.is_cancelled()
             {
                 let more = match self.senders_ready().await {
                     Ok(more) => more,
@@ -830,7 +930,7 @@ impl TxQueue {
                         break;
                     }
                 };
-                let next = self.sign_round(&more, sink).await;
+                let next = self.sign_round(&more, sink, cancel).await;
                 last = next.signed;
                 total.moved += next.moved;
                 total.signed += next.signed;
@@ -850,7 +950,7 @@ impl TxQueue {
                 }
             };
             for chunk in leftovers.chunks(BROADCAST_CHUNK) {
-                step(self.broadcast_many(chunk).await);
+                step(self.broadcast_many(chunk, cancel).await);
             }
             while let Some(mut items) = rx.recv().await {
                 // Every group committed meanwhile goes out together: more senders to
@@ -861,7 +961,7 @@ impl TxQueue {
                     items.extend(more);
                 }
                 items.sort_by(|a, b| a.0.sender.cmp(&b.0.sender));
-                step(self.broadcast_many(&items).await);
+                step(self.broadcast_many(&items, cancel).await);
             }
             match first_err {
                 Some(e) => Err(e),
@@ -889,17 +989,24 @@ impl TxQueue {
         &self,
         senders: &[(Address, bool)],
         sink: Option<&tokio::sync::mpsc::UnboundedSender<Vec<ToSend>>>,
+        cancel: &CancellationToken,
     ) -> Signing {
         use futures::StreamExt;
         let mut out = Signing::default();
+        if cancel.is_cancelled() {
+            return out;
+        }
         // Sender rows and funding checks, senders in parallel; a sender whose oldest
         // paused request still waits signs nothing (head-of-line: the funds sent for it
         // are not spent by later requests).
         let checks: Vec<_> = senders
             .iter()
             .map(|&(sender, waiting)| async move {
+                if cancel.is_cancelled() {
+                    return Ok((true, 0));
+                }
                 self.ensure_sender(sender).await?;
-                if waiting {
+                if waiting && !cancel.is_cancelled() {
                     self.check_funding(sender).await
                 } else {
                     Ok((false, 0))
@@ -922,7 +1029,7 @@ impl TxQueue {
                 Err(e) => out.fail(e),
             }
         }
-        if ready_senders.is_empty() {
+        if ready_senders.is_empty() || cancel.is_cancelled() {
             return out;
         }
         let rows = match store::requests_queued_many(
@@ -972,6 +1079,10 @@ impl TxQueue {
                 let mut available = balance.wei.get();
                 let (mut moved, mut ready) = (0, Vec::new());
                 for req in &requests {
+                    // Preparing may settle or pause the request (a write).
+                    if cancel.is_cancelled() {
+                        break;
+                    }
                     match self.prepare(sender, req, fees, &mut available).await? {
                         Prepared::Ready(p) => ready.push(*p),
                         Prepared::Settled => moved += 1,
@@ -1019,6 +1130,9 @@ impl TxQueue {
         let plans = &plans;
         let sign = async move {
             for group in &groups {
+                if cancel.is_cancelled() {
+                    break;
+                }
                 let signed = self.sign_group(plans, group, fees).await;
                 let stop = signed.is_err();
                 if tx.send(signed).await.is_err() || stop {
@@ -1028,6 +1142,11 @@ impl TxQueue {
         };
         let commit = async {
             while let Some(signed) = rx.recv().await {
+                if cancel.is_cancelled() {
+                    // Signed but not committed: discarded unbroadcast, the requests
+                    // stay queued.
+                    break;
+                }
                 let committed = match signed {
                     Ok(group) => self.commit_group(plans, group, fees).await,
                     Err(e) => Err(e),
@@ -1138,7 +1257,9 @@ impl TxQueue {
     /// [`TxqError::UnknownSender`] without a signer; store and transport errors (the
     /// first one, after both phases ran).
     pub async fn sender_pass(&self, sender: Address) -> Result<usize> {
-        let round = self.round(Some(sender), true).await?;
+        let round = self
+            .round(Some(sender), true, &CancellationToken::new())
+            .await?;
         Ok(round.moved + round.broadcast)
     }
 
@@ -1191,7 +1312,10 @@ impl TxQueue {
     /// # Errors
     /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
     pub async fn sign_pending(&self, sender: Address) -> Result<usize> {
-        Ok(self.round(Some(sender), false).await?.moved)
+        Ok(self
+            .round(Some(sender), false, &CancellationToken::new())
+            .await?
+            .moved)
     }
 
     /// The funding check of `sender`'s `waiting_funding` requests, oldest first: one
@@ -1258,10 +1382,10 @@ impl TxQueue {
     /// Broadcasts the latest attempt of every `signed` request of `sender` in nonce
     /// order, a bounded number in flight; those that must be retried stay `signed` and
     /// go out again (same bytes) next pass.
-    async fn broadcast_signed(&self, sender: Address) -> Result<usize> {
+    async fn broadcast_signed(&self, sender: Address, cancel: &CancellationToken) -> Result<usize> {
         let mut moved = 0;
         for chunk in self.signed_of(Some(sender)).await?.chunks(BROADCAST_CHUNK) {
-            moved += self.broadcast_many(chunk).await?;
+            moved += self.broadcast_many(chunk, cancel).await?;
         }
         Ok(moved)
     }
@@ -1278,8 +1402,15 @@ impl TxQueue {
     /// the parallelism can come from other senders). Without batches, up to
     /// `broadcast_in_flight` single sends are outstanding (nodes hold a briefly
     /// out-of-order nonce until its predecessor arrives).
-    async fn broadcast_many(&self, items: &[ToSend]) -> Result<usize> {
+    ///
+    /// Failed broadcasts are recorded ([`TxQueue::broadcast_failed`]). Nothing is sent
+    /// once `cancel` fired, and nothing is written after it fired (sent requests then
+    /// stay `signed`; the next owner sends the same bytes again).
+    async fn broadcast_many(&self, items: &[ToSend], cancel: &CancellationToken) -> Result<usize> {
         use futures::StreamExt;
+        if cancel.is_cancelled() {
+            return Ok(0);
+        }
         // The futures are built up front (no closure over borrowed rows inside the
         // stream), which keeps this future `Send`.
         let results: Vec<Result<Broadcast>> = if self.config.broadcast_batch > 1 {
@@ -1325,18 +1456,24 @@ impl TxQueue {
                 .await
         };
         let mut accepted = Vec::new();
+        let mut failures = Vec::new();
         let mut moved = 0;
         let mut first_err = None;
         for ((req, _), r) in items.iter().zip(results) {
             match r {
                 Ok(Broadcast::Accepted) => accepted.push(req.id),
                 Ok(Broadcast::Settled) => moved += 1,
-                Ok(Broadcast::Retry) => {}
+                Ok(Broadcast::Retry(Some(class))) => failures.push((req.id, class)),
+                Ok(Broadcast::Retry(None)) => {}
                 Err(e) => {
                     first_err.get_or_insert(e);
                 }
             }
         }
+        if cancel.is_cancelled() {
+            return first_err.map_or(Ok(moved), Err);
+        }
+        self.broadcast_failed(&failures).await?;
         // A failure here leaves them `signed`: the next pass sends the same bytes
         // again ("already known", or "nonce too low" resolved by their receipts).
         let marked = store::requests_mark_broadcast_many(&self.db, &accepted).await?;
@@ -1366,14 +1503,18 @@ impl TxQueue {
             Ok(answers) => answers,
             Err(e) => {
                 tracing::debug!(target: "keel::txq", error = %e, "batched broadcast failed; the same bytes go out next pass");
-                return items.iter().map(|_| Ok(Broadcast::Retry)).collect();
+                let class = error_class(&e);
+                return items
+                    .iter()
+                    .map(|(_, mine)| Ok(Broadcast::Retry((!mine.is_empty()).then_some(class))))
+                    .collect();
             }
         };
         let mut answers = answers.into_iter();
         let mut out = Vec::with_capacity(items.len());
         for (req, mine) in items {
             if mine.is_empty() {
-                out.push(Ok(Broadcast::Retry));
+                out.push(Ok(Broadcast::Retry(None)));
                 continue;
             }
             let sent = match answers.next() {
@@ -1383,7 +1524,7 @@ impl TxQueue {
                     error,
                 }),
                 None => {
-                    out.push(Ok(Broadcast::Retry));
+                    out.push(Ok(Broadcast::Retry(None)));
                     continue;
                 }
             };
@@ -1395,7 +1536,7 @@ impl TxQueue {
     async fn send_last(&self, req: &RequestRow, mine: &[AttemptRow]) -> Result<Broadcast> {
         match mine.last() {
             Some(last) => self.send(req, last, mine).await,
-            None => Ok(Broadcast::Retry),
+            None => Ok(Broadcast::Retry(None)),
         }
     }
 
@@ -1780,14 +1921,25 @@ impl TxQueue {
         Ok((done, first_err))
     }
 
-    /// Broadcasts `attempt`'s bytes and records what the node said.
+    /// Broadcasts `attempt`'s bytes and records what the node said (nothing once
+    /// `cancel` fired).
     async fn broadcast(
         &self,
         req: &RequestRow,
         attempt: &AttemptRow,
         all: &[AttemptRow],
+        cancel: &CancellationToken,
     ) -> Result<Broadcast> {
+        if cancel.is_cancelled() {
+            return Ok(Broadcast::Retry(None));
+        }
         let sent = self.send(req, attempt, all).await?;
+        if cancel.is_cancelled() {
+            return Ok(sent);
+        }
+        if let Broadcast::Retry(Some(class)) = sent {
+            self.broadcast_failed(&[(req.id, class)]).await?;
+        }
         if matches!(sent, Broadcast::Accepted) {
             if let Some(secs) = store::request_mark_broadcast(&self.db, req.id).await? {
                 metrics::histogram!("keel_txq_time_to_broadcast_seconds", "chain_id" => self.chain_id.to_string())
@@ -1841,7 +1993,7 @@ impl TxQueue {
                         // re-broadcast): it may still mine, so the request stays in
                         // flight and the confirmation pass keeps watching it.
                         tracing::warn!(target: "keel::txq", request = %req.id, "node refused an attempt for insufficient funds; an earlier attempt stays in flight");
-                        return Ok(Broadcast::Retry);
+                        return Ok(Broadcast::Retry(Some(error.kind.as_str())));
                     }
                     if req.funding_pause_ms.is_some() {
                         // Signed after the queue's own balance check (the funds may not
@@ -1851,7 +2003,7 @@ impl TxQueue {
                             <= self.config.funding_broadcast_retries
                         {
                             tracing::warn!(target: "keel::txq", request = %req.id, refusals, "broadcast refused for insufficient funds; retrying next pass");
-                            return Ok(Broadcast::Retry);
+                            return Ok(Broadcast::Retry(Some(error.kind.as_str())));
                         }
                     }
                     // The nonce is left unused; nonce recovery fills the gap.
@@ -1875,14 +2027,55 @@ impl TxQueue {
                     .await?;
                     return Ok(Broadcast::Settled);
                 }
-                _ => return Ok(Broadcast::Retry),
+                // Not final for the request (the pool already asked every upstream
+                // when the answer was not a node's verdict): the same bytes go out
+                // again next pass, and the confirmation pass reconciles the request by
+                // receipt and chain nonce meanwhile.
+                kind => return Ok(Broadcast::Retry(Some(kind.as_str()))),
             },
             Err(e) => {
                 tracing::debug!(target: "keel::txq", error = %e, "broadcast failed; the same bytes go out next pass");
-                return Ok(Broadcast::Retry);
+                return Ok(Broadcast::Retry(Some(error_class(&e))));
             }
         }
         Ok(Broadcast::Accepted)
+    }
+
+    /// Records failed broadcasts (request, error class): the class, time and count on
+    /// each request (one statement), `keel_txq_broadcast_failures_total{chain_id,
+    /// class}`, and a WARN per class at most every [`BROADCAST_WARN_EVERY`] with the
+    /// number of failures since the last one.
+    async fn broadcast_failed(&self, failures: &[(Uuid, &'static str)]) -> Result<()> {
+        if failures.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = failures.iter().map(|f| f.0).collect();
+        let classes: Vec<&str> = failures.iter().map(|f| f.1).collect();
+        let chain = self.chain_id.to_string();
+        let mut by_class: HashMap<&'static str, (u64, Uuid)> = HashMap::new();
+        for &(id, class) in failures {
+            by_class.entry(class).or_insert((0, id)).0 += 1;
+        }
+        let mut to_log = Vec::new();
+        {
+            let mut warned = self
+                .warned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = std::time::Instant::now();
+            for (&class, &(n, example)) in &by_class {
+                metrics::counter!("keel_txq_broadcast_failures_total", "chain_id" => chain.clone(), "class" => class)
+                    .increment(n);
+                if let Some(since) = warned.count(class, n, now, BROADCAST_WARN_EVERY) {
+                    to_log.push((class, since, example));
+                }
+            }
+        }
+        for (class, failures, example) in to_log {
+            tracing::warn!(target: "keel::txq", chain_id = self.chain_id, class, failures, example_request = %example,
+                "broadcasts keep failing; the same bytes go out again and the requests are reconciled by receipt and chain nonce");
+        }
+        store::requests_broadcast_failed(&self.db, &ids, &classes).await
     }
 
     async fn any_attempt_known(&self, attempts: &[AttemptRow]) -> Result<bool> {
@@ -1921,16 +2114,51 @@ impl TxQueue {
     /// receipt for `bump_after` is replaced (see [`TxQueueConfig::bump_after`] for which
     /// of a sender's stuck transactions). Returns how many requests settled.
     ///
+    /// `signed` requests whose broadcasts failed (no node accepted an attempt, see
+    /// [`crate::BroadcastFailure`]) are reconciled too: a receipt of any of their
+    /// attempts settles them like a `broadcast` one (the transaction may have reached a
+    /// node whose answer was lost, and mined), and once the chain's nonce of the sender
+    /// passed theirs while no node knows any of their attempts they settle
+    /// `Failed { code: "NONCE_CONSUMED_EXTERNALLY" }`. A `broadcast` transaction is
+    /// never replaced while a lower nonce of its sender is still `signed` (unsent: it
+    /// cannot mine before that one, whatever its fees).
+    ///
     /// # Errors
     /// Store and transport errors.
     pub async fn confirm_pass(&self) -> Result<usize> {
+        self.confirm(&CancellationToken::new()).await
+    }
+
+    /// [`TxQueue::confirm_pass`], checking `cancel` between its stages: once it fired,
+    /// nothing more is written or sent and the pass returns what it settled.
+    async fn confirm(&self, cancel: &CancellationToken) -> Result<usize> {
         use futures::StreamExt;
-        let in_flight =
-            store::requests_in_flight(&self.db, self.chain_id, None, Some("broadcast")).await?;
+        if cancel.is_cancelled() {
+            return Ok(0);
+        }
+        let in_flight = store::requests_in_flight(&self.db, self.chain_id, None, None).await?;
         if in_flight.is_empty() {
             return Ok(0);
         }
-        let ids: Vec<Uuid> = in_flight.iter().map(|r| r.id).collect();
+        // Per sender, the lowest nonce that is still `signed` (never accepted by a
+        // node): no later nonce of the sender is replaced while it is unsent.
+        let mut lowest_unsent: HashMap<&[u8], i64> = HashMap::new();
+        for req in in_flight.iter().filter(|r| r.state == "signed") {
+            if let Some(nonce) = req.nonce {
+                let low = lowest_unsent.entry(req.sender.as_slice()).or_insert(nonce);
+                *low = (*low).min(nonce);
+            }
+        }
+        // The requests reconciled here: every `broadcast` one, and the `signed` ones
+        // whose broadcasts failed (the others are being sent by the sender round).
+        let watched: Vec<&RequestRow> = in_flight
+            .iter()
+            .filter(|r| r.state == "broadcast" || r.broadcast_failures > 0)
+            .collect();
+        if watched.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<Uuid> = watched.iter().map(|r| r.id).collect();
         let mut attempts: HashMap<Uuid, Vec<AttemptRow>> = HashMap::new();
         for a in store::attempts_of(&self.db, &ids).await? {
             attempts.entry(a.request_id).or_default().push(a);
@@ -1950,14 +2178,19 @@ impl TxQueue {
         let empty = Vec::new();
         let mut verdicts: Vec<(Uuid, SettlementVerdict)> = Vec::new();
         let mut unmined: Vec<(&RequestRow, &[AttemptRow])> = Vec::new();
-        for req in &in_flight {
+        let mut unsent: Vec<(&RequestRow, &[AttemptRow])> = Vec::new();
+        for req in watched {
             let mine = attempts.get(&req.id).unwrap_or(&empty);
             let receipt = mine
                 .iter()
                 .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
                 .find_map(|h| by_hash.get(&h));
             let Some(receipt) = receipt else {
-                unmined.push((req, mine));
+                if req.state == "broadcast" {
+                    unmined.push((req, mine));
+                } else {
+                    unsent.push((req, mine));
+                }
                 continue;
             };
             let Some(block) = receipt.block_number else {
@@ -1966,6 +2199,9 @@ impl TxQueue {
             self.saw_included(&req.sender, block);
             if head.saturating_sub(block) + 1 < self.config.confirmations {
                 continue;
+            }
+            if cancel.is_cancelled() {
+                return Ok(0);
             }
             let verdict = if receipt.status() {
                 SettlementVerdict::Confirmed {
@@ -1987,7 +2223,17 @@ impl TxQueue {
             };
             verdicts.push((req.id, verdict));
         }
-        let settled = self.settle_many(&verdicts).await?;
+        if cancel.is_cancelled() {
+            return Ok(0);
+        }
+        let mut settled = self.settle_many(&verdicts).await?;
+        // `signed` requests without a receipt whose nonce the chain passed: another
+        // transaction took it, unless a node knows one of their attempts (mined, its
+        // receipt not served yet).
+        settled += self.reconcile_unsent(&unsent, cancel).await?;
+        if cancel.is_cancelled() {
+            return Ok(settled);
+        }
         // Requests without a receipt: still known to the node (wait, or replace when
         // stuck), or dropped (re-broadcast the same bytes). Only each sender's lowest
         // nonce may be replaced for being stuck, unless the others are underpriced.
@@ -1998,9 +2244,18 @@ impl TxQueue {
                 *low = (*low).min(nonce);
             }
         }
+        let blocked = |req: &RequestRow| {
+            req.nonce.is_some_and(|n| {
+                lowest_unsent
+                    .get(req.sender.as_slice())
+                    .is_some_and(|low| *low < n)
+            })
+        };
         // The market is read only when a sender has stuck requests above its lowest.
         let market = if unmined.iter().any(|(req, mine)| {
-            lowest.get(req.sender.as_slice()) != req.nonce.as_ref() && self.stuck(req, mine)
+            lowest.get(req.sender.as_slice()) != req.nonce.as_ref()
+                && !blocked(req)
+                && self.stuck(req, mine)
         }) {
             Some(self.market().await?)
         } else {
@@ -2037,7 +2292,8 @@ impl TxQueue {
                 let known = mine.iter().any(|a| {
                     B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known_hashes.contains(&h))
                 });
-                self.unmined(req, mine, known, is_lowest || underpriced)
+                let may_replace = (is_lowest || underpriced) && !blocked(req);
+                self.unmined(req, mine, known, may_replace, cancel)
             })
             .collect();
         let checked: Vec<Result<()>> = futures::stream::iter(checks)
@@ -2050,25 +2306,95 @@ impl TxQueue {
         Ok(settled)
     }
 
+    /// `signed` requests with failed broadcasts and no receipt: when the chain's
+    /// latest nonce of their sender is above theirs and no node knows any of their
+    /// attempts, another transaction took the nonce and they settle
+    /// `NONCE_CONSUMED_EXTERNALLY`. The nonce is read before the attempts are looked
+    /// up, so an attempt that mines in between is found. Returns how many settled.
+    async fn reconcile_unsent(
+        &self,
+        unsent: &[(&RequestRow, &[AttemptRow])],
+        cancel: &CancellationToken,
+    ) -> Result<usize> {
+        if unsent.is_empty() || cancel.is_cancelled() {
+            return Ok(0);
+        }
+        let mut latest: HashMap<&[u8], i64> = HashMap::new();
+        for (req, _) in unsent {
+            if latest.contains_key(req.sender.as_slice()) {
+                continue;
+            }
+            let sender = Address::try_from(req.sender.as_slice())
+                .map_err(|_| TxqError::InvalidRequest("sender"))?;
+            let n = self.chain.nonce(sender, BlockNumberOrTag::Latest).await?;
+            let n = i64::try_from(n).map_err(|_| TxqError::InvalidRequest("nonce"))?;
+            latest.insert(req.sender.as_slice(), n);
+        }
+        let passed: Vec<&(&RequestRow, &[AttemptRow])> = unsent
+            .iter()
+            .filter(|(req, _)| {
+                req.nonce
+                    .is_some_and(|n| latest.get(req.sender.as_slice()).is_some_and(|l| *l > n))
+            })
+            .collect();
+        if passed.is_empty() {
+            return Ok(0);
+        }
+        let hashes: Vec<B256> = passed
+            .iter()
+            .flat_map(|(_, mine)| mine.iter())
+            .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+            .collect();
+        let answers = by_batches(&hashes, |chunk| self.chain.transactions_known(chunk)).await?;
+        let known: std::collections::HashSet<B256> = hashes
+            .iter()
+            .zip(answers)
+            .filter_map(|(hash, known)| known.then_some(*hash))
+            .collect();
+        let verdicts: Vec<(Uuid, SettlementVerdict)> = passed
+            .into_iter()
+            .filter(|(_, mine)| {
+                !mine.iter().any(|a| {
+                    B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known.contains(&h))
+                })
+            })
+            .map(|(req, mine)| {
+                tracing::warn!(target: "keel::txq", request = %req.id, "nonce passed on chain by another transaction while the request could not be broadcast");
+                (
+                    req.id,
+                    failed("NONCE_CONSUMED_EXTERNALLY", attempt_records(mine)),
+                )
+            })
+            .collect();
+        if cancel.is_cancelled() {
+            return Ok(0);
+        }
+        self.settle_many(&verdicts).await
+    }
+
     /// A `broadcast` request none of whose attempts has a receipt: re-broadcast the
     /// last attempt's bytes when the node knows none of them (`known` false: a reorg
     /// dropped it), or, when `may_replace`, replace it with bumped fees once it is
-    /// older than `bump_after`.
+    /// older than `bump_after`. Nothing once `cancel` fired.
     async fn unmined(
         &self,
         req: &RequestRow,
         mine: &[AttemptRow],
         known: bool,
         may_replace: bool,
+        cancel: &CancellationToken,
     ) -> Result<()> {
         let Some(last) = mine.last() else {
             return Ok(());
         };
+        if cancel.is_cancelled() {
+            return Ok(());
+        }
         if !known {
             tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
-            let _ = self.broadcast(req, last, mine).await?;
+            let _ = self.broadcast(req, last, mine, cancel).await?;
         } else if may_replace && self.stuck(req, mine) {
-            self.replace(req, mine).await?;
+            self.replace(req, mine, cancel).await?;
         }
         Ok(())
     }
@@ -2156,7 +2482,12 @@ impl TxQueue {
     /// capped by `max_fee_cap`; persisted before it is broadcast. Every attempt carries
     /// the request's calldata unchanged (so an attribution suffix appended by the
     /// caller is byte-identical on all of them).
-    async fn replace(&self, req: &RequestRow, attempts: &[AttemptRow]) -> Result<()> {
+    async fn replace(
+        &self,
+        req: &RequestRow,
+        attempts: &[AttemptRow],
+        cancel: &CancellationToken,
+    ) -> Result<()> {
         let Some(last) = attempts.last() else {
             return Ok(());
         };
@@ -2209,11 +2540,18 @@ impl TxQueue {
             access_list: Default::default(),
             input: Bytes::from(req.calldata.clone()),
         };
+        if cancel.is_cancelled() {
+            return Ok(());
+        }
         let mut tx = self.db.begin().await?;
         if !store::request_lock_broadcast(&mut *tx, req.id).await? {
             return Ok(());
         }
         let envelope = signer.sign(unsigned).await?;
+        if cancel.is_cancelled() {
+            // Rolled back: no attempt is recorded.
+            return Ok(());
+        }
         let hash = *envelope.tx_hash();
         let raw = envelope.encoded_2718();
         let attempt = last.attempt + 1;
@@ -2248,7 +2586,7 @@ impl TxQueue {
         };
         let mut all = attempts.to_vec();
         all.push(new.clone());
-        let _ = self.broadcast(req, &new, &all).await?;
+        let _ = self.broadcast(req, &new, &all, cancel).await?;
         Ok(())
     }
 
@@ -2281,7 +2619,38 @@ impl TxQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::{Piece, pieces_of};
+    use super::{Piece, WarnLimiter, pieces_of};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn failed_broadcasts_are_logged_once_per_class_and_interval_with_the_count() {
+        let mut w = WarnLimiter::default();
+        let every = Duration::from_secs(30);
+        let t0 = Instant::now();
+        assert_eq!(w.count("internal", 1, t0, every), Some(1), "first: at once");
+        assert_eq!(
+            w.count("internal", 3, t0 + Duration::from_secs(1), every),
+            None
+        );
+        assert_eq!(
+            w.count("unavailable", 2, t0 + Duration::from_secs(2), every),
+            Some(2),
+            "classes are limited separately"
+        );
+        assert_eq!(
+            w.count("internal", 1, t0 + Duration::from_secs(29), every),
+            None
+        );
+        assert_eq!(
+            w.count("internal", 1, t0 + Duration::from_secs(30), every),
+            Some(5),
+            "the line carries the failures since the previous one"
+        );
+        assert_eq!(
+            w.count("internal", 1, t0 + Duration::from_secs(31), every),
+            None
+        );
+    }
 
     fn p(plan: usize, start: usize, len: usize) -> Piece {
         Piece { plan, start, len }

@@ -1,5 +1,6 @@
 //! SQL of the queue's tables (`migrations/0005_txq.sql`, funding pauses in
-//! `migrations/0008_txq_funding.sql`). Every function takes an executor so callers can
+//! `migrations/0008_txq_funding.sql`, broadcast failures in
+//! `migrations/0018_txq_broadcast_errors.sql`). Every function takes an executor so callers can
 //! compose them in one transaction.
 
 use crate::Result;
@@ -20,6 +21,8 @@ pub(crate) struct RequestRow {
     pub verdict: Option<serde_json::Value>,
     /// The funding pause in milliseconds; `None`: no funding pause.
     pub funding_pause_ms: Option<i64>,
+    /// Broadcasts that failed without settling the request (migration 0018).
+    pub broadcast_failures: i32,
 }
 
 /// The open funding request of a `waiting_funding` row.
@@ -64,7 +67,7 @@ pub(crate) struct AttemptRow {
 }
 
 const REQUEST_COLUMNS: &str = "id, sender, to_address, value_wei, calldata, gas_limit, state, nonce, verdict, \
-     funding_pause_ms";
+     funding_pause_ms, broadcast_failures";
 
 const FUNDING_COLUMNS: &str = "id, chain_id, sender, value_wei, funding_required_wei, funding_gas_limit, \
      funding_max_fee_wei, funding_deadline, funding_deadline <= now() AS expired";
@@ -783,6 +786,55 @@ pub(crate) async fn requests_withdraw_by_key_prefix(
     .bind(prefix)
     .bind(verdict)
     .bind(kind)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Records one failed broadcast per request (`ids[i]` failed with error class
+/// `classes[i]`): the class and time of the last failure and the failure count, for
+/// requests still in flight. One statement.
+pub(crate) async fn requests_broadcast_failed(
+    db: impl PgExecutor<'_>,
+    ids: &[uuid::Uuid],
+    classes: &[&str],
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE txq_request r
+            SET last_broadcast_error = f.class, last_broadcast_error_at = now(),
+                broadcast_failures = r.broadcast_failures + 1, updated_at = now()
+           FROM unnest($1::uuid[], $2::text[]) AS f(id, class)
+          WHERE r.id = f.id AND r.state IN ('signed', 'broadcast')",
+    )
+    .bind(ids)
+    .bind(classes)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The last broadcast failure of a request (migration 0018).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct BroadcastErrorRow {
+    pub id: Uuid,
+    pub last_broadcast_error: String,
+    pub last_broadcast_error_at: chrono::DateTime<chrono::Utc>,
+    pub broadcast_failures: i32,
+}
+
+/// The last broadcast failure of each of `ids` that has one.
+pub(crate) async fn broadcast_errors_of(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<BroadcastErrorRow>> {
+    Ok(sqlx::query_as::<_, BroadcastErrorRow>(
+        "SELECT id, last_broadcast_error, last_broadcast_error_at, broadcast_failures
+           FROM txq_request
+          WHERE id = ANY($1) AND last_broadcast_error IS NOT NULL AND last_broadcast_error_at IS NOT NULL",
+    )
+    .bind(ids)
     .fetch_all(db)
     .await?)
 }
