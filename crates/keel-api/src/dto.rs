@@ -159,11 +159,16 @@ pub struct OperationWait {
     /// What it waits for.
     #[serde(rename = "for")]
     pub waits_for: WaitFor,
-    /// The deadline (RFC 3339, UTC), when there is one; an approval not decided by
-    /// then fails the operation `APPROVAL_EXPIRED`.
+    /// The deadline (RFC 3339, UTC), when there is one: an approval not decided by
+    /// then fails the operation `APPROVAL_EXPIRED`; a funding wait not funded by then
+    /// fails `FUNDING_DEADLINE_EXPIRED`.
     pub until: Option<DateTime<Utc>>,
     /// The workflow step whose transaction it waits for, if any.
     pub step: Option<String>,
+    /// For a transaction wait: the error class of the last broadcast that no node
+    /// accepted (`internal`, `unavailable`, `rate_limited`, `nonce_too_high`, ...), or
+    /// null when every broadcast went through so far.
+    pub last_broadcast_error: Option<String>,
 }
 
 /// Accepted → submitted → confirmed → indexed.
@@ -407,6 +412,7 @@ mod tests {
                     waits_for: w,
                     until: Some(Utc::now()),
                     step: Some("mint".into()),
+                    last_broadcast_error: Some("internal".into()),
                 }),
                 milestones: MS {
                     accepted: Utc::now(),

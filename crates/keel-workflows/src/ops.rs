@@ -145,6 +145,11 @@ pub struct WaitView {
     pub until: Option<DateTime<Utc>>,
     /// The step whose transaction it waits for.
     pub step: Option<String>,
+    /// For a transaction wait: the error class of the last broadcast of that
+    /// transaction that no node accepted (`internal`, `unavailable`, `rate_limited`,
+    /// `nonce_too_high`, ...), while the transaction is unsettled; null when every
+    /// broadcast went through so far.
+    pub last_broadcast_error: Option<String>,
 }
 
 /// Accepted → submitted → confirmed → indexed.
@@ -1296,6 +1301,7 @@ struct TxRow {
     verdict: Option<Value>,
     last_hash: Option<Vec<u8>>,
     funding_deadline: Option<DateTime<Utc>>,
+    last_broadcast_error: Option<String>,
 }
 
 async fn operation_txs(db: &PgPool, operation_id: Uuid) -> Result<Vec<TxRow>> {
@@ -1303,7 +1309,7 @@ async fn operation_txs(db: &PgPool, operation_id: Uuid) -> Result<Vec<TxRow>> {
         "SELECT ot.step, r.state, r.nonce, r.verdict,
                 (SELECT a.tx_hash FROM txq_attempt a WHERE a.request_id = r.id
                   ORDER BY a.attempt DESC LIMIT 1) AS last_hash,
-                r.funding_deadline
+                r.funding_deadline, r.last_broadcast_error
            FROM operation_tx ot JOIN txq_request r ON r.id = ot.txq_request_id
           WHERE ot.operation_id = $1 ORDER BY ot.created_at, ot.step",
     )
@@ -1330,7 +1336,9 @@ fn project(
 ) -> OperationView {
     let mut submitted = Vec::new();
     let mut confirmed = Vec::new();
-    let mut waiting_step_state: Option<(String, String, Option<DateTime<Utc>>)> = None;
+    // The unsettled transaction's step, state, funding deadline, last broadcast error.
+    type Unsettled = (String, String, Option<DateTime<Utc>>, Option<String>);
+    let mut waiting_step_state: Option<Unsettled> = None;
     for t in txs {
         let verdict: Option<keel_txq::SettlementVerdict> =
             t.verdict.and_then(|v| serde_json::from_value(v).ok());
@@ -1347,7 +1355,12 @@ fn project(
             mined_hash.or_else(|| t.last_hash.and_then(|h| B256::try_from(h.as_slice()).ok()));
         let nonce = t.nonce.and_then(|n| u64::try_from(n).ok());
         if t.state != "settled" {
-            waiting_step_state = Some((t.step.clone(), t.state.clone(), t.funding_deadline));
+            waiting_step_state = Some((
+                t.step.clone(),
+                t.state.clone(),
+                t.funding_deadline,
+                t.last_broadcast_error.clone(),
+            ));
         }
         if hash.is_some() {
             submitted.push(TxMilestone {
@@ -1386,21 +1399,22 @@ fn project(
                     waits_for: "approval",
                     until: w.deadline,
                     step: None,
+                    last_broadcast_error: None,
                 }
             } else if let Some(step) = name.strip_prefix(TX_SIGNAL_PREFIX) {
-                let funding = waiting_step_state
-                    .as_ref()
-                    .filter(|(s, st, _)| s == step && st == "waiting_funding");
-                match funding {
-                    Some((_, _, deadline)) => WaitView {
+                let unsettled = waiting_step_state.as_ref().filter(|(s, ..)| s == step);
+                match unsettled {
+                    Some((_, st, deadline, _)) if st == "waiting_funding" => WaitView {
                         waits_for: "funding",
                         until: *deadline,
                         step: Some(step.to_owned()),
+                        last_broadcast_error: None,
                     },
-                    None => WaitView {
+                    _ => WaitView {
                         waits_for: "transaction",
                         until: w.deadline,
                         step: Some(step.to_owned()),
+                        last_broadcast_error: unsettled.and_then(|(.., e)| e.clone()),
                     },
                 }
             } else {
@@ -1408,6 +1422,7 @@ fn project(
                     waits_for: "timer",
                     until: w.deadline,
                     step: None,
+                    last_broadcast_error: None,
                 }
             }
         });
@@ -1477,6 +1492,121 @@ fn project(
 mod tests {
     use super::*;
     use crate::workflows::WORKFLOWS;
+    use keel_durable::{WaitDescription, WaitKind};
+
+    fn op_row() -> OperationRow {
+        OperationRow {
+            id: Uuid::new_v4(),
+            kind: "asset.mint".into(),
+            asset_id: Uuid::new_v4(),
+            request_sha256: vec![],
+            api_key_id: Uuid::new_v4(),
+            instance_id: Some(Uuid::new_v4()),
+            created_at: Utc::now(),
+            cancel_requested_at: None,
+        }
+    }
+
+    fn instance(status: RunStatus, wait: Option<&str>) -> InstanceStatus {
+        InstanceStatus {
+            id: Uuid::new_v4(),
+            workflow: "asset.mint".into(),
+            status,
+            progress: None,
+            wait: wait.map(|name| WaitDescription {
+                kind: WaitKind::Signal,
+                name: Some(name.to_owned()),
+                deadline: None,
+            }),
+            output: None,
+            error: None,
+            created_at: Utc::now(),
+            ended_at: None,
+            cancel_requested_at: None,
+            queued_behind: None,
+        }
+    }
+
+    fn tx(state: &str, verdict: Option<Value>) -> TxRow {
+        TxRow {
+            step: "mint".into(),
+            state: state.into(),
+            nonce: Some(3),
+            verdict,
+            last_hash: Some(vec![7; 32]),
+            funding_deadline: None,
+            last_broadcast_error: None,
+        }
+    }
+
+    /// A transaction wait shows the last broadcast error class of the unsettled request;
+    /// a funding wait shows the funding deadline in `until`.
+    #[test]
+    fn transaction_and_funding_waits_carry_their_error_class_and_deadline() {
+        let status = instance(RunStatus::Waiting, Some("tx.mint"));
+        let mut signed = tx("signed", None);
+        signed.last_broadcast_error = Some("internal".into());
+        let view = project(&op_row(), Some(&status), vec![signed], None);
+        let wait = view.wait.unwrap();
+        assert_eq!(wait.waits_for, "transaction");
+        assert_eq!(wait.last_broadcast_error.as_deref(), Some("internal"));
+
+        let deadline = Utc::now() + chrono::Duration::seconds(600);
+        let mut funding = tx("waiting_funding", None);
+        funding.funding_deadline = Some(deadline);
+        let view = project(&op_row(), Some(&status), vec![funding], None);
+        let wait = view.wait.unwrap();
+        assert_eq!(wait.waits_for, "funding");
+        assert_eq!(wait.until, Some(deadline));
+    }
+
+    /// A pending instance blocked by another of its key reads `queued` with the blocking
+    /// operation; a pending one that is not blocked reads `running`.
+    #[test]
+    fn a_blocked_pending_operation_reads_queued_behind_the_blocker() {
+        let blocker = Uuid::new_v4();
+        let mut status = instance(RunStatus::Pending, None);
+        status.queued_behind = Some(Uuid::new_v4());
+        let view = project(&op_row(), Some(&status), vec![], Some(blocker));
+        assert_eq!(view.state, "queued");
+        assert_eq!(view.queued_behind, Some(blocker));
+        status.queued_behind = None;
+        let view = project(&op_row(), Some(&status), vec![], None);
+        assert_eq!(view.state, "running");
+        assert_eq!(view.queued_behind, None);
+    }
+
+    /// A cancelled operation always says how many of its writes landed.
+    #[test]
+    fn a_cancelled_operation_says_what_landed() {
+        let status = instance(RunStatus::Cancelled, None);
+        let view = project(&op_row(), Some(&status), vec![], None);
+        let e = view.error.unwrap();
+        assert_eq!(e.code, "CANCELLED");
+        assert!(e.detail.contains("none"), "{}", e.detail);
+        let confirmed = serde_json::to_value(keel_txq::SettlementVerdict::Confirmed {
+            block: 9,
+            hash: B256::repeat_byte(7),
+            gas_used: 21_000,
+            effective_gas_price: "1".into(),
+            attempts: vec![],
+        })
+        .unwrap();
+        let view = project(
+            &op_row(),
+            Some(&status),
+            vec![tx("settled", Some(confirmed))],
+            None,
+        );
+        assert_eq!(view.state, "cancelled");
+        assert_eq!(view.milestones.confirmed.len(), 1);
+        let e = view.error.unwrap();
+        assert!(
+            e.detail.contains("after 1 of its transactions"),
+            "{}",
+            e.detail
+        );
+    }
 
     /// Every operation the API accepts starts a workflow the runner registers.
     #[test]
