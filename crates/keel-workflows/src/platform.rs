@@ -7,7 +7,7 @@ use keel_txq::TxQueue;
 use keel_units::ChainId;
 use sqlx::PgPool;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// The platform contracts the workflows call on one chain (recorded by
@@ -93,13 +93,28 @@ pub struct Platform {
     pub suffix: AttributionSuffix,
     /// The configured chains, by EIP-155 chain id.
     pub chains: HashMap<u64, ChainContext>,
+    /// Configured chains that were not served when the platform was built (unreachable
+    /// or not bootstrapped yet), by chain id: each is set once, by
+    /// [`Platform::serve_later`], when the process starts serving it.
+    pub later_chains: HashMap<u64, OnceLock<ChainContext>>,
     /// How long one read-after-write wait on the index lasts before the step retries.
     pub index_wait: Duration,
 }
 
 impl Platform {
-    /// The chain `chain_id`, if configured.
+    /// The chain `chain_id`, if served: one of [`Platform::chains`], or one of
+    /// [`Platform::later_chains`] once set.
     pub fn chain(&self, chain_id: u64) -> Option<&ChainContext> {
-        self.chains.get(&chain_id)
+        self.chains
+            .get(&chain_id)
+            .or_else(|| self.later_chains.get(&chain_id).and_then(OnceLock::get))
+    }
+
+    /// Starts serving `chain`, a chain of [`Platform::later_chains`]. Returns false when
+    /// it has no slot there or was already set (the first context stays).
+    pub fn serve_later(&self, chain: ChainContext) -> bool {
+        self.later_chains
+            .get(&chain.chain_id.get())
+            .is_some_and(|slot| slot.set(chain).is_ok())
     }
 }
