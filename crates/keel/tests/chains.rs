@@ -280,7 +280,9 @@ async fn of_two_runners_the_one_that_reaches_the_chain_sends() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let closed = free_port();
+    // Port 1: nothing listens there (a port picked free could be taken by another
+    // test's Anvil meanwhile).
+    let closed = 1;
     let broken_metrics = free_port();
     let healthy_metrics = free_port();
     let mut broken = base_env(&db, &format!("http://127.0.0.1:{closed}"));
@@ -332,7 +334,8 @@ async fn of_two_runners_the_one_that_reaches_the_chain_sends() {
             .unwrap();
     assert!(
         declined.contains(&i32::try_from(txq_shard).unwrap()),
-        "{declined:?}"
+        "{declined:?}\n--- broken\n{}",
+        std::fs::read_to_string(&broken_log).unwrap_or_default()
     );
 
     // A transaction request for the chain (recorded through the queue's own API, as a
