@@ -278,10 +278,16 @@ impl RoleRuntime {
                 let retention = retention.clone();
                 let pool = work_pool.clone();
                 async move {
-                    let done =
-                        retention_cycle(&retention, &pool, stale_after, liveness, &cycle.token)
-                            .await?;
-                    Ok::<u64, String>(done.deleted())
+                    // Spawned, so a panic fails this cycle (recorded `failed`) instead of
+                    // ending the job's loop on this replica.
+                    let token = cycle.token.clone();
+                    let run = tokio::spawn(async move {
+                        retention_cycle(&retention, &pool, stale_after, liveness, &token).await
+                    });
+                    match run.await {
+                        Ok(done) => Ok::<u64, String>(done?.deleted()),
+                        Err(_) => Err("the retention cycle panicked".to_owned()),
+                    }
                 }
             })
             .context("starting the retention job")?;

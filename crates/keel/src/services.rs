@@ -155,6 +155,10 @@ pub fn platform(
     }))
 }
 
+/// How long a runner waits, per chain, for the chain to answer before its executor
+/// starts; a chain that does not is served later, by its chain-health task.
+pub const STARTUP_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// What the runner started.
 #[derive(Debug)]
 pub struct RunnerServices {
@@ -230,16 +234,42 @@ pub async fn start_runner(
     {
         anyhow::bail!("workflow `{missing}` can be started by the API but is not registered");
     }
+    let executor_settings = executor_config(config);
+    executor_settings
+        .validate(&engine_config(config))
+        .map_err(|e| durable_config_error(&e))
+        .context("durable executor")?;
+    // Chains that answer now are served before the executor starts, so a workflow
+    // resumed at start does not find its chain missing; the others are retried in the
+    // background (below).
+    let mut nodes = Vec::new();
+    for node in upstreams(config)? {
+        let queue_slot: Arc<OnceLock<Arc<TxQueue>>> = Arc::new(OnceLock::new());
+        let chain_id = node.chain().get();
+        let first = tokio::time::timeout(STARTUP_PROBE_TIMEOUT, async {
+            node.verify_chain_id().await.map_err(|e| e.to_string())?;
+            serve_runner_chain(config, pool, &platform, &node, signer.as_ref(), &queue_slot).await
+        })
+        .await
+        .unwrap_or_else(|_| Err("no answer within the startup probe".to_owned()));
+        match first {
+            Ok(()) => chains.set_served(chain_id, true),
+            Err(reason) => {
+                tracing::warn!(target: TARGET, chain_id, reason,
+                    "chain not served at start; retrying in the background");
+            }
+        }
+        nodes.push((node, queue_slot));
+    }
     let executor = engine
-        .spawn_executor(executor_config(config))
+        .spawn_executor(executor_settings)
         .map_err(|e| durable_config_error(&e))
         .context("durable executor")?;
     let mut tasks = Vec::new();
     let stop = supervisor.stop_token();
     let txq = supervisor.critical("txq");
-    for node in upstreams(config)? {
+    for (node, queue_slot) in nodes {
         let chain_id = node.chain().get();
-        let queue_slot: Arc<OnceLock<Arc<TxQueue>>> = Arc::new(OnceLock::new());
         let slot = queue_slot.clone();
         let critical = txq.clone();
         let name = format!("txq/{chain_id}");

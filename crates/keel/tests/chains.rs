@@ -25,17 +25,19 @@ use std::time::{Duration, Instant};
 const CHAIN_ID: u64 = 31337;
 
 /// Forwards every TCP connection to 127.0.0.1:`port` to 127.0.0.1:`target` (the chain's
-/// RPC port "opens" when this starts).
+/// RPC port "opens" when this starts). Aborting the returned task closes the port and
+/// every forwarded connection (they live in its `JoinSet`).
 async fn forward(port: u16, target: u16) -> tokio::task::JoinHandle<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
     tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
         loop {
             let Ok((mut inbound, _)) = listener.accept().await else {
                 return;
             };
-            tokio::spawn(async move {
+            connections.spawn(async move {
                 if let Ok(mut outbound) =
                     tokio::net::TcpStream::connect(("127.0.0.1", target)).await
                 {
@@ -159,8 +161,10 @@ async fn served_gauge(port: u16, role: &str) -> Option<f64> {
 
 /// An indexer started while its chain's RPC port is closed stays up, reports the chain
 /// unserved (readiness body, `keel_chain_served` 0), and once the port opens serves it:
-/// readiness and the gauge say so and the tip ingest indexes the chain. Before the fix
-/// the chain was skipped for the life of the process.
+/// readiness and the gauge say so and the tip ingest indexes the chain. When the port
+/// closes again the chain stops being served (its tip shard declined) and is served
+/// again when it reopens. Before the fix the chain was skipped for the life of the
+/// process.
 #[tokio::test]
 async fn an_indexer_serves_a_chain_once_its_rpc_port_opens() {
     let db = TestDatabase::create().await.unwrap();
@@ -200,7 +204,7 @@ async fn an_indexer_serves_a_chain_once_its_rpc_port_opens() {
 
     // The port opens: Anvil comes up behind it.
     let anvil = TestChain::start().await.unwrap();
-    let _forward = forward(rpc_port, anvil.port()).await;
+    let forwarder = forward(rpc_port, anvil.port()).await;
     wait_for(
         "the indexer serves the chain",
         Duration::from_secs(30),
@@ -230,6 +234,44 @@ async fn an_indexer_serves_a_chain_once_its_rpc_port_opens() {
     .await;
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(stderr.contains("chain unreachable; retrying"), "{stderr}");
+
+    // The port closes again: after `failuresBeforeUnserved` failed probes the chain is
+    // no longer served (its tip singleton's shard is declined), and it is retried: when
+    // the port opens once more it is served again.
+    forwarder.abort();
+    let _ = forwarder.await;
+    wait_for(
+        "the indexer reports the chain unserved again",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| lists(&b, "unserved", CHAIN_ID) && !lists(&b, "served", CHAIN_ID))
+        },
+    )
+    .await;
+    assert_eq!(served_gauge(metrics_port, "indexer").await, Some(0.0));
+    let declined: Vec<i32> = sqlx::query_scalar("SELECT declined_shards FROM cluster_replica")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let tip_shard = keel_cluster::shard_of(format!("index-tip/{CHAIN_ID}").as_bytes(), 4);
+    assert_eq!(declined, vec![i32::try_from(tip_shard).unwrap()]);
+    let _forwarder = forward(rpc_port, anvil.port()).await;
+    wait_for(
+        "the indexer serves the chain again",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| lists(&b, "served", CHAIN_ID))
+        },
+    )
+    .await;
     sigterm(&indexer);
     let status = wait_exit(indexer).await;
     assert!(status.success(), "exit {status:?}");
