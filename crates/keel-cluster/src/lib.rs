@@ -26,7 +26,8 @@
 //! - retention of the crate's tables: [`prune_stale_replicas`] deletes registry rows of
 //!   crashed replicas, [`prune_cron_cycles`] old cycle records (keeping each job's latest).
 //!
-//! Schema: migrations `0003_cluster.sql` and `0004_cron_job.sql`. Metrics: see the table in `src/metrics.rs`
+//! Schema: migrations `0003_cluster.sql`, `0004_cron_job.sql` and
+//! `0019_cluster_declined_shards.sql`. Metrics: see the table in `src/metrics.rs`
 //! (`keel_cluster_*`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 

@@ -118,3 +118,53 @@ impl Platform {
             .is_some_and(|slot| slot.set(chain).is_ok())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(db: &PgPool, chain_id: u64) -> ChainContext {
+        let node = Arc::new(
+            UpstreamPool::new(
+                ChainId(chain_id),
+                keel_chain::UpstreamConfig::new(vec!["http://127.0.0.1:1".to_owned()]),
+            )
+            .unwrap(),
+        );
+        let queue =
+            TxQueue::new(db.clone(), node.clone(), keel_txq::TxQueueConfig::default()).unwrap();
+        ChainContext {
+            chain_id: ChainId(chain_id),
+            node,
+            queue: Arc::new(queue),
+            contracts: PlatformAddresses {
+                asset_factory: Address::ZERO,
+                price_feed_factory: Address::ZERO,
+                price_resolver: Address::ZERO,
+            },
+        }
+    }
+
+    /// A chain with a later slot is not served until `serve_later` fills it, once; a
+    /// chain without a slot cannot be added.
+    #[tokio::test]
+    async fn a_later_chain_is_served_once_set() {
+        let db = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://postgres@127.0.0.1:5432/unused")
+            .unwrap();
+        let platform = Platform {
+            db: db.clone(),
+            operator: Address::ZERO,
+            suffix: AttributionSuffix::new(&["keel"]).unwrap(),
+            chains: HashMap::new(),
+            later_chains: [(7, OnceLock::new())].into_iter().collect(),
+            index_wait: Duration::from_secs(1),
+        };
+        assert!(platform.chain(7).is_none());
+        assert!(platform.serve_later(context(&db, 7)));
+        assert_eq!(platform.chain(7).map(|c| c.chain_id), Some(ChainId(7)));
+        assert!(!platform.serve_later(context(&db, 7)), "set once");
+        assert!(!platform.serve_later(context(&db, 8)), "no slot");
+        assert!(platform.chain(8).is_none());
+    }
+}

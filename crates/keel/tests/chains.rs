@@ -4,6 +4,7 @@
 //!
 //! - An indexer started while its chain's RPC port is closed keeps retrying and serves
 //!   the chain (readiness, gauge, tip ingest) once the port opens.
+//! - A runner started while its chain's RPC port is closed sends once it opens.
 //! - Of two runners, one with a closed RPC port, the healthy one sends the chain's
 //!   transactions: the other declines the `txq/<chainId>` shard.
 //! - A critical task that keeps ending (tip ingest on a reorg deeper than its window)
@@ -63,8 +64,9 @@ fn base_env(db: &TestDatabase, rpc: &str) -> Vec<(String, String)> {
             "KEEL__DURABLE__CONFIRMATIONWATCHER__INTERVALMS".into(),
             "100".into(),
         ),
-        ("KEEL__CLUSTER__REFRESHINTERVALMS".into(), "200".into()),
-        ("KEEL__CLUSTER__LIVENESSWINDOWMS".into(), "1000".into()),
+        // Lock deadline 250 ms: a shared 2-core machine under load overran 100 ms.
+        ("KEEL__CLUSTER__REFRESHINTERVALMS".into(), "500".into()),
+        ("KEEL__CLUSTER__LIVENESSWINDOWMS".into(), "2500".into()),
         ("KEEL__INDEX__POLLINTERVALMS".into(), "100".into()),
         ("KEEL__CHAINHEALTH__RETRYINITIALMS".into(), "100".into()),
         ("KEEL__CHAINHEALTH__RETRYMAXMS".into(), "500".into()),
@@ -518,4 +520,106 @@ async fn a_critical_task_that_keeps_ending_is_restarted_then_the_process_exits()
                 .is_some_and(|m| m.contains("is not restarted"))),
         "{stderr}"
     );
+}
+
+/// A runner started while its chain's RPC port is closed (the chain bootstrapped
+/// through the open endpoint beforehand) reports the chain unserved, and once the port
+/// opens serves it: its queue loop takes the `txq/31337` singleton and a recorded
+/// transaction request is confirmed. Before the fix the runner skipped the chain for the
+/// life of the process and nothing sent the request.
+#[tokio::test]
+async fn a_runner_serves_a_chain_once_its_rpc_port_opens() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let pool = db.pool();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("runner.log");
+    let key0 = format!(
+        "0x{}",
+        alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
+    );
+    let mut open = base_env(&db, chain.endpoint().as_str());
+    open.push(("KEEL_DEPLOYER_KEY".into(), key0.clone()));
+    let out = keel()
+        .args(["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"])
+        .envs(open.iter().cloned())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rpc_port = free_port();
+    let metrics_port = free_port();
+    let mut env = base_env(&db, &format!("http://127.0.0.1:{rpc_port}"));
+    env.push(("KEEL_OPERATOR_KEY".into(), key0));
+    env.push((
+        "KEEL__TELEMETRY__METRICSADDRESS".into(),
+        format!("127.0.0.1:{metrics_port}"),
+    ));
+    let mut runner = spawn("runner", &env, &log);
+    wait_for(
+        "the runner is ready with the chain unserved",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut runner),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| b["status"] == "ready" && lists(&b, "unserved", CHAIN_ID))
+        },
+    )
+    .await;
+    assert_eq!(served_gauge(metrics_port, "runner").await, Some(0.0));
+    let node = Arc::new(
+        keel_chain::UpstreamPool::new(
+            keel_units::ChainId(CHAIN_ID),
+            keel_chain::UpstreamConfig::new(vec![chain.endpoint().to_string()]),
+        )
+        .unwrap(),
+    );
+    let queue =
+        keel_txq::TxQueue::new(pool.clone(), node, keel_txq::TxQueueConfig::default()).unwrap();
+    let id = queue
+        .enqueue(&keel_txq::TxRequest {
+            sender: chain.account(0).unwrap(),
+            idempotency_key: "late-chain-1".into(),
+            to: Some(Address::repeat_byte(0x22)),
+            value: keel_units::Wei::new(alloy::primitives::U256::from(1u64)),
+            data: Bytes::new(),
+            gas_limit: Some(21_000),
+        })
+        .await
+        .unwrap();
+
+    let _forwarder = forward(rpc_port, chain.port()).await;
+    wait_for(
+        "the runner serves the chain",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut runner),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| lists(&b, "served", CHAIN_ID))
+        },
+    )
+    .await;
+    assert_eq!(served_gauge(metrics_port, "runner").await, Some(1.0));
+    wait_for(
+        "the request is confirmed",
+        Duration::from_secs(60),
+        &log,
+        Some(&mut runner),
+        || async {
+            matches!(
+                queue.status(id).await.unwrap().verdict,
+                Some(keel_txq::SettlementVerdict::Confirmed { .. })
+            )
+        },
+    )
+    .await;
+    sigterm(&runner);
+    assert!(wait_exit(runner).await.success());
 }
