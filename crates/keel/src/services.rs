@@ -282,7 +282,10 @@ pub async fn start_runner(
                 let token = lease.token().clone();
                 let inner = token.clone();
                 critical
-                    .run(&token, async move { queue.run(inner).await })
+                    .run(&token, async move {
+                        queue.run(inner).await;
+                        false
+                    })
                     .await;
             }
         });
@@ -338,6 +341,7 @@ pub async fn start_runner(
             critical
                 .run(&token, async move {
                     keel_workflows::relay::run_relay(pool, engine, interval, inner).await;
+                    false
                 })
                 .await;
         }
@@ -436,7 +440,7 @@ pub async fn start_indexer(
                 let inner = token.clone();
                 critical
                     .run(&token, async move {
-                        run_tip(pool, node, config, confirmations, &owner_id, poll, inner).await;
+                        run_tip(pool, node, config, confirmations, &owner_id, poll, inner).await
                     })
                     .await;
             }
@@ -513,9 +517,10 @@ async fn plan_before_first_tip(
 }
 
 /// The tip-ingest loop of one chain while this replica owns it: takes ownership (a new
-/// epoch), then steps until the lease's token fires. A fenced step (a newer owner)
-/// ends the loop; a fatal error (reorg deeper than the window) stops ingest of the
-/// chain loudly; other errors are retried.
+/// epoch), then steps until the lease's token fires. A fenced step (a newer owner: a
+/// handoff, not a failure) ends the loop and returns true; a fatal error (reorg deeper
+/// than the window) ends it loudly and returns false (the supervisor counts it); other
+/// errors are retried. Returns true when `stop` fired.
 async fn run_tip(
     pool: PgPool,
     node: Arc<UpstreamPool>,
@@ -524,7 +529,7 @@ async fn run_tip(
     owner_id: &str,
     poll: Duration,
     stop: CancellationToken,
-) {
+) -> bool {
     use tracing::Instrument;
     let chain = node.chain();
     async move {
@@ -541,7 +546,7 @@ async fn run_tip(
                 Err(e) => {
                     tracing::warn!(target: TARGET, error = %e, "taking tip ownership failed; retrying");
                     tokio::select! {
-                        _ = stop.cancelled() => return,
+                        _ = stop.cancelled() => return true,
                         _ = tokio::time::sleep(poll) => {}
                     }
                 }
@@ -552,11 +557,11 @@ async fn run_tip(
                 Ok(out) => out.tip.is_some_and(|t| t < out.head),
                 Err(keel_index::IndexError::Fenced { .. }) => {
                     tracing::warn!(target: TARGET, "fenced by a newer owner; giving the chain up");
-                    return;
+                    return true;
                 }
                 Err(e) if e.is_fatal() => {
                     tracing::error!(target: TARGET, error = %e, "tip ingest stopped for this chain");
-                    return;
+                    return false;
                 }
                 Err(e) => {
                     tracing::warn!(target: TARGET, error = %e, "tip step failed; retrying");
@@ -570,7 +575,8 @@ async fn run_tip(
                 }
             }
         }
+        true
     }
     .instrument(tracing::info_span!("index_tip", chain = %chain))
-    .await;
+    .await
 }

@@ -245,19 +245,22 @@ impl Critical {
         Some(delay)
     }
 
-    /// Runs `work` (spawned, so a panic is caught) until it ends or `token` fires. An
-    /// end while `token` has not fired is recorded ([`Critical::ended`]) and waited out
-    /// with the backoff (bounded by `token`) before this returns, so a caller that
-    /// starts the work again (a shard's singleton supervisor) restarts it with backoff.
-    /// When `token` fires the work is expected to stop by itself; it is awaited.
+    /// Runs `work` (spawned, so a panic is caught) until it ends or `token` fires.
+    /// `work` returns true when it ended as expected (e.g. fenced by a newer owner: a
+    /// handoff), false when it should not have ended. An unexpected end (or a panic)
+    /// while `token` has not fired is recorded ([`Critical::ended`]) and waited out with
+    /// the backoff (bounded by `token`) before this returns, so a caller that starts the
+    /// work again (a shard's singleton supervisor) restarts it with backoff. When
+    /// `token` fires the work is expected to stop by itself; it is awaited.
     pub async fn run<Fut>(&self, token: &CancellationToken, work: Fut)
     where
-        Fut: Future<Output = ()> + Send + 'static,
+        Fut: Future<Output = bool> + Send + 'static,
     {
         let outcome = tokio::spawn(work).await;
-        if token.is_cancelled() {
+        if token.is_cancelled() || matches!(outcome, Ok(true)) {
             return;
         }
+        let outcome = outcome.map(|_| ());
         if let Some(delay) = self.ended(outcome_of(&outcome)) {
             tokio::select! {
                 () = token.cancelled() => {}

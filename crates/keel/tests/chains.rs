@@ -255,12 +255,24 @@ async fn an_indexer_serves_a_chain_once_its_rpc_port_opens() {
     )
     .await;
     assert_eq!(served_gauge(metrics_port, "indexer").await, Some(0.0));
-    let declined: Vec<i32> = sqlx::query_scalar("SELECT declined_shards FROM cluster_replica")
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
+    // The decline is recorded with the replica's next heartbeat.
     let tip_shard = keel_cluster::shard_of(format!("index-tip/{CHAIN_ID}").as_bytes(), 4);
-    assert_eq!(declined, vec![i32::try_from(tip_shard).unwrap()]);
+    let want = vec![i32::try_from(tip_shard).unwrap()];
+    wait_for(
+        "the indexer declines the tip singleton's shard",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            let declined: Vec<i32> =
+                sqlx::query_scalar("SELECT declined_shards FROM cluster_replica")
+                    .fetch_one(db.pool())
+                    .await
+                    .unwrap();
+            declined == want
+        },
+    )
+    .await;
     let _forwarder = forward(rpc_port, anvil.port()).await;
     wait_for(
         "the indexer serves the chain again",
