@@ -177,7 +177,9 @@ impl ShardOwner {
     /// [`ClusterError::Config`] for an invalid configuration;
     /// [`ClusterError::ShardCountMismatch`] when the database records another shard count
     /// (the process must not start); [`ClusterError::Deadline`] or
-    /// [`ClusterError::Store`] when the first connection or registration fails.
+    /// [`ClusterError::Store`] when the connection or registration still fails after
+    /// a few attempts (retryable failures are retried, a refresh interval times the
+    /// attempt apart).
     pub async fn start(connect: PgConnectOptions, config: OwnerConfig) -> Result<Self> {
         let timing = config.timing()?;
         let id = Uuid::new_v4();
@@ -188,32 +190,21 @@ impl ShardOwner {
             .application_name(&application_name)
             .options([("statement_timeout", format!("{deadline_ms}ms"))]);
 
-        let connect_deadline = timing.refresh_interval.max(timing.lock_deadline);
-        let mut conn = timeout(connect_deadline, options.connect())
-            .await
-            .map_err(|_| ClusterError::Deadline {
-                op: "connect",
-                deadline_ms: millis(connect_deadline),
-            })??;
-        let checked = async {
-            registry::check_shard_count(&mut conn, config.shards).await?;
-            registry::heartbeat(
-                &mut conn,
-                id,
-                group,
-                config.role.as_str(),
-                &config.host,
-                &BTreeSet::new(),
-            )
-            .await?;
-            lock::backend_pid(&mut conn).await
-        };
-        let pid = timeout(timing.lock_deadline, checked).await.map_err(|_| {
-            ClusterError::Deadline {
-                op: "register",
-                deadline_ms,
+        // A deadline overrun (a loaded machine) or a transient database error is retried
+        // a few times before the process gives up; a shard count mismatch is not.
+        let mut attempt: u32 = 0;
+        let (conn, pid) = loop {
+            attempt += 1;
+            match register(&options, &config, id, group, timing).await {
+                Ok(done) => break done,
+                Err(err) if err.is_retryable() && attempt < START_ATTEMPTS => {
+                    warn!(target: TARGET, replica = %id, error = %err, attempt,
+                        "registration failed; retrying");
+                    tokio::time::sleep(timing.refresh_interval * attempt).await;
+                }
+                Err(err) => return Err(err),
             }
-        })??;
+        };
         info!(target: TARGET, replica = %id, group, pid, shards = config.shards, "replica registered");
 
         let (owned_tx, owned) = watch::channel(OwnedShards::default());
@@ -460,6 +451,50 @@ impl ShardOwner {
             let _ = task.await;
         }
     }
+}
+
+/// Attempts of [`ShardOwner::start`]'s connection and registration when they fail
+/// retryably (a deadline overrun, a transient database error).
+const START_ATTEMPTS: u32 = 5;
+
+/// Connects the reserved connection, checks the shard count and registers the replica,
+/// each under its deadline. Returns the connection and its backend pid.
+async fn register(
+    options: &PgConnectOptions,
+    config: &OwnerConfig,
+    id: Uuid,
+    group: &'static str,
+    timing: Timing,
+) -> Result<(PgConnection, i32)> {
+    let deadline_ms = millis(timing.lock_deadline);
+    let connect_deadline = timing.refresh_interval.max(timing.lock_deadline);
+    let mut conn = timeout(connect_deadline, options.connect())
+        .await
+        .map_err(|_| ClusterError::Deadline {
+            op: "connect",
+            deadline_ms: millis(connect_deadline),
+        })??;
+    let checked = async {
+        registry::check_shard_count(&mut conn, config.shards).await?;
+        registry::heartbeat(
+            &mut conn,
+            id,
+            group,
+            config.role.as_str(),
+            &config.host,
+            &BTreeSet::new(),
+        )
+        .await?;
+        lock::backend_pid(&mut conn).await
+    };
+    let pid =
+        timeout(timing.lock_deadline, checked)
+            .await
+            .map_err(|_| ClusterError::Deadline {
+                op: "register",
+                deadline_ms,
+            })??;
+    Ok((conn, pid))
 }
 
 impl Drop for ShardOwner {
