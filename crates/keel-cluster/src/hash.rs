@@ -66,6 +66,38 @@ pub fn assignment(me: Uuid, live: &[Uuid], shards: u32) -> BTreeSet<u32> {
         .collect()
 }
 
+/// The shards in `0..shards` that `me` should own when some replicas decline some
+/// shards: a shard's owner is the [`rendezvous_owner`] among the live replicas (`me`
+/// included, declining `mine`) that do not decline it, or among all of them when every
+/// one declines it (someone must hold the shard's other work). `live` pairs each replica
+/// with the shards it declines; an entry for `me` in it is replaced by `mine`. With no
+/// declines this is [`assignment`].
+pub fn assignment_declining(
+    me: Uuid,
+    mine: &BTreeSet<u32>,
+    live: &[(Uuid, BTreeSet<u32>)],
+    shards: u32,
+) -> BTreeSet<u32> {
+    let mut set: Vec<(Uuid, &BTreeSet<u32>)> = live
+        .iter()
+        .filter(|(id, _)| *id != me)
+        .map(|(id, d)| (*id, d))
+        .collect();
+    set.push((me, mine));
+    let all: Vec<Uuid> = set.iter().map(|(id, _)| *id).collect();
+    (0..shards)
+        .filter(|shard| {
+            let willing: Vec<Uuid> = set
+                .iter()
+                .filter(|(_, d)| !d.contains(shard))
+                .map(|(id, _)| *id)
+                .collect();
+            let pool = if willing.is_empty() { &all } else { &willing };
+            rendezvous_owner(*shard, pool) == Some(me)
+        })
+        .collect()
+}
+
 fn first_u64(digest: &[u8]) -> u64 {
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
@@ -134,5 +166,33 @@ mod tests {
             assert!((43..=128).contains(&n), "share {n}");
         }
         assert_eq!(rendezvous_owner(0, &[]), None);
+    }
+
+    #[test]
+    fn declined_shards_move_to_a_willing_replica() {
+        let a = Uuid::from_u128(0xaaaa);
+        let b = Uuid::from_u128(0xbbbb);
+        let shards = 16;
+        let none = BTreeSet::new();
+        let ids = [a, b];
+        // Pick a shard A wins without declines, then let A decline it.
+        let won = assignment(a, &ids, shards);
+        let shard = *won.iter().next().unwrap();
+        let declines: BTreeSet<u32> = [shard].into();
+        let live = vec![(a, declines.clone()), (b, none.clone())];
+        let a_now = assignment_declining(a, &declines, &live, shards);
+        let b_now = assignment_declining(b, &none, &live, shards);
+        assert!(!a_now.contains(&shard));
+        assert!(b_now.contains(&shard));
+        // Nothing else moved; the two still partition every shard.
+        assert_eq!(a_now, &won - &declines);
+        assert_eq!(a_now.len() + b_now.len(), shards as usize);
+        // When every replica declines a shard, the plain owner keeps it.
+        let both = vec![(a, declines.clone()), (b, declines.clone())];
+        assert!(assignment_declining(a, &declines, &both, shards).contains(&shard));
+        assert!(!assignment_declining(b, &declines, &both, shards).contains(&shard));
+        // Without declines it is the plain assignment.
+        let plain = vec![(a, none.clone()), (b, none.clone())];
+        assert_eq!(assignment_declining(a, &none, &plain, shards), won);
     }
 }

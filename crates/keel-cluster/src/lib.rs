@@ -13,7 +13,9 @@
 //!   re-asserted on a fixed refresh interval under deadlines; each owned shard carries a
 //!   [`ShardLease`] whose cancellation token fires when the shard is lost;
 //! - [`ShardOwner::singleton`]: a long-lived task that runs only on the owner of its
-//!   name's shard and moves with it;
+//!   name's shard and moves with it; [`ShardOwner::singleton_while`] one that runs only
+//!   while the replica can serve it, the replica declining its shard otherwise, so the
+//!   shard moves to a replica that can ([`assignment_declining`]);
 //! - [`ShardOwner::cron`]: a job run once per cycle on one owner, each cycle keyed by
 //!   (name, scheduled time) and recorded in `cron_cycle` before it starts, so an
 //!   ownership handoff never starts a recorded cycle twice; missed cycles are caught up
@@ -24,7 +26,8 @@
 //! - retention of the crate's tables: [`prune_stale_replicas`] deletes registry rows of
 //!   crashed replicas, [`prune_cron_cycles`] old cycle records (keeping each job's latest).
 //!
-//! Schema: migrations `0003_cluster.sql` and `0004_cron_job.sql`. Metrics: see the table in `src/metrics.rs`
+//! Schema: migrations `0003_cluster.sql`, `0004_cron_job.sql` and
+//! `0019_cluster_declined_shards.sql`. Metrics: see the table in `src/metrics.rs`
 //! (`keel_cluster_*`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -43,6 +46,8 @@ pub use cron::{
     cron_pass, cron_status, db_now, job_health, prune_cron_cycles, register_job, report_job_health,
 };
 pub use error::{ClusterError, Result};
-pub use hash::{assignment, group_key, rendezvous_owner, rendezvous_weight, shard_of};
+pub use hash::{
+    assignment, assignment_declining, group_key, rendezvous_owner, rendezvous_weight, shard_of,
+};
 pub use owner::{OwnedShards, ShardLease, ShardOwner};
 pub use registry::{check_shard_count, prune_stale_replicas, recorded_shard_count};

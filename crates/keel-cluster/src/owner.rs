@@ -3,13 +3,13 @@
 
 use crate::config::{OwnerConfig, Timing};
 use crate::cron::{CronCycle, CronJob};
-use crate::hash::{assignment, group_key};
+use crate::hash::{assignment_declining, group_key};
 use crate::{ClusterError, Result, lock, registry};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -139,8 +139,33 @@ pub struct ShardOwner {
     timing: Timing,
     owned: watch::Receiver<OwnedShards>,
     pid: watch::Receiver<Option<i32>>,
+    declines: Arc<Declines>,
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
+}
+
+/// The singletons this replica cannot serve right now, and the shards they make it
+/// decline (published to the ownership loop, recorded with every heartbeat).
+#[derive(Debug)]
+struct Declines {
+    by_name: Mutex<BTreeMap<String, u32>>,
+    shards: watch::Sender<BTreeSet<u32>>,
+}
+
+impl Declines {
+    fn set(&self, name: &str, shard: u32, declined: bool) {
+        let mut names = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = if declined {
+            names.insert(name.to_owned(), shard).is_none()
+        } else {
+            names.remove(name).is_some()
+        };
+        if changed {
+            let shards: BTreeSet<u32> = names.values().copied().collect();
+            debug!(target: TARGET, name, shard, declined, "singleton availability changed");
+            self.shards.send_replace(shards);
+        }
+    }
 }
 
 impl ShardOwner {
@@ -152,7 +177,9 @@ impl ShardOwner {
     /// [`ClusterError::Config`] for an invalid configuration;
     /// [`ClusterError::ShardCountMismatch`] when the database records another shard count
     /// (the process must not start); [`ClusterError::Deadline`] or
-    /// [`ClusterError::Store`] when the first connection or registration fails.
+    /// [`ClusterError::Store`] when the connection or registration still fails after
+    /// a few attempts (retryable failures are retried, a refresh interval times the
+    /// attempt apart).
     pub async fn start(connect: PgConnectOptions, config: OwnerConfig) -> Result<Self> {
         let timing = config.timing()?;
         let id = Uuid::new_v4();
@@ -163,28 +190,30 @@ impl ShardOwner {
             .application_name(&application_name)
             .options([("statement_timeout", format!("{deadline_ms}ms"))]);
 
-        let connect_deadline = timing.refresh_interval.max(timing.lock_deadline);
-        let mut conn = timeout(connect_deadline, options.connect())
-            .await
-            .map_err(|_| ClusterError::Deadline {
-                op: "connect",
-                deadline_ms: millis(connect_deadline),
-            })??;
-        let checked = async {
-            registry::check_shard_count(&mut conn, config.shards).await?;
-            registry::heartbeat(&mut conn, id, group, config.role.as_str(), &config.host).await?;
-            lock::backend_pid(&mut conn).await
-        };
-        let pid = timeout(timing.lock_deadline, checked).await.map_err(|_| {
-            ClusterError::Deadline {
-                op: "register",
-                deadline_ms,
+        // A deadline overrun (a loaded machine) or a transient database error is retried
+        // a few times before the process gives up; a shard count mismatch is not.
+        let mut attempt: u32 = 0;
+        let (conn, pid) = loop {
+            attempt += 1;
+            match register(&options, &config, id, group, timing).await {
+                Ok(done) => break done,
+                Err(err) if err.is_retryable() && attempt < START_ATTEMPTS => {
+                    warn!(target: TARGET, replica = %id, error = %err, attempt,
+                        "registration failed; retrying");
+                    tokio::time::sleep(timing.refresh_interval * attempt).await;
+                }
+                Err(err) => return Err(err),
             }
-        })??;
+        };
         info!(target: TARGET, replica = %id, group, pid, shards = config.shards, "replica registered");
 
         let (owned_tx, owned) = watch::channel(OwnedShards::default());
         let (pid_tx, pid_rx) = watch::channel(Some(pid));
+        let (declined_tx, declined) = watch::channel(BTreeSet::new());
+        let declines = Arc::new(Declines {
+            by_name: Mutex::new(BTreeMap::new()),
+            shards: declined_tx,
+        });
         let stop = CancellationToken::new();
         let root = stop.child_token();
         let worker = Worker {
@@ -206,6 +235,7 @@ impl ShardOwner {
             root,
             owned_tx,
             pid_tx,
+            declined,
         };
         let task = tokio::spawn(worker.run(stop.clone()));
         Ok(Self {
@@ -214,6 +244,7 @@ impl ShardOwner {
             timing,
             owned,
             pid: pid_rx,
+            declines,
             stop,
             task: Some(task),
         })
@@ -295,6 +326,89 @@ impl ShardOwner {
         self.run_on_shard(shard, work)
     }
 
+    /// Like [`ShardOwner::singleton`], but `work` runs here only while `serving` is
+    /// true: the replica can serve the task (e.g. reach the chain a queue loop sends
+    /// to). While `serving` is false this replica *declines* the name's shard (recorded
+    /// with its heartbeat), so rendezvous hashing gives the shard to a live replica
+    /// that does not decline it ([`crate::assignment_declining`]; when every live
+    /// replica declines it, its plain owner keeps it, with the task not running). When
+    /// `serving` turns false while `work` runs, the lease handed to `work` fires (the
+    /// shard's lease itself is unaffected); `work` is started again once `serving` is
+    /// true and the shard still owned. A dropped `serving` sender counts as false.
+    pub fn singleton_while<F, Fut>(
+        &self,
+        name: &str,
+        serving: watch::Receiver<bool>,
+        work: F,
+    ) -> JoinHandle<()>
+    where
+        F: Fn(ShardLease) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let shard = crate::shard_of(name.as_bytes(), self.shards);
+        debug!(target: TARGET, name, shard, "conditional singleton registered");
+        let declines = Arc::clone(&self.declines);
+        let key = name.to_owned();
+        let mut availability = serving.clone();
+        let decliner = async move {
+            loop {
+                let now = *availability.borrow_and_update();
+                declines.set(&key, shard, !now);
+                if availability.changed().await.is_err() {
+                    declines.set(&key, shard, true);
+                    break;
+                }
+            }
+        };
+        let work = Arc::new(work);
+        let runner = self.run_on_shard(shard, move |lease| {
+            let work = Arc::clone(&work);
+            let mut serving = serving.clone();
+            async move {
+                loop {
+                    if *serving.borrow_and_update() {
+                        break;
+                    }
+                    tokio::select! {
+                        () = lease.token.cancelled() => return,
+                        changed = serving.changed() => if changed.is_err() { return },
+                    }
+                }
+                let token = lease.token.child_token();
+                let narrowed = ShardLease {
+                    token: token.clone(),
+                    ..lease.clone()
+                };
+                let run = work(narrowed);
+                tokio::pin!(run);
+                let mut watching = true;
+                loop {
+                    tokio::select! {
+                        () = &mut run => break,
+                        changed = serving.changed(), if watching => {
+                            if changed.is_err() || !*serving.borrow_and_update() {
+                                token.cancel();
+                                watching = false;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        tokio::spawn(async move {
+            // Aborting the returned handle drops this future, and with it the shard
+            // supervisor (as aborting a plain singleton's handle does).
+            let mut runner = AbortOnDrop(runner);
+            tokio::pin!(decliner);
+            tokio::select! {
+                () = &mut decliner => {
+                    let _ = (&mut runner.0).await;
+                }
+                _ = &mut runner.0 => {}
+            }
+        })
+    }
+
     /// Runs `work` once per cycle of `job` on exactly one replica: the owner of
     /// [`crate::shard_of`]`("cron/" + name)`, as a [`ShardOwner::singleton`].
     ///
@@ -339,10 +453,63 @@ impl ShardOwner {
     }
 }
 
+/// Attempts of [`ShardOwner::start`]'s connection and registration when they fail
+/// retryably (a deadline overrun, a transient database error).
+const START_ATTEMPTS: u32 = 5;
+
+/// Connects the reserved connection, checks the shard count and registers the replica,
+/// each under its deadline. Returns the connection and its backend pid.
+async fn register(
+    options: &PgConnectOptions,
+    config: &OwnerConfig,
+    id: Uuid,
+    group: &'static str,
+    timing: Timing,
+) -> Result<(PgConnection, i32)> {
+    let deadline_ms = millis(timing.lock_deadline);
+    let connect_deadline = timing.refresh_interval.max(timing.lock_deadline);
+    let mut conn = timeout(connect_deadline, options.connect())
+        .await
+        .map_err(|_| ClusterError::Deadline {
+            op: "connect",
+            deadline_ms: millis(connect_deadline),
+        })??;
+    let checked = async {
+        registry::check_shard_count(&mut conn, config.shards).await?;
+        registry::heartbeat(
+            &mut conn,
+            id,
+            group,
+            config.role.as_str(),
+            &config.host,
+            &BTreeSet::new(),
+        )
+        .await?;
+        lock::backend_pid(&mut conn).await
+    };
+    let pid =
+        timeout(timing.lock_deadline, checked)
+            .await
+            .map_err(|_| ClusterError::Deadline {
+                op: "register",
+                deadline_ms,
+            })??;
+    Ok((conn, pid))
+}
+
 impl Drop for ShardOwner {
     fn drop(&mut self) {
         // Without `shutdown`, the loop still releases and deregisters in the background.
         self.stop.cancel();
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -428,6 +595,8 @@ struct Worker {
     _cancel_on_drop: DropGuard,
     owned_tx: watch::Sender<OwnedShards>,
     pid_tx: watch::Sender<Option<i32>>,
+    /// Shards this replica declines ([`ShardOwner::singleton_while`]).
+    declined: watch::Receiver<BTreeSet<u32>>,
 }
 
 impl Worker {
@@ -520,10 +689,11 @@ impl Worker {
             return Ok(());
         };
         let conn = &mut reserved.conn;
+        let mine = self.declined.borrow().clone();
         Self::op(
             deadline,
             "heartbeat",
-            registry::heartbeat(conn, self.id, self.group, self.role, &self.host),
+            registry::heartbeat(conn, self.id, self.group, self.role, &self.host, &mine),
         )
         .await?;
         let live = Self::op(
@@ -536,7 +706,9 @@ impl Worker {
         if let Some(lost) = self.held.keys().find(|s| !locked.contains(s)) {
             return Err(ClusterError::LockLost { shard: *lost });
         }
-        let desired = assignment(self.id, &live, self.shards);
+        let live: Vec<(Uuid, BTreeSet<u32>)> =
+            live.into_iter().map(|r| (r.id, r.declined)).collect();
+        let desired = assignment_declining(self.id, &mine, &live, self.shards);
 
         let to_release: BTreeSet<u32> = self
             .held

@@ -3,6 +3,7 @@
 
 use crate::{ClusterError, Result};
 use sqlx::{PgConnection, PgPool};
+use std::collections::BTreeSet;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -47,36 +48,54 @@ pub async fn recorded_shard_count(conn: &mut PgConnection) -> Result<Option<u32>
 }
 
 /// Registers the replica if its row is missing, else moves its heartbeat to `now()`
-/// (database clock).
+/// (database clock). Either way records the shards it declines (migration
+/// `0019_cluster_declined_shards.sql`).
 pub(crate) async fn heartbeat(
     conn: &mut PgConnection,
     id: Uuid,
     group: &str,
     role: &str,
     host: &str,
+    declined: &BTreeSet<u32>,
 ) -> Result<()> {
+    let declined: Vec<i32> = declined
+        .iter()
+        .filter_map(|s| i32::try_from(*s).ok())
+        .collect();
     sqlx::query(
-        "INSERT INTO cluster_replica (id, shard_group, role, host) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()",
+        "INSERT INTO cluster_replica (id, shard_group, role, host, declined_shards) \
+         VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), declined_shards = $5",
     )
     .bind(id)
     .bind(group)
     .bind(role)
     .bind(host)
+    .bind(declined)
     .execute(conn)
     .await?;
     Ok(())
 }
 
-/// The live replicas of `group`: heartbeat within `window` of the database's `now()`.
+/// A live replica of a shard group and the shards it declines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LiveReplica {
+    /// The replica's id.
+    pub(crate) id: Uuid,
+    /// Shards it declines (see [`crate::assignment_declining`]).
+    pub(crate) declined: BTreeSet<u32>,
+}
+
+/// The live replicas of `group`: heartbeat within `window` of the database's `now()`,
+/// ordered by id, each with the shards it declines.
 pub(crate) async fn live_replicas(
     conn: &mut PgConnection,
     group: &str,
     window: Duration,
-) -> Result<Vec<Uuid>> {
+) -> Result<Vec<LiveReplica>> {
     let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
-    let ids = sqlx::query_scalar(
-        "SELECT id FROM cluster_replica \
+    let rows: Vec<(Uuid, Vec<i32>)> = sqlx::query_as(
+        "SELECT id, declined_shards FROM cluster_replica \
          WHERE shard_group = $1 AND heartbeat_at > now() - $2 * interval '1 millisecond' \
          ORDER BY id",
     )
@@ -84,7 +103,16 @@ pub(crate) async fn live_replicas(
     .bind(window_ms as f64)
     .fetch_all(conn)
     .await?;
-    Ok(ids)
+    Ok(rows
+        .into_iter()
+        .map(|(id, declined)| LiveReplica {
+            id,
+            declined: declined
+                .into_iter()
+                .filter_map(|s| u32::try_from(s).ok())
+                .collect(),
+        })
+        .collect())
 }
 
 /// Removes the replica's row (graceful shutdown): peers reassign its shards at their

@@ -36,6 +36,13 @@ pub struct ExecutorHandle {
 }
 
 impl ExecutorHandle {
+    /// Whether the executor's task has ended. It runs until [`ExecutorHandle::shutdown`]
+    /// (or `abort`); an end before that (a panic) means nothing claims commands here
+    /// any more, and the caller should restart or exit.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// Stops claiming and waits for the running segments to settle.
     pub async fn shutdown(self) {
         self.cancel.cancel();

@@ -1642,6 +1642,7 @@ mod tests {
             operator: Address::ZERO,
             suffix: keel_chain::AttributionSuffix::new(&["keel"]).unwrap(),
             chains: Default::default(),
+            later_chains: Default::default(),
             index_wait: Duration::from_secs(1),
         });
         let engine = crate::workflows::register_all(

@@ -198,10 +198,10 @@ pub fn onchain_asset_id(asset_id: Uuid) -> B256 {
     B256::left_padding_from(asset_id.as_bytes())
 }
 
-/// The chain of an operation. A chain this runner does not serve (unreachable or not
-/// bootstrapped at its start) suspends the instance (`CHAIN_NOT_CONFIGURED`) with
-/// recovery retries instead of failing it: another runner, or this one after a
-/// restart, may serve it.
+/// The chain of an operation. A chain this runner does not serve (yet: unreachable or
+/// not bootstrapped; the binary keeps retrying it) suspends the instance
+/// (`CHAIN_NOT_CONFIGURED`) with recovery retries instead of failing it: another
+/// runner, or this one once it serves the chain, resumes it.
 async fn chain_of<'a>(
     ctx: &mut WorkflowContext,
     p: &'a Platform,

@@ -94,10 +94,185 @@ pub struct DurableConfig {
     /// after its last renewal.
     #[serde(default = "default_lease_ms")]
     pub lease_ms: u64,
+    /// Largest start input or signal payload, bytes of compact JSON (1024..=16777216;
+    /// default 262144).
+    #[serde(default = "default_max_payload_bytes")]
+    pub max_payload_bytes: usize,
+    /// Unconsumed signals one workflow instance may hold (1..=100000; default 100).
+    #[serde(default = "default_max_open_signals")]
+    pub max_open_signals: u32,
+    /// Claims of one command before it is dead-lettered (1..=1000; default 5).
+    #[serde(default = "default_command_max_attempts")]
+    pub command_max_attempts: u32,
+    /// Attempts of a transiently failing step body inside one segment (1..=100;
+    /// default 3).
+    #[serde(default = "default_step_attempts")]
+    pub step_attempts: u32,
+    /// `durable.executor`: the runner's workflow executor.
+    #[serde(default)]
+    pub executor: ExecutorSettings,
 }
 
 fn default_lease_ms() -> u64 {
     30_000
+}
+fn default_max_payload_bytes() -> usize {
+    262_144
+}
+fn default_max_open_signals() -> u32 {
+    100
+}
+fn default_command_max_attempts() -> u32 {
+    5
+}
+fn default_step_attempts() -> u32 {
+    3
+}
+
+/// `[durable.executor]`: the runner's durable executor.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ExecutorSettings {
+    /// Workflow segments one runner executes concurrently (1..=1024; default 4).
+    pub concurrency: usize,
+    /// Poll interval when no notification arrives (the fallback for lost notifications
+    /// and lapsed leases), milliseconds (10..=60000; default 1000).
+    pub poll_interval_ms: u64,
+    /// How often a running segment renews its lease, milliseconds; 0 (default): a
+    /// third of `durable.leaseMs`. Otherwise 100 or more and shorter than the lease.
+    pub renew_interval_ms: u64,
+}
+
+impl Default for ExecutorSettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 4,
+            poll_interval_ms: 1_000,
+            renew_interval_ms: 0,
+        }
+    }
+}
+
+/// `[txq]`: the runner's transaction queue, for every chain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TxqSettings {
+    /// A broadcast transaction without a receipt for this long (while its sender had
+    /// no new inclusion for as long) is replaced with bumped fees, milliseconds; 0
+    /// disables fee bumping, otherwise 1000..=86400000 (default 30000).
+    pub bump_after_ms: u64,
+    /// Percent a replacement raises both the max fee and the priority fee by
+    /// (10..=1000; default 12; geth and reth refuse replacements below +10 %).
+    pub bump_percent: u64,
+    /// Upper bound of the max fee per gas, gwei (1..=10000000; default 1000).
+    pub max_fee_cap_gwei: u64,
+    /// Percent added to a gas estimate for the gas limit (0..=1000; default 20).
+    pub gas_limit_headroom_percent: u64,
+    /// Queued requests signed per sender per pass (1..=100000; default 256).
+    pub sign_batch: u32,
+    /// Nonce recovery runs every this many queue ticks (1..=1000000; default 40).
+    pub recovery_every_ticks: u64,
+    /// Broadcasts refused for insufficient funds retried (with a funding pause) before
+    /// the request fails `GAS_REQUIRED` (0..=10000; default 10).
+    pub funding_broadcast_retries: u32,
+    /// Broadcasts of one sender outstanding at once (1..=4096; default 16).
+    pub broadcast_in_flight: usize,
+    /// Broadcasts per JSON-RPC batch (1..=1024; default 16; 1 = one request each).
+    pub broadcast_batch: usize,
+}
+
+impl Default for TxqSettings {
+    fn default() -> Self {
+        Self {
+            bump_after_ms: 30_000,
+            bump_percent: 12,
+            max_fee_cap_gwei: 1_000,
+            gas_limit_headroom_percent: 20,
+            sign_batch: 256,
+            recovery_every_ticks: 40,
+            funding_broadcast_retries: 10,
+            broadcast_in_flight: 16,
+            broadcast_batch: 16,
+        }
+    }
+}
+
+/// `[index.history]`: the indexer's history workers (leased ranges below the tip).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct HistorySettings {
+    /// How long a claimed range stays leased, milliseconds (1000..=3600000; default
+    /// 60000); renewed every third of it while its worker fetches.
+    pub lease_ms: u64,
+    /// Largest `eth_getLogs` span, blocks (1..=1000000; default 2000); halves on a
+    /// "range too large" answer.
+    pub max_span: u64,
+    /// Retries of a rate-limited or unreachable `eth_getLogs` before the range is left
+    /// to its lease (0..=100; default 5).
+    pub retries: u32,
+}
+
+impl Default for HistorySettings {
+    fn default() -> Self {
+        Self {
+            lease_ms: 60_000,
+            max_span: 2_000,
+            retries: 5,
+        }
+    }
+}
+
+/// `[chainHealth]`: how runner and indexer processes decide which chains they serve.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ChainHealthSettings {
+    /// First delay before a chain that is unreachable (or not bootstrapped) is tried
+    /// again, milliseconds (10..=600000; default 1000); doubles per failure.
+    pub retry_initial_ms: u64,
+    /// Largest such delay, milliseconds (>= retryInitialMs, <= 600000; default 30000).
+    pub retry_max_ms: u64,
+    /// How often a served chain is probed (`eth_chainId`), milliseconds (10..=600000;
+    /// default 5000).
+    pub probe_interval_ms: u64,
+    /// Consecutive failed probes after which a served chain is no longer served (its
+    /// singleton shards are handed on) (1..=1000; default 3).
+    pub failures_before_unserved: u32,
+}
+
+impl Default for ChainHealthSettings {
+    fn default() -> Self {
+        Self {
+            retry_initial_ms: 1_000,
+            retry_max_ms: 30_000,
+            probe_interval_ms: 5_000,
+            failures_before_unserved: 3,
+        }
+    }
+}
+
+/// `[supervision]`: restarts of a process's critical tasks.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SupervisionSettings {
+    /// First delay before a critical task that ended is restarted, milliseconds
+    /// (10..=600000; default 1000); doubles per consecutive restart.
+    pub restart_initial_ms: u64,
+    /// Largest restart delay, milliseconds (>= restartInitialMs, <= 600000; default
+    /// 30000).
+    pub restart_max_ms: u64,
+    /// Consecutive restarts of one task (each within a minute of the last) after which
+    /// the process exits non-zero instead (1..=1000; default 10).
+    pub max_restarts: u32,
+}
+
+impl Default for SupervisionSettings {
+    fn default() -> Self {
+        Self {
+            restart_initial_ms: 1_000,
+            restart_max_ms: 30_000,
+            max_restarts: 10,
+        }
+    }
 }
 
 /// `[durable.confirmationWatcher]`.
@@ -270,6 +445,9 @@ pub struct IndexSettings {
     /// default 4). Each counts against the upstream's rate limit.
     #[serde(default = "default_history_fetch_concurrency")]
     pub history_fetch_concurrency: usize,
+    /// `index.history`.
+    #[serde(default)]
+    pub history: HistorySettings,
 }
 
 fn default_history_fetch_concurrency() -> usize {
@@ -283,6 +461,7 @@ impl Default for IndexSettings {
             finality_depth: 12,
             read_after_write_wait_ms: 30_000,
             history_fetch_concurrency: default_history_fetch_concurrency(),
+            history: HistorySettings::default(),
         }
     }
 }
@@ -312,6 +491,15 @@ pub struct Config {
     pub index: IndexSettings,
     /// `[durable]`.
     pub durable: DurableConfig,
+    /// `[txq]`.
+    #[serde(default)]
+    pub txq: TxqSettings,
+    /// `[chainHealth]`.
+    #[serde(default)]
+    pub chain_health: ChainHealthSettings,
+    /// `[supervision]`.
+    #[serde(default)]
+    pub supervision: SupervisionSettings,
     /// `[cluster]`.
     pub cluster: ClusterConfig,
     /// `[retention]`.
@@ -352,6 +540,22 @@ fn known_paths() -> Vec<Vec<String>> {
         out.push(vec!["chains".to_owned(), "*".to_owned(), key.to_owned()]);
     }
     out
+}
+
+/// Whether `key` (dotted, e.g. `durable.executor.pollIntervalMs`) names a key or
+/// section of the configuration; any name is accepted for a chain (`chains.<name>.…`).
+pub fn is_known_key(key: &str) -> bool {
+    let segments: Vec<&str> = key.split('.').collect();
+    let mut known = known_paths();
+    known.push(vec!["chains".to_owned(), "*".to_owned()]);
+    known.iter().any(|path| {
+        path.len() == segments.len()
+            && path
+                .iter()
+                .zip(&segments)
+                .enumerate()
+                .all(|(i, (k, s))| k == s || (i == 1 && path[0] == "chains" && !s.is_empty()))
+    })
 }
 
 /// An environment value as TOML when it parses as one (`500`, `true`,
@@ -526,6 +730,155 @@ impl Config {
             return Err(invalid(
                 "durable.leaseMs",
                 "must be within 1000..=600000 milliseconds",
+            ));
+        }
+        let d = &self.durable;
+        if !(1_024..=16_777_216).contains(&d.max_payload_bytes) {
+            return Err(invalid(
+                "durable.maxPayloadBytes",
+                "must be within 1024..=16777216",
+            ));
+        }
+        if !(1..=100_000).contains(&d.max_open_signals) {
+            return Err(invalid(
+                "durable.maxOpenSignals",
+                "must be within 1..=100000",
+            ));
+        }
+        if !(1..=1_000).contains(&d.command_max_attempts) {
+            return Err(invalid(
+                "durable.commandMaxAttempts",
+                "must be within 1..=1000",
+            ));
+        }
+        if !(1..=100).contains(&d.step_attempts) {
+            return Err(invalid("durable.stepAttempts", "must be within 1..=100"));
+        }
+        let e = &d.executor;
+        if !(1..=1_024).contains(&e.concurrency) {
+            return Err(invalid(
+                "durable.executor.concurrency",
+                "must be within 1..=1024",
+            ));
+        }
+        if !(10..=60_000).contains(&e.poll_interval_ms) {
+            return Err(invalid(
+                "durable.executor.pollIntervalMs",
+                "must be within 10..=60000 milliseconds",
+            ));
+        }
+        if e.renew_interval_ms != 0
+            && (e.renew_interval_ms < 100 || e.renew_interval_ms >= d.lease_ms)
+        {
+            return Err(invalid(
+                "durable.executor.renewIntervalMs",
+                "must be 0 (a third of durable.leaseMs), or at least 100 and below durable.leaseMs",
+            ));
+        }
+        let q = &self.txq;
+        if q.bump_after_ms != 0 && !(1_000..=86_400_000).contains(&q.bump_after_ms) {
+            return Err(invalid(
+                "txq.bumpAfterMs",
+                "must be 0 (no fee bumping) or within 1000..=86400000 milliseconds",
+            ));
+        }
+        if !(10..=1_000).contains(&q.bump_percent) {
+            return Err(invalid(
+                "txq.bumpPercent",
+                "must be within 10..=1000 (geth and reth refuse replacements below +10 %)",
+            ));
+        }
+        if !(1..=10_000_000).contains(&q.max_fee_cap_gwei) {
+            return Err(invalid(
+                "txq.maxFeeCapGwei",
+                "must be within 1..=10000000 gwei",
+            ));
+        }
+        if q.gas_limit_headroom_percent > 1_000 {
+            return Err(invalid(
+                "txq.gasLimitHeadroomPercent",
+                "must be within 0..=1000",
+            ));
+        }
+        if !(1..=100_000).contains(&q.sign_batch) {
+            return Err(invalid("txq.signBatch", "must be within 1..=100000"));
+        }
+        if !(1..=1_000_000).contains(&q.recovery_every_ticks) {
+            return Err(invalid(
+                "txq.recoveryEveryTicks",
+                "must be within 1..=1000000",
+            ));
+        }
+        if q.funding_broadcast_retries > 10_000 {
+            return Err(invalid(
+                "txq.fundingBroadcastRetries",
+                "must be within 0..=10000",
+            ));
+        }
+        if !(1..=4_096).contains(&q.broadcast_in_flight) {
+            return Err(invalid("txq.broadcastInFlight", "must be within 1..=4096"));
+        }
+        if !(1..=1_024).contains(&q.broadcast_batch) {
+            return Err(invalid("txq.broadcastBatch", "must be within 1..=1024"));
+        }
+        let h = &self.index.history;
+        if !(1_000..=3_600_000).contains(&h.lease_ms) {
+            return Err(invalid(
+                "index.history.leaseMs",
+                "must be within 1000..=3600000 milliseconds",
+            ));
+        }
+        if !(1..=1_000_000).contains(&h.max_span) {
+            return Err(invalid(
+                "index.history.maxSpan",
+                "must be within 1..=1000000 blocks",
+            ));
+        }
+        if h.retries > 100 {
+            return Err(invalid("index.history.retries", "must be within 0..=100"));
+        }
+        let c = &self.chain_health;
+        if !(10..=600_000).contains(&c.retry_initial_ms) {
+            return Err(invalid(
+                "chainHealth.retryInitialMs",
+                "must be within 10..=600000 milliseconds",
+            ));
+        }
+        if c.retry_max_ms < c.retry_initial_ms || c.retry_max_ms > 600_000 {
+            return Err(invalid(
+                "chainHealth.retryMaxMs",
+                "must be at least chainHealth.retryInitialMs and at most 600000 milliseconds",
+            ));
+        }
+        if !(10..=600_000).contains(&c.probe_interval_ms) {
+            return Err(invalid(
+                "chainHealth.probeIntervalMs",
+                "must be within 10..=600000 milliseconds",
+            ));
+        }
+        if !(1..=1_000).contains(&c.failures_before_unserved) {
+            return Err(invalid(
+                "chainHealth.failuresBeforeUnserved",
+                "must be within 1..=1000",
+            ));
+        }
+        let v = &self.supervision;
+        if !(10..=600_000).contains(&v.restart_initial_ms) {
+            return Err(invalid(
+                "supervision.restartInitialMs",
+                "must be within 10..=600000 milliseconds",
+            ));
+        }
+        if v.restart_max_ms < v.restart_initial_ms || v.restart_max_ms > 600_000 {
+            return Err(invalid(
+                "supervision.restartMaxMs",
+                "must be at least supervision.restartInitialMs and at most 600000 milliseconds",
+            ));
+        }
+        if !(1..=1_000).contains(&v.max_restarts) {
+            return Err(invalid(
+                "supervision.maxRestarts",
+                "must be within 1..=1000",
             ));
         }
         if self.durable.sharding.shards == 0 {

@@ -338,16 +338,51 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
     };
     let span = tracing::info_span!("keel", role = role.as_str());
     let _entered = span.enter();
-    let metrics_addr =
-        telemetry::init_metrics(&config.telemetry, &config.deployment_id, role.as_str())?;
+    let endpoint =
+        telemetry::init_metrics(&config.telemetry, &config.deployment_id, role.as_str()).await?;
+    let metrics_addr = endpoint
+        .as_ref()
+        .and_then(telemetry::MetricsEndpoint::local_addr);
     let pool = keel_store::connect(&config.database)
         .await
         .context("connecting to the database")?;
     let shutdown = keel::shutdown::on_signal();
     let runtime = keel::roles::RoleRuntime::start(role, &config, &pool).await?;
+    let supervisor = runtime.supervisor().clone();
     let ready = Arc::new(AtomicBool::new(false));
+    // The telemetry endpoint outlives the drain (readiness reports "not ready" while
+    // draining); it stops with the process.
+    let endpoint_stop = tokio_util::sync::CancellationToken::new();
+    if let Some(endpoint) = endpoint {
+        let readiness = telemetry::Readiness {
+            role: role.as_str(),
+            ready: ready.clone(),
+            chains: runtime.chain_set().cloned(),
+            index_db: matches!(role, Role::Indexer).then(|| pool.clone()),
+        };
+        let served = telemetry::serve_endpoint(endpoint, readiness, endpoint_stop.clone());
+        let watcher = supervisor.clone();
+        tokio::spawn(async move {
+            let outcome = served.await;
+            let reason = match outcome {
+                Ok(Ok(())) => "stopped serving".to_owned(),
+                Ok(Err(e)) => format!("failed: {e}"),
+                Err(_) => "panicked".to_owned(),
+            };
+            watcher.fail("telemetry-endpoint", &reason);
+        });
+    }
     let api = if role == Role::Api {
-        Some(start_api(&config, &pool, ready.clone(), shutdown.clone()).await?)
+        Some(
+            start_api(
+                &config,
+                &pool,
+                ready.clone(),
+                shutdown.clone(),
+                supervisor.clone(),
+            )
+            .await?,
+        )
     } else {
         None
     };
@@ -356,13 +391,19 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
     tracing::info!(
         target: "keel",
         metrics = metrics_addr.map(|a| a.to_string()).unwrap_or_else(|| "disabled".into()),
+        chains = ?runtime.chains(),
         "{} role ready",
         role.as_str()
     );
-    shutdown.cancelled().await;
+    // Runs until a signal, or until a critical task ended for good.
+    let failure = tokio::select! {
+        () = shutdown.cancelled() => None,
+        reason = runtime.failed() => Some(reason),
+    };
     // Readiness first, so load balancers and probes stop routing before work stops.
     ready.store(false, Ordering::SeqCst);
     metrics::gauge!("keel_ready").set(0.0);
+    shutdown.cancel();
     tracing::info!(target: "keel", grace_seconds = grace.as_secs(), "draining");
     let started = std::time::Instant::now();
     if let Some(server) = api {
@@ -374,17 +415,24 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
     runtime.stop(grace.saturating_sub(started.elapsed())).await;
     let left = grace.saturating_sub(started.elapsed());
     tokio::time::timeout(left, pool.close()).await.ok();
+    endpoint_stop.cancel();
+    if let Some(reason) = failure {
+        tracing::error!(target: "keel", reason = reason.as_str(), "stopped after a critical task failed");
+        bail!("{reason}");
+    }
     tracing::info!(target: "keel", "stopped");
     Ok(())
 }
 
 /// Binds the Platform API and serves it until `shutdown` fires (graceful: in-flight
-/// requests finish).
+/// requests finish). A server that ends before `shutdown` fails the process through
+/// `supervisor` (task `api-server`).
 async fn start_api(
     config: &Config,
     pool: &sqlx::PgPool,
     ready: Arc<AtomicBool>,
     shutdown: tokio_util::sync::CancellationToken,
+    supervisor: keel::supervise::Supervisor,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let engine = keel_durable::Engine::new(pool.clone(), keel::services::engine_config(config))
         .context("durable engine")?;
@@ -398,13 +446,26 @@ async fn start_api(
         .with_context(|| format!("binding api.listenAddress {}", config.api.listen_address))?;
     tracing::info!(target: "keel::api", address = %config.api.listen_address, "platform API listening");
     let app = keel_api::router(state);
+    let stop = shutdown.clone();
+    let served = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    });
     Ok(tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(target: "keel::api", error = %e, "platform API server failed");
+        let outcome = served.await;
+        if shutdown.is_cancelled() {
+            if let Ok(Err(e)) = outcome {
+                tracing::error!(target: "keel::api", error = %e, "platform API server failed while draining");
+            }
+            return;
         }
+        let reason = match outcome {
+            Ok(Ok(())) => "stopped serving".to_owned(),
+            Ok(Err(e)) => format!("failed: {e}"),
+            Err(_) => "panicked".to_owned(),
+        };
+        supervisor.fail("api-server", &reason);
     }))
 }
 

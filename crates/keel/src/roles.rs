@@ -7,12 +7,18 @@
 //! | `indexer` | `indexer` | — |
 //! | `api` | none (owns nothing) | — |
 //!
+//! Every task runs under the role's [`Supervisor`] ([`crate::supervise`]):
+//! [`RoleRuntime::failed`] resolves when one ended for good (the binary then exits
+//! non-zero). Runner and indexer serve a chain only while they can ([`crate::chains`]).
+//!
 //! Stopping ([`RoleRuntime::stop`]) aborts the job supervisors, then shuts the
 //! [`ShardOwner`] down: every lease's token fires, work under leases gets the owner's
 //! lock deadline to stop, every advisory lock is released and the replica's registry
 //! row deleted, so peers take its shards at their next refresh.
 
+use crate::chains::{ChainReport, ChainSet};
 use crate::config::{Config, RetentionSettings, Role};
+use crate::supervise::Supervisor;
 use anyhow::Context;
 use keel_cluster::{CronCycle, CronJob, OwnerConfig, Schedule, ShardOwner};
 use keel_durable::{Retention, RetentionConfig, RetentionReport};
@@ -33,6 +39,9 @@ pub const RUNNER_JOBS: [&str; 1] = [RETENTION_JOB];
 
 /// How often a runner evaluates and exports the health of [`RUNNER_JOBS`].
 pub const JOB_HEALTH_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How often the executor's task is checked for an early end.
+pub const EXECUTOR_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The cluster role of a process role; `None` for `api`, which owns nothing.
 pub fn cluster_role(role: Role) -> Option<keel_cluster::Role> {
@@ -154,22 +163,29 @@ pub struct RoleRuntime {
     tasks: Vec<(&'static str, JoinHandle<()>)>,
     executor: Option<keel_durable::ExecutorHandle>,
     stop: CancellationToken,
+    supervisor: Supervisor,
+    chains: Option<ChainSet>,
 }
 
 impl RoleRuntime {
-    /// Starts what `role` runs. `api` starts nothing.
+    /// Starts what `role` runs. `api` starts nothing (its server is supervised by the
+    /// binary with [`RoleRuntime::supervisor`]).
     ///
     /// # Errors
     /// When the shard owner cannot start — notably when the database records another
     /// shard count than `durable.sharding.shards` (the process must not start) — or a
-    /// job is invalid.
+    /// job or setting is invalid.
     pub async fn start(role: Role, config: &Config, pool: &PgPool) -> anyhow::Result<Self> {
+        let stop = CancellationToken::new();
+        let supervisor = Supervisor::new(&config.supervision, stop.clone());
         let Some(cluster_role) = cluster_role(role) else {
             return Ok(Self {
                 owner: None,
                 tasks: Vec::new(),
                 executor: None,
-                stop: CancellationToken::new(),
+                stop,
+                supervisor,
+                chains: None,
             });
         };
         let connect = PgConnectOptions::from_str(&config.database.url)
@@ -179,25 +195,67 @@ impl RoleRuntime {
             .with_context(|| format!("starting the {} replica's shard ownership", role.as_str()))?;
         tracing::info!(target: TARGET, replica = %owner.replica_id(),
             group = cluster_role.shard_group(), shards = owner.shards(), "shard owner started");
+        let chains = ChainSet::new(config, role.as_str());
         let mut runtime = Self {
             owner: None,
             tasks: Vec::new(),
             executor: None,
-            stop: CancellationToken::new(),
+            stop,
+            supervisor,
+            chains: Some(chains.clone()),
         };
         if role == Role::Runner {
             runtime.start_runner_jobs(&owner, config, pool).await?;
-            let services = crate::services::start_runner(config, pool, &owner).await?;
+            let services =
+                crate::services::start_runner(config, pool, &owner, &chains, &runtime.supervisor)
+                    .await?;
             runtime.executor = Some(services.executor);
             runtime.tasks.extend(services.tasks);
         }
         if role == Role::Indexer {
             let tasks =
-                crate::services::start_indexer(config, pool, &owner, runtime.stop.clone()).await?;
+                crate::services::start_indexer(config, pool, &owner, &chains, &runtime.supervisor)
+                    .await?;
             runtime.tasks.extend(tasks);
         }
         runtime.owner = Some(owner);
         Ok(runtime)
+    }
+
+    /// The role's supervisor (for tasks the binary starts itself, e.g. the API server).
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+
+    /// The chains this process serves and does not serve; `None` for `api`, which
+    /// serves no chain.
+    pub fn chains(&self) -> Option<ChainReport> {
+        self.chains.as_ref().map(ChainSet::report)
+    }
+
+    /// The chain set (runner and indexer).
+    pub fn chain_set(&self) -> Option<&ChainSet> {
+        self.chains.as_ref()
+    }
+
+    /// Resolves when a critical task ended for good (its restart budget spent, or a
+    /// task that is not restarted: a singleton supervisor, the executor, the API
+    /// server), with a message naming it. Pending forever while everything runs.
+    pub async fn failed(&self) -> String {
+        let Some(executor) = self.executor.as_ref() else {
+            return self.supervisor.failed().await;
+        };
+        let mut tick = tokio::time::interval(EXECUTOR_CHECK_INTERVAL);
+        loop {
+            tokio::select! {
+                reason = self.supervisor.failed() => return reason,
+                _ = tick.tick() => {
+                    if executor.is_finished() {
+                        self.supervisor.fail("executor", "its task ended");
+                    }
+                }
+            }
+        }
     }
 
     async fn start_runner_jobs(
@@ -220,23 +278,36 @@ impl RoleRuntime {
                 let retention = retention.clone();
                 let pool = work_pool.clone();
                 async move {
-                    let done =
-                        retention_cycle(&retention, &pool, stale_after, liveness, &cycle.token)
-                            .await?;
-                    Ok::<u64, String>(done.deleted())
+                    // Spawned, so a panic fails this cycle (recorded `failed`) instead of
+                    // ending the job's loop on this replica.
+                    let token = cycle.token.clone();
+                    let run = tokio::spawn(async move {
+                        retention_cycle(&retention, &pool, stale_after, liveness, &token).await
+                    });
+                    match run.await {
+                        Ok(done) => Ok::<u64, String>(done?.deleted()),
+                        Err(_) => Err("the retention cycle panicked".to_owned()),
+                    }
                 }
             })
             .context("starting the retention job")?;
-        self.tasks.push(("retention-cron", cron));
+        self.tasks.push((
+            "retention-cron",
+            self.supervisor.watch("retention-cron", cron),
+        ));
 
         let health_pool = pool.clone();
-        let health = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(JOB_HEALTH_INTERVAL);
-            loop {
-                tick.tick().await;
-                if let Err(err) = keel_cluster::report_job_health(&health_pool, &RUNNER_JOBS).await
-                {
-                    tracing::warn!(target: TARGET, error = %err, "job health could not be read");
+        let health = self.supervisor.spawn("job-health", move || {
+            let health_pool = health_pool.clone();
+            async move {
+                let mut tick = tokio::time::interval(JOB_HEALTH_INTERVAL);
+                loop {
+                    tick.tick().await;
+                    if let Err(err) =
+                        keel_cluster::report_job_health(&health_pool, &RUNNER_JOBS).await
+                    {
+                        tracing::warn!(target: TARGET, error = %err, "job health could not be read");
+                    }
                 }
             }
         });

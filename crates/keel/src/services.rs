@@ -2,11 +2,15 @@
 //!
 //! | role | runs |
 //! |---|---|
-//! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain the transaction queue loop (sign, broadcast, confirmation watcher every `durable.confirmationWatcher.intervalMs`, nonce recovery) as the cluster singleton `txq/<chainId>`; the verdict relay as the singleton `verdict-relay` |
-//! | `indexer` | per chain the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica |
+//! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain, once served ([`crate::chains`]), the transaction queue loop (sign, broadcast, confirmation watcher every `durable.confirmationWatcher.intervalMs`, nonce recovery) as the cluster singleton `txq/<chainId>`, declined while the chain is not served; the verdict relay as the singleton `verdict-relay` |
+//! | `indexer` | per chain, while served, the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica |
 //! | `api` | the Platform API (see [`keel_api`]) |
+//!
+//! Every long-lived task runs under the role's [`Supervisor`].
 
+use crate::chains::{ChainSet, keep_health};
 use crate::config::Config;
+use crate::supervise::Supervisor;
 use anyhow::Context;
 use keel_chain::{AttributionSuffix, UpstreamConfig, UpstreamPool};
 use keel_cluster::ShardOwner;
@@ -17,7 +21,7 @@ use keel_units::ChainId;
 use keel_workflows::{ChainContext, Platform, PlatformAddresses};
 use sqlx::PgPool;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -34,131 +38,193 @@ fn chain_confirmations(config: &Config, chain_id: u64) -> u64 {
         .map_or(1, |c| c.confirmations.max(1))
 }
 
-/// One upstream pool per configured chain that answers with its configured `chainId`.
-/// A chain that cannot be reached or reports another id is skipped with an error log
-/// and the metric `keel_chain_unavailable_at_start_total{chain_id}`: the process keeps
-/// serving its other chains (restart it once the chain is back).
+/// One upstream pool per configured chain, by chain id (no request is sent: whether a
+/// chain answers is [`crate::chains::keep_health`]'s business).
 ///
 /// # Errors
-/// When a chain's upstream configuration is invalid.
-pub async fn upstreams(config: &Config) -> anyhow::Result<Vec<Arc<UpstreamPool>>> {
+/// When a chain's upstream configuration is invalid (names `chains.<name>.rpcUrls`).
+pub fn upstreams(config: &Config) -> anyhow::Result<Vec<Arc<UpstreamPool>>> {
     let mut out = Vec::new();
     for (name, chain) in &config.chains {
         let pool = UpstreamPool::new(
             ChainId(chain.chain_id),
             UpstreamConfig::new(chain.rpc_urls.clone()),
         )
-        .with_context(|| format!("chain `{name}`: upstream configuration"))?;
-        if let Err(e) = pool.verify_chain_id().await {
-            tracing::error!(target: TARGET, chain = name.as_str(), chain_id = chain.chain_id,
-                error = %e, "chain unavailable at start; skipped");
-            metrics::counter!("keel_chain_unavailable_at_start_total",
-                "chain_id" => chain.chain_id.to_string())
-            .increment(1);
-            continue;
-        }
+        .with_context(|| format!("configuration key `chains.{name}.rpcUrls`"))?;
         out.push(Arc::new(pool));
     }
     Ok(out)
 }
 
-/// The runner's workflow platform: one queue per reachable, bootstrapped chain with
-/// the operator signer registered, the chains' platform contracts (chains that were
-/// not bootstrapped are skipped with a warning) and the attribution suffix. Without
-/// any such chain the operator key is not needed; operations on a missing chain are
-/// suspended (`CHAIN_NOT_CONFIGURED`) and retried with backoff.
-///
-/// # Errors
-/// When the operator key is missing or invalid while a chain is served, or the
-/// attribution codes are invalid.
-pub async fn platform(config: &Config, pool: &PgPool) -> anyhow::Result<Arc<Platform>> {
-    let suffix = AttributionSuffix::new(&config.operator.attribution_codes)
-        .context("configuration key `operator.attributionCodes`")?;
-    let mut usable = Vec::new();
-    for node in upstreams(config).await? {
-        let chain_id = node.chain().get();
-        match PlatformAddresses::load(pool, chain_id).await {
-            Ok(c) => usable.push((node, c)),
-            Err(e) => {
-                tracing::warn!(target: TARGET, chain_id, error = %e, "chain skipped");
-            }
-        }
-    }
-    let mut chains = HashMap::new();
-    let mut operator = alloy::primitives::Address::ZERO;
-    if !usable.is_empty() {
-        let signer = LocalSigner::from_env(&config.operator.key_env).with_context(|| {
-            format!(
-                "operator key: set the environment variable {} (hex private key)",
-                config.operator.key_env
-            )
-        })?;
-        operator = signer.address();
-        let signer: Arc<dyn TxSigner> = Arc::new(signer);
-        for (node, contracts) in usable {
-            let chain_id = node.chain().get();
-            let confirmations = chain_confirmations(config, chain_id);
-            let queue_config = TxQueueConfig {
-                confirmations,
-                poll_interval: Duration::from_millis(
-                    config.durable.confirmation_watcher.interval_ms,
-                ),
-                ..TxQueueConfig::default()
-            };
-            let mut queue = TxQueue::new(pool.clone(), node.clone(), queue_config)
-                .with_context(|| format!("transaction queue of chain {chain_id}"))?;
-            queue.add_signer(signer.clone());
-            chains.insert(
-                chain_id,
-                ChainContext {
-                    chain_id: ChainId(chain_id),
-                    node,
-                    queue: Arc::new(queue),
-                    contracts,
-                },
-            );
-        }
-    }
-    Ok(Arc::new(Platform {
-        db: pool.clone(),
-        operator,
-        suffix,
-        chains,
-        index_wait: Duration::from_millis(config.index.read_after_write_wait_ms),
-    }))
-}
-
 /// The durable engine's settings from `[durable]`.
 pub fn engine_config(config: &Config) -> EngineConfig {
+    let d = &config.durable;
     EngineConfig {
-        lease: Duration::from_millis(config.durable.lease_ms),
+        lease: Duration::from_millis(d.lease_ms),
+        max_payload_bytes: d.max_payload_bytes,
+        max_open_signals: d.max_open_signals,
+        command_max_attempts: d.command_max_attempts,
+        step_attempts: d.step_attempts,
         ..EngineConfig::default()
     }
 }
 
+/// The runner's executor settings from `[durable.executor]`.
+pub fn executor_config(config: &Config) -> ExecutorConfig {
+    let e = &config.durable.executor;
+    ExecutorConfig {
+        concurrency: e.concurrency,
+        poll_interval: Duration::from_millis(e.poll_interval_ms),
+        renew_interval: (e.renew_interval_ms > 0)
+            .then(|| Duration::from_millis(e.renew_interval_ms)),
+        ..ExecutorConfig::default()
+    }
+}
+
+/// The transaction queue's settings for `chain_id` from `[txq]`,
+/// `durable.confirmationWatcher.intervalMs` and `chains.<name>.confirmations`.
+pub fn queue_config(config: &Config, chain_id: u64) -> TxQueueConfig {
+    let q = &config.txq;
+    TxQueueConfig {
+        confirmations: chain_confirmations(config, chain_id),
+        poll_interval: Duration::from_millis(config.durable.confirmation_watcher.interval_ms),
+        sign_batch: i64::from(q.sign_batch),
+        gas_limit_headroom_percent: q.gas_limit_headroom_percent,
+        recovery_every_ticks: q.recovery_every_ticks,
+        bump_after: (q.bump_after_ms > 0).then(|| Duration::from_millis(q.bump_after_ms)),
+        bump_percent: q.bump_percent,
+        max_fee_cap: u128::from(q.max_fee_cap_gwei) * 1_000_000_000,
+        funding_broadcast_retries: q.funding_broadcast_retries,
+        broadcast_in_flight: q.broadcast_in_flight,
+        broadcast_batch: q.broadcast_batch,
+    }
+}
+
+/// The history workers' settings from `[index.history]`.
+pub fn history_config(config: &Config) -> HistoryConfig {
+    let h = &config.index.history;
+    HistoryConfig {
+        lease: Duration::from_millis(h.lease_ms),
+        max_span: h.max_span,
+        retries: h.retries,
+    }
+}
+
+/// The configuration key behind a key named by a library's configuration error (the
+/// libraries name their own fields): the key of this binary's configuration that sets
+/// it. Unknown names are returned unchanged.
+pub fn config_key(library_key: &str) -> &str {
+    match library_key {
+        "durable.leaseSeconds" => "durable.leaseMs",
+        "bumpPercent" => "txq.bumpPercent",
+        "confirmations" => "chains.<name>.confirmations",
+        "maxSpan" => "index.history.maxSpan",
+        "lease" => "index.history.leaseMs",
+        "chains.*.rpcUrls" => "chains.<name>.rpcUrls",
+        "attribution.codes" => "operator.attributionCodes",
+        other => other,
+    }
+}
+
+/// The runner's workflow platform: every configured chain has a slot in
+/// [`Platform::later_chains`], filled when the chain is first served; the operator is
+/// the key's address (zero without a key: then no chain is served, and operations wait
+/// suspended with `CHAIN_NOT_CONFIGURED`).
+///
+/// # Errors
+/// When the attribution codes are invalid.
+pub fn platform(
+    config: &Config,
+    pool: &PgPool,
+    signer: Option<&LocalSigner>,
+) -> anyhow::Result<Arc<Platform>> {
+    let suffix = AttributionSuffix::new(&config.operator.attribution_codes)
+        .context("configuration key `operator.attributionCodes`")?;
+    let later_chains = config
+        .chains
+        .values()
+        .map(|c| (c.chain_id, OnceLock::new()))
+        .collect();
+    Ok(Arc::new(Platform {
+        db: pool.clone(),
+        operator: signer.map_or(alloy::primitives::Address::ZERO, LocalSigner::address),
+        suffix,
+        chains: HashMap::new(),
+        later_chains,
+        index_wait: Duration::from_millis(config.index.read_after_write_wait_ms),
+    }))
+}
+
+/// How long a runner waits, per chain, for the chain to answer before its executor
+/// starts; a chain that does not is served later, by its chain-health task.
+pub const STARTUP_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// What the runner started.
 #[derive(Debug)]
 pub struct RunnerServices {
-    /// The executor (shut down with a grace on stop).
+    /// The executor (shut down with a grace on stop; watched for an early end).
     pub executor: ExecutorHandle,
-    /// The singletons' supervisors.
+    /// The supervised tasks, by name.
     pub tasks: Vec<(&'static str, JoinHandle<()>)>,
 }
 
-/// Starts the runner's work on `owner`'s shards.
+/// Makes a served chain of the runner: its platform contracts, the queue with the
+/// operator's signer, the chain in the platform. Idempotent (a chain already in the
+/// platform is kept).
+async fn serve_runner_chain(
+    config: &Config,
+    pool: &PgPool,
+    platform: &Platform,
+    node: &Arc<UpstreamPool>,
+    signer: Option<&Arc<dyn TxSigner>>,
+    queue_slot: &OnceLock<Arc<TxQueue>>,
+) -> Result<(), String> {
+    let chain_id = node.chain().get();
+    if platform.chain(chain_id).is_some() && queue_slot.get().is_some() {
+        return Ok(());
+    }
+    let contracts = PlatformAddresses::load(pool, chain_id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let signer = signer.ok_or_else(|| {
+        format!(
+            "no operator key: set the environment variable {} (hex private key)",
+            config.operator.key_env
+        )
+    })?;
+    let mut queue = TxQueue::new(pool.clone(), node.clone(), queue_config(config, chain_id))
+        .map_err(|e| format!("transaction queue: {e}"))?;
+    queue.add_signer(signer.clone());
+    let queue = Arc::new(queue);
+    let queue = Arc::clone(queue_slot.get_or_init(|| queue));
+    platform.serve_later(ChainContext {
+        chain_id: ChainId(chain_id),
+        node: node.clone(),
+        queue,
+        contracts,
+    });
+    Ok(())
+}
+
+/// Starts the runner's work on `owner`'s shards, every task under `supervisor`.
 ///
 /// # Errors
-/// As [`platform`]; an invalid executor configuration.
+/// An invalid configuration (naming its key); a workflow the API can start that is
+/// not registered.
 pub async fn start_runner(
     config: &Config,
     pool: &PgPool,
     owner: &ShardOwner,
+    chains: &ChainSet,
+    supervisor: &Supervisor,
 ) -> anyhow::Result<RunnerServices> {
-    let platform = platform(config, pool).await?;
-    let engine = keel_workflows::workflows::register_all(
-        Engine::new(pool.clone(), engine_config(config)).context("durable engine")?,
-        platform.clone(),
-    );
+    let signer = LocalSigner::from_env(&config.operator.key_env).ok();
+    let platform = platform(config, pool, signer.as_ref())?;
+    let signer: Option<Arc<dyn TxSigner>> = signer.map(|s| Arc::new(s) as Arc<dyn TxSigner>);
+    let engine = Engine::new(pool.clone(), engine_config(config))
+        .map_err(|e| durable_config_error(&e))
+        .context("durable engine")?;
+    let engine = keel_workflows::workflows::register_all(engine, platform.clone());
     // Startup assertion: every workflow the API can start is executed here, so no
     // accepted operation can wait forever for an executor that does not know it.
     let registered = engine.registered();
@@ -168,105 +234,259 @@ pub async fn start_runner(
     {
         anyhow::bail!("workflow `{missing}` can be started by the API but is not registered");
     }
+    let executor_settings = executor_config(config);
+    executor_settings
+        .validate(&engine_config(config))
+        .map_err(|e| durable_config_error(&e))
+        .context("durable executor")?;
+    // Chains that answer now are served before the executor starts, so a workflow
+    // resumed at start does not find its chain missing; the others are retried in the
+    // background (below).
+    let mut nodes = Vec::new();
+    for node in upstreams(config)? {
+        let queue_slot: Arc<OnceLock<Arc<TxQueue>>> = Arc::new(OnceLock::new());
+        let chain_id = node.chain().get();
+        let first = tokio::time::timeout(STARTUP_PROBE_TIMEOUT, async {
+            node.verify_chain_id().await.map_err(|e| e.to_string())?;
+            serve_runner_chain(config, pool, &platform, &node, signer.as_ref(), &queue_slot).await
+        })
+        .await
+        .unwrap_or_else(|_| Err("no answer within the startup probe".to_owned()));
+        match first {
+            Ok(()) => chains.set_served(chain_id, true),
+            Err(reason) => {
+                tracing::warn!(target: TARGET, chain_id, reason,
+                    "chain not served at start; retrying in the background");
+            }
+        }
+        nodes.push((node, queue_slot));
+    }
     let executor = engine
-        .spawn_executor(ExecutorConfig::default())
+        .spawn_executor(executor_settings)
+        .map_err(|e| durable_config_error(&e))
         .context("durable executor")?;
     let mut tasks = Vec::new();
-    for chain in platform.chains.values() {
-        let queue = chain.queue.clone();
-        let name = format!("txq/{}", chain.chain_id.get());
-        let handle = owner.singleton(&name, move |lease| {
-            let queue = queue.clone();
+    let stop = supervisor.stop_token();
+    let txq = supervisor.critical("txq");
+    for (node, queue_slot) in nodes {
+        let chain_id = node.chain().get();
+        let slot = queue_slot.clone();
+        let critical = txq.clone();
+        let name = format!("txq/{chain_id}");
+        let handle = owner.singleton_while(&name, chains.subscribe(chain_id), move |lease| {
+            let queue = slot.get().cloned();
+            let critical = critical.clone();
             async move {
-                tracing::info!(target: TARGET, shard = lease.shard(), "transaction queue loop owned");
-                queue.run(lease.token().clone()).await;
+                let Some(queue) = queue else { return };
+                tracing::info!(target: TARGET, shard = lease.shard(), chain_id, "transaction queue loop owned");
+                let token = lease.token().clone();
+                let inner = token.clone();
+                critical
+                    .run(&token, async move {
+                        queue.run(inner).await;
+                        false
+                    })
+                    .await;
             }
         });
-        tasks.push(("txq", handle));
+        tasks.push(("txq", supervisor.watch("txq", handle)));
+
+        let (config, pool, platform, signer, chains, node, stop) = (
+            config.clone(),
+            pool.clone(),
+            platform.clone(),
+            signer.clone(),
+            chains.clone(),
+            node.clone(),
+            stop.clone(),
+        );
+        let health = supervisor.spawn("chain-health", move || {
+            let (config, pool, platform, signer, chains, node, stop, queue_slot) = (
+                config.clone(),
+                pool.clone(),
+                platform.clone(),
+                signer.clone(),
+                chains.clone(),
+                node.clone(),
+                stop.clone(),
+                queue_slot.clone(),
+            );
+            async move {
+                let settings = config.chain_health.clone();
+                let prepare = || {
+                    serve_runner_chain(
+                        &config,
+                        &pool,
+                        &platform,
+                        &node,
+                        signer.as_ref(),
+                        &queue_slot,
+                    )
+                };
+                keep_health(chains, chain_id, node.clone(), settings, prepare, stop).await;
+            }
+        });
+        tasks.push(("chain-health", health));
     }
     let interval = Duration::from_millis(config.durable.confirmation_watcher.interval_ms);
     let relay_pool = pool.clone();
+    let relay_critical = supervisor.critical("verdict-relay");
     let relay = owner.singleton("verdict-relay", move |lease| {
         let pool = relay_pool.clone();
         let engine = engine.clone();
+        let critical = relay_critical.clone();
         async move {
-            keel_workflows::relay::run_relay(pool, engine, interval, lease.token().clone()).await;
+            let token = lease.token().clone();
+            let inner = token.clone();
+            critical
+                .run(&token, async move {
+                    keel_workflows::relay::run_relay(pool, engine, interval, inner).await;
+                    false
+                })
+                .await;
         }
     });
-    tasks.push(("verdict-relay", relay));
-    tracing::info!(target: TARGET, chains = platform.chains.len(), operator = %platform.operator,
+    tasks.push(("verdict-relay", supervisor.watch("verdict-relay", relay)));
+    tracing::info!(target: TARGET, chains = config.chains.len(), operator = %platform.operator,
         "runner services started");
     Ok(RunnerServices { executor, tasks })
 }
 
-/// Starts the indexer's work: per chain a tip-ingest singleton and a history worker.
+/// A durable configuration error with the key of this binary's configuration.
+fn durable_config_error(e: &keel_durable::DurableError) -> anyhow::Error {
+    match e {
+        keel_durable::DurableError::Config { key, reason } => {
+            anyhow::anyhow!("configuration key `{}`: {reason}", config_key(key))
+        }
+        other => anyhow::anyhow!("{other}"),
+    }
+}
+
+/// The history worker loop of one chain: drains claimed ranges while the chain is
+/// served, sleeps `poll` when idle, waits while the chain is not served.
+async fn run_history(
+    worker: Arc<HistoryWorker>,
+    mut serving: tokio::sync::watch::Receiver<bool>,
+    chain_id: u64,
+    poll: Duration,
+    stop: CancellationToken,
+) {
+    while !stop.is_cancelled() {
+        if !*serving.borrow_and_update() {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                changed = serving.changed() => if changed.is_err() { break },
+            }
+            continue;
+        }
+        // Pipelined: the next range is fetched while the last one is written. Stopping
+        // drops a range mid-flight: its transaction rolls back and the range is offered
+        // again when its lease lapses (writes are fenced by attempt and idempotent).
+        let drained = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = worker.drain() => r,
+        };
+        let idle = match drained {
+            Ok(done) => done.is_empty(),
+            Err(e) => {
+                tracing::warn!(target: TARGET, chain_id, error = %e, "history range failed; its lease will lapse");
+                true
+            }
+        };
+        if idle {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(poll) => {}
+            }
+        }
+    }
+}
+
+/// Starts the indexer's work: per chain a chain-health task, a tip-ingest singleton
+/// (declined while the chain is not served) and a history worker, every task under
+/// `supervisor`.
 ///
 /// # Errors
-/// When a chain is unreachable or a worker configuration is invalid.
+/// When a chain's or a worker's configuration is invalid.
 pub async fn start_indexer(
     config: &Config,
     pool: &PgPool,
     owner: &ShardOwner,
-    stop: CancellationToken,
+    chains: &ChainSet,
+    supervisor: &Supervisor,
 ) -> anyhow::Result<Vec<(&'static str, JoinHandle<()>)>> {
     let mut tasks = Vec::new();
+    let stop = supervisor.stop_token();
     let poll = Duration::from_millis(config.index.poll_interval_ms);
     let replica = owner.replica_id().to_string();
-    for node in upstreams(config).await? {
+    let tip_critical = supervisor.critical("index-tip");
+    for node in upstreams(config)? {
         let chain_id = node.chain().get();
         let tip_config = TipConfig::new(config.index.finality_depth);
         let confirmations = chain_confirmations(config, chain_id);
         let tip_pool = pool.clone();
         let tip_node = node.clone();
         let owner_id = replica.clone();
+        let critical = tip_critical.clone();
         let name = format!("index-tip/{chain_id}");
-        let handle = owner.singleton(&name, move |lease| {
+        let handle = owner.singleton_while(&name, chains.subscribe(chain_id), move |lease| {
             let pool = tip_pool.clone();
             let node = tip_node.clone();
             let config = tip_config.clone();
             let owner_id = owner_id.clone();
+            let critical = critical.clone();
             async move {
                 let token = lease.token().clone();
-                run_tip(pool, node, config, confirmations, &owner_id, poll, token).await;
+                let inner = token.clone();
+                critical
+                    .run(&token, async move {
+                        run_tip(pool, node, config, confirmations, &owner_id, poll, inner).await
+                    })
+                    .await;
             }
         });
-        tasks.push(("index-tip", handle));
+        tasks.push(("index-tip", supervisor.watch("index-tip", handle)));
 
         let worker = HistoryWorker::new(
             pool.clone(),
             node.clone(),
             format!("{replica}/{chain_id}"),
-            HistoryConfig::default(),
+            history_config(config),
         )
+        .map_err(|e| match e {
+            keel_index::IndexError::Config { key, reason } => {
+                anyhow::anyhow!("configuration key `{}`: {reason}", config_key(key))
+            }
+            other => anyhow::anyhow!("{other}"),
+        })
         .context("history worker")?
         .with_fetch_concurrency(config.index.history_fetch_concurrency);
-        let stop = stop.clone();
-        let history = tokio::spawn(async move {
-            while !stop.is_cancelled() {
-                // Pipelined: the next range is fetched while the last one is written.
-                // Stopping drops a range mid-flight: its transaction rolls back and the
-                // range is offered again when its lease lapses (writes are fenced by
-                // attempt and idempotent).
-                let drained = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    r = worker.drain() => r,
-                };
-                let idle = match drained {
-                    Ok(done) => done.is_empty(),
-                    Err(e) => {
-                        tracing::warn!(target: TARGET, chain_id, error = %e, "history range failed; its lease will lapse");
-                        true
-                    }
-                };
-                if idle {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(poll) => {}
-                    }
-                }
-            }
+        let worker = Arc::new(worker);
+        let (history_chains, history_stop) = (chains.clone(), stop.clone());
+        let history = supervisor.spawn("index-history", move || {
+            run_history(
+                worker.clone(),
+                history_chains.subscribe(chain_id),
+                chain_id,
+                poll,
+                history_stop.clone(),
+            )
         });
         tasks.push(("index-history", history));
+
+        let (settings, health_chains, health_stop) =
+            (config.chain_health.clone(), chains.clone(), stop.clone());
+        let health = supervisor.spawn("chain-health", move || {
+            keep_health(
+                health_chains.clone(),
+                chain_id,
+                node.clone(),
+                settings.clone(),
+                || async { Ok(()) },
+                health_stop.clone(),
+            )
+        });
+        tasks.push(("chain-health", health));
     }
     Ok(tasks)
 }
@@ -298,10 +518,12 @@ async fn plan_before_first_tip(
 
 /// The tip-ingest loop of one chain while this replica owns it: takes ownership (a new
 /// epoch), then steps until the lease's token fires, paced by
-/// [`keel_index::FollowBackoff`]. A fenced step (a newer owner) ends the loop; a fatal
-/// error (a reorg below the finalized block: the chain is marked degraded) stops ingest
-/// of the chain once, loudly, and holds it idle; node holes and other errors are
-/// retried after a capped exponential backoff.
+/// [`keel_index::FollowBackoff`]. A fenced step (a newer owner: a handoff, not a
+/// failure) ends the loop and returns true; a fatal error (a reorg below the finalized
+/// block: the chain is marked degraded) stops ingest of the chain once, loudly, and holds
+/// it idle until `stop` fires (returns true: restarting would not help); node holes and
+/// other errors are retried after a capped exponential backoff. Returns true when `stop`
+/// fired.
 async fn run_tip(
     pool: PgPool,
     node: Arc<UpstreamPool>,
@@ -310,7 +532,7 @@ async fn run_tip(
     owner_id: &str,
     poll: Duration,
     stop: CancellationToken,
-) {
+) -> bool {
     use tracing::Instrument;
     let chain = node.chain();
     async move {
@@ -321,7 +543,7 @@ async fn run_tip(
         {
             tracing::error!(target: TARGET, reason = %d.reason, since = %d.since, "the chain's index is degraded; tip ingest stays stopped until it is re-indexed");
             stop.cancelled().await;
-            return;
+            return true;
         }
         let ingest = loop {
             let planned = plan_before_first_tip(&pool, &node, &config, confirmations).await;
@@ -336,7 +558,7 @@ async fn run_tip(
                 Err(e) => {
                     tracing::warn!(target: TARGET, error = %e, "taking tip ownership failed; retrying");
                     tokio::select! {
-                        _ = stop.cancelled() => return,
+                        _ = stop.cancelled() => return true,
                         _ = tokio::time::sleep(poll) => {}
                     }
                 }
@@ -355,16 +577,17 @@ async fn run_tip(
                         _ = tokio::time::sleep(wait) => {}
                     }
                 }
-                keel_index::NextStep::GiveUp => return,
+                keel_index::NextStep::GiveUp => return true,
                 keel_index::NextStep::Halt => {
                     // Fatal for the chain (logged once by keel-index): hold it idle
                     // rather than retaking ownership in a loop.
                     stop.cancelled().await;
-                    return;
+                    return true;
                 }
             }
         }
+        true
     }
     .instrument(tracing::info_span!("index_tip", chain = %chain))
-    .await;
+    .await
 }

@@ -262,3 +262,377 @@ fn cluster_and_retention_keys_load_override_and_validate() {
         assert_eq!(invalid_key(load(&[(var, value)])), key, "{var}={value}");
     }
 }
+
+/// Every validation rule of the configuration: an override breaking it and the key
+/// the error must name. Each named key must exist in the configuration (so an operator
+/// can set it) and be the key the override set.
+const RULES: &[(&str, &str, &str)] = &[
+    ("KEEL__DEPLOYMENTID", "bad id!", "deploymentId"),
+    ("KEEL__CHAINS__LOCAL__CHAINID", "0", "chains.local.chainId"),
+    ("KEEL__CHAINS__LOCAL__RPCURLS", "[]", "chains.local.rpcUrls"),
+    (
+        "KEEL__CHAINS__LOCAL__RPCURLS",
+        "[\"ftp://x\"]",
+        "chains.local.rpcUrls",
+    ),
+    ("KEEL__API__LISTENADDRESS", "nowhere", "api.listenAddress"),
+    ("KEEL__API__BODYLIMITBYTES", "10", "api.bodyLimitBytes"),
+    (
+        "KEEL__INDEX__HISTORYFETCHCONCURRENCY",
+        "0",
+        "index.historyFetchConcurrency",
+    ),
+    ("KEEL__INDEX__POLLINTERVALMS", "1", "index.pollIntervalMs"),
+    (
+        "KEEL__INDEX__READAFTERWRITEWAITMS",
+        "0",
+        "index.readAfterWriteWaitMs",
+    ),
+    (
+        "KEEL__INDEX__HISTORY__LEASEMS",
+        "10",
+        "index.history.leaseMs",
+    ),
+    (
+        "KEEL__INDEX__HISTORY__MAXSPAN",
+        "0",
+        "index.history.maxSpan",
+    ),
+    (
+        "KEEL__INDEX__HISTORY__RETRIES",
+        "1000",
+        "index.history.retries",
+    ),
+    (
+        "KEEL__DURABLE__CONFIRMATIONWATCHER__INTERVALMS",
+        "10",
+        "durable.confirmationWatcher.intervalMs",
+    ),
+    ("KEEL__DURABLE__LEASEMS", "10", "durable.leaseMs"),
+    (
+        "KEEL__DURABLE__MAXPAYLOADBYTES",
+        "10",
+        "durable.maxPayloadBytes",
+    ),
+    (
+        "KEEL__DURABLE__MAXOPENSIGNALS",
+        "0",
+        "durable.maxOpenSignals",
+    ),
+    (
+        "KEEL__DURABLE__COMMANDMAXATTEMPTS",
+        "0",
+        "durable.commandMaxAttempts",
+    ),
+    ("KEEL__DURABLE__STEPATTEMPTS", "0", "durable.stepAttempts"),
+    (
+        "KEEL__DURABLE__EXECUTOR__CONCURRENCY",
+        "0",
+        "durable.executor.concurrency",
+    ),
+    (
+        "KEEL__DURABLE__EXECUTOR__POLLINTERVALMS",
+        "0",
+        "durable.executor.pollIntervalMs",
+    ),
+    (
+        "KEEL__DURABLE__EXECUTOR__RENEWINTERVALMS",
+        "30000",
+        "durable.executor.renewIntervalMs",
+    ),
+    (
+        "KEEL__DURABLE__SHARDING__SHARDS",
+        "0",
+        "durable.sharding.shards",
+    ),
+    (
+        "KEEL__DURABLE__SHARDING__SHARDS",
+        "70000",
+        "durable.sharding.shards",
+    ),
+    ("KEEL__TXQ__BUMPAFTERMS", "10", "txq.bumpAfterMs"),
+    ("KEEL__TXQ__BUMPPERCENT", "5", "txq.bumpPercent"),
+    ("KEEL__TXQ__MAXFEECAPGWEI", "0", "txq.maxFeeCapGwei"),
+    (
+        "KEEL__TXQ__GASLIMITHEADROOMPERCENT",
+        "5000",
+        "txq.gasLimitHeadroomPercent",
+    ),
+    ("KEEL__TXQ__SIGNBATCH", "0", "txq.signBatch"),
+    (
+        "KEEL__TXQ__RECOVERYEVERYTICKS",
+        "0",
+        "txq.recoveryEveryTicks",
+    ),
+    (
+        "KEEL__TXQ__FUNDINGBROADCASTRETRIES",
+        "100000",
+        "txq.fundingBroadcastRetries",
+    ),
+    ("KEEL__TXQ__BROADCASTINFLIGHT", "0", "txq.broadcastInFlight"),
+    ("KEEL__TXQ__BROADCASTBATCH", "0", "txq.broadcastBatch"),
+    (
+        "KEEL__CHAINHEALTH__RETRYINITIALMS",
+        "1",
+        "chainHealth.retryInitialMs",
+    ),
+    (
+        "KEEL__CHAINHEALTH__RETRYMAXMS",
+        "20",
+        "chainHealth.retryMaxMs",
+    ),
+    (
+        "KEEL__CHAINHEALTH__PROBEINTERVALMS",
+        "1",
+        "chainHealth.probeIntervalMs",
+    ),
+    (
+        "KEEL__CHAINHEALTH__FAILURESBEFOREUNSERVED",
+        "0",
+        "chainHealth.failuresBeforeUnserved",
+    ),
+    (
+        "KEEL__SUPERVISION__RESTARTINITIALMS",
+        "1",
+        "supervision.restartInitialMs",
+    ),
+    (
+        "KEEL__SUPERVISION__RESTARTMAXMS",
+        "20",
+        "supervision.restartMaxMs",
+    ),
+    (
+        "KEEL__SUPERVISION__MAXRESTARTS",
+        "0",
+        "supervision.maxRestarts",
+    ),
+    (
+        "KEEL__CLUSTER__REFRESHINTERVALMS",
+        "1",
+        "cluster.refreshIntervalMs",
+    ),
+    (
+        "KEEL__CLUSTER__LIVENESSWINDOWMS",
+        "100",
+        "cluster.livenessWindowMs",
+    ),
+    ("KEEL__RETENTION__WINDOWDAYS", "0", "retention.windowDays"),
+    ("KEEL__RETENTION__BATCHSIZE", "0", "retention.batchSize"),
+    (
+        "KEEL__RETENTION__MAXBATCHESPERPASS",
+        "0",
+        "retention.maxBatchesPerPass",
+    ),
+    (
+        "KEEL__RETENTION__LOCKTIMEOUTMS",
+        "1",
+        "retention.lockTimeoutMs",
+    ),
+    ("KEEL__RETENTION__HOURUTC", "24", "retention.hourUtc"),
+    (
+        "KEEL__RETENTION__STALEREPLICAWINDOWS",
+        "1",
+        "retention.staleReplicaWindows",
+    ),
+    (
+        "KEEL__MONITORING__BLOCKCHAINHEALTHCOLLECTOR__INTERVALSECONDS",
+        "7",
+        "monitoring.blockchainHealthCollector.intervalSeconds",
+    ),
+    (
+        "KEEL__TELEMETRY__METRICSADDRESS",
+        "nowhere",
+        "telemetry.metricsAddress",
+    ),
+    (
+        "KEEL__DURABLE__EXECUTOR__CONCURRENCY",
+        "\"many\"",
+        "durable.executor.concurrency",
+    ),
+    ("KEEL__TXQ__NOSUCHKEY", "1", "txq.nosuchkey"),
+];
+
+#[test]
+fn every_validation_error_names_a_key_that_exists() {
+    for (var, value, expected) in RULES {
+        let key = invalid_key(load(&[(var, value)]));
+        assert_eq!(&key, expected, "{var}={value}");
+        if var.ends_with("NOSUCHKEY") {
+            // An unknown key is named as written, in a section that exists.
+            let (section, _) = key.rsplit_once('.').unwrap();
+            assert!(keel::config::is_known_key(section), "{key}");
+            assert!(!keel::config::is_known_key(&key), "{key}");
+            continue;
+        }
+        assert!(
+            keel::config::is_known_key(&key),
+            "{var}={value}: the error names `{key}`, which the configuration does not have"
+        );
+        // The override that broke the rule sets exactly that key (env names are the
+        // key's segments, case-insensitively).
+        let from_var = var
+            .trim_start_matches("KEEL__")
+            .replace("__", ".")
+            .to_ascii_lowercase();
+        assert_eq!(from_var, key.to_ascii_lowercase(), "{var}");
+    }
+    assert!(!keel::config::is_known_key("durable.executor.segments"));
+    assert!(!keel::config::is_known_key("durable.leaseSeconds"));
+}
+
+/// The settings the libraries validate themselves: a configuration that bypasses the
+/// binary's validation still gets errors whose key, as the binary reports it
+/// ([`keel::services::config_key`]), exists in the configuration.
+#[tokio::test]
+async fn library_validation_errors_map_to_existing_keys() {
+    use keel::services::{
+        config_key, engine_config, executor_config, history_config, queue_config,
+    };
+    let base = load(&[]).unwrap();
+    let durable_key = |e: keel_durable::DurableError| match e {
+        keel_durable::DurableError::Config { key, .. } => config_key(key).to_owned(),
+        other => panic!("{other:?}"),
+    };
+    let mut keys = Vec::new();
+    let mut bad = base.clone();
+    bad.durable.lease_ms = 10;
+    keys.push(durable_key(engine_config(&bad).validate().unwrap_err()));
+    let mut bad = base.clone();
+    bad.durable.max_payload_bytes = 1;
+    keys.push(durable_key(engine_config(&bad).validate().unwrap_err()));
+    let mut bad = base.clone();
+    bad.durable.step_attempts = 0;
+    keys.push(durable_key(engine_config(&bad).validate().unwrap_err()));
+    for tweak in [
+        |c: &mut keel::config::Config| c.durable.executor.concurrency = 0,
+        |c: &mut keel::config::Config| c.durable.executor.poll_interval_ms = 0,
+        |c: &mut keel::config::Config| c.durable.executor.renew_interval_ms = 60_000,
+    ] {
+        let mut bad = base.clone();
+        tweak(&mut bad);
+        keys.push(durable_key(
+            executor_config(&bad)
+                .validate(&engine_config(&bad))
+                .unwrap_err(),
+        ));
+    }
+    let node = std::sync::Arc::new(
+        keel_chain::UpstreamPool::new(
+            keel_units::ChainId(31337),
+            keel_chain::UpstreamConfig::new(vec!["http://127.0.0.1:1".into()]),
+        )
+        .unwrap(),
+    );
+    let db = sqlx::postgres::PgPoolOptions::new()
+        .connect_lazy("postgres://postgres@127.0.0.1:5432/unused")
+        .unwrap();
+    let mut bad = base.clone();
+    bad.txq.bump_percent = 5;
+    match keel_txq::TxQueue::new(db.clone(), node.clone(), queue_config(&bad, 31337)) {
+        Err(keel_txq::TxqError::Config { key, .. }) => keys.push(config_key(key).to_owned()),
+        other => panic!("{:?}", other.err()),
+    }
+    for tweak in [
+        |c: &mut keel::config::Config| c.index.history.max_span = 0,
+        |c: &mut keel::config::Config| c.index.history.lease_ms = 0,
+    ] {
+        let mut bad = base.clone();
+        tweak(&mut bad);
+        match keel_index::HistoryWorker::new(db.clone(), node.clone(), "w", history_config(&bad)) {
+            Err(keel_index::IndexError::Config { key, .. }) => {
+                keys.push(config_key(key).to_owned())
+            }
+            other => panic!("{:?}", other.err()),
+        }
+    }
+    assert_eq!(
+        keys,
+        [
+            "durable.leaseMs",
+            "durable.maxPayloadBytes",
+            "durable.stepAttempts",
+            "durable.executor.concurrency",
+            "durable.executor.pollIntervalMs",
+            "durable.executor.renewIntervalMs",
+            "txq.bumpPercent",
+            "index.history.maxSpan",
+            "index.history.leaseMs",
+        ]
+    );
+    for key in &keys {
+        assert!(
+            keel::config::is_known_key(key),
+            "`{key}` is not a configuration key"
+        );
+    }
+}
+
+/// The new sections' defaults are the libraries' defaults, and overrides reach the
+/// library settings.
+#[test]
+fn executor_queue_and_history_settings_come_from_the_configuration() {
+    use keel::services::{engine_config, executor_config, history_config, queue_config};
+    let c = load(&[]).unwrap();
+    let e = executor_config(&c);
+    let d = keel_durable::ExecutorConfig::default();
+    assert_eq!(
+        (e.concurrency, e.poll_interval, e.renew_interval),
+        (d.concurrency, d.poll_interval, d.renew_interval)
+    );
+    let q = queue_config(&c, 31337);
+    let dq = keel_txq::TxQueueConfig::default();
+    assert_eq!(q.bump_after, dq.bump_after);
+    assert_eq!(q.bump_percent, dq.bump_percent);
+    assert_eq!(q.max_fee_cap, dq.max_fee_cap);
+    assert_eq!(q.sign_batch, dq.sign_batch);
+    assert_eq!(q.gas_limit_headroom_percent, dq.gas_limit_headroom_percent);
+    assert_eq!(q.recovery_every_ticks, dq.recovery_every_ticks);
+    assert_eq!(q.funding_broadcast_retries, dq.funding_broadcast_retries);
+    assert_eq!(q.broadcast_in_flight, dq.broadcast_in_flight);
+    assert_eq!(q.broadcast_batch, dq.broadcast_batch);
+    let h = history_config(&c);
+    let dh = keel_index::HistoryConfig::default();
+    assert_eq!(
+        (h.lease, h.max_span, h.retries),
+        (dh.lease, dh.max_span, dh.retries)
+    );
+    let en = engine_config(&c);
+    let de = keel_durable::EngineConfig::default();
+    assert_eq!(
+        (
+            en.max_payload_bytes,
+            en.max_open_signals,
+            en.command_max_attempts,
+            en.step_attempts
+        ),
+        (
+            de.max_payload_bytes,
+            de.max_open_signals,
+            de.command_max_attempts,
+            de.step_attempts
+        )
+    );
+
+    let c = load(&[
+        ("KEEL__DURABLE__EXECUTOR__CONCURRENCY", "9"),
+        ("KEEL__DURABLE__EXECUTOR__POLLINTERVALMS", "250"),
+        ("KEEL__DURABLE__EXECUTOR__RENEWINTERVALMS", "5000"),
+        ("KEEL__TXQ__BUMPAFTERMS", "0"),
+        ("KEEL__TXQ__BUMPPERCENT", "25"),
+        ("KEEL__TXQ__MAXFEECAPGWEI", "7"),
+        ("KEEL__INDEX__HISTORY__MAXSPAN", "500"),
+        ("KEEL__INDEX__HISTORY__LEASEMS", "9000"),
+    ])
+    .unwrap();
+    let e = executor_config(&c);
+    assert_eq!(e.concurrency, 9);
+    assert_eq!(e.poll_interval, std::time::Duration::from_millis(250));
+    assert_eq!(e.renew_interval, Some(std::time::Duration::from_secs(5)));
+    let q = queue_config(&c, 31337);
+    assert_eq!(q.bump_after, None);
+    assert_eq!(q.bump_percent, 25);
+    assert_eq!(q.max_fee_cap, 7_000_000_000);
+    let h = history_config(&c);
+    assert_eq!(h.max_span, 500);
+    assert_eq!(h.lease, std::time::Duration::from_secs(9));
+}

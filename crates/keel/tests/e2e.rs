@@ -249,9 +249,10 @@ impl Stack {
             }
             assert!(
                 Instant::now() < deadline,
-                "operation {id} did not reach the expected state: {view}\n--- runner\n{}\n--- indexer\n{}",
+                "operation {id} did not reach the expected state: {view}\n--- runner\n{}\n--- indexer\n{}\n--- indexer-2\n{}",
                 self.log("runner"),
-                self.log("indexer")
+                self.log("indexer"),
+                self.log("indexer-2")
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

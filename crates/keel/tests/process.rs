@@ -315,10 +315,17 @@ async fn indexer_owns_its_group_and_api_owns_nothing() {
         "the indexer owns all 4 shards",
         Duration::from_secs(30),
         || {
-            assert!(
-                indexer.try_wait().unwrap().is_none(),
-                "indexer exited early"
-            );
+            if let Some(st) = indexer.try_wait().unwrap() {
+                let mut e = String::new();
+                use std::io::Read;
+                indexer
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut e)
+                    .unwrap();
+                panic!("indexer exited early {st:?}: {e}");
+            }
             assert!(api.try_wait().unwrap().is_none(), "api exited early");
             async { advisory_locks(pool, "indexer").await == 4 }
         },

@@ -6,6 +6,7 @@ mod health;
 mod ownership;
 mod process;
 mod singleton;
+mod singleton_while;
 
 use keel_cluster::{OwnerConfig, Role, ShardLease, ShardOwner, group_key};
 use keel_store::testing::TestDatabase;

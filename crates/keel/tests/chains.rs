@@ -1,0 +1,567 @@
+//! Chains a process cannot reach (issue 16, class 3) and supervised critical tasks
+//! (class 5a), with the `keel` binary as processes against a real PostgreSQL and real
+//! Anvil nodes.
+//!
+//! - An indexer started while its chain's RPC port is closed keeps retrying and serves
+//!   the chain (readiness, gauge, tip ingest) once the port opens.
+//! - A runner started while its chain's RPC port is closed sends once it opens.
+//! - Of two runners, one with a closed RPC port, the healthy one sends the chain's
+//!   transactions: the other declines the `txq/<chainId>` shard.
+//! - A critical task that keeps ending (tip ingest on a reorg deeper than its window)
+//!   is restarted with an ERROR naming it, then the process exits non-zero.
+
+mod common;
+use common::{free_port, keel};
+
+use alloy::primitives::{Address, Bytes};
+use anvil_tests::TestChain;
+use keel_store::testing::TestDatabase;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CHAIN_ID: u64 = 31337;
+
+/// Forwards every TCP connection to 127.0.0.1:`port` to 127.0.0.1:`target` (the chain's
+/// RPC port "opens" when this starts). Aborting the returned task closes the port and
+/// every forwarded connection (they live in its `JoinSet`).
+async fn forward(port: u16, target: u16) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
+            connections.spawn(async move {
+                if let Ok(mut outbound) =
+                    tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
+}
+
+fn base_env(db: &TestDatabase, rpc: &str) -> Vec<(String, String)> {
+    vec![
+        ("KEEL__DATABASE__URL".into(), db.url().to_owned()),
+        ("KEEL__CHAINS__LOCAL__CHAINID".into(), CHAIN_ID.to_string()),
+        (
+            "KEEL__CHAINS__LOCAL__RPCURLS".into(),
+            format!("[\"{rpc}\"]"),
+        ),
+        ("KEEL__TELEMETRY__LOGFORMAT".into(), "json".into()),
+        ("KEEL__TELEMETRY__METRICSADDRESS".into(), String::new()),
+        ("KEEL__DURABLE__SHARDING__SHARDS".into(), "4".into()),
+        (
+            "KEEL__DURABLE__CONFIRMATIONWATCHER__INTERVALMS".into(),
+            "100".into(),
+        ),
+        // Lock deadline 250 ms: a shared 2-core machine under load overran 100 ms.
+        ("KEEL__CLUSTER__REFRESHINTERVALMS".into(), "500".into()),
+        ("KEEL__CLUSTER__LIVENESSWINDOWMS".into(), "2500".into()),
+        ("KEEL__INDEX__POLLINTERVALMS".into(), "100".into()),
+        ("KEEL__CHAINHEALTH__RETRYINITIALMS".into(), "100".into()),
+        ("KEEL__CHAINHEALTH__RETRYMAXMS".into(), "500".into()),
+        ("KEEL__CHAINHEALTH__PROBEINTERVALMS".into(), "500".into()),
+    ]
+}
+
+fn spawn(role: &str, env: &[(String, String)], log: &Path) -> Child {
+    let file = std::fs::File::create(log).unwrap();
+    keel()
+        .args(["run", "--role", role, "--termination-grace-seconds", "5"])
+        .envs(env.iter().cloned())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(file))
+        .spawn()
+        .unwrap()
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn wait_exit(mut child: Child) -> std::process::ExitStatus {
+    tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+async fn wait_for<F, Fut>(
+    what: &str,
+    bound: Duration,
+    log: &Path,
+    mut alive: Option<&mut Child>,
+    mut check: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t0 = Instant::now();
+    loop {
+        if let Some(child) = alive.as_deref_mut() {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the process exited while waiting for: {what}\n--- log\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        if check().await {
+            return;
+        }
+        assert!(
+            t0.elapsed() < bound,
+            "timed out waiting for: {what}\n--- log\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn readyz(port: u16) -> Option<Value> {
+    let r = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+        .await
+        .ok()?;
+    r.json().await.ok()
+}
+
+fn lists(body: &Value, which: &str, chain_id: u64) -> bool {
+    body["chains"][which]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|c| c["chainId"] == chain_id))
+}
+
+async fn served_gauge(port: u16, role: &str) -> Option<f64> {
+    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find(|l| {
+            l.starts_with("keel_chain_served{")
+                && l.contains(&format!("chain_id=\"{CHAIN_ID}\""))
+                && l.contains(&format!("role=\"{role}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// An indexer started while its chain's RPC port is closed stays up, reports the chain
+/// unserved (readiness body, `keel_chain_served` 0), and once the port opens serves it:
+/// readiness and the gauge say so and the tip ingest indexes the chain. When the port
+/// closes again the chain stops being served (its tip shard declined) and is served
+/// again when it reopens. Before the fix the chain was skipped for the life of the
+/// process.
+#[tokio::test]
+async fn an_indexer_serves_a_chain_once_its_rpc_port_opens() {
+    let db = TestDatabase::create().await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("indexer.log");
+    let rpc_port = free_port();
+    let metrics_port = free_port();
+    let mut env = base_env(&db, &format!("http://127.0.0.1:{rpc_port}"));
+    env.push((
+        "KEEL__TELEMETRY__METRICSADDRESS".into(),
+        format!("127.0.0.1:{metrics_port}"),
+    ));
+    let mut indexer = spawn("indexer", &env, &log);
+
+    wait_for(
+        "the indexer is ready with the chain unserved",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            readyz(metrics_port).await.is_some_and(|b| {
+                b["status"] == "ready"
+                    && lists(&b, "unserved", CHAIN_ID)
+                    && !lists(&b, "served", CHAIN_ID)
+            })
+        },
+    )
+    .await;
+    assert_eq!(served_gauge(metrics_port, "indexer").await, Some(0.0));
+    let chain = keel_units::ChainId(CHAIN_ID);
+    assert!(
+        keel_index::read::indexed_tip(db.pool(), chain)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The port opens: Anvil comes up behind it.
+    let anvil = TestChain::start().await.unwrap();
+    let forwarder = forward(rpc_port, anvil.port()).await;
+    wait_for(
+        "the indexer serves the chain",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| lists(&b, "served", CHAIN_ID) && !lists(&b, "unserved", CHAIN_ID))
+        },
+    )
+    .await;
+    assert_eq!(served_gauge(metrics_port, "indexer").await, Some(1.0));
+    anvil.mine().await.unwrap();
+    wait_for(
+        "the tip ingest indexes the chain",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            keel_index::read::indexed_tip(db.pool(), chain)
+                .await
+                .unwrap()
+                .is_some()
+        },
+    )
+    .await;
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(stderr.contains("chain unreachable; retrying"), "{stderr}");
+
+    // The port closes again: after `failuresBeforeUnserved` failed probes the chain is
+    // no longer served (its tip singleton's shard is declined), and it is retried: when
+    // the port opens once more it is served again.
+    forwarder.abort();
+    let _ = forwarder.await;
+    wait_for(
+        "the indexer reports the chain unserved again",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| lists(&b, "unserved", CHAIN_ID) && !lists(&b, "served", CHAIN_ID))
+        },
+    )
+    .await;
+    assert_eq!(served_gauge(metrics_port, "indexer").await, Some(0.0));
+    // The decline is recorded with the replica's next heartbeat.
+    let tip_shard = keel_cluster::shard_of(format!("index-tip/{CHAIN_ID}").as_bytes(), 4);
+    let want = vec![i32::try_from(tip_shard).unwrap()];
+    wait_for(
+        "the indexer declines the tip singleton's shard",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            let declined: Vec<i32> =
+                sqlx::query_scalar("SELECT declined_shards FROM cluster_replica")
+                    .fetch_one(db.pool())
+                    .await
+                    .unwrap();
+            declined == want
+        },
+    )
+    .await;
+    let _forwarder = forward(rpc_port, anvil.port()).await;
+    wait_for(
+        "the indexer serves the chain again",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| lists(&b, "served", CHAIN_ID))
+        },
+    )
+    .await;
+    // A chain whose index is degraded (the marker tip ingest writes after a reorg below
+    // the finalized block, set here directly) makes the indexer not ready, naming it.
+    sqlx::query(
+        "UPDATE index_chain SET degraded_at = now(), degraded_reason = 'reorg below finality',
+                                degraded_block = 1",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    wait_for(
+        "the indexer reports the degraded chain",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut indexer),
+        || async {
+            readyz(metrics_port).await.is_some_and(|b| {
+                b["status"] == "degraded"
+                    && b["indexDegraded"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|c| c == &CHAIN_ID.to_string()))
+            })
+        },
+    )
+    .await;
+    sigterm(&indexer);
+    let status = wait_exit(indexer).await;
+    assert!(status.success(), "exit {status:?}");
+}
+
+/// Advisory locks of the workflow group held by the replica registered as `host`.
+async fn workflow_locks_of(pool: &sqlx::PgPool, host: &str) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT l.objid::bigint FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+           JOIN cluster_replica r ON a.application_name = 'keel-cluster/workflow/' || r.id::text
+          WHERE l.locktype = 'advisory' AND l.granted AND r.host = $1
+            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          ORDER BY 1",
+    )
+    .bind(host)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Two runners, one given a closed RPC port: the broken one starts first and owns every
+/// shard, then the healthy one joins. The broken runner declines the `txq/31337` shard
+/// (recorded in its registry row), the healthy one takes it and sends: a transaction
+/// request recorded for the chain is confirmed. Readiness of each lists the chain as
+/// served or unserved. Before the fix the broken runner kept the shard about half the
+/// time, and then no process sent the chain's transactions.
+#[tokio::test]
+async fn of_two_runners_the_one_that_reaches_the_chain_sends() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let pool = db.pool();
+    let logs = tempfile::tempdir().unwrap();
+    let key0 = format!(
+        "0x{}",
+        alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
+    );
+    let mut good = base_env(&db, chain.endpoint().as_str());
+    good.push(("KEEL_OPERATOR_KEY".into(), key0.clone()));
+    good.push(("KEEL_DEPLOYER_KEY".into(), key0.clone()));
+    let out = keel()
+        .args(["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"])
+        .envs(good.iter().cloned())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Port 1: nothing listens there (a port picked free could be taken by another
+    // test's Anvil meanwhile).
+    let closed = 1;
+    let broken_metrics = free_port();
+    let healthy_metrics = free_port();
+    let mut broken = base_env(&db, &format!("http://127.0.0.1:{closed}"));
+    broken.push(("KEEL_OPERATOR_KEY".into(), key0.clone()));
+    broken.push(("KEEL__CLUSTER__HOST".into(), "broken".into()));
+    broken.push((
+        "KEEL__TELEMETRY__METRICSADDRESS".into(),
+        format!("127.0.0.1:{broken_metrics}"),
+    ));
+    let mut healthy = good.clone();
+    healthy.push(("KEEL__CLUSTER__HOST".into(), "healthy".into()));
+    healthy.push((
+        "KEEL__TELEMETRY__METRICSADDRESS".into(),
+        format!("127.0.0.1:{healthy_metrics}"),
+    ));
+
+    let broken_log = logs.path().join("broken.log");
+    let healthy_log = logs.path().join("healthy.log");
+    let mut broken_proc = spawn("runner", &broken, &broken_log);
+    wait_for(
+        "the broken runner owns every shard",
+        Duration::from_secs(30),
+        &broken_log,
+        Some(&mut broken_proc),
+        || async { workflow_locks_of(pool, "broken").await.len() == 4 },
+    )
+    .await;
+    let mut healthy_proc = spawn("runner", &healthy, &healthy_log);
+    let txq_shard = i64::from(keel_cluster::shard_of(
+        format!("txq/{CHAIN_ID}").as_bytes(),
+        4,
+    ));
+    wait_for(
+        "the healthy runner holds the txq shard",
+        Duration::from_secs(30),
+        &healthy_log,
+        Some(&mut healthy_proc),
+        || async {
+            workflow_locks_of(pool, "healthy")
+                .await
+                .contains(&txq_shard)
+        },
+    )
+    .await;
+    let declined: Vec<i32> =
+        sqlx::query_scalar("SELECT declined_shards FROM cluster_replica WHERE host = 'broken'")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert!(
+        declined.contains(&i32::try_from(txq_shard).unwrap()),
+        "{declined:?}\n--- broken\n{}",
+        std::fs::read_to_string(&broken_log).unwrap_or_default()
+    );
+
+    // A transaction request for the chain (recorded through the queue's own API, as a
+    // workflow step does): the healthy runner's queue loop signs, sends and confirms it.
+    let node = Arc::new(
+        keel_chain::UpstreamPool::new(
+            keel_units::ChainId(CHAIN_ID),
+            keel_chain::UpstreamConfig::new(vec![chain.endpoint().to_string()]),
+        )
+        .unwrap(),
+    );
+    let queue =
+        keel_txq::TxQueue::new(pool.clone(), node, keel_txq::TxQueueConfig::default()).unwrap();
+    let id = queue
+        .enqueue(&keel_txq::TxRequest {
+            sender: chain.account(0).unwrap(),
+            idempotency_key: "two-runners-1".into(),
+            to: Some(Address::repeat_byte(0x11)),
+            value: keel_units::Wei::new(alloy::primitives::U256::from(1u64)),
+            data: Bytes::new(),
+            gas_limit: Some(21_000),
+        })
+        .await
+        .unwrap();
+    wait_for(
+        "the request is confirmed",
+        Duration::from_secs(60),
+        &healthy_log,
+        Some(&mut healthy_proc),
+        || async {
+            matches!(
+                queue.status(id).await.unwrap().verdict,
+                Some(keel_txq::SettlementVerdict::Confirmed { .. })
+            )
+        },
+    )
+    .await;
+    let b = readyz(broken_metrics).await.unwrap();
+    assert!(lists(&b, "unserved", CHAIN_ID), "{b}");
+    let h = readyz(healthy_metrics).await.unwrap();
+    assert!(lists(&h, "served", CHAIN_ID), "{h}");
+    assert_eq!(served_gauge(broken_metrics, "runner").await, Some(0.0));
+    assert_eq!(served_gauge(healthy_metrics, "runner").await, Some(1.0));
+    sigterm(&broken_proc);
+    sigterm(&healthy_proc);
+    assert!(wait_exit(broken_proc).await.success());
+    assert!(wait_exit(healthy_proc).await.success());
+}
+
+/// A runner started while its chain's RPC port is closed (the chain bootstrapped
+/// through the open endpoint beforehand) reports the chain unserved, and once the port
+/// opens serves it: its queue loop takes the `txq/31337` singleton and a recorded
+/// transaction request is confirmed. Before the fix the runner skipped the chain for the
+/// life of the process and nothing sent the request.
+#[tokio::test]
+async fn a_runner_serves_a_chain_once_its_rpc_port_opens() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let pool = db.pool();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("runner.log");
+    let key0 = format!(
+        "0x{}",
+        alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
+    );
+    let mut open = base_env(&db, chain.endpoint().as_str());
+    open.push(("KEEL_DEPLOYER_KEY".into(), key0.clone()));
+    let out = keel()
+        .args(["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"])
+        .envs(open.iter().cloned())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rpc_port = free_port();
+    let metrics_port = free_port();
+    let mut env = base_env(&db, &format!("http://127.0.0.1:{rpc_port}"));
+    env.push(("KEEL_OPERATOR_KEY".into(), key0));
+    env.push((
+        "KEEL__TELEMETRY__METRICSADDRESS".into(),
+        format!("127.0.0.1:{metrics_port}"),
+    ));
+    let mut runner = spawn("runner", &env, &log);
+    wait_for(
+        "the runner is ready with the chain unserved",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut runner),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| b["status"] == "ready" && lists(&b, "unserved", CHAIN_ID))
+        },
+    )
+    .await;
+    assert_eq!(served_gauge(metrics_port, "runner").await, Some(0.0));
+    let node = Arc::new(
+        keel_chain::UpstreamPool::new(
+            keel_units::ChainId(CHAIN_ID),
+            keel_chain::UpstreamConfig::new(vec![chain.endpoint().to_string()]),
+        )
+        .unwrap(),
+    );
+    let queue =
+        keel_txq::TxQueue::new(pool.clone(), node, keel_txq::TxQueueConfig::default()).unwrap();
+    let id = queue
+        .enqueue(&keel_txq::TxRequest {
+            sender: chain.account(0).unwrap(),
+            idempotency_key: "late-chain-1".into(),
+            to: Some(Address::repeat_byte(0x22)),
+            value: keel_units::Wei::new(alloy::primitives::U256::from(1u64)),
+            data: Bytes::new(),
+            gas_limit: Some(21_000),
+        })
+        .await
+        .unwrap();
+
+    let _forwarder = forward(rpc_port, chain.port()).await;
+    wait_for(
+        "the runner serves the chain",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut runner),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| lists(&b, "served", CHAIN_ID))
+        },
+    )
+    .await;
+    assert_eq!(served_gauge(metrics_port, "runner").await, Some(1.0));
+    wait_for(
+        "the request is confirmed",
+        Duration::from_secs(60),
+        &log,
+        Some(&mut runner),
+        || async {
+            matches!(
+                queue.status(id).await.unwrap().verdict,
+                Some(keel_txq::SettlementVerdict::Confirmed { .. })
+            )
+        },
+    )
+    .await;
+    sigterm(&runner);
+    assert!(wait_exit(runner).await.success());
+}
