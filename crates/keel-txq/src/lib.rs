@@ -139,8 +139,10 @@
 //! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
 //! | `keel_txq_nonce_gaps_filled_total` | counter | `chain_id` | gaps filled with zero-value self-transfers |
 //!
-//! Not here yet: running the confirmation pass as a cluster singleton in the runner
-//! role.
+//! In the `keel` binary the runner role runs [`TxQueue::run`] (sender passes, the
+//! confirmation pass, fee bumps, nonce recovery, funding checks) per chain as the
+//! cluster singleton `txq/<chainId>`, declined while the chain is not served (see
+//! `crates/keel/src/services.rs`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod batch;

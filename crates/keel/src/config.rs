@@ -39,7 +39,7 @@ pub enum ConfigError {
     },
 }
 
-/// The process role. There is no combined role (see ARCHITECTURE.md).
+/// The process role. There is no combined role (see docs/architecture.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
