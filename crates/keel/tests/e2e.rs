@@ -982,12 +982,18 @@ impl Stack {
         .await
     }
 
-    async fn token_of(&self, create_view: &Value) -> Address {
-        create_view["result"]["token"]
+    /// Creates an asset and waits until its creation completed; returns the asset id and
+    /// its token address.
+    async fn create_active_asset(&self, idem: &str, symbol: &str) -> (String, Address) {
+        let (op, asset) = self.create_asset(idem, symbol).await;
+        let created = self.await_op(&op, Duration::from_secs(120), terminal).await;
+        assert_eq!(state(&created), "completed", "{created}");
+        let token = created["result"]["token"]
             .as_str()
             .unwrap()
             .parse()
-            .unwrap()
+            .unwrap();
+        (asset, token)
     }
 }
 
@@ -1007,12 +1013,7 @@ async fn a_failed_or_waiting_operation_never_blocks_the_next_ones_of_its_asset()
         },
     )
     .await;
-    let (op, asset) = stack.create_asset("create-w", "WEDG").await;
-    let created = stack
-        .await_op(&op, Duration::from_secs(120), terminal)
-        .await;
-    assert_eq!(state(&created), "completed", "{created}");
-    let token = stack.token_of(&created).await;
+    let (asset, token) = stack.create_active_asset("create-w", "WEDG").await;
     let holder = stack.chain.account(4).unwrap().to_string();
     let to = |amount: &str| json!({"recipient": holder, "amount": amount});
 
@@ -1138,12 +1139,7 @@ async fn a_cancel_withdraws_an_unsigned_write_and_nothing_of_it_reaches_the_chai
         },
     )
     .await;
-    let (op, asset) = stack.create_asset("create-c", "CANC").await;
-    let created = stack
-        .await_op(&op, Duration::from_secs(120), terminal)
-        .await;
-    assert_eq!(state(&created), "completed", "{created}");
-    let token = stack.token_of(&created).await;
+    let (asset, token) = stack.create_active_asset("create-c", "CANC").await;
     let operator = stack.chain.account(0).unwrap();
     let holder = stack.chain.account(6).unwrap().to_string();
     set_balance(&stack, operator, 0).await;
@@ -1218,12 +1214,7 @@ async fn a_cancel_withdraws_an_unsigned_write_and_nothing_of_it_reaches_the_chai
 async fn a_cancel_after_signing_runs_to_the_verdict_and_says_what_landed() {
     let chain = TestChain::start().await.unwrap();
     let stack = Stack::start(chain, TemplateOpts::default()).await;
-    let (op, asset) = stack.create_asset("create-s", "SIGN").await;
-    let created = stack
-        .await_op(&op, Duration::from_secs(120), terminal)
-        .await;
-    assert_eq!(state(&created), "completed", "{created}");
-    let token = stack.token_of(&created).await;
+    let (asset, token) = stack.create_active_asset("create-s", "SIGN").await;
     let provider = stack.chain.provider().clone();
     let automine = |on: bool| {
         let provider = provider.clone();

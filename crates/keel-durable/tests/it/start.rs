@@ -258,6 +258,15 @@ fn keyed(key: &str) -> StartOptions {
     }
 }
 
+/// Starts the `Serial` instance `b` behind whatever holds `asset-1`.
+async fn serial_behind(engine: &keel_durable::Engine) -> uuid::Uuid {
+    engine
+        .start::<Serial>("b", &"b".to_owned(), keyed("asset-1"))
+        .await
+        .unwrap()
+        .instance_id
+}
+
 /// A business failure releases the key: the next instance of the same key runs (it used
 /// to stay `pending` behind the failed one for good).
 #[tokio::test]
@@ -268,13 +277,10 @@ async fn a_failed_instance_releases_its_serialization_key() {
         .start::<Fails>("f", &1, keyed("asset-1"))
         .await
         .unwrap();
-    let next = engine
-        .start::<Serial>("b", &"b".to_owned(), keyed("asset-1"))
-        .await
-        .unwrap();
+    let next = serial_behind(&engine).await;
     let ex = spawn(&engine);
     until_status(&engine, failed.instance_id, RunStatus::Failed).await;
-    until_status(&engine, next.instance_id, RunStatus::Completed).await;
+    until_status(&engine, next, RunStatus::Completed).await;
     ex.shutdown().await;
 }
 
@@ -289,12 +295,9 @@ async fn a_waiting_instance_does_not_block_the_next_of_its_key() {
         .start::<Waiter>("w", &waiter("approval", None, None), keyed("asset-1"))
         .await
         .unwrap();
-    let next = engine
-        .start::<Serial>("b", &"b".to_owned(), keyed("asset-1"))
-        .await
-        .unwrap();
+    let next = serial_behind(&engine).await;
     let ex = spawn(&engine);
-    until_status(&engine, next.instance_id, RunStatus::Completed).await;
+    until_status(&engine, next, RunStatus::Completed).await;
     assert_eq!(
         engine.status(waiting.instance_id).await.unwrap().status,
         RunStatus::Waiting
@@ -323,13 +326,10 @@ async fn a_suspended_instance_holds_its_key_and_is_named_as_the_blocker() {
         .start::<Dependency>("d", &"d".to_owned(), keyed("asset-1"))
         .await
         .unwrap();
-    let behind = engine
-        .start::<Serial>("b", &"b".to_owned(), keyed("asset-1"))
-        .await
-        .unwrap();
+    let behind = serial_behind(&engine).await;
     let ex = spawn(&engine);
     until_status(&engine, suspended.instance_id, RunStatus::Suspended).await;
-    let status = engine.status(behind.instance_id).await.unwrap();
+    let status = engine.status(behind).await.unwrap();
     assert_eq!(status.status, RunStatus::Pending);
     assert_eq!(status.queued_behind, Some(suspended.instance_id));
     let entered: i64 = sqlx::query_scalar("SELECT count(*) FROM event_log WHERE tag = 'b'")
@@ -342,7 +342,7 @@ async fn a_suspended_instance_holds_its_key_and_is_named_as_the_blocker() {
     );
     set_flag(db.pool(), "dep", "up").await;
     until_status(&engine, suspended.instance_id, RunStatus::Completed).await;
-    let done = until_status(&engine, behind.instance_id, RunStatus::Completed).await;
+    let done = until_status(&engine, behind, RunStatus::Completed).await;
     assert_eq!(done.queued_behind, None);
     ex.shutdown().await;
 }
@@ -356,13 +356,10 @@ async fn a_body_can_end_its_instance_cancelled() {
         .start::<SelfCancel>("c", &(), keyed("asset-1"))
         .await
         .unwrap();
-    let next = engine
-        .start::<Serial>("b", &"b".to_owned(), keyed("asset-1"))
-        .await
-        .unwrap();
+    let next = serial_behind(&engine).await;
     let ex = spawn(&engine);
     let status = until_status(&engine, me.instance_id, RunStatus::Cancelled).await;
     assert!(status.ended_at.is_some());
-    until_status(&engine, next.instance_id, RunStatus::Completed).await;
+    until_status(&engine, next, RunStatus::Completed).await;
     ex.shutdown().await;
 }
