@@ -103,10 +103,45 @@ impl Problem {
     }
 }
 
+/// The HTTP status of a service error: `401` unauthenticated; `404` not found (also
+/// another organization's resource); `409` conflicts with the resource's state
+/// (idempotency conflict, asset not ready, approval not pending / same key / expired,
+/// not retryable, ended); `413` an input over the engine's payload bounds; `422` invalid
+/// fields, amounts and an unconfigured chain; `503` unavailable dependencies and an
+/// index behind (retryable).
+pub fn ops_status(e: &OpsError) -> StatusCode {
+    match e {
+        OpsError::Unauthenticated => StatusCode::UNAUTHORIZED,
+        OpsError::NotFound { .. } => StatusCode::NOT_FOUND,
+        OpsError::IdempotencyConflict
+        | OpsError::AssetNotReady
+        | OpsError::ApprovalNotPending
+        | OpsError::NotRetryable
+        | OpsError::FailureNotRetryable { .. }
+        | OpsError::ApprovalExpired
+        | OpsError::OperationEnded
+        | OpsError::ApprovalSameKey => StatusCode::CONFLICT,
+        OpsError::InvalidField { .. } | OpsError::Amount { .. } | OpsError::ChainNotConfigured => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        // The engine's refusals are told apart by their codes.
+        OpsError::Engine(_) => match e.code() {
+            "PAYLOAD_TOO_LARGE_OR_DEEP" => StatusCode::PAYLOAD_TOO_LARGE,
+            "IDEMPOTENCY_CONFLICT" => StatusCode::CONFLICT,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        },
+        OpsError::Index(_) | OpsError::IndexBehind | OpsError::Store(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        // A variant added later: unavailable when a retry can help, else a bug.
+        _ if e.retryable() => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl From<OpsError> for Problem {
     fn from(e: OpsError) -> Self {
-        let status =
-            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = ops_status(&e);
         if status.is_server_error() {
             tracing::warn!(code = e.code(), error = %e, "operations service unavailable");
         }
