@@ -50,6 +50,6 @@ pub use ops::view::{
     ErrorView, IndexedMilestone, Milestones, OperationState, OperationView, TxMilestone, WaitFor,
     WaitView,
 };
-pub use ops::{MAX_WAIT, NotReady, Ops};
+pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
 pub use platform::{ChainContext, Platform, PlatformAddresses};
 pub use tenancy::Caller;

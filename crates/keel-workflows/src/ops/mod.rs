@@ -35,6 +35,19 @@ use uuid::Uuid;
 /// Longest `Prefer: wait` / `minBlock` wait the service honours.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
+/// The deepest JSON nesting an accepted request may have: every request becomes a
+/// workflow input, and the durable engine refuses inputs nested deeper
+/// (`keel_durable::payload::MAX_DEPTH`; objects and arrays each count one level).
+pub const MAX_INPUT_DEPTH: usize = keel_durable::payload::MAX_DEPTH;
+
+/// Whether `bytes`, read as JSON, nest deeper than `max` levels (objects and arrays
+/// each count one; brackets inside strings do not). A byte scan without recursion, so
+/// a caller can refuse a deep document before any parser sees it; malformed input is
+/// left to the parser. The engine's own check (`keel_durable::payload`).
+pub fn input_too_deep(bytes: &[u8], max: usize) -> bool {
+    keel_durable::payload::json_depth_exceeds(bytes, max)
+}
+
 /// The operations service (no chain access: everything goes through the database and
 /// the durable engine; the runner does the work).
 #[derive(Debug, Clone)]
