@@ -350,9 +350,9 @@ impl Ops {
         &self,
         caller: Caller,
         op: &OperationRow,
-        hash: &[u8],
+        request_sha256: &[u8],
     ) -> Result<Option<Accepted>> {
-        if op.request_sha256 != hash {
+        if op.request_sha256 != request_sha256 {
             return Err(OpsError::IdempotencyConflict);
         }
         if op.instance_id.is_none() {

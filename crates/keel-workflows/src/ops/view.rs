@@ -224,8 +224,16 @@ pub fn project(
         let verdict: Option<SettlementVerdict> =
             t.verdict.and_then(|v| serde_json::from_value(v).ok());
         let (mined_tx_hash, block) = match &verdict {
-            Some(SettlementVerdict::Confirmed { hash, block, .. }) => (Some(*hash), Some(*block)),
-            Some(SettlementVerdict::Reverted { hash, block, .. }) => (Some(*hash), Some(*block)),
+            Some(SettlementVerdict::Confirmed {
+                hash: tx_hash,
+                block,
+                ..
+            })
+            | Some(SettlementVerdict::Reverted {
+                hash: tx_hash,
+                block,
+                ..
+            }) => (Some(*tx_hash), Some(*block)),
             _ => (None, None),
         };
         let tx_hash = mined_tx_hash.or_else(|| {

@@ -111,11 +111,12 @@ pub(crate) async fn send(
         };
         let verdict = send_attempt(ctx, p, chain, attempt_of, request).await?;
         match verdict {
-            SettlementVerdict::Confirmed { block, hash, .. } => {
-                return Ok(Landed {
-                    tx_hash: hash,
-                    block,
-                });
+            SettlementVerdict::Confirmed {
+                block,
+                hash: tx_hash,
+                ..
+            } => {
+                return Ok(Landed { tx_hash, block });
             }
             SettlementVerdict::Reverted {
                 reason,
