@@ -172,3 +172,71 @@ impl IntoResponse for Problem {
         res
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_durable::DurableError;
+    use keel_durable::payload::BoundError;
+
+    /// Every service error answers its documented status, retryable exactly for 503.
+    #[test]
+    fn service_errors_map_to_their_statuses() {
+        let cases: Vec<(OpsError, u16)> = vec![
+            (OpsError::Unauthenticated, 401),
+            (OpsError::NotFound { what: "asset" }, 404),
+            (OpsError::IdempotencyConflict, 409),
+            (OpsError::AssetNotReady, 409),
+            (OpsError::ApprovalSameKey, 409),
+            (OpsError::ApprovalNotPending, 409),
+            (OpsError::NotRetryable, 409),
+            (
+                OpsError::FailureNotRetryable {
+                    code: "EXECUTION_REVERTED".into(),
+                },
+                409,
+            ),
+            (OpsError::ApprovalExpired, 409),
+            (OpsError::OperationEnded, 409),
+            (
+                OpsError::InvalidField {
+                    field: "name",
+                    reason: "r",
+                },
+                422,
+            ),
+            (
+                OpsError::Amount {
+                    field: "amount",
+                    source: keel_units::UnitsError::Negative,
+                },
+                422,
+            ),
+            (OpsError::ChainNotConfigured, 422),
+            (
+                OpsError::Engine(DurableError::InvalidInput(BoundError::TooLarge {
+                    what: "input",
+                    limit: 1,
+                })),
+                413,
+            ),
+            (
+                OpsError::Engine(DurableError::IdempotencyConflict {
+                    workflow: "asset.mint".into(),
+                    instance_id: uuid::Uuid::nil(),
+                }),
+                409,
+            ),
+            (OpsError::Engine(DurableError::Fenced), 503),
+            (OpsError::IndexBehind, 503),
+            (OpsError::Store(keel_store::StoreError::Decode), 503),
+        ];
+        for (e, status) in cases {
+            let code = e.code();
+            let p = Problem::from(e);
+            assert_eq!(p.status, status, "{code}");
+            assert_eq!(p.code, code);
+            assert_eq!(p.retryable, status == 503, "{code}");
+        }
+    }
+}

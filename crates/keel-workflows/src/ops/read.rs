@@ -220,9 +220,7 @@ impl Ops {
         }
         let chain = ChainId(r.chain_id);
         let mut tx = self.db.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *tx)
-            .await?;
+        store::transaction_snapshot(&mut *tx).await?;
         let tip = keel_index::read::indexed_tip(&mut *tx, chain).await?;
         let base = keel_index::read::balance(&mut *tx, chain, token, holder).await?;
         let health = keel_index::read::chain_health(&mut *tx, chain).await?;
@@ -312,9 +310,7 @@ impl Ops {
             index_degraded: false,
         };
         let mut tx = self.db.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *tx)
-            .await?;
+        store::transaction_snapshot(&mut *tx).await?;
         view.indexed_block = keel_index::read::indexed_tip(&mut *tx, chain)
             .await?
             .map(|t| t.number);

@@ -383,3 +383,192 @@ pub(crate) async fn wait_indexed(
 pub(crate) fn step_ok<T>(r: Result<T, OpFailure>) -> Result<T, Failure> {
     r.map_err(WorkflowFailure::Failed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_durable::{Engine, EngineConfig, ExecutorConfig, InstanceStatus, RunStatus, Workflow};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    /// A workflow that passes the retry gate after each of three failing attempts
+    /// (links `w`, `w#2`, `w#3`) and completes with the attempt it reached; a gate that
+    /// says no fails it `GAS_REQUIRED`, retryably, as `send` does.
+    #[derive(Debug, Clone)]
+    struct Gate(Arc<Platform>);
+
+    impl Workflow for Gate {
+        const NAME: &'static str = "test.retry-gate";
+        type Input = Uuid;
+        type Output = u32;
+        type Error = OpFailure;
+
+        async fn run(&self, ctx: &mut WorkflowContext, op: Uuid) -> Result<u32, Failure> {
+            for attempt in 1..=3u32 {
+                let link = if attempt == 1 {
+                    "w".to_owned()
+                } else {
+                    format!("w#{attempt}")
+                };
+                if !retried(ctx, &self.0, op, &link, attempt).await? {
+                    return Err(WorkflowFailure::Failed(OpFailure::new(
+                        "GAS_REQUIRED",
+                        true,
+                        "gate closed",
+                    )));
+                }
+            }
+            Ok(3)
+        }
+    }
+
+    async fn settled(engine: &Engine, id: Uuid) -> InstanceStatus {
+        let started = Instant::now();
+        loop {
+            let _ = engine.await_idle(Duration::from_millis(200)).await;
+            let s = engine.status(id).await.unwrap();
+            if matches!(s.status, RunStatus::Failed | RunStatus::Completed) {
+                return s;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{s:?}");
+        }
+    }
+
+    async fn gate_steps(db: &sqlx::PgPool, id: Uuid) -> Vec<(String, serde_json::Value)> {
+        sqlx::query_as(
+            "SELECT name, result FROM durable_journal
+              WHERE instance_id = $1 AND name LIKE 'retried %' ORDER BY seq",
+        )
+        .bind(id)
+        .fetch_all(db)
+        .await
+        .unwrap()
+    }
+
+    /// Each retry of the operation opens the gate of exactly the attempt that failed,
+    /// and a replay without a retry in between takes the path it took before.
+    #[tokio::test]
+    async fn each_retry_opens_the_gate_of_the_failed_attempt_once() {
+        let db = keel_store::testing::TestDatabase::create().await.unwrap();
+        let pool = db.pool().clone();
+        keel_store::migrate(&pool).await.unwrap();
+        let org = crate::tenancy::create_organization(&pool, "o")
+            .await
+            .unwrap();
+        let key = crate::tenancy::create_api_key(&pool, org, "k")
+            .await
+            .unwrap();
+        let template = crate::tenancy::Template {
+            id: "t".into(),
+            chain_id: 1,
+            price_decimals: 8,
+            staleness_bound_seconds: 60,
+            mint_approval_threshold: None,
+            approval_ttl_seconds: 60,
+            funding_pause: false,
+            funding_deadline_seconds: 60,
+        };
+        crate::tenancy::upsert_template(&pool, org, &template)
+            .await
+            .unwrap();
+        let asset = Uuid::new_v4();
+        store::asset_insert(
+            &pool,
+            &store::NewAssetRow {
+                id: asset,
+                organization_id: org,
+                template_id: "t",
+                chain_id: 1,
+                name: "A",
+                symbol: "A",
+                decimals: 0,
+                initial_price: "1",
+            },
+        )
+        .await
+        .unwrap();
+        let op = Uuid::new_v4();
+        store::operation_insert(
+            &pool,
+            &store::NewOperationRow {
+                id: op,
+                organization_id: org,
+                kind: "asset.pause",
+                asset_id: asset,
+                idempotency_key: "k",
+                request_sha256: &[0; 32],
+                api_key_id: key.id,
+            },
+        )
+        .await
+        .unwrap();
+        let platform = Arc::new(Platform {
+            db: pool.clone(),
+            operator: Address::ZERO,
+            suffix: keel_chain::AttributionSuffix::new(&["keel"]).unwrap(),
+            chains: Default::default(),
+            later_chains: Default::default(),
+            index_wait: Duration::from_secs(1),
+        });
+        let engine = Engine::new(pool.clone(), EngineConfig::default())
+            .unwrap()
+            .register(Gate(platform));
+        let executor = engine
+            .spawn_executor(ExecutorConfig {
+                poll_interval: Duration::from_millis(100),
+                ..ExecutorConfig::default()
+            })
+            .unwrap();
+        let id = engine
+            .start::<Gate>("gate", &op, Default::default())
+            .await
+            .unwrap()
+            .instance_id;
+        let no = serde_json::json!({"ok": false});
+        let yes = serde_json::json!({"ok": true});
+        let step = |n: &str| n.to_owned();
+
+        // Never retried: the first gate is closed.
+        assert_eq!(settled(&engine, id).await.status, RunStatus::Failed);
+        assert_eq!(
+            gate_steps(&pool, id).await,
+            vec![(step("retried w 1"), no.clone())]
+        );
+
+        // Retried once: attempt 1's gate opens (in its second step), attempt 2's stays shut.
+        store::operation_retries_increment(&pool, op).await.unwrap();
+        engine.retry(id).await.unwrap();
+        assert_eq!(settled(&engine, id).await.status, RunStatus::Failed);
+        let once = vec![
+            (step("retried w 1"), no.clone()),
+            (step("retried w 2"), yes.clone()),
+            (step("retried w#2 1"), no.clone()),
+        ];
+        assert_eq!(gate_steps(&pool, id).await, once);
+
+        // A retry without a new count replays the same path (one more closed look).
+        engine.retry(id).await.unwrap();
+        assert_eq!(settled(&engine, id).await.status, RunStatus::Failed);
+        let mut replayed = once.clone();
+        replayed.push((step("retried w#2 2"), no.clone()));
+        assert_eq!(gate_steps(&pool, id).await, replayed);
+
+        // Two more retries counted: attempts 2 and 3 pass, the workflow completes.
+        store::operation_retries_increment(&pool, op).await.unwrap();
+        engine.retry(id).await.unwrap();
+        assert_eq!(settled(&engine, id).await.status, RunStatus::Failed);
+        store::operation_retries_increment(&pool, op).await.unwrap();
+        engine.retry(id).await.unwrap();
+        let done = settled(&engine, id).await;
+        assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+        assert_eq!(done.output, Some(serde_json::json!(3)));
+        let names: Vec<String> = gate_steps(&pool, id)
+            .await
+            .into_iter()
+            .filter(|(_, r)| *r == yes)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["retried w 2", "retried w#2 3", "retried w#3 2"]);
+        executor.shutdown().await;
+    }
+}
