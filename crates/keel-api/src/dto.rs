@@ -1,11 +1,13 @@
-//! The API's JSON shapes (all camelCase).
+//! The API's JSON shapes (all camelCase): the wire format, owned here.
 //!
-//! Request bodies are deserialized from these types. Responses are serialized by the
-//! operations service's own view types (`keel_workflows::ops::OperationView`, ...);
-//! the types here named like the responses (`Operation`, `Asset`, ...) are their
-//! **mirrors** for the OpenAPI document: the unit tests deserialize fully populated
-//! service views into them with `deny_unknown_fields`, so the document cannot drift
-//! from what is served without a test failing.
+//! Request bodies are deserialized from these types, and every response is serialized
+//! from them: the handlers convert the operations service's views
+//! (`keel_workflows::OperationView`, `AssetView`, ...) with the `From` impls at the end
+//! of this module. The OpenAPI document is generated from the same types, so what is
+//! documented is what is served.
+//!
+//! Naming: the service calls an operation's link to a queue request `link`; the wire
+//! name is `step` (`TxMilestone::step`, `OperationWait::step`, `FundingRequest::step`).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -67,7 +69,7 @@ pub struct TokenAmountRequest {
 pub struct EmptyRequest {}
 
 // ---------------------------------------------------------------------------------------
-// Response mirrors
+// Responses
 // ---------------------------------------------------------------------------------------
 
 /// The state of an operation.
@@ -368,163 +370,244 @@ pub struct Health {
     pub status: String,
 }
 
+// ---------------------------------------------------------------------------------------
+// From the service's views
+// ---------------------------------------------------------------------------------------
+
+use keel_workflows as svc;
+
+impl From<svc::OperationState> for OperationState {
+    fn from(s: svc::OperationState) -> Self {
+        match s {
+            svc::OperationState::Queued => Self::Queued,
+            svc::OperationState::Running => Self::Running,
+            svc::OperationState::Waiting => Self::Waiting,
+            svc::OperationState::Suspended => Self::Suspended,
+            svc::OperationState::Completed => Self::Completed,
+            svc::OperationState::Failed => Self::Failed,
+            svc::OperationState::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+impl From<svc::WaitFor> for WaitFor {
+    fn from(w: svc::WaitFor) -> Self {
+        match w {
+            svc::WaitFor::Approval => Self::Approval,
+            svc::WaitFor::Transaction => Self::Transaction,
+            svc::WaitFor::Funding => Self::Funding,
+            svc::WaitFor::Timer => Self::Timer,
+        }
+    }
+}
+
+impl From<svc::OperationView> for Operation {
+    fn from(v: svc::OperationView) -> Self {
+        Self {
+            id: v.id,
+            kind: v.kind,
+            asset_id: v.asset_id,
+            state: v.state.into(),
+            queued_behind: v.queued_behind,
+            wait: v.wait.map(Into::into),
+            cancel_requested_at: v.cancel_requested_at,
+            milestones: v.milestones.into(),
+            progress: v.progress,
+            result: v.result,
+            error: v.error.map(Into::into),
+        }
+    }
+}
+
+impl From<svc::WaitView> for OperationWait {
+    fn from(w: svc::WaitView) -> Self {
+        Self {
+            waits_for: w.waits_for.into(),
+            until: w.until,
+            step: w.link,
+            last_broadcast_error: w.last_broadcast_error,
+        }
+    }
+}
+
+impl From<svc::Milestones> for Milestones {
+    fn from(m: svc::Milestones) -> Self {
+        Self {
+            accepted: m.accepted,
+            submitted: m.submitted.into_iter().map(Into::into).collect(),
+            confirmed: m.confirmed.into_iter().map(Into::into).collect(),
+            indexed: m.indexed.map(Into::into),
+        }
+    }
+}
+
+impl From<svc::TxMilestone> for TxMilestone {
+    fn from(t: svc::TxMilestone) -> Self {
+        Self {
+            step: t.link,
+            // `0x` + 64 lowercase hex digits.
+            tx_hash: t.tx_hash.map(|h| h.to_string()),
+            nonce: t.nonce,
+            broadcast: t.broadcast,
+            block: t.block,
+        }
+    }
+}
+
+impl From<svc::IndexedMilestone> for IndexedMilestone {
+    fn from(i: svc::IndexedMilestone) -> Self {
+        Self { block: i.block }
+    }
+}
+
+impl From<svc::ErrorView> for OperationError {
+    fn from(e: svc::ErrorView) -> Self {
+        Self {
+            code: e.code,
+            retryable: e.retryable,
+            detail: e.detail,
+            reason: e.reason,
+        }
+    }
+}
+
+/// The status URL of operation `id`: `/v1/operations/{id}`.
+pub fn status_url(id: Uuid) -> String {
+    format!("/v1/operations/{id}")
+}
+
+impl OperationAccepted {
+    /// The answer to an accepted `POST`: the operation's status, whether this request
+    /// created it, and its status URL.
+    pub fn new(operation: svc::OperationView, created: bool) -> Self {
+        let status_url = status_url(operation.id);
+        Self {
+            operation: operation.into(),
+            created,
+            status_url,
+        }
+    }
+}
+
+impl From<svc::AssetStatus> for AssetStatus {
+    fn from(s: svc::AssetStatus) -> Self {
+        match s {
+            svc::AssetStatus::Creating => Self::Creating,
+            svc::AssetStatus::Active => Self::Active,
+            svc::AssetStatus::Failed => Self::Failed,
+        }
+    }
+}
+
+/// An address as served: `0x` + 40 lowercase hex digits, exactly as the service's
+/// views serialized it before the API owned its DTOs. (The schema's descriptions say
+/// "EIP-55 checksummed"; the pattern admits both, and changing the served form is not
+/// part of a refactoring.)
+fn address_text(a: alloy_primitives::Address) -> String {
+    format!("{a:#x}")
+}
+
+impl From<svc::AssetView> for Asset {
+    fn from(a: svc::AssetView) -> Self {
+        Self {
+            id: a.id,
+            name: a.name,
+            symbol: a.symbol,
+            decimals: a.decimals,
+            template_id: a.template_id,
+            chain_id: a.chain_id,
+            status: a.status.into(),
+            create_operation_id: a.create_operation_id,
+            token_address: a.token_address.map(address_text),
+            feed_address: a.feed_address.map(address_text),
+            supply: a.supply,
+            paused: a.paused,
+            staleness_bound_seconds: a.staleness_bound_seconds,
+            latest_observation: a.latest_observation.map(Into::into),
+            indexed_block: a.indexed_block,
+            index_degraded: a.index_degraded,
+        }
+    }
+}
+
+impl From<svc::ObservationView> for Observation {
+    fn from(o: svc::ObservationView) -> Self {
+        Self {
+            answer: o.answer,
+            round_id: o.round_id,
+            updated_at: o.updated_at,
+            block: o.block,
+        }
+    }
+}
+
+impl From<svc::BalanceView> for Balance {
+    fn from(b: svc::BalanceView) -> Self {
+        Self {
+            asset_id: b.asset_id,
+            address: address_text(b.address),
+            balance: b.balance,
+            balance_base_units: b.balance_base_units,
+            indexed_block: b.indexed_block,
+            index_degraded: b.index_degraded,
+        }
+    }
+}
+
+impl From<svc::FundingRequestView> for FundingRequest {
+    fn from(f: svc::FundingRequestView) -> Self {
+        let r = f.request;
+        Self {
+            operation_id: f.operation_id,
+            step: f.link,
+            request_id: r.request_id,
+            chain_id: r.chain_id.to_string(),
+            address: address_text(r.address),
+            required_wei: r.required_wei.to_string(),
+            deadline: r.deadline,
+            gas_limit: r.gas_limit,
+            max_fee_per_gas_wei: r.max_fee_per_gas_wei.to_string(),
+            value_wei: r.value_wei.to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloy_primitives::{Address, B256, U256};
-    use keel_workflows::ops::{
-        AssetView, BalanceView, ErrorView, IndexedMilestone as IM, Milestones as MS,
-        ObservationView, OperationView, TxMilestone as TM, WaitView,
-    };
+    use alloy_primitives::{Address, B256};
 
-    fn round_trip<T: serde::de::DeserializeOwned>(v: &impl Serialize) -> T {
-        let json = serde_json::to_value(v).unwrap();
-        serde_json::from_value(json).unwrap()
-    }
-
-    fn tx(block: Option<u64>) -> TM {
-        TM {
-            step: "mint".into(),
+    /// Hashes are served as `0x` + 64 lowercase hex digits and addresses as `0x` + 40
+    /// lowercase hex digits: the forms alloy's serde gives them.
+    #[test]
+    fn hashes_and_addresses_have_their_documented_form() {
+        let t = TxMilestone::from(svc::TxMilestone {
+            link: "mint#2".into(),
             tx_hash: Some(B256::repeat_byte(0xab)),
             nonce: Some(7),
             broadcast: true,
-            block,
-        }
-    }
-
-    #[test]
-    fn operation_mirror_matches_the_served_view() {
-        for (state, wait) in [
-            ("waiting", Some("approval")),
-            ("waiting", Some("funding")),
-            ("completed", None),
-            ("queued", None),
-            ("cancelled", None),
-        ] {
-            let full = OperationView {
-                id: Uuid::new_v4(),
-                kind: "asset.mint".into(),
-                asset_id: Uuid::new_v4(),
-                state,
-                queued_behind: None,
-                cancel_requested_at: Some(Utc::now()),
-                wait: wait.map(|w| WaitView {
-                    waits_for: w,
-                    until: Some(Utc::now()),
-                    step: Some("mint".into()),
-                    last_broadcast_error: Some("internal".into()),
-                }),
-                milestones: MS {
-                    accepted: Utc::now(),
-                    submitted: vec![tx(None)],
-                    confirmed: vec![tx(Some(12))],
-                    indexed: Some(IM { block: 13 }),
-                },
-                progress: Some(serde_json::json!({"phase": "x"})),
-                result: Some(serde_json::json!({"indexedBlock": 13})),
-                error: Some(ErrorView {
-                    code: "EXECUTION_REVERTED".into(),
-                    retryable: false,
-                    detail: "reverted".into(),
-                    reason: Some("nope".into()),
-                }),
-            };
-            let m: Operation = round_trip(&full);
-            assert_eq!(m.id, full.id);
-            let empty = OperationView {
-                wait: None,
-                progress: None,
-                result: None,
-                error: None,
-                milestones: MS {
-                    accepted: Utc::now(),
-                    submitted: vec![],
-                    confirmed: vec![],
-                    indexed: None,
-                },
-                ..full
-            };
-            let _: Operation = round_trip(&empty);
-        }
-        for s in [
-            "running",
-            "waiting",
-            "suspended",
-            "completed",
-            "failed",
-            "cancelled",
-        ] {
-            let _: OperationState = serde_json::from_value(serde_json::json!(s)).unwrap();
-        }
-        for s in ["approval", "transaction", "funding", "timer"] {
-            let _: WaitFor = serde_json::from_value(serde_json::json!(s)).unwrap();
-        }
-    }
-
-    #[test]
-    fn asset_balance_and_funding_mirrors_match() {
-        for status in ["creating", "active", "failed"] {
-            let full = AssetView {
-                id: Uuid::new_v4(),
-                name: "A".into(),
-                symbol: "A".into(),
-                decimals: 18,
-                template_id: "t".into(),
-                chain_id: 31337,
-                status,
-                create_operation_id: Some(Uuid::new_v4()),
-                token_address: Some(Address::repeat_byte(1)),
-                feed_address: Some(Address::repeat_byte(2)),
-                supply: Some("1.5".into()),
-                paused: Some(false),
-                staleness_bound_seconds: Some("3600".into()),
-                latest_observation: Some(ObservationView {
-                    answer: "125".into(),
-                    round_id: "1".into(),
-                    updated_at: "1700000000".into(),
-                    block: 9,
-                }),
-                indexed_block: Some(10),
-                index_degraded: false,
-            };
-            let _: Asset = round_trip(&full);
-            let empty = AssetView {
-                create_operation_id: None,
-                token_address: None,
-                feed_address: None,
-                supply: None,
-                paused: None,
-                staleness_bound_seconds: None,
-                latest_observation: None,
-                indexed_block: None,
-                index_degraded: true,
-                ..full
-            };
-            let _: Asset = round_trip(&empty);
-        }
-        let b = BalanceView {
-            asset_id: Uuid::new_v4(),
-            address: Address::repeat_byte(3),
-            balance: "1.5".into(),
-            balance_base_units: "1500".into(),
-            indexed_block: 4,
-            index_degraded: false,
-        };
-        let _: Balance = round_trip(&b);
-        let f = crate::handlers::FundingRequestItem {
-            operation_id: Uuid::new_v4(),
-            step: "mint".into(),
-            request: keel_txq::FundingRequest {
-                request_id: Uuid::new_v4(),
-                chain_id: keel_units::ChainId(31337),
-                address: Address::repeat_byte(4),
-                required_wei: keel_units::Wei::new(U256::from(42u64)),
-                deadline: Utc::now(),
-                gas_limit: 21_000,
-                max_fee_per_gas_wei: keel_units::Wei::new(U256::from(2u64)),
-                value_wei: keel_units::Wei::new(U256::ZERO),
-            },
-        };
-        let _: FundingRequest = round_trip(&f);
+            block: None,
+        });
+        assert_eq!(t.step, "mint#2");
+        assert_eq!(
+            t.tx_hash.as_deref(),
+            Some(&*format!("0x{}", "ab".repeat(32)))
+        );
+        let a: Address = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            address_text(a),
+            "0x70997970c51812dc3a010c7d01b50e0d17dc79c8"
+        );
+        assert_eq!(
+            serde_json::to_value(a).unwrap(),
+            serde_json::json!(address_text(a))
+        );
+        let h = B256::repeat_byte(0xab);
+        assert_eq!(
+            serde_json::to_value(h).unwrap(),
+            serde_json::json!(h.to_string())
+        );
     }
 }

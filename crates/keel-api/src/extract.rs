@@ -14,8 +14,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 /// Maximum nesting depth of a request body; every object and array counts one level
-/// (the durable engine's payload bound, [`keel_durable::payload::MAX_DEPTH`]).
-pub const MAX_JSON_DEPTH: usize = keel_durable::payload::MAX_DEPTH;
+/// (the operations service's input bound, [`keel_workflows::MAX_INPUT_DEPTH`]).
+pub const MAX_JSON_DEPTH: usize = keel_workflows::MAX_INPUT_DEPTH;
 
 /// The authenticated caller (`Authorization: Bearer <api key>`).
 #[derive(Debug, Clone, Copy)]
@@ -295,7 +295,7 @@ fn is_json_media_type(v: &str) -> bool {
 /// inside strings (escapes included) do not count. Malformed input is left to the
 /// parser.
 pub fn json_too_deep(bytes: &[u8], max: usize) -> bool {
-    keel_durable::payload::json_depth_exceeds(bytes, max)
+    keel_workflows::input_too_deep(bytes, max)
 }
 
 fn invalid(detail: String) -> Problem {

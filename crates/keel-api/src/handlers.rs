@@ -3,7 +3,7 @@
 use crate::ApiState;
 use crate::dto::{
     Asset, AssetList, Balance, CreateAssetRequest, EmptyRequest, FundingRequestList, Health,
-    Operation, OperationAccepted, TokenAmountRequest,
+    Operation, OperationAccepted, TokenAmountRequest, status_url,
 };
 use crate::extract::{
     Authed, IdempotencyKey, JsonBody, PreferWait, RawPath, parse_address, parse_id,
@@ -14,12 +14,10 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use keel_workflows::Caller;
-use keel_workflows::ops::{AssetView, MAX_WAIT, NewAsset, OperationView, TokenRequest};
-use serde::{Deserialize, Serialize};
+use keel_workflows::{Caller, MAX_WAIT, NewAsset, OperationView, TokenRequest};
+use serde::Deserialize;
 use std::time::Duration;
 use utoipa::{IntoParams, IntoResponses};
-use uuid::Uuid;
 
 /// Errors of the operation-creating POSTs (for the OpenAPI document).
 #[derive(IntoResponses)]
@@ -86,31 +84,6 @@ pub(crate) enum ReadErrors {
     Unavailable(Problem),
 }
 
-/// The body of an accepted POST: the operation's view, `created` and `statusUrl`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct AcceptedBody<'a> {
-    #[serde(flatten)]
-    operation: &'a OperationView,
-    created: bool,
-    status_url: &'a str,
-}
-
-/// A funding request of the caller's organization, as served.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct FundingRequestItem {
-    pub(crate) operation_id: Uuid,
-    pub(crate) step: String,
-    #[serde(flatten)]
-    pub(crate) request: keel_txq::FundingRequest,
-}
-
-/// The status URL of operation `id`.
-pub fn status_url(id: Uuid) -> String {
-    format!("/v1/operations/{id}")
-}
-
 /// Answers an accepted operation: `200` when it is terminal (at once, or within the
 /// `Prefer: wait` time, capped at [`MAX_WAIT`]), else `202`; `Location` names the status
 /// URL; `Preference-Applied: wait=N` when a wait preference was honoured for a `200`.
@@ -144,16 +117,8 @@ async fn answer(
     };
     let url = status_url(view.id);
     let mut res = match created {
-        Some(created) => (
-            status,
-            Json(AcceptedBody {
-                operation: &view,
-                created,
-                status_url: &url,
-            }),
-        )
-            .into_response(),
-        None => (status, Json(&view)).into_response(),
+        Some(created) => (status, Json(OperationAccepted::new(view, created))).into_response(),
+        None => (status, Json(Operation::from(view))).into_response(),
     };
     if let Ok(v) = HeaderValue::from_str(&url) {
         res.headers_mut().insert(header::LOCATION, v);
@@ -589,12 +554,7 @@ pub(crate) async fn operation(
 ) -> Result<Response, Problem> {
     let id = parse_id(&id, "operation")?;
     let view = state.ops().operation(caller, id).await?;
-    Ok(Json(view).into_response())
-}
-
-#[derive(Serialize)]
-struct AssetListBody {
-    assets: Vec<AssetView>,
+    Ok(Json(Operation::from(view)).into_response())
 }
 
 /// The caller's assets, oldest first (at most 1000), with their index state.
@@ -614,7 +574,10 @@ pub(crate) async fn assets(
     Authed(caller): Authed,
 ) -> Result<Response, Problem> {
     let assets = state.ops().assets(caller).await?;
-    Ok(Json(AssetListBody { assets }).into_response())
+    Ok(Json(AssetList {
+        assets: assets.into_iter().map(Asset::from).collect(),
+    })
+    .into_response())
 }
 
 /// Read-after-write parameters of the asset reads.
@@ -683,7 +646,7 @@ pub(crate) async fn asset(
         .ops()
         .asset(caller, id, q.min_block, q.wait(&state))
         .await?;
-    Ok(Json(view).into_response())
+    Ok(Json(Asset::from(view)).into_response())
 }
 
 /// A holder's balance of an asset, from the Ledger Index.
@@ -716,7 +679,7 @@ pub(crate) async fn balance(
         .ops()
         .balance(caller, id, holder, q.min_block, q.wait(&state))
         .await?;
-    Ok(Json(view).into_response())
+    Ok(Json(Balance::from(view)).into_response())
 }
 
 /// Filter of the funding requests.
@@ -726,12 +689,6 @@ pub(crate) async fn balance(
 pub(crate) struct FundingQuery {
     /// Only this EIP-155 chain.
     chain_id: Option<u64>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct FundingListBody {
-    funding_requests: Vec<FundingRequestItem>,
 }
 
 /// The open funding requests of the caller's operations (transactions paused until
@@ -755,67 +712,11 @@ pub(crate) async fn funding_requests(
     q: Result<Query<FundingQuery>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let q = query(q)?;
-    let items = funding_requests_of(&state, caller, q.chain_id).await?;
-    Ok(Json(FundingListBody {
-        funding_requests: items,
+    let open = state.ops().funding_requests(caller, q.chain_id).await?;
+    Ok(Json(FundingRequestList {
+        funding_requests: open.into_iter().map(Into::into).collect(),
     })
     .into_response())
-}
-
-/// The open funding requests (`keel_txq::funding_requests`) that belong to operations
-/// of the caller's organization.
-async fn funding_requests_of(
-    state: &ApiState,
-    caller: Caller,
-    chain_id: Option<u64>,
-) -> Result<Vec<FundingRequestItem>, Problem> {
-    let unavailable = || {
-        Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "SERVICE_UNAVAILABLE",
-            "a dependency is temporarily unavailable; retry later",
-        )
-    };
-    let chain = match chain_id.map(i64::try_from).transpose() {
-        Ok(c) => c,
-        // No chain has such an id.
-        Err(_) => return Ok(Vec::new()),
-    };
-    let db = state.ops().db();
-    let open = keel_txq::funding_requests(db, chain).await.map_err(|e| {
-        tracing::warn!(error = %e, "funding requests unavailable");
-        unavailable()
-    })?;
-    if open.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ids: Vec<Uuid> = open.iter().map(|r| r.request_id).collect();
-    let owned: Vec<(Uuid, Uuid, String)> = sqlx::query_as(
-        "SELECT ot.txq_request_id, ot.operation_id, ot.step
-           FROM operation_tx ot JOIN operation o ON o.id = ot.operation_id
-          WHERE o.organization_id = $1 AND ot.txq_request_id = ANY($2)",
-    )
-    .bind(caller.organization_id)
-    .bind(&ids)
-    .fetch_all(db)
-    .await
-    .map_err(|e| {
-        tracing::warn!(error = %e, "funding requests: operation lookup failed");
-        unavailable()
-    })?;
-    Ok(open
-        .into_iter()
-        .filter_map(|request| {
-            owned
-                .iter()
-                .find(|(rid, _, _)| *rid == request.request_id)
-                .map(|(_, operation_id, step)| FundingRequestItem {
-                    operation_id: *operation_id,
-                    step: step.clone(),
-                    request,
-                })
-        })
-        .collect())
 }
 
 /// Liveness: `200 {"status":"ok"}` whenever the process serves HTTP.
@@ -852,39 +753,13 @@ pub(crate) async fn readyz(State(state): State<ApiState>) -> Response {
     if !state.is_ready() {
         return not_ready("the process is starting or shutting down").into_response();
     }
-    match tokio::time::timeout(Duration::from_secs(3), check_database(&state)).await {
+    match tokio::time::timeout(Duration::from_secs(3), state.ops().check_ready()).await {
         Ok(Ok(())) => Json(Health {
             status: "ready".to_owned(),
         })
         .into_response(),
-        Ok(Err(detail)) => not_ready(detail).into_response(),
+        Ok(Err(reason)) => not_ready(&reason.to_string()).into_response(),
         Err(_) => not_ready("the database did not answer in time").into_response(),
-    }
-}
-
-async fn check_database(state: &ApiState) -> Result<(), &'static str> {
-    let db = state.ops().db();
-    sqlx::query("SELECT 1")
-        .execute(db)
-        .await
-        .map_err(|_| "the database is unreachable")?;
-    let applied: Vec<(i64, Vec<u8>)> =
-        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
-            .fetch_all(db)
-            .await
-            .map_err(|_| "migrations are not applied")?;
-    let all_applied = keel_store::MIGRATOR
-        .iter()
-        .filter(|m| !m.migration_type.is_down_migration())
-        .all(|m| {
-            applied
-                .iter()
-                .any(|(v, c)| *v == m.version && c.as_slice() == &*m.checksum)
-        });
-    if all_applied {
-        Ok(())
-    } else {
-        Err("migrations are pending")
     }
 }
 

@@ -1,7 +1,8 @@
 //! # keel-api
 //!
 //! Keel's Platform API: the HTTP layer (axum 0.8) over the operations service
-//! [`keel_workflows::Ops`]. [`router`] builds the whole API from an [`ApiState`]; the
+//! [`keel_workflows::Ops`], its only way to the data: no SQL and no other crate's
+//! store here. The wire format is owned by [`dto`] (converted from the service's views). [`router`] builds the whole API from an [`ApiState`]; the
 //! binary serves it with `axum::serve` and flips the readiness flag.
 //!
 //! ## Routes (JSON, camelCase)
@@ -16,8 +17,8 @@
 //! | `GET /v1/operations/{id}` | `Ops::operation` | operation |
 //! | `GET /v1/assets`, `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::assets`, `Ops::asset` | assets |
 //! | `GET /v1/assets/{id}/balances/{address}` (same query) | `Ops::balance` | balance |
-//! | `GET /v1/funding-requests` (`?chainId=N`) | `keel_txq::funding_requests`, scoped to the caller's operations | funding requests |
-//! | `GET /healthz`, `GET /readyz`, `GET /openapi.json` | — | liveness, readiness, [`openapi`] |
+//! | `GET /v1/funding-requests` (`?chainId=N`) | `Ops::funding_requests` (scoped to the caller's operations) | funding requests |
+//! | `GET /healthz`, `GET /readyz`, `GET /openapi.json` | —, `Ops::check_ready`, — | liveness, readiness, [`openapi`] |
 //!
 //! Operation-creating POSTs require `Idempotency-Key` (`400 IDEMPOTENCY_KEY_REQUIRED`).
 //! Every POST honours `Prefer: wait=<seconds>` (RFC 7240, capped at 60 s): `200` with
@@ -31,8 +32,9 @@
 //!
 //! ## Errors
 //! Every error is an `application/problem+json` [`Problem`] with a stable `code`,
-//! `retryable` and a value-free `detail`. Service errors map through
-//! `OpsError::{code, http_status, retryable, detail}`. Request-level errors (see
+//! `retryable` and a value-free `detail`. Service errors keep their
+//! `OpsError::{code, retryable, detail}`; their HTTP status is this crate's mapping
+//! ([`problem::ops_status`]). Request-level errors (see
 //! [`extract::JsonBody`]): body over [`ApiConfig::max_body_bytes`] → `413
 //! PAYLOAD_TOO_LARGE`; non-JSON media type → `415 UNSUPPORTED_MEDIA_TYPE`; nesting
 //! deeper than 64 → `400 JSON_TOO_DEEP` (counted on the raw bytes, without recursion,
@@ -55,7 +57,7 @@ mod handlers;
 mod openapi;
 pub mod problem;
 
-pub use handlers::status_url;
+pub use dto::status_url;
 pub use openapi::{openapi, openapi_json};
 pub use problem::Problem;
 

@@ -103,10 +103,45 @@ impl Problem {
     }
 }
 
+/// The HTTP status of a service error: `401` unauthenticated; `404` not found (also
+/// another organization's resource); `409` conflicts with the resource's state
+/// (idempotency conflict, asset not ready, approval not pending / same key / expired,
+/// not retryable, ended); `413` an input over the engine's payload bounds; `422` invalid
+/// fields, amounts and an unconfigured chain; `503` unavailable dependencies and an
+/// index behind (retryable).
+pub fn ops_status(e: &OpsError) -> StatusCode {
+    match e {
+        OpsError::Unauthenticated => StatusCode::UNAUTHORIZED,
+        OpsError::NotFound { .. } => StatusCode::NOT_FOUND,
+        OpsError::IdempotencyConflict
+        | OpsError::AssetNotReady
+        | OpsError::ApprovalNotPending
+        | OpsError::NotRetryable
+        | OpsError::FailureNotRetryable { .. }
+        | OpsError::ApprovalExpired
+        | OpsError::OperationEnded
+        | OpsError::ApprovalSameKey => StatusCode::CONFLICT,
+        OpsError::InvalidField { .. } | OpsError::Amount { .. } | OpsError::ChainNotConfigured => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        // The engine's refusals are told apart by their codes.
+        OpsError::Engine(_) => match e.code() {
+            "PAYLOAD_TOO_LARGE_OR_DEEP" => StatusCode::PAYLOAD_TOO_LARGE,
+            "IDEMPOTENCY_CONFLICT" => StatusCode::CONFLICT,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        },
+        OpsError::Index(_) | OpsError::IndexBehind | OpsError::Store(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        // A variant added later: unavailable when a retry can help, else a bug.
+        _ if e.retryable() => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl From<OpsError> for Problem {
     fn from(e: OpsError) -> Self {
-        let status =
-            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = ops_status(&e);
         if status.is_server_error() {
             tracing::warn!(code = e.code(), error = %e, "operations service unavailable");
         }
@@ -135,5 +170,73 @@ impl IntoResponse for Problem {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_durable::DurableError;
+    use keel_durable::payload::BoundError;
+
+    /// Every service error answers its documented status, retryable exactly for 503.
+    #[test]
+    fn service_errors_map_to_their_statuses() {
+        let cases: Vec<(OpsError, u16)> = vec![
+            (OpsError::Unauthenticated, 401),
+            (OpsError::NotFound { what: "asset" }, 404),
+            (OpsError::IdempotencyConflict, 409),
+            (OpsError::AssetNotReady, 409),
+            (OpsError::ApprovalSameKey, 409),
+            (OpsError::ApprovalNotPending, 409),
+            (OpsError::NotRetryable, 409),
+            (
+                OpsError::FailureNotRetryable {
+                    code: "EXECUTION_REVERTED".into(),
+                },
+                409,
+            ),
+            (OpsError::ApprovalExpired, 409),
+            (OpsError::OperationEnded, 409),
+            (
+                OpsError::InvalidField {
+                    field: "name",
+                    reason: "r",
+                },
+                422,
+            ),
+            (
+                OpsError::Amount {
+                    field: "amount",
+                    source: keel_units::UnitsError::Negative,
+                },
+                422,
+            ),
+            (OpsError::ChainNotConfigured, 422),
+            (
+                OpsError::Engine(DurableError::InvalidInput(BoundError::TooLarge {
+                    what: "input",
+                    limit: 1,
+                })),
+                413,
+            ),
+            (
+                OpsError::Engine(DurableError::IdempotencyConflict {
+                    workflow: "asset.mint".into(),
+                    instance_id: uuid::Uuid::nil(),
+                }),
+                409,
+            ),
+            (OpsError::Engine(DurableError::Fenced), 503),
+            (OpsError::IndexBehind, 503),
+            (OpsError::Store(keel_store::StoreError::Decode), 503),
+        ];
+        for (e, status) in cases {
+            let code = e.code();
+            let p = Problem::from(e);
+            assert_eq!(p.status, status, "{code}");
+            assert_eq!(p.code, code);
+            assert_eq!(p.retryable, status == 503, "{code}");
+        }
     }
 }

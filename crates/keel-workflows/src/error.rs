@@ -3,8 +3,9 @@
 use keel_units::UnitsError;
 
 /// An error of the operations service. Every variant has a stable machine-readable
-/// [`OpsError::code`], an HTTP status class ([`OpsError::http_status`]) and a
-/// value-free message: no SQL, no payload values, no secrets.
+/// [`OpsError::code`], a [`OpsError::retryable`] flag and a value-free message: no SQL,
+/// no payload values, no secrets. (The HTTP status of each is the Platform API's
+/// business: `keel-api` maps them.)
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpsError {
@@ -127,29 +128,31 @@ impl OpsError {
         }
     }
 
-    /// The HTTP status this error answers with (400, 401, 404, 409, 413, 422 or 503).
-    pub fn http_status(&self) -> u16 {
+    /// Whether the same request may succeed later: true for the failures of a
+    /// dependency (database, engine, index) and for [`OpsError::IndexBehind`]; false for
+    /// every refusal of the request itself (including the engine's payload bound and
+    /// its idempotency conflict).
+    pub fn retryable(&self) -> bool {
         match self {
-            Self::Unauthenticated => 401,
-            Self::NotFound { .. } => 404,
-            Self::IdempotencyConflict
+            Self::Engine(
+                keel_durable::DurableError::InvalidInput(_)
+                | keel_durable::DurableError::IdempotencyConflict { .. },
+            ) => false,
+            Self::Engine(_) | Self::Index(_) | Self::IndexBehind | Self::Store(_) => true,
+            Self::Unauthenticated
+            | Self::NotFound { .. }
+            | Self::IdempotencyConflict
+            | Self::InvalidField { .. }
+            | Self::Amount { .. }
             | Self::AssetNotReady
+            | Self::ChainNotConfigured
+            | Self::ApprovalSameKey
             | Self::ApprovalNotPending
             | Self::NotRetryable
             | Self::FailureNotRetryable { .. }
             | Self::ApprovalExpired
-            | Self::OperationEnded
-            | Self::ApprovalSameKey => 409,
-            Self::InvalidField { .. } | Self::Amount { .. } | Self::ChainNotConfigured => 422,
-            Self::Engine(keel_durable::DurableError::InvalidInput(_)) => 413,
-            Self::Engine(keel_durable::DurableError::IdempotencyConflict { .. }) => 409,
-            Self::Engine(_) | Self::Index(_) | Self::IndexBehind | Self::Store(_) => 503,
+            | Self::OperationEnded => false,
         }
-    }
-
-    /// Whether the same request may succeed later.
-    pub fn retryable(&self) -> bool {
-        self.http_status() == 503
     }
 
     /// A value-free description for clients (`detail` of a problem document). Server

@@ -6,30 +6,50 @@
 //! - [`workflows`]: `asset.create` (feed, token, first observation, staleness bound,
 //!   unpause, read-after-write — fail-closed), `asset.mint`, `asset.transfer`,
 //!   `asset.pause`, `asset.unpause` (one at a time per asset, optional approval wait).
-//!   [`workflows::register_all`] registers exactly [`workflows::WORKFLOWS`].
+//!   [`workflows::register_all`] registers exactly [`workflows::WORKFLOWS`];
+//!   [`workflows::contract`] holds their inputs, outputs, signals and typed failure.
 //! - [`ops`]: [`ops::Ops`], the API's service: idempotent acceptance (organization +
 //!   `Idempotency-Key`, request hash), the operation status projection (state, wait,
 //!   milestones accepted → submitted → confirmed → indexed, result, typed error),
 //!   approvals, retries (a retryable transaction failure is sent again as a new,
 //!   separately keyed attempt once the operation is retried; landed writes never are),
-//!   asset and balance reads from the Ledger Index.
+//!   cancels, asset, balance and funding-request reads, readiness.
+//! - [`store`]: every SQL statement on this crate's tables, noun-first, over any
+//!   executor. The workflows and the service both use it; neither uses the other's
+//!   internals (the service starts workflows, the workflows never call the service).
 //! - [`tenancy`]: organizations, API keys (stored as SHA-256 of a 256-bit token),
 //!   asset templates.
 //! - [`relay`]: delivers each settled verdict to its workflow as the signal
-//!   `tx.<step>` (deduplicated by the queue request id).
+//!   `tx.<link>` (deduplicated by the queue request id).
 //! - [`platform`]: the runner-side chain context ([`platform::Platform`]).
 //!
-//! Tables: `migrations/0007_platform_api.sql`.
+//! ## Vocabulary
+//! - *step*: only a journal step of a workflow (`ctx.step`).
+//! - *write*: one named on-chain write of a workflow (`create-feed`, `mint`, ...).
+//! - *link*: the link of one attempt of a write to its queue request, `<write>` or
+//!   `<write>#<n>` (column `operation_tx.step`; JSON name `step` in the API).
+//! - *recipient*: the receiver of tokens (journaled JSON name `to`); `to` otherwise
+//!   only as the queue's transaction field.
+//! - *tx_hash*: a transaction hash (`hash` only in the queue's verdict type).
+//!
+//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 pub mod ops;
 pub mod platform;
 pub mod relay;
+pub mod store;
 pub mod tenancy;
 pub mod workflows;
 
 pub use error::{OpsError, Result};
-pub use ops::Ops;
+pub use ops::accept::{Accepted, NewAsset, TokenRequest};
+pub use ops::read::{AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView};
+pub use ops::view::{
+    ErrorView, IndexedMilestone, Milestones, OperationState, OperationView, TxMilestone, WaitFor,
+    WaitView,
+};
+pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
 pub use platform::{ChainContext, Platform, PlatformAddresses};
 pub use tenancy::Caller;

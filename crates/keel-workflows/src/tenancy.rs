@@ -2,6 +2,7 @@
 //! authentication lookup). SQL for tables of `migrations/0007_platform_api.sql`.
 
 use crate::error::{OpsError, Result};
+use crate::store;
 use keel_units::{Decimals, Rounding, parse_units};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
@@ -17,6 +18,15 @@ pub struct Caller {
     pub organization_id: Uuid,
     /// The API key used (approvals need a different key than the request's).
     pub api_key_id: Uuid,
+}
+
+impl From<store::CallerRow> for Caller {
+    fn from(r: store::CallerRow) -> Self {
+        Self {
+            organization_id: r.organization_id,
+            api_key_id: r.api_key_id,
+        }
+    }
 }
 
 /// A freshly created API key. `token` is shown once and never stored.
@@ -53,6 +63,25 @@ pub struct Template {
     pub funding_deadline_seconds: u64,
 }
 
+impl TryFrom<store::AssetTemplateRow> for Template {
+    type Error = OpsError;
+
+    /// Decodes a stored row; an out-of-range column is [`keel_store::StoreError::Decode`].
+    fn try_from(r: store::AssetTemplateRow) -> Result<Self> {
+        let decode = |_| OpsError::Store(keel_store::StoreError::Decode);
+        Ok(Self {
+            id: r.id,
+            chain_id: u64::try_from(r.chain_id).map_err(decode)?,
+            price_decimals: u8::try_from(r.price_decimals).map_err(decode)?,
+            staleness_bound_seconds: u64::try_from(r.staleness_bound_seconds).map_err(decode)?,
+            mint_approval_threshold: r.mint_approval_threshold,
+            approval_ttl_seconds: u64::try_from(r.approval_ttl_seconds).map_err(decode)?,
+            funding_pause: r.funding_pause,
+            funding_deadline_seconds: u64::try_from(r.funding_deadline_seconds).map_err(decode)?,
+        })
+    }
+}
+
 fn sha256(bytes: &[u8]) -> Vec<u8> {
     Sha256::digest(bytes).to_vec()
 }
@@ -78,11 +107,7 @@ pub async fn create_organization(db: &PgPool, name: &str) -> Result<Uuid> {
         });
     }
     let id = Uuid::new_v4();
-    sqlx::query("INSERT INTO organization (id, name) VALUES ($1, $2)")
-        .bind(id)
-        .bind(name)
-        .execute(db)
-        .await?;
+    store::organization_insert(db, id, name).await?;
     Ok(id)
 }
 
@@ -91,9 +116,7 @@ pub async fn create_organization(db: &PgPool, name: &str) -> Result<Uuid> {
 /// # Errors
 /// [`OpsError::NotFound`]; [`OpsError::Store`].
 pub async fn organization_by_name(db: &PgPool, name: &str) -> Result<Uuid> {
-    sqlx::query_scalar("SELECT id FROM organization WHERE name = $1")
-        .bind(name)
-        .fetch_optional(db)
+    store::organization_id_by_name(db, name)
         .await?
         .ok_or(OpsError::NotFound {
             what: "organization",
@@ -117,15 +140,7 @@ pub async fn create_api_key(db: &PgPool, organization_id: Uuid, label: &str) -> 
     let secret: [u8; 32] = rand::random();
     let token = format!("{API_KEY_PREFIX}{}", hex::encode(secret));
     let id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO api_key (id, organization_id, label, secret_sha256) VALUES ($1, $2, $3, $4)",
-    )
-    .bind(id)
-    .bind(organization_id)
-    .bind(label)
-    .bind(sha256(token.as_bytes()))
-    .execute(db)
-    .await?;
+    store::api_key_insert(db, id, organization_id, label, &sha256(token.as_bytes())).await?;
     Ok(NewApiKey { id, token })
 }
 
@@ -144,17 +159,10 @@ pub async fn authenticate(db: &PgPool, token: &str) -> Result<Caller> {
     if !well_formed {
         return Err(OpsError::Unauthenticated);
     }
-    let row: Option<(Uuid, Uuid)> = sqlx::query_as(
-        "SELECT organization_id, id FROM api_key WHERE secret_sha256 = $1 AND revoked_at IS NULL",
-    )
-    .bind(sha256(token.as_bytes()))
-    .fetch_optional(db)
-    .await?;
-    let (organization_id, api_key_id) = row.ok_or(OpsError::Unauthenticated)?;
-    Ok(Caller {
-        organization_id,
-        api_key_id,
-    })
+    let row = store::api_key_by_secret(db, &sha256(token.as_bytes()))
+        .await?
+        .ok_or(OpsError::Unauthenticated)?;
+    Ok(Caller::from(row))
 }
 
 /// Whether `id` matches the template id pattern `^[a-z0-9][a-z0-9._-]{0,63}$`.
@@ -207,33 +215,17 @@ pub async fn upsert_template(db: &PgPool, organization_id: Uuid, t: &Template) -
             source,
         })?;
     }
-    sqlx::query(
-        "INSERT INTO asset_template (organization_id, id, chain_id, price_decimals,
-             staleness_bound_seconds, mint_approval_threshold, approval_ttl_seconds,
-             funding_pause, funding_deadline_seconds)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-         ON CONFLICT (organization_id, id) DO UPDATE SET
-             chain_id = EXCLUDED.chain_id, price_decimals = EXCLUDED.price_decimals,
-             staleness_bound_seconds = EXCLUDED.staleness_bound_seconds,
-             mint_approval_threshold = EXCLUDED.mint_approval_threshold,
-             approval_ttl_seconds = EXCLUDED.approval_ttl_seconds,
-             funding_pause = EXCLUDED.funding_pause,
-             funding_deadline_seconds = EXCLUDED.funding_deadline_seconds",
-    )
-    .bind(organization_id)
-    .bind(&t.id)
-    .bind(i64_of(t.chain_id, "chainId")?)
-    .bind(i16::from(t.price_decimals))
-    .bind(i64_of(t.staleness_bound_seconds, "stalenessBoundSeconds")?)
-    .bind(t.mint_approval_threshold.as_deref())
-    .bind(i64_of(t.approval_ttl_seconds, "approvalTtlSeconds")?)
-    .bind(t.funding_pause)
-    .bind(i64_of(
-        t.funding_deadline_seconds,
-        "fundingDeadlineSeconds",
-    )?)
-    .execute(db)
-    .await?;
+    let row = store::AssetTemplateRow {
+        id: t.id.clone(),
+        chain_id: i64_of(t.chain_id, "chainId")?,
+        price_decimals: i16::from(t.price_decimals),
+        staleness_bound_seconds: i64_of(t.staleness_bound_seconds, "stalenessBoundSeconds")?,
+        mint_approval_threshold: t.mint_approval_threshold.clone(),
+        approval_ttl_seconds: i64_of(t.approval_ttl_seconds, "approvalTtlSeconds")?,
+        funding_pause: t.funding_pause,
+        funding_deadline_seconds: i64_of(t.funding_deadline_seconds, "fundingDeadlineSeconds")?,
+    };
+    store::asset_template_upsert(db, organization_id, &row).await?;
     Ok(())
 }
 
@@ -250,27 +242,8 @@ pub async fn template(
     if !valid_template_id(id) {
         return Err(OpsError::NotFound { what: "template" });
     }
-    type Row = (String, i64, i16, i64, Option<String>, i64, bool, i64);
-    let row: Option<Row> = sqlx::query_as(
-        "SELECT id, chain_id, price_decimals, staleness_bound_seconds, mint_approval_threshold,
-                approval_ttl_seconds, funding_pause, funding_deadline_seconds
-         FROM asset_template WHERE organization_id = $1 AND id = $2",
-    )
-    .bind(organization_id)
-    .bind(id)
-    .fetch_optional(db)
-    .await?;
-    let (id, chain_id, pd, bound, threshold, ttl, funding_pause, funding_deadline) =
-        row.ok_or(OpsError::NotFound { what: "template" })?;
-    let decode = |_| OpsError::Store(keel_store::StoreError::Decode);
-    Ok(Template {
-        id,
-        chain_id: u64::try_from(chain_id).map_err(decode)?,
-        price_decimals: u8::try_from(pd).map_err(decode)?,
-        staleness_bound_seconds: u64::try_from(bound).map_err(decode)?,
-        mint_approval_threshold: threshold,
-        approval_ttl_seconds: u64::try_from(ttl).map_err(decode)?,
-        funding_pause,
-        funding_deadline_seconds: u64::try_from(funding_deadline).map_err(decode)?,
-    })
+    let row = store::asset_template_get(db, organization_id, id)
+        .await?
+        .ok_or(OpsError::NotFound { what: "template" })?;
+    Template::try_from(row)
 }

@@ -314,6 +314,8 @@ async fn ops_command(config: &Config, command: OpsCommand) -> anyhow::Result<()>
                 .cancel(caller, id)
                 .await
                 .map_err(|e| anyhow::anyhow!("{} ({})", e.detail(), e.code()))?;
+            // The operation as the API serves it (`keel_api::dto` owns the JSON shape).
+            let view = keel_api::dto::Operation::from(view);
             println!("{}", serde_json::to_string_pretty(&view)?);
             Ok(())
         }

@@ -1,0 +1,134 @@
+//! The operations service the Platform API calls: accept an operation idempotently,
+//! start its workflow, project its status (state, wait, milestones, result, error),
+//! decide approvals, retries and cancels, and read assets, balances and funding
+//! requests.
+//!
+//! - [`accept`]: `create_asset`, `token_operation` and their idempotency;
+//! - [`view`]: the operation view and its projection from the stored rows;
+//! - [`decide`]: approve / reject, retry, cancel;
+//! - [`read`]: assets, balances, funding requests;
+//! - [`amount`]: amounts and prices from decimal strings.
+//!
+//! ## Idempotency
+//! Operations are unique by (organization, `Idempotency-Key`). The request is hashed
+//! (kind, asset and the normalized body: amounts in base units, addresses checksummed
+//! away), so the same key with the same request returns the same operation — in
+//! whatever state it is, a failure included — and the same key with another request
+//! is [`OpsError::IdempotencyConflict`]. The workflow instance is started with the
+//! operation id as its idempotency key after the operation row commits; a repeated
+//! request re-issues that start, so a crash between the two loses nothing.
+
+pub mod accept;
+pub mod amount;
+pub mod decide;
+pub mod read;
+pub mod view;
+
+use crate::error::{OpsError, Result};
+use crate::store;
+use crate::tenancy::Caller;
+use keel_durable::Engine;
+use sqlx::PgPool;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Longest `Prefer: wait` / `minBlock` wait the service honours.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// The deepest JSON nesting an accepted request may have: every request becomes a
+/// workflow input, and the durable engine refuses inputs nested deeper
+/// (`keel_durable::payload::MAX_DEPTH`; objects and arrays each count one level).
+pub const MAX_INPUT_DEPTH: usize = keel_durable::payload::MAX_DEPTH;
+
+/// Whether `bytes`, read as JSON, nest deeper than `max` levels (objects and arrays
+/// each count one; brackets inside strings do not). A byte scan without recursion, so
+/// a caller can refuse a deep document before any parser sees it; malformed input is
+/// left to the parser. The engine's own check (`keel_durable::payload`).
+pub fn input_too_deep(bytes: &[u8], max: usize) -> bool {
+    keel_durable::payload::json_depth_exceeds(bytes, max)
+}
+
+/// The operations service (no chain access: everything goes through the database and
+/// the durable engine; the runner does the work).
+#[derive(Debug, Clone)]
+pub struct Ops {
+    db: PgPool,
+    engine: Engine,
+}
+
+/// Why the service is not ready to serve ([`Ops::check_ready`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotReady {
+    /// The database does not answer.
+    #[error("the database is unreachable")]
+    DatabaseUnreachable,
+    /// The migrations table cannot be read.
+    #[error("migrations are not applied")]
+    MigrationsNotApplied,
+    /// An embedded migration is not applied (or applied with another checksum).
+    #[error("migrations are pending")]
+    MigrationsPending,
+}
+
+/// A row that does not decode into its typed value (a column out of range).
+pub(crate) fn decode_err<E>(_: E) -> OpsError {
+    OpsError::Store(keel_store::StoreError::Decode)
+}
+
+impl Ops {
+    /// A service over `db` that starts workflows through `engine` (which needs no
+    /// registered workflows: the runner executes them).
+    pub fn new(db: PgPool, engine: Engine) -> Self {
+        Self { db, engine }
+    }
+
+    /// Resolves a bearer token ([`crate::tenancy::authenticate`]).
+    ///
+    /// # Errors
+    /// [`OpsError::Unauthenticated`]; [`OpsError::Store`].
+    pub async fn authenticate(&self, token: &str) -> Result<Caller> {
+        crate::tenancy::authenticate(&self.db, token).await
+    }
+
+    /// The operator's view of operation `id`, whatever its organization (for `keel ops`,
+    /// which authenticates by database access, not by an API key): the caller context
+    /// of the operation's own request.
+    ///
+    /// # Errors
+    /// [`OpsError::NotFound`]; [`OpsError::Store`].
+    pub async fn operator_caller(&self, id: Uuid) -> Result<Caller> {
+        store::operation_caller(&self.db, id)
+            .await?
+            .map(Caller::from)
+            .ok_or(OpsError::NotFound { what: "operation" })
+    }
+
+    /// Whether the service can serve: the database answers and every embedded
+    /// migration is applied (same version and checksum). Unbounded in time: the caller
+    /// sets a timeout.
+    ///
+    /// # Errors
+    /// The [`NotReady`] reason.
+    pub async fn check_ready(&self) -> std::result::Result<(), NotReady> {
+        store::database_ping(&self.db)
+            .await
+            .map_err(|_| NotReady::DatabaseUnreachable)?;
+        let applied = store::migrations_applied(&self.db)
+            .await
+            .map_err(|_| NotReady::MigrationsNotApplied)?;
+        let all_applied = keel_store::MIGRATOR
+            .iter()
+            .filter(|m| !m.migration_type.is_down_migration())
+            .all(|m| {
+                applied
+                    .iter()
+                    .any(|a| a.version == m.version && a.checksum.as_slice() == &*m.checksum)
+            });
+        if all_applied {
+            Ok(())
+        } else {
+            Err(NotReady::MigrationsPending)
+        }
+    }
+}

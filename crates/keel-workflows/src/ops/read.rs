@@ -1,0 +1,356 @@
+//! The reads: assets (identity from Keel's records, state from the Ledger Index),
+//! balances, and the caller's open funding requests.
+
+use crate::error::{OpsError, Result};
+use crate::ops::amount::format_amount;
+use crate::ops::{MAX_WAIT, Ops, decode_err};
+use crate::store::{self, AssetRow};
+use crate::tenancy::Caller;
+use alloy::primitives::{Address, U256};
+use keel_units::ChainId;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Most assets [`Ops::assets`] returns.
+pub const ASSET_LIST_LIMIT: i64 = 1000;
+
+/// The lifecycle of an asset, from its `asset.create` operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AssetStatus {
+    /// Its creation is in progress (or not started).
+    Creating,
+    /// Created; token operations are accepted.
+    Active,
+    /// Its creation failed or was cancelled.
+    Failed,
+}
+
+/// An asset as the API shows it (identity from Keel's records, state from the index).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssetView {
+    /// Asset id.
+    pub id: Uuid,
+    /// ERC-20 name.
+    pub name: String,
+    /// ERC-20 symbol.
+    pub symbol: String,
+    /// ERC-20 decimals.
+    pub decimals: u8,
+    /// Template id.
+    pub template_id: String,
+    /// EIP-155 chain id.
+    pub chain_id: u64,
+    /// From its creation operation.
+    pub status: AssetStatus,
+    /// The `asset.create` operation.
+    pub create_operation_id: Option<Uuid>,
+    /// Token contract, once deployed.
+    pub token_address: Option<Address>,
+    /// Price feed contract, once deployed.
+    pub feed_address: Option<Address>,
+    /// Total supply in token units (decimal string), from the index.
+    pub supply: Option<String>,
+    /// Paused state, from the index.
+    pub paused: Option<bool>,
+    /// The feed's staleness bound, seconds, from the index.
+    pub staleness_bound_seconds: Option<String>,
+    /// The latest observation, from the index.
+    pub latest_observation: Option<ObservationView>,
+    /// The index block this view reflects.
+    pub indexed_block: Option<u64>,
+    /// True when the Ledger Index of the asset's chain is **degraded**: the chain
+    /// reorganized below its finalized block, tip ingest stopped, and the index state
+    /// above (supply, paused, observation) may reflect orphaned blocks until an operator
+    /// re-indexes the chain.
+    pub index_degraded: bool,
+}
+
+/// A price observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservationView {
+    /// Answer in the feed's decimals (signed integer string).
+    pub answer: String,
+    /// Round id.
+    pub round_id: String,
+    /// Round timestamp, unix seconds.
+    pub updated_at: String,
+    /// Block of the observation.
+    pub block: u64,
+}
+
+/// A holder's balance of an asset, from the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceView {
+    /// The asset.
+    pub asset_id: Uuid,
+    /// The holder.
+    pub address: Address,
+    /// Token units (decimal string, the token's decimals).
+    pub balance: String,
+    /// Base units (decimal integer string).
+    pub balance_base_units: String,
+    /// The index block this balance reflects.
+    pub indexed_block: u64,
+    /// True when the Ledger Index of the asset's chain is degraded (see
+    /// [`AssetView::index_degraded`]): the balance may reflect orphaned blocks.
+    pub index_degraded: bool,
+}
+
+/// An open funding request of one of the caller's operations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FundingRequestView {
+    /// The operation that waits.
+    pub operation_id: Uuid,
+    /// Its link to the waiting queue request (wire name `step`).
+    pub link: String,
+    /// The queue's funding request.
+    pub request: keel_txq::FundingRequest,
+}
+
+/// An asset row, decoded.
+#[derive(Debug, Clone)]
+pub(crate) struct AssetRecord {
+    pub(crate) id: Uuid,
+    pub(crate) name: String,
+    pub(crate) symbol: String,
+    pub(crate) decimals: u8,
+    pub(crate) template_id: String,
+    pub(crate) chain_id: u64,
+    pub(crate) token: Option<Address>,
+    pub(crate) feed: Option<Address>,
+    pub(crate) create_operation_id: Option<Uuid>,
+    pub(crate) create_status: Option<String>,
+}
+
+impl AssetRecord {
+    /// The asset's status from its creation instance's status.
+    pub(crate) fn status(&self) -> AssetStatus {
+        match self.create_status.as_deref() {
+            Some("completed") => AssetStatus::Active,
+            Some("failed") | Some("cancelled") => AssetStatus::Failed,
+            _ => AssetStatus::Creating,
+        }
+    }
+}
+
+impl TryFrom<AssetRow> for AssetRecord {
+    type Error = OpsError;
+
+    fn try_from(r: AssetRow) -> Result<Self> {
+        let addr = |v: Option<Vec<u8>>| -> Result<Option<Address>> {
+            v.map(|b| Address::try_from(b.as_slice()).map_err(decode_err))
+                .transpose()
+        };
+        Ok(Self {
+            id: r.id,
+            name: r.name,
+            symbol: r.symbol,
+            decimals: u8::try_from(r.decimals).map_err(decode_err)?,
+            template_id: r.template_id,
+            chain_id: u64::try_from(r.chain_id).map_err(decode_err)?,
+            token: addr(r.token_address)?,
+            feed: addr(r.feed_address)?,
+            create_operation_id: r.create_operation_id,
+            create_status: r.create_status,
+        })
+    }
+}
+
+impl Ops {
+    /// Asset `id` of the caller's organization, decoded.
+    pub(crate) async fn asset_record(&self, caller: Caller, id: Uuid) -> Result<AssetRecord> {
+        store::asset_get(&self.db, caller.organization_id, id)
+            .await?
+            .ok_or(OpsError::NotFound { what: "asset" })?
+            .try_into()
+    }
+
+    /// The caller's assets, oldest first (at most [`ASSET_LIST_LIMIT`]), with their
+    /// index state.
+    ///
+    /// # Errors
+    /// [`OpsError::Store`] / [`OpsError::Index`].
+    pub async fn assets(&self, caller: Caller) -> Result<Vec<AssetView>> {
+        let rows = store::asset_list(&self.db, caller.organization_id, ASSET_LIST_LIMIT).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            out.push(self.asset_view(r.try_into()?).await?);
+        }
+        Ok(out)
+    }
+
+    /// Asset `id` of the caller's organization. With `min_block`, first waits (up to
+    /// `wait`, capped at [`MAX_WAIT`]) until the index has committed that block.
+    ///
+    /// # Errors
+    /// [`OpsError::NotFound`]; [`OpsError::IndexBehind`] when the wait ran out;
+    /// [`OpsError::Store`] / [`OpsError::Index`].
+    pub async fn asset(
+        &self,
+        caller: Caller,
+        id: Uuid,
+        min_block: Option<u64>,
+        wait: Duration,
+    ) -> Result<AssetView> {
+        let r = self.asset_record(caller, id).await?;
+        if let Some(b) = min_block {
+            self.wait_block(r.chain_id, b, wait).await?;
+        }
+        self.asset_view(r).await
+    }
+
+    /// The balance of `holder` in asset `id`, from the index (optionally after waiting
+    /// for `min_block` as in [`Ops::asset`]).
+    ///
+    /// # Errors
+    /// [`OpsError::NotFound`]; [`OpsError::AssetNotReady`] before the token exists;
+    /// [`OpsError::IndexBehind`]; [`OpsError::Store`] / [`OpsError::Index`].
+    pub async fn balance(
+        &self,
+        caller: Caller,
+        id: Uuid,
+        holder: Address,
+        min_block: Option<u64>,
+        wait: Duration,
+    ) -> Result<BalanceView> {
+        let r = self.asset_record(caller, id).await?;
+        let token = r.token.ok_or(OpsError::AssetNotReady)?;
+        if let Some(b) = min_block {
+            self.wait_block(r.chain_id, b, wait).await?;
+        }
+        let chain = ChainId(r.chain_id);
+        let mut tx = self.db.begin().await?;
+        store::transaction_snapshot(&mut *tx).await?;
+        let tip = keel_index::read::indexed_tip(&mut *tx, chain).await?;
+        let base = keel_index::read::balance(&mut *tx, chain, token, holder).await?;
+        let health = keel_index::read::chain_health(&mut *tx, chain).await?;
+        tx.commit().await?;
+        let base_u = U256::from_str_radix(&base, 10).map_err(decode_err)?;
+        Ok(BalanceView {
+            asset_id: id,
+            address: holder,
+            balance: format_amount(base_u, r.decimals)?,
+            balance_base_units: base,
+            indexed_block: tip.map(|t| t.number).unwrap_or(0),
+            index_degraded: health.is_degraded(),
+        })
+    }
+
+    /// The open funding requests of the caller's operations, oldest first, optionally
+    /// of one chain only (a chain id above `i64::MAX` names no chain: empty).
+    ///
+    /// # Errors
+    /// [`OpsError::Store`] (the queue or the database failed).
+    pub async fn funding_requests(
+        &self,
+        caller: Caller,
+        chain_id: Option<u64>,
+    ) -> Result<Vec<FundingRequestView>> {
+        let Ok(chain) = chain_id.map(i64::try_from).transpose() else {
+            return Ok(Vec::new());
+        };
+        let open = keel_txq::funding_requests(&self.db, chain)
+            .await
+            .map_err(txq_err)?;
+        if open.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = open.iter().map(|r| r.request_id).collect();
+        let owned = store::operation_tx_owned(&self.db, caller.organization_id, &ids).await?;
+        Ok(open
+            .into_iter()
+            .filter_map(|request| {
+                owned
+                    .iter()
+                    .find(|o| o.txq_request_id == request.request_id)
+                    .map(|o| FundingRequestView {
+                        operation_id: o.operation_id,
+                        link: o.link.clone(),
+                        request,
+                    })
+            })
+            .collect())
+    }
+
+    async fn wait_block(&self, chain_id: u64, block: u64, wait: Duration) -> Result<()> {
+        match keel_index::wait_for_block(
+            &self.db,
+            ChainId(chain_id),
+            block,
+            wait.min(MAX_WAIT),
+            Duration::from_millis(200),
+        )
+        .await
+        {
+            Ok(_) => Ok(()),
+            Err(keel_index::IndexError::WaitTimeout { .. }) => Err(OpsError::IndexBehind),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn asset_view(&self, r: AssetRecord) -> Result<AssetView> {
+        let chain = ChainId(r.chain_id);
+        let status = r.status();
+        let mut view = AssetView {
+            id: r.id,
+            name: r.name.clone(),
+            symbol: r.symbol.clone(),
+            decimals: r.decimals,
+            template_id: r.template_id.clone(),
+            chain_id: r.chain_id,
+            status,
+            create_operation_id: r.create_operation_id,
+            token_address: r.token,
+            feed_address: r.feed,
+            supply: None,
+            paused: None,
+            staleness_bound_seconds: None,
+            latest_observation: None,
+            indexed_block: None,
+            index_degraded: false,
+        };
+        let mut tx = self.db.begin().await?;
+        store::transaction_snapshot(&mut *tx).await?;
+        view.indexed_block = keel_index::read::indexed_tip(&mut *tx, chain)
+            .await?
+            .map(|t| t.number);
+        view.index_degraded = keel_index::read::chain_health(&mut *tx, chain)
+            .await?
+            .is_degraded();
+        if let Some(token) = r.token {
+            let chain_id = i64::try_from(chain.get()).map_err(decode_err)?;
+            let supply = store::index_token_supply(&mut *tx, chain_id, token.as_slice()).await?;
+            let supply = U256::from_str_radix(&supply, 10).map_err(decode_err)?;
+            view.supply = Some(format_amount(supply, r.decimals)?);
+            view.paused = keel_index::read::token_paused(&mut *tx, chain, token)
+                .await?
+                .map(|(p, _)| p);
+        }
+        if let Some(feed) = r.feed {
+            view.staleness_bound_seconds = keel_index::read::staleness_bound(&mut *tx, chain, feed)
+                .await?
+                .and_then(|(b, _)| b);
+            view.latest_observation = keel_index::read::observations(&mut *tx, chain, feed)
+                .await?
+                .into_iter()
+                .max_by_key(|o| (o.position.block_number, o.position.log_index))
+                .map(|o| ObservationView {
+                    answer: o.answer,
+                    round_id: o.round_id,
+                    updated_at: o.updated_at,
+                    block: o.position.block_number,
+                });
+        }
+        tx.commit().await?;
+        Ok(view)
+    }
+}
+
+/// A queue failure as the service reports it (the queue's store failure as is; any
+/// other as a decode failure: both answer "unavailable").
+pub(crate) fn txq_err(e: keel_txq::TxqError) -> OpsError {
+    match e {
+        keel_txq::TxqError::Store(s) => OpsError::Store(s),
+        _ => OpsError::Store(keel_store::StoreError::Decode),
+    }
+}

@@ -1,0 +1,792 @@
+//! SQL of keel-workflows' tables (`migrations/0007_platform_api.sql`, retries in
+//! `0011_operation_retries.sql`, cancels in `0020_operation_cancel.sql`): organization,
+//! api_key, asset_template, asset, operation, operation_tx.
+//!
+//! Every function is one statement named noun-first (`operation_insert`,
+//! `operation_cancel_request`, ...) and takes an executor, so a caller can compose them
+//! in one transaction. Rows come back as `FromRow` structs holding the database types
+//! (`i64` chain ids, `i16` decimals, 20-byte `Vec<u8>` addresses); the service layer
+//! converts them into its typed views. Updates are guarded: a repeated call changes
+//! nothing (`instance_id` is set once, `cancel_requested_at` is set once).
+//!
+//! ## Vocabulary
+//! The column `operation_tx.step` is not a journal step: it names the **link** of one
+//! transaction-queue request to its operation, `<write>` for the first attempt of a
+//! workflow's on-chain write (`create-feed`, `mint`, ...) and `<write>#<n>` for the n-th
+//! (after a retryable failure and a retry of the operation). Rust code calls it `link`;
+//! the JSON wire name stays `step`.
+//!
+//! The last section holds the reads of other crates' tables; each is replaced by the
+//! owning crate's API when issue 17's seams land.
+
+use chrono::{DateTime, Utc};
+use keel_store::StoreError;
+use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+/// `Result` of the store functions: every failure is a classified [`StoreError`].
+pub type StoreResult<T> = Result<T, StoreError>;
+
+// ---------------------------------------------------------------------------------------
+// organization, api_key
+// ---------------------------------------------------------------------------------------
+
+/// Inserts organization `id` named `name` (unique: a duplicate is
+/// [`StoreError::UniqueViolation`]).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn organization_insert(db: impl PgExecutor<'_>, id: Uuid, name: &str) -> StoreResult<()> {
+    sqlx::query("INSERT INTO organization (id, name) VALUES ($1, $2)")
+        .bind(id)
+        .bind(name)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The id of the organization named `name`, if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn organization_id_by_name(
+    db: impl PgExecutor<'_>,
+    name: &str,
+) -> StoreResult<Option<Uuid>> {
+    Ok(
+        sqlx::query_scalar("SELECT id FROM organization WHERE name = $1")
+            .bind(name)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// Inserts API key `id` of `organization_id`; `secret_sha256` is the SHA-256 (32 bytes)
+/// of the full token.
+///
+/// # Errors
+/// [`StoreError`] (an unknown organization is a constraint violation).
+pub async fn api_key_insert(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    organization_id: Uuid,
+    label: &str,
+    secret_sha256: &[u8],
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO api_key (id, organization_id, label, secret_sha256) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(id)
+    .bind(organization_id)
+    .bind(label)
+    .bind(secret_sha256)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// An organization and one of its API keys: who made a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct CallerRow {
+    /// The organization.
+    pub organization_id: Uuid,
+    /// The API key.
+    pub api_key_id: Uuid,
+}
+
+/// The unrevoked API key whose token hashes to `secret_sha256`, if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn api_key_by_secret(
+    db: impl PgExecutor<'_>,
+    secret_sha256: &[u8],
+) -> StoreResult<Option<CallerRow>> {
+    Ok(sqlx::query_as(
+        "SELECT organization_id, id AS api_key_id FROM api_key
+          WHERE secret_sha256 = $1 AND revoked_at IS NULL",
+    )
+    .bind(secret_sha256)
+    .fetch_optional(db)
+    .await?)
+}
+
+// ---------------------------------------------------------------------------------------
+// asset_template
+// ---------------------------------------------------------------------------------------
+
+/// An `asset_template` row (without its organization).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AssetTemplateRow {
+    /// Template id.
+    pub id: String,
+    /// EIP-155 chain id.
+    pub chain_id: i64,
+    /// Decimals of the feed's answers (0..=36).
+    pub price_decimals: i16,
+    /// Staleness bound, seconds.
+    pub staleness_bound_seconds: i64,
+    /// Mint approval threshold, token units (decimal string), or none.
+    pub mint_approval_threshold: Option<String>,
+    /// Approval deadline, seconds.
+    pub approval_ttl_seconds: i64,
+    /// Whether missing gas funds pause instead of failing.
+    pub funding_pause: bool,
+    /// Funding pause deadline, seconds.
+    pub funding_deadline_seconds: i64,
+}
+
+/// Inserts or replaces template `t.id` of `organization_id`.
+///
+/// # Errors
+/// [`StoreError`] (the table's CHECKs reject out-of-range values).
+pub async fn asset_template_upsert(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    t: &AssetTemplateRow,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO asset_template (organization_id, id, chain_id, price_decimals,
+             staleness_bound_seconds, mint_approval_threshold, approval_ttl_seconds,
+             funding_pause, funding_deadline_seconds)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         ON CONFLICT (organization_id, id) DO UPDATE SET
+             chain_id = EXCLUDED.chain_id, price_decimals = EXCLUDED.price_decimals,
+             staleness_bound_seconds = EXCLUDED.staleness_bound_seconds,
+             mint_approval_threshold = EXCLUDED.mint_approval_threshold,
+             approval_ttl_seconds = EXCLUDED.approval_ttl_seconds,
+             funding_pause = EXCLUDED.funding_pause,
+             funding_deadline_seconds = EXCLUDED.funding_deadline_seconds",
+    )
+    .bind(organization_id)
+    .bind(&t.id)
+    .bind(t.chain_id)
+    .bind(t.price_decimals)
+    .bind(t.staleness_bound_seconds)
+    .bind(t.mint_approval_threshold.as_deref())
+    .bind(t.approval_ttl_seconds)
+    .bind(t.funding_pause)
+    .bind(t.funding_deadline_seconds)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Template `id` of `organization_id`, if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn asset_template_get(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    id: &str,
+) -> StoreResult<Option<AssetTemplateRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, chain_id, price_decimals, staleness_bound_seconds, mint_approval_threshold,
+                approval_ttl_seconds, funding_pause, funding_deadline_seconds
+           FROM asset_template WHERE organization_id = $1 AND id = $2",
+    )
+    .bind(organization_id)
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
+}
+
+// ---------------------------------------------------------------------------------------
+// asset
+// ---------------------------------------------------------------------------------------
+
+/// A new `asset` row (token and feed addresses are recorded later, by `asset.create`).
+#[derive(Debug, Clone, Copy)]
+pub struct NewAssetRow<'a> {
+    /// Asset id.
+    pub id: Uuid,
+    /// Its organization.
+    pub organization_id: Uuid,
+    /// The template it is created from.
+    pub template_id: &'a str,
+    /// EIP-155 chain id (from the template).
+    pub chain_id: i64,
+    /// ERC-20 name.
+    pub name: &'a str,
+    /// ERC-20 symbol.
+    pub symbol: &'a str,
+    /// ERC-20 decimals.
+    pub decimals: i16,
+    /// Initial price as given (decimal string).
+    pub initial_price: &'a str,
+}
+
+/// Inserts a new asset.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn asset_insert(db: impl PgExecutor<'_>, a: &NewAssetRow<'_>) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO asset (id, organization_id, template_id, chain_id, name, symbol, decimals,
+                            initial_price)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(a.id)
+    .bind(a.organization_id)
+    .bind(a.template_id)
+    .bind(a.chain_id)
+    .bind(a.name)
+    .bind(a.symbol)
+    .bind(a.decimals)
+    .bind(a.initial_price)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Records the token and feed addresses (20 bytes each) of `asset_id`. Idempotent:
+/// `asset.create` records the same addresses on every replay of its step.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn asset_addresses_set(
+    db: impl PgExecutor<'_>,
+    asset_id: Uuid,
+    token: &[u8],
+    feed: &[u8],
+) -> StoreResult<()> {
+    sqlx::query("UPDATE asset SET token_address = $2, feed_address = $3 WHERE id = $1")
+        .bind(asset_id)
+        .bind(token)
+        .bind(feed)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// operation
+// ---------------------------------------------------------------------------------------
+
+/// An `operation` row.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OperationRow {
+    /// Operation id.
+    pub id: Uuid,
+    /// `asset.create`, `asset.mint`, ... (also the workflow's name).
+    pub kind: String,
+    /// The asset.
+    pub asset_id: Uuid,
+    /// SHA-256 of the kind, the asset and the canonical request body.
+    pub request_sha256: Vec<u8>,
+    /// The API key that made the request.
+    pub api_key_id: Uuid,
+    /// The workflow instance, once started.
+    pub instance_id: Option<Uuid>,
+    /// When it was accepted.
+    pub created_at: DateTime<Utc>,
+    /// When a cancel was requested, if one was.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+}
+
+const OPERATION_COLUMNS: &str =
+    "id, kind, asset_id, request_sha256, api_key_id, instance_id, created_at, cancel_requested_at";
+
+/// A new `operation` row.
+#[derive(Debug, Clone, Copy)]
+pub struct NewOperationRow<'a> {
+    /// Operation id.
+    pub id: Uuid,
+    /// The caller's organization.
+    pub organization_id: Uuid,
+    /// The operation kind.
+    pub kind: &'a str,
+    /// The asset.
+    pub asset_id: Uuid,
+    /// The caller's `Idempotency-Key` (1..=255 characters).
+    pub idempotency_key: &'a str,
+    /// SHA-256 (32 bytes) of the request.
+    pub request_sha256: &'a [u8],
+    /// The caller's API key.
+    pub api_key_id: Uuid,
+}
+
+/// Inserts a new operation unless its (organization, idempotency key) exists: true
+/// when inserted, false when another operation holds the key (nothing is written).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_insert(
+    db: impl PgExecutor<'_>,
+    o: &NewOperationRow<'_>,
+) -> StoreResult<bool> {
+    let inserted: Option<Uuid> = sqlx::query_scalar(
+        "INSERT INTO operation (id, organization_id, kind, asset_id, idempotency_key, request_sha256,
+                                api_key_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (organization_id, idempotency_key) DO NOTHING RETURNING id",
+    )
+    .bind(o.id)
+    .bind(o.organization_id)
+    .bind(o.kind)
+    .bind(o.asset_id)
+    .bind(o.idempotency_key)
+    .bind(o.request_sha256)
+    .bind(o.api_key_id)
+    .fetch_optional(db)
+    .await?;
+    Ok(inserted.is_some())
+}
+
+/// Operation `id` of `organization_id`, if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_get(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    id: Uuid,
+) -> StoreResult<Option<OperationRow>> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {OPERATION_COLUMNS} FROM operation WHERE organization_id = $1 AND id = $2"
+    )))
+    .bind(organization_id)
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// The operation of `organization_id` that holds idempotency key `key`, if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_by_key(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    key: &str,
+) -> StoreResult<Option<OperationRow>> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {OPERATION_COLUMNS} FROM operation WHERE organization_id = $1 AND idempotency_key = $2"
+    )))
+    .bind(organization_id)
+    .bind(key)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// The organization and API key of operation `id`'s request, whatever its
+/// organization (the operator's commands).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_caller(db: impl PgExecutor<'_>, id: Uuid) -> StoreResult<Option<CallerRow>> {
+    Ok(
+        sqlx::query_as("SELECT organization_id, api_key_id FROM operation WHERE id = $1")
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// Records operation `id`'s workflow instance. Guarded: only while none is recorded
+/// (a repeated start keeps the first); true when this call recorded it.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_instance_set(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    instance_id: Uuid,
+) -> StoreResult<bool> {
+    let done =
+        sqlx::query("UPDATE operation SET instance_id = $2 WHERE id = $1 AND instance_id IS NULL")
+            .bind(id)
+            .bind(instance_id)
+            .execute(db)
+            .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The operation whose workflow instance is `instance_id`, if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_id_by_instance(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+) -> StoreResult<Option<Uuid>> {
+    Ok(
+        sqlx::query_scalar("SELECT id FROM operation WHERE instance_id = $1")
+            .bind(instance_id)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// Records a cancel of operation `id` (set once: a repeat keeps the first instant).
+/// Takes the row lock, so it waits for an enqueue step holding
+/// [`operation_write_guard`] and orders after it.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_cancel_request(db: impl PgExecutor<'_>, id: Uuid) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE operation SET cancel_requested_at = coalesce(cancel_requested_at, now())
+          WHERE id = $1",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Counts one manual retry of operation `id` (the count only grows).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_retries_increment(db: impl PgExecutor<'_>, id: Uuid) -> StoreResult<()> {
+    sqlx::query("UPDATE operation SET retries = retries + 1 WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// How many times operation `id` was retried; `None` without an operation row.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_retries_get(db: impl PgExecutor<'_>, id: Uuid) -> StoreResult<Option<i32>> {
+    Ok(
+        sqlx::query_scalar("SELECT retries FROM operation WHERE id = $1")
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// The cancel state of an operation row, read under its row lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct OperationLockRow {
+    /// When a cancel was requested, if one was.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+}
+
+/// Locks operation `id`'s row (`FOR UPDATE`) and reads its cancel state; `None`
+/// without a row. Run it inside a transaction.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_lock(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> StoreResult<Option<OperationLockRow>> {
+    Ok(
+        sqlx::query_as("SELECT cancel_requested_at FROM operation WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// Takes operation `id`'s row lock for a step that is about to queue a transaction:
+/// `Some(transaction)` holding the lock (link the request in it, then commit), or `None`
+/// when a cancel was recorded for the operation (nothing may be queued any more). A
+/// missing operation row (a workflow started outside the API) holds no lock and is never
+/// cancelled this way.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_write_guard(
+    db: &PgPool,
+    id: Uuid,
+) -> StoreResult<Option<Transaction<'static, Postgres>>> {
+    let mut tx = db.begin().await?;
+    let lock = operation_lock(&mut *tx, id).await?;
+    if lock.is_some_and(|l| l.cancel_requested_at.is_some()) {
+        tx.rollback().await?;
+        return Ok(None);
+    }
+    Ok(Some(tx))
+}
+
+// ---------------------------------------------------------------------------------------
+// operation_tx
+// ---------------------------------------------------------------------------------------
+
+/// A new `operation_tx` row: `link` of operation `operation_id` made the queue
+/// request `txq_request_id`, whose verdict is delivered to `instance_id` as
+/// `signal_name`.
+#[derive(Debug, Clone, Copy)]
+pub struct NewOperationTxRow<'a> {
+    /// The operation.
+    pub operation_id: Uuid,
+    /// The link (column `step`): `<write>` or `<write>#<attempt>`.
+    pub link: &'a str,
+    /// The transaction-queue request.
+    pub txq_request_id: Uuid,
+    /// The workflow instance that waits for the verdict.
+    pub instance_id: Uuid,
+    /// The signal the verdict is delivered as (`tx.<link>`).
+    pub signal_name: &'a str,
+}
+
+/// Links an operation's write attempt to its queue request. Idempotent: a repeat
+/// (a replayed enqueue step) keeps the first row.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_tx_insert(
+    db: impl PgExecutor<'_>,
+    l: &NewOperationTxRow<'_>,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO operation_tx (operation_id, step, txq_request_id, instance_id, signal_name)
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_id, step) DO NOTHING",
+    )
+    .bind(l.operation_id)
+    .bind(l.link)
+    .bind(l.txq_request_id)
+    .bind(l.instance_id)
+    .bind(l.signal_name)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Which operation (and link) of an organization made a queue request.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OperationTxOwnerRow {
+    /// The queue request.
+    pub txq_request_id: Uuid,
+    /// The operation that made it.
+    pub operation_id: Uuid,
+    /// Its link (column `step`).
+    pub link: String,
+}
+
+/// The links, among `txq_request_ids`, made by operations of `organization_id`.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_tx_owned(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    txq_request_ids: &[Uuid],
+) -> StoreResult<Vec<OperationTxOwnerRow>> {
+    Ok(sqlx::query_as(
+        "SELECT ot.txq_request_id, ot.operation_id, ot.step AS link
+           FROM operation_tx ot JOIN operation o ON o.id = ot.operation_id
+          WHERE o.organization_id = $1 AND ot.txq_request_id = ANY($2)",
+    )
+    .bind(organization_id)
+    .bind(txq_request_ids)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The database clock (`now()`), the clock the engine's deadlines use.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn database_now(db: impl PgExecutor<'_>) -> StoreResult<DateTime<Utc>> {
+    Ok(sqlx::query_scalar("SELECT now()").fetch_one(db).await?)
+}
+
+/// Makes the caller's (just begun) transaction a read-only snapshot (`REPEATABLE READ
+/// READ ONLY`): every read in it sees the same committed state, so an asset's index
+/// fields all reflect one indexed block.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn transaction_snapshot(db: impl PgExecutor<'_>) -> StoreResult<()> {
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// `SELECT 1`: whether the database answers.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn database_ping(db: impl PgExecutor<'_>) -> StoreResult<()> {
+    sqlx::query("SELECT 1").execute(db).await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Foreign reads: replaced by the owning crate's API on merge (issue 17)
+// ---------------------------------------------------------------------------------------
+
+/// An asset with its creation operation and that operation's instance status
+/// (`durable_instance.status`, keel-durable's table).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AssetRow {
+    /// Asset id.
+    pub id: Uuid,
+    /// ERC-20 name.
+    pub name: String,
+    /// ERC-20 symbol.
+    pub symbol: String,
+    /// ERC-20 decimals.
+    pub decimals: i16,
+    /// Template id.
+    pub template_id: String,
+    /// EIP-155 chain id.
+    pub chain_id: i64,
+    /// Token contract (20 bytes), once recorded.
+    pub token_address: Option<Vec<u8>>,
+    /// Price feed contract (20 bytes), once recorded.
+    pub feed_address: Option<Vec<u8>>,
+    /// The `asset.create` operation.
+    pub create_operation_id: Option<Uuid>,
+    /// Its instance's status (`completed`, `failed`, ...), once started.
+    pub create_status: Option<String>,
+}
+
+// Foreign: joins keel-durable's `durable_instance` (→ `Engine::status`).
+const ASSET_SELECT: &str = "SELECT a.id, a.name, a.symbol, a.decimals, a.template_id, a.chain_id,
+        a.token_address, a.feed_address, o.id AS create_operation_id, i.status AS create_status
+   FROM asset a
+   LEFT JOIN operation o ON o.asset_id = a.id AND o.kind = 'asset.create'
+   LEFT JOIN durable_instance i ON i.id = o.instance_id
+  WHERE a.organization_id = $1";
+
+/// Asset `id` of `organization_id`, if any. Foreign: reads `durable_instance`.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn asset_get(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    id: Uuid,
+) -> StoreResult<Option<AssetRow>> {
+    Ok(
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{ASSET_SELECT} AND a.id = $2")))
+            .bind(organization_id)
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// The assets of `organization_id`, oldest first, at most `limit`. Foreign: reads
+/// `durable_instance`.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn asset_list(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    limit: i64,
+) -> StoreResult<Vec<AssetRow>> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{ASSET_SELECT} ORDER BY a.created_at, a.id LIMIT $2"
+    )))
+    .bind(organization_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Whether instance `instance_id`'s input asks for an approval (a non-null
+/// `approvalTtlSeconds`); `None` without the instance. Foreign: reads
+/// `durable_instance.input` (→ a typed input read on the engine).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn instance_needs_approval(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+) -> StoreResult<Option<bool>> {
+    Ok(sqlx::query_scalar(
+        "SELECT (input ? 'approvalTtlSeconds') AND input->'approvalTtlSeconds' <> 'null'::jsonb
+           FROM durable_instance WHERE id = $1",
+    )
+    .bind(instance_id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// Total supply of `token` (20 bytes) on `chain_id` in base units, as decimal text:
+/// minted (from the zero address) minus burned (to the zero address). Foreign: sums
+/// keel-index's `index_transfer` (→ `keel_index::token_supply`).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn index_token_supply(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    token: &[u8],
+) -> StoreResult<String> {
+    Ok(sqlx::query_scalar(
+        "SELECT (COALESCE(SUM(value) FILTER (WHERE from_address = '\\x0000000000000000000000000000000000000000'::bytea), 0)
+               - COALESCE(SUM(value) FILTER (WHERE to_address = '\\x0000000000000000000000000000000000000000'::bytea), 0))::text
+           FROM index_transfer WHERE chain_id = $1 AND token = $2",
+    )
+    .bind(chain_id)
+    .bind(token)
+    .fetch_one(db)
+    .await?)
+}
+
+/// One linked queue request of an operation with its queue state.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct OperationTxStateRow {
+    /// The link (column `step`).
+    pub link: String,
+    /// `txq_request.state` (`queued`, `signed`, `broadcast`, `waiting_funding`,
+    /// `settled`, ...).
+    pub state: String,
+    /// The nonce, once assigned.
+    pub nonce: Option<i64>,
+    /// The settlement verdict (JSON of `keel_txq::SettlementVerdict`), once settled.
+    pub verdict: Option<serde_json::Value>,
+    /// The latest attempt's transaction hash (32 bytes), if signed.
+    pub last_tx_hash: Option<Vec<u8>>,
+    /// The funding deadline while `waiting_funding`.
+    pub funding_deadline: Option<DateTime<Utc>>,
+    /// The error class of the last broadcast no node accepted, if any.
+    pub last_broadcast_error: Option<String>,
+}
+
+/// The linked queue requests of operation `operation_id`, in link order. Foreign:
+/// reads keel-txq's `txq_request` and `txq_attempt` (→ `keel_txq::requests(ids)`).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_tx_states(
+    db: impl PgExecutor<'_>,
+    operation_id: Uuid,
+) -> StoreResult<Vec<OperationTxStateRow>> {
+    Ok(sqlx::query_as(
+        "SELECT ot.step AS link, r.state, r.nonce, r.verdict,
+                (SELECT a.tx_hash FROM txq_attempt a WHERE a.request_id = r.id
+                  ORDER BY a.attempt DESC LIMIT 1) AS last_tx_hash,
+                r.funding_deadline, r.last_broadcast_error
+           FROM operation_tx ot JOIN txq_request r ON r.id = ot.txq_request_id
+          WHERE ot.operation_id = $1 ORDER BY ot.created_at, ot.step",
+    )
+    .bind(operation_id)
+    .fetch_all(db)
+    .await?)
+}
+
+/// An applied migration (`_sqlx_migrations`, keel-store's table).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AppliedMigrationRow {
+    /// Migration version.
+    pub version: i64,
+    /// Its checksum.
+    pub checksum: Vec<u8>,
+}
+
+/// The successfully applied migrations. Foreign: reads keel-store's `_sqlx_migrations`
+/// (→ a `keel_store` readiness check).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn migrations_applied(db: impl PgExecutor<'_>) -> StoreResult<Vec<AppliedMigrationRow>> {
+    Ok(
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(db)
+            .await?,
+    )
+}

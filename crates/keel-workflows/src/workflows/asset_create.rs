@@ -1,0 +1,212 @@
+//! `asset.create`: the token, the price feed, the first observation, the staleness
+//! bound and the unpause of a new asset, fail-closed.
+
+use crate::platform::Platform;
+use crate::store;
+use crate::workflows::contract::{
+    AssetCreateInput, AssetCreateOutput, Failure, OpFailure, onchain_asset_id,
+};
+use crate::workflows::send::{Write, chain_of, read_event, send, step_ok, wait_indexed};
+use alloy::primitives::{I256, U256};
+use alloy::sol_types::SolCall;
+use keel_abi::bindings::{AssetFactory, AssetToken, PriceFeed, PriceFeedFactory, PriceResolver};
+use keel_durable::{StepError, Workflow, WorkflowContext, WorkflowFailure};
+use serde_json::json;
+use std::sync::Arc;
+
+/// `asset.create`: deploys an asset's token and price feed and makes it mintable.
+///
+/// Order (fail-closed; every write is its own queue request and journaled step):
+/// 1. `create-feed` — `PriceFeedFactory.createFeed` (the token's constructor needs the
+///    feed's address, so the feed comes first; its address is read from `FeedCreated`);
+/// 2. `deploy-token` — `AssetFactory.createAsset` (CREATE2, salt from the asset id; the
+///    token starts **paused**; its address is read from `AssetCreated`);
+/// 3. `submit-observation` — the first `PriceFeed.submit`;
+/// 4. `set-bound` — `PriceResolver.setStalenessBound`, the last feed-phase write: until
+///    it lands `isFresh` is false, so no mint can succeed;
+/// 5. `unpause` — `AssetToken.unpause`;
+/// 6. read-after-write: wait until the index has committed the unpause block and shows
+///    the asset.
+///
+/// A failure before step 5 leaves the token paused and unmintable; the operation's
+/// milestones show the hashes that landed. A retry resumes at the first step without a
+/// journaled result.
+#[derive(Debug, Clone)]
+pub struct AssetCreate(pub Arc<Platform>);
+
+impl Workflow for AssetCreate {
+    const NAME: &'static str = "asset.create";
+    type Input = AssetCreateInput;
+    type Output = AssetCreateOutput;
+    type Error = OpFailure;
+
+    async fn run(
+        &self,
+        ctx: &mut WorkflowContext,
+        input: AssetCreateInput,
+    ) -> Result<AssetCreateOutput, Failure> {
+        let p = &*self.0;
+        let chain = chain_of(ctx, p, input.chain_id).await?;
+        let c = chain.contracts;
+        let op = input.operation_id;
+        let funding = input.funding_deadline_seconds;
+        let answer = I256::from_dec_str(&input.price_answer).map_err(|_| {
+            WorkflowFailure::Failed(OpFailure::new(
+                "INVALID_INPUT",
+                false,
+                "price answer is not an int256",
+            ))
+        })?;
+
+        ctx.set_progress(json!({ "phase": "create-feed" }));
+        let call = PriceFeedFactory::createFeedCall {
+            decimals: input.price_decimals,
+            description: format!("{} / price", input.symbol),
+            admin: p.operator,
+            updater: p.operator,
+        }
+        .abi_encode();
+        let landed = send(
+            ctx,
+            p,
+            chain,
+            Write {
+                operation_id: op,
+                name: "create-feed",
+                contract: c.price_feed_factory,
+                funding_deadline: funding,
+            },
+            call,
+        )
+        .await?;
+        let feed = step_ok(
+            ctx.step("read feed address", || async move {
+                read_event::<PriceFeedFactory::FeedCreated>(chain, landed, c.price_feed_factory)
+                    .await
+                    .map(|e| e.feed)
+            })
+            .await?,
+        )?;
+
+        ctx.set_progress(json!({ "phase": "deploy-token", "feed": feed }));
+        let call = AssetFactory::createAssetCall {
+            assetId: onchain_asset_id(input.asset_id),
+            name: input.name.clone(),
+            symbol: input.symbol.clone(),
+            decimals: input.decimals,
+            tokenAdmin: p.operator,
+            priceFeed: feed,
+        }
+        .abi_encode();
+        let landed = send(
+            ctx,
+            p,
+            chain,
+            Write {
+                operation_id: op,
+                name: "deploy-token",
+                contract: c.asset_factory,
+                funding_deadline: funding,
+            },
+            call,
+        )
+        .await?;
+        let token = step_ok(
+            ctx.step("record token address", || async move {
+                let token =
+                    read_event::<AssetFactory::AssetCreated>(chain, landed, c.asset_factory)
+                        .await?
+                        .token;
+                store::asset_addresses_set(
+                    &p.db,
+                    input.asset_id,
+                    token.as_slice(),
+                    feed.as_slice(),
+                )
+                .await
+                .map_err(|_| StepError::transient("DATABASE_UNAVAILABLE"))?;
+                Ok(token)
+            })
+            .await?,
+        )?;
+
+        ctx.set_progress(json!({ "phase": "submit-observation", "feed": feed, "token": token }));
+        let call = PriceFeed::submitCall { answer }.abi_encode();
+        send(
+            ctx,
+            p,
+            chain,
+            Write {
+                operation_id: op,
+                name: "submit-observation",
+                contract: feed,
+                funding_deadline: funding,
+            },
+            call,
+        )
+        .await?;
+
+        ctx.set_progress(json!({ "phase": "set-bound", "feed": feed, "token": token }));
+        let call = PriceResolver::setStalenessBoundCall {
+            feed,
+            boundSeconds: U256::from(input.staleness_bound_seconds),
+        }
+        .abi_encode();
+        send(
+            ctx,
+            p,
+            chain,
+            Write {
+                operation_id: op,
+                name: "set-bound",
+                contract: c.price_resolver,
+                funding_deadline: funding,
+            },
+            call,
+        )
+        .await?;
+
+        ctx.set_progress(json!({ "phase": "unpause", "feed": feed, "token": token }));
+        let call = AssetToken::unpauseCall {}.abi_encode();
+        let landed = send(
+            ctx,
+            p,
+            chain,
+            Write {
+                operation_id: op,
+                name: "unpause",
+                contract: token,
+                funding_deadline: funding,
+            },
+            call,
+        )
+        .await?;
+
+        ctx.set_progress(json!({ "phase": "index", "feed": feed, "token": token }));
+        let chain_id = chain.chain_id;
+        let indexed_block = step_ok(
+            ctx.step("wait indexed", || async move {
+                let tip = wait_indexed(p, chain_id, landed.block).await?;
+                let shown = keel_index::read::assets(&p.db, chain_id)
+                    .await
+                    .map_err(|_| StepError::transient("INDEX_UNAVAILABLE"))?
+                    .iter()
+                    .any(|a| a.token == token);
+                if shown {
+                    Ok(tip)
+                } else {
+                    Err(StepError::transient("INDEX_BEHIND"))
+                }
+            })
+            .await?,
+        )?;
+        ctx.set_progress(
+            json!({ "phase": "done", "feed": feed, "token": token, "indexedBlock": indexed_block }),
+        );
+        Ok(AssetCreateOutput {
+            token,
+            feed,
+            indexed_block,
+        })
+    }
+}
