@@ -79,8 +79,17 @@ impl TryFrom<FundingRow> for FundingRequest {
 /// amounts are those of each request's last check.
 ///
 /// # Errors
-/// [`TxqError::Store`] when the database fails or a row does not decode.
-pub async fn funding_requests(db: &PgPool, chain_id: Option<i64>) -> Result<Vec<FundingRequest>> {
+/// [`TxqError::InvalidRequest`] (`chain_id`) for a chain id above `i64::MAX` (no such
+/// request can exist); [`TxqError::Store`] when the database fails or a row does not
+/// decode.
+pub async fn funding_requests(
+    db: &PgPool,
+    chain_id: Option<ChainId>,
+) -> Result<Vec<FundingRequest>> {
+    let chain_id = chain_id
+        .map(|c| i64::try_from(c.get()))
+        .transpose()
+        .map_err(|_| TxqError::InvalidRequest("chain_id"))?;
     store::funding_open(db, chain_id, None)
         .await?
         .into_iter()
