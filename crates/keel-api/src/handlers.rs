@@ -782,10 +782,12 @@ async fn funding_requests_of(
         Err(_) => return Ok(Vec::new()),
     };
     let db = state.ops().db();
-    let open = keel_txq::funding_requests(db, chain).await.map_err(|e| {
-        tracing::warn!(error = %e, "funding requests unavailable");
-        unavailable()
-    })?;
+    let open = keel_txq::funding_requests(db, chain.map(|c| keel_txq::ChainId(c.unsigned_abs())))
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "funding requests unavailable");
+            unavailable()
+        })?;
     if open.is_empty() {
         return Ok(Vec::new());
     }

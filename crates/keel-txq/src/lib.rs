@@ -162,9 +162,12 @@ pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
 pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
-pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
+pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
 pub use state::{RequestState, UnknownRequestState};
 pub use verdict::{AttemptRecord, FailureCode, SettlementVerdict};
 pub use view::{RequestView, requests};
 pub use withdraw::{Withdrawal, withdraw_by_key_prefix};
+
+/// The chain id of this crate's API (re-exported from `keel-units`).
+pub use keel_units::ChainId;

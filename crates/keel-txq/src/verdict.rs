@@ -214,7 +214,10 @@ mod tests {
         ];
         for (verdict, json) in cases {
             assert_eq!(serde_json::to_string(&verdict).unwrap(), json);
-            assert_eq!(serde_json::from_str::<SettlementVerdict>(&json).unwrap(), verdict);
+            assert_eq!(
+                serde_json::from_str::<SettlementVerdict>(&json).unwrap(),
+                verdict
+            );
         }
         for code in FailureCode::KNOWN {
             let verdict = SettlementVerdict::Failed {
@@ -228,7 +231,10 @@ mod tests {
                 code.as_str()
             );
             assert_eq!(serde_json::to_string(&verdict).unwrap(), json);
-            assert_eq!(serde_json::from_str::<SettlementVerdict>(&json).unwrap(), verdict);
+            assert_eq!(
+                serde_json::from_str::<SettlementVerdict>(&json).unwrap(),
+                verdict
+            );
             assert_eq!(code.as_str().parse::<FailureCode>(), Ok(code));
         }
     }

@@ -100,7 +100,10 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
         .await
         .unwrap();
 
-    let status = tick_until(&q, id, "waiting_funding", |s| s.state == RequestState::WaitingFunding).await;
+    let status = tick_until(&q, id, "waiting_funding", |s| {
+        s.state == RequestState::WaitingFunding
+    })
+    .await;
     assert_eq!(status.nonce, None, "a waiting request holds no nonce");
     assert_eq!(status.verdict, None);
     let funding = status.funding.clone().expect("a funding request");
@@ -148,7 +151,10 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
     for _ in 0..3 {
         q.tick().await.unwrap();
     }
-    assert_eq!(q.status(id).await.unwrap().state, RequestState::WaitingFunding);
+    assert_eq!(
+        q.status(id).await.unwrap().state,
+        RequestState::WaitingFunding
+    );
     assert_eq!(q.status(behind).await.unwrap().state, RequestState::Queued);
     assert_eq!(
         chain
@@ -172,7 +178,10 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
         other => panic!("expected confirmed, got {other:?}"),
     }
     let behind = tick_until(&q, behind, "settled", |s| s.verdict.is_some()).await;
-    assert_eq!(failed_code(&behind.verdict.unwrap()), (FailureCode::GasRequired, 0));
+    assert_eq!(
+        failed_code(&behind.verdict.unwrap()),
+        (FailureCode::GasRequired, 0)
+    );
     assert!(q.funding_requests().await.unwrap().is_empty());
     assert_eq!(
         chain
@@ -238,7 +247,10 @@ async fn without_a_funding_pause_an_unfunded_request_fails_gas_required() {
     ));
     let status = tick_until(&q, id, "settled", |s| s.verdict.is_some()).await;
     assert_eq!(status.funding, None);
-    assert_eq!(failed_code(&status.verdict.unwrap()), (FailureCode::GasRequired, 0));
+    assert_eq!(
+        failed_code(&status.verdict.unwrap()),
+        (FailureCode::GasRequired, 0)
+    );
     assert!(q.funding_requests().await.unwrap().is_empty());
 }
 
@@ -284,7 +296,10 @@ async fn a_request_the_node_will_not_estimate_unfunded_waits_with_an_estimate_as
         )
         .await
         .unwrap();
-    let status = tick_until(&q, id, "waiting_funding", |s| s.state == RequestState::WaitingFunding).await;
+    let status = tick_until(&q, id, "waiting_funding", |s| {
+        s.state == RequestState::WaitingFunding
+    })
+    .await;
     assert_eq!(proxy.hits(refuse), 1, "the plain estimate was refused");
     assert!(
         proxy.count("eth_estimateGas") >= 2,
@@ -341,7 +356,10 @@ async fn a_signed_request_refused_for_funds_is_retried_with_a_pause_and_fails_wi
         .await
         .unwrap();
     let status = tick_until(&q, plain, "settled", |s| s.verdict.is_some()).await;
-    assert_eq!(failed_code(&status.verdict.unwrap()), (FailureCode::GasRequired, 1));
+    assert_eq!(
+        failed_code(&status.verdict.unwrap()),
+        (FailureCode::GasRequired, 1)
+    );
     let (_, filled) = q.recover_nonces(sender).await.unwrap();
     assert_eq!(filled, 1);
 }

@@ -766,7 +766,8 @@ async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval()
             break;
         }
         assert_ne!(
-            status.state, "settled",
+            status.state,
+            RequestState::Settled,
             "only the confirmation pass settles"
         );
         assert!(
@@ -909,7 +910,9 @@ async fn batched_broadcasts_confirm_in_order_and_a_refused_item_settles_alone() 
     nonces.sort_unstable();
     assert_eq!(nonces, (0..15).collect::<Vec<u64>>());
     match &verdicts[15] {
-        SettlementVerdict::Failed { code, .. } => assert_eq!(*code, FailureCode::IntrinsicGasTooLow),
+        SettlementVerdict::Failed { code, .. } => {
+            assert_eq!(*code, FailureCode::IntrinsicGasTooLow)
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(

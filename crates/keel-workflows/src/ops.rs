@@ -896,6 +896,7 @@ impl Ops {
             &self.db,
             ChainId(asset.chain_id),
             &format!("op/{id}/"),
+            None,
         )
         .await
         .map_err(|e| match e {
@@ -1354,7 +1355,7 @@ fn project(
         let hash =
             mined_hash.or_else(|| t.last_hash.and_then(|h| B256::try_from(h.as_slice()).ok()));
         let nonce = t.nonce.and_then(|n| u64::try_from(n).ok());
-        if t.state != "settled" {
+        if t.state != keel_txq::RequestState::Settled.as_str() {
             waiting_step_state = Some((
                 t.step.clone(),
                 t.state.clone(),
@@ -1367,7 +1368,7 @@ fn project(
                 step: t.step.clone(),
                 tx_hash: hash,
                 nonce,
-                broadcast: t.state == "broadcast" || block.is_some(),
+                broadcast: t.state == keel_txq::RequestState::Broadcast.as_str() || block.is_some(),
                 block: None,
             });
         }
@@ -1404,12 +1405,16 @@ fn project(
             } else if let Some(step) = name.strip_prefix(TX_SIGNAL_PREFIX) {
                 let unsettled = waiting_step_state.as_ref().filter(|(s, ..)| s == step);
                 match unsettled {
-                    Some((_, st, deadline, _)) if st == "waiting_funding" => WaitView {
-                        waits_for: "funding",
-                        until: *deadline,
-                        step: Some(step.to_owned()),
-                        last_broadcast_error: None,
-                    },
+                    Some((_, st, deadline, _))
+                        if st == keel_txq::RequestState::WaitingFunding.as_str() =>
+                    {
+                        WaitView {
+                            waits_for: "funding",
+                            until: *deadline,
+                            step: Some(step.to_owned()),
+                            last_broadcast_error: None,
+                        }
+                    }
                     _ => WaitView {
                         waits_for: "transaction",
                         until: w.deadline,

@@ -15,7 +15,7 @@ use keel_abi::bindings::{AssetFactory, AssetToken, PriceFeed, PriceFeedFactory, 
 use keel_durable::{
     Deadline, SignalOutcome, StepError, Workflow, WorkflowContext, WorkflowFailure,
 };
-use keel_txq::{SettlementVerdict, TxRequest};
+use keel_txq::{FailureCode, SettlementVerdict, TxRequest};
 use keel_units::{ChainId, Wei};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -305,8 +305,10 @@ async fn send(
             } => {
                 let reason =
                     reason.or_else(|| revert_data.as_ref().and_then(|d| custom_error_name(d)));
-                let retryable =
-                    matches!(code.as_str(), "GAS_REQUIRED" | "FUNDING_DEADLINE_EXPIRED");
+                let retryable = matches!(
+                    code,
+                    FailureCode::GasRequired | FailureCode::FundingDeadlineExpired
+                );
                 // Not journaled on purpose: the retry count only grows, so every replay
                 // takes the same path up to here, and the retried path after a retry.
                 if retryable && crate::ops::operation_retries(&p.db, operation_id).await >= attempt
@@ -315,18 +317,18 @@ async fn send(
                     continue;
                 }
                 return Err(WorkflowFailure::Failed(OpFailure {
-                    detail: match code.as_str() {
-                        "GAS_REQUIRED" => {
+                    detail: match &code {
+                        FailureCode::GasRequired => {
                             "the operator account cannot pay for gas; fund it and retry the operation"
                         }
-                        "FUNDING_DEADLINE_EXPIRED" => {
+                        FailureCode::FundingDeadlineExpired => {
                             "the operator account was not funded in time; fund it and retry the operation"
                         }
-                        "EXECUTION_REVERTED" => "the transaction would revert",
+                        FailureCode::ExecutionReverted => "the transaction would revert",
                         _ => "the transaction did not take effect",
                     }
                     .to_owned(),
-                    code,
+                    code: code.to_string(),
                     retryable,
                     step: Some(step.to_owned()),
                     reason,

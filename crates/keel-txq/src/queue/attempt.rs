@@ -3,9 +3,9 @@
 //! lookups, and the types several stages hand each other.
 
 use super::{TxQueue, metrics};
+use crate::settlement::{Settled, SettlementSinkError};
 use crate::store::{self, AttemptRow, RequestRow};
 use crate::verdict::{AttemptRecord, FailureCode, SettlementVerdict};
-use crate::settlement::{Settled, SettlementSinkError};
 use crate::{RequestState, Result, TxqError};
 use alloy::eips::BlockNumberOrTag;
 use alloy::primitives::{Address, B256, Bytes, U256};
@@ -405,7 +405,11 @@ impl TxQueue {
     /// it to the settlement sink in the same transaction, when one is set). Returns
     /// whether it moved: false when it is not waiting any more, its deadline has not
     /// passed, or the sink failed (rolled back; a later check settles it again).
-    pub(super) async fn settle_expired(&self, id: Uuid, verdict: &SettlementVerdict) -> Result<bool> {
+    pub(super) async fn settle_expired(
+        &self,
+        id: Uuid,
+        verdict: &SettlementVerdict,
+    ) -> Result<bool> {
         let json =
             serde_json::to_value(verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
         let moved = match &self.sink {
@@ -452,7 +456,10 @@ impl TxQueue {
     /// When the sink fails for the batch, each request is settled in its own transaction
     /// at once, so one the sink refuses does not hold back the others (it stays unsettled
     /// for a later pass). Returns how many moved.
-    pub(super) async fn settle_many(&self, verdicts: &[(Uuid, SettlementVerdict)]) -> Result<usize> {
+    pub(super) async fn settle_many(
+        &self,
+        verdicts: &[(Uuid, SettlementVerdict)],
+    ) -> Result<usize> {
         if verdicts.is_empty() {
             return Ok(0);
         }
@@ -506,9 +513,10 @@ impl TxQueue {
             kinds.push(v.kind());
         }
         let Some(sink) = &self.sink else {
-            return Ok(Ok(
-                store::requests_settle_many(&self.db, &ids, &json, &kinds).await?
-            ));
+            return Ok(Ok(store::requests_settle_many(
+                &self.db, &ids, &json, &kinds,
+            )
+            .await?));
         };
         let mut tx = self.db.begin().await?;
         let rows = store::requests_settle_many(&mut *tx, &ids, &json, &kinds).await?;
@@ -533,7 +541,6 @@ impl TxQueue {
         Ok(Ok(rows))
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -2,10 +2,10 @@
 //! transaction, in JSON-RPC batches that each hold one sender's consecutive nonces;
 //! the accepted ones are marked `broadcast` in one statement.
 
-use super::{TxQueue, metrics};
 use super::attempt::{Broadcast, ToSend, error_class};
-use crate::{RequestState, Result};
+use super::{TxQueue, metrics};
 use crate::store::{self, AttemptRow, RequestRow};
+use crate::{RequestState, Result};
 use alloy::primitives::{Address, Bytes};
 use keel_chain::ChainError;
 use std::collections::HashMap;
@@ -52,7 +52,11 @@ impl TxQueue {
     /// Broadcasts the latest attempt of every `signed` request of `sender` in nonce
     /// order, a bounded number in flight; those that must be retried stay `signed` and
     /// go out again (same bytes) next pass.
-    pub(super) async fn broadcast_signed(&self, sender: Address, cancel: &CancellationToken) -> Result<usize> {
+    pub(super) async fn broadcast_signed(
+        &self,
+        sender: Address,
+        cancel: &CancellationToken,
+    ) -> Result<usize> {
         let mut moved = 0;
         for chunk in self.signed_of(Some(sender)).await?.chunks(BROADCAST_CHUNK) {
             moved += self.broadcast_many(chunk, cancel).await?;
@@ -76,7 +80,11 @@ impl TxQueue {
     /// Failed broadcasts are recorded ([`TxQueue::broadcast_failed`]). Nothing is sent
     /// once `cancel` fired, and nothing is written after it fired (sent requests then
     /// stay `signed`; the next owner sends the same bytes again).
-    pub(super) async fn broadcast_many(&self, items: &[ToSend], cancel: &CancellationToken) -> Result<usize> {
+    pub(super) async fn broadcast_many(
+        &self,
+        items: &[ToSend],
+        cancel: &CancellationToken,
+    ) -> Result<usize> {
         use futures::StreamExt;
         if cancel.is_cancelled() {
             return Ok(0);
@@ -204,4 +212,3 @@ impl TxQueue {
         }
     }
 }
-

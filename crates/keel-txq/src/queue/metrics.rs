@@ -33,8 +33,7 @@ pub(crate) fn in_flight(chain_id: i64, sender: &Address, n: i64) {
 /// `keel_txq_time_to_broadcast_seconds{chain_id}`: enqueue → first accepted broadcast,
 /// once per request in `secs`.
 pub(crate) fn time_to_broadcast(chain_id: i64, secs: &[f64]) {
-    let histogram =
-        ::metrics::histogram!("keel_txq_time_to_broadcast_seconds", "chain_id" => chain_id.to_string());
+    let histogram = ::metrics::histogram!("keel_txq_time_to_broadcast_seconds", "chain_id" => chain_id.to_string());
     for s in secs {
         histogram.record(*s);
     }

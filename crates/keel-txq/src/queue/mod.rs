@@ -28,9 +28,9 @@ use self::broadcast::BROADCAST_CHUNK;
 use crate::batch::{EnqueueBatcher, enqueue_batcher};
 use crate::failures::BroadcastFailure;
 use crate::funding::FundingRequest;
+use crate::settlement::SettlementSink;
 use crate::store::{self, AttemptRow, OwnedNewRequest, RequestRow};
 use crate::verdict::SettlementVerdict;
-use crate::settlement::SettlementSink;
 use crate::{RequestState, Result, TxSigner, TxqError};
 use alloy::primitives::{Address, Bytes};
 use keel_chain::UpstreamPool;
@@ -873,8 +873,8 @@ impl TxQueue {
             return Ok(mined.settled);
         }
         // Requests without a receipt: re-broadcast or replaced.
-        self.handle_unmined(&in_flight, mined.unmined, cancel).await?;
+        self.handle_unmined(&in_flight, mined.unmined, cancel)
+            .await?;
         Ok(mined.settled)
     }
 }
-

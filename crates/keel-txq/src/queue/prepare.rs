@@ -355,7 +355,7 @@ impl TxQueue {
             Err(e) => {
                 out.fail(e);
                 return None;
-            },
+            }
         };
         if rows.is_empty() {
             return None;
@@ -378,7 +378,7 @@ impl TxQueue {
             Err(e) => {
                 out.fail(e);
                 return None;
-            },
+            }
         };
         let addresses: Vec<Address> = queued.iter().map(|q| q.0).collect();
         let balances = match self
@@ -390,7 +390,7 @@ impl TxQueue {
             Err(e) => {
                 out.fail(e.into());
                 return None;
-            },
+            }
         };
         let preparations: Vec<_> = queued
             .into_iter()

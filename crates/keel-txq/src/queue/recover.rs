@@ -116,4 +116,3 @@ impl TxQueue {
         Ok((adopted, filled))
     }
 }
-

@@ -2,8 +2,8 @@
 //! the same bytes when the node no longer knows it (a reorg dropped it), or replaced at
 //! the same nonce with bumped fees when it is stuck.
 
-use super::{TxQueue, metrics};
 use super::attempt::by_batches;
+use super::{TxQueue, metrics};
 use crate::store::{self, AttemptRow, NewAttempt, RequestRow};
 use crate::{RequestState, Result, TxqError};
 use alloy::consensus::TxEip1559;
@@ -87,7 +87,9 @@ impl TxQueue {
                     req.nonce.is_some() && lowest.get(req.sender.as_slice()) == req.nonce.as_ref();
                 let underpriced = market.is_some_and(|m| {
                     mine.last().is_some_and(|a| {
-                        a.max_fee_per_gas.parse::<u128>().is_ok_and(|f| f < m.base_fee_per_gas)
+                        a.max_fee_per_gas
+                            .parse::<u128>()
+                            .is_ok_and(|f| f < m.base_fee_per_gas)
                             || a.max_priority_fee_per_gas
                                 .parse::<u128>()
                                 .is_ok_and(|t| t < m.priority_fee_per_gas)
@@ -274,4 +276,3 @@ impl TxQueue {
         Ok(())
     }
 }
-

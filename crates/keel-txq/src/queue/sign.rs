@@ -341,7 +341,6 @@ impl TxQueue {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::{Piece, pieces_of};
