@@ -82,11 +82,11 @@ pub async fn withdraw_by_key_prefix(
                     verdict: &verdict,
                 })
                 .collect();
-            if !settled.is_empty() {
-                if let Err(e) = sink.record(&mut tx, &settled).await {
-                    metrics::settlement_sink_failures(chain_id);
-                    return Err(e.into());
-                }
+            if !settled.is_empty()
+                && let Err(e) = sink.record(&mut tx, &settled).await
+            {
+                metrics::settlement_sink_failures(chain_id);
+                return Err(e.into());
             }
             drop(settled);
             tx.commit().await?;

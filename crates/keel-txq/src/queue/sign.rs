@@ -96,7 +96,7 @@ impl TxQueue {
         // Signing and committing are pipelined: the next group is signed while one
         // commits. A group signed after an earlier group of the same sender failed to
         // commit cannot commit either (its first nonce is not the sender's next).
-        let groups = signing_groups(&plans, SIGN_CHUNK);
+        let groups = signing_groups(plans, SIGN_CHUNK);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<SignedGroup>>(1);
         let sign = async move {
             for group in &groups {
