@@ -8,8 +8,7 @@ use anvil_tests::TestChain;
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
 use keel_txq::{
-    EnqueueOptions, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig,
-    TxRequest,
+    EnqueueOptions, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest,
 };
 use keel_units::{ChainId, Wei};
 use std::sync::Arc;
@@ -117,7 +116,10 @@ async fn requests_reads_state_nonce_verdict_last_hash_and_funding_deadline() {
         assert!(Instant::now() < deadline, "never settled: {v:?}");
     };
     assert_eq!(v.verdict, q.status(id).await.unwrap().verdict);
-    assert!(matches!(v.verdict, Some(SettlementVerdict::Confirmed { .. })));
+    assert!(matches!(
+        v.verdict,
+        Some(SettlementVerdict::Confirmed { .. })
+    ));
     assert_eq!(v.nonce, Some(0));
 
     // Waiting for funding: the deadline, no nonce.

@@ -245,24 +245,16 @@ async fn every_settle_path_reaches_the_sink_exactly_once() {
     );
     // Withdrawn (before any pass: still queued).
     let withdrawn = q.enqueue(&transfer(a5, "op/w/1", 21_000)).await.unwrap();
-    let w = keel_txq::withdraw_by_key_prefix(
-        f.db.pool(),
-        q.chain_id(),
-        "op/w/",
-        Some(f.sink.as_ref()),
-    )
-    .await
-    .unwrap();
+    let w =
+        keel_txq::withdraw_by_key_prefix(f.db.pool(), q.chain_id(), "op/w/", Some(f.sink.as_ref()))
+            .await
+            .unwrap();
     assert_eq!(w.withdrawn, vec![withdrawn]);
     // A second withdrawal moves nothing and hands nothing to the sink.
-    let again = keel_txq::withdraw_by_key_prefix(
-        f.db.pool(),
-        q.chain_id(),
-        "op/w/",
-        Some(f.sink.as_ref()),
-    )
-    .await
-    .unwrap();
+    let again =
+        keel_txq::withdraw_by_key_prefix(f.db.pool(), q.chain_id(), "op/w/", Some(f.sink.as_ref()))
+            .await
+            .unwrap();
     assert!(again.withdrawn.is_empty());
     // Confirmed (two: one batch of the confirmation pass).
     let confirmed = q.enqueue(&transfer(a1, "ok-1", 21_000)).await.unwrap();
@@ -288,13 +280,7 @@ async fn every_settle_path_reaches_the_sink_exactly_once() {
         .await
         .unwrap();
     let ids = [
-        withdrawn,
-        confirmed,
-        confirmed2,
-        reverted,
-        estimation,
-        refused,
-        expired,
+        withdrawn, confirmed, confirmed2, reverted, estimation, refused, expired,
     ];
     tick_until(&q, "every request settled", async || {
         all_settled(&q, &ids).await
@@ -356,14 +342,10 @@ async fn a_failing_sink_leaves_requests_unsettled_until_a_later_pass() {
 
     // A withdrawal whose sink fails is rolled back and returned as an error.
     let withdrawn = q.enqueue(&transfer(a5, "op/w/1", 21_000)).await.unwrap();
-    let err = keel_txq::withdraw_by_key_prefix(
-        f.db.pool(),
-        q.chain_id(),
-        "op/w/",
-        Some(f.sink.as_ref()),
-    )
-    .await
-    .unwrap_err();
+    let err =
+        keel_txq::withdraw_by_key_prefix(f.db.pool(), q.chain_id(), "op/w/", Some(f.sink.as_ref()))
+            .await
+            .unwrap_err();
     assert!(matches!(err, TxqError::Sink(_)), "{err:?}");
     assert!(err.is_retryable());
     assert_eq!(
@@ -372,14 +354,10 @@ async fn a_failing_sink_leaves_requests_unsettled_until_a_later_pass() {
     );
     assert_eq!(f.records_of(withdrawn).await, 0, "rolled back");
     f.sink.fail.store(false, Ordering::SeqCst);
-    let w = keel_txq::withdraw_by_key_prefix(
-        f.db.pool(),
-        q.chain_id(),
-        "op/w/",
-        Some(f.sink.as_ref()),
-    )
-    .await
-    .unwrap();
+    let w =
+        keel_txq::withdraw_by_key_prefix(f.db.pool(), q.chain_id(), "op/w/", Some(f.sink.as_ref()))
+            .await
+            .unwrap();
     assert_eq!(w.withdrawn, vec![withdrawn]);
     assert_eq!(f.records_of(withdrawn).await, 1);
     f.sink.fail.store(true, Ordering::SeqCst);
@@ -476,8 +454,12 @@ async fn without_a_sink_settling_is_unchanged() {
         UpstreamConfig::new(vec![f.chain.endpoint().to_string()]),
     )
     .unwrap();
-    let mut q = TxQueue::new(f.db.pool().clone(), Arc::new(pool), TxQueueConfig::default())
-        .unwrap();
+    let mut q = TxQueue::new(
+        f.db.pool().clone(),
+        Arc::new(pool),
+        TxQueueConfig::default(),
+    )
+    .unwrap();
     q.add_signer(Arc::new(LocalSigner::new(
         f.chain.signer(1).unwrap().clone(),
     )));

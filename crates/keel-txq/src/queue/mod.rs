@@ -778,7 +778,7 @@ impl TxQueue {
         Ok(())
     }
 
-    /// The sender pass: a [`TxQueue::round`] for `sender` alone. Signs and persists
+    /// The sender pass: a round (`TxQueue::round`) for `sender` alone. Signs and persists
     /// the sender's queued requests (see [`TxQueue::sign_pending`]) and broadcasts
     /// every `signed` request in nonce order — first any a crash (or an earlier
     /// refusal) left persisted but unsent, whose exact bytes go out again, then the
