@@ -610,7 +610,7 @@ impl TxQueue {
     /// senders with `waiting_funding` requests, then the queued requests of every other
     /// sender read in one statement with each sender's next nonce, their balances in one
     /// JSON-RPC batch, their preparation (gas, funds; senders in parallel), and then
-    /// signing in groups of up to [`SIGN_CHUNK`] transactions across senders, each group
+    /// signing in groups of up to [`sign::SIGN_CHUNK`] transactions across senders, each group
     /// committed in one statement ([`store::commit_signed`]). With `broadcast`, a
     /// committed group is broadcast (after any requests earlier rounds left `signed`)
     /// while the next group is being signed; nothing is broadcast before it is

@@ -13,9 +13,9 @@ use alloy::primitives::{B256, TxKind};
 use tokio_util::sync::CancellationToken;
 
 /// Transactions signed per signing group (one commit statement, across senders).
-const SIGN_CHUNK: usize = 128;
+pub(super) const SIGN_CHUNK: usize = 128;
 
-/// Signatures of one chunk requested at once (the [`TxSigner`] may be remote).
+/// Signatures of one chunk requested at once (the [`crate::TxSigner`] may be remote).
 const SIGN_IN_FLIGHT: usize = 16;
 
 /// `len` prepared requests of `plans[plan]` from `start`: one sender's share of a
