@@ -4,6 +4,7 @@
 //! row's commit before `enqueue` returns, so an id handed out is always durable.
 
 use crate::TxqError;
+use crate::queue::metrics;
 use crate::store::{self, OwnedNewRequest};
 use keel_store::PgPool;
 use keel_store::group_commit::{BatchOp, Combiner, Held, lost, rolled_back};
@@ -29,7 +30,7 @@ impl BatchOp for EnqueueOp {
     }
 
     async fn run(&self, held: &mut Held, batch: Vec<OwnedNewRequest>) -> Vec<Self::Resp> {
-        metrics::histogram!("keel_txq_enqueue_batch_rows").record(batch.len() as f64);
+        metrics::enqueue_batch_rows(batch.len());
         let rows: Vec<&OwnedNewRequest> = batch.iter().collect();
         let r = match held.conn().await {
             Ok(conn) => store::requests_insert_many(conn, &rows).await,

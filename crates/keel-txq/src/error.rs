@@ -35,6 +35,9 @@ pub enum TxqError {
     /// Signing failed.
     #[error(transparent)]
     Signer(#[from] crate::signer::SignerError),
+    /// The [`crate::SettlementSink`] failed; nothing was settled (retrying can succeed).
+    #[error(transparent)]
+    Sink(#[from] crate::settlement::SettlementSinkError),
 }
 
 impl TxqError {
@@ -44,6 +47,7 @@ impl TxqError {
             TxqError::Store(e) => e.is_transient(),
             TxqError::Chain(e) => e.is_retryable(),
             TxqError::Signer(e) => e.is_retryable(),
+            TxqError::Sink(_) => true,
             _ => false,
         }
     }

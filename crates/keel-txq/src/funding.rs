@@ -78,9 +78,18 @@ impl TryFrom<FundingRow> for FundingRequest {
 /// `chain_id` when given, oldest request first. Reads the database only (no node); the
 /// amounts are those of each request's last check.
 ///
+/// A chain id above `i64::MAX` has no requests (none can be recorded): an empty list.
+///
 /// # Errors
 /// [`TxqError::Store`] when the database fails or a row does not decode.
-pub async fn funding_requests(db: &PgPool, chain_id: Option<i64>) -> Result<Vec<FundingRequest>> {
+pub async fn funding_requests(
+    db: &PgPool,
+    chain_id: Option<ChainId>,
+) -> Result<Vec<FundingRequest>> {
+    let chain_id = match chain_id.map(|c| i64::try_from(c.get())).transpose() {
+        Ok(c) => c,
+        Err(_) => return Ok(Vec::new()),
+    };
     store::funding_open(db, chain_id, None)
         .await?
         .into_iter()

@@ -7,6 +7,10 @@
 //!
 //! ## Lifecycle of a request
 //!
+//! The states are [`RequestState`] (stored as the snake_case names below); a failed
+//! verdict's code is a [`FailureCode`] (stored as its SCREAMING_SNAKE_CASE name, e.g.
+//! `GAS_REQUIRED`).
+//!
 //! | state | meaning | moved by |
 //! |---|---|---|
 //! | `queued` | recorded, no nonce yet | [`TxQueue::enqueue`] / [`TxQueue::enqueue_with`]; the funding check when funds arrived |
@@ -113,6 +117,36 @@
 //! - **Reading them**: [`RequestStatus::funding`], [`TxQueue::funding_requests`] (this
 //!   chain) and [`funding_requests`] (every chain or one, from the database only).
 //!
+//! ## Settlements are pushed
+//!
+//! A [`SettlementSink`] ([`TxQueue::set_settlement_sink`], and the `sink` argument of
+//! [`withdraw_by_key_prefix`]) receives every request that moves to `settled` — by
+//! the confirmation pass, a failure before or at signing or broadcast, an expired
+//! funding deadline or a withdrawal — inside the database transaction that settles it,
+//! on that transaction's connection, exactly once (only the rows the guarded update
+//! moved are passed). A sink error rolls the settlement back: the request keeps its
+//! state and a later pass settles it again (`keel_txq_settlement_sink_failures_total`,
+//! a WARN); a batch is then retried request by request at once, so a request the sink
+//! refuses does not hold back the others. A request whose settlement before signing
+//! rolled back stays `queued`, and its sender's later requests wait behind it (queue
+//! order), as they would behind any request not yet prepared. Without a sink each
+//! settle is one autocommit statement, as before.
+//!
+//! ## Reading requests from other crates
+//!
+//! [`requests`] reads many requests by id as [`RequestView`]s (state, nonce, verdict,
+//! the hash of the highest-numbered attempt, funding deadline, last broadcast error) in
+//! one statement, so no other crate reads `txq_request` or `txq_attempt`.
+//!
+//! ## Layout
+//!
+//! `queue/` holds the queue by stage: `mod.rs` (the [`TxQueue`], its configuration, the
+//! public entry points and the orchestration of a round and of the confirmation pass),
+//! `prepare.rs`, `sign.rs`, `broadcast.rs`, `confirm.rs`, `replace.rs`, `recover.rs`,
+//! the shared floor `attempt.rs` (one send and what the node said, settles, fee reads)
+//! and `metrics.rs` (every metric). A stage uses `mod.rs`, `attempt.rs` and
+//! `metrics.rs` only, never another stage. `store.rs` holds the SQL.
+//!
 //! ## Metrics
 //!
 //! Labels are bounded: `chain_id`, `kind` (verdict kind), `class` (broadcast error
@@ -138,6 +172,8 @@
 //! | `keel_txq_funding_resumed_total` | counter | `chain_id` | waiting requests resumed after funding |
 //! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
 //! | `keel_txq_nonce_gaps_filled_total` | counter | `chain_id` | gaps filled with zero-value self-transfers |
+//! | `keel_txq_settlement_sink_failures_total` | counter | `chain_id` | settling transactions rolled back because the [`SettlementSink`] failed |
+//! | `keel_txq_enqueue_batch_rows` | histogram | — | rows per group-commit `INSERT` of enqueues |
 //!
 //! In the `keel` binary the runner role runs [`TxQueue::run`] (sender passes, the
 //! confirmation pass, fee bumps, nonce recovery, funding checks) per chain as the
@@ -150,15 +186,24 @@ mod error;
 mod failures;
 mod funding;
 mod queue;
+mod settlement;
 mod signer;
+mod state;
 mod store;
 mod verdict;
+mod view;
 mod withdraw;
 
 pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
 pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
+pub use settlement::{Settled, SettlementSink, SettlementSinkError};
 pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
-pub use verdict::{AttemptRecord, SettlementVerdict};
-pub use withdraw::{WITHDRAWN, Withdrawal, withdraw_by_key_prefix};
+pub use state::{RequestState, UnknownRequestState};
+pub use verdict::{AttemptRecord, FailureCode, SettlementVerdict};
+pub use view::{RequestView, requests};
+pub use withdraw::{Withdrawal, withdraw_by_key_prefix};
+
+/// The chain id of this crate's API (re-exported from `keel-units`).
+pub use keel_units::ChainId;

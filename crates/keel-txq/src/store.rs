@@ -3,7 +3,7 @@
 //! `migrations/0018_txq_broadcast_errors.sql`). Every function takes an executor so callers can
 //! compose them in one transaction.
 
-use crate::Result;
+use crate::{RequestState, Result};
 use sqlx::{PgExecutor, Row};
 use uuid::Uuid;
 
@@ -16,7 +16,7 @@ pub(crate) struct RequestRow {
     pub value_wei: String,
     pub calldata: Vec<u8>,
     pub gas_limit: Option<i64>,
-    pub state: String,
+    pub state: RequestState,
     pub nonce: Option<i64>,
     pub verdict: Option<serde_json::Value>,
     /// The funding pause in milliseconds; `None`: no funding pause.
@@ -43,7 +43,7 @@ pub(crate) struct FundingRow {
 /// Counts of unsettled requests of one (state, sender).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct DepthRow {
-    pub state: String,
+    pub state: RequestState,
     pub sender: Vec<u8>,
     pub n: i64,
 }
@@ -438,27 +438,32 @@ pub(crate) async fn request_mark_broadcast(
         .map_err(Into::into)
 }
 
+/// A request that [`request_settle`] moved to `settled`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct SettleRow {
+    pub idempotency_key: String,
+    /// Seconds since enqueue.
+    pub secs: f64,
+}
+
 /// Any unsettled state → `settled` with `verdict`; `None` when it was settled already
-/// (a settled verdict is never overwritten), else the seconds since enqueue.
+/// (a settled verdict is never overwritten).
 pub(crate) async fn request_settle(
     db: impl PgExecutor<'_>,
     id: Uuid,
     verdict: &serde_json::Value,
     kind: &str,
-) -> Result<Option<f64>> {
-    let row = sqlx::query(
+) -> Result<Option<SettleRow>> {
+    Ok(sqlx::query_as::<_, SettleRow>(
         "UPDATE txq_request SET state = 'settled', verdict = $2, verdict_kind = $3, settled_at = now(), updated_at = now()
           WHERE id = $1 AND state <> 'settled'
-         RETURNING extract(epoch FROM now() - created_at)::float8",
+         RETURNING idempotency_key, extract(epoch FROM now() - created_at)::float8 AS secs",
     )
     .bind(id)
     .bind(verdict)
     .bind(kind)
     .fetch_optional(db)
-    .await?;
-    row.map(|r| r.try_get::<f64, _>(0))
-        .transpose()
-        .map_err(Into::into)
+    .await?)
 }
 
 /// `queued` → `waiting_funding` with its funding request; the deadline is set on the
@@ -519,23 +524,24 @@ pub(crate) async fn request_resume(db: impl PgExecutor<'_>, id: Uuid) -> Result<
 }
 
 /// `waiting_funding` past its deadline (database clock) → `settled` with `verdict`;
-/// false when it is not waiting any more or its deadline has not passed.
+/// returns the request's idempotency key when it moved, `None` when it is not waiting
+/// any more or its deadline has not passed.
 pub(crate) async fn request_expire_funding(
     db: impl PgExecutor<'_>,
     id: Uuid,
     verdict: &serde_json::Value,
     kind: &str,
-) -> Result<bool> {
-    let r = sqlx::query(
+) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar(
         "UPDATE txq_request SET state = 'settled', verdict = $2, verdict_kind = $3, settled_at = now(), updated_at = now()
-          WHERE id = $1 AND state = 'waiting_funding' AND funding_deadline <= now()",
+          WHERE id = $1 AND state = 'waiting_funding' AND funding_deadline <= now()
+         RETURNING idempotency_key",
     )
     .bind(id)
     .bind(verdict)
     .bind(kind)
-    .execute(db)
-    .await?;
-    Ok(r.rows_affected() == 1)
+    .fetch_optional(db)
+    .await?)
 }
 
 /// Counts one more broadcast refused for insufficient funds; returns the new count.
@@ -724,6 +730,7 @@ pub(crate) async fn requests_mark_broadcast_many(
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct SettledRow {
     pub id: Uuid,
+    pub idempotency_key: String,
     pub kind: String,
     /// Seconds since enqueue.
     pub secs: f64,
@@ -748,7 +755,8 @@ pub(crate) async fn requests_settle_many(
                 settled_at = now(), updated_at = now()
            FROM unnest($1::uuid[], $2::text[], $3::text[]) AS v(id, verdict, kind)
           WHERE r.id = v.id AND r.state <> 'settled'
-         RETURNING r.id, v.kind, extract(epoch FROM now() - r.created_at)::float8 AS secs",
+         RETURNING r.id, r.idempotency_key, v.kind,
+                   extract(epoch FROM now() - r.created_at)::float8 AS secs",
     )
     .bind(ids)
     .bind(verdicts)
@@ -757,28 +765,37 @@ pub(crate) async fn requests_settle_many(
     .await?)
 }
 
+/// A request [`requests_withdraw_by_key_prefix`] found.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct WithdrawRow {
+    pub id: Uuid,
+    pub idempotency_key: String,
+    /// True: settled by this statement; false: in flight (`signed` or `broadcast`).
+    pub withdrawn: bool,
+}
+
 /// Settles every `queued` / `waiting_funding` request of `chain_id` whose idempotency key
 /// starts with `prefix` with `verdict` (one statement), and lists the unsettled ones that
-/// were already signed. Rows: `(id, true)` withdrawn now, `(id, false)` in flight.
+/// were already signed ([`WithdrawRow::withdrawn`] false).
 pub(crate) async fn requests_withdraw_by_key_prefix(
     db: impl PgExecutor<'_>,
     chain_id: i64,
     prefix: &str,
     verdict: &serde_json::Value,
     kind: &str,
-) -> Result<Vec<(Uuid, bool)>> {
-    Ok(sqlx::query_as(
+) -> Result<Vec<WithdrawRow>> {
+    Ok(sqlx::query_as::<_, WithdrawRow>(
         "WITH w AS (
              UPDATE txq_request
                 SET state = 'settled', verdict = $3, verdict_kind = $4, settled_at = now(),
                     updated_at = now()
               WHERE chain_id = $1 AND starts_with(idempotency_key, $2)
                 AND state IN ('queued', 'waiting_funding')
-          RETURNING id
+          RETURNING id, idempotency_key
          )
-         SELECT id, true FROM w
+         SELECT id, idempotency_key, true AS withdrawn FROM w
          UNION ALL
-         SELECT id, false FROM txq_request
+         SELECT id, idempotency_key, false AS withdrawn FROM txq_request
           WHERE chain_id = $1 AND starts_with(idempotency_key, $2)
             AND state IN ('signed', 'broadcast')",
     )
@@ -833,6 +850,36 @@ pub(crate) async fn broadcast_errors_of(
         "SELECT id, last_broadcast_error, last_broadcast_error_at, broadcast_failures
            FROM txq_request
           WHERE id = ANY($1) AND last_broadcast_error IS NOT NULL AND last_broadcast_error_at IS NOT NULL",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await?)
+}
+
+/// A request as [`crate::requests`] reads it: the row's state, nonce, verdict, funding
+/// deadline and last broadcast error, and the hash of its highest-numbered attempt.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ViewRow {
+    pub id: Uuid,
+    pub state: RequestState,
+    pub nonce: Option<i64>,
+    pub verdict: Option<serde_json::Value>,
+    pub last_hash: Option<Vec<u8>>,
+    pub funding_deadline: Option<chrono::DateTime<chrono::Utc>>,
+    pub last_broadcast_error: Option<String>,
+}
+
+/// The requests of `ids` (any chain) in the order of `ids`; unknown ids are left out,
+/// a repeated id is returned again. One statement.
+pub(crate) async fn requests_view(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<ViewRow>> {
+    Ok(sqlx::query_as::<_, ViewRow>(
+        "SELECT r.id, r.state, r.nonce, r.verdict,
+                (SELECT a.tx_hash FROM txq_attempt a WHERE a.request_id = r.id
+                  ORDER BY a.attempt DESC LIMIT 1) AS last_hash,
+                r.funding_deadline, r.last_broadcast_error
+           FROM unnest($1::uuid[]) WITH ORDINALITY AS q(id, ord)
+           JOIN txq_request r ON r.id = q.id
+          ORDER BY q.ord",
     )
     .bind(ids)
     .fetch_all(db)

@@ -2,6 +2,8 @@
 
 use alloy::primitives::{B256, Bytes};
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
 
 /// One signed attempt of a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,18 +52,11 @@ pub enum SettlementVerdict {
         /// Every attempt.
         attempts: Vec<AttemptRecord>,
     },
-    /// Never took effect. `code`: `EXECUTION_REVERTED` (gas estimation reverted;
-    /// `revert_data` holds the data), `GAS_REQUIRED` (the sender cannot pay gas ×
-    /// max fee + value, in wei, and has no funding pause — or a node kept refusing the
-    /// signed transaction for insufficient funds), `FUNDING_DEADLINE_EXPIRED` (the
-    /// request waited in `waiting_funding` past its deadline; no nonce was used),
-    /// `NONCE_CONSUMED_EXTERNALLY`, `INTRINSIC_GAS_TOO_LOW`,
-    /// `EXCEEDS_BLOCK_GAS_LIMIT`, `REJECTED` (another node refusal), `WITHDRAWN` (the
-    /// request was withdrawn before it was signed: [`crate::withdraw_by_key_prefix`]).
+    /// Never took effect; `code` says why ([`FailureCode`]).
     #[serde(rename_all = "camelCase")]
     Failed {
-        /// Stable code.
-        code: String,
+        /// Stable code (JSON: the SCREAMING_SNAKE_CASE name, e.g. `"GAS_REQUIRED"`).
+        code: FailureCode,
         /// Decoded `Error(string)` reason, when there is one.
         reason: Option<String>,
         /// Raw revert data, for contract-specific decoding.
@@ -79,5 +74,195 @@ impl SettlementVerdict {
             SettlementVerdict::Reverted { .. } => "reverted",
             SettlementVerdict::Failed { .. } => "failed",
         }
+    }
+}
+
+/// Why a request never took effect: the `code` of [`SettlementVerdict::Failed`].
+/// Serialized (and stored in `txq_request.verdict`) as the SCREAMING_SNAKE_CASE name.
+///
+/// [`FailureCode::Unknown`] holds any other string. This version never emits it, and no
+/// earlier one emitted another code (the codes below are all the queue ever wrote), but
+/// instances of different versions share one database during a rolling upgrade: a
+/// verdict written by a newer version with a code this one does not know still reads,
+/// instead of failing the whole request's status.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum FailureCode {
+    /// Gas estimation reverted; the verdict's `revert_data` holds the data (and `reason`
+    /// the decoded `Error(string)`, when there is one).
+    ExecutionReverted,
+    /// The sender cannot pay gas × max fee + value (wei) and the request has no funding
+    /// pause, or a node kept refusing the signed transaction for insufficient funds.
+    GasRequired,
+    /// The request waited in `waiting_funding` past its deadline; no nonce was used.
+    FundingDeadlineExpired,
+    /// Another transaction took the request's nonce.
+    NonceConsumedExternally,
+    /// A node refused the transaction: intrinsic gas too low.
+    IntrinsicGasTooLow,
+    /// A node refused the transaction: its gas limit exceeds the block gas limit.
+    ExceedsBlockGasLimit,
+    /// Another node refusal (gas estimation).
+    Rejected,
+    /// Withdrawn before it was signed ([`crate::withdraw_by_key_prefix`]).
+    Withdrawn,
+    /// A code this version does not know (written by a newer one); never emitted.
+    #[serde(untagged)]
+    Unknown(String),
+}
+
+impl FailureCode {
+    /// Every code this version emits.
+    pub const KNOWN: [FailureCode; 8] = [
+        FailureCode::ExecutionReverted,
+        FailureCode::GasRequired,
+        FailureCode::FundingDeadlineExpired,
+        FailureCode::NonceConsumedExternally,
+        FailureCode::IntrinsicGasTooLow,
+        FailureCode::ExceedsBlockGasLimit,
+        FailureCode::Rejected,
+        FailureCode::Withdrawn,
+    ];
+
+    /// The stored name (`"GAS_REQUIRED"`, ...; an unknown code as stored).
+    pub fn as_str(&self) -> &str {
+        match self {
+            FailureCode::ExecutionReverted => "EXECUTION_REVERTED",
+            FailureCode::GasRequired => "GAS_REQUIRED",
+            FailureCode::FundingDeadlineExpired => "FUNDING_DEADLINE_EXPIRED",
+            FailureCode::NonceConsumedExternally => "NONCE_CONSUMED_EXTERNALLY",
+            FailureCode::IntrinsicGasTooLow => "INTRINSIC_GAS_TOO_LOW",
+            FailureCode::ExceedsBlockGasLimit => "EXCEEDS_BLOCK_GAS_LIMIT",
+            FailureCode::Rejected => "REJECTED",
+            FailureCode::Withdrawn => "WITHDRAWN",
+            FailureCode::Unknown(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for FailureCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for FailureCode {
+    type Err = std::convert::Infallible;
+
+    /// A known name gives its variant; any other string [`FailureCode::Unknown`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(FailureCode::KNOWN
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .unwrap_or_else(|| FailureCode::Unknown(s.to_owned())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AttemptRecord, FailureCode, SettlementVerdict};
+    use alloy::primitives::{B256, Bytes};
+
+    fn attempts() -> Vec<AttemptRecord> {
+        vec![AttemptRecord {
+            attempt: 1,
+            nonce: 7,
+            hash: B256::repeat_byte(0xab),
+        }]
+    }
+
+    /// The JSON of every verdict kind, as stored in `txq_request.verdict` (these strings
+    /// are the stored shape: they must never change).
+    #[test]
+    fn verdict_json_is_byte_identical_and_round_trips() {
+        let h = "0xabababababababababababababababababababababababababababababababab";
+        let cases = [
+            (
+                SettlementVerdict::Confirmed {
+                    block: 12,
+                    hash: B256::repeat_byte(0xab),
+                    gas_used: 21000,
+                    effective_gas_price: "1000000007".into(),
+                    attempts: attempts(),
+                },
+                format!(
+                    r#"{{"kind":"confirmed","block":12,"hash":"{h}","gasUsed":21000,"effectiveGasPrice":"1000000007","attempts":[{{"attempt":1,"nonce":7,"hash":"{h}"}}]}}"#
+                ),
+            ),
+            (
+                SettlementVerdict::Reverted {
+                    block: 13,
+                    hash: B256::repeat_byte(0xab),
+                    reason: Some("stale".into()),
+                    revert_data: Some(Bytes::from_static(&[0x08, 0xc3])),
+                    attempts: attempts(),
+                },
+                format!(
+                    r#"{{"kind":"reverted","block":13,"hash":"{h}","reason":"stale","revertData":"0x08c3","attempts":[{{"attempt":1,"nonce":7,"hash":"{h}"}}]}}"#
+                ),
+            ),
+            (
+                SettlementVerdict::Failed {
+                    code: FailureCode::ExecutionReverted,
+                    reason: None,
+                    revert_data: Some(Bytes::new()),
+                    attempts: vec![],
+                },
+                r#"{"kind":"failed","code":"EXECUTION_REVERTED","reason":null,"revertData":"0x","attempts":[]}"#.to_owned(),
+            ),
+        ];
+        for (verdict, json) in cases {
+            assert_eq!(serde_json::to_string(&verdict).unwrap(), json);
+            assert_eq!(
+                serde_json::from_str::<SettlementVerdict>(&json).unwrap(),
+                verdict
+            );
+        }
+        for code in FailureCode::KNOWN {
+            let verdict = SettlementVerdict::Failed {
+                code: code.clone(),
+                reason: None,
+                revert_data: None,
+                attempts: attempts(),
+            };
+            let json = format!(
+                r#"{{"kind":"failed","code":"{}","reason":null,"revertData":null,"attempts":[{{"attempt":1,"nonce":7,"hash":"{h}"}}]}}"#,
+                code.as_str()
+            );
+            assert_eq!(serde_json::to_string(&verdict).unwrap(), json);
+            assert_eq!(
+                serde_json::from_str::<SettlementVerdict>(&json).unwrap(),
+                verdict
+            );
+            assert_eq!(code.as_str().parse::<FailureCode>(), Ok(code));
+        }
+    }
+
+    /// A verdict stored before the typed code (a plain string in the JSON), and one with
+    /// a code this version does not know, still read; both write back unchanged.
+    #[test]
+    fn stored_verdicts_read_including_unknown_codes() {
+        let old = r#"{"kind":"failed","code":"GAS_REQUIRED","reason":null,"revertData":null,"attempts":[]}"#;
+        let v: SettlementVerdict = serde_json::from_str(old).unwrap();
+        assert!(matches!(
+            &v,
+            SettlementVerdict::Failed {
+                code: FailureCode::GasRequired,
+                ..
+            }
+        ));
+        assert_eq!(serde_json::to_string(&v).unwrap(), old);
+        let newer = r#"{"kind":"failed","code":"SOMETHING_NEW","reason":"x","revertData":null,"attempts":[]}"#;
+        let v: SettlementVerdict = serde_json::from_str(newer).unwrap();
+        assert!(matches!(
+            &v,
+            SettlementVerdict::Failed { code: FailureCode::Unknown(c), .. } if c == "SOMETHING_NEW"
+        ));
+        assert_eq!(serde_json::to_string(&v).unwrap(), newer);
+        // Reading as a JSON value first (as `txq_request.verdict` is read) is the same.
+        let value: serde_json::Value = serde_json::from_str(old).unwrap();
+        let v: SettlementVerdict = serde_json::from_value(value).unwrap();
+        assert_eq!(serde_json::to_string(&v).unwrap(), old);
     }
 }

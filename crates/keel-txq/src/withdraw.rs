@@ -3,26 +3,26 @@
 //!
 //! A request that is `queued` or `waiting_funding` has no nonce and no signature yet, so
 //! nothing of it can reach a chain: withdrawing settles it at once with
-//! `Failed { code: "WITHDRAWN" }` (no attempts). A request that is `signed` or
+//! `Failed { code: FailureCode::Withdrawn }` (no attempts). A request that is `signed` or
 //! `broadcast` cannot be taken back — its bytes may already be in a node's pool — so it
 //! is reported as in flight and runs to its own verdict. The signing pass re-checks the
 //! state of every request under its row lock (`txq_commit_signed`), so a request
 //! withdrawn while a round prepared it is never signed.
 
+use crate::queue::metrics;
+use crate::settlement::{Settled, SettlementSink};
 use crate::store;
-use crate::verdict::SettlementVerdict;
+use crate::verdict::{FailureCode, SettlementVerdict};
 use crate::{Result, TxqError};
 use keel_store::PgPool;
 use keel_units::ChainId;
 use uuid::Uuid;
 
-/// The verdict code of a withdrawn request.
-pub const WITHDRAWN: &str = "WITHDRAWN";
-
 /// What [`withdraw_by_key_prefix`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Withdrawal {
-    /// Requests settled `Failed { code: "WITHDRAWN" }` by this call (never signed).
+    /// Requests settled `Failed { code: FailureCode::Withdrawn }` by this call (never
+    /// signed).
     pub withdrawn: Vec<Uuid>,
     /// Requests that were signed (possibly broadcast) and not settled: they cannot be
     /// withdrawn and will settle with their own verdict.
@@ -33,39 +33,76 @@ pub struct Withdrawal {
 /// `key_prefix` (e.g. `op/<operation id>/`, the keys of one operation's steps) and
 /// reports those already signed. Idempotent: a second call withdraws nothing more.
 ///
+/// With a `sink`, the withdrawn requests are handed to it in the transaction that
+/// settles them (as every settlement of the queue, see [`SettlementSink`]); a sink error
+/// rolls the withdrawal back and is returned.
+///
 /// # Errors
 /// [`TxqError::InvalidRequest`] for an empty prefix or a chain id above `i64::MAX`;
-/// [`TxqError::Store`] when the database fails (nothing is half-written: one statement).
+/// [`TxqError::Store`] when the database fails; [`TxqError::Sink`] when the sink fails.
+/// Nothing is half-written: one statement, one transaction with the sink.
 pub async fn withdraw_by_key_prefix(
     db: &PgPool,
     chain: ChainId,
     key_prefix: &str,
+    sink: Option<&dyn SettlementSink>,
 ) -> Result<Withdrawal> {
     if key_prefix.is_empty() {
         return Err(TxqError::InvalidRequest("key_prefix"));
     }
     let chain_id = i64::try_from(chain.get()).map_err(|_| TxqError::InvalidRequest("chain_id"))?;
     let verdict = SettlementVerdict::Failed {
-        code: WITHDRAWN.to_owned(),
+        code: FailureCode::Withdrawn,
         reason: None,
         revert_data: None,
         attempts: Vec::new(),
     };
     let json = serde_json::to_value(&verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
-    let rows =
-        store::requests_withdraw_by_key_prefix(db, chain_id, key_prefix, &json, verdict.kind())
+    let rows = match sink {
+        None => {
+            store::requests_withdraw_by_key_prefix(db, chain_id, key_prefix, &json, verdict.kind())
+                .await?
+        }
+        Some(sink) => {
+            let mut tx = db.begin().await?;
+            let rows = store::requests_withdraw_by_key_prefix(
+                &mut *tx,
+                chain_id,
+                key_prefix,
+                &json,
+                verdict.kind(),
+            )
             .await?;
+            let settled: Vec<Settled<'_>> = rows
+                .iter()
+                .filter(|r| r.withdrawn)
+                .map(|r| Settled {
+                    request_id: r.id,
+                    idempotency_key: &r.idempotency_key,
+                    verdict: &verdict,
+                })
+                .collect();
+            if !settled.is_empty()
+                && let Err(e) = sink.record(&mut tx, &settled).await
+            {
+                metrics::settlement_sink_failures(chain_id);
+                return Err(e.into());
+            }
+            drop(settled);
+            tx.commit().await?;
+            rows
+        }
+    };
     let mut out = Withdrawal::default();
-    for (id, withdrawn) in rows {
-        if withdrawn {
-            out.withdrawn.push(id);
+    for r in rows {
+        if r.withdrawn {
+            out.withdrawn.push(r.id);
         } else {
-            out.in_flight.push(id);
+            out.in_flight.push(r.id);
         }
     }
     if !out.withdrawn.is_empty() {
-        metrics::counter!("keel_txq_verdicts_total", "chain_id" => chain.get().to_string(), "kind" => verdict.kind())
-            .increment(out.withdrawn.len() as u64);
+        metrics::verdicts(chain_id, verdict.kind(), out.withdrawn.len());
     }
     Ok(out)
 }

@@ -8,7 +8,9 @@ use anvil_tests::TestChain;
 use anvil_tests::proxy::{RpcProxy, Rule};
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
-use keel_txq::{LocalSigner, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest};
+use keel_txq::{
+    FailureCode, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest,
+};
 use keel_units::{ChainId, Wei};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -116,7 +118,7 @@ async fn a_signed_request_whose_rebroadcasts_fail_settles_by_its_receipt() {
     q.tick().await.unwrap();
     assert_eq!(proxy.hits(lost), 1, "the node got it, the reply was lost");
     let status = q.status(id).await.unwrap();
-    assert_eq!(status.state, "signed");
+    assert_eq!(status.state, RequestState::Signed);
     assert_eq!(
         status.broadcast_failure.as_ref().map(|f| f.class.as_str()),
         Some("unavailable")
@@ -176,7 +178,7 @@ async fn a_signed_request_whose_nonce_the_chain_passed_fails_nonce_consumed() {
     ));
     let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
     q.tick().await.unwrap();
-    assert_eq!(q.status(id).await.unwrap().state, "signed");
+    assert_eq!(q.status(id).await.unwrap().state, RequestState::Signed);
     // Something else uses nonce 0 of the same account (automine: mined at once).
     let other = alloy::rpc::types::TransactionRequest::default()
         .from(sender)
@@ -196,7 +198,7 @@ async fn a_signed_request_whose_nonce_the_chain_passed_fails_nonce_consumed() {
     assert!(proxy.hits(refuse) >= 2, "every broadcast failed");
     match verdict {
         Some(SettlementVerdict::Failed { code, attempts, .. }) => {
-            assert_eq!(code, "NONCE_CONSUMED_EXTERNALLY");
+            assert_eq!(code, FailureCode::NonceConsumedExternally);
             assert_eq!(attempts.len(), 1);
         }
         other => panic!("{other:?}"),
@@ -237,7 +239,7 @@ async fn an_internal_error_fails_over_to_the_other_upstream() {
     let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
     q.sender_pass(sender).await.unwrap();
     assert_eq!(second.hits(down), 1);
-    assert_eq!(q.status(id).await.unwrap().state, "signed");
+    assert_eq!(q.status(id).await.unwrap().state, RequestState::Signed);
     chain.mine().await.unwrap();
 
     q.sender_pass(sender).await.unwrap();
@@ -248,7 +250,7 @@ async fn an_internal_error_fails_over_to_the_other_upstream() {
     );
     assert_eq!(
         q.status(id).await.unwrap().state,
-        "broadcast",
+        RequestState::Broadcast,
         "the second upstream's \"nonce too low\" (ours mined) is acceptance"
     );
     let verdict = settle_within(&q, id, 5).await;
@@ -297,7 +299,7 @@ async fn a_later_nonce_is_not_bumped_while_a_lower_one_is_unsent() {
         1,
         "nonce 1 was replaced while nonce 0 was unsent"
     );
-    assert_eq!(q.status(low).await.unwrap().state, "signed");
+    assert_eq!(q.status(low).await.unwrap().state, RequestState::Signed);
 
     // Nonce 0 goes out with the next pass; both mine.
     proxy.clear_rules();
@@ -333,7 +335,7 @@ async fn a_confirmation_pass_writes_nothing_after_its_token_fired() {
     ));
     let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
     q.sender_pass(sender).await.unwrap();
-    assert_eq!(q.status(id).await.unwrap().state, "broadcast");
+    assert_eq!(q.status(id).await.unwrap().state, RequestState::Broadcast);
     chain.mine().await.unwrap();
 
     // The pass's receipt request is held by the proxy while the token fires.
@@ -364,7 +366,7 @@ async fn a_confirmation_pass_writes_nothing_after_its_token_fired() {
     assert!(proxy.hits(held) >= 1);
     assert_eq!(
         q.status(id).await.unwrap().state,
-        "broadcast",
+        RequestState::Broadcast,
         "settled after the token fired"
     );
 

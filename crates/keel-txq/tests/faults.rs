@@ -7,7 +7,7 @@ use anvil_tests::TestChain;
 use anvil_tests::proxy::{RpcProxy, Rule};
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
-use keel_txq::{LocalSigner, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest};
+use keel_txq::{LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest};
 use keel_units::{ChainId, Wei};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,7 +84,7 @@ async fn lost_send_response_makes_no_second_logical_transaction() {
     );
     assert_eq!(
         q.status(id).await.unwrap().state,
-        "signed",
+        RequestState::Signed,
         "not known to be broadcast"
     );
     let verdict = settle(&q, id, async || chain.mine().await.unwrap()).await;
@@ -135,7 +135,7 @@ async fn receipt_temporarily_null_after_mining_is_not_a_failure() {
         q.tick().await.unwrap();
         assert_eq!(
             q.status(id).await.unwrap().state,
-            "broadcast",
+            RequestState::Broadcast,
             "a null receipt is not a verdict"
         );
     }
@@ -227,7 +227,7 @@ async fn an_underpriced_replacement_is_refused_and_the_original_still_settles() 
     );
     assert_eq!(
         q.status(id).await.unwrap().state,
-        "broadcast",
+        RequestState::Broadcast,
         "a refused replacement is not a verdict"
     );
     let verdict = settle(&q, id, async || chain.mine().await.unwrap()).await;

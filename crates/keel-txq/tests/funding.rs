@@ -12,8 +12,8 @@ use anvil_tests::proxy::{RpcProxy, Rule};
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
 use keel_txq::{
-    EnqueueOptions, LocalSigner, RequestStatus, SettlementVerdict, TxQueue, TxQueueConfig,
-    TxRequest, TxqError,
+    EnqueueOptions, FailureCode, LocalSigner, RequestState, RequestStatus, SettlementVerdict,
+    TxQueue, TxQueueConfig, TxRequest, TxqError,
 };
 use keel_units::{ChainId, Wei};
 use std::sync::Arc;
@@ -74,9 +74,9 @@ async fn set_balance(chain: &TestChain, who: Address, wei: U256) {
         .unwrap();
 }
 
-fn failed_code(v: &SettlementVerdict) -> (&str, usize) {
+fn failed_code(v: &SettlementVerdict) -> (FailureCode, usize) {
     match v {
-        SettlementVerdict::Failed { code, attempts, .. } => (code.as_str(), attempts.len()),
+        SettlementVerdict::Failed { code, attempts, .. } => (code.clone(), attempts.len()),
         other => panic!("expected failed, got {other:?}"),
     }
 }
@@ -100,7 +100,10 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
         .await
         .unwrap();
 
-    let status = tick_until(&q, id, "waiting_funding", |s| s.state == "waiting_funding").await;
+    let status = tick_until(&q, id, "waiting_funding", |s| {
+        s.state == RequestState::WaitingFunding
+    })
+    .await;
     assert_eq!(status.nonce, None, "a waiting request holds no nonce");
     assert_eq!(status.verdict, None);
     let funding = status.funding.clone().expect("a funding request");
@@ -124,7 +127,7 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
     assert_eq!(q.funding_requests().await.unwrap(), vec![funding.clone()]);
     let all = keel_txq::funding_requests(db.pool(), None).await.unwrap();
     assert_eq!(all, vec![funding.clone()]);
-    let this_chain = i64::try_from(chain.chain_id()).unwrap();
+    let this_chain = ChainId(chain.chain_id());
     assert_eq!(
         keel_txq::funding_requests(db.pool(), Some(this_chain))
             .await
@@ -133,7 +136,7 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
         1
     );
     assert!(
-        keel_txq::funding_requests(db.pool(), Some(this_chain + 1))
+        keel_txq::funding_requests(db.pool(), Some(ChainId(this_chain.get() + 1)))
             .await
             .unwrap()
             .is_empty()
@@ -148,8 +151,11 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
     for _ in 0..3 {
         q.tick().await.unwrap();
     }
-    assert_eq!(q.status(id).await.unwrap().state, "waiting_funding");
-    assert_eq!(q.status(behind).await.unwrap().state, "queued");
+    assert_eq!(
+        q.status(id).await.unwrap().state,
+        RequestState::WaitingFunding
+    );
+    assert_eq!(q.status(behind).await.unwrap().state, RequestState::Queued);
     assert_eq!(
         chain
             .provider()
@@ -172,7 +178,10 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
         other => panic!("expected confirmed, got {other:?}"),
     }
     let behind = tick_until(&q, behind, "settled", |s| s.verdict.is_some()).await;
-    assert_eq!(failed_code(&behind.verdict.unwrap()), ("GAS_REQUIRED", 0));
+    assert_eq!(
+        failed_code(&behind.verdict.unwrap()),
+        (FailureCode::GasRequired, 0)
+    );
     assert!(q.funding_requests().await.unwrap().is_empty());
     assert_eq!(
         chain
@@ -198,12 +207,12 @@ async fn funding_deadline_expires_without_using_a_nonce() {
         .await
         .unwrap();
     let status = tick_until(&q, id, "settled", |s| s.verdict.is_some()).await;
-    assert_eq!(status.state, "settled");
+    assert_eq!(status.state, RequestState::Settled);
     assert_eq!(status.nonce, None);
     assert_eq!(status.funding, None);
     assert_eq!(
         failed_code(&status.verdict.unwrap()),
-        ("FUNDING_DEADLINE_EXPIRED", 0)
+        (FailureCode::FundingDeadlineExpired, 0)
     );
     assert!(q.funding_requests().await.unwrap().is_empty());
 
@@ -238,7 +247,10 @@ async fn without_a_funding_pause_an_unfunded_request_fails_gas_required() {
     ));
     let status = tick_until(&q, id, "settled", |s| s.verdict.is_some()).await;
     assert_eq!(status.funding, None);
-    assert_eq!(failed_code(&status.verdict.unwrap()), ("GAS_REQUIRED", 0));
+    assert_eq!(
+        failed_code(&status.verdict.unwrap()),
+        (FailureCode::GasRequired, 0)
+    );
     assert!(q.funding_requests().await.unwrap().is_empty());
 }
 
@@ -284,7 +296,10 @@ async fn a_request_the_node_will_not_estimate_unfunded_waits_with_an_estimate_as
         )
         .await
         .unwrap();
-    let status = tick_until(&q, id, "waiting_funding", |s| s.state == "waiting_funding").await;
+    let status = tick_until(&q, id, "waiting_funding", |s| {
+        s.state == RequestState::WaitingFunding
+    })
+    .await;
     assert_eq!(proxy.hits(refuse), 1, "the plain estimate was refused");
     assert!(
         proxy.count("eth_estimateGas") >= 2,
@@ -341,7 +356,10 @@ async fn a_signed_request_refused_for_funds_is_retried_with_a_pause_and_fails_wi
         .await
         .unwrap();
     let status = tick_until(&q, plain, "settled", |s| s.verdict.is_some()).await;
-    assert_eq!(failed_code(&status.verdict.unwrap()), ("GAS_REQUIRED", 1));
+    assert_eq!(
+        failed_code(&status.verdict.unwrap()),
+        (FailureCode::GasRequired, 1)
+    );
     let (_, filled) = q.recover_nonces(sender).await.unwrap();
     assert_eq!(filled, 1);
 }

@@ -8,7 +8,10 @@ use anvil_tests::TestChain;
 use keel_abi::bindings::PriceFeed;
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
-use keel_txq::{LocalSigner, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest, TxqError};
+use keel_txq::{
+    FailureCode, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest,
+    TxqError,
+};
 use keel_units::{ChainId, Wei};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -239,7 +242,7 @@ async fn crash_between_persist_and_broadcast_sends_the_same_bytes_once() {
         }
         assert_eq!(q.sign_pending(sender).await.unwrap(), 3);
         for id in &ids {
-            assert_eq!(q.status(*id).await.unwrap().state, "signed");
+            assert_eq!(q.status(*id).await.unwrap().state, RequestState::Signed);
         }
         // The process dies here: signed and persisted, nothing broadcast.
         assert_eq!(
@@ -330,7 +333,7 @@ async fn estimation_revert_fails_without_consuming_a_nonce() {
             attempts,
             ..
         } => {
-            assert_eq!(code, "EXECUTION_REVERTED");
+            assert_eq!(*code, FailureCode::ExecutionReverted);
             assert!(attempts.is_empty());
             let data = revert_data.as_ref().unwrap();
             assert!(matches!(
@@ -415,7 +418,7 @@ async fn unfunded_sender_fails_gas_required_without_a_nonce() {
     let id = q.enqueue(&transfer(address, "x", 1)).await.unwrap();
     match &settle_all(&q, &[id]).await[0] {
         SettlementVerdict::Failed { code, attempts, .. } => {
-            assert_eq!(code, "GAS_REQUIRED");
+            assert_eq!(*code, FailureCode::GasRequired);
             assert!(attempts.is_empty());
         }
         other => panic!("{other:?}"),
@@ -451,7 +454,7 @@ async fn nonce_taken_by_another_transaction_fails_the_request() {
         .unwrap();
     match &settle_all(&q, &[id]).await[0] {
         SettlementVerdict::Failed { code, attempts, .. } => {
-            assert_eq!(code, "NONCE_CONSUMED_EXTERNALLY");
+            assert_eq!(*code, FailureCode::NonceConsumedExternally);
             assert_eq!(attempts.len(), 1);
         }
         other => panic!("{other:?}"),
@@ -483,7 +486,7 @@ async fn reorg_before_the_confirmation_depth_puts_the_request_back_in_flight() {
     let first_block = first.block_number.unwrap();
     assert_eq!(
         q.status(id).await.unwrap().state,
-        "broadcast",
+        RequestState::Broadcast,
         "one block deep is not settled"
     );
 
@@ -606,7 +609,7 @@ async fn fee_bumping_counts_from_the_broadcast_not_from_the_signature() {
     // Signed an hour before its broadcast, as behind a long backlog.
     f.backdate_signature(id).await;
     assert_eq!(q.sender_pass(sender).await.unwrap(), 1);
-    assert_eq!(q.status(id).await.unwrap().state, "broadcast");
+    assert_eq!(q.status(id).await.unwrap().state, RequestState::Broadcast);
     // Unmined (automine is off), but sent just now: not stuck.
     q.confirm_pass().await.unwrap();
     assert_eq!(
@@ -689,7 +692,7 @@ async fn nonce_recovery_fills_a_gap_left_by_a_request_that_failed_after_signing(
         0,
         "b waits behind the gap"
     );
-    assert_eq!(q.status(b).await.unwrap().state, "broadcast");
+    assert_eq!(q.status(b).await.unwrap().state, RequestState::Broadcast);
 
     assert_eq!(q.recover_nonces(sender).await.unwrap(), (false, 1));
     assert_eq!(q.recover_nonces(sender).await.unwrap().1, 0, "filled once");
@@ -758,12 +761,13 @@ async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval()
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let status = q.status(id).await.unwrap();
-        if status.state == "broadcast" {
+        if status.state == RequestState::Broadcast {
             assert_eq!(status.nonce, Some(0));
             break;
         }
         assert_ne!(
-            status.state, "settled",
+            status.state,
+            RequestState::Settled,
             "only the confirmation pass settles"
         );
         assert!(
@@ -782,7 +786,7 @@ async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval()
         1
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(q.status(id).await.unwrap().state, "broadcast");
+    assert_eq!(q.status(id).await.unwrap().state, RequestState::Broadcast);
     token.cancel();
     tokio::time::timeout(Duration::from_secs(10), handle)
         .await
@@ -906,7 +910,9 @@ async fn batched_broadcasts_confirm_in_order_and_a_refused_item_settles_alone() 
     nonces.sort_unstable();
     assert_eq!(nonces, (0..15).collect::<Vec<u64>>());
     match &verdicts[15] {
-        SettlementVerdict::Failed { code, .. } => assert_eq!(code, "INTRINSIC_GAS_TOO_LOW"),
+        SettlementVerdict::Failed { code, .. } => {
+            assert_eq!(*code, FailureCode::IntrinsicGasTooLow)
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(

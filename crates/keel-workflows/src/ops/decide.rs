@@ -53,6 +53,7 @@ impl Ops {
             &self.db,
             ChainId(asset.chain_id),
             &format!("op/{id}/"),
+            None,
         )
         .await
         .map_err(txq_err)?;

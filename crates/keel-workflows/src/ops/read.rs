@@ -246,10 +246,7 @@ impl Ops {
         caller: Caller,
         chain_id: Option<u64>,
     ) -> Result<Vec<FundingRequestView>> {
-        let Ok(chain) = chain_id.map(i64::try_from).transpose() else {
-            return Ok(Vec::new());
-        };
-        let open = keel_txq::funding_requests(&self.db, chain)
+        let open = keel_txq::funding_requests(&self.db, chain_id.map(ChainId))
             .await
             .map_err(txq_err)?;
         if open.is_empty() {

@@ -16,7 +16,7 @@ use alloy::primitives::Address;
 use alloy::sol_types::SolEvent;
 use keel_abi::bindings::{AssetFactory, AssetToken, PriceFeed, PriceResolver};
 use keel_durable::{SignalOutcome, StepError, WorkflowContext, WorkflowFailure};
-use keel_txq::{SettlementVerdict, TxRequest};
+use keel_txq::{FailureCode, SettlementVerdict, TxRequest};
 use keel_units::{ChainId, Wei};
 use std::time::Duration;
 use uuid::Uuid;
@@ -138,27 +138,35 @@ pub(crate) async fn send(
                 revert_data,
                 ..
             } => {
+                // Withdrawn only by a cancel of this operation (before it was signed):
+                // the operation ends `cancelled`, whichever of the verdict and the
+                // engine's cancel reaches the instance first.
+                if code == FailureCode::Withdrawn {
+                    return Err(ctx.cancel_self().into());
+                }
                 let reason =
                     reason.or_else(|| revert_data.as_ref().and_then(|d| custom_error_name(d)));
-                let retryable =
-                    matches!(code.as_str(), "GAS_REQUIRED" | "FUNDING_DEADLINE_EXPIRED");
+                let retryable = matches!(
+                    code,
+                    FailureCode::GasRequired | FailureCode::FundingDeadlineExpired
+                );
                 if retryable && retried(ctx, p, operation_id, &link, attempt).await? {
                     attempt += 1;
                     continue;
                 }
                 return Err(WorkflowFailure::Failed(OpFailure {
-                    detail: match code.as_str() {
-                        "GAS_REQUIRED" => {
+                    detail: match &code {
+                        FailureCode::GasRequired => {
                             "the operator account cannot pay for gas; fund it and retry the operation"
                         }
-                        "FUNDING_DEADLINE_EXPIRED" => {
+                        FailureCode::FundingDeadlineExpired => {
                             "the operator account was not funded in time; fund it and retry the operation"
                         }
-                        "EXECUTION_REVERTED" => "the transaction would revert",
+                        FailureCode::ExecutionReverted => "the transaction would revert",
                         _ => "the transaction did not take effect",
                     }
                     .to_owned(),
-                    code,
+                    code: code.to_string(),
                     retryable,
                     write: Some(write.name.to_owned()),
                     reason,

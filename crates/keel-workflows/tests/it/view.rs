@@ -97,7 +97,7 @@ async fn a_queued_write_then_a_cancel() {
     let verdict: SettlementVerdict =
         serde_json::from_value(txs[0].verdict.clone().unwrap()).unwrap();
     assert!(
-        matches!(verdict, SettlementVerdict::Failed { ref code, .. } if code == "WITHDRAWN"),
+        matches!(verdict, SettlementVerdict::Failed { ref code, .. } if *code == keel_txq::FailureCode::Withdrawn),
         "{verdict:?}"
     );
     // Nothing else may be queued for it, and a second cancel is refused: it ended.

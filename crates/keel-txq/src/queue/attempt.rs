@@ -1,0 +1,579 @@
+//! The shared floor of the stages: one broadcast and what the node said to it, the
+//! record of failed broadcasts, settling requests, fee and market reads, batched
+//! lookups, and the types several stages hand each other.
+
+use super::{TxQueue, metrics};
+use crate::settlement::{Settled, SettlementSinkError};
+use crate::store::{self, AttemptRow, RequestRow};
+use crate::verdict::{AttemptRecord, FailureCode, SettlementVerdict};
+use crate::{RequestState, Result, TxqError};
+use alloy::eips::BlockNumberOrTag;
+use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::rpc::types::Block;
+use keel_chain::{ChainError, NodeErrorKind};
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Receipts fetched per JSON-RPC batch.
+const RECEIPT_BATCH: usize = 100;
+
+/// Receipt batches of the confirmation pass in flight at once.
+const RECEIPT_BATCHES_IN_FLIGHT: usize = 4;
+
+/// A request to broadcast: the request (as of signing or as read) and its attempts,
+/// the last one being the one to send.
+pub(super) type ToSend = (RequestRow, Vec<AttemptRow>);
+
+/// The EIP-1559 fees of a transaction, wei per gas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Fees {
+    /// `maxFeePerGas`: the most the sender pays per gas, base fee and tip together.
+    pub(super) max_fee_per_gas: u128,
+    /// `maxPriorityFeePerGas`: the tip to the block producer, per gas.
+    pub(super) max_priority_fee_per_gas: u128,
+}
+
+/// The fee market as read from the node, wei per gas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Market {
+    /// The base fee of the latest block.
+    pub(super) base_fee_per_gas: u128,
+    /// The node's tip suggestion (`eth_maxPriorityFeePerGas`).
+    pub(super) priority_fee_per_gas: u128,
+}
+
+impl Market {
+    /// The fees of a new transaction at this market: twice the base fee plus the tip,
+    /// and the tip.
+    pub(super) fn fees(self) -> Fees {
+        Fees {
+            max_fee_per_gas: self
+                .base_fee_per_gas
+                .saturating_mul(2)
+                .saturating_add(self.priority_fee_per_gas),
+            max_priority_fee_per_gas: self.priority_fee_per_gas,
+        }
+    }
+}
+
+/// A queued request ready for a nonce.
+pub(super) struct ReadyTx {
+    pub(super) id: Uuid,
+    /// The queued row (turned into the `signed` row handed to the broadcaster).
+    pub(super) row: RequestRow,
+    pub(super) to: Option<Address>,
+    pub(super) value: U256,
+    pub(super) data: Bytes,
+    pub(super) gas_limit: u64,
+}
+
+pub(super) enum Broadcast {
+    Accepted,
+    /// Not accepted; the request stays in flight for another try. With the error class
+    /// when the broadcast failed ([`error_class`]); `None` when nothing was sent.
+    Retry(Option<&'static str>),
+    Settled,
+}
+
+impl Broadcast {
+    /// The outcome of a broadcast whose answer settles the request: `Settled`, or, when
+    /// the settle rolled back (`settled` false: the settlement sink failed), a retry
+    /// without a failure to record (the same bytes go out next pass and get the same
+    /// answer).
+    pub(super) fn settled(settled: bool) -> Self {
+        if settled {
+            Broadcast::Settled
+        } else {
+            Broadcast::Retry(None)
+        }
+    }
+}
+
+/// The bounded error class of a failed broadcast (a metric label and the value of
+/// `txq_request.last_broadcast_error`): the node error kind when a node answered,
+/// `unavailable` when no upstream answered.
+pub(super) fn error_class(e: &ChainError) -> &'static str {
+    match e {
+        ChainError::Node { error, .. } => error.kind.as_str(),
+        ChainError::Unavailable { .. } => "unavailable",
+        _ => "other",
+    }
+}
+
+/// At most one WARN per error class per this long about failed broadcasts (the others
+/// are counted and reported with the next one).
+const BROADCAST_WARN_EVERY: Duration = Duration::from_secs(30);
+
+/// Per error class, one log line at most every `every`, carrying the failures counted
+/// since the previous line.
+#[derive(Debug, Default)]
+pub(super) struct WarnLimiter {
+    /// Per class: when a line was last due, and the failures counted since.
+    classes: HashMap<&'static str, (Option<std::time::Instant>, u64)>,
+}
+
+impl WarnLimiter {
+    /// Counts `n` failures of `class` at `now`; returns how many to report when a line
+    /// is due (the first failure of a class is reported at once).
+    fn count(
+        &mut self,
+        class: &'static str,
+        n: u64,
+        now: std::time::Instant,
+        every: Duration,
+    ) -> Option<u64> {
+        let (last, since) = self.classes.entry(class).or_insert((None, 0));
+        *since += n;
+        if last.is_none_or(|t| now.duration_since(t) >= every) {
+            *last = Some(now);
+            Some(std::mem::take(since))
+        } else {
+            None
+        }
+    }
+}
+
+/// One sender's part of a round: the next nonce as read with its queued requests, and
+/// those prepared for signing, in queue order.
+pub(super) struct SenderPlan {
+    pub(super) sender: Address,
+    pub(super) first: i64,
+    pub(super) ready: Vec<ReadyTx>,
+    /// A signature failed or a commit found the nonce moved: nothing more this round
+    /// (atomic: set by the commit half while the signing half reads it).
+    pub(super) failed: std::sync::atomic::AtomicBool,
+}
+
+/// `fetch` over `hashes` in JSON-RPC batches of [`RECEIPT_BATCH`] (providers cap batch
+/// sizes), [`RECEIPT_BATCHES_IN_FLIGHT`] at once; one answer per hash, in order.
+pub(super) async fn by_batches<'a, T, F, Fut>(hashes: &'a [B256], fetch: F) -> Result<Vec<T>>
+where
+    F: Fn(&'a [B256]) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<Vec<T>, ChainError>>,
+{
+    use futures::StreamExt;
+    let batches: Vec<_> = hashes.chunks(RECEIPT_BATCH).map(fetch).collect();
+    let fetched: Vec<_> = futures::stream::iter(batches)
+        .buffered(RECEIPT_BATCHES_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut out = Vec::with_capacity(hashes.len());
+    for batch in fetched {
+        out.extend(batch?);
+    }
+    Ok(out)
+}
+
+pub(super) fn failed(code: FailureCode, attempts: Vec<AttemptRecord>) -> SettlementVerdict {
+    SettlementVerdict::Failed {
+        code,
+        reason: None,
+        revert_data: None,
+        attempts,
+    }
+}
+
+pub(super) fn attempt_records(rows: &[AttemptRow]) -> Vec<AttemptRecord> {
+    rows.iter()
+        .map(|a| AttemptRecord {
+            attempt: a.attempt,
+            nonce: u64::try_from(a.nonce).unwrap_or_default(),
+            hash: B256::try_from(a.tx_hash.as_slice()).unwrap_or_default(),
+        })
+        .collect()
+}
+
+impl TxQueue {
+    /// The fees of a new transaction (EIP-1559): twice the latest base fee plus the
+    /// node's tip suggestion, and that tip.
+    pub(super) async fn fees(&self) -> Result<Fees> {
+        Ok(self.market().await?.fees())
+    }
+
+    /// The base fee of the latest block and the node's tip suggestion.
+    pub(super) async fn market(&self) -> Result<Market> {
+        let block: Option<Block> = self
+            .chain
+            .request("eth_getBlockByNumber", (BlockNumberOrTag::Latest, false))
+            .await?;
+        let base = block.and_then(|b| b.header.base_fee_per_gas).unwrap_or(0) as u128;
+        let tip = self.chain.max_priority_fee().await?.wei_per_gas;
+        let tip = u128::try_from(tip).unwrap_or(u128::MAX);
+        Ok(Market {
+            base_fee_per_gas: base,
+            priority_fee_per_gas: tip,
+        })
+    }
+
+    /// Broadcasts `attempt`'s bytes and records what the node said (nothing once
+    /// `cancel` fired).
+    pub(super) async fn broadcast(
+        &self,
+        req: &RequestRow,
+        attempt: &AttemptRow,
+        all: &[AttemptRow],
+        cancel: &CancellationToken,
+    ) -> Result<Broadcast> {
+        if cancel.is_cancelled() {
+            return Ok(Broadcast::Retry(None));
+        }
+        let sent = self.send(req, attempt, all).await?;
+        if cancel.is_cancelled() {
+            return Ok(sent);
+        }
+        if let Broadcast::Retry(Some(class)) = sent {
+            self.broadcast_failed(&[(req.id, class)]).await?;
+        }
+        if matches!(sent, Broadcast::Accepted) {
+            if let Some(secs) = store::request_mark_broadcast(&self.db, req.id).await? {
+                metrics::time_to_broadcast(self.chain_id, &[secs]);
+            }
+            metrics::broadcasts(self.chain_id, 1);
+        }
+        Ok(sent)
+    }
+
+    /// Sends `attempt`'s bytes and handles what the node said, except recording an
+    /// acceptance (the caller marks [`Broadcast::Accepted`] requests `broadcast`).
+    pub(super) async fn send(
+        &self,
+        req: &RequestRow,
+        attempt: &AttemptRow,
+        all: &[AttemptRow],
+    ) -> Result<Broadcast> {
+        let raw = Bytes::from(attempt.raw.clone());
+        let sent = self.chain.send_raw_transaction(&raw).await;
+        self.sent(req, all, sent).await
+    }
+
+    /// Handles what the node said to a broadcast of `attempt` (see [`TxQueue::send`]).
+    pub(super) async fn sent(
+        &self,
+        req: &RequestRow,
+        all: &[AttemptRow],
+        sent: std::result::Result<B256, ChainError>,
+    ) -> Result<Broadcast> {
+        match sent {
+            Ok(_) => {}
+            Err(ChainError::Node { error, .. }) => match error.kind {
+                NodeErrorKind::AlreadyKnown => {}
+                NodeErrorKind::NonceTooLow => {
+                    // Ours mined (or known) means success; only the absence of every
+                    // attempt after the nonce passed means someone else took it.
+                    if !self.any_attempt_known(all).await? {
+                        let verdict =
+                            failed(FailureCode::NonceConsumedExternally, attempt_records(all));
+                        return Ok(Broadcast::settled(self.settle(req.id, &verdict).await?));
+                    }
+                }
+                NodeErrorKind::InsufficientFunds => {
+                    if req.state == RequestState::Broadcast {
+                        // An earlier attempt was accepted (this is a replacement or a
+                        // re-broadcast): it may still mine, so the request stays in
+                        // flight and the confirmation pass keeps watching it.
+                        tracing::warn!(target: "keel::txq", request = %req.id, "node refused an attempt for insufficient funds; an earlier attempt stays in flight");
+                        return Ok(Broadcast::Retry(Some(error.kind.as_str())));
+                    }
+                    if req.funding_pause_ms.is_some() {
+                        // Signed after the queue's own balance check (the funds may not
+                        // have reached this node yet): bounded retries, same bytes.
+                        let refusals = store::request_funding_refused(&self.db, req.id).await?;
+                        if u32::try_from(refusals).unwrap_or(u32::MAX)
+                            <= self.config.funding_broadcast_retries
+                        {
+                            tracing::warn!(target: "keel::txq", request = %req.id, refusals, "broadcast refused for insufficient funds; retrying next pass");
+                            return Ok(Broadcast::Retry(Some(error.kind.as_str())));
+                        }
+                    }
+                    // The nonce is left unused; nonce recovery fills the gap.
+                    let verdict = failed(FailureCode::GasRequired, attempt_records(all));
+                    return Ok(Broadcast::settled(self.settle(req.id, &verdict).await?));
+                }
+                NodeErrorKind::IntrinsicGasTooLow => {
+                    let verdict = failed(FailureCode::IntrinsicGasTooLow, attempt_records(all));
+                    return Ok(Broadcast::settled(self.settle(req.id, &verdict).await?));
+                }
+                NodeErrorKind::ExceedsBlockGasLimit => {
+                    let verdict = failed(FailureCode::ExceedsBlockGasLimit, attempt_records(all));
+                    return Ok(Broadcast::settled(self.settle(req.id, &verdict).await?));
+                }
+                // Not final for the request (the pool already asked every upstream
+                // when the answer was not a node's verdict): the same bytes go out
+                // again next pass, and the confirmation pass reconciles the request by
+                // receipt and chain nonce meanwhile.
+                kind => return Ok(Broadcast::Retry(Some(kind.as_str()))),
+            },
+            Err(e) => {
+                tracing::debug!(target: "keel::txq", error = %e, "broadcast failed; the same bytes go out next pass");
+                return Ok(Broadcast::Retry(Some(error_class(&e))));
+            }
+        }
+        Ok(Broadcast::Accepted)
+    }
+
+    /// Records failed broadcasts (request, error class): the class, time and count on
+    /// each request (one statement), `keel_txq_broadcast_failures_total{chain_id,
+    /// class}`, and a WARN per class at most every [`BROADCAST_WARN_EVERY`] with the
+    /// number of failures since the last one.
+    pub(super) async fn broadcast_failed(&self, failures: &[(Uuid, &'static str)]) -> Result<()> {
+        if failures.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = failures.iter().map(|f| f.0).collect();
+        let classes: Vec<&str> = failures.iter().map(|f| f.1).collect();
+        let mut by_class: HashMap<&'static str, (u64, Uuid)> = HashMap::new();
+        for &(id, class) in failures {
+            by_class.entry(class).or_insert((0, id)).0 += 1;
+        }
+        let mut to_log = Vec::new();
+        {
+            let mut warned = self
+                .warned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = std::time::Instant::now();
+            for (&class, &(n, example)) in &by_class {
+                metrics::broadcast_failures(self.chain_id, class, n);
+                if let Some(since) = warned.count(class, n, now, BROADCAST_WARN_EVERY) {
+                    to_log.push((class, since, example));
+                }
+            }
+        }
+        for (class, failures, example) in to_log {
+            tracing::warn!(target: "keel::txq", chain_id = self.chain_id, class, failures, example_request = %example,
+                "broadcasts keep failing; the same bytes go out again and the requests are reconciled by receipt and chain nonce");
+        }
+        store::requests_broadcast_failed(&self.db, &ids, &classes).await
+    }
+
+    pub(super) async fn any_attempt_known(&self, attempts: &[AttemptRow]) -> Result<bool> {
+        for a in attempts {
+            let hash = B256::try_from(a.tx_hash.as_slice())
+                .map_err(|_| TxqError::InvalidRequest("tx_hash"))?;
+            let tx: Option<serde_json::Value> = self
+                .chain
+                .request("eth_getTransactionByHash", (hash,))
+                .await?;
+            if tx.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Settles one request with `verdict` (and hands it to the settlement sink in the
+    /// same transaction, when one is set); metrics and a log line when it moved. Returns
+    /// false when the sink failed (rolled back: the request keeps its state and a later
+    /// pass settles it again), true otherwise (settled now, or settled already: a settled
+    /// verdict is never overwritten).
+    pub(super) async fn settle(&self, id: Uuid, verdict: &SettlementVerdict) -> Result<bool> {
+        let json =
+            serde_json::to_value(verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
+        let row = match &self.sink {
+            None => store::request_settle(&self.db, id, &json, verdict.kind()).await?,
+            Some(sink) => {
+                let mut tx = self.db.begin().await?;
+                let row = store::request_settle(&mut *tx, id, &json, verdict.kind()).await?;
+                if let Some(r) = &row {
+                    let settled = [Settled {
+                        request_id: id,
+                        idempotency_key: &r.idempotency_key,
+                        verdict,
+                    }];
+                    if let Err(e) = sink.record(&mut tx, &settled).await {
+                        self.sink_failed(&e, 1);
+                        return Ok(false);
+                    }
+                }
+                tx.commit().await?;
+                row
+            }
+        };
+        if let Some(r) = row {
+            metrics::verdicts(self.chain_id, verdict.kind(), 1);
+            if !matches!(verdict, SettlementVerdict::Failed { .. }) {
+                metrics::time_to_confirmation(self.chain_id, r.secs);
+            }
+            tracing::info!(target: "keel::txq", request = %id, verdict = verdict.kind(), "request settled");
+        }
+        Ok(true)
+    }
+
+    /// Settles a `waiting_funding` request past its deadline with `verdict` (and hands
+    /// it to the settlement sink in the same transaction, when one is set). Returns
+    /// whether it moved: false when it is not waiting any more, its deadline has not
+    /// passed, or the sink failed (rolled back; a later check settles it again).
+    pub(super) async fn settle_expired(
+        &self,
+        id: Uuid,
+        verdict: &SettlementVerdict,
+    ) -> Result<bool> {
+        let json =
+            serde_json::to_value(verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
+        let moved = match &self.sink {
+            None => store::request_expire_funding(&self.db, id, &json, verdict.kind())
+                .await?
+                .is_some(),
+            Some(sink) => {
+                let mut tx = self.db.begin().await?;
+                let Some(key) =
+                    store::request_expire_funding(&mut *tx, id, &json, verdict.kind()).await?
+                else {
+                    return Ok(false);
+                };
+                let settled = [Settled {
+                    request_id: id,
+                    idempotency_key: &key,
+                    verdict,
+                }];
+                if let Err(e) = sink.record(&mut tx, &settled).await {
+                    self.sink_failed(&e, 1);
+                    return Ok(false);
+                }
+                tx.commit().await?;
+                true
+            }
+        };
+        if moved {
+            metrics::verdicts(self.chain_id, verdict.kind(), 1);
+        }
+        Ok(moved)
+    }
+
+    /// Records a failed settlement sink call (its transaction rolled back): the metric,
+    /// and a WARN with the number of requests left unsettled.
+    pub(super) fn sink_failed(&self, e: &SettlementSinkError, requests: usize) {
+        metrics::settlement_sink_failures(self.chain_id);
+        tracing::warn!(target: "keel::txq", chain_id = self.chain_id, requests, error = %e,
+            error_source = ?std::error::Error::source(e), "settlement sink failed; the requests stay unsettled and settle on a later pass");
+    }
+
+    /// Settles many requests in one statement (and, with a settlement sink, hands the
+    /// ones that moved to it in the same transaction); metrics and logs for the ones that
+    /// moved (a request settled already keeps its verdict and is not counted again).
+    /// When the sink fails for the batch, each request is settled in its own transaction
+    /// at once, so one the sink refuses does not hold back the others (it stays unsettled
+    /// for a later pass). Returns how many moved.
+    pub(super) async fn settle_many(
+        &self,
+        verdicts: &[(Uuid, SettlementVerdict)],
+    ) -> Result<usize> {
+        if verdicts.is_empty() {
+            return Ok(0);
+        }
+        let mut rows = match self.settle_batch(verdicts).await? {
+            Ok(rows) => rows,
+            Err(e) if verdicts.len() == 1 => {
+                self.sink_failed(&e, 1);
+                Vec::new()
+            }
+            Err(e) => {
+                self.sink_failed(&e, verdicts.len());
+                let mut rows = Vec::new();
+                for v in verdicts {
+                    match self.settle_batch(std::slice::from_ref(v)).await? {
+                        Ok(moved) => rows.extend(moved),
+                        Err(e) => self.sink_failed(&e, 1),
+                    }
+                }
+                rows
+            }
+        };
+        let kinds: Vec<&'static str> = verdicts.iter().map(|(_, v)| v.kind()).collect();
+        for r in &mut rows {
+            let kind = kinds
+                .iter()
+                .find(|k| **k == r.kind)
+                .copied()
+                .unwrap_or("failed");
+            metrics::verdicts(self.chain_id, kind, 1);
+            if kind != "failed" {
+                metrics::time_to_confirmation(self.chain_id, r.secs);
+            }
+            tracing::info!(target: "keel::txq", request = %r.id, verdict = kind, "request settled");
+        }
+        Ok(rows.len())
+    }
+
+    /// One settling statement for `verdicts` and, with a settlement sink, the sink call
+    /// on the rows that moved, in one transaction. `Ok(Err(_))`: the sink failed and
+    /// the transaction rolled back (nothing settled).
+    async fn settle_batch(
+        &self,
+        verdicts: &[(Uuid, SettlementVerdict)],
+    ) -> Result<std::result::Result<Vec<store::SettledRow>, SettlementSinkError>> {
+        let mut ids = Vec::with_capacity(verdicts.len());
+        let mut json = Vec::with_capacity(verdicts.len());
+        let mut kinds = Vec::with_capacity(verdicts.len());
+        for (id, v) in verdicts {
+            ids.push(*id);
+            json.push(serde_json::to_string(v).map_err(|_| TxqError::InvalidRequest("verdict"))?);
+            kinds.push(v.kind());
+        }
+        let Some(sink) = &self.sink else {
+            return Ok(Ok(store::requests_settle_many(
+                &self.db, &ids, &json, &kinds,
+            )
+            .await?));
+        };
+        let mut tx = self.db.begin().await?;
+        let rows = store::requests_settle_many(&mut *tx, &ids, &json, &kinds).await?;
+        if !rows.is_empty() {
+            let by_id: HashMap<Uuid, &SettlementVerdict> =
+                verdicts.iter().map(|(id, v)| (*id, v)).collect();
+            let settled: Vec<Settled<'_>> = rows
+                .iter()
+                .filter_map(|r| {
+                    by_id.get(&r.id).map(|v| Settled {
+                        request_id: r.id,
+                        idempotency_key: &r.idempotency_key,
+                        verdict: v,
+                    })
+                })
+                .collect();
+            if let Err(e) = sink.record(&mut tx, &settled).await {
+                return Ok(Err(e));
+            }
+        }
+        tx.commit().await?;
+        Ok(Ok(rows))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WarnLimiter;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn failed_broadcasts_are_logged_once_per_class_and_interval_with_the_count() {
+        let mut w = WarnLimiter::default();
+        let every = Duration::from_secs(30);
+        let t0 = Instant::now();
+        assert_eq!(w.count("internal", 1, t0, every), Some(1), "first: at once");
+        assert_eq!(
+            w.count("internal", 3, t0 + Duration::from_secs(1), every),
+            None
+        );
+        assert_eq!(
+            w.count("unavailable", 2, t0 + Duration::from_secs(2), every),
+            Some(2),
+            "classes are limited separately"
+        );
+        assert_eq!(
+            w.count("internal", 1, t0 + Duration::from_secs(29), every),
+            None
+        );
+        assert_eq!(
+            w.count("internal", 1, t0 + Duration::from_secs(30), every),
+            Some(5),
+            "the line carries the failures since the previous one"
+        );
+        assert_eq!(
+            w.count("internal", 1, t0 + Duration::from_secs(31), every),
+            None
+        );
+    }
+}

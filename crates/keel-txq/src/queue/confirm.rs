@@ -1,0 +1,221 @@
+//! The confirmation stage: receipts of every attempt of in-flight requests, settling
+//! those at the confirmation depth (`confirmed`, or `reverted` with the decoded reason),
+//! and the reconciliation of `signed` requests whose nonce the chain passed.
+
+use super::TxQueue;
+use super::attempt::{attempt_records, by_batches, failed};
+use crate::store::{AttemptRow, RequestRow};
+use crate::verdict::{FailureCode, SettlementVerdict};
+use crate::{RequestState, Result, TxqError};
+use alloy::eips::BlockNumberOrTag;
+use alloy::primitives::{Address, B256, Bytes, TxKind};
+use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
+use keel_chain::ChainError;
+use std::collections::HashMap;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// What the receipt half of the confirmation pass did.
+pub(super) struct Mined<'a> {
+    /// Requests settled.
+    pub(super) settled: usize,
+    /// `broadcast` requests none of whose attempts has a receipt, with their attempts.
+    pub(super) unmined: Vec<(&'a RequestRow, &'a [AttemptRow])>,
+}
+
+impl TxQueue {
+    /// The receipt half of the confirmation pass over `watched` (every `broadcast`
+    /// request, and the `signed` ones with failed broadcasts) and their `attempts`: fetches
+    /// the receipts of every attempt in JSON-RPC batches and settles the requests at the
+    /// confirmation depth in one statement, then reconciles the `signed` ones without a
+    /// receipt ([`TxQueue::reconcile_unsent`]). Returns how many settled and the
+    /// `broadcast` requests without a receipt; `None` when `cancel` fired before the
+    /// settling statement (nothing settled).
+    pub(super) async fn settle_mined<'a>(
+        &self,
+        watched: &[&'a RequestRow],
+        attempts: &'a HashMap<Uuid, Vec<AttemptRow>>,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Mined<'a>>> {
+        let hashes: Vec<B256> = attempts
+            .values()
+            .flatten()
+            .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+            .collect();
+        let head = self.chain.block_number().await?;
+        let receipts = by_batches(&hashes, |chunk| self.chain.receipts(chunk)).await?;
+        let by_hash: HashMap<B256, TransactionReceipt> = hashes
+            .iter()
+            .zip(receipts)
+            .filter_map(|(h, r)| r.map(|r| (*h, r)))
+            .collect();
+        let mut verdicts: Vec<(Uuid, SettlementVerdict)> = Vec::new();
+        let mut unmined: Vec<(&RequestRow, &[AttemptRow])> = Vec::new();
+        let mut unsent: Vec<(&RequestRow, &[AttemptRow])> = Vec::new();
+        for req in watched {
+            let mine = attempts.get(&req.id).map_or(&[][..], Vec::as_slice);
+            let receipt = mine
+                .iter()
+                .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+                .find_map(|h| by_hash.get(&h));
+            let Some(receipt) = receipt else {
+                if req.state == RequestState::Broadcast {
+                    unmined.push((req, mine));
+                } else {
+                    unsent.push((req, mine));
+                }
+                continue;
+            };
+            let Some(block) = receipt.block_number else {
+                continue;
+            };
+            self.saw_included(&req.sender, block);
+            if head.saturating_sub(block) + 1 < self.config.confirmations {
+                continue;
+            }
+            if cancel.is_cancelled() {
+                return Ok(None);
+            }
+            let verdict = if receipt.status() {
+                SettlementVerdict::Confirmed {
+                    block,
+                    hash: receipt.transaction_hash,
+                    gas_used: receipt.gas_used,
+                    effective_gas_price: receipt.effective_gas_price.to_string(),
+                    attempts: attempt_records(mine),
+                }
+            } else {
+                let revert = self.revert_reason(req, block).await;
+                SettlementVerdict::Reverted {
+                    block,
+                    hash: receipt.transaction_hash,
+                    reason: revert.as_ref().and_then(|r| r.message.clone()),
+                    revert_data: revert.map(|r| r.data),
+                    attempts: attempt_records(mine),
+                }
+            };
+            verdicts.push((req.id, verdict));
+        }
+        if cancel.is_cancelled() {
+            return Ok(None);
+        }
+        let mut settled = self.settle_many(&verdicts).await?;
+        // `signed` requests without a receipt whose nonce the chain passed: another
+        // transaction took it, unless a node knows one of their attempts (mined, its
+        // receipt not served yet).
+        settled += self.reconcile_unsent(&unsent, cancel).await?;
+        Ok(Some(Mined { settled, unmined }))
+    }
+
+    /// `signed` requests with failed broadcasts and no receipt: when the chain's
+    /// latest nonce of their sender is above theirs and no node knows any of their
+    /// attempts, another transaction took the nonce and they settle
+    /// `NONCE_CONSUMED_EXTERNALLY`. The nonce is read before the attempts are looked
+    /// up, so an attempt that mines in between is found. Returns how many settled.
+    async fn reconcile_unsent(
+        &self,
+        unsent: &[(&RequestRow, &[AttemptRow])],
+        cancel: &CancellationToken,
+    ) -> Result<usize> {
+        if unsent.is_empty() || cancel.is_cancelled() {
+            return Ok(0);
+        }
+        let mut latest: HashMap<&[u8], i64> = HashMap::new();
+        for (req, _) in unsent {
+            if latest.contains_key(req.sender.as_slice()) {
+                continue;
+            }
+            let sender = Address::try_from(req.sender.as_slice())
+                .map_err(|_| TxqError::InvalidRequest("sender"))?;
+            let n = self.chain.nonce(sender, BlockNumberOrTag::Latest).await?;
+            let n = i64::try_from(n).map_err(|_| TxqError::InvalidRequest("nonce"))?;
+            latest.insert(req.sender.as_slice(), n);
+        }
+        let passed: Vec<&(&RequestRow, &[AttemptRow])> = unsent
+            .iter()
+            .filter(|(req, _)| {
+                req.nonce
+                    .is_some_and(|n| latest.get(req.sender.as_slice()).is_some_and(|l| *l > n))
+            })
+            .collect();
+        if passed.is_empty() {
+            return Ok(0);
+        }
+        let hashes: Vec<B256> = passed
+            .iter()
+            .flat_map(|(_, mine)| mine.iter())
+            .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+            .collect();
+        let answers = by_batches(&hashes, |chunk| self.chain.transactions_known(chunk)).await?;
+        let known: std::collections::HashSet<B256> = hashes
+            .iter()
+            .zip(answers)
+            .filter_map(|(hash, known)| known.then_some(*hash))
+            .collect();
+        let verdicts: Vec<(Uuid, SettlementVerdict)> = passed
+            .into_iter()
+            .filter(|(_, mine)| {
+                !mine.iter().any(|a| {
+                    B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known.contains(&h))
+                })
+            })
+            .map(|(req, mine)| {
+                tracing::warn!(target: "keel::txq", request = %req.id, "nonce passed on chain by another transaction while the request could not be broadcast");
+                (
+                    req.id,
+                    failed(FailureCode::NonceConsumedExternally, attempt_records(mine)),
+                )
+            })
+            .collect();
+        if cancel.is_cancelled() {
+            return Ok(0);
+        }
+        self.settle_many(&verdicts).await
+    }
+
+    /// Records that a transaction of `sender` is included in `block` (see
+    /// [`TxQueue::stuck`]): a block higher than any seen for the sender restarts its
+    /// progress clock.
+    fn saw_included(&self, sender: &[u8], block: u64) {
+        let mut progress = self
+            .progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match progress.get_mut(sender) {
+            Some((seen, since)) if block > *seen => {
+                *seen = block;
+                *since = std::time::Instant::now();
+            }
+            Some(_) => {}
+            None => {
+                progress.insert(sender.to_vec(), (block, std::time::Instant::now()));
+            }
+        }
+    }
+
+    /// Re-executes a reverted request with `eth_call` at its block's parent to read the
+    /// revert data (and its `Error(string)` reason); `None` when the node gives none.
+    async fn revert_reason(
+        &self,
+        req: &RequestRow,
+        block: u64,
+    ) -> Option<keel_chain::RevertReason> {
+        let sender = Address::try_from(req.sender.as_slice()).ok()?;
+        let to = req
+            .to_address
+            .as_deref()
+            .and_then(|t| Address::try_from(t).ok());
+        let call = TransactionRequest {
+            from: Some(sender),
+            to: Some(to.map_or(TxKind::Create, TxKind::Call)),
+            value: req.value_wei.parse().ok(),
+            input: Bytes::from(req.calldata.clone()).into(),
+            ..Default::default()
+        };
+        let at = BlockNumberOrTag::Number(block.saturating_sub(1));
+        match self.chain.request::<_, Bytes>("eth_call", (call, at)).await {
+            Err(ChainError::Node { error, .. }) => error.revert,
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Every metric of the queue: names, labels and the recording helpers (the table with
+//! their meaning is in the crate docs, `## Metrics`). Labels come from small fixed
+//! sets only: `chain_id`, `kind` (verdict kind), `class` (broadcast error class) and,
+//! for the in-flight gauge, `sender` (the registered signers); never ids or hashes.
+
+use alloy::primitives::Address;
+
+/// `keel_txq_enqueue_batch_rows`: rows per group-commit `INSERT` of enqueues.
+pub(crate) fn enqueue_batch_rows(rows: usize) {
+    ::metrics::histogram!("keel_txq_enqueue_batch_rows").record(rows as f64);
+}
+
+/// `keel_txq_enqueued_total{chain_id}`: a new request recorded.
+pub(crate) fn enqueued(chain_id: i64) {
+    ::metrics::counter!("keel_txq_enqueued_total", "chain_id" => chain_id.to_string()).increment(1);
+}
+
+/// `keel_txq_queue_depth{chain_id}` (queued + waiting_funding) and
+/// `keel_txq_waiting_funding{chain_id}`, requests.
+pub(crate) fn queue_depth(chain_id: i64, depth: i64, waiting: i64) {
+    let chain = chain_id.to_string();
+    ::metrics::gauge!("keel_txq_queue_depth", "chain_id" => chain.clone()).set(depth as f64);
+    ::metrics::gauge!("keel_txq_waiting_funding", "chain_id" => chain).set(waiting as f64);
+}
+
+/// `keel_txq_in_flight{chain_id, sender}`: `signed` + `broadcast` requests of a
+/// registered sender.
+pub(crate) fn in_flight(chain_id: i64, sender: &Address, n: i64) {
+    ::metrics::gauge!("keel_txq_in_flight", "chain_id" => chain_id.to_string(), "sender" => sender.to_string())
+        .set(n as f64);
+}
+
+/// `keel_txq_time_to_broadcast_seconds{chain_id}`: enqueue → first accepted broadcast,
+/// once per request in `secs`.
+pub(crate) fn time_to_broadcast(chain_id: i64, secs: &[f64]) {
+    let histogram = ::metrics::histogram!("keel_txq_time_to_broadcast_seconds", "chain_id" => chain_id.to_string());
+    for s in secs {
+        histogram.record(*s);
+    }
+}
+
+/// `keel_txq_broadcast_total{chain_id}`: `n` broadcasts a node accepted (or knew).
+pub(crate) fn broadcasts(chain_id: i64, n: usize) {
+    ::metrics::counter!("keel_txq_broadcast_total", "chain_id" => chain_id.to_string())
+        .increment(n as u64);
+}
+
+/// `keel_txq_broadcast_failures_total{chain_id, class}`: `n` failed broadcasts of an
+/// error class (a closed set).
+pub(crate) fn broadcast_failures(chain_id: i64, class: &'static str, n: u64) {
+    ::metrics::counter!("keel_txq_broadcast_failures_total", "chain_id" => chain_id.to_string(), "class" => class)
+        .increment(n);
+}
+
+/// `keel_txq_verdicts_total{chain_id, kind}`: `n` requests settled with a verdict of
+/// `kind` (`confirmed`, `reverted`, `failed`).
+pub(crate) fn verdicts(chain_id: i64, kind: &'static str, n: usize) {
+    ::metrics::counter!("keel_txq_verdicts_total", "chain_id" => chain_id.to_string(), "kind" => kind)
+        .increment(n as u64);
+}
+
+/// `keel_txq_time_to_confirmation_seconds{chain_id}`: enqueue → settled `confirmed` or
+/// `reverted`.
+pub(crate) fn time_to_confirmation(chain_id: i64, secs: f64) {
+    ::metrics::histogram!("keel_txq_time_to_confirmation_seconds", "chain_id" => chain_id.to_string())
+        .record(secs);
+}
+
+/// `keel_txq_settlement_sink_failures_total{chain_id}`: settling transactions rolled
+/// back because the settlement sink failed (the requests settle on a later pass).
+pub(crate) fn settlement_sink_failures(chain_id: i64) {
+    ::metrics::counter!("keel_txq_settlement_sink_failures_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_funding_paused_total{chain_id}`: a request entered `waiting_funding`.
+pub(crate) fn funding_paused(chain_id: i64) {
+    ::metrics::counter!("keel_txq_funding_paused_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_funding_resumed_total{chain_id}`: a waiting request resumed after funding.
+pub(crate) fn funding_resumed(chain_id: i64) {
+    ::metrics::counter!("keel_txq_funding_resumed_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_nonce_adopted_total{chain_id}`: a nonce advanced outside Keel, adopted.
+pub(crate) fn nonce_adopted(chain_id: i64) {
+    ::metrics::counter!("keel_txq_nonce_adopted_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_nonce_gaps_filled_total{chain_id}`: a gap filled with a zero-value
+/// self-transfer.
+pub(crate) fn nonce_gap_filled(chain_id: i64) {
+    ::metrics::counter!("keel_txq_nonce_gaps_filled_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_replacements_total{chain_id}`: a fee-bumped replacement persisted.
+pub(crate) fn replacement(chain_id: i64) {
+    ::metrics::counter!("keel_txq_replacements_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_replacements_capped_total{chain_id}`: a replacement skipped at
+/// `max_fee_cap`.
+pub(crate) fn replacement_capped(chain_id: i64) {
+    ::metrics::counter!("keel_txq_replacements_capped_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_signed_total{chain_id}`: `n` requests signed (a nonce assigned).
+pub(crate) fn signed(chain_id: i64, n: usize) {
+    ::metrics::counter!("keel_txq_signed_total", "chain_id" => chain_id.to_string())
+        .increment(n as u64);
+}

@@ -1,0 +1,880 @@
+//! The queue: its configuration and public entry points (enqueue, status, the passes,
+//! [`TxQueue::run`]) and the orchestration of a round. The stages live in the
+//! submodules, each using only this module, [`attempt`] (the shared floor) and
+//! [`metrics`], never another stage:
+//!
+//! | module | stage |
+//! |---|---|
+//! | [`prepare`] | sender rows, funding checks, gas estimates and funds before a nonce |
+//! | [`sign`] | signing groups across senders and their one-statement commit |
+//! | [`broadcast`] | the batched broadcast of `signed` requests |
+//! | [`confirm`] | receipts, settling at the confirmation depth, unsent reconciliation |
+//! | [`replace`] | re-broadcast of dropped and fee-bumped replacement of stuck transactions |
+//! | [`recover`] | nonce adoption and gap filling |
+//! | [`attempt`] | shared floor: one send and what the node said, settles, fee reads |
+//! | [`metrics`] | every metric of the queue |
+
+mod attempt;
+mod broadcast;
+mod confirm;
+pub(crate) mod metrics;
+mod prepare;
+mod recover;
+mod replace;
+mod sign;
+
+use self::attempt::{ToSend, WarnLimiter};
+use self::broadcast::BROADCAST_CHUNK;
+use crate::batch::{EnqueueBatcher, enqueue_batcher};
+use crate::failures::BroadcastFailure;
+use crate::funding::FundingRequest;
+use crate::settlement::SettlementSink;
+use crate::store::{self, AttemptRow, OwnedNewRequest, RequestRow};
+use crate::verdict::SettlementVerdict;
+use crate::{RequestState, Result, TxSigner, TxqError};
+use alloy::primitives::{Address, Bytes};
+use keel_chain::UpstreamPool;
+use keel_store::PgPool;
+use keel_units::{ChainId, Wei};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// A transaction to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxRequest {
+    /// The sender; a [`TxSigner`] for it must be registered before its requests sign.
+    pub sender: Address,
+    /// Unique per (chain, sender), 1..=255 characters.
+    pub idempotency_key: String,
+    /// Recipient; `None` creates a contract.
+    pub to: Option<Address>,
+    /// Native value in wei.
+    pub value: Wei,
+    /// Calldata (the queue does not add the attribution suffix; the caller does, once).
+    pub data: Bytes,
+    /// Fixed gas limit; `None` estimates it (`eth_estimateGas`) before signing.
+    pub gas_limit: Option<u64>,
+}
+
+/// Queue settings.
+#[derive(Debug, Clone)]
+pub struct TxQueueConfig {
+    /// Blocks a receipt must be deep (1 = in the head block) to settle.
+    pub confirmations: u64,
+    /// Sleep between passes when nothing woke the loop.
+    pub poll_interval: Duration,
+    /// Queued requests signed per sender per pass.
+    pub sign_batch: i64,
+    /// Percent added to an estimate for the gas limit (default 20).
+    pub gas_limit_headroom_percent: u64,
+    /// Nonce recovery runs every this many ticks of [`TxQueue::run`] (default 40).
+    pub recovery_every_ticks: u64,
+    /// A broadcast transaction without a receipt for this long after its broadcast,
+    /// while no transaction of its sender was newly included for as long, is replaced at
+    /// the same nonce with bumped fees; `None` disables fee bumping (default 30 s). Of
+    /// one sender's stuck transactions, only the lowest nonce is replaced unless the
+    /// others are underpriced too (max fee below the current base fee, or tip below the
+    /// node's suggestion): later nonces waiting behind a stuck one mine once it does.
+    pub bump_after: Option<Duration>,
+    /// Percent by which a replacement raises both the max fee and the priority fee
+    /// (default 12; geth and reth refuse replacements below +10 %).
+    pub bump_percent: u64,
+    /// Upper bound of the max fee per gas, wei (the per-chain cap; default 1,000 gwei).
+    pub max_fee_cap: u128,
+    /// For requests with a funding pause: how many times a broadcast refused by the node
+    /// for insufficient funds (after the queue's own balance check let the request
+    /// sign) is retried with the same bytes, one retry per pass, before the request
+    /// settles `Failed { code: "GAS_REQUIRED" }` (default 10). Requests without a
+    /// funding pause settle on the first refusal.
+    pub funding_broadcast_retries: u32,
+    /// Broadcasts of one sender outstanding at once (default 16; at least 1). Higher
+    /// is faster against a node that promotes out-of-order nonces reliably; Anvil 1.7.1
+    /// can leave a transaction queued for good when many arrive concurrently (then only
+    /// a fee bump gets it mined), so keep it modest on Anvil.
+    pub broadcast_in_flight: usize,
+    /// Broadcasts per JSON-RPC batch (`eth_sendRawTransaction` × n in one HTTP
+    /// request; default 16; 1 = one request per transaction). With n > 1, up to
+    /// `broadcast_in_flight / n` batches (at least 1) are outstanding at once, each of
+    /// one sender, spread over the senders first. A node
+    /// answers each item separately; a batch that fails at the transport level leaves
+    /// its requests `signed` for the next pass (same bytes).
+    pub broadcast_batch: usize,
+}
+
+impl Default for TxQueueConfig {
+    fn default() -> Self {
+        Self {
+            confirmations: 1,
+            poll_interval: Duration::from_millis(250),
+            sign_batch: 256,
+            gas_limit_headroom_percent: 20,
+            recovery_every_ticks: 40,
+            bump_after: Some(Duration::from_secs(30)),
+            bump_percent: 12,
+            max_fee_cap: 1_000_000_000_000,
+            funding_broadcast_retries: 10,
+            broadcast_in_flight: DEFAULT_BROADCAST_IN_FLIGHT,
+            broadcast_batch: 16,
+        }
+    }
+}
+
+/// Options of [`TxQueue::enqueue_with`]. `Default` is what [`TxQueue::enqueue`] uses: no
+/// funding pause.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    /// Enables the funding pause. When the sender cannot pay for the request (balance <
+    /// gas limit × max fee per gas + value, in wei) the request waits in
+    /// `waiting_funding` with a [`FundingRequest`] instead of failing `GAS_REQUIRED`,
+    /// and resumes by itself once the balance suffices.
+    ///
+    /// The duration counts from the **first detection** of missing funds (not from
+    /// enqueue): the deadline, database clock, is fixed then and never moves, even if
+    /// the request resumes and later waits again. Past it the request settles
+    /// `Failed { code: "FUNDING_DEADLINE_EXPIRED" }`. Millisecond resolution.
+    /// `None` (the default): no pause, the request fails `GAS_REQUIRED`.
+    pub funding_pause: Option<Duration>,
+}
+
+impl EnqueueOptions {
+    /// Options with a funding pause of `deadline` (counted from the first detection of
+    /// missing funds).
+    pub fn funding_pause(deadline: Duration) -> Self {
+        Self {
+            funding_pause: Some(deadline),
+        }
+    }
+}
+
+/// What a caller can read about a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestStatus {
+    /// Request id.
+    pub id: Uuid,
+    /// `queued`, `waiting_funding`, `signed`, `broadcast` or `settled`.
+    pub state: RequestState,
+    /// Assigned nonce, once signed (never while `queued` or `waiting_funding`).
+    pub nonce: Option<u64>,
+    /// The verdict, once settled.
+    pub verdict: Option<SettlementVerdict>,
+    /// The open funding request while the state is `waiting_funding`; `None` otherwise.
+    pub funding: Option<FundingRequest>,
+    /// The last failed broadcast (error class, time, count), once one failed; kept
+    /// after the request moves on. See [`crate::broadcast_failures`] for many requests.
+    pub broadcast_failure: Option<BroadcastFailure>,
+}
+
+/// The transaction queue of one chain.
+pub struct TxQueue {
+    db: PgPool,
+    chain: Arc<UpstreamPool>,
+    /// The chain id as bound in SQL (`BIGINT`; checked to fit by [`TxQueue::new`]).
+    chain_id: i64,
+    signers: HashMap<Address, Arc<dyn TxSigner>>,
+    config: TxQueueConfig,
+    /// Wakes [`TxQueue::run`] when a request is recorded in this process (a stored
+    /// permit when the loop is busy, so a request recorded during a pass is picked up
+    /// by the next one at once).
+    wake: tokio::sync::Notify,
+    /// Group commit of concurrent enqueues.
+    enqueues: EnqueueBatcher,
+    /// Per sender: the highest block that holds one of its transactions, as seen by
+    /// the confirmation pass, and when that block was first seen (a sender whose
+    /// transactions keep being included is not stuck; see [`TxQueue::stuck`]).
+    progress: std::sync::Mutex<HashMap<Vec<u8>, (u64, std::time::Instant)>>,
+    /// Senders whose `txq_sender` row is known to exist.
+    initialized: std::sync::Mutex<std::collections::HashSet<Address>>,
+    /// The WARN rate limit of failed broadcasts.
+    warned: std::sync::Mutex<WarnLimiter>,
+    /// Receives every settlement in the transaction that settles it
+    /// ([`TxQueue::set_settlement_sink`]); `None`: settles are plain statements.
+    sink: Option<Arc<dyn SettlementSink>>,
+}
+
+impl std::fmt::Debug for TxQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxQueue")
+            .field("chain_id", &self.chain_id)
+            .field("senders", &self.signers.len())
+            .field("settlement_sink", &self.sink.is_some())
+            .finish()
+    }
+}
+
+/// Senders of one round whose funding check or preparation runs at once (each may
+/// wait on the node: estimates, balances).
+const SENDERS_IN_FLIGHT: usize = 16;
+
+/// Broadcasts of one sender in flight at once.
+const DEFAULT_BROADCAST_IN_FLIGHT: usize = 16;
+
+/// What a round (or a sender pass) did.
+#[derive(Debug, Default)]
+struct Round {
+    /// Requests signed, settled, paused or resumed by the signing half.
+    moved: usize,
+    /// Of those, requests signed (a nonce taken).
+    signed: usize,
+    /// Requests the broadcast half moved (accepted by a node, or settled).
+    broadcast: usize,
+}
+
+/// What the signing half of a round did: counts as in [`Round`], and the first error
+/// (the other senders went on).
+#[derive(Default)]
+struct Signing {
+    moved: usize,
+    signed: usize,
+    error: Option<TxqError>,
+}
+
+impl Signing {
+    fn fail(&mut self, e: TxqError) {
+        self.error.get_or_insert(e);
+    }
+}
+
+impl TxQueue {
+    /// A queue for the chain behind `chain`.
+    ///
+    /// # Errors
+    /// [`TxqError::InvalidRequest`] when the chain id does not fit PostgreSQL's BIGINT;
+    /// [`TxqError::Config`] when `bump_percent` is below 10 (geth and reth refuse such
+    /// replacements) or `confirmations` is 0.
+    pub fn new(db: PgPool, chain: Arc<UpstreamPool>, config: TxQueueConfig) -> Result<Self> {
+        if config.bump_percent < 10 {
+            return Err(TxqError::Config {
+                key: "bumpPercent",
+                reason: "must be at least 10 (the geth/reth replacement rule)",
+            });
+        }
+        if config.confirmations == 0 {
+            return Err(TxqError::Config {
+                key: "confirmations",
+                reason: "must be at least 1",
+            });
+        }
+        let chain_id =
+            i64::try_from(chain.chain().get()).map_err(|_| TxqError::InvalidRequest("chain_id"))?;
+        Ok(Self {
+            enqueues: enqueue_batcher(db.clone()),
+            initialized: Default::default(),
+            progress: Default::default(),
+            warned: Default::default(),
+            db,
+            chain,
+            chain_id,
+            signers: HashMap::new(),
+            config,
+            wake: tokio::sync::Notify::new(),
+            sink: None,
+        })
+    }
+
+    /// Registers the signer of its address.
+    pub fn add_signer(&mut self, signer: Arc<dyn TxSigner>) {
+        self.signers.insert(signer.address(), signer);
+    }
+
+    /// Sets the [`SettlementSink`] that receives every request this queue settles, in
+    /// the transaction that settles it (replacing any earlier one). Set it before
+    /// [`TxQueue::run`]; see [`crate::SettlementSink`] for what it is promised.
+    pub fn set_settlement_sink(&mut self, sink: Arc<dyn SettlementSink>) {
+        self.sink = Some(sink);
+    }
+
+    /// The chain id.
+    pub fn chain_id(&self) -> ChainId {
+        self.chain.chain()
+    }
+
+    /// Records a request without a funding pause, idempotently by (chain, sender, key).
+    /// Returns its id. Same as [`TxQueue::enqueue_with`] with `EnqueueOptions::default()`.
+    ///
+    /// # Errors
+    /// [`TxqError::IdempotencyConflict`] when the key exists with another payload (or
+    /// with a funding pause); [`TxqError::InvalidRequest`] for an empty or over-long key
+    /// or a zero gas limit.
+    pub async fn enqueue(&self, req: &TxRequest) -> Result<Uuid> {
+        self.enqueue_with(req, &EnqueueOptions::default()).await
+    }
+
+    /// Records a request with `opts`, idempotently by (chain, sender, key). Returns its
+    /// id. The options are part of the payload: the same key with another funding pause
+    /// is a conflict.
+    ///
+    /// # Errors
+    /// [`TxqError::IdempotencyConflict`] when the key exists with another payload or
+    /// other options; [`TxqError::InvalidRequest`] for an empty or over-long key
+    /// (`idempotency_key`), a zero gas limit (`gas_limit`), or a funding pause longer
+    /// than `i64::MAX` milliseconds (`funding_pause`).
+    pub async fn enqueue_with(&self, req: &TxRequest, opts: &EnqueueOptions) -> Result<Uuid> {
+        let key_len = req.idempotency_key.chars().count();
+        if key_len == 0 || key_len > 255 {
+            return Err(TxqError::InvalidRequest("idempotency_key"));
+        }
+        let gas_limit = match req.gas_limit {
+            Some(0) => return Err(TxqError::InvalidRequest("gas_limit")),
+            Some(g) => Some(i64::try_from(g).map_err(|_| TxqError::InvalidRequest("gas_limit"))?),
+            None => None,
+        };
+        let funding_pause_ms = opts
+            .funding_pause
+            .map(|d| i64::try_from(d.as_millis()))
+            .transpose()
+            .map_err(|_| TxqError::InvalidRequest("funding_pause"))?;
+        let owned = OwnedNewRequest {
+            id: Uuid::new_v4(),
+            chain_id: self.chain_id,
+            sender: req.sender.to_vec(),
+            key: req.idempotency_key.clone(),
+            to: req.to.map(|a| a.to_vec()),
+            value_wei: req.value.get().to_string(),
+            calldata: req.data.to_vec(),
+            gas_limit,
+            funding_pause_ms,
+        };
+        // Concurrent enqueues of this process share one INSERT (group commit); this
+        // returns once this request's row has committed.
+        let inserted = self
+            .enqueues
+            .submit(owned.clone())
+            .await
+            // The answer was lost (runtime shutting down): the row may or may not
+            // exist; a retry with the same key tells.
+            .ok_or(TxqError::Store(keel_store::StoreError::Transient {
+                kind: keel_store::TransientKind::ConnectionLost,
+                sqlstate: None,
+            }))??;
+        let new = owned.borrowed();
+        if inserted {
+            metrics::enqueued(self.chain_id);
+            self.wake.notify_one();
+            return Ok(new.id);
+        }
+        let existing = store::request_by_key(&self.db, self.chain_id, new.sender, new.key)
+            .await?
+            .ok_or(TxqError::NotFound)?;
+        let same = existing.to_address.as_deref() == new.to
+            && existing.value_wei == new.value_wei
+            && existing.calldata == new.calldata
+            && existing.gas_limit == new.gas_limit
+            && existing.funding_pause_ms == new.funding_pause_ms;
+        if same {
+            Ok(existing.id)
+        } else {
+            Err(TxqError::IdempotencyConflict)
+        }
+    }
+
+    /// The request's state, nonce, verdict and (while `waiting_funding`) its funding
+    /// request.
+    ///
+    /// # Errors
+    /// [`TxqError::NotFound`]; store errors.
+    pub async fn status(&self, id: Uuid) -> Result<RequestStatus> {
+        let row = store::request_get(&self.db, id)
+            .await?
+            .ok_or(TxqError::NotFound)?;
+        let verdict = match row.verdict {
+            Some(v) => Some(
+                serde_json::from_value(v)
+                    .map_err(|_| TxqError::Store(keel_store::StoreError::Decode))?,
+            ),
+            None => None,
+        };
+        let funding = if row.state == RequestState::WaitingFunding {
+            store::funding_of(&self.db, id)
+                .await?
+                .map(FundingRequest::try_from)
+                .transpose()?
+        } else {
+            None
+        };
+        let broadcast_failure = if row.broadcast_failures > 0 {
+            crate::broadcast_failures(&self.db, &[id])
+                .await?
+                .remove(&id)
+        } else {
+            None
+        };
+        Ok(RequestStatus {
+            id,
+            state: row.state,
+            nonce: row.nonce.and_then(|n| u64::try_from(n).ok()),
+            verdict,
+            funding,
+            broadcast_failure,
+        })
+    }
+
+    /// Open funding requests of this queue's chain (requests in `waiting_funding`),
+    /// oldest first; see [`crate::funding_requests`] for every chain.
+    ///
+    /// # Errors
+    /// [`TxqError::Store`] when the database fails or a row does not decode.
+    pub async fn funding_requests(&self) -> Result<Vec<FundingRequest>> {
+        crate::funding_requests(&self.db, Some(self.chain_id())).await
+    }
+
+    /// Waits until the request is settled, checking every `poll` (this is a reader's
+    /// wait; workflows wrap it in a step).
+    ///
+    /// # Errors
+    /// [`TxqError::NotFound`]; store errors.
+    pub async fn await_verdict(&self, id: Uuid, poll: Duration) -> Result<SettlementVerdict> {
+        loop {
+            if let Some(v) = self.status(id).await?.verdict {
+                return Ok(v);
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// Runs passes until `cancel` fires: two loops side by side.
+    ///
+    /// - Sender rounds: a request recorded through this queue ([`TxQueue::enqueue`] /
+    ///   [`TxQueue::enqueue_with`], this process) wakes the loop for a round at once,
+    ///   and a round that signed something is followed by another at once (more may be
+    ///   queued than one round signs); otherwise a round runs every `poll_interval`,
+    ///   which picks up requests recorded by other processes. Nonce recovery
+    ///   ([`TxQueue::recover_nonces`]) runs for every registered sender at start and then
+    ///   every `recovery_every_ticks` intervals, between rounds.
+    /// - The confirmation pass ([`TxQueue::confirm_pass`]) and the queue gauges, every
+    ///   `poll_interval`, without waiting for rounds (it only reads and settles
+    ///   `broadcast` requests, and replaces stuck ones at their own nonce).
+    ///
+    /// Once `cancel` fires no new pass starts, and a pass under way stops at its next
+    /// stage boundary: it checks the token before every database write and every
+    /// broadcast, so nothing is written or sent after the token fired (a shard's new
+    /// owner may be running its own passes by then). A write already sent completes.
+    ///
+    /// The future is `Send`: `tokio::spawn(async move { queue.run(token).await })` on
+    /// an `Arc<TxQueue>` works.
+    pub async fn run(&self, cancel: CancellationToken) {
+        use tracing::Instrument;
+        let span = tracing::info_span!("txq", chain_id = self.chain_id);
+        let rounds = async {
+            let mut ticks: u64 = 0;
+            let mut next_tick = tokio::time::Instant::now();
+            while !cancel.is_cancelled() {
+                if tokio::time::Instant::now() >= next_tick {
+                    if ticks.is_multiple_of(self.config.recovery_every_ticks.max(1)) {
+                        self.recover_all(&cancel).await;
+                    }
+                    ticks = ticks.wrapping_add(1);
+                    next_tick = tokio::time::Instant::now() + self.config.poll_interval;
+                }
+                if cancel.is_cancelled() {
+                    break;
+                }
+                let again = match self.round(None, true, &cancel).await {
+                    Ok(round) => round.signed > 0,
+                    Err(e) => {
+                        tracing::warn!(target: "keel::txq", error = %e, "sender round failed; retrying next tick");
+                        false
+                    }
+                };
+                if again {
+                    continue;
+                }
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep_until(next_tick) => {}
+                }
+            }
+        };
+        let confirmations = async {
+            let mut interval = tokio::time::interval(self.config.poll_interval);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                // Biased: a fired token wins over a due tick (no extra pass).
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    _ = interval.tick() => {}
+                }
+                if let Err(e) = self.confirm(&cancel).await {
+                    tracing::warn!(target: "keel::txq", error = %e, "confirmation pass failed; retrying next tick");
+                }
+                if cancel.is_cancelled() {
+                    break;
+                }
+                if let Err(e) = self.record_gauges().await {
+                    tracing::warn!(target: "keel::txq", error = %e, "queue gauges failed; retrying next tick");
+                }
+            }
+        };
+        async {
+            tokio::join!(rounds, confirmations);
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// [`TxQueue::recover_nonces`] for every registered sender, a few at once; a
+    /// failure is logged and retried at the next recovery.
+    async fn recover_all(&self, cancel: &CancellationToken) {
+        use futures::StreamExt;
+        let recoveries: Vec<_> = self
+            .signers
+            .keys()
+            .map(|sender| self.recover(*sender, cancel))
+            .collect();
+        let results: Vec<Result<(bool, usize)>> = futures::stream::iter(recoveries)
+            .buffer_unordered(SENDERS_IN_FLIGHT)
+            .collect()
+            .await;
+        for r in results {
+            if let Err(e) = r {
+                tracing::warn!(target: "keel::txq", error = %e, "nonce recovery failed; retrying later");
+            }
+        }
+    }
+
+    /// Nonce recovery for `sender`: compares the chain's nonces with the queue's.
+    ///
+    /// - When the chain's latest nonce is above Keel's next nonce, someone else used
+    ///   the account: Keel adopts the chain's value (with a warning); live requests
+    ///   below it are resolved by their next broadcast (ours mined, or
+    ///   `NONCE_CONSUMED_EXTERNALLY`).
+    /// - Every nonce between the chain's latest nonce and Keel's next nonce that no
+    ///   live request holds (its request failed after signing) is a gap that would
+    ///   stall every later transaction: it is filled with a zero-value self-transfer,
+    ///   persisted and broadcast like any request.
+    ///
+    /// Returns `(adopted, filled)`: whether the nonce was adopted, and how many gaps
+    /// were filled.
+    ///
+    /// # Errors
+    /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
+    pub async fn recover_nonces(&self, sender: Address) -> Result<(bool, usize)> {
+        self.recover(sender, &CancellationToken::new()).await
+    }
+
+    /// [`TxQueue::recover_nonces`], writing and sending nothing once `cancel` fired:
+    /// the nonce half ([`TxQueue::recover_sender`]), then the broadcast of the gap
+    /// fillers with the sender's other `signed` requests.
+    async fn recover(&self, sender: Address, cancel: &CancellationToken) -> Result<(bool, usize)> {
+        let (adopted, filled) = self.recover_sender(sender, cancel).await?;
+        if filled > 0 && !cancel.is_cancelled() {
+            self.broadcast_signed(sender, cancel).await?;
+        }
+        Ok((adopted, filled))
+    }
+
+    /// The signing half of [`TxQueue::round`] for `senders` (address, has
+    /// `waiting_funding` requests), handing every committed group to `sink`: the
+    /// preparation ([`TxQueue::prepare_round`]), then signing and committing in groups
+    /// ([`TxQueue::sign_plans`]).
+    async fn sign_round(
+        &self,
+        senders: &[(Address, bool)],
+        sink: Option<&tokio::sync::mpsc::UnboundedSender<Vec<ToSend>>>,
+        cancel: &CancellationToken,
+    ) -> Signing {
+        let mut out = Signing::default();
+        if cancel.is_cancelled() {
+            return out;
+        }
+        if let Some((plans, fees)) = self.prepare_round(senders, &mut out, cancel).await {
+            self.sign_plans(&plans, fees, sink, &mut out, cancel).await;
+        }
+        out
+    }
+
+    /// One round: sender passes for every sender with work (funding checks included),
+    /// then a confirmation pass, then the queue-depth and in-flight gauges.
+    ///
+    /// # Errors
+    /// The first failing pass's error (others still ran).
+    pub async fn tick(&self) -> Result<()> {
+        let never = CancellationToken::new();
+        let senders = self.round(None, true, &never).await;
+        let confirm = self.confirm(&never).await;
+        let gauges = self.record_gauges().await;
+        senders?;
+        confirm?;
+        gauges?;
+        Ok(())
+    }
+
+    /// One round for every sender with work (or only `only`): the funding check of
+    /// senders with `waiting_funding` requests, then the queued requests of every other
+    /// sender read in one statement with each sender's next nonce, their balances in one
+    /// JSON-RPC batch, their preparation (gas, funds; senders in parallel), and then
+    /// signing in groups of up to [`sign::SIGN_CHUNK`] transactions across senders, each group
+    /// committed in one statement ([`store::commit_signed`]). With `broadcast`, a
+    /// committed group is broadcast (after any requests earlier rounds left `signed`)
+    /// while the next group is being signed; nothing is broadcast before it is
+    /// persisted, and no broadcast happens inside a database transaction.
+    ///
+    /// A failing sender (no signer, a failed funding check, a failed signature) is left
+    /// for the next round while the others go on. Returns what moved; the first error
+    /// once everything else ran. Once `cancel` fired the round writes and sends nothing
+    /// more (it checks between its stages) and returns what it did.
+    async fn round(
+        &self,
+        only: Option<Address>,
+        broadcast: bool,
+        cancel: &CancellationToken,
+    ) -> Result<Round> {
+        if let Some(sender) = only
+            && !self.signers.contains_key(&sender)
+        {
+            return Err(TxqError::UnknownSender);
+        }
+        if cancel.is_cancelled() {
+            return Ok(Round::default());
+        }
+        let started = std::time::Instant::now();
+        let mut out = Round::default();
+        let mut first_err: Option<TxqError> = None;
+        let work = store::senders_with_work(&self.db, self.chain_id).await?;
+        let mut senders = Vec::with_capacity(work.len());
+        let mut with_leftovers = false;
+        for w in &work {
+            let Ok(sender) = Address::try_from(w.sender.as_slice()) else {
+                continue;
+            };
+            if only.is_some_and(|o| o != sender) {
+                continue;
+            }
+            if !self.signers.contains_key(&sender) {
+                first_err.get_or_insert(TxqError::UnknownSender);
+                continue;
+            }
+            with_leftovers |= w.signed;
+            senders.push((sender, w.waiting_funding));
+        }
+        if senders.is_empty() {
+            return first_err.map_or(Ok(out), Err);
+        }
+        // Left over from earlier rounds: lower nonces than anything signed below.
+        let leftovers = if broadcast && with_leftovers {
+            self.signed_of(only).await?
+        } else {
+            Vec::new()
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<ToSend>>();
+        let sign = async move {
+            // `tx` is dropped when signing ends, which ends the broadcaster's loop.
+            let sink = broadcast.then_some(&tx);
+            let mut total = self.sign_round(&senders, sink, cancel).await;
+            // Requests recorded while this round signed are signed too, while the
+            // broadcaster is still sending what came before (their broadcasts queue
+            // behind, in nonce order), for up to `poll_interval` (the confirmation pass
+            // and nonce recovery of `run` wait for the round).
+            let mut last = total.signed;
+            while broadcast
+                && only.is_none()
+                && last > 0
+                && total.error.is_none()
+                && started.elapsed() < self.config.poll_interval
+                && !cancel.is_cancelled()
+            {
+                let more = match self.senders_ready().await {
+                    Ok(more) => more,
+                    Err(e) => {
+                        total.fail(e);
+                        break;
+                    }
+                };
+                let next = self.sign_round(&more, sink, cancel).await;
+                last = next.signed;
+                total.moved += next.moved;
+                total.signed += next.signed;
+                if let Some(e) = next.error {
+                    total.fail(e);
+                }
+            }
+            total
+        };
+        let send = async {
+            let mut moved = 0;
+            let mut first_err = None;
+            let mut step = |r: Result<usize>| match r {
+                Ok(n) => moved += n,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            };
+            for chunk in leftovers.chunks(BROADCAST_CHUNK) {
+                step(self.broadcast_many(chunk, cancel).await);
+            }
+            while let Some(mut items) = rx.recv().await {
+                // Every group committed meanwhile goes out together: more senders to
+                // spread the batches over, one marking statement. A stable sort by
+                // sender keeps each sender's requests in nonce order (groups commit
+                // in order).
+                while let Ok(more) = rx.try_recv() {
+                    items.extend(more);
+                }
+                items.sort_by(|a, b| a.0.sender.cmp(&b.0.sender));
+                step(self.broadcast_many(&items, cancel).await);
+            }
+            match first_err {
+                Some(e) => Err(e),
+                None => Ok(moved),
+            }
+        };
+        let (signed, sent) = tokio::join!(sign, send);
+        out.moved = signed.moved;
+        out.signed = signed.signed;
+        if let Some(e) = signed.error {
+            first_err.get_or_insert(e);
+        }
+        match sent {
+            Ok(n) => out.broadcast = n,
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(out), Err)
+    }
+
+    /// Senders with a signer and queued requests, none waiting for funding, as
+    /// [`TxQueue::sign_round`] takes them (no funding check due).
+    async fn senders_ready(&self) -> Result<Vec<(Address, bool)>> {
+        Ok(store::senders_with_work(&self.db, self.chain_id)
+            .await?
+            .into_iter()
+            .filter(|w| !w.waiting_funding)
+            .filter_map(|w| Address::try_from(w.sender.as_slice()).ok())
+            .filter(|s| self.signers.contains_key(s))
+            .map(|s| (s, false))
+            .collect())
+    }
+
+    /// Sets `keel_txq_queue_depth{chain_id}` (queued + waiting_funding),
+    /// `keel_txq_waiting_funding{chain_id}` and `keel_txq_in_flight{chain_id,sender}`
+    /// (signed + broadcast) for every registered sender (a bounded label set).
+    async fn record_gauges(&self) -> Result<()> {
+        let rows = store::depth(&self.db, self.chain_id).await?;
+        let (mut depth, mut waiting) = (0_i64, 0_i64);
+        let mut in_flight: HashMap<Vec<u8>, i64> = HashMap::new();
+        for r in rows {
+            match r.state {
+                RequestState::Queued => depth += r.n,
+                RequestState::WaitingFunding => {
+                    depth += r.n;
+                    waiting += r.n;
+                }
+                _ => *in_flight.entry(r.sender).or_default() += r.n,
+            }
+        }
+        metrics::queue_depth(self.chain_id, depth, waiting);
+        for sender in self.signers.keys() {
+            let n = in_flight.get(sender.as_slice()).copied().unwrap_or(0);
+            metrics::in_flight(self.chain_id, sender, n);
+        }
+        Ok(())
+    }
+
+    /// The sender pass: a round (`TxQueue::round`) for `sender` alone. Signs and persists
+    /// the sender's queued requests (see [`TxQueue::sign_pending`]) and broadcasts
+    /// every `signed` request in nonce order — first any a crash (or an earlier
+    /// refusal) left persisted but unsent, whose exact bytes go out again, then the
+    /// ones just signed. The two phases are pipelined: a group of requests is broadcast
+    /// as soon as its nonces, raw bytes and hashes have committed, while the next group
+    /// is being signed; nothing is broadcast before it is persisted, and no broadcast
+    /// happens inside a database transaction. Returns how many requests it moved.
+    ///
+    /// # Errors
+    /// [`TxqError::UnknownSender`] without a signer; store and transport errors (the
+    /// first one, after both phases ran).
+    pub async fn sender_pass(&self, sender: Address) -> Result<usize> {
+        let round = self
+            .round(Some(sender), true, &CancellationToken::new())
+            .await?;
+        Ok(round.moved + round.broadcast)
+    }
+
+    /// Phase one of a sender pass: first the funding check of the sender's
+    /// `waiting_funding` requests (resume when the balance suffices, settle
+    /// `FUNDING_DEADLINE_EXPIRED` past the deadline); while one still waits, nothing
+    /// else of the sender is signed (head-of-line: the funds sent for it are not spent
+    /// by later requests). Then for each queued request, oldest first, prepares it (gas
+    /// estimate, fees, funds); the prepared requests get consecutive nonces from the
+    /// sender's next nonce, are signed, and are persisted in one statement that checks,
+    /// under the sender's row lock, that the next nonce and the requests' states did not
+    /// change meanwhile (otherwise nothing is written and the requests stay queued).
+    /// Nothing is broadcast. Requests that fail before signing settle `failed`, and
+    /// requests that enter `waiting_funding` wait; neither takes a nonce. Returns how
+    /// many requests were signed, settled, paused or resumed.
+    ///
+    /// # Errors
+    /// [`TxqError::UnknownSender`] without a signer; store and transport errors.
+    pub async fn sign_pending(&self, sender: Address) -> Result<usize> {
+        Ok(self
+            .round(Some(sender), false, &CancellationToken::new())
+            .await?
+            .moved)
+    }
+
+    /// The confirmation pass: fetches receipts of every attempt of in-flight requests
+    /// in JSON-RPC batches and settles those at the confirmation depth, all in one
+    /// statement; a `broadcast` request whose transaction the node no longer knows
+    /// (dropped by a reorg) is re-broadcast with the same bytes, and one without a
+    /// receipt for `bump_after` is replaced (see [`TxQueueConfig::bump_after`] for which
+    /// of a sender's stuck transactions). Returns how many requests settled.
+    ///
+    /// `signed` requests whose broadcasts failed (no node accepted an attempt, see
+    /// [`crate::BroadcastFailure`]) are reconciled too: a receipt of any of their
+    /// attempts settles them like a `broadcast` one (the transaction may have reached a
+    /// node whose answer was lost, and mined), and once the chain's nonce of the sender
+    /// passed theirs while no node knows any of their attempts they settle
+    /// `Failed { code: "NONCE_CONSUMED_EXTERNALLY" }`. A `broadcast` transaction is
+    /// never replaced while a lower nonce of its sender is still `signed` (unsent: it
+    /// cannot mine before that one, whatever its fees).
+    ///
+    /// # Errors
+    /// Store and transport errors.
+    pub async fn confirm_pass(&self) -> Result<usize> {
+        self.confirm(&CancellationToken::new()).await
+    }
+
+    /// [`TxQueue::confirm_pass`], checking `cancel` between its stages: once it fired,
+    /// nothing more is written or sent and the pass returns what it settled.
+    async fn confirm(&self, cancel: &CancellationToken) -> Result<usize> {
+        if cancel.is_cancelled() {
+            return Ok(0);
+        }
+        let in_flight = store::requests_in_flight(&self.db, self.chain_id, None, None).await?;
+        if in_flight.is_empty() {
+            return Ok(0);
+        }
+        // The requests reconciled here: every `broadcast` one, and the `signed` ones
+        // whose broadcasts failed (the others are being sent by the sender round).
+        let watched: Vec<&RequestRow> = in_flight
+            .iter()
+            .filter(|r| r.state == RequestState::Broadcast || r.broadcast_failures > 0)
+            .collect();
+        if watched.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<Uuid> = watched.iter().map(|r| r.id).collect();
+        let mut attempts: HashMap<Uuid, Vec<AttemptRow>> = HashMap::new();
+        for a in store::attempts_of(&self.db, &ids).await? {
+            attempts.entry(a.request_id).or_default().push(a);
+        }
+        // Receipts: the mined requests settle, the unsent ones are reconciled.
+        let Some(mined) = self.settle_mined(&watched, &attempts, cancel).await? else {
+            return Ok(0);
+        };
+        if cancel.is_cancelled() {
+            return Ok(mined.settled);
+        }
+        // Requests without a receipt: re-broadcast or replaced.
+        self.handle_unmined(&in_flight, mined.unmined, cancel)
+            .await?;
+        Ok(mined.settled)
+    }
+}
