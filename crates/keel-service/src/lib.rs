@@ -292,13 +292,45 @@ fn jitter(d: Duration) -> Duration {
     d.mul_f64(1.0 - fraction)
 }
 
+/// What [`run`] does after one run: wait (`Some`, zero = at once) or stop (`None`).
+/// Keeps the consecutive failure count; pure, so the pacing is testable without time.
+#[derive(Debug, Clone)]
+struct Pacer {
+    config: ServiceConfig,
+    failures: u32,
+}
+
+impl Pacer {
+    fn new(config: ServiceConfig) -> Self {
+        Self {
+            config,
+            failures: 0,
+        }
+    }
+
+    /// The wait after a successful run that reported `next`; `None` to stop.
+    fn after_success(&mut self, next: Next) -> Option<Duration> {
+        self.failures = 0;
+        match next {
+            Next::Now => Some(Duration::ZERO),
+            Next::Idle => Some(self.config.idle_delay),
+            Next::After(d) => Some(d),
+            Next::Stop => None,
+        }
+    }
+
+    /// The (jittered) backoff after a failed run.
+    fn after_failure(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        jitter(self.config.backoff(self.failures))
+    }
+}
+
 /// Runs `service` until `cancel` fires or it reports [`Next::Stop`] (see the crate
-/// documentation for the pacing, logging and metrics). Returns how it ended.
-///
-/// # Errors
-/// None: a failed run is logged, counted and retried after a backoff. An invalid
-/// `config` is clamped (backoff at least 1 ms, max at least initial); call
-/// [`ServiceConfig::validate`] where settings come from configuration.
+/// documentation for the pacing, logging and metrics). Returns how it ended. A failed
+/// run is logged, counted and retried after a backoff. An invalid `config` is clamped
+/// (backoff at least 1 ms, max at least initial); call [`ServiceConfig::validate`]
+/// where settings come from configuration.
 pub async fn run<S: BackgroundService>(
     mut service: S,
     config: ServiceConfig,
@@ -308,7 +340,7 @@ pub async fn run<S: BackgroundService>(
     let span = tracing::info_span!(target: TARGET, "service", service = name);
     async move {
         tracing::debug!(target: TARGET, "service started");
-        let mut failures: u32 = 0;
+        let mut pacer = Pacer::new(config);
         metrics::gauge!("keel_service_consecutive_failures", "service" => name).set(0.0);
         loop {
             if cancel.is_cancelled() {
@@ -327,47 +359,40 @@ pub async fn run<S: BackgroundService>(
                 .record(started.elapsed().as_secs_f64());
             let wait = match result {
                 Ok(report) => {
-                    if failures > 0 {
-                        tracing::info!(target: TARGET, failures, "service recovered");
+                    if pacer.failures > 0 {
+                        tracing::info!(target: TARGET, failures = pacer.failures, "service recovered");
+                        metrics::gauge!("keel_service_consecutive_failures", "service" => name)
+                            .set(0.0);
                     }
-                    failures = 0;
-                    metrics::gauge!("keel_service_consecutive_failures", "service" => name)
-                        .set(0.0);
                     metrics::counter!("keel_service_runs_total", "service" => name, "outcome" => Outcome::of(report.next).as_str())
                         .increment(1);
                     metrics::counter!("keel_service_items_total", "service" => name)
                         .increment(report.done);
-                    match report.next {
-                        Next::Now => None,
-                        Next::Idle => Some(config.idle_delay),
-                        Next::After(d) => Some(d),
-                        Next::Stop => {
-                            tracing::debug!(target: TARGET, "service stopped itself");
-                            return Exit::Stopped;
-                        }
-                    }
+                    let Some(wait) = pacer.after_success(report.next) else {
+                        tracing::debug!(target: TARGET, "service stopped itself");
+                        return Exit::Stopped;
+                    };
+                    wait
                 }
                 Err(e) => {
-                    failures = failures.saturating_add(1);
+                    let delay = pacer.after_failure();
                     metrics::gauge!("keel_service_consecutive_failures", "service" => name)
-                        .set(f64::from(failures));
+                        .set(f64::from(pacer.failures));
                     metrics::counter!("keel_service_runs_total", "service" => name, "outcome" => Outcome::Error.as_str())
                         .increment(1);
-                    let delay = jitter(config.backoff(failures));
-                    tracing::warn!(target: TARGET, error = %e, failures,
+                    tracing::warn!(target: TARGET, error = %e, failures = pacer.failures,
                         backoff_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                         "service run failed; backing off");
-                    Some(delay)
+                    delay
                 }
             };
-            match wait {
-                Some(d) if !d.is_zero() => {
-                    tokio::select! {
-                        () = cancel.cancelled() => return Exit::Cancelled,
-                        () = tokio::time::sleep(d) => {}
-                    }
+            if wait.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::select! {
+                    () = cancel.cancelled() => return Exit::Cancelled,
+                    () = tokio::time::sleep(wait) => {}
                 }
-                _ => tokio::task::yield_now().await,
             }
         }
     }
@@ -381,13 +406,13 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::{Arc, Mutex};
 
-    /// A scripted service: returns the scripted results in order (then idles), and
-    /// records the (virtual) time of every call.
+    /// A scripted service: returns the scripted results in order, then hangs (or
+    /// idles) so that a test can cancel it; counts its calls.
     struct Script {
         results: VecDeque<Result<Report, &'static str>>,
-        calls: Arc<Mutex<Vec<tokio::time::Instant>>>,
+        calls: Arc<Mutex<u32>>,
         safe: bool,
-        hang: bool,
+        release: Option<tokio::sync::oneshot::Receiver<()>>,
     }
 
     impl Script {
@@ -396,7 +421,7 @@ mod tests {
                 results: results.into(),
                 calls: Arc::default(),
                 safe: false,
-                hang: false,
+                release: None,
             }
         }
     }
@@ -409,14 +434,17 @@ mod tests {
         }
 
         async fn run_once(&mut self) -> Result<Report, &'static str> {
-            self.calls
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(tokio::time::Instant::now());
-            if self.hang {
-                std::future::pending::<()>().await;
+            *self.calls.lock().unwrap() += 1;
+            if let Some(r) = self.results.pop_front() {
+                return r;
             }
-            self.results.pop_front().unwrap_or(Ok(Report::idle(0)))
+            match self.release.take() {
+                Some(rx) => {
+                    let _ = rx.await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+            Ok(Report::more_pending(0))
         }
 
         fn cancel_safe(&self) -> bool {
@@ -424,146 +452,136 @@ mod tests {
         }
     }
 
-    fn config() -> ServiceConfig {
-        ServiceConfig::new(Duration::from_secs(10))
-            .with_backoff(Duration::from_secs(1), Duration::from_secs(8))
+    /// An idle delay and backoffs far longer than any test: a test that completes
+    /// proves that nothing waited for them.
+    fn long() -> ServiceConfig {
+        ServiceConfig::new(Duration::from_secs(3_600))
+            .with_backoff(Duration::from_secs(3_600), Duration::from_secs(7_200))
     }
 
-    fn gaps(calls: &Arc<Mutex<Vec<tokio::time::Instant>>>) -> Vec<Duration> {
-        let calls = calls.lock().unwrap();
-        calls.windows(2).map(|w| w[1] - w[0]).collect()
+    async fn until_calls(calls: &Arc<Mutex<u32>>, n: u32) {
+        while *calls.lock().unwrap() < n {
+            tokio::task::yield_now().await;
+        }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn more_pending_runs_again_at_once_then_idle_waits() {
-        let mut s = Script::new(vec![
+    #[tokio::test]
+    async fn more_pending_runs_again_at_once() {
+        let s = Script::new(vec![
             Ok(Report::more_pending(3)),
             Ok(Report::pending(2, true)),
-            Ok(Report::idle(1)),
+            Ok(Report::after(1, Duration::ZERO)),
             Ok(Report::stop(0)),
         ]);
         let calls = s.calls.clone();
-        assert_eq!(
-            run(&mut s, config(), CancellationToken::new()).await,
-            Exit::Stopped
-        );
-        assert_eq!(
-            gaps(&calls),
-            vec![Duration::ZERO, Duration::ZERO, Duration::from_secs(10)]
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn after_waits_the_services_own_delay() {
-        let mut s = Script::new(vec![
-            Ok(Report::after(0, Duration::from_millis(1_500))),
-            Ok(Report::stop(0)),
-        ]);
-        let calls = s.calls.clone();
-        run(&mut s, config(), CancellationToken::new()).await;
-        assert_eq!(gaps(&calls), vec![Duration::from_millis(1_500)]);
+        assert_eq!(run(s, long(), CancellationToken::new()).await, Exit::Stopped);
+        assert_eq!(*calls.lock().unwrap(), 4);
     }
 
     #[test]
-    fn backoff_doubles_and_is_capped() {
-        let c = config();
-        let got: Vec<u64> = (1..=6).map(|n| c.backoff(n).as_secs()).collect();
-        assert_eq!(got, vec![1, 2, 4, 8, 8, 8]);
-        assert!(c.validate().is_ok());
-        assert!(
-            ServiceConfig::new(Duration::ZERO)
-                .with_backoff(Duration::from_secs(2), Duration::from_secs(1))
-                .validate()
-                .is_err()
+    fn idle_waits_the_idle_delay_and_after_the_services_delay() {
+        let mut p = Pacer::new(ServiceConfig::new(Duration::from_secs(10)));
+        assert_eq!(p.after_success(Next::Now), Some(Duration::ZERO));
+        assert_eq!(p.after_success(Next::Idle), Some(Duration::from_secs(10)));
+        assert_eq!(
+            p.after_success(Next::After(Duration::from_millis(1_500))),
+            Some(Duration::from_millis(1_500))
         );
+        assert_eq!(p.after_success(Next::Stop), None);
+        assert_eq!(Report::pending(4, false), Report::idle(4));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn backoff_grows_on_errors_and_resets_after_a_success() {
-        let mut s = Script::new(vec![
-            Err("a"),
-            Err("b"),
-            Err("c"),
-            Ok(Report::more_pending(1)),
-            Err("d"),
-            Ok(Report::stop(0)),
-        ]);
+    #[tokio::test]
+    async fn an_idle_service_is_not_run_again_before_the_idle_delay() {
+        let s = Script::new(vec![Ok(Report::idle(1))]);
         let calls = s.calls.clone();
-        run(&mut s, config(), CancellationToken::new()).await;
-        let gaps = gaps(&calls);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run(s, long(), cancel.clone()));
+        until_calls(&calls, 1).await;
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        cancel.cancel();
+        assert_eq!(task.await.unwrap(), Exit::Cancelled);
+        assert_eq!(*calls.lock().unwrap(), 1, "idle: waited instead of running again");
+    }
+
+    #[test]
+    fn backoff_doubles_is_capped_and_resets_after_a_success() {
+        let c = ServiceConfig::new(Duration::ZERO)
+            .with_backoff(Duration::from_secs(1), Duration::from_secs(8));
+        let full: Vec<u64> = (1..=6).map(|n| c.backoff(n).as_secs()).collect();
+        assert_eq!(full, vec![1, 2, 4, 8, 8, 8]);
+        assert!(c.validate().is_ok());
+        let bad = c.with_backoff(Duration::from_secs(2), Duration::from_secs(1));
+        assert!(bad.validate().is_err());
+
         // Each failure waits its backoff shortened by at most 20 % of jitter.
-        let within = |gap: Duration, full: u64| {
+        let within = |got: Duration, full: u64| {
             let full = Duration::from_secs(full);
-            gap <= full && gap >= full.mul_f64(0.8)
+            got <= full && got >= full.mul_f64(0.8)
         };
-        assert_eq!(gaps.len(), 5);
-        assert!(within(gaps[0], 1), "{gaps:?}");
-        assert!(within(gaps[1], 2), "{gaps:?}");
-        assert!(within(gaps[2], 4), "{gaps:?}");
-        assert_eq!(gaps[3], Duration::ZERO, "a success with more pending runs at once");
-        assert!(within(gaps[4], 1), "the backoff restarts after a success: {gaps:?}");
+        let mut p = Pacer::new(c);
+        for full in [1, 2, 4, 8, 8] {
+            let got = p.after_failure();
+            assert!(within(got, full), "{got:?} for {full} s");
+        }
+        assert_eq!(p.after_success(Next::Now), Some(Duration::ZERO));
+        let got = p.after_failure();
+        assert!(within(got, 1), "the backoff restarts after a success: {got:?}");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn cancel_stops_a_waiting_service() {
-        let s = Script::new(vec![Ok(Report::idle(0))]);
+    #[tokio::test]
+    async fn a_failing_service_backs_off_instead_of_running_again() {
+        let s = Script::new(vec![Err("down")]);
         let calls = s.calls.clone();
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(run(s, config(), cancel.clone()));
-        // Wait (virtual time) until the first run happened and the loop idles.
-        while calls.lock().unwrap().is_empty() {
+        let task = tokio::spawn(run(s, long(), cancel.clone()));
+        until_calls(&calls, 1).await;
+        for _ in 0..100 {
             tokio::task::yield_now().await;
         }
         cancel.cancel();
         assert_eq!(task.await.unwrap(), Exit::Cancelled);
-        assert_eq!(calls.lock().unwrap().len(), 1);
+        assert_eq!(*calls.lock().unwrap(), 1);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn cancel_interrupts_a_cancel_safe_run_and_waits_for_another() {
-        let mut safe = Script::new(vec![]);
-        safe.safe = true;
-        safe.hang = true;
-        let calls = safe.calls.clone();
+    #[tokio::test]
+    async fn cancel_interrupts_a_cancel_safe_run() {
+        let mut s = Script::new(vec![]);
+        s.safe = true;
+        let calls = s.calls.clone();
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(run(safe, config(), cancel.clone()));
-        while calls.lock().unwrap().is_empty() {
-            tokio::task::yield_now().await;
-        }
+        let task = tokio::spawn(run(s, long(), cancel.clone()));
+        until_calls(&calls, 1).await;
         cancel.cancel();
         assert_eq!(task.await.unwrap(), Exit::Cancelled);
+    }
 
-        // Not cancel safe: the run in progress finishes, then the loop stops.
+    #[tokio::test]
+    async fn cancel_lets_a_run_that_is_not_cancel_safe_finish_then_stops() {
         let (release, released) = tokio::sync::oneshot::channel::<()>();
-        struct Slow(Option<tokio::sync::oneshot::Receiver<()>>, Arc<Mutex<u32>>);
-        impl BackgroundService for Slow {
-            type Error = &'static str;
-            fn name(&self) -> &'static str {
-                "slow"
-            }
-            async fn run_once(&mut self) -> Result<Report, &'static str> {
-                *self.1.lock().unwrap() += 1;
-                if let Some(rx) = self.0.take() {
-                    let _ = rx.await;
-                }
-                Ok(Report::more_pending(1))
-            }
-        }
-        let runs = Arc::new(Mutex::new(0));
+        let mut s = Script::new(vec![]);
+        s.release = Some(released);
+        let calls = s.calls.clone();
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(run(
-            Slow(Some(released), runs.clone()),
-            config(),
-            cancel.clone(),
-        ));
-        while *runs.lock().unwrap() == 0 {
+        let mut task = tokio::spawn(run(s, long(), cancel.clone()));
+        until_calls(&calls, 1).await;
+        cancel.cancel();
+        for _ in 0..100 {
             tokio::task::yield_now().await;
         }
-        cancel.cancel();
-        tokio::task::yield_now().await;
         assert!(!task.is_finished(), "the run in progress is not dropped");
         release.send(()).unwrap();
-        assert_eq!(task.await.unwrap(), Exit::Cancelled);
-        assert_eq!(*runs.lock().unwrap(), 1, "no run starts after the cancel");
+        assert_eq!((&mut task).await.unwrap(), Exit::Cancelled);
+        assert_eq!(*calls.lock().unwrap(), 1, "no run starts after the cancel");
+    }
+
+    #[tokio::test]
+    async fn a_mutable_reference_is_a_service_too() {
+        let mut s = Script::new(vec![Ok(Report::stop(0))]);
+        assert_eq!(run(&mut s, long(), CancellationToken::new()).await, Exit::Stopped);
+        assert_eq!(*s.calls.lock().unwrap(), 1);
+        assert_eq!(Outcome::ALL.len(), 5);
     }
 }
