@@ -474,7 +474,10 @@ mod tests {
             Ok(Report::stop(0)),
         ]);
         let calls = s.calls.clone();
-        assert_eq!(run(s, long(), CancellationToken::new()).await, Exit::Stopped);
+        assert_eq!(
+            run(s, long(), CancellationToken::new()).await,
+            Exit::Stopped
+        );
         assert_eq!(*calls.lock().unwrap(), 4);
     }
 
@@ -503,7 +506,11 @@ mod tests {
         }
         cancel.cancel();
         assert_eq!(task.await.unwrap(), Exit::Cancelled);
-        assert_eq!(*calls.lock().unwrap(), 1, "idle: waited instead of running again");
+        assert_eq!(
+            *calls.lock().unwrap(),
+            1,
+            "idle: waited instead of running again"
+        );
     }
 
     #[test]
@@ -528,7 +535,10 @@ mod tests {
         }
         assert_eq!(p.after_success(Next::Now), Some(Duration::ZERO));
         let got = p.after_failure();
-        assert!(within(got, 1), "the backoff restarts after a success: {got:?}");
+        assert!(
+            within(got, 1),
+            "the backoff restarts after a success: {got:?}"
+        );
     }
 
     #[tokio::test]
@@ -580,7 +590,10 @@ mod tests {
     #[tokio::test]
     async fn a_mutable_reference_is_a_service_too() {
         let mut s = Script::new(vec![Ok(Report::stop(0))]);
-        assert_eq!(run(&mut s, long(), CancellationToken::new()).await, Exit::Stopped);
+        assert_eq!(
+            run(&mut s, long(), CancellationToken::new()).await,
+            Exit::Stopped
+        );
         assert_eq!(*s.calls.lock().unwrap(), 1);
         assert_eq!(Outcome::ALL.len(), 5);
     }
