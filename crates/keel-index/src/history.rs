@@ -21,7 +21,6 @@ use alloy::rpc::types::Log;
 use keel_chain::{ChainError, NodeErrorKind, UpstreamPool};
 use keel_store::PgPool;
 use keel_units::ChainId;
-use serde::Deserialize;
 use sqlx::Row;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -186,22 +185,14 @@ pub async fn pending_ranges(db: &PgPool, chain: ChainId) -> Result<u64> {
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-#[derive(Debug, Deserialize)]
-struct Numbered {
-    number: alloy::primitives::U64,
-}
-
 /// The settled height: the `finalized` block where the node has the tag, else
 /// `head − confirmations`.
 ///
 /// # Errors
 /// [`IndexError::Chain`] when the head cannot be read.
 pub async fn settled_height(node: &UpstreamPool, confirmations: u64) -> Result<u64> {
-    if let Ok(Some(b)) = node
-        .request::<_, Option<Numbered>>("eth_getBlockByNumber", ("finalized", false))
-        .await
-    {
-        return Ok(b.number.to::<u64>());
+    if let Ok(Some(b)) = node.finalized().await {
+        return Ok(b.number);
     }
     Ok(node.block_number().await?.saturating_sub(confirmations))
 }
@@ -886,18 +877,10 @@ async fn get_logs(
     to: u64,
     addresses: &[Address],
 ) -> Result<Vec<Log>> {
-    let filter = serde_json::json!({
-        "fromBlock": format!("0x{from:x}"),
-        "toBlock": format!("0x{to:x}"),
-        "address": addresses,
-    });
     let mut delay = Duration::from_millis(200);
     let mut attempt = 0;
     loop {
-        match node
-            .request::<_, Vec<Log>>("eth_getLogs", vec![filter.clone()])
-            .await
-        {
+        match node.logs_in_range(addresses, from, to).await {
             Ok(l) => return Ok(l),
             Err(e) if e.is_retryable() && attempt < retries => {
                 attempt += 1;

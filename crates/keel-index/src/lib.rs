@@ -25,10 +25,10 @@
 //!   `0017`, [`read::chain_health`], [`read::degraded_chains`], gauge
 //!   `keel_index_chain_degraded`) and every later write of any owner fails with
 //!   [`IndexError::Degraded`] until an operator re-indexes the chain.
-//! - [`FollowBackoff`]: the pacing of a tip follow loop. A step that finds the node
+//! - [`FollowBackoff`]: the pacing of a tip follow loop. A round that finds the node
 //!   reporting a head above a block it answers `null` for stops there
-//!   ([`StepOutcome::missing`]); the loop then backs off exponentially (capped), and
-//!   counts and logs it (rate-limited), instead of stepping again at once.
+//!   ([`RoundOutcome::missing`]); the loop then backs off exponentially (capped), and
+//!   counts and logs it (rate-limited), instead of running another round at once.
 //! - Projections (all rows carry chain, block number, block hash, tx hash, log index;
 //!   inserts are idempotent on `(chain_id, block_hash, log_index)`; bulk rows of a
 //!   history range or a big block are written with binary `COPY`, straight into the
@@ -51,7 +51,7 @@
 //! `keel_index_reorg_depth_blocks` (histogram, blocks), `keel_index_reorg_too_deep_total`,
 //! `keel_index_reorg_beyond_window_total` (rolled back to the finalized block),
 //! `keel_index_fenced_total`, `keel_index_chain_degraded` (gauge, 1 degraded),
-//! `keel_index_tip_missing_block_total`, `keel_index_tip_step_errors_total`.
+//! `keel_index_tip_missing_block_total`, `keel_index_tip_round_errors_total`.
 //!
 //! - [`history`]: leased historical catch-up below the settled height. The owner plans
 //!   ranges ([`plan_history`], `index_range`); any replica's [`HistoryWorker`] claims
@@ -81,9 +81,9 @@
 //!   spans are in flight, each decoded and encoded for `COPY` in its own task, and the
 //!   span adapts to the answers' sizes
 //!   ([`HistoryWorker::with_target_logs_per_request`]).
-//! - [`TipIngest::wait_for_new_head`]: between steps, watch the head with
-//!   `eth_blockNumber` only, so a new block is stepped on within milliseconds while the
-//!   full step (with its reorg check of the stored tip) still runs every poll interval.
+//! - [`TipIngest::wait_for_new_head`]: between rounds, watch the head with
+//!   `eth_blockNumber` only, so a new block is ingested within milliseconds while the
+//!   full round (with its reorg check of the stored tip) still runs every poll interval.
 //!
 //! ## Metrics (history)
 //! `keel_index_history_logs_total`, `keel_index_history_span_splits_total`,
@@ -98,7 +98,7 @@
 //!
 //! ## Not yet built
 //! - `keel run`'s tip loop (crate `keel`) is paced by [`FollowBackoff`] but does not
-//!   use [`TipIngest::wait_for_new_head`] between steps yet.
+//!   use [`TipIngest::wait_for_new_head`] between rounds yet.
 //! - Clearing a degraded marker (an operator's re-index) has no command yet.
 //! - Whether the ≥ 10× Ponder target holds depends on the run; see
 //!   `benches/README.md`.
@@ -123,4 +123,4 @@ pub use error::{IndexError, Result};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};
-pub use tip::{FollowBackoff, NextStep, StepOutcome, TipConfig, TipIngest};
+pub use tip::{FollowBackoff, NextRound, RoundOutcome, TipConfig, TipIngest};

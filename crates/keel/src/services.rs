@@ -568,17 +568,17 @@ async fn run_tip(
         // a capped exponential backoff after a node hole or an error.
         let mut pace = keel_index::FollowBackoff::new(chain, poll);
         while !stop.is_cancelled() {
-            let result = ingest.step().await;
+            let result = ingest.round().await;
             match pace.after(&result) {
-                keel_index::NextStep::Now => {}
-                keel_index::NextStep::Wait(wait) => {
+                keel_index::NextRound::Now => {}
+                keel_index::NextRound::Wait(wait) => {
                     tokio::select! {
                         _ = stop.cancelled() => break,
                         _ = tokio::time::sleep(wait) => {}
                     }
                 }
-                keel_index::NextStep::GiveUp => return true,
-                keel_index::NextStep::Halt => {
+                keel_index::NextRound::GiveUp => return true,
+                keel_index::NextRound::Halt => {
                     // Fatal for the chain (logged once by keel-index): hold it idle
                     // rather than retaking ownership in a loop.
                     stop.cancelled().await;
