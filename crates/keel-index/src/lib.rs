@@ -116,6 +116,7 @@ mod error;
 pub mod history;
 pub mod read;
 pub mod scope;
+pub mod service;
 pub mod tip;
 mod write;
 
@@ -123,4 +124,5 @@ pub use error::{IndexError, Result};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};
+pub use service::{HistoryDrain, TipFollow, follow_tip, work_history};
 pub use tip::{FollowBackoff, NextRound, RoundOutcome, TipConfig, TipIngest};
