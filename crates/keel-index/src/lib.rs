@@ -117,8 +117,8 @@ pub mod history;
 pub mod read;
 pub mod scope;
 pub mod service;
+mod store;
 pub mod tip;
-mod write;
 
 pub use error::{IndexError, Result};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};

@@ -3,7 +3,7 @@
 
 use crate::decode::decode;
 use crate::scope::{ScopeKind, chain_i64, live_scope, to_i64};
-use crate::write::write_logs;
+use crate::store::{block, chain as chain_row, logs, scope as scope_rows};
 use crate::{IndexError, Result};
 use alloy::eips::BlockNumberOrTag;
 use alloy::primitives::{Address, B256};
@@ -11,7 +11,7 @@ use alloy::rpc::types::Log;
 use keel_chain::{BlockHeader, ChainError, UpstreamPool};
 use keel_store::PgPool;
 use keel_units::ChainId;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -125,17 +125,7 @@ impl TipIngest {
     ) -> Result<Self> {
         config.validate()?;
         let chain = node.chain();
-        let epoch: i64 = sqlx::query_scalar(
-            "INSERT INTO index_chain (chain_id, owner_epoch, owner_id) VALUES ($1, 1, $2)
-             ON CONFLICT (chain_id) DO UPDATE
-               SET owner_epoch = index_chain.owner_epoch + 1, owner_id = EXCLUDED.owner_id,
-                   updated_at = now()
-             RETURNING owner_epoch",
-        )
-        .bind(chain_i64(chain))
-        .bind(owner_id)
-        .fetch_one(&db)
-        .await?;
+        let epoch = chain_row::chain_take_ownership(&db, chain_i64(chain), owner_id).await?;
         tracing::info!(target: "keel::index::tip", chain = %chain, epoch, "took tip-ingest ownership");
         Ok(Self {
             db,
@@ -296,14 +286,9 @@ impl TipIngest {
 
     /// The stored checkpoint `(tip_number, tip_hash)`.
     async fn checkpoint(&self) -> Result<Option<(u64, B256)>> {
-        let row = sqlx::query("SELECT tip_number, tip_hash FROM index_chain WHERE chain_id = $1")
-            .bind(chain_i64(self.chain))
-            .fetch_optional(&self.db)
-            .await?;
+        let row = chain_row::chain_checkpoint(&self.db, chain_i64(self.chain)).await?;
         let Some(row) = row else { return Ok(None) };
-        let number: Option<i64> = row.try_get("tip_number")?;
-        let hash: Option<Vec<u8>> = row.try_get("tip_hash")?;
-        Ok(match (number, hash) {
+        Ok(match (row.tip_number, row.tip_hash) {
             (Some(n), Some(h)) if h.len() == 32 => {
                 Some((u64::try_from(n).unwrap_or(0), B256::from_slice(&h)))
             }
@@ -391,15 +376,9 @@ impl TipIngest {
     /// Locks the chain row and checks the epoch (inside the caller's transaction), and
     /// that the chain is not marked degraded ([`IndexError::Degraded`]).
     async fn check_epoch(&self, conn: &mut PgConnection) -> Result<()> {
-        let row: Option<(i64, bool)> = sqlx::query_as(
-            "SELECT owner_epoch, degraded_at IS NOT NULL FROM index_chain
-              WHERE chain_id = $1 FOR UPDATE",
-        )
-        .bind(chain_i64(self.chain))
-        .fetch_optional(&mut *conn)
-        .await?;
-        let epoch = row.map(|(e, _)| e);
-        if row.is_some_and(|(_, degraded)| degraded) && epoch == Some(self.epoch) {
+        let row = chain_row::chain_lock_fence(&mut *conn, chain_i64(self.chain)).await?;
+        let epoch = row.map(|r| r.owner_epoch);
+        if row.is_some_and(|r| r.degraded) && epoch == Some(self.epoch) {
             return Err(IndexError::Degraded { chain: self.chain });
         }
         if epoch != Some(self.epoch) {
@@ -430,68 +409,39 @@ impl TipIngest {
         let hash = header.hash.as_slice();
         let mut tx = self.db.begin().await?;
         self.check_epoch(&mut tx).await?;
-        let live: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM index_scope WHERE chain_id = $1 AND removed_at IS NULL",
-        )
-        .bind(chain)
-        .fetch_one(&mut *tx)
-        .await?;
+        let live = scope_rows::scope_live_count(&mut *tx, chain).await?;
         if usize::try_from(live).ok() != Some(scope.len()) {
             return Ok(false);
         }
 
-        sqlx::query(
-            "INSERT INTO index_block (chain_id, number, hash, parent_hash) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (chain_id, number) DO UPDATE
-               SET hash = EXCLUDED.hash, parent_hash = EXCLUDED.parent_hash",
-        )
-        .bind(chain)
-        .bind(number)
-        .bind(hash)
-        .bind(header.parent_hash.as_slice())
-        .execute(&mut *tx)
-        .await?;
+        block::block_upsert(&mut *tx, chain, number, hash, header.parent_hash.as_slice()).await?;
 
         if !logs.is_empty() {
             let mut kinds: HashMap<Address, ScopeKind> =
                 scope.iter().map(|(a, (k, _))| (*a, *k)).collect();
             kinds.extend(discovered.iter().copied());
-            write_logs(&mut tx, chain, logs, &kinds).await?;
+            logs::logs_insert(&mut tx, chain, logs, &kinds).await?;
         }
 
         for (address, kind) in discovered {
-            sqlx::query(
-                "INSERT INTO index_scope (chain_id, address, kind, from_block, discovered_at_block)
-                 VALUES ($1, $2, $3, $4, $4)
-                 ON CONFLICT (chain_id, address) WHERE removed_at IS NULL DO NOTHING",
+            scope_rows::scope_insert_discovered(
+                &mut *tx,
+                chain,
+                address.as_slice(),
+                kind.as_str(),
+                number,
             )
-            .bind(chain)
-            .bind(address.as_slice())
-            .bind(kind.as_str())
-            .bind(number)
-            .execute(&mut *tx)
             .await?;
         }
 
-        sqlx::query(
-            "UPDATE index_chain SET tip_number = $2, tip_hash = $3, updated_at = now()
-             WHERE chain_id = $1",
+        chain_row::chain_set_checkpoint(&mut *tx, chain, number, hash).await?;
+        block::blocks_delete_at_or_below(
+            &mut *tx,
+            chain,
+            number.saturating_sub(to_i64(self.config.hash_window)),
         )
-        .bind(chain)
-        .bind(number)
-        .bind(hash)
-        .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM index_block WHERE chain_id = $1 AND number <= $2")
-            .bind(chain)
-            .bind(number.saturating_sub(to_i64(self.config.hash_window)))
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(TIP_CHANNEL)
-            .bind(format!("{chain}:{number}"))
-            .execute(&mut *tx)
-            .await?;
+        chain_row::chain_notify_tip(&mut *tx, TIP_CHANNEL, chain, number).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -500,19 +450,13 @@ impl TipIngest {
     /// Returns the new checkpoint.
     async fn handle_reorg(&self, from: u64) -> Result<(u64, B256)> {
         let label = self.chain.get().to_string();
-        let stored: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-            "SELECT number, hash FROM index_block WHERE chain_id = $1 AND number <= $2
-             ORDER BY number DESC",
-        )
-        .bind(chain_i64(self.chain))
-        .bind(to_i64(from))
-        .fetch_all(&self.db)
-        .await?;
+        let stored =
+            block::blocks_at_or_below(&self.db, chain_i64(self.chain), to_i64(from)).await?;
         // The lowest block whose stored hash was compared with the node's (none
         // canonical down to it); blocks below it are unverified.
         let mut lowest_checked = from.saturating_add(1);
         let mut expected = from;
-        for (number, hash) in stored {
+        for block::BlockRow { number, hash } in stored {
             let number = u64::try_from(number).unwrap_or(0);
             if number != expected {
                 break; // a hole in the window: cannot prove continuity below it
@@ -585,16 +529,8 @@ impl TipIngest {
     async fn mark_degraded(&self, tip: u64, reason: &'static str) -> Result<()> {
         let mut tx = self.db.begin().await?;
         self.check_epoch(&mut tx).await?;
-        sqlx::query(
-            "UPDATE index_chain
-                SET degraded_at = now(), degraded_reason = $2, degraded_block = $3, updated_at = now()
-              WHERE chain_id = $1 AND degraded_at IS NULL",
-        )
-        .bind(chain_i64(self.chain))
-        .bind(reason)
-        .bind(to_i64(tip))
-        .execute(&mut *tx)
-        .await?;
+        chain_row::chain_mark_degraded(&mut *tx, chain_i64(self.chain), reason, to_i64(tip))
+            .await?;
         tx.commit().await?;
         metrics::gauge!("keel_index_chain_degraded", "chain_id" => self.chain.get().to_string())
             .set(1.0);
@@ -608,50 +544,10 @@ impl TipIngest {
         let above = to_i64(ancestor);
         let mut tx = self.db.begin().await?;
         self.check_epoch(&mut tx).await?;
-        for table in [
-            "index_log",
-            "index_transfer",
-            "index_asset",
-            "index_observation",
-            "index_directory_entry",
-            "index_token_pause",
-            "index_staleness_bound",
-        ] {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DELETE FROM {table} WHERE chain_id = $1 AND block_number > $2"
-            )))
-            .bind(chain)
-            .bind(above)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query(
-            "UPDATE index_directory_entry SET removed_at_block = NULL
-             WHERE chain_id = $1 AND removed_at_block > $2",
-        )
-        .bind(chain)
-        .bind(above)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("DELETE FROM index_scope WHERE chain_id = $1 AND discovered_at_block > $2")
-            .bind(chain)
-            .bind(above)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM index_block WHERE chain_id = $1 AND number > $2")
-            .bind(chain)
-            .bind(above)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "UPDATE index_chain SET tip_number = $2, tip_hash = $3, updated_at = now()
-             WHERE chain_id = $1",
-        )
-        .bind(chain)
-        .bind(above)
-        .bind(hash.as_slice())
-        .execute(&mut *tx)
-        .await?;
+        logs::projections_delete_above(&mut tx, chain, above).await?;
+        scope_rows::scopes_delete_discovered_above(&mut *tx, chain, above).await?;
+        block::blocks_delete_above(&mut *tx, chain, above).await?;
+        chain_row::chain_set_checkpoint(&mut *tx, chain, above, hash.as_slice()).await?;
         tx.commit().await?;
         Ok(())
     }
