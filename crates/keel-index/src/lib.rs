@@ -96,16 +96,28 @@
 //! indexer processes, tip-ingest events/s, tip latency p50/p99 on an Anvil with
 //! `--block-time 1`.
 //!
+//! ## Services and SQL
+//! - [`service`]: the crate's background loops on the `keel-service` shape
+//!   (`run_once` → report, idle delay, backoff, stop on a cancellation token):
+//!   [`TipFollow`] / [`follow_tip`] (the owner's tip loop: degraded hold, history
+//!   planning before the first tip block, ownership, rounds paced by [`FollowBackoff`])
+//!   and [`HistoryDrain`] / [`work_history`] (a replica's history worker loop while the
+//!   chain is served). The `keel` binary only wires them.
+//! - The SQL lives in the private `store` module, one module per table (`chain`,
+//!   `block`, `scope`, `range`, `logs`, `projection`): noun-first query functions over
+//!   `impl PgExecutor`, guarded updates, `FromRow` rows.
+//!
 //! ## Not yet built
-//! - `keel run`'s tip loop (crate `keel`) is paced by [`FollowBackoff`] but does not
-//!   use [`TipIngest::wait_for_new_head`] between rounds yet.
+//! - The tip loop ([`follow_tip`]) is paced by [`FollowBackoff`] but does not use
+//!   [`TipIngest::wait_for_new_head`] between rounds yet.
 //! - Clearing a degraded marker (an operator's re-index) has no command yet.
 //! - Whether the ≥ 10× Ponder target holds depends on the run; see
 //!   `benches/README.md`.
 //!
-//! The `keel` binary's indexer role plans history ([`plan_history`]) below the settled
-//! height before a chain's first tip block and starts the tip above it; every replica
-//! runs a [`HistoryWorker`].
+//! The `keel` binary's indexer role (through [`follow_tip`]) plans history
+//! ([`plan_history`]) below the settled height before a chain's first tip block and
+//! starts the tip above it; every replica runs a [`HistoryWorker`] (through
+//! [`work_history`]).
 //! The multi-process kill -9 test of the tip owner (two `keel run --role indexer`
 //! processes, the owner killed, the other takes over with a new epoch and the index
 //! equals the chain's logs) is in `crates/keel/tests/e2e.rs`.
