@@ -180,7 +180,7 @@ impl BackgroundService for TipFollow {
                 let (blocks, caught_up) = match &result {
                     Ok(out) => (
                         out.blocks,
-                        out.missing.is_none() && !out.tip.is_some_and(|t| t < out.head),
+                        out.missing.is_none() && out.tip.is_none_or(|t| t >= out.head),
                     ),
                     Err(_) => (0, false),
                 };
