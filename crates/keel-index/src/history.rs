@@ -228,6 +228,11 @@ impl HistoryWorker {
         })
     }
 
+    /// The chain this worker's node serves.
+    pub fn chain(&self) -> ChainId {
+        self.node.chain()
+    }
+
     /// Up to `n` `eth_getLogs` requests of one range in flight at once (default 1;
     /// at least 1). Against a local node, 8–16 is where fetching stops being the
     /// bottleneck; against a hosted provider, mind its rate limit (the upstream

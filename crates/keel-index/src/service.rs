@@ -268,7 +268,8 @@ impl BackgroundService for HistoryDrain {
     }
 }
 
-/// Runs [`HistoryDrain`] until `stop` fires or `serving`'s sender is dropped: drains
+/// Runs [`HistoryDrain`] (in the span `index_history{chain}`) until `stop` fires or
+/// `serving`'s sender is dropped: drains
 /// while the chain is served, waits `poll` when idle and after a failed drain (its
 /// range's lease lapses), waits for the chain while it is not served.
 pub async fn work_history(
@@ -278,5 +279,8 @@ pub async fn work_history(
     stop: CancellationToken,
 ) {
     let pacing = ServiceConfig::new(poll).with_backoff(poll, poll);
-    keel_service::run(HistoryDrain::new(worker, serving), pacing, stop).await;
+    let span = tracing::info_span!("index_history", chain = %worker.chain());
+    keel_service::run(HistoryDrain::new(worker, serving), pacing, stop)
+        .instrument(span)
+        .await;
 }
