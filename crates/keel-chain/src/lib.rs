@@ -13,7 +13,13 @@
 //!   (internal errors, gateway errors, rate limiting, unknown text), fail over and
 //!   count against an upstream's health; node verdicts about a transaction never do. Values are decoded into `keel-units` types
 //!   at this boundary (gas prices bound to their chain, native amounts), and receipts
-//!   are fetched in JSON-RPC batches.
+//!   are fetched in JSON-RPC batches. Call sites use the typed methods
+//!   ([`UpstreamPool::header`], [`UpstreamPool::finalized`],
+//!   [`UpstreamPool::logs_in_range`], [`UpstreamPool::logs_by_block_hash`],
+//!   [`UpstreamPool::estimate_gas`], [`UpstreamPool::call`],
+//!   [`UpstreamPool::transaction_known`], …), all with the one failover and retry
+//!   classification of [`UpstreamPool::request`] ([`NodeErrorKind::is_retryable`],
+//!   [`ChainError::is_retryable`]).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod attribution;
@@ -22,7 +28,7 @@ pub mod upstream;
 
 pub use attribution::AttributionSuffix;
 pub use node_error::{NodeError, NodeErrorKind, RevertReason};
-pub use upstream::{UpstreamConfig, UpstreamHealth, UpstreamPool};
+pub use upstream::{BlockHeader, UpstreamConfig, UpstreamHealth, UpstreamPool};
 
 use keel_units::ChainId;
 

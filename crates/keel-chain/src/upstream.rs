@@ -22,7 +22,8 @@ use alloy::eips::BlockNumberOrTag;
 use alloy::primitives::{Address, B256, Bytes, U64, U256};
 use alloy::rpc::client::{ClientBuilder, RpcClient};
 use alloy::rpc::json_rpc::{RpcRecv, RpcSend};
-use alloy::rpc::types::TransactionReceipt;
+use alloy::rpc::types::state::StateOverride;
+use alloy::rpc::types::{Log, TransactionReceipt, TransactionRequest};
 use alloy::transports::{RpcError, TransportErrorKind};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use keel_units::{ChainId, GasPrice, NativeAmount, Wei};
@@ -61,6 +62,49 @@ impl UpstreamConfig {
             request_timeout: Duration::from_secs(10),
         }
     }
+}
+
+/// A block header as Keel reads it (`eth_getBlockByNumber(…, false)`), decoded at this
+/// boundary: numbers as integers, the base fee as a [`GasPrice`] of the pool's chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockHeader {
+    /// The block number.
+    pub number: u64,
+    /// The block hash.
+    pub hash: B256,
+    /// The parent block's hash.
+    pub parent_hash: B256,
+    /// The block's timestamp, Unix seconds.
+    pub timestamp: u64,
+    /// The EIP-1559 base fee (wei per gas); `None` before London or on chains without it.
+    pub base_fee_per_gas: Option<GasPrice>,
+}
+
+/// The wire form of [`BlockHeader`] (unknown fields, the transaction hashes included,
+/// are skipped).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireHeader {
+    number: U64,
+    hash: B256,
+    parent_hash: B256,
+    timestamp: U64,
+    #[serde(default)]
+    base_fee_per_gas: Option<U256>,
+}
+
+/// The parameter object of `eth_getLogs`: a block range or one block hash, and the
+/// emitting contracts.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LogFilter {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from_block: Option<U64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    to_block: Option<U64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    block_hash: Option<B256>,
+    address: Vec<Address>,
 }
 
 /// The health of one upstream, by position (URLs are not shown: they can hold keys).
@@ -352,6 +396,122 @@ impl UpstreamPool {
             .request::<_, U64>("eth_blockNumber", ())
             .await?
             .to::<u64>())
+    }
+
+    /// `eth_getBlockByNumber(block, false)`: the block's header, `None` when the node
+    /// has no such block (a number above its head, a tag it does not know the block
+    /// for).
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn header(&self, block: BlockNumberOrTag) -> Result<Option<BlockHeader>> {
+        let wire: Option<WireHeader> = self.request("eth_getBlockByNumber", (block, false)).await?;
+        Ok(wire.map(|h| BlockHeader {
+            number: h.number.to::<u64>(),
+            hash: h.hash,
+            parent_hash: h.parent_hash,
+            timestamp: h.timestamp.to::<u64>(),
+            base_fee_per_gas: h.base_fee_per_gas.map(|w| GasPrice::new(self.chain, w)),
+        }))
+    }
+
+    /// The header of the node's `finalized` block; `None` when the node has none yet.
+    /// A node that does not know the tag answers an error ([`ChainError::Node`]):
+    /// callers that fall back to `head − confirmations` do so on any error.
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn finalized(&self) -> Result<Option<BlockHeader>> {
+        self.header(BlockNumberOrTag::Finalized).await
+    }
+
+    /// `eth_getLogs` of the contracts `addresses` over the blocks `from..=to`. A node
+    /// that refuses the span answers [`crate::NodeErrorKind::RangeTooLarge`].
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn logs_in_range(
+        &self,
+        addresses: &[Address],
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Log>> {
+        let filter = LogFilter {
+            from_block: Some(U64::from(from)),
+            to_block: Some(U64::from(to)),
+            block_hash: None,
+            address: addresses.to_vec(),
+        };
+        self.request("eth_getLogs", (filter,)).await
+    }
+
+    /// `eth_getLogs` of the contracts `addresses` in the block with hash `hash`
+    /// (EIP-234): the logs of exactly that block, whatever is canonical now. A node
+    /// that no longer knows the block answers an error.
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn logs_by_block_hash(&self, addresses: &[Address], hash: B256) -> Result<Vec<Log>> {
+        let filter = LogFilter {
+            from_block: None,
+            to_block: None,
+            block_hash: Some(hash),
+            address: addresses.to_vec(),
+        };
+        self.request("eth_getLogs", (filter,)).await
+    }
+
+    /// `eth_estimateGas(tx)` at the pending state: the gas the node estimates (no
+    /// headroom added). A reverting call answers
+    /// [`crate::NodeErrorKind::ExecutionReverted`] with the revert decoded.
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn estimate_gas(&self, tx: &TransactionRequest) -> Result<u64> {
+        Ok(self
+            .request::<_, U64>("eth_estimateGas", (tx.clone(),))
+            .await?
+            .to::<u64>())
+    }
+
+    /// `eth_estimateGas(tx, block, overrides)`: the estimate at `block` with the state
+    /// `overrides` applied (e.g. a sender's balance raised so that an account that
+    /// cannot pay yet still gets an estimate).
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn estimate_gas_with_overrides(
+        &self,
+        tx: &TransactionRequest,
+        block: BlockNumberOrTag,
+        overrides: &StateOverride,
+    ) -> Result<u64> {
+        Ok(self
+            .request::<_, U64>("eth_estimateGas", (tx.clone(), block, overrides.clone()))
+            .await?
+            .to::<u64>())
+    }
+
+    /// `eth_call(tx, block)`: the call's return data. A reverting call answers
+    /// [`crate::NodeErrorKind::ExecutionReverted`] with the revert decoded
+    /// ([`crate::NodeError::revert`]).
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn call(&self, tx: &TransactionRequest, block: BlockNumberOrTag) -> Result<Bytes> {
+        self.request("eth_call", (tx.clone(), block)).await
+    }
+
+    /// Whether the node knows the transaction `hash` (`eth_getTransactionByHash`
+    /// answers a transaction, mined or pending, rather than `null`). The transaction is
+    /// not decoded, so any transaction type counts.
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn transaction_known(&self, hash: B256) -> Result<bool> {
+        let tx: Option<serde::de::IgnoredAny> =
+            self.request("eth_getTransactionByHash", (hash,)).await?;
+        Ok(tx.is_some())
     }
 
     /// `eth_gasPrice` as a [`GasPrice`] bound to this chain (wei per gas).

@@ -174,7 +174,7 @@ async fn revert_carries_the_contracts_custom_error() {
         .with_to(*feed.address())
         .with_input(PriceFeed::latestRoundDataCall {}.abi_encode());
     let err = pool
-        .request::<_, Bytes>("eth_call", (call, BlockNumberOrTag::Latest))
+        .call(&call, BlockNumberOrTag::Latest)
         .await
         .unwrap_err();
     let ChainError::Node { error, .. } = err else {
@@ -336,4 +336,190 @@ async fn an_internal_error_answer_fails_over_and_a_node_verdict_does_not() {
     );
     assert!(err.is_retryable());
     assert_eq!(plain.count("eth_blockNumber"), 1);
+}
+
+#[tokio::test]
+async fn headers_are_typed_and_chained() {
+    let chain = TestChain::builder().chain_id(4243).start().await.unwrap();
+    let pool = pool(&chain, vec![chain.endpoint().to_string()]);
+    chain.mine().await.unwrap();
+    chain.mine().await.unwrap();
+    let genesis = pool
+        .header(BlockNumberOrTag::Number(0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(genesis.number, 0);
+    let latest = pool
+        .header(BlockNumberOrTag::Latest)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.number, 2);
+    assert_eq!(latest.number, pool.block_number().await.unwrap());
+    let one = pool
+        .header(BlockNumberOrTag::Number(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(one.parent_hash, genesis.hash);
+    assert_eq!(latest.parent_hash, one.hash);
+    assert!(latest.timestamp >= genesis.timestamp);
+    let base_fee = latest.base_fee_per_gas.unwrap();
+    assert_eq!(base_fee.chain, ChainId(4243), "bound to the pool's chain");
+    assert!(base_fee.wei_per_gas > U256::ZERO);
+    // Above the head: no block, not an error.
+    assert_eq!(
+        pool.header(BlockNumberOrTag::Number(1_000)).await.unwrap(),
+        None
+    );
+    // Anvil knows the `finalized` tag: a block at or below the head.
+    let finalized = pool.finalized().await.unwrap().unwrap();
+    assert!(finalized.number <= latest.number);
+}
+
+#[tokio::test]
+async fn logs_by_range_and_by_block_hash_agree() {
+    let chain = TestChain::start().await.unwrap();
+    let admin = chain.account(0).unwrap();
+    let feed = PriceFeed::deploy(
+        chain.provider().clone(),
+        8u8,
+        "EUR / USD".to_owned(),
+        admin,
+        admin,
+    )
+    .await
+    .unwrap();
+    let receipt = anvil_tests::submit_observation(chain.provider(), *feed.address(), 108_000_000)
+        .await
+        .unwrap();
+    let block = receipt.block_number.unwrap();
+    let hash = receipt.block_hash.unwrap();
+    let pool = pool(&chain, vec![chain.endpoint().to_string()]);
+    let head = pool.block_number().await.unwrap();
+
+    let ranged = pool
+        .logs_in_range(&[*feed.address()], 0, head)
+        .await
+        .unwrap();
+    assert!(!ranged.is_empty());
+    assert!(ranged.iter().all(|l| l.inner.address == *feed.address()));
+    let in_block: Vec<_> = ranged
+        .iter()
+        .filter(|l| l.block_number == Some(block))
+        .cloned()
+        .collect();
+    let by_hash = pool
+        .logs_by_block_hash(&[*feed.address()], hash)
+        .await
+        .unwrap();
+    assert_eq!(by_hash, in_block);
+    assert!(by_hash.iter().all(|l| l.block_hash == Some(hash)));
+    // Another contract: nothing; a range without the block: nothing.
+    let other = Address::repeat_byte(0x42);
+    assert!(
+        pool.logs_in_range(&[other], 0, head)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        pool.logs_by_block_hash(&[other], hash)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        pool.logs_in_range(&[*feed.address()], 0, block - 1)
+            .await
+            .unwrap()
+            .iter()
+            .all(|l| l.block_number < Some(block))
+    );
+}
+
+#[tokio::test]
+async fn estimates_calls_and_known_transactions() {
+    let chain = TestChain::start().await.unwrap();
+    let pool = pool(&chain, vec![chain.endpoint().to_string()]);
+    let rich = chain.account(0).unwrap();
+    let transfer = TransactionRequest::default()
+        .with_from(rich)
+        .with_to(Address::repeat_byte(0x42))
+        .with_value(U256::from(1));
+    assert_eq!(pool.estimate_gas(&transfer).await.unwrap(), 21_000);
+
+    // State overrides are applied: a balance for an account that has none, and code
+    // (`PUSH0 PUSH0 REVERT`) at the plain address the transfer goes to.
+    let poor = PrivateKeySigner::random().address();
+    let unpaid = TransactionRequest::default()
+        .with_from(poor)
+        .with_to(Address::repeat_byte(0x42))
+        .with_value(U256::from(10u64).pow(U256::from(18u64)));
+    let mut overrides = alloy::rpc::types::state::StateOverride::default();
+    overrides.insert(
+        poor,
+        alloy::rpc::types::state::AccountOverride {
+            balance: Some(U256::from(10u64).pow(U256::from(30u64))),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        pool.estimate_gas_with_overrides(&unpaid, BlockNumberOrTag::Latest, &overrides)
+            .await
+            .unwrap(),
+        21_000
+    );
+    overrides.insert(
+        Address::repeat_byte(0x42),
+        alloy::rpc::types::state::AccountOverride {
+            code: Some(Bytes::from(vec![0x5f, 0x5f, 0xfd])),
+            ..Default::default()
+        },
+    );
+    let err = pool
+        .estimate_gas_with_overrides(&unpaid, BlockNumberOrTag::Latest, &overrides)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ChainError::Node { error, .. } if error.kind == NodeErrorKind::ExecutionReverted),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable(), "a verdict on the request: {err:?}");
+
+    // `eth_call` returns the ABI-encoded answer.
+    let admin = chain.account(0).unwrap();
+    let feed = PriceFeed::deploy(
+        chain.provider().clone(),
+        8u8,
+        "EUR / USD".to_owned(),
+        admin,
+        admin,
+    )
+    .await
+    .unwrap();
+    let decimals = TransactionRequest::default()
+        .with_to(*feed.address())
+        .with_input(PriceFeed::decimalsCall {}.abi_encode());
+    let out = pool
+        .call(&decimals, BlockNumberOrTag::Latest)
+        .await
+        .unwrap();
+    assert_eq!(
+        PriceFeed::decimalsCall::abi_decode_returns(&out).unwrap(),
+        8
+    );
+
+    // Known transactions: a mined one yes, an invented hash no.
+    let signer = chain.signer(3).unwrap().clone();
+    let raw = raw_transfer(&chain, &signer, 0, 1).await;
+    let sent = pool.send_raw_transaction(&raw).await.unwrap();
+    assert!(pool.transaction_known(sent).await.unwrap());
+    assert!(
+        !pool
+            .transaction_known(B256::repeat_byte(0x77))
+            .await
+            .unwrap()
+    );
 }

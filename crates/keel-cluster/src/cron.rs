@@ -2,11 +2,12 @@
 //! cycle recorded by one owner is never started again by another.
 
 use crate::{ClusterError, Result, ShardLease};
+use keel_service::{BackgroundService, Report, ServiceConfig};
 use sqlx::PgPool;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 use uuid::Uuid;
 
 const TARGET: &str = "keel::cluster::cron";
@@ -595,7 +596,46 @@ pub async fn db_now(pool: &PgPool) -> Result<SystemTime> {
     Ok(to_system_time(db_now_us(pool).await?))
 }
 
-/// The loop a cron job runs under its shard's lease.
+/// A cron job's loop under its shard's lease, as a [`BackgroundService`] (`cron`):
+/// each run is one [`cron_pass`]; a pass that is catching up (more due cycles than
+/// [`CronJob::max_catch_up_per_pass`]) runs again at once, else the loop waits until
+/// the next cycle is due. A failed pass is retried after the job's period clamped to
+/// 100 ms..=5 s (the runner's backoff, fixed at that delay).
+struct CronLoop<'a, F> {
+    pool: &'a PgPool,
+    replica: Uuid,
+    job: &'a CronJob,
+    token: &'a CancellationToken,
+    work: &'a F,
+}
+
+impl<F, Fut, T, E> BackgroundService for CronLoop<'_, F>
+where
+    F: Fn(CronCycle) -> Fut + Sync,
+    Fut: Future<Output = std::result::Result<T, E>> + Send,
+    T: CronReport + Send,
+    E: std::fmt::Display + Send,
+{
+    type Error = ClusterError;
+
+    fn name(&self) -> &'static str {
+        "cron"
+    }
+
+    async fn run_once(&mut self) -> Result<Report> {
+        // A failure is logged at WARN by the runner, in the span `cron_job{name}`.
+        let pass = cron_pass(self.pool, self.replica, self.job, self.token, self.work).await?;
+        let ran = u64::from(pass.ran);
+        Ok(if pass.wait.is_zero() {
+            Report::more_pending(ran)
+        } else {
+            Report::after(ran, pass.wait)
+        })
+    }
+}
+
+/// The loop a cron job runs under its shard's lease ([`CronLoop`] on the
+/// [`keel_service`] runner, stopped by the lease's token).
 pub(crate) async fn run<F, Fut, T, E>(
     pool: PgPool,
     replica: Uuid,
@@ -603,10 +643,10 @@ pub(crate) async fn run<F, Fut, T, E>(
     lease: ShardLease,
     work: &F,
 ) where
-    F: Fn(CronCycle) -> Fut,
-    Fut: Future<Output = std::result::Result<T, E>>,
-    T: CronReport,
-    E: std::fmt::Display,
+    F: Fn(CronCycle) -> Fut + Sync,
+    Fut: Future<Output = std::result::Result<T, E>> + Send,
+    T: CronReport + Send,
+    E: std::fmt::Display + Send,
 {
     let token = lease.token().clone();
     let retry = job
@@ -616,19 +656,17 @@ pub(crate) async fn run<F, Fut, T, E>(
     if let Err(err) = register_job(&pool, &job).await {
         warn!(target: TARGET, name = %job.name, error = %err, "cron job registration failed");
     }
-    while !token.is_cancelled() {
-        let wait = match cron_pass(&pool, replica, &job, &token, work).await {
-            Ok(pass) => pass.wait,
-            Err(err) => {
-                warn!(target: TARGET, name = %job.name, error = %err, "cron pass failed");
-                retry
-            }
-        };
-        tokio::select! {
-            () = token.cancelled() => break,
-            () = tokio::time::sleep(wait) => {}
-        }
-    }
+    let service = CronLoop {
+        pool: &pool,
+        replica,
+        job: &job,
+        token: &token,
+        work,
+    };
+    let pacing = ServiceConfig::new(retry).with_backoff(retry, retry);
+    keel_service::run(service, pacing, token.clone())
+        .instrument(tracing::info_span!("cron_job", name = %job.name))
+        .await;
 }
 
 /// What one [`cron_pass`] did.

@@ -19,7 +19,9 @@
 //! - [`ShardOwner::cron`]: a job run once per cycle on one owner, each cycle keyed by
 //!   (name, scheduled time) and recorded in `cron_cycle` before it starts, so an
 //!   ownership handoff never starts a recorded cycle twice; missed cycles are caught up
-//!   at most [`CronJob::max_catch_up_per_pass`] per pass ([`cron_pass`]);
+//!   at most [`CronJob::max_catch_up_per_pass`] per pass ([`cron_pass`]); the job's loop
+//!   is a `keel-service` background service (`cron`): a pass that is catching up runs
+//!   again at once, else it waits for the next due cycle;
 //! - [`job_health`] / [`report_job_health`]: each job's schedule (`cron_job`) and cycles
 //!   (attempt, outcome, duration, items, last success) judged as one [`JobHealth`] —
 //!   "ran and found nothing", "overdue" and "stopped reporting" are distinct states;

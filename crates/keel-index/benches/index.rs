@@ -371,7 +371,7 @@ async fn tip_catch_up(w: &Workload, db: &TestDatabase, head: u64) -> anyhow::Res
     .await?;
     let started = Instant::now();
     loop {
-        let out = ingest.step().await?;
+        let out = ingest.round().await?;
         if out.tip >= Some(head) {
             break;
         }
@@ -379,7 +379,7 @@ async fn tip_catch_up(w: &Workload, db: &TestDatabase, head: u64) -> anyhow::Res
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// How the latency case's tip loop waits between steps once caught up.
+/// How the latency case's tip loop waits between rounds once caught up.
 #[derive(Debug, Clone, Copy)]
 enum Follow {
     /// Sleep the poll interval (what `keel run`'s indexer loop does).
@@ -390,7 +390,7 @@ enum Follow {
 }
 
 /// Tip latency at 1 s block time on `chain` (an Anvil with `--block-time 1`, the
-/// emitter at `emitter`): a tip loop steps and then waits per `follow`; the bench
+/// emitter at `emitter`): a tip loop rounds and then waits per `follow`; the bench
 /// watches the head every 2 ms, sends a transaction of `events` events as each block
 /// appears (so the next block carries them), and times block seen → `wait_for_block`
 /// returns (read-after-write through LISTEN/NOTIFY). Milliseconds, sorted.
@@ -431,7 +431,7 @@ async fn tip_latency(
         let stop = stop.clone();
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let out = ingest.step().await?;
+                let out = ingest.round().await?;
                 if out.tip.is_some_and(|t| t < out.head) {
                     continue;
                 }
@@ -654,9 +654,9 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             let (p50, p99) = (percentile(&ms, 0.5), percentile(&ms, 0.99));
             let (label, key) = match follow {
-                Follow::Poll => ("step, sleep poll".to_owned(), format!("poll{poll}")),
+                Follow::Poll => ("round, sleep poll".to_owned(), format!("poll{poll}")),
                 Follow::WatchHead(d) => (
-                    format!("step, watch head every {} ms", d.as_millis()),
+                    format!("round, watch head every {} ms", d.as_millis()),
                     format!("poll{poll}_head{}", d.as_millis()),
                 ),
             };

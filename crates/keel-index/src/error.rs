@@ -49,7 +49,7 @@ pub enum IndexError {
         chain: ChainId,
     },
     /// The node answered inconsistently (a block it reported is missing, a log of
-    /// another block came back for a block hash). Retryable: the next step re-reads.
+    /// another block came back for a block hash). Retryable: the next round re-reads.
     #[error("chain {chain}: node answer for block {number} is inconsistent: {reason}")]
     Inconsistent {
         /// The chain.
@@ -126,7 +126,7 @@ impl IndexError {
         )
     }
 
-    /// True when the same step may succeed later.
+    /// True when the same round may succeed later.
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Store(e) => e.is_transient(),

@@ -14,15 +14,14 @@
 
 use crate::decode::decode;
 use crate::scope::{ScopeKind, chain_i64, live_scope, to_i64};
-use crate::write::{Batch, write_batch};
+use crate::store::logs::{Batch, batch_insert};
+use crate::store::{block, chain as chain_row, range, scope as scope_rows};
 use crate::{IndexError, Result};
 use alloy::primitives::Address;
 use alloy::rpc::types::Log;
 use keel_chain::{ChainError, NodeErrorKind, UpstreamPool};
 use keel_store::PgPool;
 use keel_units::ChainId;
-use serde::Deserialize;
-use sqlx::Row;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -131,22 +130,9 @@ pub async fn plan_history(
     }
     let c = chain_i64(chain);
     let mut tx = db.begin().await?;
-    sqlx::query("INSERT INTO index_chain (chain_id) VALUES ($1) ON CONFLICT DO NOTHING")
-        .bind(c)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("SELECT 1 FROM index_chain WHERE chain_id = $1 FOR UPDATE")
-        .bind(c)
-        .execute(&mut *tx)
-        .await?;
-    let start: Option<i64> = sqlx::query_scalar(
-        "SELECT COALESCE(
-            (SELECT max(to_block) + 1 FROM index_range WHERE chain_id = $1 AND address IS NULL),
-            (SELECT min(from_block) FROM index_scope WHERE chain_id = $1 AND removed_at IS NULL))",
-    )
-    .bind(c)
-    .fetch_one(&mut *tx)
-    .await?;
+    chain_row::chain_ensure(&mut *tx, c).await?;
+    chain_row::chain_lock(&mut *tx, c).await?;
+    let start = range::range_plan_start(&mut *tx, c).await?;
     let Some(start) = start.and_then(|s| u64::try_from(s).ok()) else {
         return Ok(0);
     };
@@ -159,15 +145,7 @@ pub async fn plan_history(
         tos.push(to_i64(t));
         f = t + 1;
     }
-    sqlx::query(
-        "INSERT INTO index_range (chain_id, from_block, to_block)
-         SELECT $1, f, t FROM unnest($2::bigint[], $3::bigint[]) AS u(f, t)",
-    )
-    .bind(c)
-    .bind(&froms)
-    .bind(&tos)
-    .execute(&mut *tx)
-    .await?;
+    range::ranges_insert_many(&mut *tx, c, &froms, &tos).await?;
     tx.commit().await?;
     Ok(froms.len() as u64)
 }
@@ -177,18 +155,8 @@ pub async fn plan_history(
 /// # Errors
 /// [`IndexError::Store`].
 pub async fn pending_ranges(db: &PgPool, chain: ChainId) -> Result<u64> {
-    let n: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM index_range WHERE chain_id = $1 AND state <> 'completed'",
-    )
-    .bind(chain_i64(chain))
-    .fetch_one(db)
-    .await?;
+    let n = range::ranges_open_count(db, chain_i64(chain)).await?;
     Ok(u64::try_from(n).unwrap_or(0))
-}
-
-#[derive(Debug, Deserialize)]
-struct Numbered {
-    number: alloy::primitives::U64,
 }
 
 /// The settled height: the `finalized` block where the node has the tag, else
@@ -197,11 +165,8 @@ struct Numbered {
 /// # Errors
 /// [`IndexError::Chain`] when the head cannot be read.
 pub async fn settled_height(node: &UpstreamPool, confirmations: u64) -> Result<u64> {
-    if let Ok(Some(b)) = node
-        .request::<_, Option<Numbered>>("eth_getBlockByNumber", ("finalized", false))
-        .await
-    {
-        return Ok(b.number.to::<u64>());
+    if let Ok(Some(b)) = node.finalized().await {
+        return Ok(b.number);
     }
     Ok(node.block_number().await?.saturating_sub(confirmations))
 }
@@ -261,6 +226,11 @@ impl HistoryWorker {
             write_concurrency: 1,
             target_logs: DEFAULT_TARGET_LOGS_PER_REQUEST,
         })
+    }
+
+    /// The chain this worker's node serves.
+    pub fn chain(&self) -> ChainId {
+        self.node.chain()
     }
 
     /// Up to `n` `eth_getLogs` requests of one range in flight at once (default 1;
@@ -382,36 +352,21 @@ impl HistoryWorker {
     /// [`IndexError::Store`].
     pub async fn claim(&self) -> Result<Option<RangeLease>> {
         let chain = self.node.chain();
-        let row = sqlx::query(
-            "WITH next AS (
-                SELECT id FROM index_range
-                WHERE chain_id = $1
-                  AND (state = 'pending' OR (state = 'running' AND lease_expires_at < now()))
-                ORDER BY from_block, id
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED)
-             UPDATE index_range r
-                SET state = 'running', attempt = r.attempt + 1, lease_owner = $2,
-                    lease_expires_at = now() + make_interval(secs => $3)
-               FROM next WHERE r.id = next.id
-             RETURNING r.id, r.address, r.from_block, r.to_block, r.attempt",
+        let row = range::range_claim(
+            &self.db,
+            chain_i64(chain),
+            &self.worker_id,
+            self.config.lease.as_secs_f64(),
         )
-        .bind(chain_i64(chain))
-        .bind(&self.worker_id)
-        .bind(self.config.lease.as_secs_f64())
-        .fetch_optional(&self.db)
         .await?;
         let Some(row) = row else { return Ok(None) };
-        let address: Option<Vec<u8>> = row.try_get("address")?;
-        let from: i64 = row.try_get("from_block")?;
-        let to: i64 = row.try_get("to_block")?;
         Ok(Some(RangeLease {
-            id: row.try_get("id")?,
+            id: row.id,
             chain,
-            address: address.and_then(|a| Address::try_from(&a[..]).ok()),
-            from_block: u64::try_from(from).unwrap_or(0),
-            to_block: u64::try_from(to).unwrap_or(0),
-            attempt: row.try_get("attempt")?,
+            address: row.address.and_then(|a| Address::try_from(&a[..]).ok()),
+            from_block: u64::try_from(row.from_block).unwrap_or(0),
+            to_block: u64::try_from(row.to_block).unwrap_or(0),
+            attempt: row.attempt,
         }))
     }
 
@@ -449,28 +404,13 @@ impl HistoryWorker {
         let logs = batch.log_rows();
         let c = chain_i64(chain);
         let mut tx = self.db.begin().await?;
-        let done = sqlx::query(
-            "UPDATE index_range
-                SET state = 'completed', completed_at = now(), lease_expires_at = NULL, logs = $3
-              WHERE id = $1 AND attempt = $2 AND state = 'running'",
-        )
-        .bind(lease.id)
-        .bind(lease.attempt)
-        .bind(to_i64(logs))
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() != 1 {
+        if !range::range_complete(&mut *tx, lease.id, lease.attempt, to_i64(logs)).await? {
             return Err(self.lost(lease));
         }
         // The chain row is locked shared before any row is written: tip commits and
         // reorg rollbacks lock it exclusively, so the checkpoint and the hash window read
         // here stay as they are until this commits.
-        let tip: Option<i64> =
-            sqlx::query_scalar("SELECT tip_number FROM index_chain WHERE chain_id = $1 FOR SHARE")
-                .bind(c)
-                .fetch_optional(&mut *tx)
-                .await?
-                .flatten();
+        let tip = chain_row::chain_tip_for_share(&mut *tx, c).await?;
         if let Some(number) = unsettled_block(&mut tx, c, tip, &batch).await? {
             drop(tx);
             return Err(self.unsettled(lease, number).await);
@@ -484,25 +424,18 @@ impl HistoryWorker {
         // re-read the scope under that lock).
         let mut gaps: Vec<(i64, i64)> = Vec::new();
         if !discovered.is_empty() {
-            let above: Vec<(i64, i64, String)> = sqlx::query_as(
-                "SELECT from_block, to_block, state FROM index_range
-                 WHERE chain_id = $1 AND address IS NULL AND from_block > $2
-                 ORDER BY from_block FOR UPDATE",
-            )
-            .bind(c)
-            .bind(to_i64(lease.to_block))
-            .fetch_all(&mut *tx)
-            .await?;
+            let above =
+                range::ranges_whole_above_for_update(&mut *tx, c, to_i64(lease.to_block)).await?;
             let planned_end = above
                 .iter()
-                .map(|(_, t, _)| *t)
+                .map(|r| r.to_block)
                 .max()
                 .unwrap_or(to_i64(lease.to_block));
             gaps.extend(
                 above
                     .into_iter()
-                    .filter(|(_, _, state)| state != "pending")
-                    .map(|(f, t, _)| (f, t)),
+                    .filter(|r| r.state != "pending")
+                    .map(|r| (r.from_block, r.to_block)),
             );
             if let Some(tip) = tip
                 && tip > planned_end
@@ -510,30 +443,18 @@ impl HistoryWorker {
                 gaps.push((planned_end + 1, tip));
             }
         }
-        write_batch(&mut tx, c, &batch).await?;
+        batch_insert(&mut tx, c, &batch).await?;
         for (address, kind, block) in &discovered {
-            sqlx::query(
-                "INSERT INTO index_scope (chain_id, address, kind, from_block, discovered_at_block)
-                 VALUES ($1, $2, $3, $4, $4)
-                 ON CONFLICT (chain_id, address) WHERE removed_at IS NULL DO NOTHING",
+            scope_rows::scope_insert_discovered(
+                &mut *tx,
+                c,
+                address.as_slice(),
+                kind.as_str(),
+                to_i64(*block),
             )
-            .bind(c)
-            .bind(address.as_slice())
-            .bind(kind.as_str())
-            .bind(to_i64(*block))
-            .execute(&mut *tx)
             .await?;
             for (from, to) in &gaps {
-                sqlx::query(
-                    "INSERT INTO index_range (chain_id, address, from_block, to_block)
-                     VALUES ($1, $2, $3, $4)",
-                )
-                .bind(c)
-                .bind(address.as_slice())
-                .bind(from)
-                .bind(to)
-                .execute(&mut *tx)
-                .await?;
+                range::range_insert_address(&mut *tx, c, address.as_slice(), *from, *to).await?;
             }
         }
         tx.commit().await?;
@@ -662,16 +583,13 @@ impl HistoryWorker {
     /// # Errors
     /// [`IndexError::Store`].
     pub async fn renew(&self, lease: &RangeLease) -> Result<bool> {
-        let renewed = sqlx::query(
-            "UPDATE index_range SET lease_expires_at = now() + make_interval(secs => $3)
-              WHERE id = $1 AND attempt = $2 AND state = 'running'",
+        range::range_renew(
+            &self.db,
+            lease.id,
+            lease.attempt,
+            self.config.lease.as_secs_f64(),
         )
-        .bind(lease.id)
-        .bind(lease.attempt)
-        .bind(self.config.lease.as_secs_f64())
-        .execute(&self.db)
-        .await?;
-        Ok(renewed.rows_affected() == 1)
+        .await
     }
 
     /// A fetched range held a row of block `number` that is not the block the index
@@ -680,14 +598,7 @@ impl HistoryWorker {
     async fn unsettled(&self, lease: &RangeLease, number: u64) -> IndexError {
         metrics::counter!("keel_index_history_unsettled_total", "chain_id" => lease.chain.get().to_string()).increment(1);
         tracing::warn!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, to = lease.to_block, block = number, "range answer holds a block the index does not hold as canonical (a reorg since the fetch); nothing written, the range is fetched again");
-        let released = sqlx::query(
-            "UPDATE index_range SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
-              WHERE id = $1 AND attempt = $2 AND state = 'running'",
-        )
-        .bind(lease.id)
-        .bind(lease.attempt)
-        .execute(&self.db)
-        .await;
+        let released = range::range_release(&self.db, lease.id, lease.attempt).await;
         if let Err(e) = released {
             tracing::warn!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, error = %e, "releasing the range failed; its lease will lapse");
         }
@@ -826,28 +737,18 @@ async fn unsettled_block(
     {
         return Ok(blocks.keys().copied().find(|n| *n > t));
     }
-    let oldest: Option<i64> =
-        sqlx::query_scalar("SELECT min(number) FROM index_block WHERE chain_id = $1")
-            .bind(chain)
-            .fetch_one(&mut *tx)
-            .await?;
+    let oldest = block::block_oldest(&mut *tx, chain).await?;
     let Some(oldest) = oldest.and_then(|o| u64::try_from(o).ok()) else {
         return Ok(None);
     };
     if highest < oldest {
         return Ok(None);
     }
-    let stored: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-        "SELECT number, hash FROM index_block WHERE chain_id = $1 AND number BETWEEN $2 AND $3",
-    )
-    .bind(chain)
-    .bind(to_i64(lowest.max(oldest)))
-    .bind(to_i64(highest))
-    .fetch_all(&mut *tx)
-    .await?;
+    let stored =
+        block::blocks_between(&mut *tx, chain, to_i64(lowest.max(oldest)), to_i64(highest)).await?;
     let stored: HashMap<u64, Vec<u8>> = stored
         .into_iter()
-        .filter_map(|(n, h)| Some((u64::try_from(n).ok()?, h)))
+        .filter_map(|b| Some((u64::try_from(b.number).ok()?, b.hash)))
         .collect();
     Ok(blocks
         .range(oldest..)
@@ -886,18 +787,10 @@ async fn get_logs(
     to: u64,
     addresses: &[Address],
 ) -> Result<Vec<Log>> {
-    let filter = serde_json::json!({
-        "fromBlock": format!("0x{from:x}"),
-        "toBlock": format!("0x{to:x}"),
-        "address": addresses,
-    });
     let mut delay = Duration::from_millis(200);
     let mut attempt = 0;
     loop {
-        match node
-            .request::<_, Vec<Log>>("eth_getLogs", vec![filter.clone()])
-            .await
-        {
+        match node.logs_in_range(addresses, from, to).await {
             Ok(l) => return Ok(l),
             Err(e) if e.is_retryable() && attempt < retries => {
                 attempt += 1;

@@ -25,10 +25,10 @@
 //!   `0017`, [`read::chain_health`], [`read::degraded_chains`], gauge
 //!   `keel_index_chain_degraded`) and every later write of any owner fails with
 //!   [`IndexError::Degraded`] until an operator re-indexes the chain.
-//! - [`FollowBackoff`]: the pacing of a tip follow loop. A step that finds the node
+//! - [`FollowBackoff`]: the pacing of a tip follow loop. A round that finds the node
 //!   reporting a head above a block it answers `null` for stops there
-//!   ([`StepOutcome::missing`]); the loop then backs off exponentially (capped), and
-//!   counts and logs it (rate-limited), instead of stepping again at once.
+//!   ([`RoundOutcome::missing`]); the loop then backs off exponentially (capped), and
+//!   counts and logs it (rate-limited), instead of running another round at once.
 //! - Projections (all rows carry chain, block number, block hash, tx hash, log index;
 //!   inserts are idempotent on `(chain_id, block_hash, log_index)`; bulk rows of a
 //!   history range or a big block are written with binary `COPY`, straight into the
@@ -51,7 +51,7 @@
 //! `keel_index_reorg_depth_blocks` (histogram, blocks), `keel_index_reorg_too_deep_total`,
 //! `keel_index_reorg_beyond_window_total` (rolled back to the finalized block),
 //! `keel_index_fenced_total`, `keel_index_chain_degraded` (gauge, 1 degraded),
-//! `keel_index_tip_missing_block_total`, `keel_index_tip_step_errors_total`.
+//! `keel_index_tip_missing_block_total`, `keel_index_tip_round_errors_total`.
 //!
 //! - [`history`]: leased historical catch-up below the settled height. The owner plans
 //!   ranges ([`plan_history`], `index_range`); any replica's [`HistoryWorker`] claims
@@ -81,9 +81,9 @@
 //!   spans are in flight, each decoded and encoded for `COPY` in its own task, and the
 //!   span adapts to the answers' sizes
 //!   ([`HistoryWorker::with_target_logs_per_request`]).
-//! - [`TipIngest::wait_for_new_head`]: between steps, watch the head with
-//!   `eth_blockNumber` only, so a new block is stepped on within milliseconds while the
-//!   full step (with its reorg check of the stored tip) still runs every poll interval.
+//! - [`TipIngest::wait_for_new_head`]: between rounds, watch the head with
+//!   `eth_blockNumber` only, so a new block is ingested within milliseconds while the
+//!   full round (with its reorg check of the stored tip) still runs every poll interval.
 //!
 //! ## Metrics (history)
 //! `keel_index_history_logs_total`, `keel_index_history_span_splits_total`,
@@ -96,16 +96,28 @@
 //! indexer processes, tip-ingest events/s, tip latency p50/p99 on an Anvil with
 //! `--block-time 1`.
 //!
+//! ## Services and SQL
+//! - [`service`]: the crate's background loops on the `keel-service` shape
+//!   (`run_once` → report, idle delay, backoff, stop on a cancellation token):
+//!   [`TipFollow`] / [`follow_tip`] (the owner's tip loop: degraded hold, history
+//!   planning before the first tip block, ownership, rounds paced by [`FollowBackoff`])
+//!   and [`HistoryDrain`] / [`work_history`] (a replica's history worker loop while the
+//!   chain is served). The `keel` binary only wires them.
+//! - The SQL lives in the private `store` module, one module per table (`chain`,
+//!   `block`, `scope`, `range`, `logs`, `projection`): noun-first query functions over
+//!   `impl PgExecutor`, guarded updates, `FromRow` rows.
+//!
 //! ## Not yet built
-//! - `keel run`'s tip loop (crate `keel`) is paced by [`FollowBackoff`] but does not
-//!   use [`TipIngest::wait_for_new_head`] between steps yet.
+//! - The tip loop ([`follow_tip`]) is paced by [`FollowBackoff`] but does not use
+//!   [`TipIngest::wait_for_new_head`] between rounds yet.
 //! - Clearing a degraded marker (an operator's re-index) has no command yet.
 //! - Whether the ≥ 10× Ponder target holds depends on the run; see
 //!   `benches/README.md`.
 //!
-//! The `keel` binary's indexer role plans history ([`plan_history`]) below the settled
-//! height before a chain's first tip block and starts the tip above it; every replica
-//! runs a [`HistoryWorker`].
+//! The `keel` binary's indexer role (through [`follow_tip`]) plans history
+//! ([`plan_history`]) below the settled height before a chain's first tip block and
+//! starts the tip above it; every replica runs a [`HistoryWorker`] (through
+//! [`work_history`]).
 //! The multi-process kill -9 test of the tip owner (two `keel run --role indexer`
 //! processes, the owner killed, the other takes over with a new epoch and the index
 //! equals the chain's logs) is in `crates/keel/tests/e2e.rs`.
@@ -116,11 +128,13 @@ mod error;
 pub mod history;
 pub mod read;
 pub mod scope;
+pub mod service;
+mod store;
 pub mod tip;
-mod write;
 
 pub use error::{IndexError, Result};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};
-pub use tip::{FollowBackoff, NextStep, StepOutcome, TipConfig, TipIngest};
+pub use service::{HistoryDrain, TipFollow, follow_tip, work_history};
+pub use tip::{FollowBackoff, NextRound, RoundOutcome, TipConfig, TipIngest};

@@ -1,14 +1,15 @@
 //! Reads of the projections, and read-after-write waits.
 
 use crate::scope::{chain_i64, to_i64};
+use crate::store::{chain as chain_row, projection};
 use crate::tip::TIP_CHANNEL;
 use crate::{IndexError, Result};
 use alloy::primitives::{Address, B256};
 use keel_store::PgPool;
 use keel_units::ChainId;
-use sqlx::postgres::{PgListener, PgRow};
+use sqlx::PgExecutor;
+use sqlx::postgres::PgListener;
 use sqlx::types::chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, Row};
 use std::time::Duration;
 
 /// The indexed tip of a chain: every row at or below `number` reflects the canonical
@@ -97,27 +98,28 @@ pub struct DirectoryEntryRow {
     pub removed_at_block: Option<u64>,
 }
 
-fn b256(row: &PgRow, col: &str) -> Result<B256> {
-    let v: Vec<u8> = row.try_get(col)?;
-    B256::try_from(&v[..]).map_err(|_| IndexError::Store(keel_store::StoreError::Decode))
+fn decode_err() -> IndexError {
+    IndexError::Store(keel_store::StoreError::Decode)
 }
 
-fn address(row: &PgRow, col: &str) -> Result<Address> {
-    let v: Vec<u8> = row.try_get(col)?;
-    Address::try_from(&v[..]).map_err(|_| IndexError::Store(keel_store::StoreError::Decode))
+fn b256(v: &[u8]) -> Result<B256> {
+    B256::try_from(v).map_err(|_| decode_err())
 }
 
-fn u64_col(row: &PgRow, col: &str) -> Result<u64> {
-    let v: i64 = row.try_get(col)?;
-    u64::try_from(v).map_err(|_| IndexError::Store(keel_store::StoreError::Decode))
+fn address(v: &[u8]) -> Result<Address> {
+    Address::try_from(v).map_err(|_| decode_err())
 }
 
-fn position(row: &PgRow) -> Result<EventPosition> {
+fn u64_of(v: i64) -> Result<u64> {
+    u64::try_from(v).map_err(|_| decode_err())
+}
+
+fn position(row: &projection::PositionRow) -> Result<EventPosition> {
     Ok(EventPosition {
-        block_number: u64_col(row, "block_number")?,
-        log_index: u64_col(row, "log_index")?,
-        block_hash: b256(row, "block_hash")?,
-        tx_hash: b256(row, "tx_hash")?,
+        block_number: u64_of(row.block_number)?,
+        log_index: u64_of(row.log_index)?,
+        block_hash: b256(&row.block_hash)?,
+        tx_hash: b256(&row.tx_hash)?,
     })
 }
 
@@ -126,16 +128,11 @@ fn position(row: &PgRow) -> Result<EventPosition> {
 /// # Errors
 /// [`IndexError::Store`].
 pub async fn indexed_tip(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Option<IndexedTip>> {
-    let row = sqlx::query(
-        "SELECT tip_number, tip_hash FROM index_chain WHERE chain_id = $1 AND tip_number IS NOT NULL",
-    )
-    .bind(chain_i64(chain))
-    .fetch_optional(db)
-    .await?;
+    let row = chain_row::chain_tip(db, chain_i64(chain)).await?;
     row.map(|r| {
         Ok(IndexedTip {
-            number: u64_col(&r, "tip_number")?,
-            hash: b256(&r, "tip_hash")?,
+            number: u64_of(r.tip_number.ok_or_else(decode_err)?)?,
+            hash: b256(r.tip_hash.as_deref().ok_or_else(decode_err)?)?,
         })
     })
     .transpose()
@@ -178,13 +175,7 @@ impl ChainHealth {
 /// # Errors
 /// [`IndexError::Store`].
 pub async fn chain_health(db: impl PgExecutor<'_>, chain: ChainId) -> Result<ChainHealth> {
-    let row = sqlx::query(
-        "SELECT tip_number, tip_hash, degraded_at, degraded_reason, degraded_block
-           FROM index_chain WHERE chain_id = $1",
-    )
-    .bind(chain_i64(chain))
-    .fetch_optional(db)
-    .await?;
+    let row = chain_row::chain_health_of(db, chain_i64(chain)).await?;
     let Some(r) = row else {
         return Ok(ChainHealth {
             chain,
@@ -192,7 +183,7 @@ pub async fn chain_health(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Cha
             degraded: None,
         });
     };
-    health_of(chain, &r)
+    Ok(health_of(chain, r))
 }
 
 /// Every indexed chain whose index is degraded, by chain id.
@@ -200,43 +191,32 @@ pub async fn chain_health(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Cha
 /// # Errors
 /// [`IndexError::Store`].
 pub async fn degraded_chains(db: impl PgExecutor<'_>) -> Result<Vec<ChainHealth>> {
-    let rows = sqlx::query(
-        "SELECT chain_id, tip_number, tip_hash, degraded_at, degraded_reason, degraded_block
-           FROM index_chain WHERE degraded_at IS NOT NULL ORDER BY chain_id",
-    )
-    .fetch_all(db)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            let id: i64 = r.try_get("chain_id")?;
-            health_of(ChainId(u64::try_from(id).unwrap_or(0)), r)
-        })
-        .collect()
+    let rows = chain_row::chains_degraded(db).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| health_of(ChainId(u64::try_from(r.chain_id).unwrap_or(0)), r))
+        .collect())
 }
 
-fn health_of(chain: ChainId, r: &PgRow) -> Result<ChainHealth> {
-    let number: Option<i64> = r.try_get("tip_number")?;
-    let hash: Option<Vec<u8>> = r.try_get("tip_hash")?;
-    let tip = match (number, hash) {
+fn health_of(chain: ChainId, r: chain_row::ChainHealthRow) -> ChainHealth {
+    let tip = match (r.tip_number, r.tip_hash) {
         (Some(n), Some(h)) if h.len() == 32 => Some(IndexedTip {
             number: u64::try_from(n).unwrap_or(0),
             hash: B256::from_slice(&h),
         }),
         _ => None,
     };
-    let since: Option<DateTime<Utc>> = r.try_get("degraded_at")?;
-    let reason: Option<String> = r.try_get("degraded_reason")?;
-    let block: Option<i64> = r.try_get("degraded_block")?;
-    let degraded = since.map(|since| Degraded {
+    let (reason, block) = (r.degraded_reason, r.degraded_block);
+    let degraded = r.degraded_at.map(|since| Degraded {
         since,
         reason: reason.unwrap_or_default(),
         at_block: block.and_then(|b| u64::try_from(b).ok()),
     });
-    Ok(ChainHealth {
+    ChainHealth {
         chain,
         tip,
         degraded,
-    })
+    }
 }
 
 /// Transfers of `token` on `chain` (every token when `None`), in chain order.
@@ -248,24 +228,16 @@ pub async fn transfers(
     chain: ChainId,
     token: Option<Address>,
 ) -> Result<Vec<TransferRow>> {
-    let rows = sqlx::query(
-        "SELECT block_number, log_index, block_hash, tx_hash, token, from_address, to_address,
-                value::text AS value
-         FROM index_transfer WHERE chain_id = $1 AND ($2::bytea IS NULL OR token = $2)
-         ORDER BY block_number, log_index",
-    )
-    .bind(chain_i64(chain))
-    .bind(token.map(|t| t.to_vec()))
-    .fetch_all(db)
-    .await?;
-    rows.iter()
+    let rows = projection::transfers_of(db, chain_i64(chain), token.as_ref().map(|t| t.as_slice()))
+        .await?;
+    rows.into_iter()
         .map(|r| {
             Ok(TransferRow {
-                position: position(r)?,
-                token: address(r, "token")?,
-                from: address(r, "from_address")?,
-                to: address(r, "to_address")?,
-                value: r.try_get("value")?,
+                position: position(&r.position)?,
+                token: address(&r.token)?,
+                from: address(&r.from_address)?,
+                to: address(&r.to_address)?,
+                value: r.value,
             })
         })
         .collect()
@@ -283,14 +255,8 @@ pub async fn balance(
     token: Address,
     holder: Address,
 ) -> Result<String> {
-    let v: Option<String> = sqlx::query_scalar(
-        "SELECT balance::text FROM index_balance WHERE chain_id = $1 AND token = $2 AND holder = $3",
-    )
-    .bind(chain_i64(chain))
-    .bind(token.as_slice())
-    .bind(holder.as_slice())
-    .fetch_optional(db)
-    .await?;
+    let v =
+        projection::balance_of(db, chain_i64(chain), token.as_slice(), holder.as_slice()).await?;
     Ok(v.unwrap_or_else(|| "0".to_owned()))
 }
 
@@ -303,16 +269,9 @@ pub async fn balances(
     chain: ChainId,
     token: Address,
 ) -> Result<Vec<(Address, String)>> {
-    let rows = sqlx::query(
-        "SELECT holder, balance::text AS balance FROM index_balance
-         WHERE chain_id = $1 AND token = $2 AND balance <> 0 ORDER BY holder",
-    )
-    .bind(chain_i64(chain))
-    .bind(token.as_slice())
-    .fetch_all(db)
-    .await?;
-    rows.iter()
-        .map(|r| Ok((address(r, "holder")?, r.try_get("balance")?)))
+    let rows = projection::balances_of(db, chain_i64(chain), token.as_slice()).await?;
+    rows.into_iter()
+        .map(|r| Ok((address(&r.holder)?, r.balance)))
         .collect()
 }
 
@@ -321,25 +280,16 @@ pub async fn balances(
 /// # Errors
 /// [`IndexError::Store`].
 pub async fn assets(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Vec<AssetRow>> {
-    let rows = sqlx::query(
-        "SELECT block_number, log_index, block_hash, tx_hash, factory, asset_id, token, symbol,
-                decimals
-         FROM index_asset WHERE chain_id = $1 ORDER BY block_number, log_index",
-    )
-    .bind(chain_i64(chain))
-    .fetch_all(db)
-    .await?;
-    rows.iter()
+    let rows = projection::assets_of(db, chain_i64(chain)).await?;
+    rows.into_iter()
         .map(|r| {
-            let decimals: i16 = r.try_get("decimals")?;
             Ok(AssetRow {
-                position: position(r)?,
-                factory: address(r, "factory")?,
-                asset_id: b256(r, "asset_id")?,
-                token: address(r, "token")?,
-                symbol: r.try_get("symbol")?,
-                decimals: u8::try_from(decimals)
-                    .map_err(|_| IndexError::Store(keel_store::StoreError::Decode))?,
+                position: position(&r.position)?,
+                factory: address(&r.factory)?,
+                asset_id: b256(&r.asset_id)?,
+                token: address(&r.token)?,
+                symbol: r.symbol,
+                decimals: u8::try_from(r.decimals).map_err(|_| decode_err())?,
             })
         })
         .collect()
@@ -354,24 +304,15 @@ pub async fn observations(
     chain: ChainId,
     feed: Address,
 ) -> Result<Vec<ObservationRow>> {
-    let rows = sqlx::query(
-        "SELECT block_number, log_index, block_hash, tx_hash, feed, round_id::text AS round_id,
-                answer::text AS answer, updated_at::text AS updated_at
-         FROM index_observation WHERE chain_id = $1 AND feed = $2
-         ORDER BY block_number, log_index",
-    )
-    .bind(chain_i64(chain))
-    .bind(feed.as_slice())
-    .fetch_all(db)
-    .await?;
-    rows.iter()
+    let rows = projection::observations_of(db, chain_i64(chain), feed.as_slice()).await?;
+    rows.into_iter()
         .map(|r| {
             Ok(ObservationRow {
-                position: position(r)?,
-                feed: address(r, "feed")?,
-                round_id: r.try_get("round_id")?,
-                answer: r.try_get("answer")?,
-                updated_at: r.try_get("updated_at")?,
+                position: position(&r.position)?,
+                feed: address(&r.feed)?,
+                round_id: r.round_id,
+                answer: r.answer,
+                updated_at: r.updated_at,
             })
         })
         .collect()
@@ -388,27 +329,17 @@ pub async fn directory_entries(
     directory: Address,
     history: bool,
 ) -> Result<Vec<DirectoryEntryRow>> {
-    let rows = sqlx::query(
-        "SELECT block_number, log_index, block_hash, tx_hash, directory, name, value,
-                removed_at_block
-         FROM index_directory_entry
-         WHERE chain_id = $1 AND directory = $2 AND ($3 OR removed_at_block IS NULL)
-         ORDER BY block_number, log_index",
-    )
-    .bind(chain_i64(chain))
-    .bind(directory.as_slice())
-    .bind(history)
-    .fetch_all(db)
-    .await?;
-    rows.iter()
+    let rows =
+        projection::directory_entries_of(db, chain_i64(chain), directory.as_slice(), history)
+            .await?;
+    rows.into_iter()
         .map(|r| {
-            let removed: Option<i64> = r.try_get("removed_at_block")?;
             Ok(DirectoryEntryRow {
-                position: position(r)?,
-                directory: address(r, "directory")?,
-                name: b256(r, "name")?,
-                value: address(r, "value")?,
-                removed_at_block: removed.and_then(|n| u64::try_from(n).ok()),
+                position: position(&r.position)?,
+                directory: address(&r.directory)?,
+                name: b256(&r.name)?,
+                value: address(&r.value)?,
+                removed_at_block: r.removed_at_block.and_then(|n| u64::try_from(n).ok()),
             })
         })
         .collect()
@@ -475,16 +406,8 @@ pub async fn token_paused(
     chain: ChainId,
     token: Address,
 ) -> Result<Option<(bool, EventPosition)>> {
-    let row = sqlx::query(
-        "SELECT block_number, log_index, block_hash, tx_hash, paused FROM index_token_pause
-         WHERE chain_id = $1 AND token = $2
-         ORDER BY block_number DESC, log_index DESC LIMIT 1",
-    )
-    .bind(chain_i64(chain))
-    .bind(token.as_slice())
-    .fetch_optional(db)
-    .await?;
-    row.map(|r| Ok((r.try_get("paused")?, position(&r)?)))
+    let row = projection::token_pause_latest(db, chain_i64(chain), token.as_slice()).await?;
+    row.map(|r| Ok((r.paused, position(&r.position)?)))
         .transpose()
 }
 
@@ -499,15 +422,7 @@ pub async fn staleness_bound(
     chain: ChainId,
     feed: Address,
 ) -> Result<Option<(Option<String>, EventPosition)>> {
-    let row = sqlx::query(
-        "SELECT block_number, log_index, block_hash, tx_hash, bound_seconds::text AS bound
-         FROM index_staleness_bound WHERE chain_id = $1 AND feed = $2
-         ORDER BY block_number DESC, log_index DESC LIMIT 1",
-    )
-    .bind(chain_i64(chain))
-    .bind(feed.as_slice())
-    .fetch_optional(db)
-    .await?;
-    row.map(|r| Ok((r.try_get("bound")?, position(&r)?)))
+    let row = projection::staleness_bound_latest(db, chain_i64(chain), feed.as_slice()).await?;
+    row.map(|r| Ok((r.bound, position(&r.position)?)))
         .transpose()
 }

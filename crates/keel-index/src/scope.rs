@@ -1,10 +1,11 @@
 //! The indexing scope (`index_scope`): which contracts of which chain are watched.
 
 use crate::Result;
+use crate::store::{chain as chain_row, range, scope as scope_rows};
 use alloy::primitives::Address;
 use keel_store::PgPool;
 use keel_units::ChainId;
-use sqlx::{PgExecutor, Row};
+use sqlx::PgExecutor;
 
 /// What kind of Keel contract a scoped address is; decides which events are projected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,44 +80,28 @@ pub struct ScopeEntry {
 pub async fn add_scope(db: &PgPool, chain: ChainId, entry: &ScopeEntry) -> Result<bool> {
     let c = chain_i64(chain);
     let mut tx = db.begin().await?;
-    let tip: Option<i64> =
-        sqlx::query_scalar("SELECT tip_number FROM index_chain WHERE chain_id = $1 FOR SHARE")
-            .bind(c)
-            .fetch_optional(&mut *tx)
-            .await?
-            .flatten();
-    let done = sqlx::query(
-        "INSERT INTO index_scope (chain_id, address, kind, organization, from_block)
-         VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT (chain_id, address) WHERE removed_at IS NULL DO NOTHING",
+    let tip = chain_row::chain_tip_for_share(&mut *tx, c).await?;
+    let inserted = scope_rows::scope_insert(
+        &mut *tx,
+        c,
+        entry.address.as_slice(),
+        entry.kind.as_str(),
+        entry.organization.as_deref(),
+        to_i64(entry.from_block),
     )
-    .bind(c)
-    .bind(entry.address.as_slice())
-    .bind(entry.kind.as_str())
-    .bind(entry.organization.as_deref())
-    .bind(to_i64(entry.from_block))
-    .execute(&mut *tx)
     .await?;
-    let inserted = done.rows_affected() == 1;
     if inserted {
-        let planned: Option<i64> = sqlx::query_scalar(
-            "SELECT max(to_block) FROM index_range WHERE chain_id = $1 AND address IS NULL",
-        )
-        .bind(c)
-        .fetch_one(&mut *tx)
-        .await?;
+        let planned = range::range_planned_end(&mut *tx, c).await?;
         if let Some(end) = tip.max(planned)
             && end >= to_i64(entry.from_block)
         {
-            sqlx::query(
-                "INSERT INTO index_range (chain_id, address, from_block, to_block)
-                 VALUES ($1, $2, $3, $4)",
+            range::range_insert_address(
+                &mut *tx,
+                c,
+                entry.address.as_slice(),
+                to_i64(entry.from_block),
+                end,
             )
-            .bind(c)
-            .bind(entry.address.as_slice())
-            .bind(to_i64(entry.from_block))
-            .bind(end)
-            .execute(&mut *tx)
             .await?;
         }
     }
@@ -134,15 +119,7 @@ pub async fn remove_scope(
     chain: ChainId,
     address: Address,
 ) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE index_scope SET removed_at = now()
-         WHERE chain_id = $1 AND address = $2 AND removed_at IS NULL",
-    )
-    .bind(chain_i64(chain))
-    .bind(address.as_slice())
-    .execute(db)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    scope_rows::scope_remove(db, chain_i64(chain), address.as_slice()).await
 }
 
 /// The live scope of `chain`, ordered by address. Rows of unknown kind are skipped.
@@ -150,27 +127,20 @@ pub async fn remove_scope(
 /// # Errors
 /// [`crate::IndexError::Store`].
 pub async fn live_scope(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Vec<ScopeEntry>> {
-    let rows = sqlx::query(
-        "SELECT address, kind, organization, from_block FROM index_scope
-         WHERE chain_id = $1 AND removed_at IS NULL ORDER BY address",
-    )
-    .bind(chain_i64(chain))
-    .fetch_all(db)
-    .await?;
+    let rows = scope_rows::scope_live(db, chain_i64(chain)).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let address: Vec<u8> = row.try_get("address")?;
-        let kind: String = row.try_get("kind")?;
-        let from_block: i64 = row.try_get("from_block")?;
-        let (Some(kind), Ok(address)) = (ScopeKind::parse(&kind), Address::try_from(&address[..]))
-        else {
+        let (Some(kind), Ok(address)) = (
+            ScopeKind::parse(&row.kind),
+            Address::try_from(&row.address[..]),
+        ) else {
             continue;
         };
         out.push(ScopeEntry {
             address,
             kind,
-            organization: row.try_get("organization")?,
-            from_block: u64::try_from(from_block).unwrap_or(0),
+            organization: row.organization,
+            from_block: u64::try_from(row.from_block).unwrap_or(0),
         });
     }
     Ok(out)

@@ -3,15 +3,15 @@
 
 use crate::decode::decode;
 use crate::scope::{ScopeKind, chain_i64, live_scope, to_i64};
-use crate::write::write_logs;
+use crate::store::{block, chain as chain_row, logs, scope as scope_rows};
 use crate::{IndexError, Result};
-use alloy::primitives::{Address, B256, U64};
+use alloy::eips::BlockNumberOrTag;
+use alloy::primitives::{Address, B256};
 use alloy::rpc::types::Log;
-use keel_chain::{ChainError, UpstreamPool};
+use keel_chain::{BlockHeader, ChainError, UpstreamPool};
 use keel_store::PgPool;
 use keel_units::ChainId;
-use serde::Deserialize;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -31,8 +31,8 @@ pub struct TipConfig {
     /// First block to ingest when the chain has no checkpoint yet; `None` starts at
     /// the lowest `from_block` of the live scope, or at the head if the scope is empty.
     pub start_block: Option<u64>,
-    /// Upper bound of blocks ingested by one [`TipIngest::step`] (default 1000).
-    pub max_blocks_per_step: u64,
+    /// Upper bound of blocks ingested by one [`TipIngest::round`] (default 1000).
+    pub max_blocks_per_round: u64,
 }
 
 impl TipConfig {
@@ -42,14 +42,14 @@ impl TipConfig {
             finality_depth,
             hash_window: finality_depth.saturating_mul(2).max(1),
             start_block: None,
-            max_blocks_per_step: 1_000,
+            max_blocks_per_round: 1_000,
         }
     }
 
     /// Checks the settings.
     ///
     /// # Errors
-    /// [`IndexError::Config`] naming `hashWindow` or `maxBlocksPerStep`.
+    /// [`IndexError::Config`] naming `hashWindow` or `maxBlocksPerRound`.
     pub fn validate(&self) -> Result<()> {
         if self.hash_window < self.finality_depth.max(1) {
             return Err(IndexError::Config {
@@ -57,9 +57,9 @@ impl TipConfig {
                 reason: "must be at least finalityDepth and at least 1",
             });
         }
-        if self.max_blocks_per_step == 0 {
+        if self.max_blocks_per_round == 0 {
             return Err(IndexError::Config {
-                key: "maxBlocksPerStep",
+                key: "maxBlocksPerRound",
                 reason: "must be at least 1",
             });
         }
@@ -67,12 +67,12 @@ impl TipConfig {
     }
 }
 
-/// What one [`TipIngest::step`] did.
+/// What one [`TipIngest::round`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StepOutcome {
-    /// The head the node reported at the start of the step.
+pub struct RoundOutcome {
+    /// The head the node reported at the start of the round.
     pub head: u64,
-    /// The indexed tip after the step (`None` if nothing was ever ingested).
+    /// The indexed tip after the round (`None` if nothing was ever ingested).
     pub tip: Option<u64>,
     /// Blocks committed.
     pub blocks: u64,
@@ -81,18 +81,9 @@ pub struct StepOutcome {
     /// Reorgs rolled back.
     pub reorgs: u64,
     /// The node reported a head at or above this block but answered `null` for it
-    /// (a hole, e.g. while the node applies a reorg): the step stopped there. A follow
-    /// loop must back off before stepping again ([`FollowBackoff`]), not spin.
+    /// (a hole, e.g. while the node applies a reorg): the round stopped there. A follow
+    /// loop must back off before running another round ([`FollowBackoff`]), not spin.
     pub missing: Option<u64>,
-}
-
-/// The minimal block header read from `eth_getBlockByNumber`.
-#[derive(Debug, Clone, Deserialize)]
-struct Header {
-    number: U64,
-    hash: B256,
-    #[serde(rename = "parentHash")]
-    parent_hash: B256,
 }
 
 /// Why fetching one block's data stopped.
@@ -134,17 +125,7 @@ impl TipIngest {
     ) -> Result<Self> {
         config.validate()?;
         let chain = node.chain();
-        let epoch: i64 = sqlx::query_scalar(
-            "INSERT INTO index_chain (chain_id, owner_epoch, owner_id) VALUES ($1, 1, $2)
-             ON CONFLICT (chain_id) DO UPDATE
-               SET owner_epoch = index_chain.owner_epoch + 1, owner_id = EXCLUDED.owner_id,
-                   updated_at = now()
-             RETURNING owner_epoch",
-        )
-        .bind(chain_i64(chain))
-        .bind(owner_id)
-        .fetch_one(&db)
-        .await?;
+        let epoch = chain_row::chain_take_ownership(&db, chain_i64(chain), owner_id).await?;
         tracing::info!(target: "keel::index::tip", chain = %chain, epoch, "took tip-ingest ownership");
         Ok(Self {
             db,
@@ -166,7 +147,7 @@ impl TipIngest {
     }
 
     /// One ingest pass: reads the head, verifies the stored tip is still canonical
-    /// (rolling back a reorg if not), then ingests up to `max_blocks_per_step` new
+    /// (rolling back a reorg if not), then ingests up to `max_blocks_per_round` new
     /// blocks, each in its own fenced transaction with its logs, projections and the
     /// checkpoint.
     ///
@@ -175,14 +156,14 @@ impl TipIngest {
     /// (stop: operator needed), retryable [`IndexError::Chain`], [`IndexError::Store`],
     /// [`IndexError::Inconsistent`].
     #[tracing::instrument(target = "keel::index::tip", skip_all, fields(chain = %self.chain, epoch = self.epoch))]
-    pub async fn step(&self) -> Result<StepOutcome> {
+    pub async fn round(&self) -> Result<RoundOutcome> {
         let mut conn = self.db.acquire().await?;
         self.check_epoch(&mut conn).await?;
         drop(conn);
         let head = self.node.block_number().await?;
-        let mut out = StepOutcome {
+        let mut out = RoundOutcome {
             head,
-            ..StepOutcome::default()
+            ..RoundOutcome::default()
         };
         let mut scope = self.load_scope().await?;
 
@@ -197,7 +178,7 @@ impl TipIngest {
             }
         }
 
-        let mut budget = self.config.max_blocks_per_step;
+        let mut budget = self.config.max_blocks_per_round;
         while budget > 0 {
             budget -= 1;
             let next = match tip {
@@ -209,12 +190,12 @@ impl TipIngest {
             }
             let Some(header) = self.header(next).await? else {
                 // The node reports a head at or above `next` but has no block there (a
-                // hole while it applies a reorg, or the head moved back): the next step
+                // hole while it applies a reorg, or the head moved back): the next round
                 // re-verifies, after a backoff.
                 out.missing = Some(next);
                 break;
             };
-            if header.number.to::<u64>() != next {
+            if header.number != next {
                 return Err(IndexError::Inconsistent {
                     chain: self.chain,
                     number: next,
@@ -263,9 +244,9 @@ impl TipIngest {
     /// Waits until the node's head is above `tip`, asking only `eth_blockNumber` every
     /// `every` (no database work), for at most `max_wait`. Returns the last head seen.
     ///
-    /// A follow loop calls this between [`TipIngest::step`]s once caught up, with
-    /// `max_wait` = its poll interval: a new block is then stepped on within `every` of
-    /// its appearance, while a full step (which also re-verifies the stored tip, so a
+    /// A follow loop calls this between [`TipIngest::round`]s once caught up, with
+    /// `max_wait` = its poll interval: a new block is then ingested within `every` of
+    /// its appearance, while a full round (which also re-verifies the stored tip, so a
     /// same-height reorg is caught) still runs at least once per poll interval.
     ///
     /// # Errors
@@ -305,14 +286,9 @@ impl TipIngest {
 
     /// The stored checkpoint `(tip_number, tip_hash)`.
     async fn checkpoint(&self) -> Result<Option<(u64, B256)>> {
-        let row = sqlx::query("SELECT tip_number, tip_hash FROM index_chain WHERE chain_id = $1")
-            .bind(chain_i64(self.chain))
-            .fetch_optional(&self.db)
-            .await?;
+        let row = chain_row::chain_checkpoint(&self.db, chain_i64(self.chain)).await?;
         let Some(row) = row else { return Ok(None) };
-        let number: Option<i64> = row.try_get("tip_number")?;
-        let hash: Option<Vec<u8>> = row.try_get("tip_hash")?;
-        Ok(match (number, hash) {
+        Ok(match (row.tip_number, row.tip_hash) {
             (Some(n), Some(h)) if h.len() == 32 => {
                 Some((u64::try_from(n).unwrap_or(0), B256::from_slice(&h)))
             }
@@ -320,12 +296,9 @@ impl TipIngest {
         })
     }
 
-    /// `eth_getBlockByNumber(number, false)`; `None` when the node has no such block.
-    async fn header(&self, number: u64) -> Result<Option<Header>> {
-        Ok(self
-            .node
-            .request::<_, Option<Header>>("eth_getBlockByNumber", (format!("0x{number:x}"), false))
-            .await?)
+    /// The header of block `number`; `None` when the node has no such block.
+    async fn header(&self, number: u64) -> Result<Option<BlockHeader>> {
+        Ok(self.node.header(BlockNumberOrTag::Number(number)).await?)
     }
 
     /// True when `hash` is still the canonical block at `number`.
@@ -338,10 +311,10 @@ impl TipIngest {
     /// are fetched too.
     async fn fetch_logs(
         &self,
-        header: &Header,
+        header: &BlockHeader,
         scope: &HashMap<Address, (ScopeKind, u64)>,
     ) -> Result<Fetch> {
-        let number = header.number.to::<u64>();
+        let number = header.number;
         let mut known: HashMap<Address, ScopeKind> = scope
             .iter()
             .filter(|(_, (_, from))| *from <= number)
@@ -352,8 +325,8 @@ impl TipIngest {
         let mut discovered = Vec::new();
         while !pending.is_empty() {
             pending.sort();
-            let filter = serde_json::json!({ "blockHash": header.hash, "address": pending });
-            let fetched: Vec<Log> = match self.node.request("eth_getLogs", vec![filter]).await {
+            let fetched: Vec<Log> = match self.node.logs_by_block_hash(&pending, header.hash).await
+            {
                 Ok(l) => l,
                 Err(e @ ChainError::Node { .. }) => {
                     // A node error for a block hash that is no longer canonical is a
@@ -403,15 +376,9 @@ impl TipIngest {
     /// Locks the chain row and checks the epoch (inside the caller's transaction), and
     /// that the chain is not marked degraded ([`IndexError::Degraded`]).
     async fn check_epoch(&self, conn: &mut PgConnection) -> Result<()> {
-        let row: Option<(i64, bool)> = sqlx::query_as(
-            "SELECT owner_epoch, degraded_at IS NOT NULL FROM index_chain
-              WHERE chain_id = $1 FOR UPDATE",
-        )
-        .bind(chain_i64(self.chain))
-        .fetch_optional(&mut *conn)
-        .await?;
-        let epoch = row.map(|(e, _)| e);
-        if row.is_some_and(|(_, degraded)| degraded) && epoch == Some(self.epoch) {
+        let row = chain_row::chain_lock_fence(&mut *conn, chain_i64(self.chain)).await?;
+        let epoch = row.map(|r| r.owner_epoch);
+        if row.is_some_and(|r| r.degraded) && epoch == Some(self.epoch) {
             return Err(IndexError::Degraded { chain: self.chain });
         }
         if epoch != Some(self.epoch) {
@@ -432,78 +399,49 @@ impl TipIngest {
     /// the scope, and the chain-row lock taken here orders them against this commit.
     async fn commit_block(
         &self,
-        header: &Header,
+        header: &BlockHeader,
         logs: &[Log],
         scope: &HashMap<Address, (ScopeKind, u64)>,
         discovered: &[(Address, ScopeKind)],
     ) -> Result<bool> {
         let chain = chain_i64(self.chain);
-        let number = to_i64(header.number.to::<u64>());
+        let number = to_i64(header.number);
         let hash = header.hash.as_slice();
         let mut tx = self.db.begin().await?;
         self.check_epoch(&mut tx).await?;
-        let live: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM index_scope WHERE chain_id = $1 AND removed_at IS NULL",
-        )
-        .bind(chain)
-        .fetch_one(&mut *tx)
-        .await?;
+        let live = scope_rows::scope_live_count(&mut *tx, chain).await?;
         if usize::try_from(live).ok() != Some(scope.len()) {
             return Ok(false);
         }
 
-        sqlx::query(
-            "INSERT INTO index_block (chain_id, number, hash, parent_hash) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (chain_id, number) DO UPDATE
-               SET hash = EXCLUDED.hash, parent_hash = EXCLUDED.parent_hash",
-        )
-        .bind(chain)
-        .bind(number)
-        .bind(hash)
-        .bind(header.parent_hash.as_slice())
-        .execute(&mut *tx)
-        .await?;
+        block::block_upsert(&mut *tx, chain, number, hash, header.parent_hash.as_slice()).await?;
 
         if !logs.is_empty() {
             let mut kinds: HashMap<Address, ScopeKind> =
                 scope.iter().map(|(a, (k, _))| (*a, *k)).collect();
             kinds.extend(discovered.iter().copied());
-            write_logs(&mut tx, chain, logs, &kinds).await?;
+            logs::logs_insert(&mut tx, chain, logs, &kinds).await?;
         }
 
         for (address, kind) in discovered {
-            sqlx::query(
-                "INSERT INTO index_scope (chain_id, address, kind, from_block, discovered_at_block)
-                 VALUES ($1, $2, $3, $4, $4)
-                 ON CONFLICT (chain_id, address) WHERE removed_at IS NULL DO NOTHING",
+            scope_rows::scope_insert_discovered(
+                &mut *tx,
+                chain,
+                address.as_slice(),
+                kind.as_str(),
+                number,
             )
-            .bind(chain)
-            .bind(address.as_slice())
-            .bind(kind.as_str())
-            .bind(number)
-            .execute(&mut *tx)
             .await?;
         }
 
-        sqlx::query(
-            "UPDATE index_chain SET tip_number = $2, tip_hash = $3, updated_at = now()
-             WHERE chain_id = $1",
+        chain_row::chain_set_checkpoint(&mut *tx, chain, number, hash).await?;
+        block::blocks_delete_at_or_below(
+            &mut *tx,
+            chain,
+            number.saturating_sub(to_i64(self.config.hash_window)),
         )
-        .bind(chain)
-        .bind(number)
-        .bind(hash)
-        .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM index_block WHERE chain_id = $1 AND number <= $2")
-            .bind(chain)
-            .bind(number.saturating_sub(to_i64(self.config.hash_window)))
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(TIP_CHANNEL)
-            .bind(format!("{chain}:{number}"))
-            .execute(&mut *tx)
-            .await?;
+        chain_row::chain_notify_tip(&mut *tx, TIP_CHANNEL, chain, number).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -512,19 +450,13 @@ impl TipIngest {
     /// Returns the new checkpoint.
     async fn handle_reorg(&self, from: u64) -> Result<(u64, B256)> {
         let label = self.chain.get().to_string();
-        let stored: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-            "SELECT number, hash FROM index_block WHERE chain_id = $1 AND number <= $2
-             ORDER BY number DESC",
-        )
-        .bind(chain_i64(self.chain))
-        .bind(to_i64(from))
-        .fetch_all(&self.db)
-        .await?;
+        let stored =
+            block::blocks_at_or_below(&self.db, chain_i64(self.chain), to_i64(from)).await?;
         // The lowest block whose stored hash was compared with the node's (none
         // canonical down to it); blocks below it are unverified.
         let mut lowest_checked = from.saturating_add(1);
         let mut expected = from;
-        for (number, hash) in stored {
+        for block::BlockRow { number, hash } in stored {
             let number = u64::try_from(number).unwrap_or(0);
             if number != expected {
                 break; // a hole in the window: cannot prove continuity below it
@@ -554,7 +486,7 @@ impl TipIngest {
         // finalized block is above the stored tip), finality itself was broken.
         let finalized = self.finalized().await?;
         if let Some(f) = &finalized {
-            let number = f.number.to::<u64>();
+            let number = f.number;
             if number < lowest_checked && number <= from {
                 let depth = from - number;
                 self.rollback_to(number, f.hash).await?;
@@ -568,7 +500,7 @@ impl TipIngest {
                 return Ok((number, f.hash));
             }
         }
-        let finalized = finalized.map(|f| f.number.to::<u64>());
+        let finalized = finalized.map(|f| f.number);
         metrics::counter!("keel_index_reorg_too_deep_total", "chain_id" => label).increment(1);
         self.mark_degraded(from, "reorg below the finalized block")
             .await?;
@@ -583,12 +515,8 @@ impl TipIngest {
     /// The chain's finalized block: the node's `finalized` tag, else (a node without
     /// the tag) the block `finality_depth` below the head. `None` when the node has no
     /// such block.
-    async fn finalized(&self) -> Result<Option<Header>> {
-        if let Ok(Some(h)) = self
-            .node
-            .request::<_, Option<Header>>("eth_getBlockByNumber", ("finalized", false))
-            .await
-        {
+    async fn finalized(&self) -> Result<Option<BlockHeader>> {
+        if let Ok(Some(h)) = self.node.finalized().await {
             return Ok(Some(h));
         }
         let head = self.node.block_number().await?;
@@ -601,16 +529,8 @@ impl TipIngest {
     async fn mark_degraded(&self, tip: u64, reason: &'static str) -> Result<()> {
         let mut tx = self.db.begin().await?;
         self.check_epoch(&mut tx).await?;
-        sqlx::query(
-            "UPDATE index_chain
-                SET degraded_at = now(), degraded_reason = $2, degraded_block = $3, updated_at = now()
-              WHERE chain_id = $1 AND degraded_at IS NULL",
-        )
-        .bind(chain_i64(self.chain))
-        .bind(reason)
-        .bind(to_i64(tip))
-        .execute(&mut *tx)
-        .await?;
+        chain_row::chain_mark_degraded(&mut *tx, chain_i64(self.chain), reason, to_i64(tip))
+            .await?;
         tx.commit().await?;
         metrics::gauge!("keel_index_chain_degraded", "chain_id" => self.chain.get().to_string())
             .set(1.0);
@@ -624,61 +544,21 @@ impl TipIngest {
         let above = to_i64(ancestor);
         let mut tx = self.db.begin().await?;
         self.check_epoch(&mut tx).await?;
-        for table in [
-            "index_log",
-            "index_transfer",
-            "index_asset",
-            "index_observation",
-            "index_directory_entry",
-            "index_token_pause",
-            "index_staleness_bound",
-        ] {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DELETE FROM {table} WHERE chain_id = $1 AND block_number > $2"
-            )))
-            .bind(chain)
-            .bind(above)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query(
-            "UPDATE index_directory_entry SET removed_at_block = NULL
-             WHERE chain_id = $1 AND removed_at_block > $2",
-        )
-        .bind(chain)
-        .bind(above)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("DELETE FROM index_scope WHERE chain_id = $1 AND discovered_at_block > $2")
-            .bind(chain)
-            .bind(above)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM index_block WHERE chain_id = $1 AND number > $2")
-            .bind(chain)
-            .bind(above)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "UPDATE index_chain SET tip_number = $2, tip_hash = $3, updated_at = now()
-             WHERE chain_id = $1",
-        )
-        .bind(chain)
-        .bind(above)
-        .bind(hash.as_slice())
-        .execute(&mut *tx)
-        .await?;
+        logs::projections_delete_above(&mut tx, chain, above).await?;
+        scope_rows::scopes_delete_discovered_above(&mut *tx, chain, above).await?;
+        block::blocks_delete_above(&mut *tx, chain, above).await?;
+        chain_row::chain_set_checkpoint(&mut *tx, chain, above, hash.as_slice()).await?;
         tx.commit().await?;
         Ok(())
     }
 }
 
-/// What a tip follow loop does after one [`TipIngest::step`] (see [`FollowBackoff`]).
+/// What a tip follow loop does after one [`TipIngest::round`] (see [`FollowBackoff`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NextStep {
-    /// Step again at once: blocks are waiting below the head.
+pub enum NextRound {
+    /// Run another round at once: blocks are waiting below the head.
     Now,
-    /// Wait this long before the next step (the poll interval when caught up, a
+    /// Wait this long before the next round (the poll interval when caught up, a
     /// backoff after a node hole or an error).
     Wait(std::time::Duration),
     /// Fenced: a newer owner took the chain over. Stop this owner's loop.
@@ -696,15 +576,15 @@ pub const DEFAULT_BACKOFF_CAP: std::time::Duration = std::time::Duration::from_s
 /// At most one warning per this interval per chain for repeated node holes or errors.
 const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The pacing of a tip follow loop: after each [`TipIngest::step`],
-/// [`FollowBackoff::after`] says whether to step again now, wait, or stop.
+/// The pacing of a tip follow loop: after each [`TipIngest::round`],
+/// [`FollowBackoff::after`] says whether to run another round now, wait, or stop.
 ///
-/// A step that stopped at a block the node answered `null` for while reporting a head
-/// above it ([`StepOutcome::missing`]), and a failed step, wait an exponential
+/// A round that stopped at a block the node answered `null` for while reporting a head
+/// above it ([`RoundOutcome::missing`]), and a failed round, wait an exponential
 /// backoff (`base`, doubling, at most `cap`), are counted
-/// (`keel_index_tip_missing_block_total`, `keel_index_tip_step_errors_total`, label
+/// (`keel_index_tip_missing_block_total`, `keel_index_tip_round_errors_total`, label
 /// `chain_id`) and logged at WARN at most once per 30 s (with the number of
-/// occurrences since the last warning). A step that made progress resets the backoff.
+/// occurrences since the last warning). A round that made progress resets the backoff.
 #[derive(Debug, Clone)]
 pub struct FollowBackoff {
     chain: ChainId,
@@ -739,13 +619,13 @@ impl FollowBackoff {
         self
     }
 
-    /// Consecutive steps that hit a node hole or failed.
+    /// Consecutive rounds that hit a node hole or failed.
     pub fn failures(&self) -> u32 {
         self.failures
     }
 
-    /// What to do after a step that returned `result`.
-    pub fn after(&mut self, result: &Result<StepOutcome>) -> NextStep {
+    /// What to do after a round that returned `result`.
+    pub fn after(&mut self, result: &Result<RoundOutcome>) -> NextRound {
         let label = || self.chain.get().to_string();
         match result {
             Ok(out) if out.missing.is_some() => {
@@ -756,33 +636,33 @@ impl FollowBackoff {
                     tracing::warn!(target: "keel::index::tip", chain = %self.chain, head = out.head, missing = ?out.missing, occurrences = self.unwarned, backoff_ms = wait.as_millis() as u64, "the node reports a head above a block it has no header for; backing off");
                     self.unwarned = 0;
                 }
-                NextStep::Wait(wait)
+                NextRound::Wait(wait)
             }
             Ok(out) => {
                 self.failures = 0;
                 if out.tip.is_some_and(|t| t < out.head) {
-                    NextStep::Now
+                    NextRound::Now
                 } else {
-                    NextStep::Wait(self.poll)
+                    NextRound::Wait(self.poll)
                 }
             }
             Err(IndexError::Fenced { .. }) => {
                 tracing::warn!(target: "keel::index::tip", chain = %self.chain, "fenced by a newer owner; giving the chain up");
-                NextStep::GiveUp
+                NextRound::GiveUp
             }
             Err(e) if e.is_fatal() => {
                 tracing::error!(target: "keel::index::tip", chain = %self.chain, error = %e, "tip ingest stopped for this chain");
-                NextStep::Halt
+                NextRound::Halt
             }
             Err(e) => {
-                metrics::counter!("keel_index_tip_step_errors_total", "chain_id" => label())
+                metrics::counter!("keel_index_tip_round_errors_total", "chain_id" => label())
                     .increment(1);
                 let wait = self.fail();
                 if self.should_warn() {
-                    tracing::warn!(target: "keel::index::tip", chain = %self.chain, error = %e, occurrences = self.unwarned, backoff_ms = wait.as_millis() as u64, "tip step failed; retrying after a backoff");
+                    tracing::warn!(target: "keel::index::tip", chain = %self.chain, error = %e, occurrences = self.unwarned, backoff_ms = wait.as_millis() as u64, "tip round failed; retrying after a backoff");
                     self.unwarned = 0;
                 }
-                NextStep::Wait(wait)
+                NextRound::Wait(wait)
             }
         }
     }

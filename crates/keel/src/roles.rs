@@ -120,7 +120,7 @@ impl RetentionCycle {
 /// window) and the cycle records older than the retention window.
 ///
 /// # Errors
-/// A value-free message when a step could not run, or when the durable pass had
+/// A value-free message when a part of the cycle could not run, or when the durable pass had
 /// failed batches (the cycle is recorded `failed`; its rows are retried next cycle).
 pub async fn retention_cycle(
     retention: &Retention,
@@ -154,6 +154,31 @@ pub async fn retention_cycle(
         stale_replicas,
         cron_cycles,
     })
+}
+
+/// The runner's job-health reporting as a background service (`job-health`): each run
+/// evaluates and exports the health of [`RUNNER_JOBS`] (`keel_cluster_cron_job_state`)
+/// and idles [`JOB_HEALTH_INTERVAL`]; a failed read is logged at WARN and retried after
+/// the same interval.
+struct JobHealthReport {
+    pool: PgPool,
+}
+
+impl keel_service::BackgroundService for JobHealthReport {
+    type Error = keel_cluster::ClusterError;
+
+    fn name(&self) -> &'static str {
+        "job-health"
+    }
+
+    async fn run_once(&mut self) -> Result<keel_service::Report, Self::Error> {
+        let jobs = keel_cluster::report_job_health(&self.pool, &RUNNER_JOBS).await?;
+        Ok(keel_service::Report::idle(jobs.len() as u64))
+    }
+
+    fn cancel_safe(&self) -> bool {
+        true
+    }
 }
 
 /// The running parts of a role: its shard owner and named supervised tasks.
@@ -296,19 +321,16 @@ impl RoleRuntime {
             self.supervisor.watch("retention-cron", cron),
         ));
 
-        let health_pool = pool.clone();
+        let (health_pool, health_stop) = (pool.clone(), self.stop.clone());
         let health = self.supervisor.spawn("job-health", move || {
-            let health_pool = health_pool.clone();
+            let service = JobHealthReport {
+                pool: health_pool.clone(),
+            };
+            let pacing = keel_service::ServiceConfig::new(JOB_HEALTH_INTERVAL)
+                .with_backoff(JOB_HEALTH_INTERVAL, JOB_HEALTH_INTERVAL);
+            let stop = health_stop.clone();
             async move {
-                let mut tick = tokio::time::interval(JOB_HEALTH_INTERVAL);
-                loop {
-                    tick.tick().await;
-                    if let Err(err) =
-                        keel_cluster::report_job_health(&health_pool, &RUNNER_JOBS).await
-                    {
-                        tracing::warn!(target: TARGET, error = %err, "job health could not be read");
-                    }
-                }
+                keel_service::run(service, pacing, stop).await;
             }
         });
         self.tasks.push(("job-health", health));

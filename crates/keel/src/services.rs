@@ -3,7 +3,7 @@
 //! | role | runs |
 //! |---|---|
 //! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain, once served ([`crate::chains`]), the transaction queue loop (sign, broadcast, confirmation watcher every `durable.confirmationWatcher.intervalMs`, nonce recovery) as the cluster singleton `txq/<chainId>`, declined while the chain is not served; the verdict relay as the singleton `verdict-relay` |
-//! | `indexer` | per chain, while served, the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica |
+//! | `indexer` | per chain, while served, the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica; both loops live in keel-index ([`keel_index::follow_tip`], [`keel_index::work_history`], on the [`keel_service`] shape) and are only wired here |
 //! | `api` | the Platform API (see [`keel_api`]) |
 //!
 //! Every long-lived task runs under the role's [`Supervisor`].
@@ -15,7 +15,7 @@ use anyhow::Context;
 use keel_chain::{AttributionSuffix, UpstreamConfig, UpstreamPool};
 use keel_cluster::ShardOwner;
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle};
-use keel_index::{HistoryConfig, HistoryWorker, TipConfig, TipIngest};
+use keel_index::{HistoryConfig, HistoryWorker, TipConfig};
 use keel_txq::{LocalSigner, TxQueue, TxQueueConfig, TxSigner};
 use keel_units::ChainId;
 use keel_workflows::{ChainContext, Platform, PlatformAddresses};
@@ -24,7 +24,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 const TARGET: &str = "keel::services";
 
@@ -362,46 +361,6 @@ fn durable_config_error(e: &keel_durable::DurableError) -> anyhow::Error {
     }
 }
 
-/// The history worker loop of one chain: drains claimed ranges while the chain is
-/// served, sleeps `poll` when idle, waits while the chain is not served.
-async fn run_history(
-    worker: Arc<HistoryWorker>,
-    mut serving: tokio::sync::watch::Receiver<bool>,
-    chain_id: u64,
-    poll: Duration,
-    stop: CancellationToken,
-) {
-    while !stop.is_cancelled() {
-        if !*serving.borrow_and_update() {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                changed = serving.changed() => if changed.is_err() { break },
-            }
-            continue;
-        }
-        // Pipelined: the next range is fetched while the last one is written. Stopping
-        // drops a range mid-flight: its transaction rolls back and the range is offered
-        // again when its lease lapses (writes are fenced by attempt and idempotent).
-        let drained = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = worker.drain() => r,
-        };
-        let idle = match drained {
-            Ok(done) => done.is_empty(),
-            Err(e) => {
-                tracing::warn!(target: TARGET, chain_id, error = %e, "history range failed; its lease will lapse");
-                true
-            }
-        };
-        if idle {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(poll) => {}
-            }
-        }
-    }
-}
-
 /// Starts the indexer's work: per chain a chain-health task, a tip-ingest singleton
 /// (declined while the chain is not served) and a history worker, every task under
 /// `supervisor`.
@@ -438,9 +397,21 @@ pub async fn start_indexer(
             async move {
                 let token = lease.token().clone();
                 let inner = token.clone();
+                // A fenced owner's loop ends (a handoff, not a failure); a degraded chain
+                // is held idle until the lease's token fires.
                 critical
                     .run(&token, async move {
-                        run_tip(pool, node, config, confirmations, &owner_id, poll, inner).await
+                        keel_index::follow_tip(
+                            pool,
+                            node,
+                            config,
+                            confirmations,
+                            &owner_id,
+                            poll,
+                            inner,
+                        )
+                        .await;
+                        true
                     })
                     .await;
             }
@@ -464,10 +435,9 @@ pub async fn start_indexer(
         let worker = Arc::new(worker);
         let (history_chains, history_stop) = (chains.clone(), stop.clone());
         let history = supervisor.spawn("index-history", move || {
-            run_history(
+            keel_index::work_history(
                 worker.clone(),
                 history_chains.subscribe(chain_id),
-                chain_id,
                 poll,
                 history_stop.clone(),
             )
@@ -489,105 +459,4 @@ pub async fn start_indexer(
         tasks.push(("chain-health", health));
     }
     Ok(tasks)
-}
-
-/// Blocks per planned history range.
-pub const HISTORY_RANGE_BLOCKS: u64 = 2_000;
-
-/// Before a chain's first tip commit, its owner plans the history below the settled
-/// height (the `finalized` tag, else head − confirmations) as leased ranges that every
-/// indexer replica's history worker claims, and starts the tip right above it. Once the
-/// chain has a tip checkpoint, the tip continues from it and nothing is planned.
-async fn plan_before_first_tip(
-    pool: &PgPool,
-    node: &UpstreamPool,
-    config: &TipConfig,
-    confirmations: u64,
-) -> keel_index::Result<TipConfig> {
-    let mut config = config.clone();
-    let chain = node.chain();
-    if keel_index::read::indexed_tip(pool, chain).await?.is_some() {
-        return Ok(config);
-    }
-    let settled = keel_index::history::settled_height(node, confirmations).await?;
-    let ranges = keel_index::plan_history(pool, chain, settled, HISTORY_RANGE_BLOCKS).await?;
-    tracing::info!(target: TARGET, chain = %chain, settled, ranges, "history planned below the first tip block");
-    config.start_block = Some(settled.saturating_add(1));
-    Ok(config)
-}
-
-/// The tip-ingest loop of one chain while this replica owns it: takes ownership (a new
-/// epoch), then steps until the lease's token fires, paced by
-/// [`keel_index::FollowBackoff`]. A fenced step (a newer owner: a handoff, not a
-/// failure) ends the loop and returns true; a fatal error (a reorg below the finalized
-/// block: the chain is marked degraded) stops ingest of the chain once, loudly, and holds
-/// it idle until `stop` fires (returns true: restarting would not help); node holes and
-/// other errors are retried after a capped exponential backoff. Returns true when `stop`
-/// fired.
-async fn run_tip(
-    pool: PgPool,
-    node: Arc<UpstreamPool>,
-    config: TipConfig,
-    confirmations: u64,
-    owner_id: &str,
-    poll: Duration,
-    stop: CancellationToken,
-) -> bool {
-    use tracing::Instrument;
-    let chain = node.chain();
-    async move {
-        // A degraded chain (a reorg below its finalized block) stays stopped: no new
-        // owner epoch, no restart loop, until an operator re-indexes it.
-        if let Ok(health) = keel_index::tip::publish_health(&pool, chain).await
-            && let Some(d) = health.degraded
-        {
-            tracing::error!(target: TARGET, reason = %d.reason, since = %d.since, "the chain's index is degraded; tip ingest stays stopped until it is re-indexed");
-            stop.cancelled().await;
-            return true;
-        }
-        let ingest = loop {
-            let planned = plan_before_first_tip(&pool, &node, &config, confirmations).await;
-            let attempt = match planned {
-                Ok(config) => {
-                    TipIngest::take_ownership(pool.clone(), node.clone(), config, owner_id).await
-                }
-                Err(e) => Err(e),
-            };
-            match attempt {
-                Ok(i) => break i,
-                Err(e) => {
-                    tracing::warn!(target: TARGET, error = %e, "taking tip ownership failed; retrying");
-                    tokio::select! {
-                        _ = stop.cancelled() => return true,
-                        _ = tokio::time::sleep(poll) => {}
-                    }
-                }
-            }
-        };
-        // Paced by keel-index: at once while behind, the poll interval once caught up,
-        // a capped exponential backoff after a node hole or an error.
-        let mut pace = keel_index::FollowBackoff::new(chain, poll);
-        while !stop.is_cancelled() {
-            let result = ingest.step().await;
-            match pace.after(&result) {
-                keel_index::NextStep::Now => {}
-                keel_index::NextStep::Wait(wait) => {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(wait) => {}
-                    }
-                }
-                keel_index::NextStep::GiveUp => return true,
-                keel_index::NextStep::Halt => {
-                    // Fatal for the chain (logged once by keel-index): hold it idle
-                    // rather than retaking ownership in a loop.
-                    stop.cancelled().await;
-                    return true;
-                }
-            }
-        }
-        true
-    }
-    .instrument(tracing::info_span!("index_tip", chain = %chain))
-    .await
 }

@@ -121,11 +121,11 @@ impl Env {
     }
 }
 
-/// Steps until the indexed tip reaches the node's head.
+/// Rounds until the indexed tip reaches the node's head.
 pub(crate) async fn catch_up(ingest: &TipIngest) -> anyhow::Result<u64> {
     let mut reorgs = 0;
     for _ in 0..50 {
-        let out = ingest.step().await?;
+        let out = ingest.round().await?;
         reorgs += out.reorgs;
         if out.tip == Some(out.head) {
             return Ok(reorgs);

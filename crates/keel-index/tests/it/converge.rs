@@ -100,7 +100,7 @@ impl World {
     }
 }
 
-/// A history range or a tip step may fail transiently in this test only in the ways
+/// A history range or a tip round may fail transiently in this test only in the ways
 /// the index handles by retrying.
 fn tolerated(e: &IndexError) -> bool {
     matches!(

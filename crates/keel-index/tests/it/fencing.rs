@@ -19,7 +19,7 @@ async fn a_stale_owner_commits_nothing_after_a_new_owner_took_over() -> anyhow::
     // New blocks appear; the old owner (late writer) tries to ingest them.
     env.mint(asset.token, a0, 42).await?;
     let before = fingerprint(&env.db, env.chain_id, &env.deployed).await?;
-    let err = old.step().await.unwrap_err();
+    let err = old.round().await.unwrap_err();
     assert!(
         matches!(err, IndexError::Fenced { epoch, .. } if epoch == old.epoch()),
         "{err}"
@@ -39,13 +39,13 @@ async fn a_stale_owner_commits_nothing_after_a_new_owner_took_over() -> anyhow::
     let t = read::transfers(env.db.pool(), env.chain_id, Some(asset.token)).await?;
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].value, "42");
-    let err = old.step().await.unwrap_err();
+    let err = old.round().await.unwrap_err();
     assert!(matches!(err, IndexError::Fenced { .. }));
     Ok(())
 }
 
 #[tokio::test]
-async fn an_owner_superseded_mid_step_commits_nothing() -> anyhow::Result<()> {
+async fn an_owner_superseded_mid_round_commits_nothing() -> anyhow::Result<()> {
     use anvil_tests::proxy::{RpcProxy, Rule};
     use keel_chain::{UpstreamConfig, UpstreamPool};
     use std::sync::Arc;
@@ -54,7 +54,7 @@ async fn an_owner_superseded_mid_step_commits_nothing() -> anyhow::Result<()> {
     let env = env().await?;
     let asset = env.mintable("MID").await?;
     env.mint(asset.token, env.chain.account(0)?, 7).await?;
-    // The old owner's node answers getLogs slowly: it is mid-step when the new owner
+    // The old owner's node answers getLogs slowly: it is mid-round when the new owner
     // takes over.
     let proxy = RpcProxy::start(env.chain.endpoint()).await?;
     proxy.add_rule(Rule::latency("eth_getLogs", Duration::from_millis(800)));
@@ -66,7 +66,7 @@ async fn an_owner_superseded_mid_step_commits_nothing() -> anyhow::Result<()> {
         .await?;
     let late = tokio::spawn({
         let old = old.clone();
-        async move { old.step().await }
+        async move { old.round().await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let new = env.owner(config(64), "new").await?;

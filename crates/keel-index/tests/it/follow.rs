@@ -1,4 +1,4 @@
-//! Head watching between tip steps.
+//! Head watching between tip rounds.
 
 use crate::common::{catch_up, config, env};
 use std::time::Duration;
@@ -24,7 +24,7 @@ async fn wait_for_new_head_returns_on_a_new_block_or_after_the_poll_interval() -
     assert_eq!(Some(head), indexed);
 
     // A new block: returns its height instead of waiting out `max_wait` (an hour here;
-    // the outer timeout only turns a hang into a failure), and the next step ingests it.
+    // the outer timeout only turns a hang into a failure), and the next round ingests it.
     env.chain.mine().await?;
     let head = tokio::time::timeout(
         Duration::from_secs(60),
@@ -36,22 +36,22 @@ async fn wait_for_new_head_returns_on_a_new_block_or_after_the_poll_interval() -
     )
     .await??;
     assert!(Some(head) > indexed);
-    let out = tip.step().await?;
+    let out = tip.round().await?;
     assert_eq!(out.tip, Some(head));
     Ok(())
 }
 
 /// The node reports a head 5 blocks above a block it answers `null` for (the hole
-/// Anvil leaves while a reorg races automining): every step stops at the hole and says
-/// so, the follow pacing backs off exponentially up to its cap instead of stepping
-/// again at once, and each step costs a bounded number of requests. Once the block
-/// exists, the next step makes progress and the backoff resets.
+/// Anvil leaves while a reorg races automining): every round stops at the hole and says
+/// so, the follow pacing backs off exponentially up to its cap instead of running rounds
+/// again at once, and each round costs a bounded number of requests. Once the block
+/// exists, the next round makes progress and the backoff resets.
 #[tokio::test]
 async fn a_head_above_a_block_the_node_has_no_header_for_backs_off_instead_of_spinning()
 -> anyhow::Result<()> {
     use anvil_tests::proxy::{RpcProxy, Rule};
     use keel_chain::{UpstreamConfig, UpstreamPool};
-    use keel_index::{FollowBackoff, NextStep, TipIngest};
+    use keel_index::{FollowBackoff, NextRound, TipIngest};
     use std::sync::Arc;
 
     let env = env().await?;
@@ -73,34 +73,34 @@ async fn a_head_above_a_block_the_node_has_no_header_for_backs_off_instead_of_sp
     let mut pace = FollowBackoff::new(env.chain_id, poll)
         .with_backoff(Duration::from_millis(100), Duration::from_secs(2));
     let mut waits = Vec::new();
-    let steps = 8;
-    for _ in 0..steps {
-        let result = ingest.step().await;
+    let rounds = 8;
+    for _ in 0..rounds {
+        let result = ingest.round().await;
         let out = result.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
-        // The situation a loop stepping "while tip < head" spins on.
+        // The situation a loop running rounds "while tip < head" spins on.
         assert_eq!(out.tip, Some(head));
         assert_eq!(out.head, head + 5);
         assert_eq!(out.missing, Some(head + 1));
         match pace.after(&result) {
-            NextStep::Wait(d) => waits.push(d.as_millis()),
-            other => panic!("a step stopped at a missing block must back off: {other:?}"),
+            NextRound::Wait(d) => waits.push(d.as_millis()),
+            other => panic!("a round stopped at a missing block must back off: {other:?}"),
         }
     }
     assert_eq!(waits, [100, 200, 400, 800, 1_600, 2_000, 2_000, 2_000]);
-    assert_eq!(pace.failures(), steps);
-    // One header for the stored tip, one for the missing block, per step.
+    assert_eq!(pace.failures(), rounds);
+    // One header for the stored tip, one for the missing block, per round.
     assert!(
-        proxy.count("eth_getBlockByNumber") <= 2 * u64::from(steps),
-        "{} header requests for {steps} steps",
+        proxy.count("eth_getBlockByNumber") <= 2 * u64::from(rounds),
+        "{} header requests for {rounds} rounds",
         proxy.count("eth_getBlockByNumber")
     );
 
     proxy.clear_rules();
     env.chain.mine().await?;
-    let result = ingest.step().await;
+    let result = ingest.round().await;
     let out = result.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
     assert_eq!((out.tip, out.missing), (Some(head + 1), None));
-    assert_eq!(pace.after(&result), NextStep::Wait(poll));
+    assert_eq!(pace.after(&result), NextRound::Wait(poll));
     assert_eq!(pace.failures(), 0);
     Ok(())
 }

@@ -57,7 +57,7 @@ async fn measure_history_throughput_and_tip_latency() -> anyhow::Result<()> {
     );
 
     // Tip: one transfer per block; time from the transfer's return (mined, automine)
-    // to the step that committed it.
+    // to the round that committed it.
     let tip = env
         .owner(
             TipConfig {
@@ -75,13 +75,13 @@ async fn measure_history_throughput_and_tip_latency() -> anyhow::Result<()> {
             .block_number
             .unwrap_or_default();
         let t0 = Instant::now();
-        let out = tip.step().await?;
+        let out = tip.round().await?;
         assert_eq!(out.tip, Some(number));
         latencies.push(t0.elapsed());
     }
     latencies.sort();
     println!(
-        "tip step (block mined → committed, no poll delay): p50 {:?} p99 {:?} max {:?}",
+        "tip round (block mined → committed, no poll delay): p50 {:?} p99 {:?} max {:?}",
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
         latencies[latencies.len() - 1]

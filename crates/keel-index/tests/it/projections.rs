@@ -63,9 +63,9 @@ async fn transfers_assets_observations_and_balances_are_projected() -> anyhow::R
     assert_eq!(bound.as_deref(), Some("3600"));
     assert!(read::staleness_bound(pool, c, a1).await?.is_none());
 
-    // Idempotent: a second step with nothing new changes nothing.
+    // Idempotent: a second round with nothing new changes nothing.
     let before = fingerprint(&env.db, c, &env.deployed).await?;
-    let out = ingest.step().await?;
+    let out = ingest.round().await?;
     assert_eq!(out.blocks, 0);
     assert_eq!(before, fingerprint(&env.db, c, &env.deployed).await?);
     assert_eq!(before, reindex(&env).await?);
@@ -95,7 +95,7 @@ async fn directory_removal_is_stamped_and_reads_are_live_only() -> anyhow::Resul
     assert_eq!(live[0].value, v2);
 
     confirm(&dir.remove(name)).await?;
-    let out = ingest.step().await?;
+    let out = ingest.round().await?;
     let removed_at = out.tip.unwrap();
     assert!(
         !read::directory_entries(pool, c, d, false)
@@ -153,7 +153,7 @@ async fn wait_for_block_returns_once_the_block_is_indexed_or_times_out() -> anyh
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = std::time::Instant::now();
-    ingest.step().await?;
+    ingest.round().await?;
     let tip = waiter.await??;
     assert_eq!(tip.number, target);
     // Woken by NOTIFY, not by the 5 s poll.

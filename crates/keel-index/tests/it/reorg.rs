@@ -184,13 +184,13 @@ async fn a_reorg_deeper_than_the_hash_window_above_finality_rolls_back_to_the_fi
 }
 
 /// With `--slots-in-an-epoch 1` Anvil's `finalized` is head − 2: a reorg of 5 blocks
-/// replaces finalized blocks. The step fails once with the typed fatal error, the chain
+/// replaces finalized blocks. The round fails once with the typed fatal error, the chain
 /// is marked degraded (readable through `read::chain_health`), nothing is rolled back
-/// or written, and later steps (this owner's or a new owner's) write nothing either.
+/// or written, and later rounds (this owner's or a new owner's) write nothing either.
 #[tokio::test]
 async fn a_reorg_below_the_finalized_block_marks_the_chain_degraded_and_stops_ingest()
 -> anyhow::Result<()> {
-    use keel_index::{FollowBackoff, NextStep};
+    use keel_index::{FollowBackoff, NextRound};
     let chain = anvil_tests::TestChain::builder()
         .args(["--slots-in-an-epoch", "1"])
         .start()
@@ -223,12 +223,12 @@ async fn a_reorg_below_the_finalized_block_marks_the_chain_degraded_and_stops_in
             tx_block_pairs: vec![],
         })
         .await?;
-    let result = ingest.step().await;
+    let result = ingest.round().await;
     let err = result.as_ref().unwrap_err();
     assert!(matches!(err, IndexError::ReorgTooDeep { .. }), "{err}");
     assert!(err.is_fatal());
     let mut pace = FollowBackoff::new(env.chain_id, std::time::Duration::from_millis(100));
-    assert_eq!(pace.after(&result), NextStep::Halt);
+    assert_eq!(pace.after(&result), NextRound::Halt);
 
     let health = read::chain_health(env.db.pool(), env.chain_id).await?;
     let degraded = health.degraded.expect("the chain is marked degraded");
@@ -247,12 +247,12 @@ async fn a_reorg_below_the_finalized_block_marks_the_chain_degraded_and_stops_in
             .is_degraded()
     );
 
-    // Stopped once: later steps, and a new owner's, fail as degraded and write nothing.
+    // Stopped once: later rounds, and a new owner's, fail as degraded and write nothing.
     env.chain.mine().await?;
-    let again = ingest.step().await.unwrap_err();
+    let again = ingest.round().await.unwrap_err();
     assert!(matches!(again, IndexError::Degraded { .. }), "{again}");
     let next_owner = env.owner(cfg, "b").await?;
-    let other = next_owner.step().await.unwrap_err();
+    let other = next_owner.round().await.unwrap_err();
     assert!(matches!(other, IndexError::Degraded { .. }), "{other}");
     assert!(other.is_fatal());
     assert_eq!(
@@ -264,7 +264,7 @@ async fn a_reorg_below_the_finalized_block_marks_the_chain_degraded_and_stops_in
 }
 
 #[tokio::test]
-async fn get_logs_for_a_block_reorged_away_mid_step_converges() -> anyhow::Result<()> {
+async fn get_logs_for_a_block_reorged_away_mid_round_converges() -> anyhow::Result<()> {
     use anvil_tests::proxy::{RpcProxy, Rule};
     use keel_chain::{UpstreamConfig, UpstreamPool};
     use std::sync::Arc;
@@ -293,11 +293,11 @@ async fn get_logs_for_a_block_reorged_away_mid_step_converges() -> anyhow::Resul
     env.transfer(asset.token, a1, 1).await?;
     let before = proxy.count("eth_getLogs");
     proxy.add_rule(Rule::latency("eth_getLogs", Duration::from_millis(1_500)).times(1));
-    let step = tokio::spawn({
+    let round = tokio::spawn({
         let ingest = ingest.clone();
-        async move { ingest.step().await }
+        async move { ingest.round().await }
     });
-    // Reorg only once the step is inside the slow getLogs of block N.
+    // Reorg only once the round is inside the slow getLogs of block N.
     while proxy.count("eth_getLogs") == before {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -307,10 +307,10 @@ async fn get_logs_for_a_block_reorged_away_mid_step_converges() -> anyhow::Resul
         tx_block_pairs: vec![(transfer_request(asset.token, a0, a2, 2, p), 0)],
     })
     .await?;
-    let out = step.await??;
-    println!("step across the reorg: {out:?}");
+    let out = round.await??;
+    println!("round across the reorg: {out:?}");
     // Whatever the node answered for the orphaned hash (an error: a reorg signal; an
-    // empty list: the tip check of the next step), the index converges.
+    // empty list: the tip check of the next round), the index converges.
     catch_up(&ingest).await?;
     let t = read::transfers(env.db.pool(), env.chain_id, Some(asset.token)).await?;
     assert!(!t.iter().any(|t| t.to == a1), "{t:?}");

@@ -1,4 +1,7 @@
-//! Bulk writes of raw logs and their projections (shared by tip ingest and history).
+//! `index_log`, `index_transfer` and the other projections (`index_asset`,
+//! `index_observation`, `index_directory_entry`, `index_token_pause`,
+//! `index_staleness_bound`): bulk writes of raw logs and their projections (shared by tip
+//! ingest and history), and their rollback above a block.
 //!
 //! Rows are encoded for PostgreSQL's binary `COPY` ([`Batch::encode`], pure CPU, so
 //! it runs where the logs are fetched, off the writer's path), streamed with `COPY`
@@ -243,7 +246,7 @@ impl Batch {
     }
 }
 
-/// Below this many logs, [`write_logs`] inserts with one `UNNEST` statement per table
+/// Below this many logs, [`logs_insert`] inserts with one `UNNEST` statement per table
 /// instead of `COPY`: a statement is one message, while a `COPY` is three, and without
 /// `TCP_NODELAY` (sqlx 0.9 does not set it) a small `COPY`'s last message can wait for
 /// the server's delayed ACK (~40 ms on Linux): too slow for a tip block.
@@ -251,12 +254,12 @@ pub(crate) const COPY_MIN_ROWS: usize = 2_000;
 
 /// Writes `logs` and the projections of those emitted by contracts in `kinds`:
 /// small batches (fewer than [`COPY_MIN_ROWS`] logs, e.g. one tip block) with `UNNEST`
-/// inserts, bigger ones with [`Batch::encode`] then [`write_batch`]. Both are
+/// inserts, bigger ones with [`Batch::encode`] then [`batch_insert`]. Both are
 /// idempotent on `(chain_id, block_hash, log_index)`.
 ///
 /// # Errors
-/// As [`Batch::encode`] and [`write_batch`].
-pub(crate) async fn write_logs(
+/// As [`Batch::encode`] and [`batch_insert`].
+pub(crate) async fn logs_insert(
     tx: &mut PgConnection,
     chain: i64,
     logs: &[Log],
@@ -264,7 +267,7 @@ pub(crate) async fn write_logs(
 ) -> Result<()> {
     if logs.len() >= COPY_MIN_ROWS {
         let batch = Batch::encode(chain, logs, kinds)?;
-        return write_batch(tx, chain, &batch).await;
+        return batch_insert(tx, chain, &batch).await;
     }
     let n = logs.len();
     let (mut block_number, mut block_hash, mut log_index, mut tx_hash) = (
@@ -420,7 +423,7 @@ async fn copy_in(
 ///
 /// # Errors
 /// [`IndexError::Store`].
-pub(crate) async fn write_batch(tx: &mut PgConnection, chain: i64, batch: &Batch) -> Result<()> {
+pub(crate) async fn batch_insert(tx: &mut PgConnection, chain: i64, batch: &Batch) -> Result<()> {
     if batch.log_rows > 0 || batch.transfer_rows > 0 {
         sqlx::raw_sql("SAVEPOINT keel_index_bulk")
             .execute(&mut *tx)
@@ -664,6 +667,48 @@ fn position(chain: i64, log: &Log) -> Result<(u64, B256, u64, B256)> {
     }
 }
 
+/// The projection tables a rollback deletes from (every one has `block_number`).
+const ROLLED_BACK: [&str; 7] = [
+    "index_log",
+    "index_transfer",
+    "index_asset",
+    "index_observation",
+    "index_directory_entry",
+    "index_token_pause",
+    "index_staleness_bound",
+];
+
+/// Deletes every raw log and projection row of `chain` above block `above` and clears
+/// the directory-entry removal stamps above it, inside the caller's (fenced)
+/// transaction.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub(crate) async fn projections_delete_above(
+    tx: &mut PgConnection,
+    chain: i64,
+    above: i64,
+) -> Result<()> {
+    for table in ROLLED_BACK {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE chain_id = $1 AND block_number > $2"
+        )))
+        .bind(chain)
+        .bind(above)
+        .execute(&mut *tx)
+        .await?;
+    }
+    sqlx::query(
+        "UPDATE index_directory_entry SET removed_at_block = NULL
+         WHERE chain_id = $1 AND removed_at_block > $2",
+    )
+    .bind(chain)
+    .bind(above)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -727,7 +772,7 @@ mod tests {
     async fn write(db: &TestDatabase, chain: i64, logs: &[Log]) -> anyhow::Result<()> {
         let batch = Batch::encode(chain, logs, &kinds())?;
         let mut tx = db.pool().begin().await?;
-        write_batch(&mut tx, chain, &batch).await?;
+        batch_insert(&mut tx, chain, &batch).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -759,7 +804,7 @@ mod tests {
         // The COPY path on chain 1, the UNNEST path (small batch) on chain 2.
         write(&db, 1, &logs).await?;
         let mut tx = db.pool().begin().await?;
-        write_logs(&mut tx, 2, &logs, &kinds()).await?;
+        logs_insert(&mut tx, 2, &logs, &kinds()).await?;
         tx.commit().await?;
         let copied = rows(&db, 1).await?;
         assert_eq!(copied.len(), logs.len() * 2);
@@ -789,11 +834,11 @@ mod tests {
         // An overlapping batch (half stored already) adds only the missing rows.
         write(&db, 7, &all[1_000..]).await?;
         assert_eq!(rows(&db, 7).await?.len(), 6_000);
-        // The same through `write_logs` in one transaction with a duplicate inside.
+        // The same through `logs_insert` in one transaction with a duplicate inside.
         let mut dup = all[2_500..].to_vec();
         dup.extend_from_slice(&all[2_990..]);
         let mut tx = db.pool().begin().await?;
-        write_logs(&mut tx, 7, &dup, &kinds()).await?;
+        logs_insert(&mut tx, 7, &dup, &kinds()).await?;
         tx.commit().await?;
         assert_eq!(rows(&db, 7).await?.len(), 6_000);
         Ok(())
@@ -810,7 +855,7 @@ mod tests {
         let before = rows(&db, 3).await?;
         let batch = Batch::encode(3, &logs, &kinds())?;
         let mut tx = db.pool().begin().await?;
-        write_batch(&mut tx, 3, &batch).await?;
+        batch_insert(&mut tx, 3, &batch).await?;
         tx.rollback().await?;
         assert_eq!(rows(&db, 3).await?, before);
         // The staging tables of the pooled connections are empty for the next write.

@@ -1,0 +1,106 @@
+//! `index_block`: the hash window of a chain (block number → hash, parent hash), at
+//! least `finality_depth` blocks below the tip, used to find reorgs' common ancestors
+//! and to check history rows against canonical blocks.
+
+use crate::Result;
+use sqlx::PgExecutor;
+
+/// One stored block.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct BlockRow {
+    pub number: i64,
+    pub hash: Vec<u8>,
+}
+
+/// Stores (or replaces) the block at `number`.
+pub(crate) async fn block_upsert(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    number: i64,
+    hash: &[u8],
+    parent_hash: &[u8],
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO index_block (chain_id, number, hash, parent_hash) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (chain_id, number) DO UPDATE
+           SET hash = EXCLUDED.hash, parent_hash = EXCLUDED.parent_hash",
+    )
+    .bind(chain)
+    .bind(number)
+    .bind(hash)
+    .bind(parent_hash)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Deletes the blocks at or below `number` (the window's lower edge).
+pub(crate) async fn blocks_delete_at_or_below(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    number: i64,
+) -> Result<()> {
+    sqlx::query("DELETE FROM index_block WHERE chain_id = $1 AND number <= $2")
+        .bind(chain)
+        .bind(number)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Deletes the blocks above `number` (a rollback).
+pub(crate) async fn blocks_delete_above(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    number: i64,
+) -> Result<()> {
+    sqlx::query("DELETE FROM index_block WHERE chain_id = $1 AND number > $2")
+        .bind(chain)
+        .bind(number)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The stored blocks at or below `number`, highest first.
+pub(crate) async fn blocks_at_or_below(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    number: i64,
+) -> Result<Vec<BlockRow>> {
+    Ok(sqlx::query_as(
+        "SELECT number, hash FROM index_block WHERE chain_id = $1 AND number <= $2
+         ORDER BY number DESC",
+    )
+    .bind(chain)
+    .bind(number)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The lowest stored block number; `None` when the window is empty.
+pub(crate) async fn block_oldest(db: impl PgExecutor<'_>, chain: i64) -> Result<Option<i64>> {
+    Ok(
+        sqlx::query_scalar("SELECT min(number) FROM index_block WHERE chain_id = $1")
+            .bind(chain)
+            .fetch_one(db)
+            .await?,
+    )
+}
+
+/// The stored blocks numbered `from..=to`.
+pub(crate) async fn blocks_between(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    from: i64,
+    to: i64,
+) -> Result<Vec<BlockRow>> {
+    Ok(sqlx::query_as(
+        "SELECT number, hash FROM index_block WHERE chain_id = $1 AND number BETWEEN $2 AND $3",
+    )
+    .bind(chain)
+    .bind(from)
+    .bind(to)
+    .fetch_all(db)
+    .await?)
+}

@@ -1,0 +1,206 @@
+//! `index_chain`: one row per chain with the tip-ingest owner's epoch (fencing), the
+//! checkpoint (`tip_number`, `tip_hash`) and the degraded marker (migration `0017`).
+
+use crate::Result;
+use sqlx::PgExecutor;
+
+/// The fencing state of a chain row, read under `FOR UPDATE`.
+#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+pub(crate) struct ChainFenceRow {
+    pub owner_epoch: i64,
+    pub degraded: bool,
+}
+
+/// The checkpoint columns of a chain row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct CheckpointRow {
+    pub tip_number: Option<i64>,
+    pub tip_hash: Option<Vec<u8>>,
+}
+
+/// Takes ownership: increments `owner_epoch` (creating the row at epoch 1) and records
+/// `owner_id`. Returns the new epoch.
+pub(crate) async fn chain_take_ownership(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    owner_id: &str,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO index_chain (chain_id, owner_epoch, owner_id) VALUES ($1, 1, $2)
+         ON CONFLICT (chain_id) DO UPDATE
+           SET owner_epoch = index_chain.owner_epoch + 1, owner_id = EXCLUDED.owner_id,
+               updated_at = now()
+         RETURNING owner_epoch",
+    )
+    .bind(chain)
+    .bind(owner_id)
+    .fetch_one(db)
+    .await?)
+}
+
+/// Locks the chain row (`FOR UPDATE`, inside the caller's transaction) and reads its
+/// epoch and degraded marker; `None` when the chain has no row.
+pub(crate) async fn chain_lock_fence(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+) -> Result<Option<ChainFenceRow>> {
+    Ok(sqlx::query_as(
+        "SELECT owner_epoch, degraded_at IS NOT NULL AS degraded FROM index_chain
+          WHERE chain_id = $1 FOR UPDATE",
+    )
+    .bind(chain)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// The stored checkpoint; `None` when the chain has no row.
+pub(crate) async fn chain_checkpoint(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+) -> Result<Option<CheckpointRow>> {
+    Ok(
+        sqlx::query_as("SELECT tip_number, tip_hash FROM index_chain WHERE chain_id = $1")
+            .bind(chain)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// Moves the checkpoint to (`number`, `hash`). The caller holds the fenced row lock.
+pub(crate) async fn chain_set_checkpoint(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    number: i64,
+    hash: &[u8],
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE index_chain SET tip_number = $2, tip_hash = $3, updated_at = now()
+         WHERE chain_id = $1",
+    )
+    .bind(chain)
+    .bind(number)
+    .bind(hash)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Marks the chain degraded, once (guarded by `degraded_at IS NULL`). Returns true when
+/// this call set the marker.
+pub(crate) async fn chain_mark_degraded(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    reason: &str,
+    block: i64,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE index_chain
+            SET degraded_at = now(), degraded_reason = $2, degraded_block = $3, updated_at = now()
+          WHERE chain_id = $1 AND degraded_at IS NULL",
+    )
+    .bind(chain)
+    .bind(reason)
+    .bind(block)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Creates the chain's row unless it exists.
+pub(crate) async fn chain_ensure(db: impl PgExecutor<'_>, chain: i64) -> Result<()> {
+    sqlx::query("INSERT INTO index_chain (chain_id) VALUES ($1) ON CONFLICT DO NOTHING")
+        .bind(chain)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Locks the chain row exclusively (`FOR UPDATE`), serializing planners of the chain.
+pub(crate) async fn chain_lock(db: impl PgExecutor<'_>, chain: i64) -> Result<()> {
+    sqlx::query("SELECT 1 FROM index_chain WHERE chain_id = $1 FOR UPDATE")
+        .bind(chain)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Locks the chain row shared (`FOR SHARE`: tip commits and rollbacks lock it
+/// exclusively, so the checkpoint stays as read until the caller commits) and returns
+/// its tip number (`None`: no row or no tip yet).
+pub(crate) async fn chain_tip_for_share(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+) -> Result<Option<i64>> {
+    Ok(
+        sqlx::query_scalar("SELECT tip_number FROM index_chain WHERE chain_id = $1 FOR SHARE")
+            .bind(chain)
+            .fetch_optional(db)
+            .await?
+            .flatten(),
+    )
+}
+
+/// `pg_notify(channel, "<chain>:<number>")`, delivered when the caller's transaction
+/// commits (the checkpoint advance of [`crate::tip::TIP_CHANNEL`]).
+pub(crate) async fn chain_notify_tip(
+    db: impl PgExecutor<'_>,
+    channel: &str,
+    chain: i64,
+    number: i64,
+) -> Result<()> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(format!("{chain}:{number}"))
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// A chain row's checkpoint and degraded marker.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ChainHealthRow {
+    pub chain_id: i64,
+    pub tip_number: Option<i64>,
+    pub tip_hash: Option<Vec<u8>>,
+    pub degraded_at: Option<sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>>,
+    pub degraded_reason: Option<String>,
+    pub degraded_block: Option<i64>,
+}
+
+/// The checkpoint when the chain has a tip (`tip_number` set).
+pub(crate) async fn chain_tip(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+) -> Result<Option<CheckpointRow>> {
+    Ok(sqlx::query_as(
+        "SELECT tip_number, tip_hash FROM index_chain WHERE chain_id = $1 AND tip_number IS NOT NULL",
+    )
+    .bind(chain)
+    .fetch_optional(db)
+    .await?)
+}
+
+const HEALTH_COLUMNS: &str =
+    "chain_id, tip_number, tip_hash, degraded_at, degraded_reason, degraded_block";
+
+/// The health columns of the chain's row; `None` when the chain has no row.
+pub(crate) async fn chain_health_of(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+) -> Result<Option<ChainHealthRow>> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {HEALTH_COLUMNS} FROM index_chain WHERE chain_id = $1"
+    )))
+    .bind(chain)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// The health columns of every degraded chain, by chain id.
+pub(crate) async fn chains_degraded(db: impl PgExecutor<'_>) -> Result<Vec<ChainHealthRow>> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {HEALTH_COLUMNS} FROM index_chain WHERE degraded_at IS NOT NULL ORDER BY chain_id"
+    )))
+    .fetch_all(db)
+    .await?)
+}
