@@ -168,6 +168,28 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
     MIGRATOR.run(pool).await.map_err(StoreError::from_migrate)
 }
 
+/// Whether every embedded migration of [`MIGRATOR`] is applied to `db` with the same
+/// version and checksum (readiness: a server must not serve a schema it was not built
+/// for). `Ok(false)` when one is missing, failed or was applied with another checksum.
+///
+/// # Errors
+/// [`StoreError`] when `_sqlx_migrations` cannot be read (including before the first
+/// migration created it).
+pub async fn migrations_applied(db: impl sqlx::PgExecutor<'_>) -> Result<bool> {
+    let applied: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(db)
+            .await?;
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .all(|m| {
+            applied.iter().any(|(version, checksum)| {
+                *version == m.version && checksum.as_slice() == &*m.checksum
+            })
+        }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

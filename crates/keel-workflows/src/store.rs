@@ -550,6 +550,61 @@ pub async fn operation_tx_insert(
     Ok(())
 }
 
+/// One link of an operation to a queue request.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OperationTxLinkRow {
+    /// The link (column `step`).
+    pub link: String,
+    /// The transaction-queue request.
+    pub txq_request_id: Uuid,
+}
+
+/// The links of operation `operation_id`, in link order (creation, then link name).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_tx_links(
+    db: impl PgExecutor<'_>,
+    operation_id: Uuid,
+) -> StoreResult<Vec<OperationTxLinkRow>> {
+    Ok(sqlx::query_as(
+        "SELECT step AS link, txq_request_id FROM operation_tx
+          WHERE operation_id = $1 ORDER BY created_at, step",
+    )
+    .bind(operation_id)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Where the verdict of a queue request goes: the waiting instance and its signal.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OperationTxSignalRow {
+    /// The transaction-queue request.
+    pub txq_request_id: Uuid,
+    /// The workflow instance that waits for its verdict.
+    pub instance_id: Uuid,
+    /// The signal name (`tx.<link>`).
+    pub signal_name: String,
+}
+
+/// The links of the queue requests `txq_request_ids` (none for a request no operation
+/// made), ordered by instance so that concurrent deliveries lock instances in one order.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_tx_by_requests(
+    db: impl PgExecutor<'_>,
+    txq_request_ids: &[Uuid],
+) -> StoreResult<Vec<OperationTxSignalRow>> {
+    Ok(sqlx::query_as(
+        "SELECT txq_request_id, instance_id, signal_name FROM operation_tx
+          WHERE txq_request_id = ANY($1) ORDER BY instance_id, txq_request_id",
+    )
+    .bind(txq_request_ids)
+    .fetch_all(db)
+    .await?)
+}
+
 /// Which operation (and link) of an organization made a queue request.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct OperationTxOwnerRow {
@@ -725,68 +780,4 @@ pub async fn index_token_supply(
     .bind(token)
     .fetch_one(db)
     .await?)
-}
-
-/// One linked queue request of an operation with its queue state.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct OperationTxStateRow {
-    /// The link (column `step`).
-    pub link: String,
-    /// `txq_request.state` (`queued`, `signed`, `broadcast`, `waiting_funding`,
-    /// `settled`, ...).
-    pub state: String,
-    /// The nonce, once assigned.
-    pub nonce: Option<i64>,
-    /// The settlement verdict (JSON of `keel_txq::SettlementVerdict`), once settled.
-    pub verdict: Option<serde_json::Value>,
-    /// The latest attempt's transaction hash (32 bytes), if signed.
-    pub last_tx_hash: Option<Vec<u8>>,
-    /// The funding deadline while `waiting_funding`.
-    pub funding_deadline: Option<DateTime<Utc>>,
-    /// The error class of the last broadcast no node accepted, if any.
-    pub last_broadcast_error: Option<String>,
-}
-
-/// The linked queue requests of operation `operation_id`, in link order. Foreign:
-/// reads keel-txq's `txq_request` and `txq_attempt` (→ `keel_txq::requests(ids)`).
-///
-/// # Errors
-/// [`StoreError`].
-pub async fn operation_tx_states(
-    db: impl PgExecutor<'_>,
-    operation_id: Uuid,
-) -> StoreResult<Vec<OperationTxStateRow>> {
-    Ok(sqlx::query_as(
-        "SELECT ot.step AS link, r.state, r.nonce, r.verdict,
-                (SELECT a.tx_hash FROM txq_attempt a WHERE a.request_id = r.id
-                  ORDER BY a.attempt DESC LIMIT 1) AS last_tx_hash,
-                r.funding_deadline, r.last_broadcast_error
-           FROM operation_tx ot JOIN txq_request r ON r.id = ot.txq_request_id
-          WHERE ot.operation_id = $1 ORDER BY ot.created_at, ot.step",
-    )
-    .bind(operation_id)
-    .fetch_all(db)
-    .await?)
-}
-
-/// An applied migration (`_sqlx_migrations`, keel-store's table).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct AppliedMigrationRow {
-    /// Migration version.
-    pub version: i64,
-    /// Its checksum.
-    pub checksum: Vec<u8>,
-}
-
-/// The successfully applied migrations. Foreign: reads keel-store's `_sqlx_migrations`
-/// (→ a `keel_store` readiness check).
-///
-/// # Errors
-/// [`StoreError`].
-pub async fn migrations_applied(db: impl PgExecutor<'_>) -> StoreResult<Vec<AppliedMigrationRow>> {
-    Ok(
-        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
-            .fetch_all(db)
-            .await?,
-    )
 }

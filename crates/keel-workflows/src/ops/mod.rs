@@ -114,17 +114,9 @@ impl Ops {
         store::database_ping(&self.db)
             .await
             .map_err(|_| NotReady::DatabaseUnreachable)?;
-        let applied = store::migrations_applied(&self.db)
+        let all_applied = keel_store::migrations_applied(&self.db)
             .await
             .map_err(|_| NotReady::MigrationsNotApplied)?;
-        let all_applied = keel_store::MIGRATOR
-            .iter()
-            .filter(|m| !m.migration_type.is_down_migration())
-            .all(|m| {
-                applied
-                    .iter()
-                    .any(|a| a.version == m.version && a.checksum.as_slice() == &*m.checksum)
-            });
         if all_applied {
             Ok(())
         } else {

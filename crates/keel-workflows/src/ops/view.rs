@@ -6,14 +6,15 @@
 //! `<write>#<attempt>`), which the wire format calls `step`.
 
 use crate::error::{OpsError, Result};
+use crate::ops::read::txq_err;
 use crate::ops::{MAX_WAIT, Ops};
-use crate::store::{self, OperationRow, OperationTxStateRow};
+use crate::store::{self, OperationRow};
 use crate::tenancy::Caller;
 use crate::workflows::contract::{APPROVAL_SIGNAL, OpFailure, TX_SIGNAL_PREFIX};
 use alloy::primitives::B256;
 use chrono::{DateTime, Utc};
 use keel_durable::{InstanceStatus, RunStatus};
-use keel_txq::SettlementVerdict;
+use keel_txq::{RequestState, RequestView, SettlementVerdict};
 use serde_json::Value;
 use std::time::Duration;
 use uuid::Uuid;
@@ -187,10 +188,20 @@ fn view_state(s: RunStatus) -> OperationState {
     }
 }
 
+/// One linked queue request of an operation: its link and the queue's view of it
+/// ([`keel_txq::requests`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkedRequest {
+    /// The link (`<write>` or `<write>#<attempt>`).
+    pub link: String,
+    /// The request as the queue reports it.
+    pub request: RequestView,
+}
+
 /// The unsettled queue request of an operation, as a wait needs it.
 struct Unsettled {
     link: String,
-    state: String,
+    state: RequestState,
     funding_deadline: Option<DateTime<Utc>>,
     last_broadcast_error: Option<String>,
 }
@@ -214,15 +225,14 @@ struct Unsettled {
 pub fn project(
     op: &OperationRow,
     status: Option<&InstanceStatus>,
-    txs: Vec<OperationTxStateRow>,
+    txs: Vec<LinkedRequest>,
     queued_behind: Option<Uuid>,
 ) -> OperationView {
     let mut submitted = Vec::new();
     let mut confirmed = Vec::new();
     let mut unsettled: Option<Unsettled> = None;
-    for t in txs {
-        let verdict: Option<SettlementVerdict> =
-            t.verdict.and_then(|v| serde_json::from_value(v).ok());
+    for LinkedRequest { link, request: t } in txs {
+        let verdict = t.verdict;
         let (mined_tx_hash, block) = match &verdict {
             Some(SettlementVerdict::Confirmed {
                 hash: tx_hash,
@@ -236,31 +246,28 @@ pub fn project(
             }) => (Some(*tx_hash), Some(*block)),
             _ => (None, None),
         };
-        let tx_hash = mined_tx_hash.or_else(|| {
-            t.last_tx_hash
-                .and_then(|h| B256::try_from(h.as_slice()).ok())
-        });
-        let nonce = t.nonce.and_then(|n| u64::try_from(n).ok());
-        if t.state != "settled" {
+        let tx_hash = mined_tx_hash.or(t.last_hash);
+        let nonce = t.nonce;
+        if t.state != RequestState::Settled {
             unsettled = Some(Unsettled {
-                link: t.link.clone(),
-                state: t.state.clone(),
+                link: link.clone(),
+                state: t.state,
                 funding_deadline: t.funding_deadline,
                 last_broadcast_error: t.last_broadcast_error.clone(),
             });
         }
         if tx_hash.is_some() {
             submitted.push(TxMilestone {
-                link: t.link.clone(),
+                link: link.clone(),
                 tx_hash,
                 nonce,
-                broadcast: t.state == "broadcast" || block.is_some(),
+                broadcast: t.state == RequestState::Broadcast || block.is_some(),
                 block: None,
             });
         }
         if matches!(verdict, Some(SettlementVerdict::Confirmed { .. })) {
             confirmed.push(TxMilestone {
-                link: t.link,
+                link,
                 tx_hash,
                 nonce,
                 broadcast: true,
@@ -293,7 +300,7 @@ pub fn project(
             } else if let Some(link) = name.strip_prefix(TX_SIGNAL_PREFIX) {
                 let pending = unsettled.as_ref().filter(|u| u.link == link);
                 match pending {
-                    Some(u) if u.state == "waiting_funding" => WaitView {
+                    Some(u) if u.state == RequestState::WaitingFunding => WaitView {
                         waits_for: WaitFor::Funding,
                         until: u.funding_deadline,
                         link: Some(link.to_owned()),
@@ -378,6 +385,32 @@ pub fn project(
 }
 
 impl Ops {
+    /// The queue requests operation `operation_id` linked, in link order, as the
+    /// transaction queue reports them.
+    ///
+    /// # Errors
+    /// [`OpsError::Store`] (the database failed or a stored verdict did not decode).
+    pub async fn linked_requests(&self, operation_id: Uuid) -> Result<Vec<LinkedRequest>> {
+        let links = store::operation_tx_links(&self.db, operation_id).await?;
+        let ids: Vec<Uuid> = links.iter().map(|l| l.txq_request_id).collect();
+        let mut requests = keel_txq::requests(&self.db, &ids)
+            .await
+            .map_err(txq_err)?
+            .into_iter();
+        // `requests` keeps the order of `ids` and every linked request exists (the
+        // link references it).
+        Ok(links
+            .into_iter()
+            .filter_map(|l| {
+                let request = requests.find(|r| r.id == l.txq_request_id)?;
+                Some(LinkedRequest {
+                    link: l.link,
+                    request,
+                })
+            })
+            .collect())
+    }
+
     /// The status of operation `id` of the caller's organization.
     ///
     /// # Errors
@@ -389,7 +422,7 @@ impl Ops {
             Some(instance) => Some(self.engine.status(instance).await?),
             None => None,
         };
-        let txs = store::operation_tx_states(&self.db, op.id).await?;
+        let txs = self.linked_requests(op.id).await?;
         let queued_behind = match status.as_ref().and_then(|s| s.queued_behind) {
             Some(instance) => store::operation_id_by_instance(&self.db, instance).await?,
             None => None,
@@ -467,15 +500,18 @@ mod tests {
         }
     }
 
-    fn tx(state: &str, verdict: Option<Value>) -> OperationTxStateRow {
-        OperationTxStateRow {
+    fn tx(state: RequestState, verdict: Option<SettlementVerdict>) -> LinkedRequest {
+        LinkedRequest {
             link: "mint".into(),
-            state: state.into(),
-            nonce: Some(3),
-            verdict,
-            last_tx_hash: Some(vec![7; 32]),
-            funding_deadline: None,
-            last_broadcast_error: None,
+            request: RequestView {
+                id: Uuid::new_v4(),
+                state,
+                nonce: Some(3),
+                verdict,
+                last_hash: Some(B256::repeat_byte(7)),
+                funding_deadline: None,
+                last_broadcast_error: None,
+            },
         }
     }
 
@@ -484,8 +520,8 @@ mod tests {
     #[test]
     fn transaction_and_funding_waits_carry_their_error_class_and_deadline() {
         let status = instance(RunStatus::Waiting, Some("tx.mint"));
-        let mut signed = tx("signed", None);
-        signed.last_broadcast_error = Some("internal".into());
+        let mut signed = tx(RequestState::Signed, None);
+        signed.request.last_broadcast_error = Some("internal".into());
         let view = project(&op_row(), Some(&status), vec![signed], None);
         let wait = view.wait.unwrap();
         assert_eq!(wait.waits_for, WaitFor::Transaction);
@@ -493,8 +529,8 @@ mod tests {
         assert_eq!(wait.last_broadcast_error.as_deref(), Some("internal"));
 
         let deadline = Utc::now() + chrono::Duration::seconds(600);
-        let mut funding = tx("waiting_funding", None);
-        funding.funding_deadline = Some(deadline);
+        let mut funding = tx(RequestState::WaitingFunding, None);
+        funding.request.funding_deadline = Some(deadline);
         let view = project(&op_row(), Some(&status), vec![funding], None);
         let wait = view.wait.unwrap();
         assert_eq!(wait.waits_for, WaitFor::Funding);
@@ -525,18 +561,17 @@ mod tests {
         let e = view.error.unwrap();
         assert_eq!(e.code, "CANCELLED");
         assert!(e.detail.contains("none"), "{}", e.detail);
-        let confirmed = serde_json::to_value(SettlementVerdict::Confirmed {
+        let confirmed = SettlementVerdict::Confirmed {
             block: 9,
             hash: B256::repeat_byte(7),
             gas_used: 21_000,
             effective_gas_price: "1".into(),
             attempts: vec![],
-        })
-        .unwrap();
+        };
         let view = project(
             &op_row(),
             Some(&status),
-            vec![tx("settled", Some(confirmed))],
+            vec![tx(RequestState::Settled, Some(confirmed))],
             None,
         );
         assert_eq!(view.state, OperationState::Cancelled);

@@ -224,10 +224,10 @@ async fn links_are_idempotent_and_scoped_to_their_organization() {
     store::operation_tx_insert(env.pool(), &link(r2))
         .await
         .unwrap();
-    let states = store::operation_tx_states(env.pool(), op).await.unwrap();
-    assert_eq!(states.len(), 1, "the first link stays");
-    assert_eq!(states[0].link, "create-feed");
-    assert_eq!(states[0].state, "queued");
+    let links = store::operation_tx_links(env.pool(), op).await.unwrap();
+    assert_eq!(links.len(), 1, "the first link stays");
+    assert_eq!(links[0].link, "create-feed");
+    assert_eq!(links[0].txq_request_id, r1);
 
     let mine = store::operation_tx_owned(env.pool(), env.caller.organization_id, &[r1, r2])
         .await

@@ -74,7 +74,7 @@ async fn a_queued_write_then_a_cancel() {
         name: Some("tx.create-feed".into()),
         deadline: None,
     });
-    let txs = store::operation_tx_states(env.pool(), op).await.unwrap();
+    let txs = env.ops.linked_requests(op).await.unwrap();
     let waiting = project(&row, Some(&status), txs, None);
     assert_eq!(waiting.state, OperationState::Waiting);
     let wait = waiting.wait.unwrap();
@@ -92,10 +92,9 @@ async fn a_queued_write_then_a_cancel() {
         "{}",
         e.detail
     );
-    let txs = store::operation_tx_states(env.pool(), op).await.unwrap();
-    assert_eq!(txs[0].state, "settled");
-    let verdict: SettlementVerdict =
-        serde_json::from_value(txs[0].verdict.clone().unwrap()).unwrap();
+    let txs = env.ops.linked_requests(op).await.unwrap();
+    assert_eq!(txs[0].request.state, keel_txq::RequestState::Settled);
+    let verdict: SettlementVerdict = txs[0].request.verdict.clone().unwrap();
     assert!(
         matches!(verdict, SettlementVerdict::Failed { ref code, .. } if *code == keel_txq::FailureCode::Withdrawn),
         "{verdict:?}"
@@ -181,7 +180,7 @@ async fn a_settled_write_is_submitted_and_confirmed() {
         name: Some("tx.create-feed".into()),
         deadline: None,
     });
-    let txs = store::operation_tx_states(env.pool(), op).await.unwrap();
+    let txs = env.ops.linked_requests(op).await.unwrap();
     let w = project(&row, Some(&status), txs, None).wait.unwrap();
     assert_eq!(w.waits_for, WaitFor::Transaction);
 }
