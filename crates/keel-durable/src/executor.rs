@@ -17,10 +17,11 @@ use uuid::Uuid;
 use crate::batch::{BatchOp, Held, lost, rolled_back};
 use crate::config::ExecutorConfig;
 use crate::context::{Halt, JournalEntry, SegmentFlags, WorkflowContext};
-use crate::engine::{Engine, parse_status};
+use crate::engine::Engine;
 use crate::error::{DurableError, Result};
 use crate::metrics as m;
 use crate::status::{RunStatus, WaitDescription};
+use crate::store::parse_status;
 use crate::workflow::ErasedOutcome;
 
 /// The notification channel (`pg_notify('keel_durable', '')` on every command insert,

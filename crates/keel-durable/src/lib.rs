@@ -141,6 +141,8 @@ pub mod metrics;
 pub mod payload;
 mod retention;
 mod status;
+mod store;
+mod terminal;
 mod workflow;
 
 pub use config::{Backoff, EngineConfig, ExecutorConfig};
@@ -152,6 +154,7 @@ pub use retention::{Retention, RetentionConfig, RetentionReport};
 pub use status::{
     CommandSummary, ErrorInfo, IdleReport, InstanceStatus, RunStatus, WaitDescription, WaitKind,
 };
+pub use terminal::TERMINAL_CHANNEL;
 pub use workflow::{
     ChildHandle, ChildOutcome, Interrupt, SignalOutcome, StepError, Workflow, WorkflowFailure,
 };
