@@ -116,6 +116,7 @@ mod error;
 pub mod history;
 pub mod read;
 pub mod scope;
+mod supply;
 pub mod tip;
 mod write;
 
@@ -123,4 +124,5 @@ pub use error::{IndexError, Result};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};
+pub use supply::token_supply;
 pub use tip::{FollowBackoff, NextStep, StepOutcome, TipConfig, TipIngest};

@@ -8,4 +8,5 @@ mod history;
 mod measure;
 mod projections;
 mod reorg;
+mod supply;
 mod unsettled;
