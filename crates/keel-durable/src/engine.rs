@@ -636,16 +636,18 @@ impl Engine {
     /// Waits up to `timeout` for an instance to reach a terminal state
     /// ([`RunStatus::is_terminal`]: `completed`, `failed` or `cancelled`) and returns
     /// its status then; `None` when `timeout` passed first (a zero timeout is one look).
-    /// Returns at once when the instance is terminal already.
+    /// Returns at once, without a write, when the instance is terminal already.
     ///
-    /// It wakes on a PostgreSQL notification (channel [`TERMINAL_CHANNEL`], sent by a
-    /// trigger when an instance's status becomes terminal, migration 0021), on one
-    /// `LISTEN` connection per engine shared by every waiter of the engine and its
-    /// clones (opened by the first call, kept while the engine lives, reconnected when
-    /// dropped). The status is read after subscribing (no lost wake-up) and again after
-    /// every (re)connection of the listener; while the listener is disconnected the
-    /// status is polled every second (and every 10 seconds while it is connected, in
-    /// case a connection fails silently).
+    /// It wakes on a PostgreSQL notification (channel [`crate::TERMINAL_CHANNEL`], migration
+    /// 0021), on one `LISTEN` connection per engine shared by every waiter of the engine
+    /// and its clones (opened by the first call, kept while the engine lives, reconnected
+    /// when dropped). Only watched instances notify (so a workload nobody waits on pays
+    /// nothing): the first wait on an instance marks it (`terminal_watched`, one
+    /// `UPDATE` of its row, which waits for a running journal write or segment settle of
+    /// that instance to commit); the mark stays. The status is read after subscribing
+    /// and after marking (no lost wake-up), and again after every (re)connection of the
+    /// listener; while the listener is disconnected the status is polled every second
+    /// (and every 10 seconds while it is connected, in case a connection fails silently).
     ///
     /// A `failed` instance counts as terminal here although it can still be retried
     /// (so it is not [`RunStatus::is_ended`]).
@@ -660,10 +662,20 @@ impl Engine {
     ) -> Result<Option<InstanceStatus>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut sub = self.terminal.subscribe(&self.pool);
+        let mut watched = false;
         loop {
             let status = self.status(instance_id).await?;
             if status.status.is_terminal() {
                 return Ok(Some(status));
+            }
+            if !watched {
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                // Then look again: the mark serialized with any settle that ended it.
+                store::instance_watch_terminal(&self.pool, instance_id).await?;
+                watched = true;
+                continue;
             }
             if !sub.next_look(instance_id, deadline).await {
                 return Ok(None);

@@ -339,6 +339,42 @@ pub(crate) async fn instance_reset_failed(db: impl PgExecutor<'_>, id: Uuid) -> 
     Ok(done.rows_affected() == 1)
 }
 
+/// Marks an instance `terminal_watched` (migration 0021: from now on, a change of its
+/// status to `completed`, `failed` or `cancelled` notifies
+/// [`crate::TERMINAL_CHANNEL`]). Guarded: writes (and locks the row) only when the mark
+/// is not set yet; the row lock makes it serialize with a concurrent segment settle of
+/// the instance. A claim that met the lock skipped the instance's command (`SKIP
+/// LOCKED`), so when the instance has a queued command the executors are woken
+/// (`keel_durable`) for another claim, as a segment settle's release does. False: no
+/// such instance, or marked already.
+pub(crate) async fn instance_watch_terminal(db: impl PgExecutor<'_>, id: Uuid) -> Result<bool> {
+    #[derive(sqlx::FromRow)]
+    struct Marked {
+        marked: i64,
+        notified: i64,
+    }
+    let r: Marked = sqlx::query_as(
+        "WITH m AS (
+            UPDATE durable_instance SET terminal_watched = true
+             WHERE id = $1 AND NOT terminal_watched
+         RETURNING id
+         ), n AS (
+            SELECT pg_notify('keel_durable', '') FROM m
+             WHERE EXISTS (SELECT 1 FROM durable_command x
+                            WHERE x.instance_id = m.id AND x.state = 'queued')
+         )
+         SELECT (SELECT count(*) FROM m) AS marked, (SELECT count(*) FROM n) AS notified",
+    )
+    .bind(id)
+    .fetch_one(db)
+    .await?;
+    if r.notified > 0 {
+        tracing::debug!(target: "keel::durable::api", instance_id = %id,
+            "marked watched with a queued command: executors woken");
+    }
+    Ok(r.marked == 1)
+}
+
 /// Deletes up to `batch` ended (`completed`/`cancelled`) instances that ended more than
 /// `older_secs` seconds ago and have no open command (with their journal, signals and
 /// commands, by `ON DELETE CASCADE`); rows locked by others are skipped. Returns the

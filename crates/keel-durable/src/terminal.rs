@@ -3,9 +3,10 @@
 //! every waiter through a broadcast channel.
 //!
 //! The notification is sent by the trigger `durable_instance_terminal_notify`
-//! (migration `0021_durable_terminal_notify.sql`) when an instance's status becomes
-//! `completed`, `failed` or `cancelled`, whichever path changed it (a segment settle,
-//! an immediate cancel). The payload is the instance id.
+//! (migration `0021_durable_terminal_notify.sql`) when the status of an instance that a
+//! waiter marked `terminal_watched` becomes `completed`, `failed` or `cancelled`,
+//! whichever path changed it (a segment settle, an immediate cancel). The payload is the
+//! instance id.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -19,7 +20,8 @@ use uuid::Uuid;
 
 /// The channel of the terminal-state notification: `pg_notify('keel_durable_terminal',
 /// <instance id>)`, sent at the commit that made an instance `completed`, `failed` or
-/// `cancelled` (migration 0021).
+/// `cancelled`, for instances that [`crate::Engine::await_terminal`] has waited on
+/// (migration 0021).
 pub const TERMINAL_CHANNEL: &str = "keel_durable_terminal";
 
 /// How often a waiter looks at the status while the listener is disconnected.

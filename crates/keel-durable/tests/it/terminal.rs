@@ -221,3 +221,50 @@ async fn a_waiter_survives_a_dropped_listen_connection() {
     until_listeners(db.pool(), 1).await;
     ex.shutdown().await;
 }
+
+#[tokio::test]
+async fn only_instances_someone_waited_on_notify() {
+    let db = database().await;
+    let engine = engine(db.pool(), fast_config());
+    let mut listener = sqlx::postgres::PgListener::connect_with(db.pool())
+        .await
+        .unwrap();
+    listener
+        .listen(keel_durable::TERMINAL_CHANNEL)
+        .await
+        .unwrap();
+    let ex = spawn(&engine);
+    // Nobody waits on this one: it ends without a notification.
+    let quiet = engine.start::<Fails>("quiet", &1, opts()).await.unwrap();
+    until_status(&engine, quiet.instance_id, RunStatus::Failed).await;
+    let watched = engine
+        .start::<Waiter>("w", &waiter("go", None, None), opts())
+        .await
+        .unwrap();
+    signal_wait(&engine, watched.instance_id).await;
+    let waiter = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.await_terminal(watched.instance_id, WAIT).await }
+    });
+    until_db(
+        db.pool(),
+        "the mark",
+        "SELECT bool_or(terminal_watched) FROM durable_instance",
+    )
+    .await;
+    engine
+        .signal(watched.instance_id, "go", "1", &json!(true))
+        .await
+        .unwrap();
+    let st = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("terminal before the timeout");
+    assert_eq!(st.status, RunStatus::Completed);
+    // Notifications arrive in commit order: had the first instance notified, its id
+    // would come first.
+    let first = listener.recv().await.unwrap();
+    assert_eq!(first.payload(), watched.instance_id.to_string());
+    ex.shutdown().await;
+}
