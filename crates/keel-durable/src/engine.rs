@@ -81,7 +81,7 @@ pub struct Engine {
     /// Group commit of the journal writes of every segment of this engine's executors.
     pub(crate) journal: Arc<Combiner<JournalOp>>,
     /// Group commit of the plain segment settles of those segments.
-    pub(crate) settlements: Arc<Combiner<SettleOp>>,
+    pub(crate) segment_settles: Arc<Combiner<SettleOp>>,
     /// The shared listener of [`Engine::await_terminal`] (started by its first call).
     terminal: Arc<TerminalWatch>,
 }
@@ -188,7 +188,7 @@ impl Engine {
             BATCH_BYTES,
             BATCH_FLUSHERS,
         );
-        let settlements = Combiner::new(
+        let segment_settles = Combiner::new(
             SettleOp {
                 lease_secs: config.lease.as_secs_f64(),
             },
@@ -203,7 +203,7 @@ impl Engine {
             registry: Arc::new(Registry::default()),
             starts,
             journal,
-            settlements,
+            segment_settles,
             terminal: Arc::new(TerminalWatch::default()),
         })
     }
@@ -409,7 +409,8 @@ impl Engine {
     /// SIGNAL command on `conn`, and commits nothing — they become visible (and the
     /// executors are notified) when the caller commits, and vanish with it on a
     /// rollback. For a caller that must record a signal atomically with its own writes
-    /// (a transaction queue's settlement recording the verdict it settles).
+    /// (the transaction queue recording a request's verdict as a signal in the
+    /// transaction that stores the verdict).
     ///
     /// The ordinary refusals leave the caller's transaction usable: a duplicate
     /// `dedupe_key` returns [`SignalReceipt::Duplicate`] (nothing written), and
@@ -423,7 +424,7 @@ impl Engine {
     /// **Locking.** When it records (or meets a duplicate after counting), it takes the
     /// instance's row lock (`durable_instance`, the lock of an `UPDATE`) and holds it
     /// until the caller's transaction ends. Meanwhile the instance's segment cannot
-    /// journal, settle or renew its lease (those statements lock the same row, and
+    /// journal, run its segment settle or renew its lease (those statements lock the same row, and
     /// wait), and other signals, cancels and retries of that instance wait too. So keep
     /// the transaction short after this call, and in a transaction that records signals
     /// for several instances, record them in a consistent order (for example by
@@ -672,7 +673,7 @@ impl Engine {
                 if tokio::time::Instant::now() >= deadline {
                     return Ok(None);
                 }
-                // Then look again: the mark serialized with any settle that ended it.
+                // Then look again: the mark serialized with any segment settle that ended it.
                 store::instance_watch_terminal(&self.pool, instance_id).await?;
                 watched = true;
                 continue;

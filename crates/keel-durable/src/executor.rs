@@ -1,4 +1,5 @@
-//! The executor: claims commands, runs segments, settles them; wakes on notifications,
+//! The executor: claims commands, runs segments, ends each with its segment settle; wakes
+//! on notifications,
 //! a timer for the earliest future command, and a poll fallback.
 
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use crate::store::parse_status;
 use crate::workflow::ErasedOutcome;
 
 /// The notification channel (`pg_notify('keel_durable', '')` on every command insert,
-/// and on a settlement that may make a command claimable for another executor).
+/// and on a segment settle that may make a command claimable for another executor).
 pub const CHANNEL: &str = "keel_durable";
 
 /// A running executor. Dropping the handle does not stop it; call
@@ -119,7 +120,7 @@ SELECT command_id, kind, attempt, exhausted, latency, instance_id, workflow, sta
        lease_token, cancel, recovery_attempts, db_now
   FROM durable_claim($1, $2, $3::int4)";
 
-/// Settles a segment under the fence: the instance's new state, the command done, the
+/// The segment settle, under the fence: the instance's new state, the command done, the
 /// open commands of an instance that ended, the lease released, and `extra` (the
 /// recovery RETRY of a suspension or the TIMER of a blocked wait with a deadline: only
 /// in the statements that need them, since every `INSERT INTO durable_command`, even of
@@ -129,7 +130,7 @@ SELECT command_id, kind, attempt, exhausted, latency, instance_id, workflow, sta
 /// executor: the instance has another queued command (in the statement's snapshot), or
 /// may get one concurrently (open signals, a cancel request: both are read from the row
 /// version this update wrote, which is the latest), or it holds a serialization key (a
-/// later START may now run). The executor that settles claims again anyway.
+/// later START may now run). The executor that ran the segment claims again anyway.
 macro_rules! settle {
     ($extra:literal) => {
         concat!(
@@ -169,7 +170,7 @@ SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified
     };
 }
 
-/// Plain settlements ([`settle!`] without extra) of concurrent segments in one statement (see
+/// Plain segment settles ([`settle!`] without extra) of concurrent segments in one statement (see
 /// [`crate::batch`]): one row per segment (`$1`..`$12` are parallel arrays), each fenced
 /// by its own token; the rows whose token no longer matches change nothing and are not
 /// returned. Notifies once when any settled row qualifies (the rule of [`settle!`]).
@@ -220,7 +221,7 @@ WITH req AS (
 )
 SELECT i.idx, (SELECT count(*) FROM n) AS notified FROM i";
 
-/// One plain settlement (a row of [`SETTLE_BATCH`]); JSON values as text.
+/// One plain segment settle (a row of [`SETTLE_BATCH`]); JSON values as text.
 #[derive(Debug)]
 pub(crate) struct SettleRow {
     pub(crate) instance_id: Uuid,
@@ -235,7 +236,7 @@ pub(crate) struct SettleRow {
     pub(crate) progress: Option<String>,
     pub(crate) outcome: &'static str,
     pub(crate) command_id: i64,
-    /// The slot wants its next command, of these workflows, claimed with the settlement.
+    /// The slot wants its next command, of these workflows, claimed with the segment settle.
     pub(crate) next: Option<Arc<[String]>>,
 }
 
@@ -249,7 +250,7 @@ pub(crate) struct SettleAnswer {
     pub(crate) next: Option<(Claimed, Instant)>,
 }
 
-/// The plain settlements of one engine's segments, combined into [`SETTLE_BATCH`]
+/// The plain segment settles of one engine's segments, combined into [`SETTLE_BATCH`]
 /// statements. When rows ask for their slot's next command, the batch and one
 /// [`CLAIM`] for that many commands run in one transaction (settle-and-claim-next: one
 /// commit instead of two, and the slot does not wait for the executor loop).
@@ -458,7 +459,8 @@ const SETTLE_TIMER: &str = settle!(
 )"
 );
 
-/// Settles only the command (the instance is unchanged) and releases the lease.
+/// Settles only the command (the instance is unchanged) and releases the lease: the
+/// segment settle of a command that ran no body (see the ended-instance table).
 const SETTLE_COMMAND: &str = "\
 WITH i AS (
     UPDATE durable_instance SET lease_token = NULL, lease_expires_at = NULL
@@ -541,7 +543,7 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
             rescue(&engine).await;
         }
         while segments.try_join_next().is_some() {}
-        // With every slot busy (segments chain the commands their settlements claim, so
+        // With every slot busy (segments chain the commands their segment settles claim, so
         // slots may stay busy for long), still come round for the rescuer.
         let rescue_in = last_rescue.map_or(Duration::ZERO, |t| {
             config.poll_interval.saturating_sub(t.elapsed())
@@ -679,8 +681,8 @@ async fn claim(engine: &Engine, names: &[String], limit: usize) -> Result<Vec<Cl
         .await?)
 }
 
-/// How a segment ends.
-struct Settlement {
+/// How a segment ends: what its segment settle writes.
+struct SegmentSettle {
     status: RunStatus,
     output: Option<Value>,
     error: Option<(String, bool, &'static str, Option<Value>)>,
@@ -688,7 +690,7 @@ struct Settlement {
     outcome: &'static str,
 }
 
-impl Settlement {
+impl SegmentSettle {
     fn new(status: RunStatus, outcome: &'static str) -> Self {
         Self {
             status,
@@ -708,7 +710,7 @@ impl Settlement {
 }
 
 enum Disposition {
-    Settle(Settlement),
+    Settle(SegmentSettle),
     SettleCommand(&'static str),
     Release(&'static str),
     Abandon,
@@ -719,13 +721,13 @@ struct SlotContext {
     engine: Arc<Engine>,
     renew_every: Duration,
     renew: bool,
-    /// The registered workflows, for claiming the next command with the settlement.
+    /// The registered workflows, for claiming the next command with the segment settle.
     names: Arc<[String]>,
     cancel: CancellationToken,
 }
 
 /// A segment slot: runs the claimed command's segment, and then the commands claimed
-/// with its settlements (settle-and-claim-next), until a settlement brings no command or
+/// with its segment settles (settle-and-claim-next), until a segment settle brings no command or
 /// the executor is shutting down; then frees the slot.
 async fn segment(
     slot: Arc<SlotContext>,
@@ -746,7 +748,7 @@ async fn segment(
     wake.notify_one();
 }
 
-/// One segment; returns the next command when its settlement claimed one for this slot.
+/// One segment; returns the next command when its segment settle claimed one for this slot.
 async fn run_segment(
     slot: &SlotContext,
     c: Claimed,
@@ -774,7 +776,7 @@ async fn run_segment(
         let (outcome, next) = match finish(engine, &c, token, disposition, progress, want_next).await {
             Ok(o) => o,
             Err(e) => {
-                tracing::warn!(target: "keel::durable::segment", error = %e, "settlement failed; the lease will lapse");
+                tracing::warn!(target: "keel::durable::segment", error = %e, "segment settle failed; the lease will lapse");
                 ("settle_failed", None)
             }
         };
@@ -807,16 +809,16 @@ async fn decide(
         (RunStatus::Cancelled, _) => return Disposition::SettleCommand("cancelled"),
         (RunStatus::Failed, "signal") => return Disposition::SettleCommand("parked"),
         (RunStatus::Failed, "cancel") => {
-            return Disposition::Settle(Settlement::new(RunStatus::Cancelled, "cancelled"));
+            return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"));
         }
         (RunStatus::Failed, _) => return Disposition::SettleCommand("stale"),
         (_, "cancel") => {
-            return Disposition::Settle(Settlement::new(RunStatus::Cancelled, "cancelled"));
+            return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"));
         }
         _ => {}
     }
     if c.cancel {
-        return Disposition::Settle(Settlement::new(RunStatus::Cancelled, "cancelled"));
+        return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"));
     }
     let Some((name, workflow)) = engine
         .registry
@@ -894,37 +896,37 @@ async fn decide(
     }
     if let Some(halt) = ctx.halt {
         return match halt {
-            Halt::Blocked(wait) => Disposition::Settle(Settlement {
+            Halt::Blocked(wait) => Disposition::Settle(SegmentSettle {
                 wait: Some(wait),
-                ..Settlement::new(RunStatus::Waiting, "waiting")
+                ..SegmentSettle::new(RunStatus::Waiting, "waiting")
             }),
-            Halt::Suspended { code } => Disposition::Settle(Settlement {
+            Halt::Suspended { code } => Disposition::Settle(SegmentSettle {
                 error: Some((
                     code.to_owned(),
                     true,
                     "a step's transient retries were exhausted; recovery is scheduled",
                     None,
                 )),
-                ..Settlement::new(RunStatus::Suspended, "suspended")
+                ..SegmentSettle::new(RunStatus::Suspended, "suspended")
             }),
-            Halt::Determinism => Disposition::Settle(Settlement::failed(
+            Halt::Determinism => Disposition::Settle(SegmentSettle::failed(
                 "DETERMINISM_VIOLATION",
                 false,
                 "the body reached a different step than its journal records at that position",
             )),
-            Halt::JournalIncompatible => Disposition::Settle(Settlement::failed(
+            Halt::JournalIncompatible => Disposition::Settle(SegmentSettle::failed(
                 "JOURNAL_INCOMPATIBLE",
                 false,
                 "a journaled value does not decode into the type the body expects",
             )),
-            Halt::InvalidName => Disposition::Settle(Settlement::failed(
+            Halt::InvalidName => Disposition::Settle(SegmentSettle::failed(
                 "INVALID_NAME",
                 false,
                 "a step or signal name is empty or longer than 255 characters",
             )),
             Halt::Fenced => Disposition::Abandon,
             Halt::Cancelled => {
-                Disposition::Settle(Settlement::new(RunStatus::Cancelled, "cancelled"))
+                Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"))
             }
             Halt::Infra(e) => {
                 tracing::warn!(target: "keel::durable::segment", error = %e, "segment failed on infrastructure");
@@ -933,25 +935,25 @@ async fn decide(
         };
     }
     match outcome {
-        ErasedOutcome::Completed(v) => Disposition::Settle(Settlement {
+        ErasedOutcome::Completed(v) => Disposition::Settle(SegmentSettle {
             output: Some(v),
-            ..Settlement::new(RunStatus::Completed, "completed")
+            ..SegmentSettle::new(RunStatus::Completed, "completed")
         }),
-        ErasedOutcome::Failed(v) => Disposition::Settle(Settlement {
+        ErasedOutcome::Failed(v) => Disposition::Settle(SegmentSettle {
             error: Some((
                 "WORKFLOW_FAILED".to_owned(),
                 false,
                 "the workflow returned its typed error (see detail)",
                 Some(v),
             )),
-            ..Settlement::new(RunStatus::Failed, "failed")
+            ..SegmentSettle::new(RunStatus::Failed, "failed")
         }),
-        ErasedOutcome::InputIncompatible => Disposition::Settle(Settlement::failed(
+        ErasedOutcome::InputIncompatible => Disposition::Settle(SegmentSettle::failed(
             "INPUT_INCOMPATIBLE",
             false,
             "the stored input does not decode into the workflow's input type",
         )),
-        ErasedOutcome::EncodeFailed => Disposition::Settle(Settlement::failed(
+        ErasedOutcome::EncodeFailed => Disposition::Settle(SegmentSettle::failed(
             "ENCODE_FAILED",
             false,
             "the output or typed error could not be encoded as JSON",
@@ -996,7 +998,7 @@ async fn renew_lease(
     }
 }
 
-/// Settles the segment; a plain settlement may bring the slot's next command
+/// The segment settle; a plain one may bring the slot's next command
 /// (`want_next`: the workflows to claim from).
 async fn finish(
     engine: &Engine,
@@ -1073,7 +1075,7 @@ async fn finish(
                         command_id: c.command_id,
                         next: want_next,
                     };
-                    let answer = match engine.settlements.submit(row).await {
+                    let answer = match engine.segment_settles.submit(row).await {
                         Some(answer) => answer?,
                         None => {
                             return Err(DurableError::Store(keel_store::StoreError::Transient {
