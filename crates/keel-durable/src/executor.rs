@@ -22,7 +22,7 @@ use crate::engine::Engine;
 use crate::error::{DurableError, Result};
 use crate::metrics as m;
 use crate::status::{RunStatus, WaitDescription};
-use crate::store::parse_status;
+use crate::store::{self, parse_status};
 use crate::workflow::ErasedOutcome;
 
 /// The notification channel (`pg_notify('keel_durable', '')` on every command insert,
@@ -459,60 +459,6 @@ const SETTLE_TIMER: &str = settle!(
 )"
 );
 
-/// Settles only the command (the instance is unchanged) and releases the lease: the
-/// segment settle of a command that ran no body (see the ended-instance table).
-const SETTLE_COMMAND: &str = "\
-WITH i AS (
-    UPDATE durable_instance SET lease_token = NULL, lease_expires_at = NULL
-     WHERE id = $1 AND lease_token = $2
- RETURNING id
-), c AS (
-    UPDATE durable_command SET state = 'done', outcome = $4, completed_at = now()
-      FROM i WHERE durable_command.id = $3
- RETURNING durable_command.id
-), n AS (
-    SELECT pg_notify('keel_durable', '') FROM i
-)
-SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified";
-
-/// Puts the command back with a backoff after an infrastructure failure (attempt kept).
-const RELEASE: &str = "\
-WITH i AS (
-    UPDATE durable_instance SET lease_token = NULL, lease_expires_at = NULL
-     WHERE id = $1 AND lease_token = $2
- RETURNING id
-), c AS (
-    UPDATE durable_command
-       SET state = 'queued', available_at = now() + make_interval(secs => $4), last_error = $5
-      FROM i WHERE durable_command.id = $3
- RETURNING durable_command.id
-)
-SELECT count(*) FROM c";
-
-/// The rescuer: a running command whose instance's lease lapsed (its executor crashed
-/// or stalled) is queued again at its original position, its attempt kept (the next
-/// claim spends one). A stalled executor that wakes later is fenced out by the new
-/// token of whoever claims next.
-const RESCUE: &str = "\
-UPDATE durable_command c SET state = 'queued'
-  FROM durable_instance i
- WHERE c.state = 'running' AND i.id = c.instance_id
-   AND (i.lease_expires_at IS NULL OR i.lease_expires_at <= now())";
-
-const RENEW: &str = "\
-UPDATE durable_instance SET lease_expires_at = now() + make_interval(secs => $3)
- WHERE id = $1 AND lease_token = $2
-RETURNING cancel_requested_at IS NOT NULL";
-
-/// Seconds to the earliest future queued command, seconds to the earliest lease expiry
-/// (negative when one has lapsed), and the queue depth.
-const NEXT_DUE: &str = "\
-SELECT extract(epoch FROM (SELECT min(available_at) FROM durable_command
-                            WHERE state = 'queued' AND available_at > now()) - now())::float8,
-       extract(epoch FROM (SELECT min(lease_expires_at) FROM durable_instance
-                            WHERE lease_expires_at IS NOT NULL) - now())::float8,
-       (SELECT count(*) FROM durable_command WHERE state = 'queued')";
-
 async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationToken) {
     let wake = Arc::new(Notify::new());
     let _listener = config.listen.then(|| {
@@ -590,11 +536,8 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
             }
         }
         let mut pause = config.poll_interval;
-        match sqlx::query_as::<_, (Option<f64>, Option<f64>, i64)>(NEXT_DUE)
-            .fetch_one(&engine.pool)
-            .await
-        {
-            Ok((next, lease, depth)) => {
+        match store::queue_next_due(&engine.pool).await {
+            Ok(store::NextDue { next, lease, depth }) => {
                 m::queue_depth(depth);
                 let now = Instant::now();
                 rescue_from = lease.map(|secs| now + Duration::from_secs_f64(secs.max(0.0)));
@@ -657,13 +600,13 @@ async fn listen(pool: sqlx::PgPool, wake: Arc<Notify>, cancel: CancellationToken
 }
 
 async fn rescue(engine: &Engine) -> u64 {
-    match sqlx::query(RESCUE).execute(&engine.pool).await {
-        Ok(r) => {
-            if r.rows_affected() > 0 {
-                tracing::info!(target: "keel::durable::executor", commands = r.rows_affected(),
+    match store::commands_rescue(&engine.pool).await {
+        Ok(n) => {
+            if n > 0 {
+                tracing::info!(target: "keel::durable::executor", commands = n,
                     "rescued commands whose lease lapsed");
             }
-            r.rows_affected()
+            n
         }
         Err(e) => {
             tracing::warn!(target: "keel::durable::executor", error = %keel_store::StoreError::from(e), "rescue failed");
@@ -836,13 +779,7 @@ async fn decide(
     let journal: Vec<JournalEntry> = if first_start {
         Vec::new()
     } else {
-        match sqlx::query_as(
-            "SELECT kind, name, result FROM durable_journal WHERE instance_id = $1 ORDER BY seq",
-        )
-        .bind(c.instance_id)
-        .fetch_all(&engine.pool)
-        .await
-        {
+        match store::journal_entries(&engine.pool, c.instance_id).await {
             Ok(j) => j,
             Err(_) => return Disposition::Release("JOURNAL_READ_FAILED"),
         }
@@ -974,12 +911,7 @@ async fn renew_lease(
     loop {
         tokio::time::sleep(every).await;
         let sent_at = Instant::now();
-        let r: std::result::Result<Option<bool>, _> = sqlx::query_scalar(RENEW)
-            .bind(instance_id)
-            .bind(token)
-            .bind(lease_secs)
-            .fetch_optional(&pool)
-            .await;
+        let r = store::instance_renew_lease(&pool, instance_id, token, lease_secs).await;
         match r {
             Ok(Some(cancel)) => {
                 flags.renewed(sent_at);
@@ -1012,26 +944,28 @@ async fn finish(
     match disposition {
         Disposition::Abandon => Ok(("fenced", None)),
         Disposition::SettleCommand(outcome) => {
-            let (settled, _): (i64, i64) = sqlx::query_as(SETTLE_COMMAND)
-                .bind(c.instance_id)
-                .bind(token)
-                .bind(c.command_id)
-                .bind(outcome)
-                .fetch_one(&engine.pool)
-                .await?;
-            Ok((if settled == 1 { outcome } else { "fenced" }, None))
+            let settled = store::command_settle_alone(
+                &engine.pool,
+                c.instance_id,
+                token,
+                c.command_id,
+                outcome,
+            )
+            .await?;
+            Ok((if settled { outcome } else { "fenced" }, None))
         }
         Disposition::Release(code) => {
             let attempt = u32::try_from(c.attempt).unwrap_or(1);
             let delay = engine.config.release_backoff.delay(attempt);
-            sqlx::query_scalar::<_, i64>(RELEASE)
-                .bind(c.instance_id)
-                .bind(token)
-                .bind(c.command_id)
-                .bind(delay.as_secs_f64())
-                .bind(code)
-                .fetch_one(&engine.pool)
-                .await?;
+            store::command_release(
+                &engine.pool,
+                c.instance_id,
+                token,
+                c.command_id,
+                delay.as_secs_f64(),
+                code,
+            )
+            .await?;
             Ok(("released", None))
         }
         Disposition::Settle(s) => {

@@ -6,15 +6,17 @@
 //! structs. Guarded updates say what they expect in their `WHERE` clause and return
 //! whether a row matched.
 //!
-//! The executor's hot path (claim, segment settle, journal writes, lease renewal,
-//! rescue) keeps its batch statements next to the code that binds them
-//! (`executor.rs`, `context.rs`).
+//! The executor's single statements are here too (the journal read, the segment settle
+//! of a command that ran no body, release, rescue, lease renewal, the next-due query);
+//! its batch statements (the claim, the segment settles, journal writes and the fence)
+//! stay next to the combiners that bind them (`executor.rs`, `context.rs`).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
+use crate::context::JournalEntry;
 use crate::error::{DurableError, Result};
 use crate::status::{ErrorInfo, InstanceStatus, RunStatus, WaitDescription};
 
@@ -567,5 +569,168 @@ pub(crate) async fn commands_listed(
     )
     .bind(stuck_secs)
     .fetch_all(db)
+    .await?)
+}
+
+// ---------------------------------------------------------------------------------
+// The executor's single statements (its batch statements stay in `executor.rs` and
+// `context.rs`, next to the combiners that bind them). Errors are sqlx's, unclassified,
+// as the executor logs or classifies them itself.
+// ---------------------------------------------------------------------------------
+
+/// The journal of an instance, in journal order.
+pub(crate) async fn journal_entries(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+) -> std::result::Result<Vec<JournalEntry>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT kind, name, result FROM durable_journal WHERE instance_id = $1 ORDER BY seq",
+    )
+    .bind(instance_id)
+    .fetch_all(db)
+    .await
+}
+
+/// Counts of the single segment settle statements.
+#[derive(Debug, sqlx::FromRow)]
+struct SettleCounts {
+    /// 1 when the fence matched; 0: fenced out, nothing written.
+    settled: i64,
+    /// 1 when executors were notified.
+    notified: i64,
+}
+
+/// The segment settle of a command that ran no body (see the ended-instance table):
+/// settles only the command with `outcome` (the instance is unchanged), releases the
+/// lease, and notifies. Fenced by `token`; false: fenced out, nothing written.
+pub(crate) async fn command_settle_alone(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+    token: Uuid,
+    command_id: i64,
+    outcome: &str,
+) -> Result<bool> {
+    let r: SettleCounts = sqlx::query_as(
+        "\
+WITH i AS (
+    UPDATE durable_instance SET lease_token = NULL, lease_expires_at = NULL
+     WHERE id = $1 AND lease_token = $2
+ RETURNING id
+), c AS (
+    UPDATE durable_command SET state = 'done', outcome = $4, completed_at = now()
+      FROM i WHERE durable_command.id = $3
+ RETURNING durable_command.id
+), n AS (
+    SELECT pg_notify('keel_durable', '') FROM i
+)
+SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified",
+    )
+    .bind(instance_id)
+    .bind(token)
+    .bind(command_id)
+    .bind(outcome)
+    .fetch_one(db)
+    .await?;
+    debug_assert!(r.notified <= r.settled);
+    Ok(r.settled == 1)
+}
+
+/// Puts the command back with a backoff of `delay_secs` after an infrastructure failure
+/// (attempt kept, `last_error = code`) and releases the lease. Fenced by `token`.
+/// Returns the commands put back (0: fenced out).
+pub(crate) async fn command_release(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+    token: Uuid,
+    command_id: i64,
+    delay_secs: f64,
+    code: &str,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "\
+WITH i AS (
+    UPDATE durable_instance SET lease_token = NULL, lease_expires_at = NULL
+     WHERE id = $1 AND lease_token = $2
+ RETURNING id
+), c AS (
+    UPDATE durable_command
+       SET state = 'queued', available_at = now() + make_interval(secs => $4), last_error = $5
+      FROM i WHERE durable_command.id = $3
+ RETURNING durable_command.id
+)
+SELECT count(*) FROM c",
+    )
+    .bind(instance_id)
+    .bind(token)
+    .bind(command_id)
+    .bind(delay_secs)
+    .bind(code)
+    .fetch_one(db)
+    .await?)
+}
+
+/// The rescuer: a running command whose instance's lease lapsed (its executor crashed
+/// or stalled) is queued again at its original position, its attempt kept (the next
+/// claim spends one). A stalled executor that wakes later is fenced out by the new
+/// token of whoever claims next. Returns the commands queued again.
+pub(crate) async fn commands_rescue(
+    db: impl PgExecutor<'_>,
+) -> std::result::Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "\
+UPDATE durable_command c SET state = 'queued'
+  FROM durable_instance i
+ WHERE c.state = 'running' AND i.id = c.instance_id
+   AND (i.lease_expires_at IS NULL OR i.lease_expires_at <= now())",
+    )
+    .execute(db)
+    .await?
+    .rows_affected())
+}
+
+/// Renews a segment's lease for `lease_secs`, fenced by `token`: `None` when fenced out,
+/// else whether a cancel was requested.
+pub(crate) async fn instance_renew_lease(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+    token: Uuid,
+    lease_secs: f64,
+) -> std::result::Result<Option<bool>, sqlx::Error> {
+    sqlx::query_scalar(
+        "\
+UPDATE durable_instance SET lease_expires_at = now() + make_interval(secs => $3)
+ WHERE id = $1 AND lease_token = $2
+RETURNING cancel_requested_at IS NOT NULL",
+    )
+    .bind(instance_id)
+    .bind(token)
+    .bind(lease_secs)
+    .fetch_optional(db)
+    .await
+}
+
+/// What the executor loop waits for (database clock).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct NextDue {
+    /// Seconds to the earliest future queued command.
+    pub next: Option<f64>,
+    /// Seconds to the earliest lease expiry (negative when one has lapsed).
+    pub lease: Option<f64>,
+    /// Queued commands.
+    pub depth: i64,
+}
+
+/// Seconds to the earliest future queued command and to the earliest lease expiry,
+/// and the queue depth.
+pub(crate) async fn queue_next_due(db: impl PgExecutor<'_>) -> Result<NextDue> {
+    Ok(sqlx::query_as(
+        "\
+SELECT extract(epoch FROM (SELECT min(available_at) FROM durable_command
+                            WHERE state = 'queued' AND available_at > now()) - now())::float8 AS next,
+       extract(epoch FROM (SELECT min(lease_expires_at) FROM durable_instance
+                            WHERE lease_expires_at IS NOT NULL) - now())::float8 AS lease,
+       (SELECT count(*) FROM durable_command WHERE state = 'queued') AS depth",
+    )
+    .fetch_one(db)
     .await?)
 }
