@@ -347,7 +347,8 @@ impl Engine {
     /// `dedupe_key` (a repeat returns [`SignalReceipt::Duplicate`] and writes nothing).
     /// Accepted while the instance has not ended (a `failed` instance keeps it for a
     /// retry). The signal is consumed by the first `wait_signal(name, ..)` that reaches
-    /// it, in recording order.
+    /// it, in recording order. One short transaction of its own; to record a signal
+    /// atomically with other writes, use [`Engine::signal_in`].
     ///
     /// # Errors
     /// [`DurableError::InvalidInput`] (name/key/payload bounds, checked before any write
