@@ -248,7 +248,7 @@ fn completed(instance_id: Uuid, token: Uuid, command_id: i64, next: bool) -> Set
 }
 
 #[tokio::test]
-async fn a_settlement_batch_refuses_the_stale_row_and_claims_next_commands_for_the_others() {
+async fn a_segment_settle_batch_refuses_the_stale_row_and_claims_next_commands_for_the_others() {
     let db = TestDatabase::create().await.unwrap();
     let pool = db.pool();
     let (t1, t2, t3) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
@@ -284,7 +284,7 @@ async fn a_settlement_batch_refuses_the_stale_row_and_claims_next_commands_for_t
             assert_eq!(
                 (status.as_str(), state.as_deref()),
                 ("running", Some("running")),
-                "the fenced-out settlement changed nothing"
+                "the fenced-out segment settle changed nothing"
             );
         } else {
             assert_eq!(

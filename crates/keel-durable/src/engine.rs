@@ -1,9 +1,9 @@
-//! [`Engine`]: start, signal, cancel, retry, status, the idle probe and retention.
+//! [`Engine`]: start, signal, cancel, retry, status, the terminal-state wait, the idle
+//! probe and retention. Their SQL is in [`crate::store`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -15,9 +15,9 @@ use crate::context::JournalOp;
 use crate::error::{DurableError, Result};
 use crate::executor::{self, ExecutorHandle, SettleOp};
 use crate::payload::{validate_name, validate_payload_str, validate_value};
-use crate::status::{
-    CommandSummary, ErrorInfo, IdleReport, InstanceStatus, RunStatus, WaitDescription,
-};
+use crate::status::{CommandSummary, IdleReport, InstanceStatus, RunStatus};
+use crate::store::{self, CommandKind, NewInstance, parse_status};
+use crate::terminal::TerminalWatch;
 use crate::workflow::{Registry, Workflow};
 
 /// Options of [`Engine::start`].
@@ -80,8 +80,10 @@ pub struct Engine {
     starts: Arc<Combiner<StartOp>>,
     /// Group commit of the journal writes of every segment of this engine's executors.
     pub(crate) journal: Arc<Combiner<JournalOp>>,
-    /// Group commit of the plain settlements of those segments.
-    pub(crate) settlements: Arc<Combiner<SettleOp>>,
+    /// Group commit of the plain segment settles of those segments.
+    pub(crate) segment_settles: Arc<Combiner<SettleOp>>,
+    /// The shared listener of [`Engine::await_terminal`] (started by its first call).
+    terminal: Arc<TerminalWatch>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -103,40 +105,8 @@ pub(crate) const BATCH_BYTES: usize = 1 << 20;
 /// PostgreSQL CPU per workflow: smaller batches.)
 pub(crate) const BATCH_FLUSHERS: usize = 1;
 
-/// Starts of concurrent callers in one statement (see [`crate::batch`]): one instance
-/// and its START command per row, idempotently by `(workflow, idempotency_key)`; a row
-/// whose key exists inserts nothing (also a second row of the same key in the batch),
-/// and only the ids of the inserted instances are returned. Rows are inserted in
-/// their submission order, so `start_order` follows it.
-const INSERT_INSTANCES: &str = "\
-WITH req AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
-           WITH ORDINALITY AS t(id, workflow, idempotency_key, input, serialization_key, idx)
-), ins AS (
-    INSERT INTO durable_instance (id, workflow, idempotency_key, input, serialization_key)
-    SELECT id, workflow, idempotency_key, input::jsonb, serialization_key FROM req ORDER BY idx
-    ON CONFLICT (workflow, idempotency_key) DO NOTHING
- RETURNING id
-), cmd AS (
-    INSERT INTO durable_command (instance_id, kind, max_attempts)
-    SELECT id, 'start', $6 FROM ins
- RETURNING id
-)
-SELECT id FROM ins";
-
-/// One start (a row of [`INSERT_INSTANCES`]).
-#[derive(Debug)]
-struct StartRow {
-    id: Uuid,
-    workflow: String,
-    key: String,
-    /// JSON text.
-    input: String,
-    serialization_key: Option<String>,
-}
-
-/// The starts of one engine, combined into [`INSERT_INSTANCES`] statements. The answer
-/// is whether the row's instance was created.
+/// The starts of one engine, combined into [`store::instances_insert_many`] statements.
+/// The answer is whether the row's instance was created.
 #[derive(Debug)]
 struct StartOp {
     max_attempts: i32,
@@ -146,7 +116,7 @@ impl StartOp {
     async fn exec(
         &self,
         held: &mut Held,
-        rows: &[StartRow],
+        rows: &[NewInstance],
     ) -> std::result::Result<Vec<bool>, sqlx::Error> {
         let r = match held.conn().await {
             Ok(conn) => self.exec_on(conn, rows).await,
@@ -159,36 +129,23 @@ impl StartOp {
     async fn exec_on(
         &self,
         conn: &mut sqlx::PgConnection,
-        rows: &[StartRow],
+        rows: &[NewInstance],
     ) -> std::result::Result<Vec<bool>, sqlx::Error> {
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-        let created: Vec<Uuid> = sqlx::query_scalar(INSERT_INSTANCES)
-            .bind(&ids)
-            .bind(rows.iter().map(|r| r.workflow.as_str()).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.key.as_str()).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.input.as_str()).collect::<Vec<_>>())
-            .bind(
-                rows.iter()
-                    .map(|r| r.serialization_key.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(self.max_attempts)
-            .fetch_all(conn)
-            .await?;
+        let created = store::instances_insert_many(conn, rows, self.max_attempts).await?;
         let created: std::collections::HashSet<Uuid> = created.into_iter().collect();
-        Ok(ids.iter().map(|id| created.contains(id)).collect())
+        Ok(rows.iter().map(|r| created.contains(&r.id)).collect())
     }
 }
 
 impl BatchOp for StartOp {
-    type Req = StartRow;
+    type Req = NewInstance;
     type Resp = Result<bool>;
 
-    fn weight(req: &StartRow) -> usize {
-        64 + req.workflow.len() + req.key.len() + req.input.len()
+    fn weight(req: &NewInstance) -> usize {
+        64 + req.workflow.len() + req.idempotency_key.len() + req.input.len()
     }
 
-    async fn run(&self, held: &mut Held, batch: Vec<StartRow>) -> Vec<Result<bool>> {
+    async fn run(&self, held: &mut Held, batch: Vec<NewInstance>) -> Vec<Result<bool>> {
         match self.exec(held, &batch).await {
             Ok(created) => created.into_iter().map(Ok).collect(),
             Err(e) if batch.len() > 1 && rolled_back(&e) => {
@@ -231,7 +188,7 @@ impl Engine {
             BATCH_BYTES,
             BATCH_FLUSHERS,
         );
-        let settlements = Combiner::new(
+        let segment_settles = Combiner::new(
             SettleOp {
                 lease_secs: config.lease.as_secs_f64(),
             },
@@ -246,7 +203,8 @@ impl Engine {
             registry: Arc::new(Registry::default()),
             starts,
             journal,
-            settlements,
+            segment_settles,
+            terminal: Arc::new(TerminalWatch::default()),
         })
     }
 
@@ -347,10 +305,10 @@ impl Engine {
             serde_json::to_string(&input).map_err(|_| DurableError::Json { what: "input" })?;
         for _ in 0..3 {
             let id = Uuid::new_v4();
-            let row = StartRow {
+            let row = NewInstance {
                 id,
                 workflow: workflow.to_owned(),
-                key: key.to_owned(),
+                idempotency_key: key.to_owned(),
                 input: input_text.clone(),
                 serialization_key: options.serialization_key.clone(),
             };
@@ -366,26 +324,19 @@ impl Engine {
                     status: RunStatus::Pending,
                 });
             }
-            let existing: Option<(Uuid, bool, String)> = sqlx::query_as(
-                "SELECT id, input = $3, status FROM durable_instance WHERE workflow = $1 AND idempotency_key = $2",
-            )
-            .bind(workflow)
-            .bind(key)
-            .bind(&input)
-            .fetch_optional(&self.pool)
-            .await?;
+            let existing = store::instance_by_key(&self.pool, workflow, key, &input).await?;
             // None: deleted by retention between the two statements; insert again.
-            if let Some((instance_id, same, status)) = existing {
-                if !same {
+            if let Some(found) = existing {
+                if !found.same_input {
                     return Err(DurableError::IdempotencyConflict {
                         workflow: workflow.to_owned(),
-                        instance_id,
+                        instance_id: found.id,
                     });
                 }
                 return Ok(Started {
-                    instance_id,
+                    instance_id: found.id,
                     created: false,
-                    status: parse_status(&status)?,
+                    status: parse_status(&found.status)?,
                 });
             }
         }
@@ -396,7 +347,8 @@ impl Engine {
     /// `dedupe_key` (a repeat returns [`SignalReceipt::Duplicate`] and writes nothing).
     /// Accepted while the instance has not ended (a `failed` instance keeps it for a
     /// retry). The signal is consumed by the first `wait_signal(name, ..)` that reaches
-    /// it, in recording order.
+    /// it, in recording order. One short transaction of its own; to record a signal
+    /// atomically with other writes, use [`Engine::signal_in`].
     ///
     /// # Errors
     /// [`DurableError::InvalidInput`] (name/key/payload bounds, checked before any write
@@ -440,40 +392,91 @@ impl Engine {
         dedupe_key: &str,
         payload: Value,
     ) -> Result<SignalReceipt> {
+        self.check_signal(name, dedupe_key, &payload)?;
+        let mut tx = self.pool.begin().await?;
+        let receipt = self
+            .record_signal(&mut tx, instance_id, name, dedupe_key, &payload)
+            .await?;
+        match receipt {
+            SignalReceipt::Recorded => tx.commit().await?,
+            // Nothing of it is kept (a duplicate found after the count was taken has
+            // been taken back, but the rollback is the short way).
+            SignalReceipt::Duplicate => tx.rollback().await?,
+        }
+        Ok(receipt)
+    }
+
+    /// [`Engine::signal`] inside the caller's transaction: records the signal and its
+    /// SIGNAL command on `conn`, and commits nothing — they become visible (and the
+    /// executors are notified) when the caller commits, and vanish with it on a
+    /// rollback. For a caller that must record a signal atomically with its own writes
+    /// (the transaction queue recording a request's verdict as a signal in the
+    /// transaction that stores the verdict).
+    ///
+    /// The ordinary refusals leave the caller's transaction usable: a duplicate
+    /// `dedupe_key` returns [`SignalReceipt::Duplicate`] (nothing written), and
+    /// [`DurableError::InstanceNotFound`], [`DurableError::InstanceEnded`] and
+    /// [`DurableError::SignalLimit`] are decided by plain reads and a guarded update
+    /// that matched no row, so no statement fails and nothing stays written. Bounds are
+    /// checked before any statement ([`DurableError::InvalidInput`]). Only a database
+    /// failure ([`DurableError::Store`]) comes from a failed statement, which aborts the
+    /// caller's transaction as any failed statement does.
+    ///
+    /// **Locking.** When it records (or meets a duplicate after counting), it takes the
+    /// instance's row lock (`durable_instance`, the lock of an `UPDATE`) and holds it
+    /// until the caller's transaction ends. Meanwhile the instance's segment cannot
+    /// journal, run its segment settle or renew its lease (those statements lock the same row, and
+    /// wait), and other signals, cancels and retries of that instance wait too. So keep
+    /// the transaction short after this call, and in a transaction that records signals
+    /// for several instances, record them in a consistent order (for example by
+    /// instance id) to avoid deadlocks between two such transactions. Works at the
+    /// default isolation (`READ COMMITTED`); under `REPEATABLE READ` or `SERIALIZABLE`
+    /// a concurrent change of the instance's row fails the statement with a
+    /// serialization failure (transient). A not-found, ended or full instance is not
+    /// locked.
+    ///
+    /// # Errors
+    /// As [`Engine::signal`].
+    #[tracing::instrument(target = "keel::durable::api", skip_all, fields(%instance_id))]
+    pub async fn signal_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        instance_id: Uuid,
+        name: &str,
+        dedupe_key: &str,
+        payload: &Value,
+    ) -> Result<SignalReceipt> {
+        self.check_signal(name, dedupe_key, payload)?;
+        self.record_signal(conn, instance_id, name, dedupe_key, payload)
+            .await
+    }
+
+    fn check_signal(&self, name: &str, dedupe_key: &str, payload: &Value) -> Result<()> {
         validate_name("signal name", name)?;
         validate_name("dedupe key", dedupe_key)?;
-        validate_value("signal payload", &payload, self.config.max_payload_bytes)?;
-        let mut tx = self.pool.begin().await?;
-        let dup: Option<i64> = sqlx::query_scalar(
-            "SELECT id FROM durable_signal WHERE instance_id = $1 AND dedupe_key = $2",
-        )
-        .bind(instance_id)
-        .bind(dedupe_key)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if dup.is_some() {
+        validate_value("signal payload", payload, self.config.max_payload_bytes)?;
+        Ok(())
+    }
+
+    /// The statements of a signal, on `conn` (the caller's transaction); see
+    /// [`Engine::signal_in`].
+    async fn record_signal(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        instance_id: Uuid,
+        name: &str,
+        dedupe_key: &str,
+        payload: &Value,
+    ) -> Result<SignalReceipt> {
+        if store::signal_exists(&mut *conn, instance_id, dedupe_key).await? {
             return Ok(SignalReceipt::Duplicate);
         }
-        // Takes the instance row lock: signals of one instance serialize here, and the
-        // count bound holds under any isolation level.
-        let counted: Option<Uuid> = sqlx::query_scalar(
-            "UPDATE durable_instance SET open_signals = open_signals + 1, updated_at = now()
-              WHERE id = $1 AND status NOT IN ('completed', 'cancelled') AND open_signals < $2
-          RETURNING id",
-        )
-        .bind(instance_id)
-        .bind(i32::try_from(self.config.max_open_signals).unwrap_or(i32::MAX))
-        .fetch_optional(&mut *tx)
-        .await?;
-        if counted.is_none() {
-            let row: Option<(String,)> =
-                sqlx::query_as("SELECT status FROM durable_instance WHERE id = $1")
-                    .bind(instance_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            return Err(match row {
+        let limit = i32::try_from(self.config.max_open_signals).unwrap_or(i32::MAX);
+        if !store::instance_open_signal(&mut *conn, instance_id, limit).await? {
+            let status = store::instance_run_status(&mut *conn, instance_id).await?;
+            return Err(match status {
                 None => DurableError::InstanceNotFound(instance_id),
-                Some((s,)) => {
+                Some(s) => {
                     let status = parse_status(&s)?;
                     if status.is_ended() {
                         DurableError::InstanceEnded {
@@ -489,32 +492,20 @@ impl Engine {
                 }
             });
         }
-        // recorded_at is read after the lock (clock_timestamp), so a wait that decided
-        // "expired" under the lock never sees a signal recorded before its deadline later.
-        let inserted: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO durable_signal (instance_id, name, payload, dedupe_key, recorded_at)
-             VALUES ($1, $2, $3, $4, clock_timestamp())
-             ON CONFLICT (instance_id, dedupe_key) DO NOTHING
-          RETURNING id",
-        )
-        .bind(instance_id)
-        .bind(name)
-        .bind(&payload)
-        .bind(dedupe_key)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if inserted.is_none() {
-            tx.rollback().await?;
+        // Under the row lock just taken: see `store::signal_insert` on recorded_at.
+        if !store::signal_insert(&mut *conn, instance_id, name, payload, dedupe_key).await? {
+            // Recorded by a transaction that committed between the check above and the
+            // lock: take the count back, so the caller's transaction stays as it was.
+            store::instance_unopen_signal(&mut *conn, instance_id).await?;
             return Ok(SignalReceipt::Duplicate);
         }
-        sqlx::query(
-            "INSERT INTO durable_command (instance_id, kind, max_attempts) VALUES ($1, 'signal', $2)",
+        store::command_insert(
+            &mut *conn,
+            instance_id,
+            CommandKind::Signal,
+            self.max_attempts(),
         )
-        .bind(instance_id)
-        .bind(self.max_attempts())
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(SignalReceipt::Recorded)
     }
 
@@ -528,61 +519,32 @@ impl Engine {
     #[tracing::instrument(target = "keel::durable::api", skip_all, fields(%instance_id))]
     pub async fn cancel(&self, instance_id: Uuid) -> Result<CancelOutcome> {
         let mut tx = self.pool.begin().await?;
-        let row: Option<(String, bool)> = sqlx::query_as(
-            "SELECT status, coalesce(lease_expires_at > now(), false)
-               FROM durable_instance WHERE id = $1 FOR UPDATE",
-        )
-        .bind(instance_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((status, live)) = row else {
+        let Some(locked) = store::instance_lock(&mut *tx, instance_id).await? else {
             return Err(DurableError::InstanceNotFound(instance_id));
         };
-        let status = parse_status(&status)?;
+        let status = parse_status(&locked.status)?;
         if status.is_ended() {
             return Err(DurableError::InstanceEnded {
                 instance_id,
                 status,
             });
         }
-        if live {
-            sqlx::query(
-                "UPDATE durable_instance
-                    SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
-                  WHERE id = $1",
+        // Under the row lock: the guarded updates below match (the status was read
+        // under the same lock).
+        if locked.leased {
+            store::instance_request_cancel(&mut *tx, instance_id).await?;
+            store::command_insert(
+                &mut *tx,
+                instance_id,
+                CommandKind::Cancel,
+                self.max_attempts(),
             )
-            .bind(instance_id)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "INSERT INTO durable_command (instance_id, kind, max_attempts) VALUES ($1, 'cancel', $2)",
-            )
-            .bind(instance_id)
-            .bind(self.max_attempts())
-            .execute(&mut *tx)
             .await?;
             tx.commit().await?;
             return Ok(CancelOutcome::Requested);
         }
-        // No live lease: clearing the token also fences out an executor whose lease
-        // lapsed and that has not noticed yet.
-        sqlx::query(
-            "UPDATE durable_instance
-                SET status = 'cancelled', ended_at = now(), wait = NULL,
-                    cancel_requested_at = coalesce(cancel_requested_at, now()),
-                    lease_token = NULL, lease_expires_at = NULL, updated_at = now()
-              WHERE id = $1",
-        )
-        .bind(instance_id)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE durable_command SET state = 'done', outcome = 'cancelled', completed_at = now()
-              WHERE instance_id = $1 AND state IN ('queued', 'running')",
-        )
-        .bind(instance_id)
-        .execute(&mut *tx)
-        .await?;
+        store::instance_cancel(&mut *tx, instance_id).await?;
+        store::commands_cancel_open(&mut *tx, instance_id).await?;
         tx.commit().await?;
         Ok(CancelOutcome::Cancelled)
     }
@@ -597,15 +559,10 @@ impl Engine {
     #[tracing::instrument(target = "keel::durable::api", skip_all, fields(%instance_id))]
     pub async fn retry(&self, instance_id: Uuid) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        let row: Option<(String,)> =
-            sqlx::query_as("SELECT status FROM durable_instance WHERE id = $1 FOR UPDATE")
-                .bind(instance_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let Some((status,)) = row else {
+        let Some(locked) = store::instance_lock(&mut *tx, instance_id).await? else {
             return Err(DurableError::InstanceNotFound(instance_id));
         };
-        let status = parse_status(&status)?;
+        let status = parse_status(&locked.status)?;
         match status {
             s if s.is_ended() => {
                 return Err(DurableError::InstanceEnded {
@@ -614,16 +571,8 @@ impl Engine {
                 });
             }
             RunStatus::Failed => {
-                sqlx::query(
-                    "UPDATE durable_instance
-                        SET status = 'pending', ended_at = NULL, error_code = NULL,
-                            error_retryable = NULL, error_message = NULL, error_detail = NULL,
-                            updated_at = now()
-                      WHERE id = $1",
-                )
-                .bind(instance_id)
-                .execute(&mut *tx)
-                .await?;
+                // Under the row lock: the guard (`status = 'failed'`) matches.
+                store::instance_reset_failed(&mut *tx, instance_id).await?;
             }
             RunStatus::Suspended => {}
             _ => {
@@ -633,12 +582,12 @@ impl Engine {
                 });
             }
         }
-        sqlx::query(
-            "INSERT INTO durable_command (instance_id, kind, max_attempts) VALUES ($1, 'retry', $2)",
+        store::command_insert(
+            &mut *tx,
+            instance_id,
+            CommandKind::Retry,
+            self.max_attempts(),
         )
-        .bind(instance_id)
-        .bind(self.max_attempts())
-        .execute(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(())
@@ -649,70 +598,91 @@ impl Engine {
     /// # Errors
     /// [`DurableError::InstanceNotFound`], [`DurableError::Store`].
     pub async fn status(&self, instance_id: Uuid) -> Result<InstanceStatus> {
-        #[derive(sqlx::FromRow)]
-        struct Row {
-            workflow: String,
-            status: String,
-            progress: Option<Value>,
-            wait: Option<Value>,
-            output: Option<Value>,
-            error_code: Option<String>,
-            error_retryable: Option<bool>,
-            error_message: Option<String>,
-            error_detail: Option<Value>,
-            created_at: DateTime<Utc>,
-            ended_at: Option<DateTime<Utc>>,
-            cancel_requested_at: Option<DateTime<Utc>>,
-            queued_behind: Option<Uuid>,
+        match store::instance_status(&self.pool, instance_id).await? {
+            Some(row) => row.try_into(),
+            None => Err(DurableError::InstanceNotFound(instance_id)),
         }
-        // The blocker is looked up for keyed `pending` instances only (the rule of
-        // `durable_claim`, migration 0016: pending, running, suspended and timer-waiting
-        // instances hold their key).
-        let row: Option<Row> = sqlx::query_as(
-            "SELECT i.workflow, i.status, i.progress, i.wait, i.output, i.error_code,
-                    i.error_retryable, i.error_message, i.error_detail, i.created_at, i.ended_at,
-                    i.cancel_requested_at,
-                    CASE WHEN i.status = 'pending' AND i.serialization_key IS NOT NULL THEN
-                        (SELECT p.id FROM durable_instance p
-                          WHERE p.serialization_key = i.serialization_key
-                            AND p.start_order < i.start_order
-                            AND (p.status IN ('pending', 'running', 'suspended')
-                                 OR (p.status = 'waiting' AND p.wait->>'kind' = 'timer'))
-                          ORDER BY p.status = 'pending', p.start_order LIMIT 1)
-                    END AS queued_behind
-               FROM durable_instance i WHERE i.id = $1",
-        )
-        .bind(instance_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(r) = row else {
-            return Err(DurableError::InstanceNotFound(instance_id));
-        };
-        let wait = match r.wait {
-            Some(w) => Some(
-                serde_json::from_value::<WaitDescription>(w)
-                    .map_err(|_| DurableError::Json { what: "wait" })?,
-            ),
-            None => None,
-        };
-        Ok(InstanceStatus {
-            id: instance_id,
-            workflow: r.workflow,
-            status: parse_status(&r.status)?,
-            progress: r.progress,
-            wait,
-            output: r.output,
-            error: r.error_code.map(|code| ErrorInfo {
-                code,
-                retryable: r.error_retryable.unwrap_or(false),
-                message: r.error_message.unwrap_or_default(),
-                detail: r.error_detail,
-            }),
-            created_at: r.created_at,
-            ended_at: r.ended_at,
-            cancel_requested_at: r.cancel_requested_at,
-            queued_behind: r.queued_behind,
-        })
+    }
+
+    /// The status projections of `instance_ids`, in one statement: one
+    /// [`InstanceStatus`] per id found, in the order of `instance_ids` (an id given twice
+    /// comes twice); ids of no instance (never started, or deleted by retention) are
+    /// left out, so compare [`InstanceStatus::id`] rather than positions when that can
+    /// happen. An empty slice returns an empty vector.
+    ///
+    /// # Errors
+    /// [`DurableError::Store`].
+    pub async fn statuses(&self, instance_ids: &[Uuid]) -> Result<Vec<InstanceStatus>> {
+        if instance_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        store::instance_statuses(&self.pool, instance_ids)
+            .await?
+            .into_iter()
+            .map(InstanceStatus::try_from)
+            .collect()
+    }
+
+    /// The start input of an instance, as JSON (the value given to [`Engine::start`] or
+    /// [`Engine::start_json`]; object key order is PostgreSQL's `jsonb` order). It never
+    /// changes after the start.
+    ///
+    /// # Errors
+    /// [`DurableError::InstanceNotFound`], [`DurableError::Store`].
+    pub async fn input(&self, instance_id: Uuid) -> Result<Value> {
+        store::instance_input(&self.pool, instance_id)
+            .await?
+            .ok_or(DurableError::InstanceNotFound(instance_id))
+    }
+
+    /// Waits up to `timeout` for an instance to reach a terminal state
+    /// ([`RunStatus::is_terminal`]: `completed`, `failed` or `cancelled`) and returns
+    /// its status then; `None` when `timeout` passed first (a zero timeout is one look).
+    /// Returns at once, without a write, when the instance is terminal already.
+    ///
+    /// It wakes on a PostgreSQL notification (channel [`crate::TERMINAL_CHANNEL`], migration
+    /// 0021), on one `LISTEN` connection per engine shared by every waiter of the engine
+    /// and its clones (opened by the first call, kept while the engine lives, reconnected
+    /// when dropped). Only watched instances notify (so a workload nobody waits on pays
+    /// nothing): the first wait on an instance marks it (`terminal_watched`, one
+    /// `UPDATE` of its row, which waits for a running journal write or segment settle of
+    /// that instance to commit); the mark stays. The status is read after subscribing
+    /// and after marking (no lost wake-up), and again after every (re)connection of the
+    /// listener; while the listener is disconnected the status is polled every second
+    /// (and every 10 seconds while it is connected, in case a connection fails silently).
+    ///
+    /// A `failed` instance counts as terminal here although it can still be retried
+    /// (so it is not [`RunStatus::is_ended`]).
+    ///
+    /// # Errors
+    /// [`DurableError::InstanceNotFound`] (also when the instance is deleted while
+    /// waited for), [`DurableError::Store`].
+    pub async fn await_terminal(
+        &self,
+        instance_id: Uuid,
+        timeout: Duration,
+    ) -> Result<Option<InstanceStatus>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut sub = self.terminal.subscribe(&self.pool);
+        let mut watched = false;
+        loop {
+            let status = self.status(instance_id).await?;
+            if status.status.is_terminal() {
+                return Ok(Some(status));
+            }
+            if !watched {
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                // Then look again: the mark serialized with any segment settle that ended it.
+                store::instance_watch_terminal(&self.pool, instance_id).await?;
+                watched = true;
+                continue;
+            }
+            if !sub.next_look(instance_id, deadline).await {
+                return Ok(None);
+            }
+        }
     }
 
     /// The probe: waits until no runnable command is left (none queued and available,
@@ -742,35 +712,9 @@ impl Engine {
     /// # Errors
     /// [`DurableError::Store`].
     pub async fn idle_report(&self) -> Result<IdleReport> {
-        let runnable: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM durable_command
-              WHERE state = 'running' OR (state = 'queued' AND available_at <= now())",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        #[derive(sqlx::FromRow)]
-        struct Row {
-            id: i64,
-            instance_id: Uuid,
-            kind: String,
-            state: String,
-            attempt: i32,
-            available_at: DateTime<Utc>,
-            last_error: Option<String>,
-            future: bool,
-        }
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT id, instance_id, kind, state, attempt, available_at, last_error,
-                    available_at > now() AS future
-               FROM durable_command
-              WHERE state = 'dead'
-                 OR (state = 'queued' AND available_at > now())
-                 OR (state IN ('queued', 'running') AND available_at <= now() - make_interval(secs => $1))
-              ORDER BY id LIMIT 1000",
-        )
-        .bind(self.config.stuck_after.as_secs_f64())
-        .fetch_all(&self.pool)
-        .await?;
+        let runnable = store::commands_runnable(&self.pool).await?;
+        let rows =
+            store::commands_listed(&self.pool, self.config.stuck_after.as_secs_f64()).await?;
         let mut report = IdleReport {
             runnable,
             ..IdleReport::default()
@@ -808,39 +752,11 @@ impl Engine {
     /// [`DurableError::Store`].
     pub async fn purge(&self, older_than: Duration, batch: i64) -> Result<PurgeCounts> {
         let secs = older_than.as_secs_f64();
-        let commands = sqlx::query(
-            "WITH c AS (
-                SELECT id FROM durable_command
-                 WHERE state = 'done' AND completed_at < now() - make_interval(secs => $1)
-                 ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-             DELETE FROM durable_command d USING c WHERE d.id = c.id",
-        )
-        .bind(secs)
-        .bind(batch)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        let instances = sqlx::query(
-            "WITH i AS (
-                SELECT id FROM durable_instance x
-                 WHERE status IN ('completed', 'cancelled') AND ended_at < now() - make_interval(secs => $1)
-                   AND NOT EXISTS (SELECT 1 FROM durable_command c
-                                    WHERE c.instance_id = x.id AND c.state IN ('queued', 'running'))
-                 ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-             DELETE FROM durable_instance d USING i WHERE d.id = i.id",
-        )
-        .bind(secs)
-        .bind(batch)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+        let commands = store::commands_purge(&self.pool, secs, batch).await?;
+        let instances = store::instances_purge(&self.pool, secs, batch).await?;
         Ok(PurgeCounts {
             commands,
             instances,
         })
     }
-}
-
-pub(crate) fn parse_status(s: &str) -> Result<RunStatus> {
-    RunStatus::parse(s).ok_or(DurableError::Store(keel_store::StoreError::Decode))
 }

@@ -1,4 +1,5 @@
-//! The executor: claims commands, runs segments, settles them; wakes on notifications,
+//! The executor: claims commands, runs segments, ends each with its segment settle; wakes
+//! on notifications,
 //! a timer for the earliest future command, and a poll fallback.
 
 use std::sync::Arc;
@@ -17,14 +18,15 @@ use uuid::Uuid;
 use crate::batch::{BatchOp, Held, lost, rolled_back};
 use crate::config::ExecutorConfig;
 use crate::context::{Halt, JournalEntry, SegmentFlags, WorkflowContext};
-use crate::engine::{Engine, parse_status};
+use crate::engine::Engine;
 use crate::error::{DurableError, Result};
 use crate::metrics as m;
 use crate::status::{RunStatus, WaitDescription};
+use crate::store::{self, parse_status};
 use crate::workflow::ErasedOutcome;
 
 /// The notification channel (`pg_notify('keel_durable', '')` on every command insert,
-/// and on a settlement that may make a command claimable for another executor).
+/// and on a segment settle that may make a command claimable for another executor).
 pub const CHANNEL: &str = "keel_durable";
 
 /// A running executor. Dropping the handle does not stop it; call
@@ -118,7 +120,7 @@ SELECT command_id, kind, attempt, exhausted, latency, instance_id, workflow, sta
        lease_token, cancel, recovery_attempts, db_now
   FROM durable_claim($1, $2, $3::int4)";
 
-/// Settles a segment under the fence: the instance's new state, the command done, the
+/// The segment settle, under the fence: the instance's new state, the command done, the
 /// open commands of an instance that ended, the lease released, and `extra` (the
 /// recovery RETRY of a suspension or the TIMER of a blocked wait with a deadline: only
 /// in the statements that need them, since every `INSERT INTO durable_command`, even of
@@ -128,7 +130,7 @@ SELECT command_id, kind, attempt, exhausted, latency, instance_id, workflow, sta
 /// executor: the instance has another queued command (in the statement's snapshot), or
 /// may get one concurrently (open signals, a cancel request: both are read from the row
 /// version this update wrote, which is the latest), or it holds a serialization key (a
-/// later START may now run). The executor that settles claims again anyway.
+/// later START may now run). The executor that ran the segment claims again anyway.
 macro_rules! settle {
     ($extra:literal) => {
         concat!(
@@ -168,7 +170,7 @@ SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified
     };
 }
 
-/// Plain settlements ([`settle!`] without extra) of concurrent segments in one statement (see
+/// Plain segment settles ([`settle!`] without extra) of concurrent segments in one statement (see
 /// [`crate::batch`]): one row per segment (`$1`..`$12` are parallel arrays), each fenced
 /// by its own token; the rows whose token no longer matches change nothing and are not
 /// returned. Notifies once when any settled row qualifies (the rule of [`settle!`]).
@@ -219,7 +221,7 @@ WITH req AS (
 )
 SELECT i.idx, (SELECT count(*) FROM n) AS notified FROM i";
 
-/// One plain settlement (a row of [`SETTLE_BATCH`]); JSON values as text.
+/// One plain segment settle (a row of [`SETTLE_BATCH`]); JSON values as text.
 #[derive(Debug)]
 pub(crate) struct SettleRow {
     pub(crate) instance_id: Uuid,
@@ -234,7 +236,7 @@ pub(crate) struct SettleRow {
     pub(crate) progress: Option<String>,
     pub(crate) outcome: &'static str,
     pub(crate) command_id: i64,
-    /// The slot wants its next command, of these workflows, claimed with the settlement.
+    /// The slot wants its next command, of these workflows, claimed with the segment settle.
     pub(crate) next: Option<Arc<[String]>>,
 }
 
@@ -248,7 +250,7 @@ pub(crate) struct SettleAnswer {
     pub(crate) next: Option<(Claimed, Instant)>,
 }
 
-/// The plain settlements of one engine's segments, combined into [`SETTLE_BATCH`]
+/// The plain segment settles of one engine's segments, combined into [`SETTLE_BATCH`]
 /// statements. When rows ask for their slot's next command, the batch and one
 /// [`CLAIM`] for that many commands run in one transaction (settle-and-claim-next: one
 /// commit instead of two, and the slot does not wait for the executor loop).
@@ -457,59 +459,6 @@ const SETTLE_TIMER: &str = settle!(
 )"
 );
 
-/// Settles only the command (the instance is unchanged) and releases the lease.
-const SETTLE_COMMAND: &str = "\
-WITH i AS (
-    UPDATE durable_instance SET lease_token = NULL, lease_expires_at = NULL
-     WHERE id = $1 AND lease_token = $2
- RETURNING id
-), c AS (
-    UPDATE durable_command SET state = 'done', outcome = $4, completed_at = now()
-      FROM i WHERE durable_command.id = $3
- RETURNING durable_command.id
-), n AS (
-    SELECT pg_notify('keel_durable', '') FROM i
-)
-SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified";
-
-/// Puts the command back with a backoff after an infrastructure failure (attempt kept).
-const RELEASE: &str = "\
-WITH i AS (
-    UPDATE durable_instance SET lease_token = NULL, lease_expires_at = NULL
-     WHERE id = $1 AND lease_token = $2
- RETURNING id
-), c AS (
-    UPDATE durable_command
-       SET state = 'queued', available_at = now() + make_interval(secs => $4), last_error = $5
-      FROM i WHERE durable_command.id = $3
- RETURNING durable_command.id
-)
-SELECT count(*) FROM c";
-
-/// The rescuer: a running command whose instance's lease lapsed (its executor crashed
-/// or stalled) is queued again at its original position, its attempt kept (the next
-/// claim spends one). A stalled executor that wakes later is fenced out by the new
-/// token of whoever claims next.
-const RESCUE: &str = "\
-UPDATE durable_command c SET state = 'queued'
-  FROM durable_instance i
- WHERE c.state = 'running' AND i.id = c.instance_id
-   AND (i.lease_expires_at IS NULL OR i.lease_expires_at <= now())";
-
-const RENEW: &str = "\
-UPDATE durable_instance SET lease_expires_at = now() + make_interval(secs => $3)
- WHERE id = $1 AND lease_token = $2
-RETURNING cancel_requested_at IS NOT NULL";
-
-/// Seconds to the earliest future queued command, seconds to the earliest lease expiry
-/// (negative when one has lapsed), and the queue depth.
-const NEXT_DUE: &str = "\
-SELECT extract(epoch FROM (SELECT min(available_at) FROM durable_command
-                            WHERE state = 'queued' AND available_at > now()) - now())::float8,
-       extract(epoch FROM (SELECT min(lease_expires_at) FROM durable_instance
-                            WHERE lease_expires_at IS NOT NULL) - now())::float8,
-       (SELECT count(*) FROM durable_command WHERE state = 'queued')";
-
 async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationToken) {
     let wake = Arc::new(Notify::new());
     let _listener = config.listen.then(|| {
@@ -540,7 +489,7 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
             rescue(&engine).await;
         }
         while segments.try_join_next().is_some() {}
-        // With every slot busy (segments chain the commands their settlements claim, so
+        // With every slot busy (segments chain the commands their segment settles claim, so
         // slots may stay busy for long), still come round for the rescuer.
         let rescue_in = last_rescue.map_or(Duration::ZERO, |t| {
             config.poll_interval.saturating_sub(t.elapsed())
@@ -587,11 +536,8 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
             }
         }
         let mut pause = config.poll_interval;
-        match sqlx::query_as::<_, (Option<f64>, Option<f64>, i64)>(NEXT_DUE)
-            .fetch_one(&engine.pool)
-            .await
-        {
-            Ok((next, lease, depth)) => {
+        match store::queue_next_due(&engine.pool).await {
+            Ok(store::NextDue { next, lease, depth }) => {
                 m::queue_depth(depth);
                 let now = Instant::now();
                 rescue_from = lease.map(|secs| now + Duration::from_secs_f64(secs.max(0.0)));
@@ -654,13 +600,13 @@ async fn listen(pool: sqlx::PgPool, wake: Arc<Notify>, cancel: CancellationToken
 }
 
 async fn rescue(engine: &Engine) -> u64 {
-    match sqlx::query(RESCUE).execute(&engine.pool).await {
-        Ok(r) => {
-            if r.rows_affected() > 0 {
-                tracing::info!(target: "keel::durable::executor", commands = r.rows_affected(),
+    match store::commands_rescue(&engine.pool).await {
+        Ok(n) => {
+            if n > 0 {
+                tracing::info!(target: "keel::durable::executor", commands = n,
                     "rescued commands whose lease lapsed");
             }
-            r.rows_affected()
+            n
         }
         Err(e) => {
             tracing::warn!(target: "keel::durable::executor", error = %keel_store::StoreError::from(e), "rescue failed");
@@ -678,8 +624,8 @@ async fn claim(engine: &Engine, names: &[String], limit: usize) -> Result<Vec<Cl
         .await?)
 }
 
-/// How a segment ends.
-struct Settlement {
+/// How a segment ends: what its segment settle writes.
+struct SegmentSettle {
     status: RunStatus,
     output: Option<Value>,
     error: Option<(String, bool, &'static str, Option<Value>)>,
@@ -687,7 +633,7 @@ struct Settlement {
     outcome: &'static str,
 }
 
-impl Settlement {
+impl SegmentSettle {
     fn new(status: RunStatus, outcome: &'static str) -> Self {
         Self {
             status,
@@ -707,7 +653,7 @@ impl Settlement {
 }
 
 enum Disposition {
-    Settle(Settlement),
+    Settle(SegmentSettle),
     SettleCommand(&'static str),
     Release(&'static str),
     Abandon,
@@ -718,13 +664,13 @@ struct SlotContext {
     engine: Arc<Engine>,
     renew_every: Duration,
     renew: bool,
-    /// The registered workflows, for claiming the next command with the settlement.
+    /// The registered workflows, for claiming the next command with the segment settle.
     names: Arc<[String]>,
     cancel: CancellationToken,
 }
 
 /// A segment slot: runs the claimed command's segment, and then the commands claimed
-/// with its settlements (settle-and-claim-next), until a settlement brings no command or
+/// with its segment settles (settle-and-claim-next), until a segment settle brings no command or
 /// the executor is shutting down; then frees the slot.
 async fn segment(
     slot: Arc<SlotContext>,
@@ -745,7 +691,7 @@ async fn segment(
     wake.notify_one();
 }
 
-/// One segment; returns the next command when its settlement claimed one for this slot.
+/// One segment; returns the next command when its segment settle claimed one for this slot.
 async fn run_segment(
     slot: &SlotContext,
     c: Claimed,
@@ -773,7 +719,7 @@ async fn run_segment(
         let (outcome, next) = match finish(engine, &c, token, disposition, progress, want_next).await {
             Ok(o) => o,
             Err(e) => {
-                tracing::warn!(target: "keel::durable::segment", error = %e, "settlement failed; the lease will lapse");
+                tracing::warn!(target: "keel::durable::segment", error = %e, "segment settle failed; the lease will lapse");
                 ("settle_failed", None)
             }
         };
@@ -806,16 +752,16 @@ async fn decide(
         (RunStatus::Cancelled, _) => return Disposition::SettleCommand("cancelled"),
         (RunStatus::Failed, "signal") => return Disposition::SettleCommand("parked"),
         (RunStatus::Failed, "cancel") => {
-            return Disposition::Settle(Settlement::new(RunStatus::Cancelled, "cancelled"));
+            return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"));
         }
         (RunStatus::Failed, _) => return Disposition::SettleCommand("stale"),
         (_, "cancel") => {
-            return Disposition::Settle(Settlement::new(RunStatus::Cancelled, "cancelled"));
+            return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"));
         }
         _ => {}
     }
     if c.cancel {
-        return Disposition::Settle(Settlement::new(RunStatus::Cancelled, "cancelled"));
+        return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"));
     }
     let Some((name, workflow)) = engine
         .registry
@@ -833,13 +779,7 @@ async fn decide(
     let journal: Vec<JournalEntry> = if first_start {
         Vec::new()
     } else {
-        match sqlx::query_as(
-            "SELECT kind, name, result FROM durable_journal WHERE instance_id = $1 ORDER BY seq",
-        )
-        .bind(c.instance_id)
-        .fetch_all(&engine.pool)
-        .await
-        {
+        match store::journal_entries(&engine.pool, c.instance_id).await {
             Ok(j) => j,
             Err(_) => return Disposition::Release("JOURNAL_READ_FAILED"),
         }
@@ -893,37 +833,37 @@ async fn decide(
     }
     if let Some(halt) = ctx.halt {
         return match halt {
-            Halt::Blocked(wait) => Disposition::Settle(Settlement {
+            Halt::Blocked(wait) => Disposition::Settle(SegmentSettle {
                 wait: Some(wait),
-                ..Settlement::new(RunStatus::Waiting, "waiting")
+                ..SegmentSettle::new(RunStatus::Waiting, "waiting")
             }),
-            Halt::Suspended { code } => Disposition::Settle(Settlement {
+            Halt::Suspended { code } => Disposition::Settle(SegmentSettle {
                 error: Some((
                     code.to_owned(),
                     true,
                     "a step's transient retries were exhausted; recovery is scheduled",
                     None,
                 )),
-                ..Settlement::new(RunStatus::Suspended, "suspended")
+                ..SegmentSettle::new(RunStatus::Suspended, "suspended")
             }),
-            Halt::Determinism => Disposition::Settle(Settlement::failed(
+            Halt::Determinism => Disposition::Settle(SegmentSettle::failed(
                 "DETERMINISM_VIOLATION",
                 false,
                 "the body reached a different step than its journal records at that position",
             )),
-            Halt::JournalIncompatible => Disposition::Settle(Settlement::failed(
+            Halt::JournalIncompatible => Disposition::Settle(SegmentSettle::failed(
                 "JOURNAL_INCOMPATIBLE",
                 false,
                 "a journaled value does not decode into the type the body expects",
             )),
-            Halt::InvalidName => Disposition::Settle(Settlement::failed(
+            Halt::InvalidName => Disposition::Settle(SegmentSettle::failed(
                 "INVALID_NAME",
                 false,
                 "a step or signal name is empty or longer than 255 characters",
             )),
             Halt::Fenced => Disposition::Abandon,
             Halt::Cancelled => {
-                Disposition::Settle(Settlement::new(RunStatus::Cancelled, "cancelled"))
+                Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"))
             }
             Halt::Infra(e) => {
                 tracing::warn!(target: "keel::durable::segment", error = %e, "segment failed on infrastructure");
@@ -932,25 +872,25 @@ async fn decide(
         };
     }
     match outcome {
-        ErasedOutcome::Completed(v) => Disposition::Settle(Settlement {
+        ErasedOutcome::Completed(v) => Disposition::Settle(SegmentSettle {
             output: Some(v),
-            ..Settlement::new(RunStatus::Completed, "completed")
+            ..SegmentSettle::new(RunStatus::Completed, "completed")
         }),
-        ErasedOutcome::Failed(v) => Disposition::Settle(Settlement {
+        ErasedOutcome::Failed(v) => Disposition::Settle(SegmentSettle {
             error: Some((
                 "WORKFLOW_FAILED".to_owned(),
                 false,
                 "the workflow returned its typed error (see detail)",
                 Some(v),
             )),
-            ..Settlement::new(RunStatus::Failed, "failed")
+            ..SegmentSettle::new(RunStatus::Failed, "failed")
         }),
-        ErasedOutcome::InputIncompatible => Disposition::Settle(Settlement::failed(
+        ErasedOutcome::InputIncompatible => Disposition::Settle(SegmentSettle::failed(
             "INPUT_INCOMPATIBLE",
             false,
             "the stored input does not decode into the workflow's input type",
         )),
-        ErasedOutcome::EncodeFailed => Disposition::Settle(Settlement::failed(
+        ErasedOutcome::EncodeFailed => Disposition::Settle(SegmentSettle::failed(
             "ENCODE_FAILED",
             false,
             "the output or typed error could not be encoded as JSON",
@@ -971,12 +911,7 @@ async fn renew_lease(
     loop {
         tokio::time::sleep(every).await;
         let sent_at = Instant::now();
-        let r: std::result::Result<Option<bool>, _> = sqlx::query_scalar(RENEW)
-            .bind(instance_id)
-            .bind(token)
-            .bind(lease_secs)
-            .fetch_optional(&pool)
-            .await;
+        let r = store::instance_renew_lease(&pool, instance_id, token, lease_secs).await;
         match r {
             Ok(Some(cancel)) => {
                 flags.renewed(sent_at);
@@ -995,7 +930,7 @@ async fn renew_lease(
     }
 }
 
-/// Settles the segment; a plain settlement may bring the slot's next command
+/// The segment settle; a plain one may bring the slot's next command
 /// (`want_next`: the workflows to claim from).
 async fn finish(
     engine: &Engine,
@@ -1009,26 +944,28 @@ async fn finish(
     match disposition {
         Disposition::Abandon => Ok(("fenced", None)),
         Disposition::SettleCommand(outcome) => {
-            let (settled, _): (i64, i64) = sqlx::query_as(SETTLE_COMMAND)
-                .bind(c.instance_id)
-                .bind(token)
-                .bind(c.command_id)
-                .bind(outcome)
-                .fetch_one(&engine.pool)
-                .await?;
-            Ok((if settled == 1 { outcome } else { "fenced" }, None))
+            let settled = store::command_settle_alone(
+                &engine.pool,
+                c.instance_id,
+                token,
+                c.command_id,
+                outcome,
+            )
+            .await?;
+            Ok((if settled { outcome } else { "fenced" }, None))
         }
         Disposition::Release(code) => {
             let attempt = u32::try_from(c.attempt).unwrap_or(1);
             let delay = engine.config.release_backoff.delay(attempt);
-            sqlx::query_scalar::<_, i64>(RELEASE)
-                .bind(c.instance_id)
-                .bind(token)
-                .bind(c.command_id)
-                .bind(delay.as_secs_f64())
-                .bind(code)
-                .fetch_one(&engine.pool)
-                .await?;
+            store::command_release(
+                &engine.pool,
+                c.instance_id,
+                token,
+                c.command_id,
+                delay.as_secs_f64(),
+                code,
+            )
+            .await?;
             Ok(("released", None))
         }
         Disposition::Settle(s) => {
@@ -1072,7 +1009,7 @@ async fn finish(
                         command_id: c.command_id,
                         next: want_next,
                     };
-                    let answer = match engine.settlements.submit(row).await {
+                    let answer = match engine.segment_settles.submit(row).await {
                         Some(answer) => answer?,
                         None => {
                             return Err(DurableError::Store(keel_store::StoreError::Transient {

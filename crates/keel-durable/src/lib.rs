@@ -26,6 +26,13 @@
 //!   optional serialization key), [`Engine::signal`], [`Engine::cancel`],
 //!   [`Engine::retry`], [`Engine::status`], the probe [`Engine::await_idle`], the
 //!   retention hook [`Engine::purge`], and [`Engine::spawn_executor`].
+//! - Typed reads and writes for other crates, so that none reads the engine's tables:
+//!   [`Engine::statuses`] (many status projections in one statement),
+//!   [`Engine::input`] (an instance's start input), [`Engine::signal_in`] (a signal
+//!   recorded inside the caller's transaction, refusals returned without aborting it),
+//!   and [`Engine::await_terminal`] (wakes on a notification when an instance becomes
+//!   `completed`, `failed` or `cancelled`; one shared `LISTEN` connection per engine).
+//!   The SQL of the API surface is in the `store` module, by table.
 //! - [`Retention`]: the retention pass (batched, `SKIP LOCKED`, one short transaction per
 //!   batch) that the cluster's daily cron runs; returns a [`RetentionReport`].
 //!
@@ -42,7 +49,8 @@
 //! `attempt + 1`. The executor then runs one **segment** per command: it replays the
 //! body from the start against the journal (not read for a START on its first attempt:
 //! nothing can have been journaled yet) until the body completes, fails, or blocks on a
-//! wait, and settles the command and the instance's status in one fenced statement.
+//! wait, and ends it with its **segment settle**: the command and the instance's status
+//! in one fenced statement.
 //! Every journal write checks the lease token in the statement that makes it
 //! (`WHERE id = .. AND lease_token = ..`, with the instance row share-locked, or updated
 //! to renew the lease when a third of it has passed since the last renewal): no match
@@ -54,18 +62,18 @@
 //! dead-lettered (`state = 'dead'`, listed by the probe).
 //!
 //! **Group commit.** Within one process, the journal writes of all running segments,
-//! their plain settlements, and concurrent [`Engine::start`] calls are each combined
+//! their plain segment settles, and concurrent [`Engine::start`] calls are each combined
 //! into multi-row statements (leader/follower: while one statement is in flight the
 //! next rows queue, and go as one statement when it returns). Each row keeps its own
 //! fence (a row whose token no longer matches is refused and its segment stops, exactly
 //! as alone), and each caller waits for the commit of the statement holding its row:
 //! a step's result is durable before the body continues. A batch that the server
-//! rejects is retried row by row, so one failing row never fails another. A settlement
+//! rejects is retried row by row, so one failing row never fails another. A segment settle
 //! that frees a segment slot also claims the slot's next command in the same
 //! transaction (settle-and-claim-next).
 //!
 //! Executors wake on `LISTEN keel_durable` (a trigger notifies on every recorded command;
-//! a settlement notifies when its release may make a command claimable for another
+//! a segment settle notifies when its release may make a command claimable for another
 //! executor: the instance has queued commands, open signals, a cancel request or a
 //! serialization key), on a timer for the earliest future command or lease expiry
 //! (database clock), and on a poll interval. A dropped LISTEN connection is
@@ -77,6 +85,15 @@
 //! `cancelled`. `completed` and `cancelled` are **ended**: signals, cancel and retry are
 //! refused with [`DurableError::InstanceEnded`]. `failed` can be retried (the body
 //! replays against its journal) or cancelled.
+//!
+//! ## Terminal-state notification
+//!
+//! [`Engine::await_terminal`] marks the instance it waits for (`terminal_watched`,
+//! migration 0021); a trigger then sends `pg_notify('keel_durable_terminal', <id>)`
+//! ([`TERMINAL_CHANNEL`]) at the commit that makes a marked instance `completed`,
+//! `failed` or `cancelled`, whichever path did it. Unmarked instances send nothing:
+//! PostgreSQL serializes the commits of notifying transactions, and every segment settle
+//! that ends an instance would otherwise join that line.
 //!
 //! ## Serialization keys
 //!
@@ -141,6 +158,8 @@ pub mod metrics;
 pub mod payload;
 mod retention;
 mod status;
+mod store;
+mod terminal;
 mod workflow;
 
 pub use config::{Backoff, EngineConfig, ExecutorConfig};
@@ -152,6 +171,7 @@ pub use retention::{Retention, RetentionConfig, RetentionReport};
 pub use status::{
     CommandSummary, ErrorInfo, IdleReport, InstanceStatus, RunStatus, WaitDescription, WaitKind,
 };
+pub use terminal::TERMINAL_CHANNEL;
 pub use workflow::{
     ChildHandle, ChildOutcome, Interrupt, SignalOutcome, StepError, Workflow, WorkflowFailure,
 };

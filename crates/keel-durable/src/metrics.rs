@@ -6,7 +6,7 @@
 //! | `keel_durable_commands_settled_total` | counter | workflow, outcome | commands settled, by outcome |
 //! | `keel_durable_dead_letters_total` | counter | workflow | commands dead-lettered after `commandMaxAttempts` |
 //! | `keel_durable_claim_latency_seconds` | histogram | workflow | from a command's `available_at` to its claim |
-//! | `keel_durable_segment_duration_seconds` | histogram | workflow | one segment, claim to settlement |
+//! | `keel_durable_segment_duration_seconds` | histogram | workflow | one segment, claim to segment settle |
 //! | `keel_durable_steps_total` | counter | workflow, outcome | steps: `ok`, `err`, `replayed`, `suspended` |
 //! | `keel_durable_queue_depth` | gauge | — | queued commands (sampled when an executor goes idle) |
 

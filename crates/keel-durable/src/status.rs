@@ -63,6 +63,14 @@ impl RunStatus {
     pub fn is_ended(self) -> bool {
         matches!(self, Self::Completed | Self::Cancelled)
     }
+
+    /// `completed`, `failed` or `cancelled`: the run has come to a result (these are the
+    /// states with an [`InstanceStatus::ended_at`], and what
+    /// [`crate::Engine::await_terminal`] waits for). Unlike [`RunStatus::is_ended`] it
+    /// includes `failed`, which a retry can still resume.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
 }
 
 impl std::fmt::Display for RunStatus {

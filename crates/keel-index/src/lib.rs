@@ -130,6 +130,7 @@ pub mod read;
 pub mod scope;
 pub mod service;
 mod store;
+mod supply;
 pub mod tip;
 
 pub use error::{IndexError, Result};
@@ -137,4 +138,5 @@ pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_hist
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};
 pub use service::{HistoryDrain, TipFollow, follow_tip, work_history};
+pub use supply::token_supply;
 pub use tip::{FollowBackoff, NextRound, RoundOutcome, TipConfig, TipIngest};

@@ -7,5 +7,7 @@ mod crash;
 mod executors;
 mod lifecycle;
 mod replay;
+mod seams;
 mod signals;
 mod start;
+mod terminal;

@@ -9,4 +9,5 @@ mod measure;
 mod projections;
 mod reorg;
 mod service;
+mod supply;
 mod unsettled;
