@@ -1,7 +1,7 @@
 //! # keel-workflows
 //!
 //! Keel's asset-issuance workflows, the operations service the Platform API calls, and
-//! the verdict relay that connects the transaction queue to the workflows.
+//! the settlement sink that connects the transaction queue to the workflows.
 //!
 //! - [`workflows`]: `asset.create` (feed, token, first observation, staleness bound,
 //!   unpause, read-after-write — fail-closed), `asset.mint`, `asset.transfer`,
@@ -19,8 +19,8 @@
 //!   internals (the service starts workflows, the workflows never call the service).
 //! - [`tenancy`]: organizations, API keys (stored as SHA-256 of a 256-bit token),
 //!   asset templates.
-//! - [`relay`]: delivers each settled verdict to its workflow as the signal
-//!   `tx.<link>` (deduplicated by the queue request id).
+//! - [`verdicts`]: [`VerdictSink`], the queue's settlement sink: records each verdict
+//!   as its workflow's signal `tx.<link>` in the transaction that settles the request.
 //! - [`platform`]: the runner-side chain context ([`platform::Platform`]).
 //!
 //! ## Vocabulary
@@ -32,15 +32,15 @@
 //!   only as the queue's transaction field.
 //! - *tx_hash*: a transaction hash (`hash` only in the queue's verdict type).
 //!
-//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`).
+//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 pub mod ops;
 pub mod platform;
-pub mod relay;
 pub mod store;
 pub mod tenancy;
+pub mod verdicts;
 pub mod workflows;
 
 pub use error::{OpsError, Result};
@@ -53,3 +53,4 @@ pub use ops::view::{
 pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
 pub use platform::{ChainContext, Platform, PlatformAddresses};
 pub use tenancy::Caller;
+pub use verdicts::VerdictSink;

@@ -667,11 +667,11 @@ pub async fn database_ping(db: impl PgExecutor<'_>) -> StoreResult<()> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Foreign reads: replaced by the owning crate's API on merge (issue 17)
+// Assets
 // ---------------------------------------------------------------------------------------
 
-/// An asset with its creation operation and that operation's instance status
-/// (`durable_instance.status`, keel-durable's table).
+/// An asset with its creation operation and that operation's workflow instance (whose
+/// status the engine reports: `Engine::statuses`).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct AssetRow {
     /// Asset id.
@@ -692,19 +692,18 @@ pub struct AssetRow {
     pub feed_address: Option<Vec<u8>>,
     /// The `asset.create` operation.
     pub create_operation_id: Option<Uuid>,
-    /// Its instance's status (`completed`, `failed`, ...), once started.
-    pub create_status: Option<String>,
+    /// Its workflow instance, once started.
+    pub create_instance_id: Option<Uuid>,
 }
 
-// Foreign: joins keel-durable's `durable_instance` (→ `Engine::status`).
 const ASSET_SELECT: &str = "SELECT a.id, a.name, a.symbol, a.decimals, a.template_id, a.chain_id,
-        a.token_address, a.feed_address, o.id AS create_operation_id, i.status AS create_status
+        a.token_address, a.feed_address, o.id AS create_operation_id,
+        o.instance_id AS create_instance_id
    FROM asset a
    LEFT JOIN operation o ON o.asset_id = a.id AND o.kind = 'asset.create'
-   LEFT JOIN durable_instance i ON i.id = o.instance_id
   WHERE a.organization_id = $1";
 
-/// Asset `id` of `organization_id`, if any. Foreign: reads `durable_instance`.
+/// Asset `id` of `organization_id`, if any.
 ///
 /// # Errors
 /// [`StoreError`].
@@ -722,8 +721,7 @@ pub async fn asset_get(
     )
 }
 
-/// The assets of `organization_id`, oldest first, at most `limit`. Foreign: reads
-/// `durable_instance`.
+/// The assets of `organization_id`, oldest first, at most `limit`.
 ///
 /// # Errors
 /// [`StoreError`].
@@ -738,46 +736,5 @@ pub async fn asset_list(
     .bind(organization_id)
     .bind(limit)
     .fetch_all(db)
-    .await?)
-}
-
-/// Whether instance `instance_id`'s input asks for an approval (a non-null
-/// `approvalTtlSeconds`); `None` without the instance. Foreign: reads
-/// `durable_instance.input` (→ a typed input read on the engine).
-///
-/// # Errors
-/// [`StoreError`].
-pub async fn instance_needs_approval(
-    db: impl PgExecutor<'_>,
-    instance_id: Uuid,
-) -> StoreResult<Option<bool>> {
-    Ok(sqlx::query_scalar(
-        "SELECT (input ? 'approvalTtlSeconds') AND input->'approvalTtlSeconds' <> 'null'::jsonb
-           FROM durable_instance WHERE id = $1",
-    )
-    .bind(instance_id)
-    .fetch_optional(db)
-    .await?)
-}
-
-/// Total supply of `token` (20 bytes) on `chain_id` in base units, as decimal text:
-/// minted (from the zero address) minus burned (to the zero address). Foreign: sums
-/// keel-index's `index_transfer` (→ `keel_index::token_supply`).
-///
-/// # Errors
-/// [`StoreError`].
-pub async fn index_token_supply(
-    db: impl PgExecutor<'_>,
-    chain_id: i64,
-    token: &[u8],
-) -> StoreResult<String> {
-    Ok(sqlx::query_scalar(
-        "SELECT (COALESCE(SUM(value) FILTER (WHERE from_address = '\\x0000000000000000000000000000000000000000'::bytea), 0)
-               - COALESCE(SUM(value) FILTER (WHERE to_address = '\\x0000000000000000000000000000000000000000'::bytea), 0))::text
-           FROM index_transfer WHERE chain_id = $1 AND token = $2",
-    )
-    .bind(chain_id)
-    .bind(token)
-    .fetch_one(db)
     .await?)
 }

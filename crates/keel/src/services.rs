@@ -2,7 +2,7 @@
 //!
 //! | role | runs |
 //! |---|---|
-//! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain, once served ([`crate::chains`]), the transaction queue loop (sign, broadcast, confirmation watcher every `durable.confirmationWatcher.intervalMs`, nonce recovery) as the cluster singleton `txq/<chainId>`, declined while the chain is not served; the verdict relay as the singleton `verdict-relay` |
+//! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain, once served ([`crate::chains`]), the transaction queue loop (sign, broadcast, confirmation watcher every `durable.confirmationWatcher.intervalMs`, nonce recovery) as the cluster singleton `txq/<chainId>` (its settlement sink records each verdict as the workflow's signal in the settling transaction), declined while the chain is not served |
 //! | `indexer` | per chain, while served, the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica; both loops live in keel-index ([`keel_index::follow_tip`], [`keel_index::work_history`], on the [`keel_service`] shape) and are only wired here |
 //! | `api` | the Platform API (see [`keel_api`]) |
 //!
@@ -16,9 +16,9 @@ use keel_chain::{AttributionSuffix, UpstreamConfig, UpstreamPool};
 use keel_cluster::ShardOwner;
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle};
 use keel_index::{HistoryConfig, HistoryWorker, TipConfig};
-use keel_txq::{LocalSigner, TxQueue, TxQueueConfig, TxSigner};
+use keel_txq::{LocalSigner, SettlementSink, TxQueue, TxQueueConfig, TxSigner};
 use keel_units::ChainId;
-use keel_workflows::{ChainContext, Platform, PlatformAddresses};
+use keel_workflows::{ChainContext, Platform, PlatformAddresses, VerdictSink};
 use sqlx::PgPool;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -176,6 +176,7 @@ async fn serve_runner_chain(
     platform: &Platform,
     node: &Arc<UpstreamPool>,
     signer: Option<&Arc<dyn TxSigner>>,
+    sink: &Arc<dyn SettlementSink>,
     queue_slot: &OnceLock<Arc<TxQueue>>,
 ) -> Result<(), String> {
     let chain_id = node.chain().get();
@@ -194,6 +195,7 @@ async fn serve_runner_chain(
     let mut queue = TxQueue::new(pool.clone(), node.clone(), queue_config(config, chain_id))
         .map_err(|e| format!("transaction queue: {e}"))?;
     queue.add_signer(signer.clone());
+    queue.set_settlement_sink(sink.clone());
     let queue = Arc::new(queue);
     let queue = Arc::clone(queue_slot.get_or_init(|| queue));
     platform.serve_later(ChainContext {
@@ -233,6 +235,8 @@ pub async fn start_runner(
     {
         anyhow::bail!("workflow `{missing}` can be started by the API but is not registered");
     }
+    // Every verdict reaches its workflow in the transaction that settles it.
+    let sink: Arc<dyn SettlementSink> = Arc::new(VerdictSink::new(engine.clone()));
     let executor_settings = executor_config(config);
     executor_settings
         .validate(&engine_config(config))
@@ -247,7 +251,16 @@ pub async fn start_runner(
         let chain_id = node.chain().get();
         let first = tokio::time::timeout(STARTUP_PROBE_TIMEOUT, async {
             node.verify_chain_id().await.map_err(|e| e.to_string())?;
-            serve_runner_chain(config, pool, &platform, &node, signer.as_ref(), &queue_slot).await
+            serve_runner_chain(
+                config,
+                pool,
+                &platform,
+                &node,
+                signer.as_ref(),
+                &sink,
+                &queue_slot,
+            )
+            .await
         })
         .await
         .unwrap_or_else(|_| Err("no answer within the startup probe".to_owned()));
@@ -290,21 +303,23 @@ pub async fn start_runner(
         });
         tasks.push(("txq", supervisor.watch("txq", handle)));
 
-        let (config, pool, platform, signer, chains, node, stop) = (
+        let (config, pool, platform, signer, sink, chains, node, stop) = (
             config.clone(),
             pool.clone(),
             platform.clone(),
             signer.clone(),
+            sink.clone(),
             chains.clone(),
             node.clone(),
             stop.clone(),
         );
         let health = supervisor.spawn("chain-health", move || {
-            let (config, pool, platform, signer, chains, node, stop, queue_slot) = (
+            let (config, pool, platform, signer, sink, chains, node, stop, queue_slot) = (
                 config.clone(),
                 pool.clone(),
                 platform.clone(),
                 signer.clone(),
+                sink.clone(),
                 chains.clone(),
                 node.clone(),
                 stop.clone(),
@@ -319,6 +334,7 @@ pub async fn start_runner(
                         &platform,
                         &node,
                         signer.as_ref(),
+                        &sink,
                         &queue_slot,
                     )
                 };
@@ -327,25 +343,6 @@ pub async fn start_runner(
         });
         tasks.push(("chain-health", health));
     }
-    let interval = Duration::from_millis(config.durable.confirmation_watcher.interval_ms);
-    let relay_pool = pool.clone();
-    let relay_critical = supervisor.critical("verdict-relay");
-    let relay = owner.singleton("verdict-relay", move |lease| {
-        let pool = relay_pool.clone();
-        let engine = engine.clone();
-        let critical = relay_critical.clone();
-        async move {
-            let token = lease.token().clone();
-            let inner = token.clone();
-            critical
-                .run(&token, async move {
-                    keel_workflows::relay::run_relay(pool, engine, interval, inner).await;
-                    false
-                })
-                .await;
-        }
-    });
-    tasks.push(("verdict-relay", supervisor.watch("verdict-relay", relay)));
     tracing::info!(target: TARGET, chains = config.chains.len(), operator = %platform.operator,
         "runner services started");
     Ok(RunnerServices { executor, tasks })

@@ -1,7 +1,7 @@
 //! Supervision of a process's critical tasks.
 //!
 //! Every long-lived task a role depends on (the durable executor, the queue loops, tip
-//! ingest, the history workers, job health, the API server, the verdict relay, the
+//! ingest, the history workers, job health, the API server, the
 //! retention job, chain health) runs under a [`Supervisor`]. When such a task ends or
 //! panics while the process is not stopping, the supervisor logs an ERROR naming it and
 //!

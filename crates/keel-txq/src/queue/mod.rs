@@ -314,6 +314,60 @@ impl TxQueue {
     /// (`idempotency_key`), a zero gas limit (`gas_limit`), or a funding pause longer
     /// than `i64::MAX` milliseconds (`funding_pause`).
     pub async fn enqueue_with(&self, req: &TxRequest, opts: &EnqueueOptions) -> Result<Uuid> {
+        let owned = self.new_request(req, opts)?;
+        // Concurrent enqueues of this process share one INSERT (group commit); this
+        // returns once this request's row has committed.
+        let inserted = self
+            .enqueues
+            .submit(owned.clone())
+            .await
+            // The answer was lost (runtime shutting down): the row may or may not
+            // exist; a retry with the same key tells.
+            .ok_or(TxqError::Store(keel_store::StoreError::Transient {
+                kind: keel_store::TransientKind::ConnectionLost,
+                sqlstate: None,
+            }))??;
+        let new = owned.borrowed();
+        if inserted {
+            metrics::enqueued(self.chain_id);
+            self.wake.notify_one();
+            return Ok(new.id);
+        }
+        self.existing_or_conflict(&self.db, &new).await
+    }
+
+    /// [`TxQueue::enqueue_with`] inside the caller's transaction `conn`: the request
+    /// row commits (or rolls back) with whatever else the caller writes there — for a
+    /// workflow, the link that routes the request's verdict to it, so no verdict can
+    /// settle before its link exists. One plain `INSERT` (no group commit). The queue
+    /// is not woken (it sees the row at its next round, or call [`TxQueue::wake`] after
+    /// the commit).
+    ///
+    /// # Errors
+    /// As [`TxQueue::enqueue_with`]. A store error leaves `conn`'s transaction aborted:
+    /// roll it back.
+    pub async fn enqueue_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        req: &TxRequest,
+        opts: &EnqueueOptions,
+    ) -> Result<Uuid> {
+        let owned = self.new_request(req, opts)?;
+        let new = owned.borrowed();
+        if store::request_insert(&mut *conn, &new).await? {
+            metrics::enqueued(self.chain_id);
+            return Ok(new.id);
+        }
+        self.existing_or_conflict(&mut *conn, &new).await
+    }
+
+    /// Starts a round now (after a commit that made requests visible to the queue).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Validates `req` and `opts` into a row to insert.
+    fn new_request(&self, req: &TxRequest, opts: &EnqueueOptions) -> Result<OwnedNewRequest> {
         let key_len = req.idempotency_key.chars().count();
         if key_len == 0 || key_len > 255 {
             return Err(TxqError::InvalidRequest("idempotency_key"));
@@ -339,25 +393,17 @@ impl TxQueue {
             gas_limit,
             funding_pause_ms,
         };
-        // Concurrent enqueues of this process share one INSERT (group commit); this
-        // returns once this request's row has committed.
-        let inserted = self
-            .enqueues
-            .submit(owned.clone())
-            .await
-            // The answer was lost (runtime shutting down): the row may or may not
-            // exist; a retry with the same key tells.
-            .ok_or(TxqError::Store(keel_store::StoreError::Transient {
-                kind: keel_store::TransientKind::ConnectionLost,
-                sqlstate: None,
-            }))??;
-        let new = owned.borrowed();
-        if inserted {
-            metrics::enqueued(self.chain_id);
-            self.wake.notify_one();
-            return Ok(new.id);
-        }
-        let existing = store::request_by_key(&self.db, self.chain_id, new.sender, new.key)
+        Ok(owned)
+    }
+
+    /// The id of the request already recorded under `new`'s key when it has the same
+    /// payload; [`TxqError::IdempotencyConflict`] otherwise.
+    async fn existing_or_conflict(
+        &self,
+        db: impl sqlx::PgExecutor<'_>,
+        new: &store::NewRequest<'_>,
+    ) -> Result<Uuid> {
+        let existing = store::request_by_key(db, self.chain_id, new.sender, new.key)
             .await?
             .ok_or(TxqError::NotFound)?;
         let same = existing.to_address.as_deref() == new.to

@@ -6,6 +6,7 @@ use crate::ops::read::txq_err;
 use crate::ops::view::OperationView;
 use crate::store;
 use crate::tenancy::Caller;
+use crate::verdicts::VerdictSink;
 use crate::workflows::contract::{APPROVAL_SIGNAL, ApprovalDecision, OpFailure};
 use keel_durable::{RunStatus, SignalReceipt};
 use keel_units::ChainId;
@@ -53,7 +54,7 @@ impl Ops {
             &self.db,
             ChainId(asset.chain_id),
             &format!("op/{id}/"),
-            None,
+            Some(&VerdictSink::new(self.engine.clone())),
         )
         .await
         .map_err(txq_err)?;
@@ -94,8 +95,15 @@ impl Ops {
         let Some(instance) = op.instance_id else {
             return Err(OpsError::ApprovalNotPending);
         };
-        let needs = store::instance_needs_approval(&self.db, instance).await?;
-        if needs != Some(true) {
+        // The input names an approval deadline when the operation waits for one.
+        let input = match self.engine.input(instance).await {
+            Ok(v) => v,
+            Err(keel_durable::DurableError::InstanceNotFound(_)) => {
+                return Err(OpsError::ApprovalNotPending);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if input.get("approvalTtlSeconds").is_none_or(Value::is_null) {
             return Err(OpsError::ApprovalNotPending);
         }
         // A failed instance would keep the signal for a retry; a decision after the

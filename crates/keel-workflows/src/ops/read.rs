@@ -7,6 +7,7 @@ use crate::ops::{MAX_WAIT, Ops, decode_err};
 use crate::store::{self, AssetRow};
 use crate::tenancy::Caller;
 use alloy::primitives::{Address, U256};
+use keel_durable::RunStatus;
 use keel_units::ChainId;
 use std::time::Duration;
 use uuid::Uuid;
@@ -119,24 +120,21 @@ pub(crate) struct AssetRecord {
     pub(crate) token: Option<Address>,
     pub(crate) feed: Option<Address>,
     pub(crate) create_operation_id: Option<Uuid>,
-    pub(crate) create_status: Option<String>,
+    pub(crate) create_status: Option<RunStatus>,
 }
 
 impl AssetRecord {
     /// The asset's status from its creation instance's status.
     pub(crate) fn status(&self) -> AssetStatus {
-        match self.create_status.as_deref() {
-            Some("completed") => AssetStatus::Active,
-            Some("failed") | Some("cancelled") => AssetStatus::Failed,
+        match self.create_status {
+            Some(RunStatus::Completed) => AssetStatus::Active,
+            Some(RunStatus::Failed | RunStatus::Cancelled) => AssetStatus::Failed,
             _ => AssetStatus::Creating,
         }
     }
-}
 
-impl TryFrom<AssetRow> for AssetRecord {
-    type Error = OpsError;
-
-    fn try_from(r: AssetRow) -> Result<Self> {
+    /// Decodes `r`, with its creation instance's status as the engine reports it.
+    fn decode(r: AssetRow, create_status: Option<RunStatus>) -> Result<Self> {
         let addr = |v: Option<Vec<u8>>| -> Result<Option<Address>> {
             v.map(|b| Address::try_from(b.as_slice()).map_err(decode_err))
                 .transpose()
@@ -151,7 +149,7 @@ impl TryFrom<AssetRow> for AssetRecord {
             token: addr(r.token_address)?,
             feed: addr(r.feed_address)?,
             create_operation_id: r.create_operation_id,
-            create_status: r.create_status,
+            create_status,
         })
     }
 }
@@ -159,10 +157,26 @@ impl TryFrom<AssetRow> for AssetRecord {
 impl Ops {
     /// Asset `id` of the caller's organization, decoded.
     pub(crate) async fn asset_record(&self, caller: Caller, id: Uuid) -> Result<AssetRecord> {
-        store::asset_get(&self.db, caller.organization_id, id)
+        let row = store::asset_get(&self.db, caller.organization_id, id)
             .await?
-            .ok_or(OpsError::NotFound { what: "asset" })?
-            .try_into()
+            .ok_or(OpsError::NotFound { what: "asset" })?;
+        Ok(self.asset_records(vec![row]).await?.remove(0))
+    }
+
+    /// Decodes `rows` (in order), with their creation instances' statuses read from the
+    /// engine in one batch.
+    async fn asset_records(&self, rows: Vec<AssetRow>) -> Result<Vec<AssetRecord>> {
+        let instances: Vec<Uuid> = rows.iter().filter_map(|r| r.create_instance_id).collect();
+        let statuses = self.engine.statuses(&instances).await?;
+        rows.into_iter()
+            .map(|r| {
+                let status = r
+                    .create_instance_id
+                    .and_then(|i| statuses.iter().find(|s| s.id == i))
+                    .map(|s| s.status);
+                AssetRecord::decode(r, status)
+            })
+            .collect()
     }
 
     /// The caller's assets, oldest first (at most [`ASSET_LIST_LIMIT`]), with their
@@ -173,8 +187,8 @@ impl Ops {
     pub async fn assets(&self, caller: Caller) -> Result<Vec<AssetView>> {
         let rows = store::asset_list(&self.db, caller.organization_id, ASSET_LIST_LIMIT).await?;
         let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            out.push(self.asset_view(r.try_into()?).await?);
+        for r in self.asset_records(rows).await? {
+            out.push(self.asset_view(r).await?);
         }
         Ok(out)
     }
@@ -315,9 +329,7 @@ impl Ops {
             .await?
             .is_degraded();
         if let Some(token) = r.token {
-            let chain_id = i64::try_from(chain.get()).map_err(decode_err)?;
-            let supply = store::index_token_supply(&mut *tx, chain_id, token.as_slice()).await?;
-            let supply = U256::from_str_radix(&supply, 10).map_err(decode_err)?;
+            let supply = keel_index::token_supply(&mut *tx, chain, token).await?;
             view.supply = Some(format_amount(supply, r.decimals)?);
             view.paused = keel_index::read::token_paused(&mut *tx, chain, token)
                 .await?

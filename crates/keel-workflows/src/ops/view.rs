@@ -441,17 +441,14 @@ impl Ops {
         id: Uuid,
         wait: Duration,
     ) -> Result<OperationView> {
-        let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
-        loop {
-            let view = self.operation(caller, id).await?;
-            if view.is_terminal() || tokio::time::Instant::now() >= deadline {
-                return Ok(view);
-            }
-            tokio::time::sleep_until(
-                (tokio::time::Instant::now() + Duration::from_millis(100)).min(deadline),
-            )
-            .await;
+        let op = self.operation_row(caller, id).await?;
+        // Woken by the engine's notification when the instance ends (no poll here).
+        if let Some(instance) = op.instance_id {
+            self.engine
+                .await_terminal(instance, wait.min(MAX_WAIT))
+                .await?;
         }
+        self.operation(caller, id).await
     }
 
     /// The row of operation `id` of the caller's organization.

@@ -3,8 +3,9 @@
 //!
 //! Every on-chain write is one transaction-queue request keyed
 //! `op/<operation id>/<write>` and one journaled enqueue step; the workflow then waits
-//! for the request's settlement verdict, which the verdict relay ([`crate::relay`])
-//! delivers as the signal `tx.<link>`. Replaying a workflow after a crash therefore
+//! for the request's settlement verdict, which the queue's settlement sink
+//! ([`crate::verdicts`]) records as the signal `tx.<link>` in the transaction that
+//! settles the request. Replaying a workflow after a crash therefore
 //! never enqueues a second transaction for a write (the key is the same and the queue
 //! is idempotent) and never broadcasts a landed write again.
 //!

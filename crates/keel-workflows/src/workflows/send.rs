@@ -255,8 +255,8 @@ struct Attempt<'a> {
     funding_deadline: Option<u64>,
 }
 
-/// One attempt of a write: the journaled enqueue (and link for the relay), then the
-/// wait for its verdict.
+/// One attempt of a write: the journaled enqueue (with the link that routes its
+/// verdict here), then the wait for its verdict.
 async fn send_attempt(
     ctx: &mut WorkflowContext,
     p: &Platform,
@@ -282,9 +282,13 @@ async fn send_attempt(
                         "the operation was cancelled before this transaction was queued",
                     )));
                 };
+                // The request and its link commit together: its verdict, pushed to
+                // the instance in the transaction that settles it, always finds the
+                // link.
                 let id = chain
                     .queue
-                    .enqueue_with(
+                    .enqueue_in(
+                        &mut guard,
                         &request,
                         &keel_txq::EnqueueOptions {
                             funding_pause: a.funding_deadline.map(Duration::from_secs),
@@ -318,6 +322,7 @@ async fn send_attempt(
                     .commit()
                     .await
                     .map_err(|_| StepError::transient("DATABASE_UNAVAILABLE"))?;
+                chain.queue.wake();
                 Ok(id)
             }
         })

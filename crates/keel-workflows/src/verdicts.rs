@@ -1,0 +1,110 @@
+//! Verdict delivery: each settlement verdict of an operation's write reaches its
+//! workflow instance as the signal `tx.<link>`, **in the transaction that settles the
+//! queue request** ([`keel_txq::SettlementSink`]).
+//!
+//! The enqueue step writes the queue request and its `operation_tx` link in one
+//! transaction ([`keel_txq::TxQueue::enqueue_in`]), so a request can never settle
+//! before its link exists; the queue then calls [`VerdictSink`] with every request that
+//! moved to `settled`, on the settling connection, and the signal (deduplicated by the
+//! queue request id) commits with the verdict or not at all. A crash anywhere leaves
+//! either both or neither: no poll, no "delivered" stamp, no second copy.
+//!
+//! - A request no operation made (no link) is ignored.
+//! - An instance that ended (a cancelled operation) takes no signal: the verdict is
+//!   dropped (counted), the settlement commits.
+//! - A signal already recorded under the request id (a delivery repeated by an
+//!   upgrade's catch-up) is a no-op.
+//! - Any other failure (database, the instance's open-signal bound) fails the sink:
+//!   the queue rolls the settlement back and settles again on a later pass.
+//!
+//! Metric: `keel_workflows_verdicts_delivered_total{outcome}` (`delivered`,
+//! `duplicate`, `dropped`).
+
+use crate::store;
+use futures::future::BoxFuture;
+use keel_durable::{DurableError, Engine, SignalReceipt};
+use keel_txq::{Settled, SettlementSink, SettlementSinkError};
+use uuid::Uuid;
+
+/// The settlement sink of keel-workflows: records each verdict as its workflow's signal
+/// in the settling transaction. Register it on every [`keel_txq::TxQueue`] that runs
+/// operations' requests ([`keel_txq::TxQueue::set_settlement_sink`]) and pass it to
+/// [`keel_txq::withdraw_by_key_prefix`].
+#[derive(Clone)]
+pub struct VerdictSink {
+    engine: Engine,
+}
+
+impl std::fmt::Debug for VerdictSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerdictSink").finish_non_exhaustive()
+    }
+}
+
+impl VerdictSink {
+    /// A sink that signals instances of `engine`.
+    pub fn new(engine: Engine) -> Self {
+        Self { engine }
+    }
+}
+
+/// Why a verdict could not be recorded (value-free).
+#[derive(Debug, thiserror::Error)]
+enum DeliveryError {
+    #[error("database: {0}")]
+    Store(#[from] keel_store::StoreError),
+    #[error("engine: {0}")]
+    Engine(#[from] DurableError),
+    #[error("the verdict did not serialize")]
+    Json,
+}
+
+impl SettlementSink for VerdictSink {
+    fn record<'c>(
+        &'c self,
+        conn: &'c mut sqlx::PgConnection,
+        settled: &'c [Settled<'c>],
+    ) -> BoxFuture<'c, Result<(), SettlementSinkError>> {
+        Box::pin(async move {
+            deliver(&self.engine, conn, settled)
+                .await
+                .map_err(SettlementSinkError::new)
+        })
+    }
+}
+
+async fn deliver(
+    engine: &Engine,
+    conn: &mut sqlx::PgConnection,
+    settled: &[Settled<'_>],
+) -> Result<(), DeliveryError> {
+    let ids: Vec<Uuid> = settled.iter().map(|s| s.request_id).collect();
+    // Ordered by instance: two settling transactions lock instances in one order.
+    let links = store::operation_tx_by_requests(&mut *conn, &ids).await?;
+    for link in links {
+        let Some(s) = settled.iter().find(|s| s.request_id == link.txq_request_id) else {
+            continue;
+        };
+        let payload = serde_json::to_value(s.verdict).map_err(|_| DeliveryError::Json)?;
+        let outcome = match engine
+            .signal_in(
+                &mut *conn,
+                link.instance_id,
+                &link.signal_name,
+                &link.txq_request_id.to_string(),
+                &payload,
+            )
+            .await
+        {
+            Ok(SignalReceipt::Recorded) => "delivered",
+            Ok(_) => "duplicate",
+            Err(DurableError::InstanceEnded { .. } | DurableError::InstanceNotFound(_)) => {
+                "dropped"
+            }
+            Err(e) => return Err(e.into()),
+        };
+        metrics::counter!("keel_workflows_verdicts_delivered_total", "outcome" => outcome)
+            .increment(1);
+    }
+    Ok(())
+}
