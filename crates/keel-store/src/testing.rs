@@ -38,6 +38,28 @@ impl TestDatabase {
     /// # Errors
     /// Any [`StoreError`] from connecting, creating or migrating.
     pub async fn create() -> Result<Self> {
+        let db = Self::create_empty().await?;
+        crate::migrate(&db.pool).await?;
+        Ok(db)
+    }
+
+    /// Creates `keel_test_<uuid>` with the migrations up to and including `version`
+    /// only (an older schema, for upgrade tests; the rest applies with
+    /// [`crate::migrate`]).
+    ///
+    /// # Errors
+    /// As [`TestDatabase::create`].
+    pub async fn create_at(version: i64) -> Result<Self> {
+        let db = Self::create_empty().await?;
+        crate::MIGRATOR
+            .run_to(version, &db.pool)
+            .await
+            .map_err(StoreError::from_migrate)?;
+        Ok(db)
+    }
+
+    /// Creates `keel_test_<uuid>` without applying any migration.
+    async fn create_empty() -> Result<Self> {
         let admin_url =
             std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned());
         let admin = PgConnectOptions::from_str(&admin_url).map_err(|_| StoreError::Config {
@@ -56,7 +78,6 @@ impl TestDatabase {
             .max_connections(8)
             .connect_with(options)
             .await?;
-        crate::migrate(&pool).await?;
         Ok(Self {
             name,
             admin,

@@ -885,14 +885,39 @@ async fn a_failed_creation_retried_resumes_without_repeating_landed_writes() {
     let chain = TestChain::builder().block_time(1).start().await.unwrap();
     let mut stack = Stack::start(chain, TemplateOpts::default()).await;
     let (op, asset) = stack.create_asset("create-r", "RTRY").await;
-    stack
+    // Killed while `deploy-token` is accepted by the node but not yet confirmed, so the
+    // next write (`submit-observation`) cannot have been signed; the chain mines the
+    // token without the runner, then the operator's balance goes to zero.
+    let view = stack
         .await_op(&op, Duration::from_secs(60), |v| {
-            v["milestones"]["confirmed"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|m| m["step"] == "deploy-token"))
+            v["milestones"]["submitted"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|m| m["step"] == "deploy-token" && m["broadcast"] == true)
+            })
         })
         .await;
     stack.kill9("runner");
+    let deploy: alloy::primitives::B256 = view["milestones"]["submitted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["step"] == "deploy-token")
+        .and_then(|m| m["txHash"].as_str())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mined_by = Instant::now() + Duration::from_secs(60);
+    while stack
+        .chain
+        .provider()
+        .get_transaction_receipt(deploy)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(Instant::now() < mined_by, "deploy-token did not mine");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let operator = stack.chain.account(0).unwrap();
     let balance = stack.chain.provider().get_balance(operator).await.unwrap();
     set_balance(&stack, operator, 0).await;

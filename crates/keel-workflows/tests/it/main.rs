@@ -6,4 +6,5 @@ mod accept;
 mod amount;
 mod common;
 mod store;
+mod verdicts;
 mod view;
