@@ -515,7 +515,7 @@ impl From<svc::AssetView> for Asset {
             symbol: a.symbol,
             decimals: a.decimals,
             template_id: a.template_id,
-            chain_id: a.chain_id,
+            chain_id: a.chain_id.get(),
             status: a.status.into(),
             create_operation_id: a.create_operation_id,
             token_address: a.token_address.map(address_text),

@@ -21,7 +21,9 @@
 //!   asset templates.
 //! - [`verdicts`]: [`VerdictSink`], the queue's settlement sink: records each verdict
 //!   as its workflow's signal `tx.<link>` in the transaction that settles the request.
-//! - [`platform`]: the runner-side chain context ([`platform::Platform`]).
+//! - [`env`]: what the workflow bodies act through ([`env::WorkflowEnv`]: database,
+//!   operator, attribution suffix, per-chain [`env::ChainContext`]).
+//! - [`platform`]: Keel's platform contract addresses on a chain.
 //!
 //! ## Vocabulary
 //! - *step*: only a journal step of a workflow (`ctx.step`).
@@ -35,6 +37,7 @@
 //! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod env;
 mod error;
 pub mod ops;
 pub mod platform;
@@ -43,6 +46,7 @@ pub mod tenancy;
 pub mod verdicts;
 pub mod workflows;
 
+pub use env::{ChainContext, WorkflowEnv};
 pub use error::{OpsError, Result};
 pub use ops::accept::{Accepted, NewAsset, TokenRequest};
 pub use ops::read::{AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView};
@@ -51,6 +55,6 @@ pub use ops::view::{
     WaitView,
 };
 pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
-pub use platform::{ChainContext, Platform, PlatformAddresses};
+pub use platform::PlatformAddresses;
 pub use tenancy::Caller;
 pub use verdicts::VerdictSink;

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain, once served ([`crate::chains`]), the transaction queue loop (sign, broadcast, confirmation watcher every `durable.confirmationWatcher.intervalMs`, nonce recovery) as the cluster singleton `txq/<chainId>` (its settlement sink records each verdict as the workflow's signal in the settling transaction), declined while the chain is not served |
 //! | `indexer` | per chain, while served, the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica; both loops live in keel-index ([`keel_index::follow_tip`], [`keel_index::work_history`], on the [`keel_service`] shape) and are only wired here |
-//! | `api` | the Platform API (see [`keel_api`]) |
+//! | `api` | the WorkflowEnv API (see [`keel_api`]) |
 //!
 //! Every long-lived task runs under the role's [`Supervisor`].
 
@@ -18,7 +18,7 @@ use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle};
 use keel_index::{HistoryConfig, HistoryWorker, TipConfig};
 use keel_txq::{LocalSigner, SettlementSink, TxQueue, TxQueueConfig, TxSigner};
 use keel_units::ChainId;
-use keel_workflows::{ChainContext, Platform, PlatformAddresses, VerdictSink};
+use keel_workflows::{ChainContext, PlatformAddresses, VerdictSink, WorkflowEnv};
 use sqlx::PgPool;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -125,26 +125,26 @@ pub fn config_key(library_key: &str) -> &str {
     }
 }
 
-/// The runner's workflow platform: every configured chain has a slot in
-/// [`Platform::later_chains`], filled when the chain is first served; the operator is
+/// The runner's workflow environment: every configured chain has a slot in
+/// [`WorkflowEnv::later_chains`], filled when the chain is first served; the operator is
 /// the key's address (zero without a key: then no chain is served, and operations wait
 /// suspended with `CHAIN_NOT_CONFIGURED`).
 ///
 /// # Errors
 /// When the attribution codes are invalid.
-pub fn platform(
+pub fn workflow_env(
     config: &Config,
     pool: &PgPool,
     signer: Option<&LocalSigner>,
-) -> anyhow::Result<Arc<Platform>> {
+) -> anyhow::Result<Arc<WorkflowEnv>> {
     let suffix = AttributionSuffix::new(&config.operator.attribution_codes)
         .context("configuration key `operator.attributionCodes`")?;
     let later_chains = config
         .chains
         .values()
-        .map(|c| (c.chain_id, OnceLock::new()))
+        .map(|c| (ChainId(c.chain_id), OnceLock::new()))
         .collect();
-    Ok(Arc::new(Platform {
+    Ok(Arc::new(WorkflowEnv {
         db: pool.clone(),
         operator: signer.map_or(alloy::primitives::Address::ZERO, LocalSigner::address),
         suffix,
@@ -168,19 +168,19 @@ pub struct RunnerServices {
 }
 
 /// Makes a served chain of the runner: its platform contracts, the queue with the
-/// operator's signer, the chain in the platform. Idempotent (a chain already in the
-/// platform is kept).
+/// operator's signer, the chain in the workflow environment. Idempotent (a chain
+/// already there is kept).
 async fn serve_runner_chain(
     config: &Config,
     pool: &PgPool,
-    platform: &Platform,
+    env: &WorkflowEnv,
     node: &Arc<UpstreamPool>,
     signer: Option<&Arc<dyn TxSigner>>,
     sink: &Arc<dyn SettlementSink>,
     queue_slot: &OnceLock<Arc<TxQueue>>,
 ) -> Result<(), String> {
     let chain_id = node.chain().get();
-    if platform.chain(chain_id).is_some() && queue_slot.get().is_some() {
+    if env.chain(ChainId(chain_id)).is_some() && queue_slot.get().is_some() {
         return Ok(());
     }
     let contracts = PlatformAddresses::load(pool, chain_id)
@@ -198,7 +198,7 @@ async fn serve_runner_chain(
     queue.set_settlement_sink(sink.clone());
     let queue = Arc::new(queue);
     let queue = Arc::clone(queue_slot.get_or_init(|| queue));
-    platform.serve_later(ChainContext {
+    env.serve_later(ChainContext {
         chain_id: ChainId(chain_id),
         node: node.clone(),
         queue,
@@ -220,12 +220,12 @@ pub async fn start_runner(
     supervisor: &Supervisor,
 ) -> anyhow::Result<RunnerServices> {
     let signer = LocalSigner::from_env(&config.operator.key_env).ok();
-    let platform = platform(config, pool, signer.as_ref())?;
+    let env = workflow_env(config, pool, signer.as_ref())?;
     let signer: Option<Arc<dyn TxSigner>> = signer.map(|s| Arc::new(s) as Arc<dyn TxSigner>);
     let engine = Engine::new(pool.clone(), engine_config(config))
         .map_err(|e| durable_config_error(&e))
         .context("durable engine")?;
-    let engine = keel_workflows::workflows::register_all(engine, platform.clone());
+    let engine = keel_workflows::workflows::register_all(engine, env.clone());
     // Startup assertion: every workflow the API can start is executed here, so no
     // accepted operation can wait forever for an executor that does not know it.
     let registered = engine.registered();
@@ -254,7 +254,7 @@ pub async fn start_runner(
             serve_runner_chain(
                 config,
                 pool,
-                &platform,
+                &env,
                 &node,
                 signer.as_ref(),
                 &sink,
@@ -303,10 +303,10 @@ pub async fn start_runner(
         });
         tasks.push(("txq", supervisor.watch("txq", handle)));
 
-        let (config, pool, platform, signer, sink, chains, node, stop) = (
+        let (config, pool, env, signer, sink, chains, node, stop) = (
             config.clone(),
             pool.clone(),
-            platform.clone(),
+            env.clone(),
             signer.clone(),
             sink.clone(),
             chains.clone(),
@@ -314,10 +314,10 @@ pub async fn start_runner(
             stop.clone(),
         );
         let health = supervisor.spawn("chain-health", move || {
-            let (config, pool, platform, signer, sink, chains, node, stop, queue_slot) = (
+            let (config, pool, env, signer, sink, chains, node, stop, queue_slot) = (
                 config.clone(),
                 pool.clone(),
-                platform.clone(),
+                env.clone(),
                 signer.clone(),
                 sink.clone(),
                 chains.clone(),
@@ -331,7 +331,7 @@ pub async fn start_runner(
                     serve_runner_chain(
                         &config,
                         &pool,
-                        &platform,
+                        &env,
                         &node,
                         signer.as_ref(),
                         &sink,
@@ -343,7 +343,7 @@ pub async fn start_runner(
         });
         tasks.push(("chain-health", health));
     }
-    tracing::info!(target: TARGET, chains = config.chains.len(), operator = %platform.operator,
+    tracing::info!(target: TARGET, chains = config.chains.len(), operator = %env.operator,
         "runner services started");
     Ok(RunnerServices { executor, tasks })
 }

@@ -292,7 +292,7 @@ impl Ops {
         let input = TokenOpInput {
             operation_id,
             asset_id,
-            chain_id: asset.chain_id,
+            chain_id: asset.chain_id.get(),
             token,
             action,
             approval_ttl_seconds: needs_approval.then_some(t.approval_ttl_seconds),

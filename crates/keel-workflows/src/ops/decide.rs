@@ -9,7 +9,6 @@ use crate::tenancy::Caller;
 use crate::verdicts::VerdictSink;
 use crate::workflows::contract::{APPROVAL_SIGNAL, ApprovalDecision, OpFailure};
 use keel_durable::{RunStatus, SignalReceipt};
-use keel_units::ChainId;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -52,7 +51,7 @@ impl Ops {
         let asset = self.asset_record(caller, op.asset_id).await?;
         let withdrawal = keel_txq::withdraw_by_key_prefix(
             &self.db,
-            ChainId(asset.chain_id),
+            asset.chain_id,
             &format!("op/{id}/"),
             Some(&VerdictSink::new(self.engine.clone())),
         )

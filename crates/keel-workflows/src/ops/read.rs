@@ -40,7 +40,7 @@ pub struct AssetView {
     /// Template id.
     pub template_id: String,
     /// EIP-155 chain id.
-    pub chain_id: u64,
+    pub chain_id: ChainId,
     /// From its creation operation.
     pub status: AssetStatus,
     /// The `asset.create` operation.
@@ -116,7 +116,7 @@ pub(crate) struct AssetRecord {
     pub(crate) symbol: String,
     pub(crate) decimals: u8,
     pub(crate) template_id: String,
-    pub(crate) chain_id: u64,
+    pub(crate) chain_id: ChainId,
     pub(crate) token: Option<Address>,
     pub(crate) feed: Option<Address>,
     pub(crate) create_operation_id: Option<Uuid>,
@@ -145,7 +145,7 @@ impl AssetRecord {
             symbol: r.symbol,
             decimals: u8::try_from(r.decimals).map_err(decode_err)?,
             template_id: r.template_id,
-            chain_id: u64::try_from(r.chain_id).map_err(decode_err)?,
+            chain_id: ChainId(u64::try_from(r.chain_id).map_err(decode_err)?),
             token: addr(r.token_address)?,
             feed: addr(r.feed_address)?,
             create_operation_id: r.create_operation_id,
@@ -232,7 +232,7 @@ impl Ops {
         if let Some(b) = min_block {
             self.wait_block(r.chain_id, b, wait).await?;
         }
-        let chain = ChainId(r.chain_id);
+        let chain = r.chain_id;
         let mut tx = self.db.begin().await?;
         store::transaction_snapshot(&mut *tx).await?;
         let tip = keel_index::read::indexed_tip(&mut *tx, chain).await?;
@@ -283,10 +283,10 @@ impl Ops {
             .collect())
     }
 
-    async fn wait_block(&self, chain_id: u64, block: u64, wait: Duration) -> Result<()> {
+    async fn wait_block(&self, chain_id: ChainId, block: u64, wait: Duration) -> Result<()> {
         match keel_index::wait_for_block(
             &self.db,
-            ChainId(chain_id),
+            chain_id,
             block,
             wait.min(MAX_WAIT),
             Duration::from_millis(200),
@@ -300,7 +300,7 @@ impl Ops {
     }
 
     async fn asset_view(&self, r: AssetRecord) -> Result<AssetView> {
-        let chain = ChainId(r.chain_id);
+        let chain = r.chain_id;
         let status = r.status();
         let mut view = AssetView {
             id: r.id,

@@ -1,7 +1,7 @@
 //! `asset.create`: the token, the price feed, the first observation, the staleness
 //! bound and the unpause of a new asset, fail-closed.
 
-use crate::platform::Platform;
+use crate::env::WorkflowEnv;
 use crate::store;
 use crate::workflows::contract::{
     AssetCreateInput, AssetCreateOutput, Failure, OpFailure, onchain_asset_id,
@@ -32,7 +32,7 @@ use std::sync::Arc;
 /// milestones show the hashes that landed. A retry resumes at the first step without a
 /// journaled result.
 #[derive(Debug, Clone)]
-pub struct AssetCreate(pub Arc<Platform>);
+pub struct AssetCreate(pub Arc<WorkflowEnv>);
 
 impl Workflow for AssetCreate {
     const NAME: &'static str = "asset.create";

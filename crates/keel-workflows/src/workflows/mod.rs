@@ -28,11 +28,11 @@ pub use contract::{
 pub use send::custom_error_name;
 pub use token_op::{AssetMint, AssetPause, AssetTransfer, AssetUnpause};
 
-use crate::platform::Platform;
+use crate::env::WorkflowEnv;
 use keel_durable::Workflow;
 use std::sync::Arc;
 
-/// Names of every workflow the Platform API can start. The runner registers exactly
+/// Names of every workflow the WorkflowEnv API can start. The runner registers exactly
 /// these ([`register_all`]); a test keeps the two in step.
 pub const WORKFLOWS: [&str; 5] = [
     AssetCreate::NAME,
@@ -43,13 +43,13 @@ pub const WORKFLOWS: [&str; 5] = [
 ];
 
 /// Registers every workflow of [`WORKFLOWS`] with `engine`.
-pub fn register_all(engine: keel_durable::Engine, platform: Arc<Platform>) -> keel_durable::Engine {
+pub fn register_all(engine: keel_durable::Engine, env: Arc<WorkflowEnv>) -> keel_durable::Engine {
     engine
-        .register(AssetCreate(platform.clone()))
-        .register(AssetMint(platform.clone()))
-        .register(AssetTransfer(platform.clone()))
-        .register(AssetPause(platform.clone()))
-        .register(AssetUnpause(platform))
+        .register(AssetCreate(env.clone()))
+        .register(AssetMint(env.clone()))
+        .register(AssetTransfer(env.clone()))
+        .register(AssetPause(env.clone()))
+        .register(AssetUnpause(env))
 }
 
 #[cfg(test)]
@@ -69,7 +69,7 @@ mod tests {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .connect_lazy("postgres://postgres@127.0.0.1:5432/unused")
             .unwrap();
-        let platform = Arc::new(Platform {
+        let env = Arc::new(WorkflowEnv {
             db: pool.clone(),
             operator: alloy::primitives::Address::ZERO,
             suffix: keel_chain::AttributionSuffix::new(&["keel"]).unwrap(),
@@ -79,7 +79,7 @@ mod tests {
         });
         let engine = register_all(
             keel_durable::Engine::new(pool, keel_durable::EngineConfig::default()).unwrap(),
-            platform,
+            env,
         );
         let mut registered = engine.registered();
         registered.sort();

@@ -9,7 +9,7 @@
 //! `operation_tx` and the wire name `step`; not a journal step). Its verdict arrives as
 //! the signal `tx.<link>`.
 
-use crate::platform::{ChainContext, Platform};
+use crate::env::{ChainContext, WorkflowEnv};
 use crate::store;
 use crate::workflows::contract::{CANCELLED, Failure, Landed, OpFailure, TX_SIGNAL_PREFIX};
 use alloy::primitives::Address;
@@ -27,10 +27,10 @@ use uuid::Uuid;
 /// runner, or this one once it serves the chain, resumes it.
 pub(crate) async fn chain_of<'a>(
     ctx: &mut WorkflowContext,
-    p: &'a Platform,
+    p: &'a WorkflowEnv,
     chain_id: u64,
 ) -> Result<&'a ChainContext, Failure> {
-    let served = p.chain(chain_id).is_some();
+    let served = p.chain(ChainId(chain_id)).is_some();
     step_ok(
         ctx.step("chain", || async move {
             if served {
@@ -43,7 +43,7 @@ pub(crate) async fn chain_of<'a>(
     )?;
     // Journaled as served by an earlier segment on a runner that served the chain,
     // replayed here on one that does not: fail retryably (a retry resumes the journal).
-    p.chain(chain_id).ok_or_else(|| {
+    p.chain(ChainId(chain_id)).ok_or_else(|| {
         WorkflowFailure::Failed(OpFailure::new(
             "CHAIN_NOT_CONFIGURED",
             true,
@@ -72,7 +72,7 @@ pub(crate) struct Write<'a> {
 /// write again as a new, separately keyed attempt.
 pub(crate) async fn send(
     ctx: &mut WorkflowContext,
-    p: &Platform,
+    p: &WorkflowEnv,
     chain: &ChainContext,
     write: Write<'_>,
     call: Vec<u8>,
@@ -204,7 +204,7 @@ pub(crate) async fn send(
 /// that cannot be read counts as 0, as before: the operation fails again, retryably.
 async fn retried(
     ctx: &mut WorkflowContext,
-    p: &Platform,
+    p: &WorkflowEnv,
     operation_id: Uuid,
     link: &str,
     attempt: u32,
@@ -259,7 +259,7 @@ struct Attempt<'a> {
 /// verdict here), then the wait for its verdict.
 async fn send_attempt(
     ctx: &mut WorkflowContext,
-    p: &Platform,
+    p: &WorkflowEnv,
     chain: &ChainContext,
     a: Attempt<'_>,
     request: TxRequest,
@@ -376,7 +376,7 @@ pub(crate) async fn read_event<E: SolEvent>(
 /// Waits (bounded by `index_wait`) until the index has committed `block`; returns the
 /// indexed tip.
 pub(crate) async fn wait_indexed(
-    p: &Platform,
+    p: &WorkflowEnv,
     chain: ChainId,
     block: u64,
 ) -> Result<u64, StepError<OpFailure>> {
@@ -408,7 +408,7 @@ mod tests {
     /// (links `w`, `w#2`, `w#3`) and completes with the attempt it reached; a gate that
     /// says no fails it `GAS_REQUIRED`, retryably, as `send` does.
     #[derive(Debug, Clone)]
-    struct Gate(Arc<Platform>);
+    struct Gate(Arc<WorkflowEnv>);
 
     impl Workflow for Gate {
         const NAME: &'static str = "test.retry-gate";
@@ -515,7 +515,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let platform = Arc::new(Platform {
+        let env = Arc::new(WorkflowEnv {
             db: pool.clone(),
             operator: Address::ZERO,
             suffix: keel_chain::AttributionSuffix::new(&["keel"]).unwrap(),
@@ -525,7 +525,7 @@ mod tests {
         });
         let engine = Engine::new(pool.clone(), EngineConfig::default())
             .unwrap()
-            .register(Gate(platform));
+            .register(Gate(env));
         let executor = engine
             .spawn_executor(ExecutorConfig {
                 poll_interval: Duration::from_millis(100),

@@ -2,7 +2,7 @@
 //! `asset.unpause`: one write each, one at a time per asset, with an optional approval
 //! wait before it.
 
-use crate::platform::Platform;
+use crate::env::WorkflowEnv;
 use crate::workflows::contract::{
     APPROVAL_SIGNAL, ApprovalDecision, Failure, OpFailure, TokenAction, TokenOpInput, TokenOpOutput,
 };
@@ -17,7 +17,7 @@ use std::time::Duration;
 /// The body of every token operation: the chain, the optional approval wait, the
 /// write, the read-after-write.
 async fn run_token_op(
-    p: &Platform,
+    p: &WorkflowEnv,
     ctx: &mut WorkflowContext,
     input: TokenOpInput,
 ) -> Result<TokenOpOutput, Failure> {
@@ -102,7 +102,7 @@ macro_rules! token_workflow {
     ($(#[$doc:meta])* $ty:ident, $name:literal) => {
         $(#[$doc])*
         #[derive(Debug, Clone)]
-        pub struct $ty(pub Arc<Platform>);
+        pub struct $ty(pub Arc<WorkflowEnv>);
 
         impl Workflow for $ty {
             const NAME: &'static str = $name;
