@@ -2,7 +2,6 @@
 
 use crate::scope::{chain_i64, to_i64};
 use crate::store::{chain as chain_row, projection};
-use crate::tip::TIP_CHANNEL;
 use crate::{IndexError, Result};
 use alloy::primitives::{Address, B256};
 use keel_store::PgPool;
@@ -11,6 +10,10 @@ use sqlx::PgExecutor;
 use sqlx::postgres::PgListener;
 use sqlx::types::chrono::{DateTime, Utc};
 use std::time::Duration;
+
+/// The channel of `pg_notify` sent with every checkpoint advance (payload
+/// `"<chain_id>:<block number>"`): tip ingest notifies it, readers wait on it.
+pub const TIP_CHANNEL: &str = "keel_index_tip";
 
 /// The indexed tip of a chain: every row at or below `number` reflects the canonical
 /// chain as far as the tip ingest has verified it.

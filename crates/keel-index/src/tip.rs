@@ -15,9 +15,7 @@ use sqlx::PgConnection;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The channel of `pg_notify` sent with every checkpoint advance (payload
-/// `"<chain_id>:<block number>"`).
-pub const TIP_CHANNEL: &str = "keel_index_tip";
+pub use crate::read::TIP_CHANNEL;
 
 /// Settings of one chain's tip ingest.
 #[derive(Debug, Clone, PartialEq, Eq)]
