@@ -134,7 +134,7 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
             StatusCode::SERVICE_UNAVAILABLE
         }
         // A variant added later: unavailable when a retry can help, else a bug.
-        _ if e.retryable() => StatusCode::SERVICE_UNAVAILABLE,
+        _ if e.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -146,7 +146,7 @@ impl From<OpsError> for Problem {
             tracing::warn!(code = e.code(), error = %e, "operations service unavailable");
         }
         let mut p = Self::new(status, e.code(), e.detail());
-        p.retryable = e.retryable();
+        p.retryable = e.is_retryable();
         p
     }
 }

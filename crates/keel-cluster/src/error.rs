@@ -61,7 +61,7 @@ impl ClusterError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Deadline { .. } | Self::LockLost { .. } => true,
-            Self::Store(e) => e.is_transient(),
+            Self::Store(e) => e.is_retryable(),
             Self::ShardCountMismatch { .. } | Self::Config { .. } => false,
         }
     }

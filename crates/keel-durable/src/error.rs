@@ -82,7 +82,7 @@ impl DurableError {
     /// True when retrying the same call later can succeed (transient database
     /// failures). Every other variant needs a different call or input.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Store(s) if s.is_transient())
+        matches!(self, Self::Store(s) if s.is_retryable())
     }
 }
 

@@ -9,7 +9,7 @@ use keel_units::ChainId;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum IndexError {
-    /// PostgreSQL failed; see [`StoreError::is_transient`].
+    /// PostgreSQL failed; see [`StoreError::is_retryable`].
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The chain's node failed or refused a request; see [`ChainError::is_retryable`].
@@ -129,7 +129,7 @@ impl IndexError {
     /// True when the same round may succeed later.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Store(e) => e.is_transient(),
+            Self::Store(e) => e.is_retryable(),
             Self::Chain(e) => e.is_retryable(),
             Self::Inconsistent { .. }
             | Self::WaitTimeout { .. }

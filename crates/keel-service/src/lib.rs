@@ -17,6 +17,11 @@
 //!   each delay shortened by up to 20 % at random so that replicas do not retry in
 //!   lockstep), logged at WARN with the error; the next success resets it.
 //!
+//! A service that an event in its own process gives work (the queue's rounds, woken by
+//! an enqueue) hands [`run`] a [`Notify`] ([`BackgroundService::wake`]): a
+//! `notify_one` on it ends any of these waits at once, and one that came while the
+//! service was running (a stored permit) ends the next wait at once.
+//!
 //! [`run`] stops when its [`CancellationToken`] fires: during a wait at once, and during
 //! a `run_once` at once when the service says that dropping it mid-way is safe
 //! ([`BackgroundService::cancel_safe`]), else when that `run_once` returns.
@@ -40,6 +45,7 @@
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -135,6 +141,14 @@ pub trait BackgroundService: Send {
     fn cancel_safe(&self) -> bool {
         false
     }
+
+    /// A handle that ends [`run`]'s wait after a run early, whatever the wait (the idle
+    /// delay, the service's own delay, a backoff): a `notify_one` on it starts the next
+    /// run at once (a permit stored while a run was under way: as soon as it returns).
+    /// Default `None`: only the clock ends a wait.
+    fn wake(&self) -> Option<&Notify> {
+        None
+    }
 }
 
 impl<S: BackgroundService> BackgroundService for &mut S {
@@ -150,6 +164,10 @@ impl<S: BackgroundService> BackgroundService for &mut S {
 
     fn cancel_safe(&self) -> bool {
         (**self).cancel_safe()
+    }
+
+    fn wake(&self) -> Option<&Notify> {
+        (**self).wake()
     }
 }
 
@@ -292,6 +310,14 @@ fn jitter(d: Duration) -> Duration {
     d.mul_f64(1.0 - fraction)
 }
 
+/// Completes when `wake` is notified (never without one).
+async fn woken(wake: Option<&Notify>) {
+    match wake {
+        Some(notify) => notify.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What [`run`] does after one run: wait (`Some`, zero = at once) or stop (`None`).
 /// Keeps the consecutive failure count; pure, so the pacing is testable without time.
 #[derive(Debug, Clone)]
@@ -327,7 +353,7 @@ impl Pacer {
 }
 
 /// Runs `service` until `cancel` fires or it reports [`Next::Stop`] (see the crate
-/// documentation for the pacing, logging and metrics). Returns how it ended. A failed
+/// documentation for the pacing, the wake handle, logging and metrics). Returns how it ended. A failed
 /// run is logged, counted and retried after a backoff. An invalid `config` is clamped
 /// (backoff at least 1 ms, max at least initial); call [`ServiceConfig::validate`]
 /// where settings come from configuration.
@@ -389,8 +415,12 @@ pub async fn run<S: BackgroundService>(
             if wait.is_zero() {
                 tokio::task::yield_now().await;
             } else {
+                let wake = service.wake();
+                // Biased: a fired token wins over a due wake or timer (no extra run).
                 tokio::select! {
+                    biased;
                     () = cancel.cancelled() => return Exit::Cancelled,
+                    () = woken(wake) => {}
                     () = tokio::time::sleep(wait) => {}
                 }
             }
@@ -585,6 +615,79 @@ mod tests {
         release.send(()).unwrap();
         assert_eq!((&mut task).await.unwrap(), Exit::Cancelled);
         assert_eq!(*calls.lock().unwrap(), 1, "no run starts after the cancel");
+    }
+
+    /// A service that reports the scripted results, then idles, with a wake handle.
+    struct Woken {
+        results: VecDeque<Result<Report, &'static str>>,
+        calls: Arc<Mutex<u32>>,
+        wake: Arc<Notify>,
+    }
+
+    impl BackgroundService for Woken {
+        type Error = &'static str;
+
+        fn name(&self) -> &'static str {
+            "test"
+        }
+
+        async fn run_once(&mut self) -> Result<Report, &'static str> {
+            *self.calls.lock().unwrap() += 1;
+            self.results.pop_front().unwrap_or(Ok(Report::idle(0)))
+        }
+
+        fn wake(&self) -> Option<&Notify> {
+            Some(&self.wake)
+        }
+    }
+
+    async fn idles_at(calls: &Arc<Mutex<u32>>, n: u32) {
+        until_calls(calls, n).await;
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(*calls.lock().unwrap(), n, "waited instead of running again");
+    }
+
+    #[tokio::test]
+    async fn a_wake_ends_the_idle_wait_and_a_stored_permit_the_next_one() {
+        let wake = Arc::new(Notify::new());
+        let s = Woken {
+            results: VecDeque::from([Ok(Report::after(1, Duration::from_secs(3_600)))]),
+            calls: Arc::default(),
+            wake: wake.clone(),
+        };
+        let calls = s.calls.clone();
+        // Notified before the first run (as if during it): the first wait ends at once.
+        wake.notify_one();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run(s, long(), cancel.clone()));
+        // Run 1 reported a wait of an hour; the stored permit started run 2.
+        idles_at(&calls, 2).await;
+        // Run 2 idles (an hour): a notify starts run 3 at once.
+        wake.notify_one();
+        idles_at(&calls, 3).await;
+        cancel.cancel();
+        assert_eq!(task.await.unwrap(), Exit::Cancelled);
+    }
+
+    #[tokio::test]
+    async fn a_wake_ends_a_backoff_too() {
+        let wake = Arc::new(Notify::new());
+        let s = Woken {
+            results: VecDeque::from([Err("down")]),
+            calls: Arc::default(),
+            wake: wake.clone(),
+        };
+        let calls = s.calls.clone();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run(s, long(), cancel.clone()));
+        // Run 1 failed: an hour of backoff, ended by the notify.
+        idles_at(&calls, 1).await;
+        wake.notify_one();
+        idles_at(&calls, 2).await;
+        cancel.cancel();
+        assert_eq!(task.await.unwrap(), Exit::Cancelled);
     }
 
     #[tokio::test]

@@ -86,8 +86,10 @@ pub enum StoreError {
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 impl StoreError {
-    /// True when retrying the same operation later can succeed.
-    pub fn is_transient(&self) -> bool {
+    /// True when retrying the same operation later can succeed (a
+    /// [`StoreError::Transient`] failure). Every Keel error type names its retry
+    /// predicate `is_retryable`.
+    pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Transient { .. })
     }
 

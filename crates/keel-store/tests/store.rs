@@ -97,7 +97,7 @@ async fn check_violation_is_permanent_and_value_free() {
     let mut bad = contract("directory", 1);
     bad.address = b"secret-payload-value".repeat(2);
     let err = platform_contract_upsert(db.pool(), &bad).await.unwrap_err();
-    assert!(!err.is_transient());
+    assert!(!err.is_retryable());
     assert_eq!(err.sqlstate(), Some("23514"));
     let text = format!("{err} {err:?}");
     assert!(!text.contains("secret"), "{text}");
@@ -129,7 +129,7 @@ async fn unique_violation_names_constraint_not_value() {
 }
 
 #[tokio::test]
-async fn lock_timeout_is_transient() {
+async fn lock_timeout_is_retryable() {
     let db = db().await;
     db.pool()
         .execute("CREATE TABLE l (id INT PRIMARY KEY)")
@@ -165,7 +165,7 @@ async fn lock_timeout_is_transient() {
 }
 
 #[tokio::test]
-async fn serialization_failure_is_transient() {
+async fn serialization_failure_is_retryable() {
     let db = db().await;
     db.pool()
         .execute("CREATE TABLE s (id INT PRIMARY KEY, v INT)")
@@ -207,7 +207,7 @@ async fn serialization_failure_is_transient() {
 }
 
 #[tokio::test]
-async fn deadlock_is_transient() {
+async fn deadlock_is_retryable() {
     let db = db().await;
     db.pool()
         .execute("CREATE TABLE d (id INT PRIMARY KEY)")
@@ -250,7 +250,7 @@ async fn deadlock_is_transient() {
 }
 
 #[tokio::test]
-async fn terminated_session_is_transient() {
+async fn terminated_session_is_retryable() {
     let db = db().await;
     let mut victim = PgConnection::connect(db.url()).await.unwrap();
     let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
@@ -270,14 +270,14 @@ async fn terminated_session_is_transient() {
         .into();
     // The server reports 57P01 before closing, or the client only sees the closed
     // socket; both are transient.
-    assert!(err.is_transient(), "{err:?}");
+    assert!(err.is_retryable(), "{err:?}");
     if let Some(state) = err.sqlstate() {
         assert_eq!(state, "57P01");
     }
 }
 
 #[tokio::test]
-async fn too_many_connections_is_transient() {
+async fn too_many_connections_is_retryable() {
     let db = db().await;
     let role = format!("{}_limited", db.name());
     db.pool()
@@ -307,12 +307,12 @@ async fn too_many_connections_is_transient() {
 }
 
 #[tokio::test]
-async fn unreachable_server_is_transient() {
+async fn unreachable_server_is_retryable() {
     // Port 1 on loopback: nothing listens, the connect fails at once.
     let mut cfg = keel_store::StoreConfig::new("postgres://postgres@127.0.0.1:1/keel");
     cfg.acquire_timeout_ms = 2_000;
     let err = keel_store::connect(&cfg).await.unwrap_err();
-    assert!(err.is_transient(), "{err:?}");
+    assert!(err.is_retryable(), "{err:?}");
 }
 
 #[test]
@@ -335,7 +335,7 @@ fn sqlstate_table() {
     }
     for code in ["23502", "23503", "42601", "42P01", "22003"] {
         assert!(
-            !StoreError::from_sqlstate(code, None).is_transient(),
+            !StoreError::from_sqlstate(code, None).is_retryable(),
             "{code}"
         );
     }

@@ -44,7 +44,7 @@ impl TxqError {
     /// True when retrying later can succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            TxqError::Store(e) => e.is_transient(),
+            TxqError::Store(e) => e.is_retryable(),
             TxqError::Chain(e) => e.is_retryable(),
             TxqError::Signer(e) => e.is_retryable(),
             TxqError::Sink(_) => true,

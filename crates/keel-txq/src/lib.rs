@@ -145,7 +145,11 @@
 //! `prepare.rs`, `sign.rs`, `broadcast.rs`, `confirm.rs`, `replace.rs`, `recover.rs`,
 //! the shared floor `attempt.rs` (one send and what the node said, settles, fee reads)
 //! and `metrics.rs` (every metric). A stage uses `mod.rs`, `attempt.rs` and
-//! `metrics.rs` only, never another stage. `store.rs` holds the SQL.
+//! `metrics.rs` only, never another stage. `service.rs` holds the two long-running
+//! loops of [`TxQueue::run`] as background services on the shared shape of
+//! `keel-service` (`txq-rounds`: nonce recovery and the sender rounds, woken by an
+//! enqueue; `txq-confirm`: the confirmation pass and the gauges). `store.rs` holds the
+//! SQL.
 //!
 //! ## Metrics
 //!
@@ -174,6 +178,11 @@
 //! | `keel_txq_nonce_gaps_filled_total` | counter | `chain_id` | gaps filled with zero-value self-transfers |
 //! | `keel_txq_settlement_sink_failures_total` | counter | `chain_id` | settling transactions rolled back because the [`SettlementSink`] failed |
 //! | `keel_txq_enqueue_batch_rows` | histogram | — | rows per group-commit `INSERT` of enqueues |
+//!
+//! [`TxQueue::run`]'s loops also carry `keel-service`'s metrics
+//! (`keel_service_runs_total`, `keel_service_run_seconds`, `keel_service_items_total`,
+//! `keel_service_consecutive_failures`) with `service` = `txq-rounds` (items: requests a
+//! round moved) or `txq-confirm` (items: requests settled).
 //!
 //! In the `keel` binary the runner role runs [`TxQueue::run`] (sender passes, the
 //! confirmation pass, fee bumps, nonce recovery, funding checks) per chain as the

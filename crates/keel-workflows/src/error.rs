@@ -3,7 +3,7 @@
 use keel_units::UnitsError;
 
 /// An error of the operations service. Every variant has a stable machine-readable
-/// [`OpsError::code`], a [`OpsError::retryable`] flag and a value-free message: no SQL,
+/// [`OpsError::code`], a [`OpsError::is_retryable`] flag and a value-free message: no SQL,
 /// no payload values, no secrets. (The HTTP status of each is the Platform API's
 /// business: `keel-api` maps them.)
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +132,7 @@ impl OpsError {
     /// dependency (database, engine, index) and for [`OpsError::IndexBehind`]; false for
     /// every refusal of the request itself (including the engine's payload bound and
     /// its idempotency conflict).
-    pub fn retryable(&self) -> bool {
+    pub fn is_retryable(&self) -> bool {
         match self {
             Self::Engine(
                 keel_durable::DurableError::InvalidInput(_)
@@ -159,7 +159,7 @@ impl OpsError {
     /// failures are summarized without their internal cause.
     pub fn detail(&self) -> String {
         match self {
-            Self::Engine(_) | Self::Store(_) | Self::Index(_) if self.retryable() => {
+            Self::Engine(_) | Self::Store(_) | Self::Index(_) if self.is_retryable() => {
                 "a dependency is temporarily unavailable; retry later".to_owned()
             }
             other => other.to_string(),

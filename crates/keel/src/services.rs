@@ -2,7 +2,7 @@
 //!
 //! | role | runs |
 //! |---|---|
-//! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain, once served ([`crate::chains`]), the transaction queue loop (sign, broadcast, confirmation watcher every `durable.confirmationWatcher.intervalMs`, nonce recovery) as the cluster singleton `txq/<chainId>` (its settlement sink records each verdict as the workflow's signal in the settling transaction), declined while the chain is not served |
+//! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain, once served ([`crate::chains`]), the transaction queue loop ([`TxQueue::run`]: its two [`keel_service`] services, `txq-rounds` for nonce recovery, signing and broadcast, woken by an enqueue, and `txq-confirm` for the confirmation watcher every `durable.confirmationWatcher.intervalMs`; they live in keel-txq and are only wired here) as the cluster singleton `txq/<chainId>` (its settlement sink records each verdict as the workflow's signal in the settling transaction), declined while the chain is not served |
 //! | `indexer` | per chain, while served, the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica; both loops live in keel-index ([`keel_index::follow_tip`], [`keel_index::work_history`], on the [`keel_service`] shape) and are only wired here |
 //! | `api` | the WorkflowEnv API (see [`keel_api`]) |
 //!

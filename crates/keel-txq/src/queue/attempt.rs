@@ -9,7 +9,6 @@ use crate::verdict::{AttemptRecord, FailureCode, SettlementVerdict};
 use crate::{RequestState, Result, TxqError};
 use alloy::eips::BlockNumberOrTag;
 use alloy::primitives::{Address, B256, Bytes, U256};
-use alloy::rpc::types::Block;
 use keel_chain::{ChainError, NodeErrorKind};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -194,11 +193,14 @@ impl TxQueue {
 
     /// The base fee of the latest block and the node's tip suggestion.
     pub(super) async fn market(&self) -> Result<Market> {
-        let block: Option<Block> = self
+        let base = self
             .chain
-            .request("eth_getBlockByNumber", (BlockNumberOrTag::Latest, false))
-            .await?;
-        let base = block.and_then(|b| b.header.base_fee_per_gas).unwrap_or(0) as u128;
+            .header(BlockNumberOrTag::Latest)
+            .await?
+            .and_then(|h| h.base_fee_per_gas)
+            .map_or(0, |fee| {
+                u128::try_from(fee.wei_per_gas).unwrap_or(u128::MAX)
+            });
         let tip = self.chain.max_priority_fee().await?.wei_per_gas;
         let tip = u128::try_from(tip).unwrap_or(u128::MAX);
         Ok(Market {
@@ -352,11 +354,7 @@ impl TxQueue {
         for a in attempts {
             let hash = B256::try_from(a.tx_hash.as_slice())
                 .map_err(|_| TxqError::InvalidRequest("tx_hash"))?;
-            let tx: Option<serde_json::Value> = self
-                .chain
-                .request("eth_getTransactionByHash", (hash,))
-                .await?;
-            if tx.is_some() {
+            if self.chain.transaction_known(hash).await? {
                 return Ok(true);
             }
         }

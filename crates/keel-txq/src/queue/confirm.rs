@@ -213,7 +213,7 @@ impl TxQueue {
             ..Default::default()
         };
         let at = BlockNumberOrTag::Number(block.saturating_sub(1));
-        match self.chain.request::<_, Bytes>("eth_call", (call, at)).await {
+        match self.chain.call(&call, at).await {
             Err(ChainError::Node { error, .. }) => error.revert,
             _ => None,
         }

@@ -13,6 +13,10 @@
 //! | [`recover`] | nonce adoption and gap filling |
 //! | [`attempt`] | shared floor: one send and what the node said, settles, fee reads |
 //! | [`metrics`] | every metric of the queue |
+//!
+//! [`service`] holds the long-running loops of [`TxQueue::run`] on the shared
+//! background-service shape ([`keel_service`]): the sender rounds and the confirmation
+//! pass. It uses this module only.
 
 mod attempt;
 mod broadcast;
@@ -21,6 +25,7 @@ pub(crate) mod metrics;
 mod prepare;
 mod recover;
 mod replace;
+mod service;
 mod sign;
 
 use self::attempt::{ToSend, WarnLimiter};
@@ -479,109 +484,6 @@ impl TxQueue {
                 return Ok(v);
             }
             tokio::time::sleep(poll).await;
-        }
-    }
-
-    /// Runs passes until `cancel` fires: two loops side by side.
-    ///
-    /// - Sender rounds: a request recorded through this queue ([`TxQueue::enqueue`] /
-    ///   [`TxQueue::enqueue_with`], this process) wakes the loop for a round at once,
-    ///   and a round that signed something is followed by another at once (more may be
-    ///   queued than one round signs); otherwise a round runs every `poll_interval`,
-    ///   which picks up requests recorded by other processes. Nonce recovery
-    ///   ([`TxQueue::recover_nonces`]) runs for every registered sender at start and then
-    ///   every `recovery_every_ticks` intervals, between rounds.
-    /// - The confirmation pass ([`TxQueue::confirm_pass`]) and the queue gauges, every
-    ///   `poll_interval`, without waiting for rounds (it only reads and settles
-    ///   `broadcast` requests, and replaces stuck ones at their own nonce).
-    ///
-    /// Once `cancel` fires no new pass starts, and a pass under way stops at its next
-    /// stage boundary: it checks the token before every database write and every
-    /// broadcast, so nothing is written or sent after the token fired (a shard's new
-    /// owner may be running its own passes by then). A write already sent completes.
-    ///
-    /// The future is `Send`: `tokio::spawn(async move { queue.run(token).await })` on
-    /// an `Arc<TxQueue>` works.
-    pub async fn run(&self, cancel: CancellationToken) {
-        use tracing::Instrument;
-        let span = tracing::info_span!("txq", chain_id = self.chain_id);
-        let rounds = async {
-            let mut ticks: u64 = 0;
-            let mut next_tick = tokio::time::Instant::now();
-            while !cancel.is_cancelled() {
-                if tokio::time::Instant::now() >= next_tick {
-                    if ticks.is_multiple_of(self.config.recovery_every_ticks.max(1)) {
-                        self.recover_all(&cancel).await;
-                    }
-                    ticks = ticks.wrapping_add(1);
-                    next_tick = tokio::time::Instant::now() + self.config.poll_interval;
-                }
-                if cancel.is_cancelled() {
-                    break;
-                }
-                let again = match self.round(None, true, &cancel).await {
-                    Ok(round) => round.signed > 0,
-                    Err(e) => {
-                        tracing::warn!(target: "keel::txq", error = %e, "sender round failed; retrying next tick");
-                        false
-                    }
-                };
-                if again {
-                    continue;
-                }
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break,
-                    _ = self.wake.notified() => {}
-                    _ = tokio::time::sleep_until(next_tick) => {}
-                }
-            }
-        };
-        let confirmations = async {
-            let mut interval = tokio::time::interval(self.config.poll_interval);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                // Biased: a fired token wins over a due tick (no extra pass).
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break,
-                    _ = interval.tick() => {}
-                }
-                if let Err(e) = self.confirm(&cancel).await {
-                    tracing::warn!(target: "keel::txq", error = %e, "confirmation pass failed; retrying next tick");
-                }
-                if cancel.is_cancelled() {
-                    break;
-                }
-                if let Err(e) = self.record_gauges().await {
-                    tracing::warn!(target: "keel::txq", error = %e, "queue gauges failed; retrying next tick");
-                }
-            }
-        };
-        async {
-            tokio::join!(rounds, confirmations);
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// [`TxQueue::recover_nonces`] for every registered sender, a few at once; a
-    /// failure is logged and retried at the next recovery.
-    async fn recover_all(&self, cancel: &CancellationToken) {
-        use futures::StreamExt;
-        let recoveries: Vec<_> = self
-            .signers
-            .keys()
-            .map(|sender| self.recover(*sender, cancel))
-            .collect();
-        let results: Vec<Result<(bool, usize)>> = futures::stream::iter(recoveries)
-            .buffer_unordered(SENDERS_IN_FLIGHT)
-            .collect()
-            .await;
-        for r in results {
-            if let Err(e) = r {
-                tracing::warn!(target: "keel::txq", error = %e, "nonce recovery failed; retrying later");
-            }
         }
     }
 

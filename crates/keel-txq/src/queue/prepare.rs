@@ -9,8 +9,9 @@ use crate::store::{self, RequestRow};
 use crate::verdict::{FailureCode, SettlementVerdict};
 use crate::{Result, TxqError};
 use alloy::eips::BlockNumberOrTag;
-use alloy::primitives::{Address, Bytes, TxKind, U64, U256};
+use alloy::primitives::{Address, Bytes, TxKind, U256};
 use alloy::rpc::types::TransactionRequest;
+use alloy::rpc::types::state::StateOverridesBuilder;
 use keel_chain::{ChainError, NodeErrorKind};
 use tokio_util::sync::CancellationToken;
 
@@ -152,17 +153,10 @@ impl TxQueue {
                     input: data.clone().into(),
                     ..Default::default()
                 };
-                match self
-                    .chain
-                    .request::<_, U64>("eth_estimateGas", (call,))
-                    .await
-                {
-                    Ok(g) => {
-                        let g = g.to::<u64>();
-                        g.saturating_add(
-                            g.saturating_mul(self.config.gas_limit_headroom_percent) / 100,
-                        )
-                    }
+                match self.chain.estimate_gas(&call).await {
+                    Ok(g) => g.saturating_add(
+                        g.saturating_mul(self.config.gas_limit_headroom_percent) / 100,
+                    ),
                     Err(ChainError::Node { error, .. }) => {
                         let verdict = match error.kind {
                             NodeErrorKind::ExecutionReverted => {
@@ -273,18 +267,15 @@ impl TxQueue {
             ..Default::default()
         };
         let balance = value.saturating_add(U256::from(10u128.pow(30)));
-        let overrides =
-            serde_json::json!({ sender.to_string(): { "balance": format!("{balance:#x}") } });
+        let overrides = StateOverridesBuilder::with_capacity(1)
+            .with_balance(sender, balance)
+            .build();
         match self
             .chain
-            .request::<_, U64>(
-                "eth_estimateGas",
-                (call, BlockNumberOrTag::Latest, overrides),
-            )
+            .estimate_gas_with_overrides(&call, BlockNumberOrTag::Latest, &overrides)
             .await
         {
             Ok(g) => {
-                let g = g.to::<u64>();
                 g.saturating_add(g.saturating_mul(self.config.gas_limit_headroom_percent) / 100)
             }
             Err(e) => {

@@ -42,7 +42,7 @@ async fn same_key_same_operation_other_body_conflicts() {
         .unwrap_err();
     assert!(matches!(other, OpsError::IdempotencyConflict), "{other:?}");
     assert_eq!(other.code(), "IDEMPOTENCY_CONFLICT");
-    assert!(!other.retryable());
+    assert!(!other.is_retryable());
 
     let theirs = env
         .ops
