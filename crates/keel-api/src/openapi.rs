@@ -6,9 +6,37 @@ use crate::problem::Problem;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-/// Adds the `bearer` security scheme (API keys) and marks the bodies of `pause`,
-/// `unpause`, `approve`, `reject`, `retry` and `cancel` optional (they may be empty).
+/// Adds the `bearer` security scheme (API keys), marks the bodies of `pause`,
+/// `unpause`, `approve`, `reject`, `retry` and `cancel` optional (they may be empty),
+/// and describes `OperationAccepted` as the one object it is on the wire.
 struct Fixups;
+
+/// Replaces the generated `OperationAccepted` (an `allOf` of `Operation`, which has
+/// `additionalProperties: false`, and an object with `created` and `statusUrl` — a
+/// combination no body can satisfy) with one object: `Operation`'s properties and
+/// required members plus `created` and `statusUrl`, still closed to other members.
+fn merge_operation_accepted(components: &mut utoipa::openapi::Components) {
+    use utoipa::openapi::{RefOr, Schema};
+    let Some(RefOr::T(Schema::Object(operation))) = components.schemas.get("Operation") else {
+        return;
+    };
+    let Some(RefOr::T(Schema::AllOf(accepted))) = components.schemas.get("OperationAccepted")
+    else {
+        return;
+    };
+    let mut merged = operation.clone();
+    merged.description.clone_from(&accepted.description);
+    for item in &accepted.items {
+        if let RefOr::T(Schema::Object(extra)) = item {
+            merged.properties.extend(extra.properties.clone());
+            merged.required.extend(extra.required.iter().cloned());
+        }
+    }
+    components.schemas.insert(
+        "OperationAccepted".to_owned(),
+        RefOr::T(Schema::Object(merged)),
+    );
+}
 
 impl Modify for Fixups {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
@@ -28,6 +56,7 @@ impl Modify for Fixups {
             }
         }
         let components = doc.components.get_or_insert_with(Default::default);
+        merge_operation_accepted(components);
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(

@@ -57,3 +57,92 @@ async fn health_and_readiness() {
     let r = env.send(Method::GET, "/readyz", &[], None).await;
     crate::common::assert_problem(&r, 503, "NOT_READY", "migration missing");
 }
+
+/// The response check refuses what the document does not declare: an unknown path, a
+/// method or status a path lacks, an undeclared media type, a member the schema closes
+/// out, a wrong type; and it accepts an `OperationAccepted` body (the `Operation`
+/// members plus `created` and `statusUrl`).
+#[test]
+fn the_response_check_refuses_what_the_document_does_not_declare() {
+    let doc = crate::common::doc();
+    let id = "6f1c2a52-5b5e-4d43-9d1e-0c2f5d1e3a10";
+    let accepted = json!({
+        "id": id, "kind": "asset.create", "assetId": id, "state": "running",
+        "queuedBehind": null, "wait": null, "cancelRequestedAt": null,
+        "milestones": {"accepted": "2026-01-01T00:00:00Z", "submitted": [],
+                       "confirmed": [], "indexed": null},
+        "progress": null, "result": null, "error": null,
+        "created": true, "statusUrl": format!("/v1/operations/{id}"),
+    });
+    let body = |v: &serde_json::Value| serde_json::to_vec(v).unwrap();
+    let json_ct = Some("application/json");
+    doc.check("POST", "/v1/assets", 202, json_ct, &body(&accepted))
+        .unwrap();
+    doc.check(
+        "POST",
+        &format!("/v1/assets/{id}/mint"),
+        200,
+        json_ct,
+        &body(&accepted),
+    )
+    .unwrap();
+    let mut extra = accepted.clone();
+    extra["surprise"] = json!(1);
+    let mut wrong = accepted.clone();
+    wrong["created"] = json!("yes");
+    let mut missing = accepted.clone();
+    missing.as_object_mut().unwrap().remove("statusUrl");
+    let refused = [
+        ("POST", "/v1/assets".to_owned(), 202, json_ct, body(&extra)),
+        ("POST", "/v1/assets".to_owned(), 202, json_ct, body(&wrong)),
+        (
+            "POST",
+            "/v1/assets".to_owned(),
+            202,
+            json_ct,
+            body(&missing),
+        ),
+        (
+            "POST",
+            "/v1/assets".to_owned(),
+            202,
+            Some("text/plain"),
+            body(&accepted),
+        ),
+        (
+            "POST",
+            "/v1/assets".to_owned(),
+            418,
+            json_ct,
+            body(&accepted),
+        ),
+        (
+            "PUT",
+            "/v1/assets".to_owned(),
+            202,
+            json_ct,
+            body(&accepted),
+        ),
+        ("GET", "/v1/nope".to_owned(), 200, json_ct, body(&accepted)),
+        (
+            "GET",
+            format!("/v1/operations/{id}"),
+            200,
+            json_ct,
+            body(&accepted),
+        ),
+        (
+            "GET",
+            format!("/v1/operations/{id}"),
+            200,
+            json_ct,
+            b"not json".to_vec(),
+        ),
+    ];
+    for (method, uri, status, ct, b) in refused {
+        assert!(
+            doc.check(method, &uri, status, ct, &b).is_err(),
+            "{method} {uri} {status} {ct:?} passed"
+        );
+    }
+}
