@@ -57,6 +57,7 @@ impl Modify for Fixups {
         }
         let components = doc.components.get_or_insert_with(Default::default);
         merge_operation_accepted(components);
+        list_error_codes(components);
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(
@@ -70,6 +71,31 @@ impl Modify for Fixups {
             ),
         );
     }
+}
+
+/// Puts [`crate::codes::ERROR_CODES`] on the `Problem` schema: the distinct codes as
+/// the `enum` of `code`, and the whole table (code, status, meaning) as `x-error-codes`.
+fn list_error_codes(components: &mut utoipa::openapi::Components) {
+    use utoipa::openapi::{RefOr, Schema};
+    let Some(RefOr::T(Schema::Object(problem))) = components.schemas.get_mut("Problem") else {
+        return;
+    };
+    if let Some(RefOr::T(Schema::Object(code))) = problem.properties.get_mut("code") {
+        code.enum_values = Some(
+            crate::codes::codes()
+                .into_iter()
+                .map(serde_json::Value::from)
+                .collect(),
+        );
+    }
+    let table: Vec<serde_json::Value> = crate::codes::ERROR_CODES
+        .iter()
+        .map(|e| serde_json::json!({"code": e.code, "status": e.status, "meaning": e.meaning}))
+        .collect();
+    problem
+        .extensions
+        .get_or_insert_with(Default::default)
+        .insert("x-error-codes".to_owned(), serde_json::Value::from(table));
 }
 
 #[derive(OpenApi)]

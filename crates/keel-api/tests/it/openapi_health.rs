@@ -146,3 +146,42 @@ fn the_response_check_refuses_what_the_document_does_not_declare() {
         );
     }
 }
+
+const ERROR_CODES_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/error-codes.md");
+
+/// `docs/error-codes.md` is the table of `keel_api::codes::ERROR_CODES`; the served
+/// document carries the same table (`Problem.x-error-codes`) and its codes as the
+/// `enum` of `Problem.code`.
+#[test]
+fn error_codes_doc_is_current() {
+    let generated = keel_api::codes::error_codes_markdown();
+    let doc: serde_json::Value = serde_json::from_str(&keel_api::openapi_json()).unwrap();
+    let problem = &doc["components"]["schemas"]["Problem"];
+    let table = problem["x-error-codes"].as_array().unwrap();
+    assert_eq!(table.len(), keel_api::codes::ERROR_CODES.len());
+    for (row, e) in table.iter().zip(keel_api::codes::ERROR_CODES) {
+        assert_eq!(
+            row,
+            &json!({"code": e.code, "status": e.status, "meaning": e.meaning})
+        );
+        assert!(
+            generated.contains(&format!("| `{}` | {} |", e.code, e.status)),
+            "{e:?}"
+        );
+    }
+    assert_eq!(
+        problem["properties"]["code"]["enum"],
+        json!(keel_api::codes::codes())
+    );
+    if std::env::var_os("KEEL_UPDATE_ERROR_CODES").is_some() {
+        std::fs::write(ERROR_CODES_DOC, &generated).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(ERROR_CODES_DOC).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/error-codes.md differs from keel_api::codes::ERROR_CODES; regenerate it with \
+         `KEEL_UPDATE_ERROR_CODES=1 cargo nextest run -p keel-api error_codes` and commit \
+         the result"
+    );
+}
