@@ -8,7 +8,8 @@ use utoipa::{Modify, OpenApi};
 
 /// Adds the `bearer` security scheme (API keys), marks the bodies of `pause`,
 /// `unpause`, `approve`, `reject`, `retry` and `cancel` optional (they may be empty),
-/// and describes `OperationAccepted` as the one object it is on the wire.
+/// describes `OperationAccepted` as the one object it is on the wire, declares the
+/// parameter constraints the server enforces and lists the error codes.
 struct Fixups;
 
 /// Replaces the generated `OperationAccepted` (an `allOf` of `Operation`, which has
@@ -55,6 +56,7 @@ impl Modify for Fixups {
                 body.required = Some(utoipa::openapi::Required::False);
             }
         }
+        constrain_parameters(doc);
         let components = doc.components.get_or_insert_with(Default::default);
         merge_operation_accepted(components);
         list_error_codes(components);
@@ -70,6 +72,44 @@ impl Modify for Fixups {
                     .build(),
             ),
         );
+    }
+}
+
+/// Declares the parameter constraints the server enforces: `maximum` 2^63-1 on every
+/// `int64` query parameter, 1 to 255 non-control characters on `Idempotency-Key`, and
+/// the address pattern on the `address` path parameter.
+fn constrain_parameters(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::path::ParameterIn;
+    use utoipa::openapi::{RefOr, Schema};
+    for item in doc.paths.paths.values_mut() {
+        let ops = [item.get.as_mut(), item.post.as_mut()];
+        for op in ops.into_iter().flatten() {
+            for p in op.parameters.iter_mut().flatten() {
+                let Some(RefOr::T(Schema::Object(schema))) = p.schema.as_mut() else {
+                    continue;
+                };
+                match (&p.parameter_in, p.name.as_str()) {
+                    (ParameterIn::Query, _)
+                        if schema.format
+                            == Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                                utoipa::openapi::KnownFormat::Int64,
+                            )) =>
+                    {
+                        // 2^63-1 on the 64-bit targets Keel is built for.
+                        schema.maximum = Some(utoipa::Number::Int(isize::MAX));
+                    }
+                    (ParameterIn::Header, "Idempotency-Key") => {
+                        schema.min_length = Some(1);
+                        schema.max_length = Some(255);
+                        schema.pattern = Some(r"^[^\u0000-\u001F\u007F-\u009F]*$".to_owned());
+                    }
+                    (ParameterIn::Path, "address") => {
+                        schema.pattern = Some("^0x[0-9a-fA-F]{40}$".to_owned());
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 }
 

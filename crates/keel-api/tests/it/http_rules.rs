@@ -142,6 +142,16 @@ async fn every_bad_input_class_answers_its_code_and_writes_nothing() {
             )
         },
         Case {
+            idem: Some(String::new()),
+            ..case(
+                "empty idempotency key",
+                "/v1/assets",
+                asset_body("a"),
+                422,
+                "INVALID_FIELD",
+            )
+        },
+        Case {
             idem: Some("k".repeat(256)),
             ..case(
                 "long idempotency key",
@@ -299,6 +309,14 @@ async fn every_bad_input_class_answers_its_code_and_writes_nothing() {
             422,
             "DECIMALS_OUT_OF_RANGE",
         ),
+        // An integral JSON number is the integer it denotes (JSON Schema's reading).
+        case(
+            "decimals 37.0",
+            "/v1/assets",
+            with_asset(json!({"decimals": 37.0})),
+            422,
+            "DECIMALS_OUT_OF_RANGE",
+        ),
         case(
             "decimals 300",
             "/v1/assets",
@@ -372,6 +390,31 @@ async fn every_bad_input_class_answers_its_code_and_writes_nothing() {
         get(
             "huge minBlock",
             &format!("/v1/assets/{asset}?minBlock=18446744073709551615"),
+            400,
+            "INVALID_QUERY",
+        ),
+        // The document's int64 maximum (2^63-1) is enforced on every query integer.
+        get(
+            "minBlock above int64",
+            &format!("/v1/assets/{asset}?minBlock=9223372036854775808"),
+            400,
+            "INVALID_QUERY",
+        ),
+        get(
+            "waitSeconds above int64",
+            &format!("/v1/assets/{asset}?waitSeconds=9223372036854775808"),
+            400,
+            "INVALID_QUERY",
+        ),
+        get(
+            "balance waitSeconds above int64",
+            &format!("/v1/assets/{asset}/balances/{RECIPIENT}?waitSeconds=9223372036854775808"),
+            400,
+            "INVALID_QUERY",
+        ),
+        get(
+            "chainId above int64",
+            "/v1/funding-requests?chainId=9223372036854775808",
             400,
             "INVALID_QUERY",
         ),

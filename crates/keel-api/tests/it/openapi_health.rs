@@ -185,3 +185,46 @@ fn error_codes_doc_is_current() {
          the result"
     );
 }
+
+/// The document declares the constraints the server enforces: `maximum` 2^63-1 on every
+/// `int64` query parameter, 1 to 255 characters on `Idempotency-Key`, the address
+/// pattern on a path address; and an integral JSON number (`25.0`, an `integer` to JSON
+/// Schema) is accepted for `decimals`.
+#[tokio::test]
+async fn declared_constraints_and_the_server_agree() {
+    let doc: serde_json::Value = serde_json::from_str(&keel_api::openapi_json()).unwrap();
+    let mut seen = (0, 0, 0);
+    for item in doc["paths"].as_object().unwrap().values() {
+        for op in item.as_object().unwrap().values() {
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                let schema = &p["schema"];
+                if p["in"] == "query" && schema["format"] == "int64" {
+                    assert_eq!(schema["maximum"], json!(i64::MAX), "{p}");
+                    seen.0 += 1;
+                }
+                if p["in"] == "header" && p["name"] == "Idempotency-Key" {
+                    assert_eq!(schema["minLength"], json!(1), "{p}");
+                    assert_eq!(schema["maxLength"], json!(255), "{p}");
+                    seen.1 += 1;
+                }
+                if p["in"] == "path" && p["name"] == "address" {
+                    assert_eq!(schema["pattern"], json!("^0x[0-9a-fA-F]{40}$"), "{p}");
+                    seen.2 += 1;
+                }
+            }
+        }
+    }
+    assert!(seen.0 >= 5 && seen.1 >= 5 && seen.2 >= 1, "{seen:?}");
+
+    let env = Env::new().await;
+    let mut body = crate::common::asset_body("Alpha");
+    body["decimals"] = json!(25.0);
+    let a = env
+        .post(&env.key_a, "/v1/assets", Some("k-25"), &body)
+        .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{:?}", a.body);
+    let asset = a.body["assetId"].as_str().unwrap();
+    let got = env.get(&env.key_a, &format!("/v1/assets/{asset}")).await;
+    assert_eq!(got.status, StatusCode::OK, "{:?}", got.body);
+    assert_eq!(got.body["decimals"], json!(25), "{:?}", got.body);
+}
