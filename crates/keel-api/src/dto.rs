@@ -33,8 +33,10 @@ pub struct CreateAssetRequest {
     pub name: String,
     /// ERC-20 symbol, 1 to 16 ASCII letters or digits.
     pub symbol: String,
-    /// ERC-20 decimals, 0 to 36.
+    /// ERC-20 decimals, 0 to 36. An integral JSON number such as `6.0` is the integer
+    /// it denotes (as JSON Schema reads it).
     #[schema(minimum = 0, maximum = 36)]
+    #[serde(deserialize_with = "integral_u8")]
     pub decimals: u8,
     /// The id of one of the organization's asset templates.
     pub template_id: String,
@@ -43,6 +45,24 @@ pub struct CreateAssetRequest {
     /// greater than zero.
     #[schema(pattern = r"^[0-9]+(\.[0-9]+)?$", example = "1.25")]
     pub initial_price: String,
+}
+
+/// The integer a JSON number denotes when it has no fractional part (`25` and `25.0`
+/// alike, as JSON Schema's `integer` reads them), if it is in `0..=u64::MAX`.
+pub fn integral_u64(n: &serde_json::Number) -> Option<u64> {
+    n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..u64::MAX as f64).contains(f))
+            .map(|f| f as u64)
+    })
+}
+
+/// Deserializes a `u8` from an integral JSON number ([`integral_u64`]).
+fn integral_u8<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    integral_u64(&n)
+        .and_then(|v| u8::try_from(v).ok())
+        .ok_or_else(|| serde::de::Error::custom("must be an integer from 0 to 255"))
 }
 
 /// `POST /v1/assets/{id}/mint` and `/transfer`: move `amount` token units to

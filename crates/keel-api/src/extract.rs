@@ -362,7 +362,7 @@ pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, Problem> {
                     )));
                 }
             },
-            FieldKind::Decimals => match v.as_u64() {
+            FieldKind::Decimals => match v.as_number().and_then(crate::dto::integral_u64) {
                 Some(d) if d <= u64::from(u8::MAX) => {}
                 Some(_) => {
                     return Err(Problem::new(

@@ -63,7 +63,7 @@ pub(crate) enum WriteErrors {
 #[derive(IntoResponses)]
 #[allow(dead_code)]
 pub(crate) enum ReadErrors {
-    /// `INVALID_QUERY`: a query parameter is not a non-negative integer.
+    /// `INVALID_QUERY`: a query parameter is not an integer from 0 to 2^63-1.
     #[response(status = 400, content_type = "application/problem+json")]
     BadRequest(Problem),
     /// `UNAUTHENTICATED`: missing or invalid API key.
@@ -612,11 +612,19 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
     q.map(|Query(t)| t).map_err(|_| invalid_query())
 }
 
-fn block_query(q: Result<Query<MinBlockQuery>, QueryRejection>) -> Result<MinBlockQuery, Problem> {
-    let q = query(q)?;
-    if q.min_block.is_some_and(|b| i64::try_from(b).is_err()) {
+/// Refuses a query integer above 2^63-1, the `maximum` the document declares for every
+/// `int64` query parameter (the database and JSON clients hold them as signed 64-bit).
+fn int64_query(v: Option<u64>) -> Result<(), Problem> {
+    if v.is_some_and(|v| i64::try_from(v).is_err()) {
         return Err(invalid_query());
     }
+    Ok(())
+}
+
+fn block_query(q: Result<Query<MinBlockQuery>, QueryRejection>) -> Result<MinBlockQuery, Problem> {
+    let q = query(q)?;
+    int64_query(q.min_block)?;
+    int64_query(q.wait_seconds)?;
     Ok(q)
 }
 
@@ -712,6 +720,7 @@ pub(crate) async fn funding_requests(
     q: Result<Query<FundingQuery>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let q = query(q)?;
+    int64_query(q.chain_id)?;
     let open = state.ops().funding_requests(caller, q.chain_id).await?;
     Ok(Json(FundingRequestList {
         funding_requests: open.into_iter().map(Into::into).collect(),

@@ -32,7 +32,8 @@
 //!
 //! ## Errors
 //! Every error is an `application/problem+json` [`Problem`] with a stable `code`,
-//! `retryable` and a value-free `detail`. Service errors keep their
+//! `retryable` and a value-free `detail`; every code with its status and meaning is in
+//! [`codes::ERROR_CODES`] (rendered into the OpenAPI document and `docs/error-codes.md`). Service errors keep their
 //! `OpsError::{code, retryable, detail}`; their HTTP status is this crate's mapping
 //! ([`problem::ops_status`]). Request-level errors (see
 //! [`extract::JsonBody`]): body over [`ApiConfig::max_body_bytes`] → `413
@@ -51,6 +52,7 @@
 //! catch-panic layer answering a problem.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod codes;
 pub mod dto;
 pub mod extract;
 mod handlers;

@@ -6,9 +6,38 @@ use crate::problem::Problem;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-/// Adds the `bearer` security scheme (API keys) and marks the bodies of `pause`,
-/// `unpause`, `approve`, `reject`, `retry` and `cancel` optional (they may be empty).
+/// Adds the `bearer` security scheme (API keys), marks the bodies of `pause`,
+/// `unpause`, `approve`, `reject`, `retry` and `cancel` optional (they may be empty),
+/// describes `OperationAccepted` as the one object it is on the wire, declares the
+/// parameter constraints the server enforces and lists the error codes.
 struct Fixups;
+
+/// Replaces the generated `OperationAccepted` (an `allOf` of `Operation`, which has
+/// `additionalProperties: false`, and an object with `created` and `statusUrl` — a
+/// combination no body can satisfy) with one object: `Operation`'s properties and
+/// required members plus `created` and `statusUrl`, still closed to other members.
+fn merge_operation_accepted(components: &mut utoipa::openapi::Components) {
+    use utoipa::openapi::{RefOr, Schema};
+    let Some(RefOr::T(Schema::Object(operation))) = components.schemas.get("Operation") else {
+        return;
+    };
+    let Some(RefOr::T(Schema::AllOf(accepted))) = components.schemas.get("OperationAccepted")
+    else {
+        return;
+    };
+    let mut merged = operation.clone();
+    merged.description.clone_from(&accepted.description);
+    for item in &accepted.items {
+        if let RefOr::T(Schema::Object(extra)) = item {
+            merged.properties.extend(extra.properties.clone());
+            merged.required.extend(extra.required.iter().cloned());
+        }
+    }
+    components.schemas.insert(
+        "OperationAccepted".to_owned(),
+        RefOr::T(Schema::Object(merged)),
+    );
+}
 
 impl Modify for Fixups {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
@@ -27,7 +56,10 @@ impl Modify for Fixups {
                 body.required = Some(utoipa::openapi::Required::False);
             }
         }
+        constrain_parameters(doc);
         let components = doc.components.get_or_insert_with(Default::default);
+        merge_operation_accepted(components);
+        list_error_codes(components);
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(
@@ -41,6 +73,69 @@ impl Modify for Fixups {
             ),
         );
     }
+}
+
+/// Declares the parameter constraints the server enforces: `maximum` 2^63-1 on every
+/// `int64` query parameter, 1 to 255 non-control characters on `Idempotency-Key`, and
+/// the address pattern on the `address` path parameter.
+fn constrain_parameters(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::path::ParameterIn;
+    use utoipa::openapi::{RefOr, Schema};
+    for item in doc.paths.paths.values_mut() {
+        let ops = [item.get.as_mut(), item.post.as_mut()];
+        for op in ops.into_iter().flatten() {
+            for p in op.parameters.iter_mut().flatten() {
+                let Some(RefOr::T(Schema::Object(schema))) = p.schema.as_mut() else {
+                    continue;
+                };
+                match (&p.parameter_in, p.name.as_str()) {
+                    (ParameterIn::Query, _)
+                        if schema.format
+                            == Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                                utoipa::openapi::KnownFormat::Int64,
+                            )) =>
+                    {
+                        // 2^63-1 on the 64-bit targets Keel is built for.
+                        schema.maximum = Some(utoipa::Number::Int(isize::MAX));
+                    }
+                    (ParameterIn::Header, "Idempotency-Key") => {
+                        schema.min_length = Some(1);
+                        schema.max_length = Some(255);
+                        schema.pattern = Some(r"^[^\u0000-\u001F\u007F-\u009F]*$".to_owned());
+                    }
+                    (ParameterIn::Path, "address") => {
+                        schema.pattern = Some("^0x[0-9a-fA-F]{40}$".to_owned());
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Puts [`crate::codes::ERROR_CODES`] on the `Problem` schema: the distinct codes as
+/// the `enum` of `code`, and the whole table (code, status, meaning) as `x-error-codes`.
+fn list_error_codes(components: &mut utoipa::openapi::Components) {
+    use utoipa::openapi::{RefOr, Schema};
+    let Some(RefOr::T(Schema::Object(problem))) = components.schemas.get_mut("Problem") else {
+        return;
+    };
+    if let Some(RefOr::T(Schema::Object(code))) = problem.properties.get_mut("code") {
+        code.enum_values = Some(
+            crate::codes::codes()
+                .into_iter()
+                .map(serde_json::Value::from)
+                .collect(),
+        );
+    }
+    let table: Vec<serde_json::Value> = crate::codes::ERROR_CODES
+        .iter()
+        .map(|e| serde_json::json!({"code": e.code, "status": e.status, "meaning": e.meaning}))
+        .collect();
+    problem
+        .extensions
+        .get_or_insert_with(Default::default)
+        .insert("x-error-codes".to_owned(), serde_json::Value::from(table));
 }
 
 #[derive(OpenApi)]

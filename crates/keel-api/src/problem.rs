@@ -35,15 +35,8 @@ pub struct Problem {
     pub title: String,
     /// The HTTP status code, repeated.
     pub status: u16,
-    /// Stable machine-readable code, e.g. `UNAUTHENTICATED`, `NOT_FOUND`,
-    /// `IDEMPOTENCY_KEY_REQUIRED`, `IDEMPOTENCY_CONFLICT`, `PAYLOAD_TOO_LARGE`,
-    /// `JSON_TOO_DEEP`, `MALFORMED_JSON`, `UNKNOWN_FIELD`, `INVALID_FIELD`,
-    /// `INVALID_ADDRESS`, `UNSUPPORTED_MEDIA_TYPE`, `INVALID_QUERY`,
-    /// `AMOUNT_MALFORMED`, `AMOUNT_NEGATIVE`, `AMOUNT_PRECISION_LOSS`,
-    /// `ASSET_NOT_READY`, `APPROVAL_NOT_PENDING`, `APPROVAL_SAME_KEY`, `APPROVAL_EXPIRED`,
-    /// `OPERATION_NOT_RETRYABLE`, `OPERATION_ENDED`,
-    /// `CHAIN_NOT_CONFIGURED`, `INDEX_BEHIND`, `INDEX_UNAVAILABLE`,
-    /// `SERVICE_UNAVAILABLE`, `NOT_READY`, `METHOD_NOT_ALLOWED`, `INTERNAL`.
+    /// Stable machine-readable code: one of `x-error-codes` of this schema (also
+    /// `docs/error-codes.md`), which lists every code with its HTTP status and meaning.
     pub code: String,
     /// Whether the same request may succeed later (true for 503 answers).
     pub retryable: bool,

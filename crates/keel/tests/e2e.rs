@@ -3,6 +3,9 @@
 
 mod common;
 use common::{free_port, keel};
+#[path = "../../keel-api/tests/it/doc_check.rs"]
+mod doc_check;
+use doc_check::DocCheck;
 
 use alloy::primitives::{Address, B256};
 use alloy::providers::Provider;
@@ -24,6 +27,9 @@ struct Stack {
     logs: tempfile::TempDir,
     procs: HashMap<&'static str, Child>,
     http: reqwest::Client,
+    /// The served OpenAPI document (fetched on the first request of a helper); every
+    /// answer of `post` and `get` is checked against it.
+    doc: std::sync::OnceLock<DocCheck>,
     /// Two keys of organization `acme`, one of organization `other`.
     key_a: String,
     key_b: String,
@@ -92,6 +98,7 @@ impl Stack {
             logs: tempfile::tempdir().unwrap(),
             procs: HashMap::new(),
             http: reqwest::Client::new(),
+            doc: std::sync::OnceLock::new(),
             key_a: String::new(),
             key_b: String::new(),
             key_other: String::new(),
@@ -221,8 +228,7 @@ impl Stack {
             .send()
             .await
             .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        self.checked("POST", path, r).await
     }
 
     async fn get(&self, key: &str, path: &str) -> (u16, Value) {
@@ -233,8 +239,45 @@ impl Stack {
             .send()
             .await
             .unwrap();
+        self.checked("GET", path, r).await
+    }
+
+    /// The status and JSON body (null when not JSON) of `r`, the answer to
+    /// `method path`; fails the test unless the answer matches the served OpenAPI
+    /// document (path, method and status declared, body valid against the schema).
+    async fn checked(&self, method: &str, path: &str, r: reqwest::Response) -> (u16, Value) {
         let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        let content_type = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let raw = r.bytes().await.unwrap();
+        if let Err(e) = self
+            .doc()
+            .await
+            .check(method, path, status, content_type.as_deref(), &raw)
+        {
+            panic!("the answer disagrees with the OpenAPI document: {e}");
+        }
+        (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
+    }
+
+    /// The served `/openapi.json`, fetched once.
+    async fn doc(&self) -> &DocCheck {
+        if self.doc.get().is_none() {
+            let doc: Value = self
+                .http
+                .get(format!("{}/openapi.json", self.api))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let _ = self.doc.set(DocCheck::new(doc));
+        }
+        self.doc.get().unwrap()
     }
 
     /// Polls the operation until `done(view)` holds (probe, 50 ms apart) or `within`

@@ -1,6 +1,7 @@
 //! Shared setup: a migrated database, two organizations with keys and templates, an
 //! engine without executors, and the router.
 
+use crate::doc_check::DocCheck;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
@@ -11,8 +12,8 @@ use keel_store::testing::TestDatabase;
 use keel_workflows::Ops;
 use keel_workflows::tenancy::{Template, create_api_key, create_organization, upsert_template};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, LazyLock};
 use tower::ServiceExt;
 use uuid::Uuid;
 
@@ -100,7 +101,34 @@ impl Env {
     }
 
     /// Sends one request. `body` bytes are sent as given; `content_type` when given.
+    /// Fails the test unless the answer matches the OpenAPI document (its path, method
+    /// and status declared, its body valid against the declared schema).
     pub(crate) async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Answer {
+        let a = self
+            .send_unchecked(method.clone(), uri, headers, body)
+            .await;
+        if let Err(e) = doc().check(
+            method.as_str(),
+            uri,
+            a.status.as_u16(),
+            a.header("content-type"),
+            &a.raw,
+        ) {
+            panic!("the answer disagrees with the OpenAPI document: {e}");
+        }
+        a
+    }
+
+    /// Sends one request without checking the answer against the OpenAPI document: only
+    /// for requests the document deliberately does not describe (unknown paths or
+    /// methods).
+    pub(crate) async fn send_unchecked(
         &self,
         method: Method,
         uri: &str,
@@ -185,6 +213,15 @@ impl Env {
             .unwrap();
         (ops, assets)
     }
+}
+
+/// The checker of the document the router serves (`keel_api::openapi_json()`, which
+/// `served_openapi_equals_the_committed_document` compares with `/openapi.json` and
+/// `docs/openapi.json`).
+pub(crate) fn doc() -> &'static DocCheck {
+    static DOC: LazyLock<DocCheck> =
+        LazyLock::new(|| DocCheck::new(serde_json::from_str(&keel_api::openapi_json()).unwrap()));
+    &DOC
 }
 
 pub(crate) fn asset_body(name: &str) -> Value {
