@@ -30,7 +30,11 @@ use uuid::Uuid;
 }))]
 pub struct CreateAssetRequest {
     /// ERC-20 name, 1 to 64 printable (non-control) characters.
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     pub name: String,
     /// ERC-20 symbol, 1 to 16 ASCII letters or digits.
     #[schema(min_length = 1, max_length = 16, pattern = "^[A-Za-z0-9]*$")]

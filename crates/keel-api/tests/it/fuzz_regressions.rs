@@ -2,7 +2,7 @@
 //! request the document calls valid is never refused for its shape, and a request refused
 //! for its shape is one the document calls invalid.
 
-use crate::common::{Env, asset_body, assert_problem};
+use crate::common::{Env, assert_problem, asset_body};
 use serde_json::{Value, json};
 
 /// The served document's `CreateAssetRequest` schema, compiled (Draft 2020-12).
