@@ -29,9 +29,15 @@ use uuid::Uuid;
     "templateId": "default", "initialPrice": "1.25"
 }))]
 pub struct CreateAssetRequest {
-    /// ERC-20 name, 1 to 64 printable characters.
+    /// ERC-20 name, 1 to 64 printable (non-control) characters.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     pub name: String,
     /// ERC-20 symbol, 1 to 16 ASCII letters or digits.
+    #[schema(min_length = 1, max_length = 16, pattern = "^[A-Za-z0-9]*$")]
     pub symbol: String,
     /// ERC-20 decimals, 0 to 36. An integral JSON number such as `6.0` is the integer
     /// it denotes (as JSON Schema reads it).

@@ -4,6 +4,7 @@
 
 mod common;
 mod doc_check;
+mod fuzz_regressions;
 mod http_rules;
 mod openapi_health;
 mod proptest_json;
