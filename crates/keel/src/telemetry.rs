@@ -367,6 +367,32 @@ pub fn serve_endpoint(
 
 fn describe_metrics() {
     keel_api::metrics::describe_metrics();
+    keel_chain::describe_metrics();
+    keel_cluster::describe_metrics();
+    keel_durable::describe_metrics();
+    keel_index::describe_metrics();
+    keel_service::describe_metrics();
+    keel_txq::describe_metrics();
+    keel_workflows::describe_metrics();
+    metrics::describe_counter!(
+        "keel_chain_unreachable_total",
+        metrics::Unit::Count,
+        "Times chain health found a chain unreachable (count)."
+    );
+    metrics::describe_counter!(
+        "keel_critical_task_failures_total",
+        metrics::Unit::Count,
+        "Critical tasks that ended and were not restarted (count)."
+    );
+    metrics::describe_counter!(
+        "keel_critical_task_restarts_total",
+        metrics::Unit::Count,
+        "Restarts of supervised critical tasks (count)."
+    );
+    metrics::describe_gauge!(
+        "keel_chain_served",
+        "1 while this process serves the chain, else 0 (boolean)."
+    );
     metrics::describe_gauge!(
         "keel_build_info",
         "Always 1; labels carry the version and the role of this process."
