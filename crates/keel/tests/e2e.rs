@@ -1427,6 +1427,7 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
         .unwrap();
     assert_eq!(unknown.status(), 404);
 
+    let mut exported: std::collections::HashSet<String> = Default::default();
     for role in ["api", "runner", "indexer"] {
         let port = stack.metrics[role];
         let text = stack
@@ -1479,6 +1480,7 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
             types.contains_key("keel_build_info"),
             "{role} exported no build info:\n{text}"
         );
+        exported.extend(types.keys().cloned());
         for (name, kind) in &types {
             assert!(helps.contains(name), "{role}: {name} has no # HELP");
             assert_ne!(
@@ -1519,6 +1521,44 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
             }
         }
     }
+    for name in dashboard_metrics() {
+        assert!(
+            exported.contains(&name),
+            "the dashboard uses {name}, which no role exports"
+        );
+    }
+}
+
+/// Every metric name in an expression of the shipped dashboard (`docs/grafana-dashboard.json`),
+/// `_bucket`/`_sum`/`_count` stripped.
+fn dashboard_metrics() -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/grafana-dashboard.json"
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut names = Vec::new();
+    for panel in doc["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let mut rest = expr;
+            while let Some(i) = rest.find("keel_") {
+                let tail = &rest[i..];
+                let end = tail
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(tail.len());
+                let name = &tail[..end];
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(name);
+                names.push(base.to_owned());
+                rest = &tail[end..];
+            }
+        }
+    }
+    assert!(!names.is_empty(), "the dashboard names no metric");
+    names
 }
 
 /// A UUID-shaped path segment (the unmatched route must not leak it into a label).
