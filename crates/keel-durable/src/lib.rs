@@ -182,7 +182,7 @@ pub fn describe_metrics() {
     ::metrics::describe_histogram!(
         "keel_durable_claim_latency_seconds",
         ::metrics::Unit::Seconds,
-        "Time from a durable command becoming due to its claim (seconds)."
+        "Time from a durable command's available_at to its claim (seconds)."
     );
     ::metrics::describe_counter!(
         "keel_durable_commands_settled_total",
@@ -197,7 +197,7 @@ pub fn describe_metrics() {
     ::metrics::describe_gauge!(
         "keel_durable_queue_depth",
         ::metrics::Unit::Count,
-        "Durable commands waiting to be claimed (commands)."
+        "Queued durable commands, sampled when an executor goes idle (commands)."
     );
     ::metrics::describe_counter!(
         "keel_durable_retention_batches_total",
@@ -227,7 +227,7 @@ pub fn describe_metrics() {
     ::metrics::describe_histogram!(
         "keel_durable_segment_duration_seconds",
         ::metrics::Unit::Seconds,
-        "Duration of one executed workflow segment (seconds)."
+        "Duration of one workflow segment, claim to settle (seconds)."
     );
     ::metrics::describe_counter!(
         "keel_durable_steps_total",

@@ -228,12 +228,12 @@ pub fn describe_metrics() {
     ::metrics::describe_counter!(
         "keel_txq_broadcast_total",
         ::metrics::Unit::Count,
-        "Transactions broadcast (count)."
+        "Broadcasts a node accepted or already knew (count)."
     );
     ::metrics::describe_histogram!(
         "keel_txq_enqueue_batch_rows",
         ::metrics::Unit::Count,
-        "Rows per enqueue batch (rows)."
+        "Rows per group-commit INSERT of enqueues (rows)."
     );
     ::metrics::describe_counter!(
         "keel_txq_enqueued_total",
@@ -253,12 +253,12 @@ pub fn describe_metrics() {
     ::metrics::describe_gauge!(
         "keel_txq_in_flight",
         ::metrics::Unit::Count,
-        "Transactions broadcast and not yet final (transactions)."
+        "Requests signed or broadcast and not yet settled, per sender (requests)."
     );
     ::metrics::describe_counter!(
         "keel_txq_nonce_adopted_total",
         ::metrics::Unit::Count,
-        "Nonces adopted from the chain during recovery (count)."
+        "Nonces advanced outside Keel and adopted (count)."
     );
     ::metrics::describe_counter!(
         "keel_txq_nonce_gaps_filled_total",
@@ -268,7 +268,7 @@ pub fn describe_metrics() {
     ::metrics::describe_gauge!(
         "keel_txq_queue_depth",
         ::metrics::Unit::Count,
-        "Transactions queued and not yet broadcast (transactions)."
+        "Requests queued or waiting for funding, not yet signed (requests)."
     );
     ::metrics::describe_counter!(
         "keel_txq_replacements_capped_total",
@@ -283,7 +283,7 @@ pub fn describe_metrics() {
     ::metrics::describe_counter!(
         "keel_txq_settlement_sink_failures_total",
         ::metrics::Unit::Count,
-        "Settlement verdicts the sink failed to deliver (count)."
+        "Settling transactions rolled back because the settlement sink failed (count)."
     );
     ::metrics::describe_counter!(
         "keel_txq_signed_total",
@@ -308,6 +308,6 @@ pub fn describe_metrics() {
     ::metrics::describe_gauge!(
         "keel_txq_waiting_funding",
         ::metrics::Unit::Count,
-        "Transactions waiting for the sender to be funded (transactions)."
+        "Requests waiting for the sender to be funded (requests)."
     );
 }
