@@ -25,20 +25,31 @@ impl FromRequestParts<ApiState> for Authed {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Problem> {
+        use crate::metrics::{AuthFailure, auth_failed};
+        let refuse = |reason: AuthFailure| {
+            auth_failed(reason);
+            Problem::unauthenticated()
+        };
         let value = parts
             .headers
             .get(header::AUTHORIZATION)
-            .ok_or_else(Problem::unauthenticated)?;
-        let value = value.to_str().map_err(|_| Problem::unauthenticated())?;
+            .ok_or_else(|| refuse(AuthFailure::Missing))?;
+        let value = value.to_str().map_err(|_| refuse(AuthFailure::Malformed))?;
         let (scheme, token) = value
             .trim()
             .split_once(' ')
-            .ok_or_else(Problem::unauthenticated)?;
+            .ok_or_else(|| refuse(AuthFailure::Malformed))?;
         if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(Problem::unauthenticated());
+            return Err(refuse(AuthFailure::Malformed));
         }
-        let caller = state.ops().authenticate(token.trim()).await?;
-        Ok(Self(caller))
+        match state.ops().authenticate(token.trim()).await {
+            Ok(caller) => Ok(Self(caller)),
+            Err(keel_workflows::OpsError::Unauthenticated) => {
+                auth_failed(AuthFailure::Invalid);
+                Err(keel_workflows::OpsError::Unauthenticated.into())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -250,6 +261,7 @@ impl<T: RequestBody> FromRequest<ApiState> for JsonBody<T> {
             .map(is_json_media_type);
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                crate::metrics::body_too_large();
                 Problem::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "PAYLOAD_TOO_LARGE",

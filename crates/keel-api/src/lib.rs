@@ -56,6 +56,7 @@ pub mod codes;
 pub mod dto;
 pub mod extract;
 mod handlers;
+pub mod metrics;
 mod openapi;
 pub mod problem;
 
@@ -151,7 +152,7 @@ impl ApiState {
 }
 
 /// The Platform API (every route of the crate docs) with its layers: body limit,
-/// tracing, catch-panic; unknown routes answer `404 NOT_FOUND`, wrong methods `405
+/// catch-panic, request metrics ([`metrics`]), tracing; unknown routes answer `404 NOT_FOUND`, wrong methods `405
 /// METHOD_NOT_ALLOWED`, both as problems.
 pub fn router(state: ApiState) -> Router {
     let max_body = state.config.max_body_bytes;
@@ -191,6 +192,7 @@ pub fn router(state: ApiState) -> Router {
                 Problem::internal().into_response()
             },
         ))
+        .layer(axum::middleware::from_fn(metrics::layer))
         .layer(TraceLayer::new_for_http())
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,

@@ -90,3 +90,13 @@ impl ChainError {
 
 /// `Result` with [`ChainError`].
 pub type Result<T, E = ChainError> = std::result::Result<T, E>;
+
+/// Describes (`# HELP`, with units) every metric this crate records. Call once after
+/// the global metrics recorder is installed.
+pub fn describe_metrics() {
+    ::metrics::describe_counter!(
+        "keel_chain_rpc_requests_total",
+        ::metrics::Unit::Count,
+        "JSON-RPC requests sent to chain upstreams (count)."
+    );
+}

@@ -53,3 +53,53 @@ pub use hash::{
 };
 pub use owner::{OwnedShards, ShardLease, ShardOwner};
 pub use registry::{check_shard_count, prune_stale_replicas, recorded_shard_count};
+
+/// Describes (`# HELP`, with units) every metric this crate records. Call once after
+/// the global metrics recorder is installed.
+pub fn describe_metrics() {
+    ::metrics::describe_gauge!(
+        "keel_cluster_cron_catch_up_remaining_cycles",
+        ::metrics::Unit::Count,
+        "Missed cron cycles still to catch up (cycles)."
+    );
+    ::metrics::describe_histogram!(
+        "keel_cluster_cron_cycle_duration_seconds",
+        ::metrics::Unit::Seconds,
+        "Duration of one cron cycle (seconds)."
+    );
+    ::metrics::describe_counter!(
+        "keel_cluster_cron_cycles_started_total",
+        ::metrics::Unit::Count,
+        "Cron cycles started (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_cluster_cron_cycles_total",
+        ::metrics::Unit::Count,
+        "Cron cycles finished (count)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_cluster_cron_job_state",
+        ::metrics::Unit::Count,
+        "1 for the current health state of a cron job (label state), 0 for the other states (boolean)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_cluster_cron_last_success_timestamp_seconds",
+        ::metrics::Unit::Seconds,
+        "Unix time of the last successful cron cycle (seconds)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_cluster_owned_shards",
+        ::metrics::Unit::Count,
+        "Shards this replica currently owns (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_cluster_ownership_faults_total",
+        ::metrics::Unit::Count,
+        "Shard ownership faults (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_cluster_stale_replicas_pruned_total",
+        ::metrics::Unit::Count,
+        "Stale replica registrations removed (count)."
+    );
+}

@@ -175,3 +175,63 @@ pub use terminal::TERMINAL_CHANNEL;
 pub use workflow::{
     ChildHandle, ChildOutcome, Interrupt, SignalOutcome, StepError, Workflow, WorkflowFailure,
 };
+
+/// Describes (`# HELP`, with units) every metric this crate records. Call once after
+/// the global metrics recorder is installed.
+pub fn describe_metrics() {
+    ::metrics::describe_histogram!(
+        "keel_durable_claim_latency_seconds",
+        ::metrics::Unit::Seconds,
+        "Time from a durable command's available_at to its claim (seconds)."
+    );
+    ::metrics::describe_counter!(
+        "keel_durable_commands_settled_total",
+        ::metrics::Unit::Count,
+        "Durable commands settled (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_durable_dead_letters_total",
+        ::metrics::Unit::Count,
+        "Durable commands moved to the dead-letter state (count)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_durable_queue_depth",
+        ::metrics::Unit::Count,
+        "Queued durable commands, sampled when an executor goes idle (commands)."
+    );
+    ::metrics::describe_counter!(
+        "keel_durable_retention_batches_total",
+        ::metrics::Unit::Count,
+        "Retention delete batches run (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_durable_retention_deleted_rows_total",
+        ::metrics::Unit::Count,
+        "Rows deleted by retention (rows)."
+    );
+    ::metrics::describe_counter!(
+        "keel_durable_retention_failures_total",
+        ::metrics::Unit::Count,
+        "Retention passes that failed (count)."
+    );
+    ::metrics::describe_histogram!(
+        "keel_durable_retention_pass_duration_seconds",
+        ::metrics::Unit::Seconds,
+        "Duration of one retention pass (seconds)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_durable_retention_remaining_eligible_rows",
+        ::metrics::Unit::Count,
+        "Rows past retention still to delete (rows)."
+    );
+    ::metrics::describe_histogram!(
+        "keel_durable_segment_duration_seconds",
+        ::metrics::Unit::Seconds,
+        "Duration of one workflow segment, claim to settle (seconds)."
+    );
+    ::metrics::describe_counter!(
+        "keel_durable_steps_total",
+        ::metrics::Unit::Count,
+        "Durable workflow steps executed (count)."
+    );
+}

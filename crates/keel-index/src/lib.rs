@@ -140,3 +140,88 @@ pub use scope::{ScopeEntry, ScopeKind};
 pub use service::{HistoryDrain, TipFollow, follow_tip, work_history};
 pub use supply::token_supply;
 pub use tip::{FollowBackoff, NextRound, RoundOutcome, TipConfig, TipIngest};
+
+/// Describes (`# HELP`, with units) every metric this crate records. Call once after
+/// the global metrics recorder is installed.
+pub fn describe_metrics() {
+    ::metrics::describe_counter!(
+        "keel_index_blocks_total",
+        ::metrics::Unit::Count,
+        "Blocks ingested by the tip indexer (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_bulk_staged_total",
+        ::metrics::Unit::Count,
+        "Logs staged by bulk history ingest (count)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_index_chain_degraded",
+        ::metrics::Unit::Count,
+        "1 while the chain’s Ledger Index is degraded (re-index needed) (boolean)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_fenced_total",
+        ::metrics::Unit::Count,
+        "Index writes refused (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_history_leases_lost_total",
+        ::metrics::Unit::Count,
+        "History span leases lost (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_history_logs_total",
+        ::metrics::Unit::Count,
+        "Logs ingested by history backfill (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_history_span_splits_total",
+        ::metrics::Unit::Count,
+        "History spans split (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_history_unsettled_total",
+        ::metrics::Unit::Count,
+        "History spans left unsettled (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_logs_total",
+        ::metrics::Unit::Count,
+        "Logs ingested by the tip indexer (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_reorg_beyond_window_total",
+        ::metrics::Unit::Count,
+        "Reorgs deeper than the reorg window (count)."
+    );
+    ::metrics::describe_histogram!(
+        "keel_index_reorg_depth_blocks",
+        ::metrics::Unit::Count,
+        "Depth of handled reorgs (blocks)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_reorg_too_deep_total",
+        ::metrics::Unit::Count,
+        "Reorgs below the finalized block that degraded the chain (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_reorgs_total",
+        ::metrics::Unit::Count,
+        "Reorgs handled by the tip indexer (count)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_index_tip_block",
+        ::metrics::Unit::Count,
+        "Highest block number indexed at the tip (block number)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_tip_missing_block_total",
+        ::metrics::Unit::Count,
+        "Tip rounds that found a block missing upstream (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_tip_round_errors_total",
+        ::metrics::Unit::Count,
+        "Tip ingest rounds that failed (count)."
+    );
+}

@@ -430,6 +430,31 @@ pub async fn run<S: BackgroundService>(
     .await
 }
 
+/// Describes (`# HELP`, with units) every metric this crate records. Call once after
+/// the global metrics recorder is installed.
+pub fn describe_metrics() {
+    ::metrics::describe_gauge!(
+        "keel_service_consecutive_failures",
+        ::metrics::Unit::Count,
+        "Consecutive failed runs of a background service loop (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_service_items_total",
+        ::metrics::Unit::Count,
+        "Items processed by background service loops (count)."
+    );
+    ::metrics::describe_histogram!(
+        "keel_service_run_seconds",
+        ::metrics::Unit::Seconds,
+        "Duration of one run of a background service loop (seconds)."
+    );
+    ::metrics::describe_counter!(
+        "keel_service_runs_total",
+        ::metrics::Unit::Count,
+        "Runs of background service loops (count)."
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

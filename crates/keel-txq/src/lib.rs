@@ -216,3 +216,98 @@ pub use withdraw::{Withdrawal, withdraw_by_key_prefix};
 
 /// The chain id of this crate's API (re-exported from `keel-units`).
 pub use keel_units::ChainId;
+
+/// Describes (`# HELP`, with units) every metric this crate records. Call once after
+/// the global metrics recorder is installed.
+pub fn describe_metrics() {
+    ::metrics::describe_counter!(
+        "keel_txq_broadcast_failures_total",
+        ::metrics::Unit::Count,
+        "Transaction broadcasts that failed (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_broadcast_total",
+        ::metrics::Unit::Count,
+        "Broadcasts a node accepted or already knew (count)."
+    );
+    ::metrics::describe_histogram!(
+        "keel_txq_enqueue_batch_rows",
+        ::metrics::Unit::Count,
+        "Rows per group-commit INSERT of enqueues (rows)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_enqueued_total",
+        ::metrics::Unit::Count,
+        "Transactions enqueued (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_funding_paused_total",
+        ::metrics::Unit::Count,
+        "Times a sender paused for lack of funds (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_funding_resumed_total",
+        ::metrics::Unit::Count,
+        "Times a sender resumed after funding (count)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_txq_in_flight",
+        ::metrics::Unit::Count,
+        "Requests signed or broadcast and not yet settled, per sender (requests)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_nonce_adopted_total",
+        ::metrics::Unit::Count,
+        "Nonces advanced outside Keel and adopted (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_nonce_gaps_filled_total",
+        ::metrics::Unit::Count,
+        "Nonce gaps filled (count)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_txq_queue_depth",
+        ::metrics::Unit::Count,
+        "Requests queued or waiting for funding, not yet signed (requests)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_replacements_capped_total",
+        ::metrics::Unit::Count,
+        "Replacements not sent because the fee cap was reached (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_replacements_total",
+        ::metrics::Unit::Count,
+        "Fee-bump replacements broadcast (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_settlement_sink_failures_total",
+        ::metrics::Unit::Count,
+        "Settling transactions rolled back because the settlement sink failed (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_signed_total",
+        ::metrics::Unit::Count,
+        "Transactions signed (count)."
+    );
+    ::metrics::describe_histogram!(
+        "keel_txq_time_to_broadcast_seconds",
+        ::metrics::Unit::Seconds,
+        "Time from enqueue to first broadcast (seconds)."
+    );
+    ::metrics::describe_histogram!(
+        "keel_txq_time_to_confirmation_seconds",
+        ::metrics::Unit::Seconds,
+        "Time from enqueue to confirmation (seconds)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_verdicts_total",
+        ::metrics::Unit::Count,
+        "Final transaction verdicts (count)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_txq_waiting_funding",
+        ::metrics::Unit::Count,
+        "Requests waiting for the sender to be funded (requests)."
+    );
+}

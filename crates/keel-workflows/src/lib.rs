@@ -58,3 +58,13 @@ pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
 pub use platform::PlatformAddresses;
 pub use tenancy::Caller;
 pub use verdicts::VerdictSink;
+
+/// Describes (`# HELP`, with units) every metric this crate records. Call once after
+/// the global metrics recorder is installed.
+pub fn describe_metrics() {
+    ::metrics::describe_counter!(
+        "keel_workflows_verdicts_delivered_total",
+        ::metrics::Unit::Count,
+        "Transaction verdicts delivered to workflows (count)."
+    );
+}

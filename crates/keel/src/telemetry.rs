@@ -9,9 +9,24 @@
 //!   listener answers `GET /healthz` (200 while the process runs) and `GET /readyz`
 //!   ([`Readiness`]: 200 while the role is ready, else 503; the JSON body names the role
 //!   and, for runner and indexer, the served and unserved chains).
+//!
+//! Every latency and size is a Prometheus **histogram** (`_bucket`/`_sum`/`_count`,
+//! aggregatable across replicas), never a summary. Buckets by metric name; a full name
+//! wins over a suffix:
+//!
+//! | metric (name or suffix) | buckets (upper bounds) |
+//! | --- | --- |
+//! | `keel_txq_time_to_broadcast_seconds`, `keel_txq_time_to_confirmation_seconds` | 0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600 s |
+//! | `keel_cluster_cron_cycle_duration_seconds`, `keel_durable_retention_pass_duration_seconds`, `keel_service_run_seconds` | 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600 s |
+//! | `keel_api_request_duration_seconds` | 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 s |
+//! | other `*_seconds` (durable claim latency and segment duration, …) | 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300 s |
+//! | `*_bytes` | 256, 1 Ki, 4 Ki, 16 Ki, 64 Ki, 256 Ki, 1 Mi, 4 Mi, 16 Mi bytes |
+//! | `*_blocks` (reorg depth) | 1, 2, 3, 5, 8, 13, 21, 34, 64, 128 blocks |
+//! | `*_rows` (enqueue batch size) | 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000 rows |
+//! | anything else | the `*_seconds` default above |
 
 use crate::config::{ConfigError, LogFormat, TelemetryConfig};
-use metrics_exporter_prometheus::PrometheusHandle;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::fmt;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -161,7 +176,11 @@ pub async fn init_metrics(
         tracing::error!(target: "keel::telemetry", error = %e, "metrics endpoint failed");
         TelemetryError::Metrics
     })?;
-    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+    let handle = histogram_buckets(PrometheusBuilder::new())
+        .map_err(|e| {
+            tracing::error!(target: "keel::telemetry", error = %e, "metrics buckets invalid");
+            TelemetryError::Metrics
+        })?
         .add_global_label("deployment_id", deployment_id)
         .install_recorder()
         .map_err(|e| {
@@ -172,6 +191,73 @@ pub async fn init_metrics(
     metrics::gauge!("keel_build_info", "version" => env!("CARGO_PKG_VERSION"), "role" => role)
         .set(1.0);
     Ok(Some(MetricsEndpoint { listener, handle }))
+}
+
+/// Latencies inside the process: sub-millisecond to minutes (the default bucket set).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0,
+];
+/// HTTP request durations of the api role.
+const REQUEST_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// Times that wait for a chain (broadcast, confirmation): 100 ms to an hour.
+const CHAIN_WAIT_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+/// Durations of jobs and periodic runs: 10 ms to an hour.
+const JOB_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+/// Sizes in bytes: 256 B to 16 MiB, powers of 4.
+const BYTE_BUCKETS: &[f64] = &[
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+];
+/// Reorg depths in blocks.
+const BLOCK_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0, 64.0, 128.0];
+/// Batch sizes in rows.
+const ROW_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0];
+
+/// Configures the histogram buckets of every metric family (the table in the module
+/// docs), so no distribution renders as a summary.
+fn histogram_buckets(
+    builder: PrometheusBuilder,
+) -> Result<PrometheusBuilder, metrics_exporter_prometheus::BuildError> {
+    let full = |name: &str| Matcher::Full(name.to_owned());
+    let suffix = |name: &str| Matcher::Suffix(name.to_owned());
+    builder
+        .set_buckets(LATENCY_BUCKETS)?
+        .set_buckets_for_metric(suffix("_seconds"), LATENCY_BUCKETS)?
+        .set_buckets_for_metric(full("keel_api_request_duration_seconds"), REQUEST_BUCKETS)?
+        .set_buckets_for_metric(
+            full("keel_txq_time_to_broadcast_seconds"),
+            CHAIN_WAIT_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            full("keel_txq_time_to_confirmation_seconds"),
+            CHAIN_WAIT_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            full("keel_cluster_cron_cycle_duration_seconds"),
+            JOB_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            full("keel_durable_retention_pass_duration_seconds"),
+            JOB_BUCKETS,
+        )?
+        .set_buckets_for_metric(full("keel_service_run_seconds"), JOB_BUCKETS)?
+        .set_buckets_for_metric(suffix("_bytes"), BYTE_BUCKETS)?
+        .set_buckets_for_metric(suffix("_blocks"), BLOCK_BUCKETS)?
+        .set_buckets_for_metric(suffix("_rows"), ROW_BUCKETS)
 }
 
 /// What `GET /readyz` on the telemetry endpoint reports.
@@ -280,6 +366,33 @@ pub fn serve_endpoint(
 }
 
 fn describe_metrics() {
+    keel_api::metrics::describe_metrics();
+    keel_chain::describe_metrics();
+    keel_cluster::describe_metrics();
+    keel_durable::describe_metrics();
+    keel_index::describe_metrics();
+    keel_service::describe_metrics();
+    keel_txq::describe_metrics();
+    keel_workflows::describe_metrics();
+    metrics::describe_counter!(
+        "keel_chain_unreachable_total",
+        metrics::Unit::Count,
+        "Times chain health found a chain unreachable (count)."
+    );
+    metrics::describe_counter!(
+        "keel_critical_task_failures_total",
+        metrics::Unit::Count,
+        "Critical tasks that ended and were not restarted (count)."
+    );
+    metrics::describe_counter!(
+        "keel_critical_task_restarts_total",
+        metrics::Unit::Count,
+        "Restarts of supervised critical tasks (count)."
+    );
+    metrics::describe_gauge!(
+        "keel_chain_served",
+        "1 while this process serves the chain, else 0 (boolean)."
+    );
     metrics::describe_gauge!(
         "keel_build_info",
         "Always 1; labels carry the version and the role of this process."

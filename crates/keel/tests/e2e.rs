@@ -26,6 +26,8 @@ struct Stack {
     api: String,
     logs: tempfile::TempDir,
     procs: HashMap<&'static str, Child>,
+    /// The telemetry port of each process (by name), chosen when it is first spawned.
+    metrics: HashMap<&'static str, u16>,
     http: reqwest::Client,
     /// The served OpenAPI document (fetched on the first request of a helper); every
     /// answer of `post` and `get` is checked against it.
@@ -97,6 +99,7 @@ impl Stack {
             api: format!("http://127.0.0.1:{port}"),
             logs: tempfile::tempdir().unwrap(),
             procs: HashMap::new(),
+            metrics: HashMap::new(),
             http: reqwest::Client::new(),
             doc: std::sync::OnceLock::new(),
             key_a: String::new(),
@@ -179,9 +182,14 @@ impl Stack {
             .append(true)
             .open(self.logs.path().join(format!("{name}.log")))
             .unwrap();
+        let metrics_port = *self.metrics.entry(name).or_insert_with(free_port);
         let child = keel()
             .args(["run", "--role", role, "--termination-grace-seconds", "5"])
             .envs(self.env.clone())
+            .env(
+                "KEEL__TELEMETRY__METRICSADDRESS",
+                format!("127.0.0.1:{metrics_port}"),
+            )
             .env("KEEL__CLUSTER__HOST", name)
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
@@ -1328,4 +1336,232 @@ async fn a_cancel_after_signing_runs_to_the_verdict_and_says_what_landed() {
     assert!(view["cancelRequestedAt"].is_string(), "{view}");
     assert_eq!(view["milestones"]["confirmed"][0]["step"], "mint", "{view}");
     assert_eq!(stack.logs_of::<AssetToken::Transfer>(token).await.len(), 1);
+}
+
+/// One sample line of the Prometheus text format: metric name and label pairs.
+fn parse_sample(line: &str) -> (String, Vec<(String, String)>) {
+    let head = line.rsplit_once(' ').map_or(line, |(h, _)| h);
+    let Some((name, rest)) = head.split_once('{') else {
+        return (head.to_owned(), Vec::new());
+    };
+    let mut labels = Vec::new();
+    let mut rest = rest.trim_end_matches('}');
+    while let Some((key, tail)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = tail.char_indices();
+        let mut end = tail.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, n)) = chars.next() {
+                        value.push(n);
+                    }
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        labels.push((key.trim_start_matches(',').to_owned(), value));
+        rest = &tail[end..];
+    }
+    (name.to_owned(), labels)
+}
+
+/// Whether a label value looks unbounded: a UUID, a long hex string (hash, address,
+/// key) or a URL.
+fn unbounded_label(value: &str) -> bool {
+    let hex = value.strip_prefix("0x").unwrap_or(value);
+    let is_uuid = value.len() == 36
+        && value.char_indices().all(|(i, c)| {
+            if [8, 13, 18, 23].contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        });
+    is_uuid
+        || (hex.len() >= 16 && hex.chars().all(|c| c.is_ascii_hexdigit()))
+        || value.contains("://")
+}
+
+/// The most series (label sets, `le` aside) one metric may have on one process.
+const MAX_SERIES_PER_METRIC: usize = 64;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_role_exports_described_bounded_histogram_metrics() {
+    let chain = TestChain::builder().start().await.unwrap();
+    let stack = Stack::start(chain, TemplateOpts::default()).await;
+    // A small workload: an asset created, a refused key, a missing key, an unknown route.
+    let (op, asset) = stack.create_asset("metrics-1", "MTRC").await;
+    let view = stack
+        .await_op(&op, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let (status, _) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}"))
+        .await;
+    assert_eq!(status, 200);
+    let refused = stack
+        .http
+        .get(format!("{}/v1/assets", stack.api))
+        .bearer_auth("not-a-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let missing = stack
+        .http
+        .get(format!("{}/v1/assets", stack.api))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 401);
+    let unknown = stack
+        .http
+        .get(format!("{}/v1/no/such/{}", stack.api, uuid_like()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+
+    let mut exported: std::collections::HashSet<String> = Default::default();
+    for role in ["api", "runner", "indexer"] {
+        let port = stack.metrics[role];
+        let text = stack
+            .http
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let mut types: HashMap<String, String> = HashMap::new();
+        let mut helps: std::collections::HashSet<String> = Default::default();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                types.insert(name.to_owned(), kind.to_owned());
+            } else if let Some(rest) = line.strip_prefix("# HELP ") {
+                helps.insert(rest.split_once(' ').map_or(rest, |(n, _)| n).to_owned());
+            }
+        }
+        let mut series: HashMap<String, std::collections::HashSet<Vec<(String, String)>>> =
+            HashMap::new();
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (name, labels) = parse_sample(line);
+            let family = if types.contains_key(&name) {
+                name.clone()
+            } else {
+                ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|f| types.contains_key(*f)))
+                    .unwrap_or(&name)
+                    .to_owned()
+            };
+            for (key, value) in &labels {
+                // `sender` is one of the configured operator addresses: bounded by
+                // configuration, not by traffic.
+                assert!(
+                    key == "sender" || !unbounded_label(value),
+                    "{role}: {name} has an unbounded label {key}={value:?}"
+                );
+            }
+            let set: Vec<_> = labels.into_iter().filter(|(k, _)| k != "le").collect();
+            series.entry(family).or_default().insert(set);
+        }
+        assert!(
+            types.contains_key("keel_build_info"),
+            "{role} exported no build info:\n{text}"
+        );
+        exported.extend(types.keys().cloned());
+        for (name, kind) in &types {
+            assert!(helps.contains(name), "{role}: {name} has no # HELP");
+            assert_ne!(
+                kind, "summary",
+                "{role}: {name} is a summary, not a histogram"
+            );
+            match kind.as_str() {
+                "counter" => assert!(name.ends_with("_total"), "{role}: counter {name}"),
+                "histogram" => assert!(
+                    ["_seconds", "_bytes", "_blocks", "_rows"]
+                        .iter()
+                        .any(|s| name.ends_with(s)),
+                    "{role}: histogram {name} names no unit"
+                ),
+                _ => {}
+            }
+        }
+        for (name, sets) in &series {
+            assert!(
+                sets.len() <= MAX_SERIES_PER_METRIC,
+                "{role}: {name} has {} series",
+                sets.len()
+            );
+        }
+        if role == "api" {
+            for needle in [
+                "keel_api_requests_total{",
+                "route=\"/v1/assets/{id}\"",
+                "route=\"<unmatched>\"",
+                "status=\"2xx\"",
+                "keel_api_request_duration_seconds_bucket{",
+                "keel_api_requests_in_flight",
+                "keel_api_auth_failures_total{",
+                "reason=\"invalid\"",
+                "reason=\"missing\"",
+            ] {
+                assert!(text.contains(needle), "api metrics lack {needle}:\n{text}");
+            }
+        }
+    }
+    for name in dashboard_metrics() {
+        assert!(
+            exported.contains(&name),
+            "the dashboard uses {name}, which no role exports"
+        );
+    }
+}
+
+/// Every metric name in an expression of the shipped dashboard (`docs/grafana-dashboard.json`),
+/// `_bucket`/`_sum`/`_count` stripped.
+fn dashboard_metrics() -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/grafana-dashboard.json"
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut names = Vec::new();
+    for panel in doc["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let mut rest = expr;
+            while let Some(i) = rest.find("keel_") {
+                let tail = &rest[i..];
+                let end = tail
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(tail.len());
+                let name = &tail[..end];
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(name);
+                names.push(base.to_owned());
+                rest = &tail[end..];
+            }
+        }
+    }
+    assert!(!names.is_empty(), "the dashboard names no metric");
+    names
+}
+
+/// A UUID-shaped path segment (the unmatched route must not leak it into a label).
+fn uuid_like() -> &'static str {
+    "0b9d2c4e-8f6a-4c1e-9d3b-7a5e2f1c0d4b"
 }
