@@ -23,7 +23,8 @@
 use crate::store;
 use futures::future::BoxFuture;
 use keel_durable::{DurableError, Engine, SignalReceipt};
-use keel_txq::{Settled, SettlementSink, SettlementSinkError};
+use keel_txq::{Settled, SettlementSink, SettlementSinkError, SettlementVerdict};
+use std::collections::HashMap;
 use uuid::Uuid;
 
 /// The settlement sink of keel-workflows: records each verdict as its workflow's signal
@@ -81,11 +82,13 @@ async fn deliver(
     let ids: Vec<Uuid> = settled.iter().map(|s| s.request_id).collect();
     // Ordered by instance: two settling transactions lock instances in one order.
     let links = store::operation_tx_by_requests(&mut *conn, &ids).await?;
+    let verdicts: HashMap<Uuid, &SettlementVerdict> =
+        settled.iter().map(|s| (s.request_id, s.verdict)).collect();
     for link in links {
-        let Some(s) = settled.iter().find(|s| s.request_id == link.txq_request_id) else {
+        let Some(verdict) = verdicts.get(&link.txq_request_id) else {
             continue;
         };
-        let payload = serde_json::to_value(s.verdict).map_err(|_| DeliveryError::Json)?;
+        let payload = serde_json::to_value(verdict).map_err(|_| DeliveryError::Json)?;
         let outcome = match engine
             .signal_in(
                 &mut *conn,

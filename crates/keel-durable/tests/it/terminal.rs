@@ -36,20 +36,32 @@ async fn signal_wait(engine: &keel_durable::Engine, id: Uuid) {
     until(engine, id, "signal wait", |s| s.wait.is_some()).await;
 }
 
+/// Starts a `Waiter` on the signal `go` and returns once it waits for it.
+async fn waiting_instance(engine: &keel_durable::Engine) -> keel_durable::Started {
+    let s = engine
+        .start::<Waiter>("w", &waiter("go", None, None), opts())
+        .await
+        .unwrap();
+    signal_wait(engine, s.instance_id).await;
+    s
+}
+
+/// `await_terminal(id, WAIT)` on its own task.
+fn spawn_waiter(
+    engine: &keel_durable::Engine,
+    id: Uuid,
+) -> tokio::task::JoinHandle<Result<Option<keel_durable::InstanceStatus>, DurableError>> {
+    let engine = engine.clone();
+    tokio::spawn(async move { engine.await_terminal(id, WAIT).await })
+}
+
 #[tokio::test]
 async fn a_waiter_wakes_when_its_instance_completes() {
     let db = database().await;
     let engine = engine(db.pool(), fast_config());
     let ex = spawn(&engine);
-    let s = engine
-        .start::<Waiter>("w", &waiter("go", None, None), opts())
-        .await
-        .unwrap();
-    signal_wait(&engine, s.instance_id).await;
-    let waiter = tokio::spawn({
-        let engine = engine.clone();
-        async move { engine.await_terminal(s.instance_id, WAIT).await }
-    });
+    let s = waiting_instance(&engine).await;
+    let waiter = spawn_waiter(&engine, s.instance_id);
     until_listeners(db.pool(), 1).await;
     engine
         .signal(s.instance_id, "go", "1", &json!(true))
@@ -115,11 +127,7 @@ async fn a_timeout_returns_none_and_an_unknown_instance_is_an_error() {
     let db = database().await;
     let engine = engine(db.pool(), fast_config());
     let ex = spawn(&engine);
-    let s = engine
-        .start::<Waiter>("w", &waiter("go", None, None), opts())
-        .await
-        .unwrap();
-    signal_wait(&engine, s.instance_id).await;
+    let s = waiting_instance(&engine).await;
     let none = engine
         .await_terminal(s.instance_id, Duration::from_millis(200))
         .await
@@ -189,15 +197,8 @@ async fn a_waiter_survives_a_dropped_listen_connection() {
     let db = database().await;
     let engine = engine(db.pool(), fast_config());
     let ex = spawn(&engine);
-    let s = engine
-        .start::<Waiter>("w", &waiter("go", None, None), opts())
-        .await
-        .unwrap();
-    signal_wait(&engine, s.instance_id).await;
-    let waiter = tokio::spawn({
-        let engine = engine.clone();
-        async move { engine.await_terminal(s.instance_id, WAIT).await }
-    });
+    let s = waiting_instance(&engine).await;
+    let waiter = spawn_waiter(&engine, s.instance_id);
     until_listeners(db.pool(), 1).await;
     let killed: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -237,15 +238,8 @@ async fn only_instances_someone_waited_on_notify() {
     // Nobody waits on this one: it ends without a notification.
     let quiet = engine.start::<Fails>("quiet", &1, opts()).await.unwrap();
     until_status(&engine, quiet.instance_id, RunStatus::Failed).await;
-    let watched = engine
-        .start::<Waiter>("w", &waiter("go", None, None), opts())
-        .await
-        .unwrap();
-    signal_wait(&engine, watched.instance_id).await;
-    let waiter = tokio::spawn({
-        let engine = engine.clone();
-        async move { engine.await_terminal(watched.instance_id, WAIT).await }
-    });
+    let watched = waiting_instance(&engine).await;
+    let waiter = spawn_waiter(&engine, watched.instance_id);
     until_db(
         db.pool(),
         "the mark",

@@ -160,7 +160,10 @@ impl Ops {
         let row = store::asset_get(&self.db, caller.organization_id, id)
             .await?
             .ok_or(OpsError::NotFound { what: "asset" })?;
-        Ok(self.asset_records(vec![row]).await?.remove(0))
+        self.asset_records(vec![row])
+            .await?
+            .pop()
+            .ok_or(OpsError::NotFound { what: "asset" })
     }
 
     /// Decodes `rows` (in order), with their creation instances' statuses read from the
