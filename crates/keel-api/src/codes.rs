@@ -40,6 +40,12 @@ pub const ERROR_CODES: &[ErrorCode] = &[
          or a malformed `Idempotency-Key`. `detail` names the field.",
     ),
     c(
+        "INVALID_CURSOR",
+        400,
+        "The `cursor` query parameter is not one this list returned as `nextCursor` \
+         (cursors are opaque; pass them back unchanged, with the same filters).",
+    ),
+    c(
         "INVALID_QUERY",
         400,
         "A query parameter is malformed (integers must be non-negative and at most 2^63-1).",

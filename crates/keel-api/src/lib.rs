@@ -58,6 +58,7 @@ pub mod extract;
 mod handlers;
 pub mod metrics;
 mod openapi;
+pub mod page;
 pub mod problem;
 
 pub use dto::status_url;
