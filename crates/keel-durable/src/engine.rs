@@ -593,6 +593,27 @@ impl Engine {
         Ok(())
     }
 
+    /// The open-instance census: instances not yet ended, counted by workflow and
+    /// status, ordered by workflow then status; pairs with no instance are absent.
+    /// Read from the database (one index-only scan), so every replica sees the same.
+    ///
+    /// # Errors
+    /// [`DurableError::Store`] (also for a stored status the engine does not know).
+    pub async fn open_census(&self) -> Result<Vec<crate::OpenCount>> {
+        store::instances_open_census(&self.pool)
+            .await?
+            .into_iter()
+            .map(|r| {
+                let status = store::parse_status(&r.status)?;
+                Ok(crate::OpenCount {
+                    workflow: r.workflow,
+                    status,
+                    count: u64::try_from(r.count).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
     /// The status projection of an instance.
     ///
     /// # Errors

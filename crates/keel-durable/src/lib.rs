@@ -167,9 +167,11 @@ pub use context::{Deadline, WorkflowContext};
 pub use engine::{CancelOutcome, Engine, PurgeCounts, SignalReceipt, StartOptions, Started};
 pub use error::{DurableError, Result};
 pub use executor::{CHANNEL, ExecutorHandle};
+pub use metrics::OpenCensusGauge;
 pub use retention::{Retention, RetentionConfig, RetentionReport};
 pub use status::{
-    CommandSummary, ErrorInfo, IdleReport, InstanceStatus, RunStatus, WaitDescription, WaitKind,
+    CommandSummary, ErrorInfo, IdleReport, InstanceStatus, OpenCount, RunStatus, WaitDescription,
+    WaitKind,
 };
 pub use terminal::TERMINAL_CHANNEL;
 pub use workflow::{
@@ -198,6 +200,11 @@ pub fn describe_metrics() {
         "keel_durable_queue_depth",
         ::metrics::Unit::Count,
         "Queued durable commands, sampled when an executor goes idle (commands)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_durable_open_instances",
+        ::metrics::Unit::Count,
+        "Workflow instances not yet ended, by workflow and status (pending, running, waiting, suspended), from the database census (instances)."
     );
     ::metrics::describe_counter!(
         "keel_durable_retention_batches_total",

@@ -9,6 +9,7 @@
 //! | `keel_durable_segment_duration_seconds` | histogram | workflow | one segment, claim to segment settle |
 //! | `keel_durable_steps_total` | counter | workflow, outcome | steps: `ok`, `err`, `replayed`, `suspended` |
 //! | `keel_durable_queue_depth` | gauge | — | queued commands (sampled when an executor goes idle) |
+//! | `keel_durable_open_instances` | gauge | workflow, status | instances not yet ended, from the census ([`OpenCensusGauge`]) |
 
 pub(crate) fn settled(workflow: &str, outcome: &'static str) {
     metrics::counter!("keel_durable_commands_settled_total", "workflow" => workflow.to_owned(), "outcome" => outcome)
@@ -37,4 +38,46 @@ pub(crate) fn step(workflow: &str, outcome: &'static str) {
 
 pub(crate) fn queue_depth(depth: i64) {
     metrics::gauge!("keel_durable_queue_depth").set(depth as f64);
+}
+
+/// Exports the open-instance census ([`crate::Engine::open_census`]) as the gauge
+/// `keel_durable_open_instances{workflow, status}`. It remembers the pairs it has
+/// reported, so a pair that has no instance any more reads 0 instead of keeping its
+/// last count. Labels stay bounded: workflow names are registered types, statuses the
+/// four open ones.
+#[derive(Debug, Default)]
+pub struct OpenCensusGauge {
+    reported: std::collections::BTreeSet<(String, &'static str)>,
+}
+
+/// The statuses an open instance can be in, as the gauge's `status` label.
+const OPEN_STATUSES: [&str; 4] = ["pending", "running", "waiting", "suspended"];
+
+impl OpenCensusGauge {
+    /// A gauge that reports every open status of each of `workflows` (the registered
+    /// workflow names), so a workflow with no open instance reads a genuine 0 rather
+    /// than no series at all.
+    pub fn new<'a>(workflows: impl IntoIterator<Item = &'a str>) -> Self {
+        let reported = workflows
+            .into_iter()
+            .flat_map(|w| OPEN_STATUSES.iter().map(move |s| (w.to_owned(), *s)))
+            .collect();
+        Self { reported }
+    }
+
+    /// Sets the gauge from one census; pairs reported before and absent now are set to 0.
+    pub fn export(&mut self, census: &[crate::OpenCount]) {
+        let mut now = std::collections::BTreeSet::new();
+        for c in census {
+            let status = c.status.as_str();
+            metrics::gauge!("keel_durable_open_instances", "workflow" => c.workflow.clone(), "status" => status)
+                .set(c.count as f64);
+            now.insert((c.workflow.clone(), status));
+        }
+        for (workflow, status) in self.reported.difference(&now) {
+            metrics::gauge!("keel_durable_open_instances", "workflow" => workflow.clone(), "status" => *status)
+                .set(0.0);
+        }
+        self.reported.extend(now);
+    }
 }

@@ -116,6 +116,18 @@ pub struct ErrorInfo {
     pub detail: Option<Value>,
 }
 
+/// One line of the open-instance census ([`crate::Engine::open_census`]): how many
+/// instances of a workflow are in one open status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenCount {
+    /// Workflow name.
+    pub workflow: String,
+    /// An open status: `Pending`, `Running`, `Waiting` or `Suspended`.
+    pub status: RunStatus,
+    /// Instances in that status (instances).
+    pub count: u64,
+}
+
 /// The status projection of an instance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceStatus {

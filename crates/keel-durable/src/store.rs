@@ -214,6 +214,26 @@ pub(crate) async fn instance_statuses(
     .await?)
 }
 
+/// One row of the open-instance census: how many instances of `workflow` are in
+/// `status` (an open status: `pending`, `running`, `waiting`, `suspended`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct CensusRow {
+    pub workflow: String,
+    pub status: String,
+    pub count: i64,
+}
+
+/// The open instances (not ended) counted by workflow and status, in that order; one
+/// index-only scan of `durable_instance_open`.
+pub(crate) async fn instances_open_census(db: impl PgExecutor<'_>) -> Result<Vec<CensusRow>> {
+    Ok(sqlx::query_as(
+        "SELECT workflow, status, count(*) AS count FROM durable_instance
+          WHERE ended_at IS NULL GROUP BY workflow, status ORDER BY workflow, status",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
 /// The start input of an instance.
 pub(crate) async fn instance_input(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Value>> {
     Ok(

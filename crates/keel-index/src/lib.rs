@@ -47,7 +47,7 @@
 //!
 //! ## Metrics
 //! `keel_index_blocks_total`, `keel_index_logs_total` (counters, label `chain_id`),
-//! `keel_index_tip_block` (gauge), `keel_index_reorgs_total`,
+//! `keel_index_tip_block`, `keel_index_chain_head_block` (gauges), `keel_index_reorgs_total`,
 //! `keel_index_reorg_depth_blocks` (histogram, blocks), `keel_index_reorg_too_deep_total`,
 //! `keel_index_reorg_beyond_window_total` (rolled back to the finalized block),
 //! `keel_index_fenced_total`, `keel_index_chain_degraded` (gauge, 1 degraded),
@@ -208,6 +208,11 @@ pub fn describe_metrics() {
         "keel_index_reorgs_total",
         ::metrics::Unit::Count,
         "Reorgs handled by the tip indexer (count)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_index_chain_head_block",
+        ::metrics::Unit::Count,
+        "The chain's head block number as last read from the node by the tip indexer; index lag = this - keel_index_tip_block (block number)."
     );
     ::metrics::describe_gauge!(
         "keel_index_tip_block",

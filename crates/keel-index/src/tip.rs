@@ -159,6 +159,7 @@ impl TipIngest {
         self.check_epoch(&mut conn).await?;
         drop(conn);
         let head = self.node.block_number().await?;
+        self.observed_head(head);
         let mut out = RoundOutcome {
             head,
             ..RoundOutcome::default()
@@ -259,12 +260,20 @@ impl TipIngest {
         let every = every.max(std::time::Duration::from_millis(1));
         loop {
             let head = self.node.block_number().await?;
+            self.observed_head(head);
             let now = tokio::time::Instant::now();
             if tip.is_none_or(|t| head > t) || now >= deadline {
                 return Ok(head);
             }
             tokio::time::sleep_until((now + every).min(deadline)).await;
         }
+    }
+
+    /// Exports the node's head as last seen (`keel_index_chain_head_block`), so the
+    /// index lag is `chain_head_block - tip_block` per chain.
+    fn observed_head(&self, head: u64) {
+        metrics::gauge!("keel_index_chain_head_block", "chain_id" => self.chain.get().to_string())
+            .set(head as f64);
     }
 
     async fn load_scope(&self) -> Result<HashMap<Address, (ScopeKind, u64)>> {

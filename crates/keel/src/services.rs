@@ -343,9 +343,56 @@ pub async fn start_runner(
         });
         tasks.push(("chain-health", health));
     }
+    let census_engine = engine.clone();
+    let census_stop = stop.clone();
+    let census = supervisor.spawn("open-census", move || {
+        let service = OpenCensusReport {
+            engine: census_engine.clone(),
+            gauge: keel_durable::OpenCensusGauge::new(keel_workflows::workflows::WORKFLOWS),
+        };
+        let pacing = keel_service::ServiceConfig::new(OPEN_CENSUS_INTERVAL)
+            .with_backoff(OPEN_CENSUS_INTERVAL, OPEN_CENSUS_INTERVAL);
+        let stop = census_stop.clone();
+        async move {
+            keel_service::run(service, pacing, stop).await;
+        }
+    });
+    tasks.push(("open-census", census));
     tracing::info!(target: TARGET, chains = config.chains.len(), operator = %env.operator,
         "runner services started");
     Ok(RunnerServices { executor, tasks })
+}
+
+/// How often the runner exports the open-instance census.
+pub const OPEN_CENSUS_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The runner's open-instance census as a background service (`open-census`): each run
+/// reads [`Engine::open_census`] (one index-only scan) and sets
+/// `keel_durable_open_instances{workflow, status}` (0 for registered workflows with no
+/// open instance), then idles [`OPEN_CENSUS_INTERVAL`]; a failed read is logged at WARN
+/// and retried after the same interval. Every runner reports the same database-wide
+/// numbers, so dashboards aggregate it with `max`, not `sum`.
+struct OpenCensusReport {
+    engine: Engine,
+    gauge: keel_durable::OpenCensusGauge,
+}
+
+impl keel_service::BackgroundService for OpenCensusReport {
+    type Error = keel_durable::DurableError;
+
+    fn name(&self) -> &'static str {
+        "open-census"
+    }
+
+    async fn run_once(&mut self) -> Result<keel_service::Report, Self::Error> {
+        let census = self.engine.open_census().await?;
+        self.gauge.export(&census);
+        Ok(keel_service::Report::idle(census.len() as u64))
+    }
+
+    fn cancel_safe(&self) -> bool {
+        true
+    }
 }
 
 /// A durable configuration error with the key of this binary's configuration.

@@ -1520,6 +1520,27 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
                 assert!(text.contains(needle), "api metrics lack {needle}:\n{text}");
             }
         }
+        // The two operator views the dashboard derives: workflows by state (every
+        // registered workflow reported, zero or not) and the index lag.
+        if role == "runner" {
+            for needle in [
+                "keel_durable_open_instances{",
+                "workflow=\"asset.create\"",
+                "workflow=\"asset.mint\"",
+                "status=\"waiting\"",
+            ] {
+                assert!(
+                    text.contains(needle),
+                    "runner metrics lack {needle}:\n{text}"
+                );
+            }
+        }
+        if role == "indexer" {
+            assert!(
+                text.contains("keel_index_chain_head_block{"),
+                "indexer metrics lack the chain head:\n{text}"
+            );
+        }
     }
     for name in dashboard_metrics() {
         assert!(

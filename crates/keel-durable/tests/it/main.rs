@@ -3,6 +3,7 @@
 mod common;
 
 mod bounds;
+mod census;
 mod crash;
 mod executors;
 mod lifecycle;
