@@ -425,8 +425,7 @@ impl From<keel_workflows::Scope> for ApiKeyScope {
             keel_workflows::Scope::Read => Self::Read,
             keel_workflows::Scope::Operate => Self::Operate,
             keel_workflows::Scope::Approve => Self::Approve,
-            // `Scope` is non-exhaustive; `admin` is its last (and broadest) member.
-            _ => Self::Admin,
+            keel_workflows::Scope::Admin => Self::Admin,
         }
     }
 }

@@ -823,6 +823,85 @@ mod tests {
         );
     }
 
+    /// A duplicate member answers the same problem whichever copy is first and whatever
+    /// the copies hold (a refused value first and an accepted one last included), in
+    /// every body type; a member unknown to the schema stays unknown when repeated.
+    #[test]
+    fn duplicates_answer_the_same_in_any_order() {
+        fn answer<T: RequestBody + std::fmt::Debug>(body: &str) -> Problem {
+            parse_body::<T>(body.as_bytes()).unwrap_err()
+        }
+        let asset = r#""symbol":"A","decimals":6,"templateId":"t","initialPrice":"1""#;
+        let a = [
+            format!(r#"{{"name":"A","name":"B",{asset}}}"#),
+            format!(r#"{{"name":5,"name":"A",{asset}}}"#),
+            format!(r#"{{"name":"A",{asset},"name":5}}"#),
+            format!(r#"{{"name":"A",{asset},"name":{{"d":1,"d":2}}}}"#),
+            format!(r#"{{"name":"A","name":"A",{asset}}}"#),
+        ];
+        let first = answer::<CreateAssetRequest>(&a[0]);
+        assert_eq!(first.code, "INVALID_FIELD");
+        assert!(first.detail.contains("`name`: appears more than once"));
+        for body in &a {
+            assert_eq!(answer::<CreateAssetRequest>(body), first, "{body}");
+        }
+        let d = [
+            format!(r#"{{"name":"A",{asset},"decimals":300}}"#),
+            format!(r#"{{"decimals":300,"name":"A",{asset}}}"#),
+        ];
+        for body in &d {
+            let p = answer::<CreateAssetRequest>(body);
+            assert!(
+                p.detail.contains("`decimals`: appears more than once"),
+                "{body}"
+            );
+        }
+        let t = [
+            r#"{"recipient":"0x12","amount":"1","recipient":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8"}"#,
+            r#"{"amount":"1","recipient":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","recipient":"0x12"}"#,
+        ];
+        assert_eq!(
+            answer::<TokenAmountRequest>(t[0]),
+            answer::<TokenAmountRequest>(t[1])
+        );
+        let k = [
+            r#"{"label":"a","scopes":["read"],"scopes":"x"}"#,
+            r#"{"scopes":"x","label":"a","scopes":["read"]}"#,
+        ];
+        let p = answer::<crate::dto::CreateApiKeyRequest>(k[0]);
+        assert!(p.detail.contains("`scopes`"), "{p:?}");
+        assert_eq!(answer::<crate::dto::CreateApiKeyRequest>(k[1]), p);
+        let r = [
+            r#"{"expiresInSeconds":1,"expiresInSeconds":null}"#,
+            r#"{"expiresInSeconds":null,"expiresInSeconds":1}"#,
+        ];
+        let p = answer::<crate::dto::RotateApiKeyRequest>(r[0]);
+        assert_eq!(p.code, "INVALID_FIELD");
+        assert_eq!(answer::<crate::dto::RotateApiKeyRequest>(r[1]), p);
+        let e = [r#"{"a":1,"a":2}"#, r#"{"a":2,"a":1}"#];
+        assert_eq!(answer::<EmptyRequest>(e[0]).code, "UNKNOWN_FIELD");
+        assert_eq!(answer::<EmptyRequest>(e[0]), answer::<EmptyRequest>(e[1]));
+        // Unknown members take precedence over duplicates, in any order.
+        let u = [
+            format!(r#"{{"x":1,"name":"A","name":"B",{asset}}}"#),
+            format!(r#"{{"name":"A","name":"B",{asset},"x":1}}"#),
+        ];
+        for body in &u {
+            assert_eq!(answer::<CreateAssetRequest>(body).code, "UNKNOWN_FIELD");
+        }
+    }
+
+    #[test]
+    fn optional_members_may_be_absent_or_null() {
+        use crate::dto::RotateApiKeyRequest;
+        for body in [&b"{}"[..], br#"{"expiresInSeconds":null}"#] {
+            let r = parse_body::<RotateApiKeyRequest>(body).unwrap();
+            assert_eq!(r.expires_in_seconds, None);
+        }
+        let r = parse_body::<RotateApiKeyRequest>(br#"{"expiresInSeconds":60.0}"#).unwrap();
+        assert_eq!(r.expires_in_seconds, Some(60));
+    }
+
     #[test]
     fn addresses_check_eip55_when_mixed_case() {
         let good = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";

@@ -54,9 +54,9 @@ impl From<store::CallerRow> for Caller {
 }
 
 /// What an API key may do. The Platform API requires one scope per route (the table
-/// of `keel_api::scope`).
+/// of `keel_api::scope`). Deliberately exhaustive: a new scope must be handled (and
+/// added to the `api_key_scopes_known` CHECK) wherever scopes are matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
 pub enum Scope {
     /// Reads: every `GET` route.
     Read,
