@@ -61,14 +61,39 @@ pub async fn organization_id_by_name(
     )
 }
 
-/// Inserts API key `id` of `organization_id` with `scopes` (names out of `read`,
-/// `operate`, `approve`, `admin`; the table CHECKs them); `secret_sha256` is the SHA-256
-/// (32 bytes) of the full token.
+/// Inserts API key `id` of `organization_id` holding the column default, every scope
+/// (the statement keys had before scopes existed: it also runs on a schema before
+/// migration 0029); `secret_sha256` is the SHA-256 (32 bytes) of the full token.
+///
+/// # Errors
+/// [`StoreError`] (an unknown organization is a constraint violation).
+pub async fn api_key_insert(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    organization_id: Uuid,
+    label: &str,
+    secret_sha256: &[u8],
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO api_key (id, organization_id, label, secret_sha256) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(id)
+    .bind(organization_id)
+    .bind(label)
+    .bind(secret_sha256)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Inserts API key `id` of `organization_id` holding `scopes` (names out of `read`,
+/// `operate`, `approve`, `admin`; the table CHECKs them); `secret_sha256` as in
+/// [`api_key_insert`].
 ///
 /// # Errors
 /// [`StoreError`] (an unknown organization or an unknown scope is a constraint
 /// violation).
-pub async fn api_key_insert(
+pub async fn api_key_insert_with_scopes(
     db: impl PgExecutor<'_>,
     id: Uuid,
     organization_id: Uuid,

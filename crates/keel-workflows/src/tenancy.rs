@@ -322,12 +322,18 @@ pub async fn organization_by_name(db: &PgPool, name: &str) -> Result<Uuid> {
 
 /// Creates an API key for `organization_id` holding every scope (as keys created
 /// before scopes existed; `keel api-key create` without `--scope`). The token is
-/// returned once; only its SHA-256 is stored.
+/// returned once; only its SHA-256 is stored. The row takes the `scopes` column's
+/// default, so this also works on a schema before migration 0029.
 ///
 /// # Errors
-/// As [`create_api_key_with_scopes`].
+/// [`OpsError::InvalidField`] for a bad label; [`OpsError::Store`] (unknown
+/// organization is a constraint violation).
 pub async fn create_api_key(db: &PgPool, organization_id: Uuid, label: &str) -> Result<NewApiKey> {
-    create_api_key_with_scopes(db, organization_id, label, Scopes::all()).await
+    valid_label(label)?;
+    let (token, hash) = new_token();
+    let id = Uuid::new_v4();
+    store::api_key_insert(db, id, organization_id, label, &hash).await?;
+    Ok(NewApiKey { id, token })
 }
 
 /// A fresh token and its SHA-256.
@@ -359,7 +365,8 @@ pub async fn create_api_key_with_scopes(
     }
     let (token, hash) = new_token();
     let id = Uuid::new_v4();
-    store::api_key_insert(db, id, organization_id, label, &hash, &scopes.names()).await?;
+    store::api_key_insert_with_scopes(db, id, organization_id, label, &hash, &scopes.names())
+        .await?;
     Ok(NewApiKey { id, token })
 }
 
