@@ -68,6 +68,13 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "The API key is missing, malformed, unknown or revoked.",
     ),
     c(
+        "INSUFFICIENT_SCOPE",
+        403,
+        "The API key lacks the scope the route requires (`read` for GET routes, `operate` \
+         for operation-creating POSTs, retry and cancel, `approve` for approve and reject, \
+         `admin` for `/v1/api-keys`), or a new key would hold a scope the calling key lacks.",
+    ),
+    c(
         "NOT_FOUND",
         404,
         "No such resource for the caller's organization (other organizations' resources \
@@ -77,6 +84,11 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "METHOD_NOT_ALLOWED",
         405,
         "The route does not support the method.",
+    ),
+    c(
+        "API_KEY_REVOKED",
+        409,
+        "The API key is revoked; it cannot be rotated (create a new key).",
     ),
     c(
         "APPROVAL_EXPIRED",
@@ -295,6 +307,9 @@ mod tests {
             "src/lib.rs",
             "src/openapi.rs",
             "src/problem.rs",
+            "src/scope.rs",
+            "src/keys.rs",
+            "src/page.rs",
             "../keel-workflows/src/error.rs",
             "../keel-units/src/error.rs",
         ];
@@ -365,6 +380,8 @@ mod tests {
             },
             OpsError::ApprovalExpired,
             OpsError::OperationEnded,
+            OpsError::InsufficientScope,
+            OpsError::ApiKeyRevoked,
             OpsError::Engine(DurableError::InvalidInput(BoundError::TooLarge {
                 what: "input",
                 limit: 1,
@@ -391,6 +408,7 @@ mod tests {
             Problem::unauthenticated(),
             Problem::not_found("route"),
             Problem::internal(),
+            crate::scope::insufficient_scope(keel_workflows::Scope::Admin),
         ] {
             assert!(is_listed(&p.code, p.status), "{p:?}");
         }

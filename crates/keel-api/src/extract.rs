@@ -8,8 +8,8 @@ use alloy_primitives::Address;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::{HeaderMap, StatusCode, header, request::Parts};
-use keel_workflows::Caller;
-use serde::de::DeserializeOwned;
+use keel_workflows::{Caller, Credential};
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -17,39 +17,40 @@ use uuid::Uuid;
 /// (the operations service's input bound, [`keel_workflows::MAX_INPUT_DEPTH`]).
 pub const MAX_JSON_DEPTH: usize = keel_workflows::MAX_INPUT_DEPTH;
 
-/// The authenticated caller (`Authorization: Bearer <api key>`).
+/// The authenticated caller (`Authorization: Bearer <api key>`), whose key holds the
+/// route's scope: authenticated and checked by the authorization layer
+/// ([`crate::scope::authorize`]) before any extractor runs.
 #[derive(Debug, Clone, Copy)]
 pub struct Authed(pub Caller);
 
-impl FromRequestParts<ApiState> for Authed {
+impl<S: Send + Sync> FromRequestParts<S> for Authed {
     type Rejection = Problem;
 
-    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Problem> {
-        use crate::metrics::{AuthFailure, auth_failed};
-        let refuse = |reason: AuthFailure| {
-            auth_failed(reason);
-            Problem::unauthenticated()
-        };
-        let value = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .ok_or_else(|| refuse(AuthFailure::Missing))?;
-        let value = value.to_str().map_err(|_| refuse(AuthFailure::Malformed))?;
-        let (scheme, token) = value
-            .trim()
-            .split_once(' ')
-            .ok_or_else(|| refuse(AuthFailure::Malformed))?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(refuse(AuthFailure::Malformed));
-        }
-        match state.ops().authenticate(token.trim()).await {
-            Ok(caller) => Ok(Self(caller)),
-            Err(keel_workflows::OpsError::Unauthenticated) => {
-                auth_failed(AuthFailure::Invalid);
-                Err(keel_workflows::OpsError::Unauthenticated.into())
-            }
-            Err(e) => Err(e.into()),
-        }
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        Authorized::from_request_parts(parts, state)
+            .await
+            .map(|Authorized(c)| Self(c.caller))
+    }
+}
+
+/// The authenticated caller with its key's scopes (see [`Authed`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Authorized(pub Credential);
+
+impl<S: Send + Sync> FromRequestParts<S> for Authorized {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
+        // Absent only on a route `scope::ROUTES` calls public: a server bug, refused.
+        parts
+            .extensions
+            .get::<Credential>()
+            .copied()
+            .map(Self)
+            .ok_or_else(|| {
+                tracing::error!("a public route asked for the caller; refusing");
+                Problem::internal()
+            })
     }
 }
 
@@ -176,6 +177,21 @@ pub enum FieldKind {
     /// ERC-20 decimals: an integer (0 to 36; larger values are refused with
     /// `DECIMALS_OUT_OF_RANGE`).
     Decimals,
+    /// A non-negative integer (an integral JSON number such as `60` or `60.0`); its
+    /// range is the handler's or service's rule (`422 INVALID_FIELD`).
+    UnsignedInteger,
+    /// An array of at most `max_items` strings (which strings, the handler decides).
+    TextList {
+        /// The most elements accepted.
+        max_items: usize,
+    },
+}
+
+impl FieldKind {
+    /// Whether a string value is this kind's JSON type (and must be kept).
+    fn wants_text(self) -> bool {
+        matches!(self, Self::Text | Self::Decimal | Self::Address)
+    }
 }
 
 /// A field of a request body's schema.
@@ -187,10 +203,17 @@ pub struct Field {
     pub kind: FieldKind,
 }
 
-/// A request body type: its fields (all required) and whether an empty body means `{}`.
+/// A request body type: its fields, which of them may be absent, and whether an empty
+/// body means `{}`.
+///
+/// A new body type implements this next to its DTO: list every member in `FIELDS`
+/// (the order is the order in which problems are reported) and the optional ones in
+/// `OPTIONAL`; the DTO's `Deserialize` then only sees values of the listed kinds.
 pub trait RequestBody: DeserializeOwned {
-    /// Every field the body accepts; each is required.
+    /// Every field the body accepts; each is required unless named in `OPTIONAL`.
     const FIELDS: &'static [Field];
+    /// The fields of `FIELDS` that may be absent (or `null`).
+    const OPTIONAL: &'static [&'static str] = &[];
     /// Whether an empty body (no bytes) stands for `{}`.
     const EMPTY_ALLOWED: bool = false;
 }
@@ -238,15 +261,36 @@ impl RequestBody for crate::dto::EmptyRequest {
     const EMPTY_ALLOWED: bool = true;
 }
 
+impl RequestBody for crate::dto::CreateApiKeyRequest {
+    const FIELDS: &'static [Field] = &[
+        Field {
+            name: "label",
+            kind: FieldKind::Text,
+        },
+        Field {
+            name: "scopes",
+            kind: FieldKind::TextList {
+                max_items: crate::dto::MAX_SCOPES_PER_KEY,
+            },
+        },
+    ];
+}
+
+impl RequestBody for crate::dto::RotateApiKeyRequest {
+    const FIELDS: &'static [Field] = &[Field {
+        name: "expiresInSeconds",
+        kind: FieldKind::UnsignedInteger,
+    }];
+    const OPTIONAL: &'static [&'static str] = &["expiresInSeconds"];
+    const EMPTY_ALLOWED: bool = true;
+}
+
 /// A validated JSON request body of type `T`.
 ///
-/// Checks, in order: the body limit (`413 PAYLOAD_TOO_LARGE`), the media type
-/// (`415 UNSUPPORTED_MEDIA_TYPE`), nesting depth over [`MAX_JSON_DEPTH`] counted on the
-/// raw bytes without recursion and before parsing (`400 JSON_TOO_DEEP`), JSON syntax
-/// (`400 MALFORMED_JSON`), a top-level object (`400 INVALID_FIELD`), unknown members
-/// (`400 UNKNOWN_FIELD`), each field's presence and kind (`400 INVALID_FIELD`,
-/// `422 INVALID_ADDRESS`, `422 DECIMALS_OUT_OF_RANGE`), then deserializes `T`
-/// (duplicate members: `400 INVALID_FIELD`).
+/// Checks the body limit (`413 PAYLOAD_TOO_LARGE`) and the media type
+/// (`415 UNSUPPORTED_MEDIA_TYPE`), then [`parse_body`]: depth, syntax, shape, unknown
+/// and duplicate members, each field's kind — in one streaming pass that never builds
+/// a `serde_json::Value` of the body.
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
 
@@ -314,7 +358,341 @@ fn invalid(detail: String) -> Problem {
     Problem::bad_request("INVALID_FIELD", detail)
 }
 
-/// Validates and deserializes a body (see [`JsonBody`]).
+/// What the scan kept of one member's value: the value itself for the JSON types its
+/// field accepts (a string, a number, a short list of strings), else only that it was
+/// something else.
+#[derive(Debug)]
+enum Seen {
+    /// `null`.
+    Null,
+    /// A number.
+    Number(serde_json::Number),
+    /// A string, for a field that takes one.
+    Text(String),
+    /// An array of strings within the field's bound, for a field that takes one.
+    TextList(Vec<String>),
+    /// Any other value (skipped without being kept).
+    Other,
+}
+
+/// The result of one pass over a body: flags for the object as a whole and, per field
+/// of the schema, what its member held and whether it appeared more than once. Its
+/// size depends on the schema only, never on the body.
+#[derive(Debug)]
+struct Scan {
+    fields: &'static [Field],
+    not_object: bool,
+    unknown: bool,
+    repeated: Vec<bool>,
+    slots: Vec<Option<Seen>>,
+}
+
+impl Scan {
+    fn new(fields: &'static [Field]) -> Self {
+        Self {
+            fields,
+            not_object: false,
+            unknown: false,
+            repeated: vec![false; fields.len()],
+            slots: fields.iter().map(|_| None).collect(),
+        }
+    }
+}
+
+/// Visits the top-level value: an object's members are matched against the schema
+/// (unknown and repeated names are flagged, their values skipped); anything else is
+/// flagged and skipped. Never fails on content: only the parser's syntax errors end the
+/// pass, so every problem is judged after the whole body parsed.
+struct TopVisitor<'a>(&'a mut Scan);
+
+impl<'de> serde::de::Visitor<'de> for TopVisitor<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let scan = self.0;
+        while let Some(index) = map.next_key_seed(KeySeed(scan.fields))? {
+            match index {
+                None => {
+                    scan.unknown = true;
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Some(i) if scan.slots[i].is_some() => {
+                    scan.repeated[i] = true;
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Some(i) => {
+                    let seen = map.next_value_seed(ValueSeed(scan.fields[i].kind))?;
+                    scan.slots[i] = Some(seen);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.0.not_object = true;
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        self.0.not_object = true;
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        self.0.not_object = true;
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        self.0.not_object = true;
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        self.0.not_object = true;
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        self.0.not_object = true;
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.0.not_object = true;
+        Ok(())
+    }
+}
+
+/// A member name → the index of its field in the schema (`None`: not in it). The name
+/// is compared where the parser holds it, never copied.
+struct KeySeed(&'static [Field]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySeed {
+    type Value = Option<usize>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeySeed {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<Option<usize>, E> {
+        Ok(self.0.iter().position(|f| f.name == name))
+    }
+}
+
+/// One member's value, kept only when it has a JSON type `.0` accepts.
+struct ValueSeed(FieldKind);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ValueSeed {
+    type Value = Seen;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Seen, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ValueSeed {
+    type Value = Seen;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Seen, E> {
+        Ok(Seen::Null)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Seen, E> {
+        Ok(Seen::Other)
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Seen, E> {
+        Ok(Seen::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Seen, E> {
+        Ok(Seen::Number(n.into()))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Seen, E> {
+        Ok(serde_json::Number::from_f64(n).map_or(Seen::Other, Seen::Number))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Seen, E> {
+        Ok(if self.0.wants_text() {
+            Seen::Text(s.to_owned())
+        } else {
+            Seen::Other
+        })
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
+        let FieldKind::TextList { max_items } = self.0 else {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            return Ok(Seen::Other);
+        };
+        let mut items = Vec::new();
+        let mut fits = true;
+        while let Some(item) = seq.next_element_seed(ListItemSeed)? {
+            match item {
+                Some(s) if fits && items.len() < max_items => items.push(s),
+                _ => fits = false,
+            }
+        }
+        Ok(if fits {
+            Seen::TextList(items)
+        } else {
+            Seen::Other
+        })
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Seen::Other)
+    }
+}
+
+/// An element of a string list: the string, or `None` (skipped) for anything else.
+struct ListItemSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for ListItemSeed {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ListItemSeed {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Option<String>, E> {
+        // Bounded: `max_items` strings are kept at most, each no longer than the body.
+        Ok(Some(s.to_owned()))
+    }
+
+    fn visit_unit<E>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<Option<String>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<Option<String>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+}
+
+/// Checks one present member against its field's kind; the value, when it passes, as
+/// the JSON value `T`'s `Deserialize` is given.
+fn check_field(f: &Field, seen: Seen) -> Result<Value, Problem> {
+    let name = f.name;
+    match (f.kind, seen) {
+        (FieldKind::Text | FieldKind::Decimal | FieldKind::Address, Seen::Text(s)) => {
+            if f.kind == FieldKind::Address {
+                parse_address(&s, name)?;
+            }
+            Ok(Value::String(s))
+        }
+        (FieldKind::Text, _) => Err(invalid(format!("field `{name}`: must be a string"))),
+        (FieldKind::Decimal, _) => Err(invalid(format!(
+            "field `{name}`: must be a decimal string such as \"12.5\" (JSON numbers are refused to avoid precision loss)"
+        ))),
+        (FieldKind::Address, _) => Err(invalid(format!(
+            "field `{name}`: must be an address string"
+        ))),
+        (FieldKind::Decimals, seen) => {
+            let n = match seen {
+                Seen::Number(n) => Some(n),
+                _ => None,
+            };
+            match n.as_ref().and_then(crate::dto::integral_u64) {
+                Some(d) if d <= u64::from(u8::MAX) => Ok(Value::from(d)),
+                Some(_) => Err(Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "DECIMALS_OUT_OF_RANGE",
+                    format!("field `{name}`: must be an integer from 0 to 36"),
+                )),
+                None => Err(invalid(format!(
+                    "field `{name}`: must be an integer from 0 to 36"
+                ))),
+            }
+        }
+        (FieldKind::UnsignedInteger, Seen::Number(n)) => crate::dto::integral_u64(&n)
+            .map(Value::from)
+            .ok_or_else(|| invalid(format!("field `{name}`: must be a non-negative integer"))),
+        (FieldKind::UnsignedInteger, _) => Err(invalid(format!(
+            "field `{name}`: must be a non-negative integer"
+        ))),
+        (FieldKind::TextList { .. }, Seen::TextList(items)) => {
+            Ok(Value::Array(items.into_iter().map(Value::String).collect()))
+        }
+        (FieldKind::TextList { max_items }, _) => Err(invalid(format!(
+            "field `{name}`: must be an array of at most {max_items} strings"
+        ))),
+    }
+}
+
+/// Validates and deserializes a body (see [`JsonBody`]) in one streaming pass: no
+/// `serde_json::Value` of the body is ever built. What is kept is bounded by the
+/// schema — per field at most its own value (a string, a number, a short list of
+/// strings) — so a body of any size costs at most about its own length in memory
+/// (a long string member is copied once), never a tree of its values.
+///
+/// Order of the checks (the first that fails answers; each is judged on the whole
+/// body, so the answer never depends on member order): nesting depth
+/// (`JSON_TOO_DEEP`, a byte scan before parsing), UTF-8 and syntax
+/// (`MALFORMED_JSON`), a top-level object (`INVALID_FIELD`), members the schema does
+/// not define (`UNKNOWN_FIELD`), a member that appears more than once
+/// (`INVALID_FIELD`, naming it — whatever the values of its copies), then each field
+/// in the schema's order: presence and JSON kind (`INVALID_FIELD`), address form
+/// (`422 INVALID_ADDRESS`), decimals range (`422 DECIMALS_OUT_OF_RANGE`). A member
+/// whose value has the wrong JSON type is refused as such without its content being
+/// kept (objects nested in it are not inspected: the schemas define no nested
+/// objects).
 ///
 /// # Errors
 /// A [`Problem`] naming the broken rule (and at most a field name of `T`'s schema).
@@ -325,16 +703,18 @@ pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, Problem> {
             format!("the request body is nested deeper than {MAX_JSON_DEPTH} levels"),
         ));
     }
-    let value: Value = serde_json::from_slice(bytes).map_err(|_| {
-        Problem::bad_request("MALFORMED_JSON", "the request body is not valid JSON")
-    })?;
-    let Value::Object(members) = &value else {
+    let malformed = || Problem::bad_request("MALFORMED_JSON", "the request body is not valid JSON");
+    // JSON text is UTF-8 (RFC 8259 §8.1), skipped strings included.
+    let text = std::str::from_utf8(bytes).map_err(|_| malformed())?;
+    let mut scan = Scan::new(T::FIELDS);
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde::Deserializer::deserialize_any(&mut de, TopVisitor(&mut scan))
+        .and_then(|()| de.end())
+        .map_err(|_| malformed())?;
+    if scan.not_object {
         return Err(invalid("the request body must be a JSON object".to_owned()));
-    };
-    if members
-        .keys()
-        .any(|k| !T::FIELDS.iter().any(|f| f.name == k.as_str()))
-    {
+    }
+    if scan.unknown {
         let accepted: Vec<&str> = T::FIELDS.iter().map(|f| f.name).collect();
         let detail = if accepted.is_empty() {
             "the request body accepts no fields".to_owned()
@@ -346,53 +726,28 @@ pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, Problem> {
         };
         return Err(Problem::bad_request("UNKNOWN_FIELD", detail));
     }
-    for f in T::FIELDS {
-        let name = f.name;
-        let Some(v) = members.get(name) else {
-            return Err(invalid(format!("field `{name}`: is required")));
-        };
-        match f.kind {
-            FieldKind::Text => {
-                if !v.is_string() {
-                    return Err(invalid(format!("field `{name}`: must be a string")));
-                }
+    if let Some(f) = T::FIELDS
+        .iter()
+        .zip(&scan.repeated)
+        .find_map(|(f, r)| r.then_some(f))
+    {
+        return Err(invalid(format!(
+            "field `{}`: appears more than once (duplicate members are refused)",
+            f.name
+        )));
+    }
+    let mut members = serde_json::Map::new();
+    for (f, slot) in T::FIELDS.iter().zip(scan.slots) {
+        let optional = T::OPTIONAL.contains(&f.name);
+        match slot {
+            None | Some(Seen::Null) if optional => {}
+            None => return Err(invalid(format!("field `{}`: is required", f.name))),
+            Some(seen) => {
+                members.insert(f.name.to_owned(), check_field(f, seen)?);
             }
-            FieldKind::Decimal => {
-                if !v.is_string() {
-                    return Err(invalid(format!(
-                        "field `{name}`: must be a decimal string such as \"12.5\" (JSON numbers are refused to avoid precision loss)"
-                    )));
-                }
-            }
-            FieldKind::Address => match v.as_str() {
-                Some(s) => {
-                    parse_address(s, name)?;
-                }
-                None => {
-                    return Err(invalid(format!(
-                        "field `{name}`: must be an address string"
-                    )));
-                }
-            },
-            FieldKind::Decimals => match v.as_number().and_then(crate::dto::integral_u64) {
-                Some(d) if d <= u64::from(u8::MAX) => {}
-                Some(_) => {
-                    return Err(Problem::new(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "DECIMALS_OUT_OF_RANGE",
-                        format!("field `{name}`: must be an integer from 0 to 36"),
-                    ));
-                }
-                None => {
-                    return Err(invalid(format!(
-                        "field `{name}`: must be an integer from 0 to 36"
-                    )));
-                }
-            },
         }
     }
-    // Deserialize from the bytes (not the parsed value) so duplicate members are refused.
-    serde_json::from_slice(bytes)
+    serde_json::from_value(Value::Object(members))
         .map_err(|_| invalid("the request body does not match the schema".to_owned()))
 }
 
@@ -466,6 +821,85 @@ mod tests {
                 .code,
             "UNKNOWN_FIELD"
         );
+    }
+
+    /// A duplicate member answers the same problem whichever copy is first and whatever
+    /// the copies hold (a refused value first and an accepted one last included), in
+    /// every body type; a member unknown to the schema stays unknown when repeated.
+    #[test]
+    fn duplicates_answer_the_same_in_any_order() {
+        fn answer<T: RequestBody + std::fmt::Debug>(body: &str) -> Problem {
+            parse_body::<T>(body.as_bytes()).unwrap_err()
+        }
+        let asset = r#""symbol":"A","decimals":6,"templateId":"t","initialPrice":"1""#;
+        let a = [
+            format!(r#"{{"name":"A","name":"B",{asset}}}"#),
+            format!(r#"{{"name":5,"name":"A",{asset}}}"#),
+            format!(r#"{{"name":"A",{asset},"name":5}}"#),
+            format!(r#"{{"name":"A",{asset},"name":{{"d":1,"d":2}}}}"#),
+            format!(r#"{{"name":"A","name":"A",{asset}}}"#),
+        ];
+        let first = answer::<CreateAssetRequest>(&a[0]);
+        assert_eq!(first.code, "INVALID_FIELD");
+        assert!(first.detail.contains("`name`: appears more than once"));
+        for body in &a {
+            assert_eq!(answer::<CreateAssetRequest>(body), first, "{body}");
+        }
+        let d = [
+            format!(r#"{{"name":"A",{asset},"decimals":300}}"#),
+            format!(r#"{{"decimals":300,"name":"A",{asset}}}"#),
+        ];
+        for body in &d {
+            let p = answer::<CreateAssetRequest>(body);
+            assert!(
+                p.detail.contains("`decimals`: appears more than once"),
+                "{body}"
+            );
+        }
+        let t = [
+            r#"{"recipient":"0x12","amount":"1","recipient":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8"}"#,
+            r#"{"amount":"1","recipient":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","recipient":"0x12"}"#,
+        ];
+        assert_eq!(
+            answer::<TokenAmountRequest>(t[0]),
+            answer::<TokenAmountRequest>(t[1])
+        );
+        let k = [
+            r#"{"label":"a","scopes":["read"],"scopes":"x"}"#,
+            r#"{"scopes":"x","label":"a","scopes":["read"]}"#,
+        ];
+        let p = answer::<crate::dto::CreateApiKeyRequest>(k[0]);
+        assert!(p.detail.contains("`scopes`"), "{p:?}");
+        assert_eq!(answer::<crate::dto::CreateApiKeyRequest>(k[1]), p);
+        let r = [
+            r#"{"expiresInSeconds":1,"expiresInSeconds":null}"#,
+            r#"{"expiresInSeconds":null,"expiresInSeconds":1}"#,
+        ];
+        let p = answer::<crate::dto::RotateApiKeyRequest>(r[0]);
+        assert_eq!(p.code, "INVALID_FIELD");
+        assert_eq!(answer::<crate::dto::RotateApiKeyRequest>(r[1]), p);
+        let e = [r#"{"a":1,"a":2}"#, r#"{"a":2,"a":1}"#];
+        assert_eq!(answer::<EmptyRequest>(e[0]).code, "UNKNOWN_FIELD");
+        assert_eq!(answer::<EmptyRequest>(e[0]), answer::<EmptyRequest>(e[1]));
+        // Unknown members take precedence over duplicates, in any order.
+        let u = [
+            format!(r#"{{"x":1,"name":"A","name":"B",{asset}}}"#),
+            format!(r#"{{"name":"A","name":"B",{asset},"x":1}}"#),
+        ];
+        for body in &u {
+            assert_eq!(answer::<CreateAssetRequest>(body).code, "UNKNOWN_FIELD");
+        }
+    }
+
+    #[test]
+    fn optional_members_may_be_absent_or_null() {
+        use crate::dto::RotateApiKeyRequest;
+        for body in [&b"{}"[..], br#"{"expiresInSeconds":null}"#] {
+            let r = parse_body::<RotateApiKeyRequest>(body).unwrap();
+            assert_eq!(r.expires_in_seconds, None);
+        }
+        let r = parse_body::<RotateApiKeyRequest>(br#"{"expiresInSeconds":60.0}"#).unwrap();
+        assert_eq!(r.expires_in_seconds, Some(60));
     }
 
     #[test]

@@ -18,6 +18,10 @@
 //! | `GET /v1/assets`, `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::assets`, `Ops::asset` | assets |
 //! | `GET /v1/assets/{id}/balances/{address}` (same query) | `Ops::balance` | balance |
 //! | `GET /v1/funding-requests` (`?chainId=N`) | `Ops::funding_requests` (scoped to the caller's operations) | funding requests |
+//! | `GET /v1/api-keys` (`?limit=N&cursor=C`) | `Ops::api_keys` | one page of the organization's keys (never a secret) |
+//! | `POST /v1/api-keys` | `Ops::create_api_key` | `201` key + token (shown once) |
+//! | `POST /v1/api-keys/{id}/revoke` | `Ops::revoke_api_key` | the key (both secrets stop at once) |
+//! | `POST /v1/api-keys/{id}/rotate` (`{"expiresInSeconds": N}`) | `Ops::rotate_api_key` | key + new token (shown once) |
 //! | `GET /healthz`, `GET /readyz`, `GET /openapi.json` | —, `Ops::check_ready`, — | liveness, readiness, [`openapi`] |
 //!
 //! Operation-creating POSTs require `Idempotency-Key` (`400 IDEMPOTENCY_KEY_REQUIRED`).
@@ -25,10 +29,34 @@
 //! `Preference-Applied: wait=N` when the operation is terminal within that time, else
 //! `202` exactly as without it; malformed preferences are ignored.
 //!
-//! ## Auth and scoping
-//! `Authorization: Bearer <api key>` ([`keel_workflows::Ops::authenticate`]); missing or
-//! invalid → `401 UNAUTHENTICATED`. The operations service scopes every read and write
-//! to the caller's organization: other organizations' ids answer `404 NOT_FOUND`.
+//! ## Auth, scopes and tenancy
+//! `Authorization: Bearer <api key>`; missing, invalid, revoked or rotated-away keys →
+//! `401 UNAUTHENTICATED`. Every route requires one scope, declared in ONE table,
+//! [`scope::ROUTES`] (`GET` → `read`; operation-creating `POST`s, retry, cancel →
+//! `operate`; approve, reject → `approve`; `/v1/api-keys*` → `admin`; the health
+//! routes and `/openapi.json` are public). The authorization layer
+//! ([`scope::authorize`], a `route_layer` keyed by the matched route template and
+//! method) authenticates the key ([`keel_workflows::Ops::authenticate_credential`],
+//! read from the database on every request — no cache, so a revoke answers `401` to
+//! the next request) and refuses a key without the scope with `403
+//! INSUFFICIENT_SCOPE` before any extractor or handler runs; the handlers get the
+//! caller from [`extract::Authed`] / [`extract::Authorized`]. The OpenAPI document's
+//! `security` requirements and `403` answers are generated from the same table. **To
+//! add a route**: register it in [`router`] and add one line to [`scope::ROUTES`]
+//! (a served route missing from the table answers `500`; a documented one fails the
+//! test `every_documented_route_declares_its_scope`).
+//!
+//! The operations service scopes every read and write to the caller's organization:
+//! other organizations' ids (API keys included) answer `404 NOT_FOUND`.
+//!
+//! ### Key lifecycle
+//! A key is created (`POST /v1/api-keys` with an `admin` key, only with scopes the
+//! calling key holds; or `keel api-key create`), shown once, stored as SHA-256.
+//! Rotation (`POST /v1/api-keys/{id}/rotate`, `keel api-key rotate`) keeps the key's
+//! id, label and scopes and issues a new secret: the old one stops at once, or — with
+//! `expiresInSeconds` (≤ 7 days, as Stripe's rolled keys) — keeps working until then;
+//! one previous secret at most (rotating again ends the older one at once). Revocation
+//! (`POST /v1/api-keys/{id}/revoke`, `keel api-key revoke`) stops both secrets at once.
 //!
 //! ## Errors
 //! Every error is an `application/problem+json` [`Problem`] with a stable `code`,
@@ -40,14 +68,23 @@
 //! PAYLOAD_TOO_LARGE`; non-JSON media type → `415 UNSUPPORTED_MEDIA_TYPE`; nesting
 //! deeper than 64 → `400 JSON_TOO_DEEP` (counted on the raw bytes, without recursion,
 //! before parsing); bad syntax → `400 MALFORMED_JSON`; unknown members → `400
-//! UNKNOWN_FIELD`; missing members, wrong types and JSON numbers where decimal strings
-//! are expected → `400 INVALID_FIELD`; bad addresses → `422 INVALID_ADDRESS`;
+//! UNKNOWN_FIELD`; a member that appears more than once (whatever its copies hold, in
+//! any order) → `400 INVALID_FIELD` naming it; missing members, wrong types and JSON
+//! numbers where decimal strings are expected → `400 INVALID_FIELD`; bad addresses → `422 INVALID_ADDRESS`;
 //! malformed path ids → `404 NOT_FOUND`; bad query integers → `400 INVALID_QUERY`;
 //! unknown routes → `404`, wrong methods → `405 METHOD_NOT_ALLOWED`; a panicking
 //! handler → `500 INTERNAL` (a bug; never caused by input by design).
 //!
+//! Bodies are validated in one streaming pass straight from the bytes
+//! ([`extract::parse_body`]): no `serde_json::Value` of the body is built, so what a
+//! body costs in memory is bounded by the schema plus one copy of its string members —
+//! at the largest configurable limit (16 MiB) a body of millions of small values costs
+//! under 1 MiB beyond its bytes (test `tests/body_memory.rs`; a `Value` of the same body
+//! costs hundreds of MiB).
+//!
 //! ## Layers
-//! Body limit (`axum::extract::DefaultBodyLimit`, read by the body extractor), request
+//! Authorization (a `route_layer`: [`scope::authorize`]), body limit
+//! (`axum::extract::DefaultBodyLimit`, read by the body extractor), request
 //! tracing (`tower_http::trace::TraceLayer`, `Authorization` marked sensitive) and a
 //! catch-panic layer answering a problem.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -56,10 +93,12 @@ pub mod codes;
 pub mod dto;
 pub mod extract;
 mod handlers;
+mod keys;
 pub mod metrics;
 mod openapi;
 pub mod page;
 pub mod problem;
+pub mod scope;
 
 pub use dto::status_url;
 pub use openapi::{openapi, openapi_json};
@@ -152,8 +191,8 @@ impl ApiState {
     }
 }
 
-/// The Platform API (every route of the crate docs) with its layers: body limit,
-/// catch-panic, request metrics ([`metrics`]), tracing; unknown routes answer `404 NOT_FOUND`, wrong methods `405
+/// The Platform API (every route of the crate docs) with its layers: authorization by
+/// [`scope::ROUTES`], body limit, catch-panic, request metrics ([`metrics`]), tracing; unknown routes answer `404 NOT_FOUND`, wrong methods `405
 /// METHOD_NOT_ALLOWED`, both as problems.
 pub fn router(state: ApiState) -> Router {
     let max_body = state.config.max_body_bytes;
@@ -174,9 +213,17 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/operations/{id}/retry", post(handlers::retry))
         .route("/v1/operations/{id}/cancel", post(handlers::cancel))
         .route("/v1/funding-requests", get(handlers::funding_requests))
+        .route("/v1/api-keys", get(keys::list).post(keys::create))
+        .route("/v1/api-keys/{id}/revoke", post(keys::revoke))
+        .route("/v1/api-keys/{id}/rotate", post(keys::rotate))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/openapi.json", get(handlers::openapi_json))
+        // After every route, before the fallbacks: runs for matched routes only.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            scope::authorize,
+        ))
         .fallback(|| async { Problem::not_found("route") })
         .method_not_allowed_fallback(|| async {
             Problem::new(

@@ -24,8 +24,8 @@ use std::time::Instant;
 /// The `route` label of a request no route matched.
 pub const UNMATCHED_ROUTE: &str = "<unmatched>";
 
-/// Why a request was refused `401 UNAUTHENTICATED` (the `reason` label of
-/// `keel_api_auth_failures_total`).
+/// Why a request was refused `401 UNAUTHENTICATED`, or `403 INSUFFICIENT_SCOPE` (the
+/// `reason` label of `keel_api_auth_failures_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthFailure {
     /// No `Authorization` header (`missing`).
@@ -34,15 +34,18 @@ pub enum AuthFailure {
     Malformed,
     /// The token names no active API key (`invalid`).
     Invalid,
+    /// The key lacks the route's scope (`insufficient_scope`; answered `403`).
+    InsufficientScope,
 }
 
 impl AuthFailure {
-    /// The label value: `missing`, `malformed` or `invalid`.
+    /// The label value: `missing`, `malformed`, `invalid` or `insufficient_scope`.
     pub fn label(self) -> &'static str {
         match self {
             Self::Missing => "missing",
             Self::Malformed => "malformed",
             Self::Invalid => "invalid",
+            Self::InsufficientScope => "insufficient_scope",
         }
     }
 }
@@ -85,7 +88,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "keel_api_auth_failures_total",
         Unit::Count,
-        "Requests refused with 401, by reason (missing, malformed, invalid)."
+        "Requests refused with 401 (reason missing, malformed, invalid) or 403 (reason insufficient_scope)."
     );
 }
 

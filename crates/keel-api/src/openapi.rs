@@ -2,12 +2,15 @@
 
 use crate::dto;
 use crate::handlers;
+use crate::keys;
 use crate::problem::Problem;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-/// Adds the `bearer` security scheme (API keys), marks the bodies of `pause`,
-/// `unpause`, `approve`, `reject`, `retry` and `cancel` optional (they may be empty),
+/// Adds the `bearer` security scheme (API keys and their scopes), states each keyed
+/// route's scope as its `security` requirement with its `403` answer (from
+/// [`crate::scope::ROUTES`]), marks the bodies of `pause`, `unpause`, `approve`,
+/// `reject`, `retry`, `cancel`, `revoke` and `rotate` optional (they may be empty),
 /// describes `OperationAccepted` as the one object it is on the wire, declares the
 /// parameter constraints the server enforces and lists the error codes.
 struct Fixups;
@@ -43,7 +46,8 @@ impl Modify for Fixups {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         for (path, item) in doc.paths.paths.iter_mut() {
             let optional_body = [
-                "/pause", "/unpause", "/approve", "/reject", "/retry", "/cancel",
+                "/pause", "/unpause", "/approve", "/reject", "/retry", "/cancel", "/revoke",
+                "/rotate",
             ]
             .iter()
             .any(|suffix| path.ends_with(suffix));
@@ -57,8 +61,10 @@ impl Modify for Fixups {
             }
         }
         constrain_parameters(doc);
+        declare_scopes(doc);
         let components = doc.components.get_or_insert_with(Default::default);
         merge_operation_accepted(components);
+        unique_scopes(components);
         list_error_codes(components);
         components.add_security_scheme(
             "bearer",
@@ -67,7 +73,15 @@ impl Modify for Fixups {
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
                         "An API key of the organization: `keel_sk_` followed by 64 hex digits. \
-                         Missing or invalid keys answer 401 `UNAUTHENTICATED`.",
+                         Missing, invalid, revoked or rotated-away keys answer 401 \
+                         `UNAUTHENTICATED`. A key holds one or more scopes, and each route \
+                         requires one (its `security` requirement names it): `read` for every \
+                         GET route, `operate` for the operation-creating POSTs, retry and \
+                         cancel, `approve` for approve and reject, `admin` for the \
+                         `/v1/api-keys` routes. A key without the route's scope answers 403 \
+                         `INSUFFICIENT_SCOPE`. Keys created before scopes existed hold all \
+                         four. Manage keys with `/v1/api-keys` (an `admin` key) or \
+                         `keel api-key create|list|revoke|rotate`.",
                     ))
                     .build(),
             ),
@@ -113,6 +127,62 @@ fn constrain_parameters(doc: &mut utoipa::openapi::OpenApi) {
     }
 }
 
+/// Declares `uniqueItems` on `CreateApiKeyRequest.scopes` (the server refuses a
+/// repeated scope; utoipa's derive cannot say so).
+fn unique_scopes(components: &mut utoipa::openapi::Components) {
+    use utoipa::openapi::{RefOr, Schema};
+    let Some(RefOr::T(Schema::Object(request))) = components.schemas.get_mut("CreateApiKeyRequest")
+    else {
+        return;
+    };
+    if let Some(RefOr::T(Schema::Array(scopes))) = request.properties.get_mut("scopes") {
+        scopes.unique_items = true;
+    }
+}
+
+/// Sets every keyed route's `security` to `bearer` with its scope from
+/// [`crate::scope::ROUTES`] (whatever its annotation said) and adds its `403
+/// INSUFFICIENT_SCOPE` answer when the annotation has none.
+fn declare_scopes(doc: &mut utoipa::openapi::OpenApi) {
+    use crate::scope::{Access, access};
+    use axum::http::Method;
+    use utoipa::openapi::security::SecurityRequirement;
+    use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let ops = [
+            (Method::GET, item.get.as_mut()),
+            (Method::POST, item.post.as_mut()),
+        ];
+        for (method, op) in ops {
+            let Some(op) = op else { continue };
+            let Some(Access::Key(scope)) = access(&method, path) else {
+                continue;
+            };
+            op.security = Some(vec![SecurityRequirement::new("bearer", [scope.as_str()])]);
+            op.responses
+                .responses
+                .entry("403".to_owned())
+                .or_insert_with(|| {
+                    RefOr::T(
+                        ResponseBuilder::new()
+                            .description(format!(
+                                "`INSUFFICIENT_SCOPE`: the API key lacks the `{scope}` scope."
+                            ))
+                            .content(
+                                crate::problem::PROBLEM_JSON,
+                                ContentBuilder::new()
+                                    .schema(Some(RefOr::Ref(
+                                        utoipa::openapi::Ref::from_schema_name("Problem"),
+                                    )))
+                                    .build(),
+                            )
+                            .build(),
+                    )
+                });
+        }
+    }
+}
+
 /// Puts [`crate::codes::ERROR_CODES`] on the `Problem` schema: the distinct codes as
 /// the `enum` of `code`, and the whole table (code, status, meaning) as `x-error-codes`.
 fn list_error_codes(components: &mut utoipa::openapi::Components) {
@@ -147,10 +217,15 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
             idempotently (`Idempotency-Key`) and run as durable operations: poll \
             `GET /v1/operations/{id}` or send `Prefer: wait=<seconds>`. Every read and write \
             is scoped to the API key's organization; other organizations' resources answer 404. \
+            Every route but the health routes needs an API key holding the route's scope \
+            (`read`, `operate`, `approve` or `admin`; see the `bearer` scheme): 401 without a \
+            valid key, 403 `INSUFFICIENT_SCOPE` without the scope. \
             Errors are `application/problem+json` with a stable `code`, `retryable` and a \
             value-free `detail`. Amounts and prices are decimal strings in token (or quote) \
             units; JSON numbers are refused for them. Request bodies are limited to 256 KiB \
-            (by default) and 64 levels of nesting."
+            (by default; at most 16 MiB by configuration) and 64 levels of nesting; they are \
+            validated while parsed, never held as a generic JSON tree. A member that appears \
+            twice is refused (400 `INVALID_FIELD`), whatever its values."
     ),
     paths(
         handlers::create_asset,
@@ -167,6 +242,10 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         handlers::retry,
         handlers::cancel,
         handlers::funding_requests,
+        keys::list,
+        keys::create,
+        keys::revoke,
+        keys::rotate,
         handlers::healthz,
         handlers::readyz,
         handlers::openapi_json,
@@ -193,11 +272,18 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         dto::FundingRequest,
         dto::FundingRequestList,
         dto::Health,
+        dto::ApiKeyScope,
+        dto::CreateApiKeyRequest,
+        dto::RotateApiKeyRequest,
+        dto::ApiKey,
+        dto::ApiKeyWithToken,
+        dto::ApiKeyList,
     )),
     modifiers(&Fixups),
     tags(
         (name = "assets", description = "Assets: creation, token operations and reads from the Ledger Index"),
         (name = "operations", description = "Durable operations: status, approvals, funding requests"),
+        (name = "api-keys", description = "API keys of the organization: list, create, revoke, rotate (an `admin` key)"),
         (name = "health", description = "Liveness, readiness and this document"),
     )
 )]

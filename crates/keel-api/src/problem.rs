@@ -96,15 +96,16 @@ impl Problem {
     }
 }
 
-/// The HTTP status of a service error: `401` unauthenticated; `404` not found (also
-/// another organization's resource); `409` conflicts with the resource's state
-/// (idempotency conflict, asset not ready, approval not pending / same key / expired,
-/// not retryable, ended); `413` an input over the engine's payload bounds; `422` invalid
+/// The HTTP status of a service error: `401` unauthenticated; `403` a scope the key
+/// lacks; `404` not found (also another organization's resource); `409` conflicts with
+/// the resource's state (idempotency conflict, asset not ready, approval not pending /
+/// same key / expired, not retryable, ended, a revoked key); `413` an input over the engine's payload bounds; `422` invalid
 /// fields, amounts and an unconfigured chain; `503` unavailable dependencies and an
 /// index behind (retryable).
 pub fn ops_status(e: &OpsError) -> StatusCode {
     match e {
         OpsError::Unauthenticated => StatusCode::UNAUTHORIZED,
+        OpsError::InsufficientScope => StatusCode::FORBIDDEN,
         OpsError::NotFound { .. } => StatusCode::NOT_FOUND,
         OpsError::IdempotencyConflict
         | OpsError::AssetNotReady
@@ -113,6 +114,7 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::FailureNotRetryable { .. }
         | OpsError::ApprovalExpired
         | OpsError::OperationEnded
+        | OpsError::ApiKeyRevoked
         | OpsError::ApprovalSameKey => StatusCode::CONFLICT,
         OpsError::InvalidField { .. } | OpsError::Amount { .. } | OpsError::ChainNotConfigured => {
             StatusCode::UNPROCESSABLE_ENTITY
@@ -191,6 +193,8 @@ mod tests {
             ),
             (OpsError::ApprovalExpired, 409),
             (OpsError::OperationEnded, 409),
+            (OpsError::InsufficientScope, 403),
+            (OpsError::ApiKeyRevoked, 409),
             (
                 OpsError::InvalidField {
                     field: "name",

@@ -79,6 +79,14 @@ pub enum OpsError {
     /// to cancel. Code `OPERATION_ENDED`.
     #[error("the operation has ended")]
     OperationEnded,
+    /// The API key lacks the scope an action needs (e.g. a key that creates another
+    /// key may grant only scopes it holds itself). Code `INSUFFICIENT_SCOPE`.
+    #[error("the API key lacks the scope this action needs")]
+    InsufficientScope,
+    /// The API key is revoked: it can be listed but not rotated. Code
+    /// `API_KEY_REVOKED`.
+    #[error("the API key is revoked")]
+    ApiKeyRevoked,
     /// The durable engine refused (bounds) or failed. Code `ENGINE_*` or
     /// `SERVICE_UNAVAILABLE` when retryable.
     #[error("workflow engine: {0}")]
@@ -117,6 +125,8 @@ impl OpsError {
             Self::NotRetryable | Self::FailureNotRetryable { .. } => "OPERATION_NOT_RETRYABLE",
             Self::ApprovalExpired => "APPROVAL_EXPIRED",
             Self::OperationEnded => "OPERATION_ENDED",
+            Self::InsufficientScope => "INSUFFICIENT_SCOPE",
+            Self::ApiKeyRevoked => "API_KEY_REVOKED",
             Self::Engine(e) => match e {
                 keel_durable::DurableError::InvalidInput(_) => "PAYLOAD_TOO_LARGE_OR_DEEP",
                 keel_durable::DurableError::IdempotencyConflict { .. } => "IDEMPOTENCY_CONFLICT",
@@ -151,7 +161,9 @@ impl OpsError {
             | Self::NotRetryable
             | Self::FailureNotRetryable { .. }
             | Self::ApprovalExpired
-            | Self::OperationEnded => false,
+            | Self::OperationEnded
+            | Self::InsufficientScope
+            | Self::ApiKeyRevoked => false,
         }
     }
 

@@ -17,8 +17,8 @@
 //! - [`store`]: every SQL statement on this crate's tables, noun-first, over any
 //!   executor. The workflows and the service both use it; neither uses the other's
 //!   internals (the service starts workflows, the workflows never call the service).
-//! - [`tenancy`]: organizations, API keys (stored as SHA-256 of a 256-bit token),
-//!   asset templates.
+//! - [`tenancy`]: organizations, API keys (stored as SHA-256 of a 256-bit token, with
+//!   scopes, rotation with an optional overlap, revocation), asset templates.
 //! - [`verdicts`]: [`VerdictSink`], the queue's settlement sink: records each verdict
 //!   as its workflow's signal `tx.<link>` in the transaction that settles the request.
 //! - [`env`]: what the workflow bodies act through ([`env::WorkflowEnv`]: database,
@@ -34,7 +34,7 @@
 //!   only as the queue's transaction field.
 //! - *tx_hash*: a transaction hash (`hash` only in the queue's verdict type).
 //!
-//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`).
+//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`, `0029`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod env;
@@ -56,7 +56,7 @@ pub use ops::view::{
 };
 pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
 pub use platform::PlatformAddresses;
-pub use tenancy::Caller;
+pub use tenancy::{ApiKeyView, Caller, Credential, RotatedApiKey, Scope, Scopes};
 pub use verdicts::VerdictSink;
 
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after

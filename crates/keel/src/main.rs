@@ -107,6 +107,39 @@ enum ApiKeyCommand {
         /// A label for the key (who or what uses it).
         #[arg(long)]
         label: String,
+        /// A scope the key holds: read, operate, approve or admin (repeatable; default:
+        /// all four).
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
+    },
+    /// List an organization's API keys (revoked ones included), oldest first, as JSON
+    /// lines in the shape of `GET /v1/api-keys` items. Secrets are never shown.
+    List {
+        /// The organization's name.
+        #[arg(long)]
+        org: String,
+    },
+    /// Revoke an API key of an organization: both its secrets stop at once. Prints the
+    /// key as JSON.
+    Revoke {
+        /// The organization's name.
+        #[arg(long)]
+        org: String,
+        /// The key's id.
+        id: sqlx::types::Uuid,
+    },
+    /// Rotate an API key of an organization: prints the new token once on stdout (the
+    /// key's id, label and scopes stay). The old secret stops at once unless
+    /// `--expires-in-seconds` gives it an overlap (at most 604800).
+    Rotate {
+        /// The organization's name.
+        #[arg(long)]
+        org: String,
+        /// The key's id.
+        id: sqlx::types::Uuid,
+        /// How long the old secret keeps working, seconds (default 0: it stops at once).
+        #[arg(long, default_value_t = 0)]
+        expires_in_seconds: u64,
     },
 }
 
@@ -248,16 +281,7 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
             println!("{id}");
             Ok(())
         }
-        Command::ApiKey {
-            command: ApiKeyCommand::Create { org, label },
-        } => {
-            let pool = connect_migrated(&config).await?;
-            let org = keel_workflows::tenancy::organization_by_name(&pool, &org).await?;
-            let key = keel_workflows::tenancy::create_api_key(&pool, org, &label).await?;
-            eprintln!("api key {} created; the token below is shown once", key.id);
-            println!("{}", key.token);
-            Ok(())
-        }
+        Command::ApiKey { command } => api_key_command(&config, command).await,
         Command::Template {
             command:
                 TemplateCommand::Set {
@@ -297,6 +321,76 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
         }
         Command::Ops { command } => ops_command(&config, command).await,
     }
+}
+
+async fn api_key_command(config: &Config, command: ApiKeyCommand) -> anyhow::Result<()> {
+    use keel_workflows::tenancy;
+    let pool = connect_migrated(config).await?;
+    match command {
+        ApiKeyCommand::Create { org, label, scopes } => {
+            let org = tenancy::organization_by_name(&pool, &org).await?;
+            let scopes = if scopes.is_empty() {
+                keel_workflows::Scopes::all()
+            } else {
+                keel_workflows::Scopes::from_names(&scopes).with_context(|| {
+                    "--scope must be one of read, operate, approve, admin".to_owned()
+                })?
+            };
+            let key = tenancy::create_api_key_with_scopes(&pool, org, &label, scopes).await?;
+            eprintln!(
+                "api key {} created with scopes {}; the token below is shown once",
+                key.id,
+                scopes.names().join(",")
+            );
+            println!("{}", key.token);
+        }
+        ApiKeyCommand::List { org } => {
+            let org = tenancy::organization_by_name(&pool, &org).await?;
+            let mut after = None;
+            loop {
+                let page = tenancy::api_keys(&pool, org, after, 200).await?;
+                for k in &page {
+                    let view = keel_api::dto::ApiKey::from(k.clone());
+                    println!("{}", serde_json::to_string(&view)?);
+                }
+                match page.last() {
+                    Some(last) if page.len() == 200 => after = Some((last.created_at, last.id)),
+                    _ => break,
+                }
+            }
+        }
+        ApiKeyCommand::Revoke { org, id } => {
+            let org = tenancy::organization_by_name(&pool, &org).await?;
+            let key = tenancy::revoke_api_key(&pool, org, id)
+                .await
+                .with_context(|| format!("api key {id}"))?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&keel_api::dto::ApiKey::from(key))?
+            );
+        }
+        ApiKeyCommand::Rotate {
+            org,
+            id,
+            expires_in_seconds,
+        } => {
+            let org = tenancy::organization_by_name(&pool, &org).await?;
+            let rotated =
+                tenancy::rotate_api_key(&pool, org, id, Duration::from_secs(expires_in_seconds))
+                    .await
+                    .with_context(|| format!("api key {id}"))?;
+            match rotated.key.previous_secret_expires_at {
+                Some(until) => eprintln!(
+                    "api key {id} rotated; the old secret works until {until}; the new token below is shown once"
+                ),
+                None => eprintln!(
+                    "api key {id} rotated; the old secret stopped; the new token below is shown once"
+                ),
+            }
+            println!("{}", rotated.token);
+        }
+    }
+    Ok(())
 }
 
 async fn ops_command(config: &Config, command: OpsCommand) -> anyhow::Result<()> {

@@ -10,7 +10,11 @@ use keel_api::{ApiConfig, ApiState, router};
 use keel_durable::{Engine, EngineConfig};
 use keel_store::testing::TestDatabase;
 use keel_workflows::Ops;
-use keel_workflows::tenancy::{Template, create_api_key, create_organization, upsert_template};
+use keel_workflows::Scope;
+use keel_workflows::tenancy::{
+    Template, create_api_key, create_api_key_with_scopes, create_organization,
+    organization_by_name, upsert_template,
+};
 use serde_json::{Value, json};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
@@ -199,6 +203,39 @@ impl Env {
         let asset: Uuid = a.body["assetId"].as_str().unwrap().parse().unwrap();
         let op: Uuid = a.body["id"].as_str().unwrap().parse().unwrap();
         (asset, op)
+    }
+
+    /// A new key of organization `org` (`org-a` or `org-b`) holding `scopes`; its token.
+    pub(crate) async fn key_with(&self, org: &str, scopes: &[Scope]) -> String {
+        let pool = self.db.pool();
+        let org = organization_by_name(pool, org).await.unwrap();
+        let label = format!("test-{}", Uuid::new_v4());
+        create_api_key_with_scopes(pool, org, &label, scopes.iter().copied().collect())
+            .await
+            .unwrap()
+            .token
+    }
+
+    /// `POST uri` with `key` and raw JSON bytes (no `Idempotency-Key` unless `idem`).
+    pub(crate) async fn post_raw(
+        &self,
+        key: &str,
+        uri: &str,
+        idem: Option<&str>,
+        body: &[u8],
+    ) -> Answer {
+        let auth = format!("Bearer {key}");
+        let mut h = vec![("authorization", auth.as_str())];
+        if let Some(k) = idem {
+            h.push(("idempotency-key", k));
+        }
+        self.send(
+            Method::POST,
+            uri,
+            &h,
+            Some(("application/json", body.to_vec())),
+        )
+        .await
     }
 
     /// (operations, assets) rows.

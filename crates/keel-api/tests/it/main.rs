@@ -2,9 +2,12 @@
 //! router in-process. No chain: operations stay `running`. Every response is checked
 //! against the OpenAPI document (`doc_check`).
 
+mod bodies;
 mod common;
 mod doc_check;
 mod fuzz_regressions;
 mod http_rules;
+mod keys;
 mod openapi_health;
 mod proptest_json;
+mod scopes;

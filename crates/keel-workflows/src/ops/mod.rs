@@ -7,6 +7,8 @@
 //! - [`view`]: the operation view and its projection from the stored rows;
 //! - [`decide`]: approve / reject, retry, cancel;
 //! - [`read`]: assets, balances, funding requests;
+//! - [`keys`]: the API key lifecycle (list, create, revoke, rotate) of the caller's
+//!   organization;
 //! - [`amount`]: amounts and prices from decimal strings.
 //!
 //! ## Idempotency
@@ -21,6 +23,7 @@
 pub mod accept;
 pub mod amount;
 pub mod decide;
+pub mod keys;
 pub mod read;
 pub mod view;
 

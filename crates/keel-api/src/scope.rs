@@ -1,0 +1,231 @@
+//! Which scope each route requires: [`ROUTES`], the one table the authorization layer
+//! ([`authorize`]) enforces and the OpenAPI document's `security` requirements are
+//! generated from.
+//!
+//! Rules: `GET` routes need `read`; operation-creating `POST`s, retry and cancel need
+//! `operate`; approve and reject need `approve`; the `/v1/api-keys` routes need
+//! `admin`. `/healthz`, `/readyz` and `/openapi.json` are public.
+//!
+//! ## Adding a route
+//! Add its line to [`ROUTES`] — method, the route template exactly as given to
+//! `Router::route`, and its [`Access`] — next to the `.route(...)` call in
+//! [`crate::router`]. Nothing else: the layer authenticates the key (`401
+//! UNAUTHENTICATED`), refuses a key without the scope (`403 INSUFFICIENT_SCOPE`,
+//! before any extractor or handler runs), and hands the handler the caller
+//! ([`crate::extract::Authed`], [`crate::extract::Authorized`]); the document gets the
+//! route's `security` and its `403` answer. A served route missing from the table
+//! answers `500 INTERNAL` to every request (fail closed), and the test
+//! `every_documented_route_declares_its_scope` fails for a documented one.
+
+use crate::ApiState;
+use crate::problem::Problem;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use keel_workflows::{Credential, Scope};
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, without an API key.
+    Public,
+    /// An API key holding this scope.
+    Key(Scope),
+}
+
+/// One line of the table: a method (lowercase, as the OpenAPI document's keys:
+/// `get`, `post`, ...), a route template and its [`Access`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteAccess {
+    /// The HTTP method, lowercase. (`HEAD` is served by `GET` routes and needs what
+    /// `GET` needs.)
+    pub method: &'static str,
+    /// The route template as registered (`/v1/assets/{id}/mint`).
+    pub path: &'static str,
+    /// Who may call it.
+    pub access: Access,
+}
+
+const fn key(method: &'static str, path: &'static str, scope: Scope) -> RouteAccess {
+    RouteAccess {
+        method,
+        path,
+        access: Access::Key(scope),
+    }
+}
+
+const fn public(path: &'static str) -> RouteAccess {
+    RouteAccess {
+        method: "get",
+        path,
+        access: Access::Public,
+    }
+}
+
+/// Every route of the Platform API with what it requires.
+pub const ROUTES: &[RouteAccess] = &[
+    key("get", "/v1/assets", Scope::Read),
+    key("post", "/v1/assets", Scope::Operate),
+    key("get", "/v1/assets/{id}", Scope::Read),
+    key("post", "/v1/assets/{id}/mint", Scope::Operate),
+    key("post", "/v1/assets/{id}/transfer", Scope::Operate),
+    key("post", "/v1/assets/{id}/pause", Scope::Operate),
+    key("post", "/v1/assets/{id}/unpause", Scope::Operate),
+    key("get", "/v1/assets/{id}/balances/{address}", Scope::Read),
+    key("get", "/v1/operations/{id}", Scope::Read),
+    key("post", "/v1/operations/{id}/approve", Scope::Approve),
+    key("post", "/v1/operations/{id}/reject", Scope::Approve),
+    key("post", "/v1/operations/{id}/retry", Scope::Operate),
+    key("post", "/v1/operations/{id}/cancel", Scope::Operate),
+    key("get", "/v1/funding-requests", Scope::Read),
+    key("get", "/v1/api-keys", Scope::Admin),
+    key("post", "/v1/api-keys", Scope::Admin),
+    key("post", "/v1/api-keys/{id}/revoke", Scope::Admin),
+    key("post", "/v1/api-keys/{id}/rotate", Scope::Admin),
+    public("/healthz"),
+    public("/readyz"),
+    public("/openapi.json"),
+];
+
+/// What `method` on route template `path` requires, if the table declares it.
+pub fn access(method: &Method, path: &str) -> Option<Access> {
+    let method = if method == Method::HEAD {
+        Method::GET.as_str()
+    } else {
+        method.as_str()
+    };
+    ROUTES
+        .iter()
+        .find(|r| r.method.eq_ignore_ascii_case(method) && r.path == path)
+        .map(|r| r.access)
+}
+
+/// `403 INSUFFICIENT_SCOPE` for a key without `scope`.
+pub fn insufficient_scope(scope: Scope) -> Problem {
+    Problem::new(
+        StatusCode::FORBIDDEN,
+        "INSUFFICIENT_SCOPE",
+        format!("the API key lacks the `{scope}` scope this route requires"),
+    )
+}
+
+/// Reads the bearer token of `Authorization` and authenticates it (`401
+/// UNAUTHENTICATED` when missing, malformed, unknown, revoked or rotated away).
+async fn authenticate(headers: &HeaderMap, state: &ApiState) -> Result<Credential, Problem> {
+    use crate::metrics::{AuthFailure, auth_failed};
+    let refuse = |reason: AuthFailure| {
+        auth_failed(reason);
+        Problem::unauthenticated()
+    };
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| refuse(AuthFailure::Missing))?;
+    let value = value.to_str().map_err(|_| refuse(AuthFailure::Malformed))?;
+    let (scheme, token) = value
+        .trim()
+        .split_once(' ')
+        .ok_or_else(|| refuse(AuthFailure::Malformed))?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(refuse(AuthFailure::Malformed));
+    }
+    match state.ops().authenticate_credential(token.trim()).await {
+        Ok(credential) => Ok(credential),
+        Err(keel_workflows::OpsError::Unauthenticated) => Err(refuse(AuthFailure::Invalid)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The authorization layer (installed with `Router::route_layer`, so it runs only for
+/// matched routes): looks the matched route up in [`ROUTES`], lets public routes pass,
+/// and for the others authenticates the key, checks its scope and stores the
+/// [`Credential`] in the request's extensions for the handler's extractors. The key is
+/// read from the database on every request (no cache).
+pub async fn authorize(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
+    let template = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let Some(access) = template.as_deref().and_then(|t| access(req.method(), t)) else {
+        tracing::error!(
+            route = template.as_deref().unwrap_or("<unmatched>"),
+            method = %req.method(),
+            "the route is missing from keel_api::scope::ROUTES; refusing"
+        );
+        return Problem::internal().into_response();
+    };
+    match access {
+        Access::Public => next.run(req).await,
+        Access::Key(scope) => match authenticate(req.headers(), &state).await {
+            Ok(credential) if credential.scopes.contains(scope) => {
+                req.extensions_mut().insert(credential);
+                next.run(req).await
+            }
+            Ok(_) => {
+                crate::metrics::auth_failed(crate::metrics::AuthFailure::InsufficientScope);
+                insufficient_scope(scope).into_response()
+            }
+            Err(p) => p.into_response(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every documented operation has a line in the table and every line is
+    /// documented; keyed routes follow the rules (GET → read, `/v1/api-keys` → admin,
+    /// approve/reject → approve, other POSTs → operate), and the document states each
+    /// keyed route's scope as its `security` requirement and answers `403`.
+    #[test]
+    fn every_documented_route_declares_its_scope() {
+        let doc: serde_json::Value = serde_json::from_str(&crate::openapi_json()).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        let mut documented = 0;
+        for (path, item) in paths {
+            for (method, op) in item.as_object().unwrap() {
+                let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+                let access = access(&method, path)
+                    .unwrap_or_else(|| panic!("{method} {path} declares no scope in ROUTES"));
+                documented += 1;
+                match access {
+                    Access::Public => assert!(op.get("security").is_none(), "{method} {path}"),
+                    Access::Key(scope) => {
+                        let expected = if path.starts_with("/v1/api-keys") {
+                            Scope::Admin
+                        } else if method == Method::GET {
+                            Scope::Read
+                        } else if path.ends_with("/approve") || path.ends_with("/reject") {
+                            Scope::Approve
+                        } else {
+                            Scope::Operate
+                        };
+                        assert_eq!(scope, expected, "{method} {path}");
+                        assert_eq!(
+                            op["security"],
+                            serde_json::json!([{"bearer": [scope.as_str()]}]),
+                            "{method} {path}"
+                        );
+                        assert!(op["responses"].get("403").is_some(), "{method} {path}");
+                        assert!(op["responses"].get("401").is_some(), "{method} {path}");
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            documented,
+            ROUTES.len(),
+            "a line of ROUTES is not documented"
+        );
+    }
+
+    #[test]
+    fn head_needs_what_get_needs() {
+        assert_eq!(
+            access(&Method::HEAD, "/v1/assets"),
+            Some(Access::Key(Scope::Read))
+        );
+        assert_eq!(access(&Method::DELETE, "/v1/assets"), None);
+    }
+}
