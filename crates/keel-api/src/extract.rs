@@ -173,6 +173,9 @@ pub enum FieldKind {
     Decimal,
     /// An address string (`0x` + 40 hex digits).
     Address,
+    /// An optional address: absent, `null`, or as [`FieldKind::Address`]. The only kind
+    /// whose field may be missing.
+    OptionalAddress,
     /// ERC-20 decimals: an integer (0 to 36; larger values are refused with
     /// `DECIMALS_OUT_OF_RANGE`).
     Decimals,
@@ -187,9 +190,10 @@ pub struct Field {
     pub kind: FieldKind,
 }
 
-/// A request body type: its fields (all required) and whether an empty body means `{}`.
+/// A request body type: its fields (all required but those of kind
+/// [`FieldKind::OptionalAddress`]) and whether an empty body means `{}`.
 pub trait RequestBody: DeserializeOwned {
-    /// Every field the body accepts; each is required.
+    /// Every field the body accepts; each is required unless its kind is optional.
     const FIELDS: &'static [Field];
     /// Whether an empty body (no bytes) stands for `{}`.
     const EMPTY_ALLOWED: bool = false;
@@ -229,6 +233,32 @@ impl RequestBody for crate::dto::TokenAmountRequest {
         Field {
             name: "amount",
             kind: FieldKind::Decimal,
+        },
+    ];
+}
+
+impl RequestBody for crate::dto::BurnRequest {
+    const FIELDS: &'static [Field] = &[
+        Field {
+            name: "amount",
+            kind: FieldKind::Decimal,
+        },
+        Field {
+            name: "from",
+            kind: FieldKind::OptionalAddress,
+        },
+    ];
+}
+
+impl RequestBody for crate::dto::RoleRequest {
+    const FIELDS: &'static [Field] = &[
+        Field {
+            name: "role",
+            kind: FieldKind::Text,
+        },
+        Field {
+            name: "account",
+            kind: FieldKind::Address,
         },
     ];
 }
@@ -349,6 +379,9 @@ pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, Problem> {
     for f in T::FIELDS {
         let name = f.name;
         let Some(v) = members.get(name) else {
+            if f.kind == FieldKind::OptionalAddress {
+                continue;
+            }
             return Err(invalid(format!("field `{name}`: is required")));
         };
         match f.kind {
@@ -364,7 +397,8 @@ pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, Problem> {
                     )));
                 }
             }
-            FieldKind::Address => match v.as_str() {
+            FieldKind::OptionalAddress if v.is_null() => {}
+            FieldKind::Address | FieldKind::OptionalAddress => match v.as_str() {
                 Some(s) => {
                     parse_address(s, name)?;
                 }

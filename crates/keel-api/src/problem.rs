@@ -114,9 +114,10 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::ApprovalExpired
         | OpsError::OperationEnded
         | OpsError::ApprovalSameKey => StatusCode::CONFLICT,
-        OpsError::InvalidField { .. } | OpsError::Amount { .. } | OpsError::ChainNotConfigured => {
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
+        OpsError::InvalidField { .. }
+        | OpsError::Amount { .. }
+        | OpsError::ChainNotConfigured
+        | OpsError::UnknownRole => StatusCode::UNPROCESSABLE_ENTITY,
         // The engine's refusals are told apart by their codes.
         OpsError::Engine(_) => match e.code() {
             "PAYLOAD_TOO_LARGE_OR_DEEP" => StatusCode::PAYLOAD_TOO_LARGE,
