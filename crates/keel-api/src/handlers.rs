@@ -388,8 +388,9 @@ pub(crate) async fn unpause(
 /// asset is paused, `EnforcedPause`. Burns above the template's mint approval threshold
 /// wait for an approval by another API key of the organization, as mints do. The
 /// result (`txHash`, `block`, `indexedBlock`) names the burn's transaction; the
-/// milestone step is `burn` or `forced-burn`. Same idempotency and `Prefer: wait` rules
-/// as `POST /v1/assets`.
+/// milestone step is `burn` or `forced-burn`. A token deployed before `AssetToken` had
+/// `forcedBurn` refuses a forced burn (`EXECUTION_REVERTED` without a reason). Same
+/// idempotency and `Prefer: wait` rules as `POST /v1/assets`.
 #[utoipa::path(
     post,
     path = "/v1/assets/{id}/burn",
