@@ -1615,7 +1615,10 @@ async fn burns_forced_burns_and_role_changes_land_once_and_fail_typed() {
         assert_eq!(state(&view), "completed", "{view}");
     }
 
-    // The issuer's burn, sent twice at once with one key: one operation.
+    // The issuer's burn, sent twice at once with one key: one operation. The indexer is
+    // stopped first, so the burn cannot end before the runner is killed below: at the
+    // latest it waits in its read-after-write.
+    stack.kill9("indexer");
     let path = format!("/v1/assets/{asset}/burn");
     let body = json!({"amount": "250"});
     let ((s1, a1), (s2, a2)) = tokio::join!(
@@ -1626,8 +1629,8 @@ async fn burns_forced_burns_and_role_changes_land_once_and_fail_typed() {
     assert_eq!(a1["id"], a2["id"], "{a1} {a2}");
     assert_eq!(a1["kind"], "asset.burn");
     let burn = a1["id"].as_str().unwrap().to_owned();
-    // Killed (SIGKILL) while the burn is in flight (its write sent or being sent, or
-    // its read-after-write), restarted: the burn completes.
+    // Killed (SIGKILL) while the burn is in flight (its write being sent or awaiting
+    // its verdict, or landed and awaiting the index), restarted: the burn completes.
     let view = stack
         .await_op(&burn, Duration::from_secs(60), |v| {
             terminal(v) || matches!(v["progress"]["phase"].as_str(), Some("burn" | "index"))
@@ -1636,6 +1639,7 @@ async fn burns_forced_burns_and_role_changes_land_once_and_fail_typed() {
     assert!(!terminal(&view), "the burn ended before the kill: {view}");
     stack.kill9("runner");
     stack.spawn("runner");
+    stack.spawn("indexer");
     let view = stack
         .await_op(&burn, Duration::from_secs(90), terminal)
         .await;
