@@ -112,6 +112,31 @@ impl TokenRequest {
     }
 }
 
+/// Whether `action` waits for an approval under a template's mint approval `threshold`
+/// (token units, decimal string; `None`: nothing does) for a token with
+/// `token_decimals`: a mint or burn (forced or not) above it, and every role change when
+/// a threshold is set (a `minter` or `burner` grant enables mints or burns of any
+/// amount). Transfers, pauses and unpauses never do.
+///
+/// # Errors
+/// [`OpsError::Amount`] when the threshold cannot be read with these decimals.
+pub fn needs_approval(
+    action: &TokenAction,
+    threshold: Option<&str>,
+    token_decimals: u8,
+) -> Result<bool> {
+    let Some(th) = threshold else {
+        return Ok(false);
+    };
+    match action {
+        TokenAction::Mint { amount, .. }
+        | TokenAction::Burn { amount }
+        | TokenAction::ForcedBurn { amount, .. } => above_threshold(*amount, th, token_decimals),
+        TokenAction::GrantRole { .. } | TokenAction::RevokeRole { .. } => Ok(true),
+        TokenAction::Transfer { .. } | TokenAction::Pause | TokenAction::Unpause => Ok(false),
+    }
+}
+
 /// Refuses the zero address as `field`.
 fn not_zero(a: Address, field: &'static str) -> Result<Address> {
     if a.is_zero() {
@@ -326,16 +351,11 @@ impl Ops {
             return Err(OpsError::AssetNotReady);
         };
         let t = template(&self.db, caller.organization_id, &asset.template_id).await?;
-        let needs_approval = match (&action, &t.mint_approval_threshold) {
-            (
-                TokenAction::Mint { amount, .. }
-                | TokenAction::Burn { amount }
-                | TokenAction::ForcedBurn { amount, .. },
-                Some(th),
-            ) => above_threshold(*amount, th, asset.decimals)?,
-            (TokenAction::GrantRole { .. } | TokenAction::RevokeRole { .. }, Some(_)) => true,
-            _ => false,
-        };
+        let needs_approval = needs_approval(
+            &action,
+            t.mint_approval_threshold.as_deref(),
+            asset.decimals,
+        )?;
         let (operation_id, created) = loop {
             if let Some(op) = store::operation_by_key(&self.db, caller.organization_id, key).await?
             {
@@ -454,6 +474,77 @@ impl Ops {
 mod tests {
     use super::*;
     use crate::workflows::WORKFLOWS;
+
+    /// Mints and burns above the threshold, and every role change under a threshold,
+    /// wait for an approval; transfers and pauses never; without a threshold nothing does.
+    #[test]
+    fn approval_policy_follows_the_mint_threshold() {
+        use alloy::primitives::U256;
+        let units = |n: u64| U256::from(n) * U256::from(1_000_000u64);
+        let a = Address::repeat_byte(1);
+        let role = TokenAction::GrantRole {
+            role: TokenRole::Minter,
+            account: a,
+        };
+        let cases = [
+            (
+                TokenAction::Mint {
+                    recipient: a,
+                    amount: units(101),
+                },
+                true,
+            ),
+            (
+                TokenAction::Mint {
+                    recipient: a,
+                    amount: units(100),
+                },
+                false,
+            ),
+            (TokenAction::Burn { amount: units(101) }, true),
+            (TokenAction::Burn { amount: units(100) }, false),
+            (
+                TokenAction::ForcedBurn {
+                    from: a,
+                    amount: units(101),
+                },
+                true,
+            ),
+            (
+                TokenAction::ForcedBurn {
+                    from: a,
+                    amount: units(1),
+                },
+                false,
+            ),
+            (role.clone(), true),
+            (
+                TokenAction::RevokeRole {
+                    role: TokenRole::Burner,
+                    account: a,
+                },
+                true,
+            ),
+            (
+                TokenAction::Transfer {
+                    recipient: a,
+                    amount: units(1_000),
+                },
+                false,
+            ),
+            (TokenAction::Pause, false),
+            (TokenAction::Unpause, false),
+        ];
+        for (action, expected) in cases {
+            assert_eq!(
+                needs_approval(&action, Some("100"), 6).unwrap(),
+                expected,
+                "{action:?}"
+            );
+            assert!(!needs_approval(&action, None, 6).unwrap(), "{action:?}");
+        }
+        assert!(needs_approval(&TokenAction::Burn { amount: units(1) }, Some("x"), 6).is_err());
+    }
 
     /// Every operation the API accepts starts a workflow the runner registers.
     #[test]
