@@ -13,14 +13,21 @@ import {IPriceResolver} from "./interfaces/IPriceResolver.sol";
 ///         by holders of {MINTER_ROLE} and only while the asset's price feed is fresh according
 ///         to the configured {IPriceResolver}.
 /// @dev Roles: `DEFAULT_ADMIN_ROLE` administers all roles; {MINTER_ROLE} may mint;
-///      {PAUSER_ROLE} may pause and unpause. While paused, every balance change (transfer,
-///      mint, burn) reverts with `EnforcedPause()`.
+///      {PAUSER_ROLE} may pause and unpause; {BURNER_ROLE} may burn from any holder
+///      ({forcedBurn}, a forced redemption). Every holder may burn its own tokens
+///      ({ERC20Burnable-burn}) or, with an allowance, another's ({ERC20Burnable-burnFrom}).
+///      While paused, every balance change (transfer, mint, burn) reverts with
+///      `EnforcedPause()`.
 contract AssetToken is ERC20, ERC20Burnable, ERC20Pausable, AccessControl {
     /// @notice Role allowed to call {mint}: keccak256("MINTER_ROLE").
     bytes32 public constant MINTER_ROLE = keccak256("MINTER_ROLE");
 
     /// @notice Role allowed to call {pause} and {unpause}: keccak256("PAUSER_ROLE").
     bytes32 public constant PAUSER_ROLE = keccak256("PAUSER_ROLE");
+
+    /// @notice Role allowed to call {forcedBurn}: keccak256("BURNER_ROLE"). Granted to nobody at
+    ///         deployment: a forced redemption is a capability the admin grants explicitly.
+    bytes32 public constant BURNER_ROLE = keccak256("BURNER_ROLE");
 
     /// @notice Keel identifier of the asset this token represents (set by {AssetFactory}).
     bytes32 public immutable assetId;
@@ -40,7 +47,14 @@ contract AssetToken is ERC20, ERC20Burnable, ERC20Pausable, AccessControl {
     /// @param feed The price feed that was judged stale (or unknown).
     error PriceNotFresh(address feed);
 
-    /// @notice Deploys the token, grants `admin` all three roles and pauses it.
+    /// @notice `burner` burned `amount` tokens of `from` without its allowance ({forcedBurn}).
+    /// @param burner The caller (a {BURNER_ROLE} holder).
+    /// @param from The holder whose tokens were burned.
+    /// @param amount Amount in the token's smallest unit.
+    event ForcedBurn(address indexed burner, address indexed from, uint256 amount);
+
+    /// @notice Deploys the token, grants `admin` `DEFAULT_ADMIN_ROLE`, {MINTER_ROLE} and
+    ///         {PAUSER_ROLE} (not {BURNER_ROLE}) and pauses it.
     /// @param assetId_ Keel asset identifier (opaque to the token).
     /// @param name_ ERC-20 name.
     /// @param symbol_ ERC-20 symbol.
@@ -86,6 +100,18 @@ contract AssetToken is ERC20, ERC20Burnable, ERC20Pausable, AccessControl {
             revert PriceNotFresh(priceFeed);
         }
         _mint(to, amount);
+    }
+
+    /// @notice Burns `amount` tokens of `from` without its allowance (a forced redemption).
+    /// @dev Checks, in order: caller has {BURNER_ROLE} (`AccessControlUnauthorizedAccount`),
+    ///      token not paused (`EnforcedPause`), then the ERC-20 checks of `_burn`
+    ///      (`ERC20InvalidSender` for `from == 0`, `ERC20InsufficientBalance` above the
+    ///      balance). Emits `Transfer(from, address(0), amount)` and {ForcedBurn}.
+    /// @param from The holder whose tokens are burned.
+    /// @param amount Amount in the token's smallest unit.
+    function forcedBurn(address from, uint256 amount) external onlyRole(BURNER_ROLE) whenNotPaused {
+        _burn(from, amount);
+        emit ForcedBurn(msg.sender, from, amount);
     }
 
     /// @notice Pauses all balance changes. Reverts `EnforcedPause()` if already paused.

@@ -240,3 +240,95 @@ async fn only_role_holders_mint_and_pause() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `forcedBurn` burns a holder's tokens without its allowance, only for `BURNER_ROLE`
+/// holders (nobody at deployment, not even the admin), only while unpaused, and never
+/// more than the holder's balance; granting and revoking the role takes effect at once.
+#[tokio::test]
+async fn forced_burn_needs_the_burner_role_and_the_holders_balance() -> anyhow::Result<()> {
+    use anvil_tests::events;
+    let chain = TestChain::start().await?;
+    let deployed = deploy_keel(&chain).await?;
+    let asset = deploy_asset_with_feed(&chain, &deployed, "BOND").await?;
+    let p = chain.provider();
+    let admin = chain.account(0)?;
+    let holder = chain.account(1)?;
+    let token = AssetToken::new(asset.token, p.clone());
+    let burner = token.BURNER_ROLE().call().await?;
+    assert_eq!(burner, alloy::primitives::keccak256("BURNER_ROLE"));
+    assert!(
+        !token.hasRole(burner, admin).call().await?,
+        "the admin does not get BURNER_ROLE at deployment"
+    );
+    assert!(
+        token
+            .hasRole(token.MINTER_ROLE().call().await?, admin)
+            .call()
+            .await?
+    );
+    assert!(
+        token
+            .hasRole(token.PAUSER_ROLE().call().await?, admin)
+            .call()
+            .await?
+    );
+
+    confirm(&token.unpause()).await?;
+    set_staleness_bound(p, deployed.price_resolver, asset.feed, 3_600).await?;
+    submit_observation(p, asset.feed, 100 * USD).await?;
+    confirm(&token.mint(holder, U256::from(1_000))).await?;
+
+    // Without the role: refused, before any balance check.
+    assert_eq!(
+        expect_revert::<AssetTokenErrors, _, _>(&token.forcedBurn(holder, U256::from(10))).await?,
+        AssetTokenErrors::AccessControlUnauthorizedAccount(
+            AssetToken::AccessControlUnauthorizedAccount {
+                account: admin,
+                neededRole: burner,
+            }
+        )
+    );
+
+    // With it: the holder's balance and the supply drop by exactly the amount.
+    confirm(&token.grantRole(burner, admin)).await?;
+    let receipt = confirm(&token.forcedBurn(holder, U256::from(10))).await?;
+    assert_eq!(token.balanceOf(holder).call().await?, U256::from(990));
+    assert_eq!(token.totalSupply().call().await?, U256::from(990));
+    let forced = events::<AssetToken::ForcedBurn>(&receipt, asset.token);
+    assert_eq!(forced.len(), 1);
+    assert_eq!(
+        (forced[0].burner, forced[0].from, forced[0].amount),
+        (admin, holder, U256::from(10))
+    );
+    let transfers = events::<AssetToken::Transfer>(&receipt, asset.token);
+    assert_eq!(
+        (transfers[0].from, transfers[0].to, transfers[0].value),
+        (holder, Address::ZERO, U256::from(10))
+    );
+
+    // Above the balance: ERC20InsufficientBalance; while paused: EnforcedPause.
+    assert_eq!(
+        expect_revert::<AssetTokenErrors, _, _>(&token.forcedBurn(holder, U256::from(991))).await?,
+        AssetTokenErrors::ERC20InsufficientBalance(AssetToken::ERC20InsufficientBalance {
+            sender: holder,
+            balance: U256::from(990),
+            needed: U256::from(991),
+        })
+    );
+    confirm(&token.pause()).await?;
+    assert_eq!(
+        expect_revert::<AssetTokenErrors, _, _>(&token.forcedBurn(holder, U256::from(1))).await?,
+        enforced_pause()
+    );
+    confirm(&token.unpause()).await?;
+
+    // Revoked: refused again.
+    confirm(&token.revokeRole(burner, admin)).await?;
+    assert!(!token.hasRole(burner, admin).call().await?);
+    assert!(matches!(
+        expect_revert::<AssetTokenErrors, _, _>(&token.forcedBurn(holder, U256::from(1))).await?,
+        AssetTokenErrors::AccessControlUnauthorizedAccount(_)
+    ));
+    assert_eq!(token.balanceOf(holder).call().await?, U256::from(990));
+    Ok(())
+}

@@ -204,6 +204,12 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "Amounts of different tokens were combined.",
     ),
     c(
+        "UNKNOWN_ROLE",
+        422,
+        "A role name the asset's token does not have among the roles Keel manages: \
+         `minter`, `pauser` or `burner`.",
+    ),
+    c(
         "INTERNAL",
         500,
         "A bug: a request handler panicked. Never caused by input by design.",
@@ -371,6 +377,7 @@ mod tests {
                 reason: "r",
             },
             OpsError::AssetNotReady,
+            OpsError::UnknownRole,
             OpsError::ChainNotConfigured,
             OpsError::ApprovalSameKey,
             OpsError::ApprovalNotPending,

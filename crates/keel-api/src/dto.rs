@@ -89,6 +89,68 @@ pub struct TokenAmountRequest {
     pub amount: String,
 }
 
+/// `POST /v1/assets/{id}/burn`: burn `amount` token units of the issuer's own holdings,
+/// or, with `from`, a forced burn (redemption) of that holder's tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({
+    "amount": "12.5", "from": "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+}))]
+pub struct BurnRequest {
+    /// Token units as a **decimal string** (JSON numbers are refused), greater than
+    /// zero, at most the token's decimals of fractional digits.
+    #[schema(pattern = r"^[0-9]+(\.[0-9]+)?$", example = "12.5")]
+    pub amount: String,
+    /// The holder whose tokens are burned (a forced burn: `AssetToken.forcedBurn`, which
+    /// needs the issuer to hold the token's `burner` role — grant it with
+    /// `POST /v1/assets/{id}/grant-role`; without it the operation fails
+    /// `EXECUTION_REVERTED` with reason `AccessControlUnauthorizedAccount`). `0x` and 40
+    /// hex digits (an EIP-55 checksum is verified when mixed-case); not the zero address.
+    /// Absent or null: the issuer burns its own holdings (`AssetToken.burn`).
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    #[serde(default)]
+    pub from: Option<String>,
+}
+
+/// `POST /v1/assets/{id}/grant-role` and `/revoke-role`: grant `role` on the asset's
+/// token to `account`, or revoke it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({
+    "role": "minter", "account": "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+}))]
+pub struct RoleRequest {
+    /// The token role: `minter` (`MINTER_ROLE`: may mint), `pauser` (`PAUSER_ROLE`: may
+    /// pause and unpause) or `burner` (`BURNER_ROLE`: may burn any holder's tokens; held
+    /// by nobody until granted). Any other name is `422 UNKNOWN_ROLE`.
+    #[schema(schema_with = role_schema)]
+    pub role: String,
+    /// The account that receives or loses the role: `0x` and 40 hex digits (an EIP-55
+    /// checksum is verified when mixed-case); not the zero address.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub account: String,
+}
+
+/// The schema of [`RoleRequest::role`]: a string, one of the roles'
+/// API names.
+fn role_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(
+            keel_workflows::TokenRole::ALL
+                .iter()
+                .map(|r| r.name())
+                .collect::<Vec<_>>(),
+        ))
+        .description(Some(
+            "The token role: `minter` (`MINTER_ROLE`: may mint), `pauser` (`PAUSER_ROLE`: \
+             may pause and unpause) or `burner` (`BURNER_ROLE`: may burn any holder's \
+             tokens; held by nobody until granted). Any other name is `422 UNKNOWN_ROLE`.",
+        ))
+        .examples(["minter"])
+        .build()
+}
+
 /// The body of `pause`, `unpause`, `approve` and `reject`: empty, or `{}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -124,7 +186,8 @@ pub enum OperationState {
 pub struct Operation {
     /// Operation id.
     pub id: Uuid,
-    /// `asset.create`, `asset.mint`, `asset.transfer`, `asset.pause` or `asset.unpause`.
+    /// `asset.create`, `asset.mint`, `asset.transfer`, `asset.pause`, `asset.unpause`,
+    /// `asset.burn`, `asset.grant-role` or `asset.revoke-role`.
     #[schema(example = "asset.create")]
     pub kind: String,
     /// The asset it acts on.
@@ -144,7 +207,10 @@ pub struct Operation {
     /// The workflow's last progress snapshot (free-form JSON), or null.
     pub progress: Option<Value>,
     /// The result of a completed operation (free-form JSON, e.g. token and feed
-    /// addresses and `indexedBlock`), or null.
+    /// addresses and `indexedBlock`), or null. Token operations give `txHash`, `block`
+    /// and `indexedBlock`; `asset.grant-role` and `asset.revoke-role` add `role`,
+    /// `account` and `changed` (false when the account already held, or did not hold,
+    /// the role: the transaction landed without changing it).
     pub result: Option<Value>,
     /// The failure of a `failed` operation (or the transient reason while
     /// `suspended`), or null.

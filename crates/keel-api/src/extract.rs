@@ -256,6 +256,33 @@ impl RequestBody for crate::dto::TokenAmountRequest {
     ];
 }
 
+impl RequestBody for crate::dto::BurnRequest {
+    const FIELDS: &'static [Field] = &[
+        Field {
+            name: "amount",
+            kind: FieldKind::Decimal,
+        },
+        Field {
+            name: "from",
+            kind: FieldKind::Address,
+        },
+    ];
+    const OPTIONAL: &'static [&'static str] = &["from"];
+}
+
+impl RequestBody for crate::dto::RoleRequest {
+    const FIELDS: &'static [Field] = &[
+        Field {
+            name: "role",
+            kind: FieldKind::Text,
+        },
+        Field {
+            name: "account",
+            kind: FieldKind::Address,
+        },
+    ];
+}
+
 impl RequestBody for crate::dto::EmptyRequest {
     const FIELDS: &'static [Field] = &[];
     const EMPTY_ALLOWED: bool = true;

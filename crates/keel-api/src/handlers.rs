@@ -2,8 +2,8 @@
 
 use crate::ApiState;
 use crate::dto::{
-    Asset, AssetList, Balance, CreateAssetRequest, EmptyRequest, FundingRequestList, Health,
-    Operation, OperationAccepted, TokenAmountRequest, status_url,
+    Asset, AssetList, Balance, BurnRequest, CreateAssetRequest, EmptyRequest, FundingRequestList,
+    Health, Operation, OperationAccepted, RoleRequest, TokenAmountRequest, status_url,
 };
 use crate::extract::{
     Authed, IdempotencyKey, JsonBody, PreferWait, RawPath, parse_address, parse_id,
@@ -14,7 +14,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use keel_workflows::{Caller, MAX_WAIT, NewAsset, OperationView, TokenRequest};
+use keel_workflows::{Caller, MAX_WAIT, NewAsset, OperationView, TokenRequest, TokenRole};
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::{IntoParams, IntoResponses};
@@ -51,7 +51,8 @@ pub(crate) enum WriteErrors {
     /// `INVALID_FIELD` (a rule of the operations service: lengths, zero amounts, the
     /// zero address, the key's length), `INVALID_ADDRESS`, `AMOUNT_MALFORMED`,
     /// `AMOUNT_NEGATIVE`, `AMOUNT_PRECISION_LOSS`, `AMOUNT_TOO_MANY_DIGITS`,
-    /// `DECIMALS_OUT_OF_RANGE`, `CHAIN_NOT_CONFIGURED`.
+    /// `DECIMALS_OUT_OF_RANGE`, `CHAIN_NOT_CONFIGURED`, `UNKNOWN_ROLE` (grant-role,
+    /// revoke-role).
     #[response(status = 422, content_type = "application/problem+json")]
     Unprocessable(Problem),
     /// `SERVICE_UNAVAILABLE` (retryable): the database or engine is unavailable.
@@ -371,6 +372,151 @@ pub(crate) async fn unpause(
     JsonBody(_): JsonBody<EmptyRequest>,
 ) -> Result<Response, Problem> {
     token_op(&state, caller, &id, &key, wait, TokenRequest::Unpause).await
+}
+
+/// Burn tokens: the issuer's own, or a holder's (forced burn).
+///
+/// Starts `asset.burn` on an `active` asset. Without `from`, the issuer (the asset's
+/// operator account, which holds what it minted to itself or received) burns `amount`
+/// of its own holdings (`AssetToken.burn`); more than it holds fails the operation
+/// `EXECUTION_REVERTED` with reason `ERC20InsufficientBalance`. With `from`, a **forced
+/// burn** (redemption) of that holder's tokens without its allowance
+/// (`AssetToken.forcedBurn`): the issuer must hold the token's `burner` role (granted by
+/// `POST /v1/assets/{id}/grant-role`; no account holds it at deployment), else the
+/// operation fails `EXECUTION_REVERTED` with reason `AccessControlUnauthorizedAccount`;
+/// above the holder's balance it fails with reason `ERC20InsufficientBalance`; while the
+/// asset is paused, `EnforcedPause`. Burns above the template's mint approval threshold
+/// wait for an approval by another API key of the organization, as mints do. The
+/// result (`txHash`, `block`, `indexedBlock`) names the burn's transaction; the
+/// milestone step is `burn` or `forced-burn`. A token deployed before `AssetToken` had
+/// `forcedBurn` refuses a forced burn (`EXECUTION_REVERTED` without a reason). Same
+/// idempotency and `Prefer: wait` rules as `POST /v1/assets`.
+#[utoipa::path(
+    post,
+    path = "/v1/assets/{id}/burn",
+    tag = "assets",
+    operation_id = "burnAsset",
+    request_body(content = BurnRequest, content_type = "application/json"),
+    params(
+        ("id" = Uuid, Path, description = "Asset id"),
+        ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn burn(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    JsonBody(body): JsonBody<BurnRequest>,
+) -> Result<Response, Problem> {
+    let from = body
+        .from
+        .as_deref()
+        .map(|a| parse_address(a, "from"))
+        .transpose()?;
+    let req = TokenRequest::Burn {
+        from,
+        amount: body.amount,
+    };
+    token_op(&state, caller, &id, &key, wait, req).await
+}
+
+fn role_request(body: RoleRequest, grant: bool) -> Result<TokenRequest, Problem> {
+    let role: TokenRole = body.role.parse()?;
+    let account = parse_address(&body.account, "account")?;
+    Ok(if grant {
+        TokenRequest::GrantRole { role, account }
+    } else {
+        TokenRequest::RevokeRole { role, account }
+    })
+}
+
+/// Grant a role on the asset's token.
+///
+/// Starts `asset.grant-role` on an `active` asset: `AssetToken.grantRole(role,
+/// account)`, sent by the issuer (the token's admin). Roles: `minter`, `pauser`,
+/// `burner` (anything else is `422 UNKNOWN_ROLE`). When the template sets a mint
+/// approval threshold, every role change waits for an approval by another API key of
+/// the organization (a `minter` or `burner` grant enables mints or burns of any amount).
+/// Granting a role the account holds lands without effect (`result.changed: false`).
+/// The result adds `role`, `account` and `changed` to `txHash`, `block` and
+/// `indexedBlock`. Same idempotency and `Prefer: wait` rules as `POST /v1/assets`.
+#[utoipa::path(
+    post,
+    path = "/v1/assets/{id}/grant-role",
+    tag = "assets",
+    operation_id = "grantAssetRole",
+    request_body(content = RoleRequest, content_type = "application/json"),
+    params(
+        ("id" = Uuid, Path, description = "Asset id"),
+        ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn grant_role(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    JsonBody(body): JsonBody<RoleRequest>,
+) -> Result<Response, Problem> {
+    let req = role_request(body, true)?;
+    token_op(&state, caller, &id, &key, wait, req).await
+}
+
+/// Revoke a role on the asset's token.
+///
+/// Starts `asset.revoke-role`: `AssetToken.revokeRole(role, account)`. Same rules as
+/// grant-role; revoking a role the account lacks lands without effect
+/// (`result.changed: false`). Revoking the issuer's own `minter` or `pauser` role makes
+/// Keel's later mints or pauses of the asset fail `EXECUTION_REVERTED`
+/// (`AccessControlUnauthorizedAccount`) until it is granted again.
+#[utoipa::path(
+    post,
+    path = "/v1/assets/{id}/revoke-role",
+    tag = "assets",
+    operation_id = "revokeAssetRole",
+    request_body(content = RoleRequest, content_type = "application/json"),
+    params(
+        ("id" = Uuid, Path, description = "Asset id"),
+        ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(
+        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
+        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
+            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn revoke_role(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    JsonBody(body): JsonBody<RoleRequest>,
+) -> Result<Response, Problem> {
+    let req = role_request(body, false)?;
+    token_op(&state, caller, &id, &key, wait, req).await
 }
 
 async fn decide(

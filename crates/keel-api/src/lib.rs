@@ -11,6 +11,8 @@
 //! |---|---|---|
 //! | `POST /v1/assets` | `Ops::create_asset` | `202` operation (+`created`, `statusUrl`, `Location`); `200` when terminal |
 //! | `POST /v1/assets/{id}/mint`, `/transfer`, `/pause`, `/unpause` | `Ops::token_operation` | as above |
+//! | `POST /v1/assets/{id}/burn` (`amount`; optional `from`: a forced burn of that holder's tokens, needs the `burner` role) | `Ops::token_operation` (`asset.burn`) | as above |
+//! | `POST /v1/assets/{id}/grant-role`, `/revoke-role` (`role`: `minter`, `pauser`, `burner`; `account`) | `Ops::token_operation` (`asset.grant-role`, `asset.revoke-role`) | as above |
 //! | `POST /v1/operations/{id}/approve`, `/reject` | `Ops::decide_approval` | `202`/`200` operation |
 //! | `POST /v1/operations/{id}/retry` | `Ops::retry` | `202`/`200` operation |
 //! | `POST /v1/operations/{id}/cancel` | `Ops::cancel` | `202`/`200` operation |
@@ -71,7 +73,7 @@
 //! UNKNOWN_FIELD`; a member that appears more than once (whatever its copies hold, in
 //! any order) → `400 INVALID_FIELD` naming it; missing members, wrong types and JSON
 //! numbers where decimal strings are expected → `400 INVALID_FIELD`; bad addresses → `422 INVALID_ADDRESS`;
-//! malformed path ids → `404 NOT_FOUND`; bad query integers → `400 INVALID_QUERY`;
+//! unknown role names → `422 UNKNOWN_ROLE`; malformed path ids → `404 NOT_FOUND`; bad query integers → `400 INVALID_QUERY`;
 //! unknown routes → `404`, wrong methods → `405 METHOD_NOT_ALLOWED`; a panicking
 //! handler → `500 INTERNAL` (a bug; never caused by input by design).
 //!
@@ -206,6 +208,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/assets/{id}/transfer", post(handlers::transfer))
         .route("/v1/assets/{id}/pause", post(handlers::pause))
         .route("/v1/assets/{id}/unpause", post(handlers::unpause))
+        .route("/v1/assets/{id}/burn", post(handlers::burn))
+        .route("/v1/assets/{id}/grant-role", post(handlers::grant_role))
+        .route("/v1/assets/{id}/revoke-role", post(handlers::revoke_role))
         .route("/v1/assets/{id}/balances/{address}", get(handlers::balance))
         .route("/v1/operations/{id}", get(handlers::operation))
         .route("/v1/operations/{id}/approve", post(handlers::approve))

@@ -116,9 +116,10 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::OperationEnded
         | OpsError::ApiKeyRevoked
         | OpsError::ApprovalSameKey => StatusCode::CONFLICT,
-        OpsError::InvalidField { .. } | OpsError::Amount { .. } | OpsError::ChainNotConfigured => {
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
+        OpsError::InvalidField { .. }
+        | OpsError::Amount { .. }
+        | OpsError::ChainNotConfigured
+        | OpsError::UnknownRole => StatusCode::UNPROCESSABLE_ENTITY,
         // The engine's refusals are told apart by their codes.
         OpsError::Engine(_) => match e.code() {
             "PAYLOAD_TOO_LARGE_OR_DEEP" => StatusCode::PAYLOAD_TOO_LARGE,

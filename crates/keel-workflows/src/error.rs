@@ -41,6 +41,10 @@ pub enum OpsError {
         #[source]
         source: UnitsError,
     },
+    /// A role name the token does not define among the roles Keel manages (`minter`,
+    /// `pauser`, `burner`). Code `UNKNOWN_ROLE`.
+    #[error("unknown role: the token's manageable roles are minter, pauser and burner")]
+    UnknownRole,
     /// The asset is not ready for this operation (its creation has not completed).
     /// Code `ASSET_NOT_READY`.
     #[error("the asset has not finished its creation")]
@@ -118,6 +122,7 @@ impl OpsError {
             Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Self::InvalidField { .. } => "INVALID_FIELD",
             Self::Amount { source, .. } => source.code(),
+            Self::UnknownRole => "UNKNOWN_ROLE",
             Self::AssetNotReady => "ASSET_NOT_READY",
             Self::ChainNotConfigured => "CHAIN_NOT_CONFIGURED",
             Self::ApprovalSameKey => "APPROVAL_SAME_KEY",
@@ -154,6 +159,7 @@ impl OpsError {
             | Self::IdempotencyConflict
             | Self::InvalidField { .. }
             | Self::Amount { .. }
+            | Self::UnknownRole
             | Self::AssetNotReady
             | Self::ChainNotConfigured
             | Self::ApprovalSameKey

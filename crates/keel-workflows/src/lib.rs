@@ -5,7 +5,9 @@
 //!
 //! - [`workflows`]: `asset.create` (feed, token, first observation, staleness bound,
 //!   unpause, read-after-write — fail-closed), `asset.mint`, `asset.transfer`,
-//!   `asset.pause`, `asset.unpause` (one at a time per asset, optional approval wait).
+//!   `asset.pause`, `asset.unpause`, `asset.burn` (the issuer's holdings, or a forced
+//!   burn of a holder's with the token's `BURNER_ROLE`), `asset.grant-role`,
+//!   `asset.revoke-role` (one at a time per asset, optional approval wait).
 //!   [`workflows::register_all`] registers exactly [`workflows::WORKFLOWS`];
 //!   [`workflows::contract`] holds their inputs, outputs, signals and typed failure.
 //! - [`ops`]: [`ops::Ops`], the API's service: idempotent acceptance (organization +
@@ -34,7 +36,7 @@
 //!   only as the queue's transaction field.
 //! - *tx_hash*: a transaction hash (`hash` only in the queue's verdict type).
 //!
-//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`, `0029`).
+//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`, `0027`, `0029`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod env;
@@ -58,6 +60,7 @@ pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
 pub use platform::PlatformAddresses;
 pub use tenancy::{ApiKeyView, Caller, Credential, RotatedApiKey, Scope, Scopes};
 pub use verdicts::VerdictSink;
+pub use workflows::TokenRole;
 
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after
 /// the global metrics recorder is installed.

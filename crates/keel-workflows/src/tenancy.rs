@@ -247,7 +247,8 @@ pub struct Template {
     pub price_decimals: u8,
     /// Staleness bound installed on the `PriceResolver`, seconds (> 0).
     pub staleness_bound_seconds: u64,
-    /// Mints above this amount (token units, decimal string) wait for an approval;
+    /// Mints and burns (forced ones included) above this amount (token units, decimal
+    /// string) wait for an approval, and when it is set every role change waits for one;
     /// `None`: never.
     pub mint_approval_threshold: Option<String>,
     /// How long an approval may take, seconds; after it the operation fails

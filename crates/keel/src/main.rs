@@ -162,7 +162,8 @@ enum TemplateCommand {
         /// Staleness bound installed on the PriceResolver, seconds.
         #[arg(long, default_value_t = 86_400)]
         staleness_bound_seconds: u64,
-        /// Mints above this amount (token units) wait for an approval.
+        /// Mints and burns above this amount (token units) wait for an approval; when
+        /// set, every role change (grant-role, revoke-role) waits for one too.
         #[arg(long)]
         mint_approval_threshold: Option<String>,
         /// Seconds an approval may take before the operation fails APPROVAL_EXPIRED.

@@ -1586,3 +1586,317 @@ fn dashboard_metrics() -> Vec<String> {
 fn uuid_like() -> &'static str {
     "0b9d2c4e-8f6a-4c1e-9d3b-7a5e2f1c0d4b"
 }
+
+/// The block of a completed operation's write (`result.block`).
+fn result_block(view: &Value) -> u64 {
+    view["result"]["block"].as_u64().unwrap()
+}
+
+/// The steps of a view's confirmed milestones.
+fn confirmed_steps(view: &Value) -> Vec<String> {
+    view["milestones"]["confirmed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["step"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `n` whole tokens of 6 decimals, in base units.
+fn units(n: u64) -> alloy::primitives::U256 {
+    alloy::primitives::U256::from(n * 1_000_000)
+}
+
+/// Issue 18 §4: the issuer burns its own tokens exactly once across a duplicated
+/// request, a runner killed mid-burn and a replay of the same key; a forced burn of a
+/// holder's tokens fails typed without the `burner` role, works once the issuer holds
+/// it and fails typed above the holder's balance; a minter role is granted and revoked
+/// (checked with `hasRole`), a repeated grant lands without effect; an unknown role is
+/// `422 UNKNOWN_ROLE`; the index shows the supply afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burns_forced_burns_and_role_changes_land_once_and_fail_typed() {
+    // One block a second: the runner can be killed while the burn is in flight.
+    let chain = TestChain::builder().block_time(1).start().await.unwrap();
+    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (asset, token_address) = stack.create_active_asset("create-b", "BURN").await;
+    let token = AssetToken::new(token_address, stack.chain.provider().clone());
+    let issuer = stack.chain.account(0).unwrap();
+    let holder = stack.chain.account(3).unwrap();
+    let grantee = stack.chain.account(5).unwrap();
+    for (idem, to, amount) in [("m-issuer", issuer, "1000"), ("m-holder", holder, "100")] {
+        let id = stack
+            .token_op(
+                &asset,
+                "mint",
+                idem,
+                json!({"recipient": to.to_string(), "amount": amount}),
+            )
+            .await;
+        let view = stack.await_op(&id, Duration::from_secs(90), terminal).await;
+        assert_eq!(state(&view), "completed", "{view}");
+    }
+
+    // The issuer's burn, sent twice at once with one key: one operation. The indexer is
+    // stopped first, so the burn cannot end before the runner is killed below: at the
+    // latest it waits in its read-after-write.
+    stack.kill9("indexer");
+    let path = format!("/v1/assets/{asset}/burn");
+    let body = json!({"amount": "250"});
+    let ((s1, a1), (s2, a2)) = tokio::join!(
+        stack.post(&stack.key_a, &path, "burn-1", body.clone()),
+        stack.post(&stack.key_a, &path, "burn-1", body.clone()),
+    );
+    assert!(s1 == 202 && s2 == 202, "{s1} {a1} {s2} {a2}");
+    assert_eq!(a1["id"], a2["id"], "{a1} {a2}");
+    assert_eq!(a1["kind"], "asset.burn");
+    let burn = a1["id"].as_str().unwrap().to_owned();
+    // Killed (SIGKILL) while the burn is in flight (its write being sent or awaiting
+    // its verdict, or landed and awaiting the index), restarted: the burn completes.
+    let view = stack
+        .await_op(&burn, Duration::from_secs(60), |v| {
+            terminal(v) || matches!(v["progress"]["phase"].as_str(), Some("burn" | "index"))
+        })
+        .await;
+    assert!(!terminal(&view), "the burn ended before the kill: {view}");
+    stack.kill9("runner");
+    stack.spawn("runner");
+    stack.spawn("indexer");
+    let view = stack
+        .await_op(&burn, Duration::from_secs(90), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    assert_eq!(confirmed_steps(&view), ["burn"]);
+    // The same key once more: the same operation, terminal (200), nothing new.
+    let (status, again) = stack.post(&stack.key_a, &path, "burn-1", body).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["id"], burn.as_str());
+    assert_eq!(again["created"], false);
+    let (status, conflict) = stack
+        .post(&stack.key_a, &path, "burn-1", json!({"amount": "251"}))
+        .await;
+    assert_eq!(status, 409, "{conflict}");
+    assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
+    let burns: Vec<_> = stack
+        .logs_of::<AssetToken::Transfer>(token_address)
+        .await
+        .iter()
+        .map(|l| AssetToken::Transfer::decode_log_data(l.data()).unwrap())
+        .filter(|t| t.to == Address::ZERO)
+        .collect();
+    assert_eq!(burns.len(), 1, "exactly one burn on chain: {burns:?}");
+    assert_eq!((burns[0].from, burns[0].value), (issuer, units(250)));
+    assert_eq!(token.balanceOf(issuer).call().await.unwrap(), units(750));
+    assert_eq!(token.totalSupply().call().await.unwrap(), units(850));
+
+    // A forced burn without the burner role: a typed failed operation.
+    let forced = |idem: &'static str, amount: &'static str| {
+        let (stack, asset) = (&stack, &asset);
+        async move {
+            let id = stack
+                .token_op(
+                    asset,
+                    "burn",
+                    idem,
+                    json!({"amount": amount, "from": holder.to_string()}),
+                )
+                .await;
+            stack.await_op(&id, Duration::from_secs(90), terminal).await
+        }
+    };
+    let view = forced("fb-1", "10").await;
+    assert_eq!(state(&view), "failed", "{view}");
+    assert_eq!(view["error"]["code"], "EXECUTION_REVERTED", "{view}");
+    assert_eq!(
+        view["error"]["reason"], "AccessControlUnauthorizedAccount",
+        "{view}"
+    );
+
+    // The issuer grants itself the burner role; the forced burn then works.
+    let role = |what: &'static str, idem: &'static str, role: &'static str, who: Address| {
+        let (stack, asset) = (&stack, &asset);
+        async move {
+            let id = stack
+                .token_op(
+                    asset,
+                    what,
+                    idem,
+                    json!({"role": role, "account": who.to_string()}),
+                )
+                .await;
+            let view = stack.await_op(&id, Duration::from_secs(90), terminal).await;
+            assert_eq!(state(&view), "completed", "{what} {role}: {view}");
+            view
+        }
+    };
+    let burner = token.BURNER_ROLE().call().await.unwrap();
+    let view = role("grant-role", "g-burner", "burner", issuer).await;
+    assert_eq!(view["kind"], "asset.grant-role");
+    assert_eq!(view["result"]["role"], "burner", "{view}");
+    assert_eq!(view["result"]["changed"], true, "{view}");
+    assert_eq!(confirmed_steps(&view), ["grant-role"]);
+    assert!(token.hasRole(burner, issuer).call().await.unwrap());
+    let view = forced("fb-2", "10").await;
+    assert_eq!(state(&view), "completed", "{view}");
+    assert_eq!(confirmed_steps(&view), ["forced-burn"]);
+    assert_eq!(token.balanceOf(holder).call().await.unwrap(), units(90));
+    let forced_logs = stack.logs_of::<AssetToken::ForcedBurn>(token_address).await;
+    assert_eq!(forced_logs.len(), 1);
+    // Above the holder's balance: the revert surfaces typed, nothing changes.
+    let view = forced("fb-3", "1000").await;
+    assert_eq!(state(&view), "failed", "{view}");
+    assert_eq!(view["error"]["code"], "EXECUTION_REVERTED", "{view}");
+    assert_eq!(
+        view["error"]["reason"], "ERC20InsufficientBalance",
+        "{view}"
+    );
+    assert_eq!(token.balanceOf(holder).call().await.unwrap(), units(90));
+
+    // Grant, repeated grant (no effect) and revoke of a minter role, checked on chain.
+    let minter = token.MINTER_ROLE().call().await.unwrap();
+    assert!(!token.hasRole(minter, grantee).call().await.unwrap());
+    let view = role("grant-role", "g-minter", "minter", grantee).await;
+    assert_eq!(view["result"]["changed"], true, "{view}");
+    assert_eq!(
+        view["result"]["account"]
+            .as_str()
+            .unwrap()
+            .parse::<Address>()
+            .unwrap(),
+        grantee
+    );
+    assert!(token.hasRole(minter, grantee).call().await.unwrap());
+    let view = role("grant-role", "g-minter-2", "minter", grantee).await;
+    assert_eq!(view["result"]["changed"], false, "{view}");
+    assert!(token.hasRole(minter, grantee).call().await.unwrap());
+    let view = role("revoke-role", "r-minter", "minter", grantee).await;
+    assert_eq!(view["kind"], "asset.revoke-role");
+    assert_eq!(view["result"]["changed"], true, "{view}");
+    assert_eq!(confirmed_steps(&view), ["revoke-role"]);
+    assert!(!token.hasRole(minter, grantee).call().await.unwrap());
+    assert!(
+        token.hasRole(minter, issuer).call().await.unwrap(),
+        "the issuer keeps its own minter role"
+    );
+    let last = result_block(&view);
+
+    // A role the token does not know: 422 with its code, nothing accepted.
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/grant-role"),
+            "g-admin",
+            json!({"role": "admin", "account": grantee.to_string()}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["code"], "UNKNOWN_ROLE", "{body}");
+
+    // The index: 1000 + 100 − 250 − 10.
+    let (status, a) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}?minBlock={last}"))
+        .await;
+    assert_eq!(status, 200, "{a}");
+    assert_eq!(a["supply"], "840", "{a}");
+    let (_, bal) = stack
+        .get(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/balances/{holder}?minBlock={last}"),
+        )
+        .await;
+    assert_eq!(bal["balance"], "90", "{bal}");
+}
+
+/// Issue 18 §4: with a mint approval threshold, burns above it and every role change
+/// wait for an approval by another key (a rejected grant leaves the role ungranted);
+/// a burn below it does not wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burns_above_the_threshold_and_role_changes_wait_for_an_approval() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(
+        chain,
+        TemplateOpts {
+            approval_threshold: Some("100"),
+            approval_ttl_seconds: Some(600),
+            ..TemplateOpts::default()
+        },
+    )
+    .await;
+    let (asset, token_address) = stack.create_active_asset("create-ab", "ABRN").await;
+    let token = AssetToken::new(token_address, stack.chain.provider().clone());
+    let issuer = stack.chain.account(0).unwrap();
+    let grantee = stack.chain.account(6).unwrap();
+    let approved = |id: String| {
+        let stack = &stack;
+        async move {
+            let view = stack
+                .await_op(&id, Duration::from_secs(30), |v| state(v) == "waiting")
+                .await;
+            assert_eq!(view["wait"]["for"], "approval", "{view}");
+            let (status, body) = stack.act(&stack.key_a, &id, "approve").await;
+            assert_eq!(status, 409, "{body}");
+            assert_eq!(body["code"], "APPROVAL_SAME_KEY");
+            let (status, body) = stack.act(&stack.key_b, &id, "approve").await;
+            assert!(status == 200 || status == 202, "{status} {body}");
+            let view = stack.await_op(&id, Duration::from_secs(60), terminal).await;
+            assert_eq!(state(&view), "completed", "{view}");
+        }
+    };
+    let mint = stack
+        .token_op(
+            &asset,
+            "mint",
+            "m-1",
+            json!({"recipient": issuer.to_string(), "amount": "600"}),
+        )
+        .await;
+    approved(mint).await;
+
+    // Above the threshold: waits, then burns once approved.
+    let big = stack
+        .token_op(&asset, "burn", "b-big", json!({"amount": "500"}))
+        .await;
+    approved(big).await;
+    assert_eq!(token.balanceOf(issuer).call().await.unwrap(), units(100));
+    // At the threshold: no approval.
+    let small = stack
+        .token_op(&asset, "burn", "b-small", json!({"amount": "100"}))
+        .await;
+    let view = stack
+        .await_op(&small, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    assert_eq!(token.totalSupply().call().await.unwrap(), units(0));
+
+    // A role change always waits when the template has a threshold.
+    let minter = token.MINTER_ROLE().call().await.unwrap();
+    let body = json!({"role": "minter", "account": grantee.to_string()});
+    let rejected = stack
+        .token_op(&asset, "grant-role", "g-1", body.clone())
+        .await;
+    let view = stack
+        .await_op(&rejected, Duration::from_secs(30), |v| {
+            state(v) == "waiting"
+        })
+        .await;
+    assert_eq!(view["wait"]["for"], "approval", "{view}");
+    let (status, body_r) = stack.act(&stack.key_b, &rejected, "reject").await;
+    assert!(status == 200 || status == 202, "{status} {body_r}");
+    let view = stack
+        .await_op(&rejected, Duration::from_secs(30), terminal)
+        .await;
+    assert_eq!(view["error"]["code"], "APPROVAL_REJECTED", "{view}");
+    assert!(!token.hasRole(minter, grantee).call().await.unwrap());
+    let granted = stack.token_op(&asset, "grant-role", "g-2", body).await;
+    approved(granted).await;
+    assert!(token.hasRole(minter, grantee).call().await.unwrap());
+    let revoked = stack
+        .token_op(
+            &asset,
+            "revoke-role",
+            "r-1",
+            json!({"role": "minter", "account": grantee.to_string()}),
+        )
+        .await;
+    approved(revoked).await;
+    assert!(!token.hasRole(minter, grantee).call().await.unwrap());
+}

@@ -955,3 +955,169 @@ async fn approval_and_readiness_rules_without_a_chain() {
     assert_eq!(f.status, StatusCode::OK);
     assert_eq!(f.body, json!({"fundingRequests": []}));
 }
+
+/// Issue 18 §4: the bodies of burn, grant-role and revoke-role are checked before
+/// anything is written (an unknown role is `422 UNKNOWN_ROLE`, the zero address as a
+/// forced burn's holder or a role's account is `422 INVALID_FIELD`, bad shapes are
+/// `400`), and a well-formed request on an asset whose creation has not completed is
+/// `409 ASSET_NOT_READY`. Every answer is checked against the OpenAPI document.
+#[tokio::test]
+async fn burn_and_role_requests_are_checked_before_anything_is_written() {
+    let env = Env::new().await;
+    let (asset, _) = env.create_asset(&env.key_a, "c-1").await;
+    let before = env.counts().await;
+    let zero = "0x0000000000000000000000000000000000000000";
+    let cases: Vec<(&str, &str, Value, u16, &str)> = vec![
+        (
+            "grant-role",
+            "grant admin",
+            json!({"role": "admin", "account": RECIPIENT}),
+            422,
+            "UNKNOWN_ROLE",
+        ),
+        (
+            "revoke-role",
+            "revoke Minter",
+            json!({"role": "Minter", "account": RECIPIENT}),
+            422,
+            "UNKNOWN_ROLE",
+        ),
+        (
+            "grant-role",
+            "role missing",
+            json!({"account": RECIPIENT}),
+            400,
+            "INVALID_FIELD",
+        ),
+        (
+            "grant-role",
+            "role a number",
+            json!({"role": 1, "account": RECIPIENT}),
+            400,
+            "INVALID_FIELD",
+        ),
+        (
+            "grant-role",
+            "bad account",
+            json!({"role": "minter", "account": "0x12"}),
+            422,
+            "INVALID_ADDRESS",
+        ),
+        (
+            "revoke-role",
+            "zero account",
+            json!({"role": "pauser", "account": zero}),
+            422,
+            "INVALID_FIELD",
+        ),
+        (
+            "grant-role",
+            "extra member",
+            json!({"role": "burner", "account": RECIPIENT, "x": 1}),
+            400,
+            "UNKNOWN_FIELD",
+        ),
+        ("burn", "amount missing", json!({}), 400, "INVALID_FIELD"),
+        (
+            "burn",
+            "amount a number",
+            json!({"amount": 5}),
+            400,
+            "INVALID_FIELD",
+        ),
+        (
+            "burn",
+            "zero amount",
+            json!({"amount": "0"}),
+            422,
+            "INVALID_FIELD",
+        ),
+        (
+            "burn",
+            "too precise",
+            json!({"amount": "0.0000001"}),
+            422,
+            "AMOUNT_PRECISION_LOSS",
+        ),
+        (
+            "burn",
+            "bad from",
+            json!({"amount": "1", "from": "SECRETVALUE"}),
+            422,
+            "INVALID_ADDRESS",
+        ),
+        (
+            "burn",
+            "zero from",
+            json!({"amount": "1", "from": zero}),
+            422,
+            "INVALID_FIELD",
+        ),
+        (
+            "burn",
+            "issuer burn",
+            json!({"amount": "1"}),
+            409,
+            "ASSET_NOT_READY",
+        ),
+        (
+            "burn",
+            "null from",
+            json!({"amount": "1", "from": null}),
+            409,
+            "ASSET_NOT_READY",
+        ),
+        (
+            "burn",
+            "forced burn",
+            json!({"amount": "1", "from": RECIPIENT}),
+            409,
+            "ASSET_NOT_READY",
+        ),
+        (
+            "grant-role",
+            "grant burner",
+            json!({"role": "burner", "account": RECIPIENT}),
+            409,
+            "ASSET_NOT_READY",
+        ),
+        (
+            "revoke-role",
+            "revoke minter",
+            json!({"role": "minter", "account": RECIPIENT}),
+            409,
+            "ASSET_NOT_READY",
+        ),
+    ];
+    for (path, label, body, status, code) in cases {
+        let a = env
+            .post(
+                &env.key_a,
+                &format!("/v1/assets/{asset}/{path}"),
+                Some(&format!("k-{label}")),
+                &body,
+            )
+            .await;
+        assert_problem(&a, status, code, label);
+    }
+    // Without an Idempotency-Key; for another organization's asset.
+    let a = env
+        .post(
+            &env.key_a,
+            &format!("/v1/assets/{asset}/burn"),
+            None,
+            &json!({"amount": "1"}),
+        )
+        .await;
+    assert_problem(&a, 400, "IDEMPOTENCY_KEY_REQUIRED", "no key");
+    let a = env
+        .post(
+            &env.key_b,
+            &format!("/v1/assets/{asset}/grant-role"),
+            Some("k-other"),
+            &json!({"role": "minter", "account": RECIPIENT}),
+        )
+        .await;
+    assert_problem(&a, 404, "NOT_FOUND", "another organization's asset");
+    assert_eq!(env.counts().await, before);
+}

@@ -10,8 +10,10 @@ use crate::ops::view::OperationView;
 use crate::store::{self, NewAssetRow, NewOperationRow, OperationRow};
 use crate::tenancy::{Caller, template};
 use crate::workflows::asset_create::AssetCreate;
-use crate::workflows::contract::{AssetCreateInput, TokenAction, TokenOpInput};
-use crate::workflows::token_op::{AssetMint, AssetPause, AssetTransfer, AssetUnpause};
+use crate::workflows::contract::{AssetCreateInput, TokenAction, TokenOpInput, TokenRole};
+use crate::workflows::token_op::{
+    AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer, AssetUnpause,
+};
 use alloy::primitives::Address;
 use keel_durable::{StartOptions, Workflow};
 use serde_json::{Value, json};
@@ -34,7 +36,8 @@ pub struct NewAsset {
     pub initial_price: String,
 }
 
-/// A token operation request (`POST /v1/assets/{id}/mint|transfer|pause|unpause`).
+/// A token operation request (`POST /v1/assets/{id}/mint|transfer|pause|unpause|burn|`
+/// `grant-role|revoke-role`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenRequest {
     /// Mint `amount` (decimal string in token units) to `recipient`.
@@ -55,6 +58,43 @@ pub enum TokenRequest {
     Pause,
     /// Unpause balance changes.
     Unpause,
+    /// Burn `amount`: without `from`, from the issuer's (operator's) own holdings
+    /// (`AssetToken.burn`); with `from`, a forced burn (redemption) of that holder's
+    /// tokens (`AssetToken.forcedBurn`), which needs the operator to hold the token's
+    /// `burner` role (else the operation fails `EXECUTION_REVERTED`, reason
+    /// `AccessControlUnauthorizedAccount`).
+    Burn {
+        /// The holder of a forced burn (not the zero address); `None`: the issuer.
+        from: Option<Address>,
+        /// Token units, decimal string, at most the token's decimals.
+        amount: String,
+    },
+    /// Grant `role` on the token to `account` (a no-op on chain when it holds it).
+    GrantRole {
+        /// The role.
+        role: TokenRole,
+        /// Who receives it (not the zero address).
+        account: Address,
+    },
+    /// Revoke `role` on the token from `account` (a no-op on chain when it lacks it).
+    RevokeRole {
+        /// The role.
+        role: TokenRole,
+        /// Who loses it (not the zero address).
+        account: Address,
+    },
+}
+
+impl std::str::FromStr for TokenRole {
+    type Err = OpsError;
+
+    /// A role by its API name (`minter`, `pauser`, `burner`; exact, lowercase).
+    ///
+    /// # Errors
+    /// [`OpsError::UnknownRole`] for any other name (`DEFAULT_ADMIN_ROLE` included).
+    fn from_str(name: &str) -> Result<Self> {
+        TokenRole::from_name(name).ok_or(OpsError::UnknownRole)
+    }
 }
 
 impl TokenRequest {
@@ -65,8 +105,47 @@ impl TokenRequest {
             Self::Transfer { .. } => AssetTransfer::NAME,
             Self::Pause => AssetPause::NAME,
             Self::Unpause => AssetUnpause::NAME,
+            Self::Burn { .. } => AssetBurn::NAME,
+            Self::GrantRole { .. } => AssetGrantRole::NAME,
+            Self::RevokeRole { .. } => AssetRevokeRole::NAME,
         }
     }
+}
+
+/// Whether `action` waits for an approval under a template's mint approval `threshold`
+/// (token units, decimal string; `None`: nothing does) for a token with
+/// `token_decimals`: a mint or burn (forced or not) above it, and every role change when
+/// a threshold is set (a `minter` or `burner` grant enables mints or burns of any
+/// amount). Transfers, pauses and unpauses never do.
+///
+/// # Errors
+/// [`OpsError::Amount`] when the threshold cannot be read with these decimals.
+pub fn needs_approval(
+    action: &TokenAction,
+    threshold: Option<&str>,
+    token_decimals: u8,
+) -> Result<bool> {
+    let Some(th) = threshold else {
+        return Ok(false);
+    };
+    match action {
+        TokenAction::Mint { amount, .. }
+        | TokenAction::Burn { amount }
+        | TokenAction::ForcedBurn { amount, .. } => above_threshold(*amount, th, token_decimals),
+        TokenAction::GrantRole { .. } | TokenAction::RevokeRole { .. } => Ok(true),
+        TokenAction::Transfer { .. } | TokenAction::Pause | TokenAction::Unpause => Ok(false),
+    }
+}
+
+/// Refuses the zero address as `field`.
+fn not_zero(a: Address, field: &'static str) -> Result<Address> {
+    if a.is_zero() {
+        return Err(OpsError::InvalidField {
+            field,
+            reason: "must not be the zero address",
+        });
+    }
+    Ok(a)
 }
 
 /// An accepted operation: its id and current view.
@@ -200,10 +279,13 @@ impl Ops {
         })
     }
 
-    /// Accepts a token operation on `asset_id` (mint, transfer, pause, unpause): the
-    /// asset must be `active`; amounts are typed with its decimals; a mint above the
-    /// template's threshold waits for an approval. Operations of one asset run one at
-    /// a time, in acceptance order.
+    /// Accepts a token operation on `asset_id` (mint, transfer, pause, unpause, burn,
+    /// grant-role, revoke-role): the asset must be `active`; amounts are typed with its
+    /// decimals. When the template sets a mint approval threshold, a mint or burn (of
+    /// the issuer's holdings or a forced one) above it, and every role change, waits for
+    /// an approval: a `minter` or `burner` grant enables mints or burns of any amount,
+    /// so role changes are held to at least the strictest rule of the template.
+    /// Operations of one asset run one at a time, in acceptance order.
     ///
     /// # Errors
     /// [`OpsError::NotFound`] (`asset`, also for other organizations' assets);
@@ -218,31 +300,43 @@ impl Ops {
     ) -> Result<Accepted> {
         check_key(key)?;
         let asset = self.asset_record(caller, asset_id).await?;
-        let (action, amount) = match req {
-            TokenRequest::Mint { recipient, amount }
-            | TokenRequest::Transfer { recipient, amount } => {
-                if recipient.is_zero() {
-                    return Err(OpsError::InvalidField {
-                        field: "recipient",
-                        reason: "must not be the zero address",
-                    });
-                }
-                let v = token_amount(amount, asset.decimals, "amount")?;
-                let action = if matches!(req, TokenRequest::Mint { .. }) {
-                    TokenAction::Mint {
-                        recipient: *recipient,
-                        amount: v,
-                    }
-                } else {
-                    TokenAction::Transfer {
-                        recipient: *recipient,
-                        amount: v,
-                    }
-                };
-                (action, Some(v))
-            }
-            TokenRequest::Pause => (TokenAction::Pause, None),
-            TokenRequest::Unpause => (TokenAction::Unpause, None),
+        let amount = |s: &str| token_amount(s, asset.decimals, "amount");
+        let action = match req {
+            TokenRequest::Mint {
+                recipient,
+                amount: a,
+            } => TokenAction::Mint {
+                recipient: not_zero(*recipient, "recipient")?,
+                amount: amount(a)?,
+            },
+            TokenRequest::Transfer {
+                recipient,
+                amount: a,
+            } => TokenAction::Transfer {
+                recipient: not_zero(*recipient, "recipient")?,
+                amount: amount(a)?,
+            },
+            TokenRequest::Pause => TokenAction::Pause,
+            TokenRequest::Unpause => TokenAction::Unpause,
+            TokenRequest::Burn {
+                from: None,
+                amount: a,
+            } => TokenAction::Burn { amount: amount(a)? },
+            TokenRequest::Burn {
+                from: Some(from),
+                amount: a,
+            } => TokenAction::ForcedBurn {
+                from: not_zero(*from, "from")?,
+                amount: amount(a)?,
+            },
+            TokenRequest::GrantRole { role, account } => TokenAction::GrantRole {
+                role: *role,
+                account: not_zero(*account, "account")?,
+            },
+            TokenRequest::RevokeRole { role, account } => TokenAction::RevokeRole {
+                role: *role,
+                account: not_zero(*account, "account")?,
+            },
         };
         let kind = req.kind();
         let request_hash = sha256_json(&json!({
@@ -257,12 +351,11 @@ impl Ops {
             return Err(OpsError::AssetNotReady);
         };
         let t = template(&self.db, caller.organization_id, &asset.template_id).await?;
-        let needs_approval = match (&action, amount, &t.mint_approval_threshold) {
-            (TokenAction::Mint { .. }, Some(v), Some(th)) => {
-                above_threshold(v, th, asset.decimals)?
-            }
-            _ => false,
-        };
+        let needs_approval = needs_approval(
+            &action,
+            t.mint_approval_threshold.as_deref(),
+            asset.decimals,
+        )?;
         let (operation_id, created) = loop {
             if let Some(op) = store::operation_by_key(&self.db, caller.organization_id, key).await?
             {
@@ -314,6 +407,18 @@ impl Ops {
             }
             TokenRequest::Unpause => {
                 self.start::<AssetUnpause>(operation_id, &input, serialization)
+                    .await?
+            }
+            TokenRequest::Burn { .. } => {
+                self.start::<AssetBurn>(operation_id, &input, serialization)
+                    .await?
+            }
+            TokenRequest::GrantRole { .. } => {
+                self.start::<AssetGrantRole>(operation_id, &input, serialization)
+                    .await?
+            }
+            TokenRequest::RevokeRole { .. } => {
+                self.start::<AssetRevokeRole>(operation_id, &input, serialization)
                     .await?
             }
         };
@@ -370,6 +475,77 @@ mod tests {
     use super::*;
     use crate::workflows::WORKFLOWS;
 
+    /// Mints and burns above the threshold, and every role change under a threshold,
+    /// wait for an approval; transfers and pauses never; without a threshold nothing does.
+    #[test]
+    fn approval_policy_follows_the_mint_threshold() {
+        use alloy::primitives::U256;
+        let units = |n: u64| U256::from(n) * U256::from(1_000_000u64);
+        let a = Address::repeat_byte(1);
+        let role = TokenAction::GrantRole {
+            role: TokenRole::Minter,
+            account: a,
+        };
+        let cases = [
+            (
+                TokenAction::Mint {
+                    recipient: a,
+                    amount: units(101),
+                },
+                true,
+            ),
+            (
+                TokenAction::Mint {
+                    recipient: a,
+                    amount: units(100),
+                },
+                false,
+            ),
+            (TokenAction::Burn { amount: units(101) }, true),
+            (TokenAction::Burn { amount: units(100) }, false),
+            (
+                TokenAction::ForcedBurn {
+                    from: a,
+                    amount: units(101),
+                },
+                true,
+            ),
+            (
+                TokenAction::ForcedBurn {
+                    from: a,
+                    amount: units(1),
+                },
+                false,
+            ),
+            (role.clone(), true),
+            (
+                TokenAction::RevokeRole {
+                    role: TokenRole::Burner,
+                    account: a,
+                },
+                true,
+            ),
+            (
+                TokenAction::Transfer {
+                    recipient: a,
+                    amount: units(1_000),
+                },
+                false,
+            ),
+            (TokenAction::Pause, false),
+            (TokenAction::Unpause, false),
+        ];
+        for (action, expected) in cases {
+            assert_eq!(
+                needs_approval(&action, Some("100"), 6).unwrap(),
+                expected,
+                "{action:?}"
+            );
+            assert!(!needs_approval(&action, None, 6).unwrap(), "{action:?}");
+        }
+        assert!(needs_approval(&TokenAction::Burn { amount: units(1) }, Some("x"), 6).is_err());
+    }
+
     /// Every operation the API accepts starts a workflow the runner registers.
     #[test]
     fn every_accepted_kind_is_a_registered_workflow() {
@@ -387,6 +563,21 @@ mod tests {
             .kind(),
             TokenRequest::Pause.kind(),
             TokenRequest::Unpause.kind(),
+            TokenRequest::Burn {
+                from: None,
+                amount: String::new(),
+            }
+            .kind(),
+            TokenRequest::GrantRole {
+                role: TokenRole::Minter,
+                account: Address::ZERO,
+            }
+            .kind(),
+            TokenRequest::RevokeRole {
+                role: TokenRole::Minter,
+                account: Address::ZERO,
+            }
+            .kind(),
         ];
         for kind in kinds {
             assert!(WORKFLOWS.contains(&kind), "{kind}");

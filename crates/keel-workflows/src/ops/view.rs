@@ -64,7 +64,8 @@ impl OperationState {
 pub struct OperationView {
     /// Operation id.
     pub id: Uuid,
-    /// `asset.create`, `asset.mint`, `asset.transfer`, `asset.pause`, `asset.unpause`.
+    /// `asset.create`, `asset.mint`, `asset.transfer`, `asset.pause`, `asset.unpause`,
+    /// `asset.burn`, `asset.grant-role`, `asset.revoke-role`.
     pub kind: String,
     /// The asset.
     pub asset_id: Uuid,

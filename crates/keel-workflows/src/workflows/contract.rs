@@ -2,8 +2,18 @@
 //! workflow, the signal names, the approval decision and the typed failure
 //! [`OpFailure`]. Every type here is journaled or stored as JSON (camelCase): renaming a
 //! Rust field keeps its serde name.
+//!
+//! ## The result of each operation kind
+//! A completed operation's `result` is its workflow's output, serialized as below (the
+//! one place these shapes are defined):
+//!
+//! | kind | output |
+//! |---|---|
+//! | `asset.create` | [`AssetCreateOutput`] |
+//! | `asset.mint`, `asset.transfer`, `asset.pause`, `asset.unpause`, `asset.burn` | [`TokenOpOutput`] |
+//! | `asset.grant-role`, `asset.revoke-role` | [`RoleChangeOutput`] |
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, B256, U256, keccak256};
 use keel_durable::WorkflowFailure;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -130,6 +140,103 @@ pub enum TokenAction {
     Pause,
     /// `AssetToken.unpause()`.
     Unpause,
+    /// `AssetToken.burn(amount)`: the operator (issuer) burns its own holdings
+    /// (`asset.burn` without `from`).
+    Burn {
+        /// Token base units.
+        amount: U256,
+    },
+    /// `AssetToken.forcedBurn(from, amount)`: a forced burn (redemption) of a holder's
+    /// tokens; the operator needs [`TokenRole::Burner`] (`asset.burn` with `from`).
+    ForcedBurn {
+        /// The holder whose tokens are burned.
+        from: Address,
+        /// Token base units.
+        amount: U256,
+    },
+    /// `AssetToken.grantRole(role, account)` (`asset.grant-role`).
+    GrantRole {
+        /// The role.
+        role: TokenRole,
+        /// Who receives it.
+        account: Address,
+    },
+    /// `AssetToken.revokeRole(role, account)` (`asset.revoke-role`).
+    RevokeRole {
+        /// The role.
+        role: TokenRole,
+        /// Who loses it.
+        account: Address,
+    },
+}
+
+impl TokenAction {
+    /// The name of the action's on-chain write (`mint`, `transfer`, `pause`, `unpause`,
+    /// `burn`, `forced-burn`, `grant-role`, `revoke-role`): the link of its transaction
+    /// and the progress phase while it runs.
+    pub fn write(&self) -> &'static str {
+        match self {
+            Self::Mint { .. } => "mint",
+            Self::Transfer { .. } => "transfer",
+            Self::Pause => "pause",
+            Self::Unpause => "unpause",
+            Self::Burn { .. } => "burn",
+            Self::ForcedBurn { .. } => "forced-burn",
+            Self::GrantRole { .. } => "grant-role",
+            Self::RevokeRole { .. } => "revoke-role",
+        }
+    }
+}
+
+/// A role of `AssetToken` that `asset.grant-role` and `asset.revoke-role` manage
+/// (`abi/src/AssetToken.sol`). Serialized by its API name (`minter`, `pauser`,
+/// `burner`). `DEFAULT_ADMIN_ROLE` is deliberately not among them: the operator keeps
+/// the administration of its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum TokenRole {
+    /// `MINTER_ROLE`: may call `mint` (the operator holds it from deployment).
+    Minter,
+    /// `PAUSER_ROLE`: may call `pause` and `unpause` (the operator holds it from
+    /// deployment).
+    Pauser,
+    /// `BURNER_ROLE`: may call `forcedBurn` (nobody holds it at deployment).
+    Burner,
+}
+
+impl TokenRole {
+    /// Every role, in API order.
+    pub const ALL: [TokenRole; 3] = [Self::Minter, Self::Pauser, Self::Burner];
+
+    /// The API name: `minter`, `pauser`, `burner`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Minter => "minter",
+            Self::Pauser => "pauser",
+            Self::Burner => "burner",
+        }
+    }
+
+    /// The role by its API name (exact, lowercase), or `None`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// The Solidity constant's name: `MINTER_ROLE`, `PAUSER_ROLE`, `BURNER_ROLE`.
+    pub fn constant(self) -> &'static str {
+        match self {
+            Self::Minter => "MINTER_ROLE",
+            Self::Pauser => "PAUSER_ROLE",
+            Self::Burner => "BURNER_ROLE",
+        }
+    }
+
+    /// The on-chain role id: `keccak256` of [`TokenRole::constant`] (as
+    /// OpenZeppelin's `AccessControl` roles are defined).
+    pub fn id(self) -> B256 {
+        keccak256(self.constant())
+    }
 }
 
 /// Input of the token operations.
@@ -163,6 +270,26 @@ pub struct TokenOpOutput {
     pub block: u64,
     /// The index block that reflects it (read-after-write).
     pub indexed_block: u64,
+}
+
+/// Output of `asset.grant-role` and `asset.revoke-role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleChangeOutput {
+    /// The transaction.
+    pub tx_hash: B256,
+    /// Its block.
+    pub block: u64,
+    /// The index block that reflects it (read-after-write).
+    pub indexed_block: u64,
+    /// The role.
+    pub role: TokenRole,
+    /// The account that received or lost it.
+    pub account: Address,
+    /// Whether the role changed: false when the account already held (grant) or did not
+    /// hold (revoke) it — the transaction then landed without a `RoleGranted` /
+    /// `RoleRevoked` event.
+    pub changed: bool,
 }
 
 /// An approval decision (the payload of the [`APPROVAL_SIGNAL`]).
@@ -206,5 +333,27 @@ mod tests {
         f.write = Some("mint".into());
         let v = serde_json::to_value(&f).unwrap();
         assert_eq!(v["step"], "mint");
+    }
+
+    /// Roles are named as the API names them and identified as the contract does.
+    #[test]
+    fn roles_have_api_names_and_contract_ids() {
+        for role in TokenRole::ALL {
+            assert_eq!(TokenRole::from_name(role.name()), Some(role));
+            assert_eq!(serde_json::to_value(role).unwrap(), role.name());
+        }
+        assert_eq!(TokenRole::from_name("admin"), None);
+        assert_eq!(TokenRole::from_name("Minter"), None);
+        assert_eq!(
+            TokenRole::Burner.id(),
+            alloy::primitives::keccak256("BURNER_ROLE")
+        );
+        let action = TokenAction::ForcedBurn {
+            from: Address::repeat_byte(2),
+            amount: U256::from(3u64),
+        };
+        let v = serde_json::to_value(&action).unwrap();
+        assert_eq!(v["type"], "forcedBurn", "{v}");
+        assert_eq!(action.write(), "forced-burn");
     }
 }

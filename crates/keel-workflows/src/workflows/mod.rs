@@ -1,5 +1,6 @@
 //! The asset workflows: `asset.create` and the token operations `asset.mint`,
-//! `asset.transfer`, `asset.pause`, `asset.unpause`.
+//! `asset.transfer`, `asset.pause`, `asset.unpause`, `asset.burn`, `asset.grant-role`,
+//! `asset.revoke-role`.
 //!
 //! Every on-chain write is one transaction-queue request keyed
 //! `op/<operation id>/<write>` and one journaled enqueue step; the workflow then waits
@@ -23,10 +24,13 @@ pub(crate) mod token_op;
 pub use asset_create::AssetCreate;
 pub use contract::{
     APPROVAL_SIGNAL, ApprovalDecision, AssetCreateInput, AssetCreateOutput, CANCELLED, Landed,
-    OpFailure, TX_SIGNAL_PREFIX, TokenAction, TokenOpInput, TokenOpOutput, onchain_asset_id,
+    OpFailure, RoleChangeOutput, TX_SIGNAL_PREFIX, TokenAction, TokenOpInput, TokenOpOutput,
+    TokenRole, onchain_asset_id,
 };
 pub use send::custom_error_name;
-pub use token_op::{AssetMint, AssetPause, AssetTransfer, AssetUnpause};
+pub use token_op::{
+    AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer, AssetUnpause,
+};
 
 use crate::env::WorkflowEnv;
 use keel_durable::Workflow;
@@ -34,12 +38,15 @@ use std::sync::Arc;
 
 /// Names of every workflow the WorkflowEnv API can start. The runner registers exactly
 /// these ([`register_all`]); a test keeps the two in step.
-pub const WORKFLOWS: [&str; 5] = [
+pub const WORKFLOWS: [&str; 8] = [
     AssetCreate::NAME,
     AssetMint::NAME,
     AssetTransfer::NAME,
     AssetPause::NAME,
     AssetUnpause::NAME,
+    AssetBurn::NAME,
+    AssetGrantRole::NAME,
+    AssetRevokeRole::NAME,
 ];
 
 /// Registers every workflow of [`WORKFLOWS`] with `engine`.
@@ -49,7 +56,10 @@ pub fn register_all(engine: keel_durable::Engine, env: Arc<WorkflowEnv>) -> keel
         .register(AssetMint(env.clone()))
         .register(AssetTransfer(env.clone()))
         .register(AssetPause(env.clone()))
-        .register(AssetUnpause(env))
+        .register(AssetUnpause(env.clone()))
+        .register(AssetBurn(env.clone()))
+        .register(AssetGrantRole(env.clone()))
+        .register(AssetRevokeRole(env))
 }
 
 #[cfg(test)]

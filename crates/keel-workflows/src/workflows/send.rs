@@ -350,6 +350,26 @@ pub(crate) async fn read_event<E: SolEvent>(
     landed: Landed,
     emitter: Address,
 ) -> Result<E, StepError<OpFailure>> {
+    find_events::<E>(chain, landed, emitter)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            StepError::Failed(OpFailure::new(
+                "EVENT_MISSING",
+                false,
+                "the confirmed transaction did not emit the expected event",
+            ))
+        })
+}
+
+/// Every log of `E` emitted by `emitter` in the receipt of `landed`, in log order (none
+/// is a valid answer: e.g. `grantRole` of a role the account holds emits nothing).
+pub(crate) async fn find_events<E: SolEvent>(
+    chain: &ChainContext,
+    landed: Landed,
+    emitter: Address,
+) -> Result<Vec<E>, StepError<OpFailure>> {
     let receipts = chain
         .node
         .receipts(&[landed.tx_hash])
@@ -358,19 +378,13 @@ pub(crate) async fn read_event<E: SolEvent>(
     let Some(Some(receipt)) = receipts.into_iter().next() else {
         return Err(StepError::transient("RECEIPT_UNAVAILABLE"));
     };
-    receipt
+    Ok(receipt
         .inner
         .logs()
         .iter()
         .filter(|l| l.address() == emitter)
-        .find_map(|l| E::decode_log_data(l.data()).ok())
-        .ok_or_else(|| {
-            StepError::Failed(OpFailure::new(
-                "EVENT_MISSING",
-                false,
-                "the confirmed transaction did not emit the expected event",
-            ))
-        })
+        .filter_map(|l| E::decode_log_data(l.data()).ok())
+        .collect())
 }
 
 /// Waits (bounded by `index_wait`) until the index has committed `block`; returns the

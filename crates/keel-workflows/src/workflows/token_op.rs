@@ -1,12 +1,14 @@
-//! The token operations `asset.mint`, `asset.transfer`, `asset.pause` and
-//! `asset.unpause`: one write each, one at a time per asset, with an optional approval
-//! wait before it.
+//! The token operations `asset.mint`, `asset.transfer`, `asset.pause`, `asset.unpause`,
+//! `asset.burn`, `asset.grant-role` and `asset.revoke-role`: one write each, one at a
+//! time per asset, with an optional approval wait before it.
 
-use crate::env::WorkflowEnv;
+use crate::env::{ChainContext, WorkflowEnv};
 use crate::workflows::contract::{
-    APPROVAL_SIGNAL, ApprovalDecision, Failure, OpFailure, TokenAction, TokenOpInput, TokenOpOutput,
+    APPROVAL_SIGNAL, ApprovalDecision, Failure, Landed, OpFailure, RoleChangeOutput, TokenAction,
+    TokenOpInput, TokenOpOutput, TokenRole,
 };
-use crate::workflows::send::{Write, chain_of, send, step_ok, wait_indexed};
+use crate::workflows::send::{Write, chain_of, find_events, send, step_ok, wait_indexed};
+use alloy::primitives::Address;
 use alloy::sol_types::SolCall;
 use keel_abi::bindings::AssetToken;
 use keel_durable::{Deadline, SignalOutcome, Workflow, WorkflowContext, WorkflowFailure};
@@ -14,60 +16,78 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The body of every token operation: the chain, the optional approval wait, the
-/// write, the read-after-write.
-async fn run_token_op(
-    p: &WorkflowEnv,
+/// The calldata of `action`'s write on `AssetToken`.
+fn calldata(action: &TokenAction) -> Vec<u8> {
+    match action {
+        TokenAction::Mint { recipient, amount } => AssetToken::mintCall {
+            to: *recipient,
+            amount: *amount,
+        }
+        .abi_encode(),
+        TokenAction::Transfer { recipient, amount } => AssetToken::transferCall {
+            to: *recipient,
+            value: *amount,
+        }
+        .abi_encode(),
+        TokenAction::Pause => AssetToken::pauseCall {}.abi_encode(),
+        TokenAction::Unpause => AssetToken::unpauseCall {}.abi_encode(),
+        TokenAction::Burn { amount } => AssetToken::burnCall { value: *amount }.abi_encode(),
+        TokenAction::ForcedBurn { from, amount } => AssetToken::forcedBurnCall {
+            from: *from,
+            amount: *amount,
+        }
+        .abi_encode(),
+        TokenAction::GrantRole { role, account } => AssetToken::grantRoleCall {
+            role: role.id(),
+            account: *account,
+        }
+        .abi_encode(),
+        TokenAction::RevokeRole { role, account } => AssetToken::revokeRoleCall {
+            role: role.id(),
+            account: *account,
+        }
+        .abi_encode(),
+    }
+}
+
+/// The approval wait of an operation whose input names an approval deadline: an
+/// approval goes on, a rejection fails `APPROVAL_REJECTED`, the deadline
+/// `APPROVAL_EXPIRED`.
+async fn await_approval(ctx: &mut WorkflowContext, ttl: u64) -> Result<(), Failure> {
+    ctx.set_progress(json!({ "phase": "approval" }));
+    let decision = ctx
+        .wait_signal::<ApprovalDecision>(
+            APPROVAL_SIGNAL,
+            Some(Deadline::After(Duration::from_secs(ttl))),
+        )
+        .await?;
+    match decision {
+        SignalOutcome::Received(d) if d.approved => Ok(()),
+        SignalOutcome::Received(_) => Err(WorkflowFailure::Failed(OpFailure::new(
+            "APPROVAL_REJECTED",
+            false,
+            "the operation was rejected",
+        ))),
+        SignalOutcome::Expired => Err(WorkflowFailure::Failed(OpFailure::new(
+            "APPROVAL_EXPIRED",
+            false,
+            "no approval arrived before the deadline",
+        ))),
+    }
+}
+
+/// What every token operation does: the chain, the optional approval wait, the write
+/// (named [`TokenAction::write`]). Returns the chain and the landed transaction.
+async fn write_token_op<'a>(
+    p: &'a WorkflowEnv,
     ctx: &mut WorkflowContext,
-    input: TokenOpInput,
-) -> Result<TokenOpOutput, Failure> {
+    input: &TokenOpInput,
+) -> Result<(&'a ChainContext, Landed), Failure> {
     let chain = chain_of(ctx, p, input.chain_id).await?;
     if let Some(ttl) = input.approval_ttl_seconds {
-        ctx.set_progress(json!({ "phase": "approval" }));
-        let decision = ctx
-            .wait_signal::<ApprovalDecision>(
-                APPROVAL_SIGNAL,
-                Some(Deadline::After(Duration::from_secs(ttl))),
-            )
-            .await?;
-        match decision {
-            SignalOutcome::Received(d) if d.approved => {}
-            SignalOutcome::Received(_) => {
-                return Err(WorkflowFailure::Failed(OpFailure::new(
-                    "APPROVAL_REJECTED",
-                    false,
-                    "the operation was rejected",
-                )));
-            }
-            SignalOutcome::Expired => {
-                return Err(WorkflowFailure::Failed(OpFailure::new(
-                    "APPROVAL_EXPIRED",
-                    false,
-                    "no approval arrived before the deadline",
-                )));
-            }
-        }
+        await_approval(ctx, ttl).await?;
     }
-    let (write, call) = match input.action {
-        TokenAction::Mint { recipient, amount } => (
-            "mint",
-            AssetToken::mintCall {
-                to: recipient,
-                amount,
-            }
-            .abi_encode(),
-        ),
-        TokenAction::Transfer { recipient, amount } => (
-            "transfer",
-            AssetToken::transferCall {
-                to: recipient,
-                value: amount,
-            }
-            .abi_encode(),
-        ),
-        TokenAction::Pause => ("pause", AssetToken::pauseCall {}.abi_encode()),
-        TokenAction::Unpause => ("unpause", AssetToken::unpauseCall {}.abi_encode()),
-    };
+    let write = input.action.write();
     ctx.set_progress(json!({ "phase": write }));
     let landed = send(
         ctx,
@@ -79,9 +99,20 @@ async fn run_token_op(
             contract: input.token,
             funding_deadline: input.funding_deadline_seconds,
         },
-        call,
+        calldata(&input.action),
     )
     .await?;
+    Ok((chain, landed))
+}
+
+/// The read-after-write that ends every token operation: waits until the index has
+/// committed the write's block; returns the indexed block.
+async fn read_after_write(
+    p: &WorkflowEnv,
+    ctx: &mut WorkflowContext,
+    chain: &ChainContext,
+    landed: Landed,
+) -> Result<u64, Failure> {
     ctx.set_progress(json!({ "phase": "index" }));
     let chain_id = chain.chain_id;
     let indexed_block = step_ok(
@@ -91,6 +122,17 @@ async fn run_token_op(
         .await?,
     )?;
     ctx.set_progress(json!({ "phase": "done", "indexedBlock": indexed_block }));
+    Ok(indexed_block)
+}
+
+/// The body of mint, transfer, pause, unpause and burn.
+async fn run_token_op(
+    p: &WorkflowEnv,
+    ctx: &mut WorkflowContext,
+    input: TokenOpInput,
+) -> Result<TokenOpOutput, Failure> {
+    let (chain, landed) = write_token_op(p, ctx, &input).await?;
+    let indexed_block = read_after_write(p, ctx, chain, landed).await?;
     Ok(TokenOpOutput {
         tx_hash: landed.tx_hash,
         block: landed.block,
@@ -98,8 +140,70 @@ async fn run_token_op(
     })
 }
 
+/// The body of grant-role and revoke-role: the write, then whether it changed the role
+/// (its `RoleGranted` / `RoleRevoked` event for that role and account, read from the
+/// receipt in a journaled step), then the read-after-write.
+async fn run_role_change(
+    p: &WorkflowEnv,
+    ctx: &mut WorkflowContext,
+    input: TokenOpInput,
+) -> Result<RoleChangeOutput, Failure> {
+    let (grant, role, account) = match input.action {
+        TokenAction::GrantRole { role, account } => (true, role, account),
+        TokenAction::RevokeRole { role, account } => (false, role, account),
+        _ => {
+            return Err(WorkflowFailure::Failed(OpFailure::new(
+                "INPUT_MISMATCH",
+                false,
+                "the operation's input is not a role change",
+            )));
+        }
+    };
+    let (chain, landed) = write_token_op(p, ctx, &input).await?;
+    let token = input.token;
+    let changed = step_ok(
+        ctx.step("role event", || async move {
+            role_changed(chain, landed, token, grant, role, account).await
+        })
+        .await?,
+    )?;
+    let indexed_block = read_after_write(p, ctx, chain, landed).await?;
+    Ok(RoleChangeOutput {
+        tx_hash: landed.tx_hash,
+        block: landed.block,
+        indexed_block,
+        role,
+        account,
+        changed,
+    })
+}
+
+/// Whether the receipt of `landed` holds `RoleGranted` (`grant`) or `RoleRevoked` for
+/// `role` and `account`, emitted by `token`.
+async fn role_changed(
+    chain: &ChainContext,
+    landed: Landed,
+    token: Address,
+    grant: bool,
+    role: TokenRole,
+    account: Address,
+) -> Result<bool, keel_durable::StepError<OpFailure>> {
+    let id = role.id();
+    Ok(if grant {
+        find_events::<AssetToken::RoleGranted>(chain, landed, token)
+            .await?
+            .iter()
+            .any(|e| e.role == id && e.account == account)
+    } else {
+        find_events::<AssetToken::RoleRevoked>(chain, landed, token)
+            .await?
+            .iter()
+            .any(|e| e.role == id && e.account == account)
+    })
+}
+
 macro_rules! token_workflow {
-    ($(#[$doc:meta])* $ty:ident, $name:literal) => {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, $output:ty, $body:ident) => {
         $(#[$doc])*
         #[derive(Debug, Clone)]
         pub struct $ty(pub Arc<WorkflowEnv>);
@@ -107,15 +211,15 @@ macro_rules! token_workflow {
         impl Workflow for $ty {
             const NAME: &'static str = $name;
             type Input = TokenOpInput;
-            type Output = TokenOpOutput;
+            type Output = $output;
             type Error = OpFailure;
 
             async fn run(
                 &self,
                 ctx: &mut WorkflowContext,
                 input: TokenOpInput,
-            ) -> Result<TokenOpOutput, Failure> {
-                run_token_op(&self.0, ctx, input).await
+            ) -> Result<$output, Failure> {
+                $body(&self.0, ctx, input).await
             }
         }
     };
@@ -125,21 +229,57 @@ token_workflow!(
     /// `asset.mint`: optional approval wait, `AssetToken.mint`, read-after-write. Runs
     /// one at a time per asset (serialization key `asset:<id>`).
     AssetMint,
-    "asset.mint"
+    "asset.mint",
+    TokenOpOutput,
+    run_token_op
 );
 token_workflow!(
     /// `asset.transfer`: `AssetToken.transfer` from the operator's holdings,
     /// read-after-write. One at a time per asset.
     AssetTransfer,
-    "asset.transfer"
+    "asset.transfer",
+    TokenOpOutput,
+    run_token_op
 );
 token_workflow!(
     /// `asset.pause`: `AssetToken.pause`, read-after-write. One at a time per asset.
     AssetPause,
-    "asset.pause"
+    "asset.pause",
+    TokenOpOutput,
+    run_token_op
 );
 token_workflow!(
     /// `asset.unpause`: `AssetToken.unpause`, read-after-write. One at a time per asset.
     AssetUnpause,
-    "asset.unpause"
+    "asset.unpause",
+    TokenOpOutput,
+    run_token_op
+);
+token_workflow!(
+    /// `asset.burn`: optional approval wait, then `AssetToken.burn` of the operator's
+    /// own holdings ([`TokenAction::Burn`], write `burn`) or `AssetToken.forcedBurn` of
+    /// a holder's ([`TokenAction::ForcedBurn`], write `forced-burn`; the operator needs
+    /// `BURNER_ROLE`), read-after-write. One at a time per asset.
+    AssetBurn,
+    "asset.burn",
+    TokenOpOutput,
+    run_token_op
+);
+token_workflow!(
+    /// `asset.grant-role`: optional approval wait, `AssetToken.grantRole` (write
+    /// `grant-role`), whether the role changed, read-after-write. One at a time per
+    /// asset.
+    AssetGrantRole,
+    "asset.grant-role",
+    RoleChangeOutput,
+    run_role_change
+);
+token_workflow!(
+    /// `asset.revoke-role`: optional approval wait, `AssetToken.revokeRole` (write
+    /// `revoke-role`), whether the role changed, read-after-write. One at a time per
+    /// asset.
+    AssetRevokeRole,
+    "asset.revoke-role",
+    RoleChangeOutput,
+    run_role_change
 );
