@@ -17,6 +17,9 @@
 //! | `GET /v1/operations/{id}` | `Ops::operation` | operation |
 //! | `GET /v1/assets`, `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::assets`, `Ops::asset` | assets |
 //! | `GET /v1/assets/{id}/balances/{address}` (same query) | `Ops::balance` | balance |
+//! | `GET /v1/assets/{id}/holders` (`?atBlock=N&limit=&cursor=`) | `Ops::holders` | holders as of a block ([`ledger`]) |
+//! | `GET /v1/assets/{id}/transfers`, `GET /v1/assets/{id}/holders/{address}/transfers` (`?limit=&cursor=`) | `Ops::transfers` | transfers, newest first |
+//! | `GET /v1/assets/{id}/supply` (`?atBlock=N`) | `Ops::supply` | supply as of a block |
 //! | `GET /v1/funding-requests` (`?chainId=N`) | `Ops::funding_requests` (scoped to the caller's operations) | funding requests |
 //! | `GET /healthz`, `GET /readyz`, `GET /openapi.json` | —, `Ops::check_ready`, — | liveness, readiness, [`openapi`] |
 //!
@@ -56,6 +59,7 @@ pub mod codes;
 pub mod dto;
 pub mod extract;
 mod handlers;
+pub mod ledger;
 pub mod metrics;
 mod openapi;
 pub mod page;
@@ -168,6 +172,13 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/assets/{id}/pause", post(handlers::pause))
         .route("/v1/assets/{id}/unpause", post(handlers::unpause))
         .route("/v1/assets/{id}/balances/{address}", get(handlers::balance))
+        .route("/v1/assets/{id}/holders", get(ledger::holders))
+        .route(
+            "/v1/assets/{id}/holders/{address}/transfers",
+            get(ledger::holder_transfers),
+        )
+        .route("/v1/assets/{id}/transfers", get(ledger::transfers))
+        .route("/v1/assets/{id}/supply", get(ledger::supply))
         .route("/v1/operations/{id}", get(handlers::operation))
         .route("/v1/operations/{id}/approve", post(handlers::approve))
         .route("/v1/operations/{id}/reject", post(handlers::reject))

@@ -113,6 +113,7 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::FailureNotRetryable { .. }
         | OpsError::ApprovalExpired
         | OpsError::OperationEnded
+        | OpsError::BlockNotIndexed { .. }
         | OpsError::ApprovalSameKey => StatusCode::CONFLICT,
         OpsError::InvalidField { .. } | OpsError::Amount { .. } | OpsError::ChainNotConfigured => {
             StatusCode::UNPROCESSABLE_ENTITY
@@ -222,6 +223,7 @@ mod tests {
             ),
             (OpsError::Engine(DurableError::Fenced), 503),
             (OpsError::IndexBehind, 503),
+            (OpsError::BlockNotIndexed { indexed: None }, 409),
             (OpsError::Store(keel_store::StoreError::Decode), 503),
         ];
         for (e, status) in cases {

@@ -7,6 +7,7 @@
 //! - [`view`]: the operation view and its projection from the stored rows;
 //! - [`decide`]: approve / reject, retry, cancel;
 //! - [`read`]: assets, balances, funding requests;
+//! - [`ledger`]: an asset's holders (at a record date), transfers and supply at a block;
 //! - [`amount`]: amounts and prices from decimal strings.
 //!
 //! ## Idempotency
@@ -21,6 +22,7 @@
 pub mod accept;
 pub mod amount;
 pub mod decide;
+pub mod ledger;
 pub mod read;
 pub mod view;
 
