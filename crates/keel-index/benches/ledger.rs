@@ -27,7 +27,7 @@
 //! Needs `scripts/setup` (PostgreSQL, Anvil).
 
 use alloy::network::TransactionBuilder;
-use alloy::primitives::{Address, Bytes, U256};
+use alloy::primitives::{Bytes, U256};
 use alloy::providers::Provider;
 use alloy::providers::ext::AnvilApi;
 use alloy::rpc::types::TransactionRequest;
@@ -272,18 +272,22 @@ async fn main() -> anyhow::Result<()> {
     let (tip50, tip99) = measure("holders@tip", samples, |i| {
         let (pool, after) = (pool.clone(), start(i));
         async move {
-            Ok(read::holders_at(&pool, chain_id, emitter, head, after, page)
-                .await?
-                .len())
+            Ok(
+                read::holders_at(&pool, chain_id, emitter, head, after, page)
+                    .await?
+                    .len(),
+            )
         }
     })
     .await?;
     let (snap50, snap99) = measure("snapshot@tip-1", samples, |i| {
         let (pool, after) = (pool.clone(), start(i));
         async move {
-            Ok(read::holders_at(&pool, chain_id, emitter, record, after, page)
-                .await?
-                .len())
+            Ok(
+                read::holders_at(&pool, chain_id, emitter, record, after, page)
+                    .await?
+                    .len(),
+            )
         }
     })
     .await?;
@@ -291,9 +295,11 @@ async fn main() -> anyhow::Result<()> {
     let (mid50, mid99) = measure("snapshot@middle", deep, |i| {
         let (pool, after) = (pool.clone(), start(i));
         async move {
-            Ok(read::holders_at(&pool, chain_id, emitter, middle, after, page)
-                .await?
-                .len())
+            Ok(
+                read::holders_at(&pool, chain_id, emitter, middle, after, page)
+                    .await?
+                    .len(),
+            )
         }
     })
     .await?;
@@ -301,9 +307,11 @@ async fn main() -> anyhow::Result<()> {
         let pool = pool.clone();
         let before = (i % 2 == 1).then_some((middle, 0));
         async move {
-            Ok(read::transfer_page(&pool, chain_id, emitter, None, before, page)
-                .await?
-                .len())
+            Ok(
+                read::transfer_page(&pool, chain_id, emitter, None, before, page)
+                    .await?
+                    .len(),
+            )
         }
     })
     .await?;

@@ -4,10 +4,11 @@
 
 use crate::common::{Env, assert_problem};
 use alloy::eips::BlockId;
+use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, U256};
+use alloy::providers::Provider;
 use alloy::providers::ext::AnvilApi;
 use alloy::rpc::types::anvil::{ReorgOptions, TransactionData};
-use alloy::network::TransactionBuilder;
 use anvil_tests::keel_abi::bindings::AssetToken;
 use anvil_tests::{
     AssetWithFeed, TestChain, confirm, deploy_asset_with_feed, deploy_keel, set_staleness_bound,
@@ -36,7 +37,9 @@ impl Ledger {
         let env = Env::new().await;
         let chain = TestChain::start().await.unwrap();
         let deployed = deploy_keel(&chain).await.unwrap();
-        let asset = deploy_asset_with_feed(&chain, &deployed, "LEDG").await.unwrap();
+        let asset = deploy_asset_with_feed(&chain, &deployed, "LEDG")
+            .await
+            .unwrap();
         let p = chain.provider();
         confirm(&AssetToken::new(asset.token, p.clone()).unpause())
             .await
@@ -44,7 +47,9 @@ impl Ledger {
         set_staleness_bound(p, deployed.price_resolver, asset.feed, 3_600)
             .await
             .unwrap();
-        submit_observation(p, asset.feed, 200_000_000_000).await.unwrap();
+        submit_observation(p, asset.feed, 200_000_000_000)
+            .await
+            .unwrap();
         let pool = env.db.pool().clone();
         let chain_id = ChainId(chain.chain_id());
         scope::add_scope(
@@ -83,7 +88,9 @@ impl Ledger {
             "name": "Ledger", "symbol": "LEDG", "decimals": 18,
             "templateId": crate::common::TEMPLATE, "initialPrice": "1"
         });
-        let a = env.post(&env.key_a, "/v1/assets", Some("ledger-1"), &body).await;
+        let a = env
+            .post(&env.key_a, "/v1/assets", Some("ledger-1"), &body)
+            .await;
         assert_eq!(a.status, StatusCode::ACCEPTED, "{:?}", a.body);
         let id: Uuid = a.body["assetId"].as_str().unwrap().parse().unwrap();
         keel_workflows::store::asset_addresses_set(
@@ -206,7 +213,13 @@ fn transfer_request(
 async fn holders_at_a_record_date_are_exact_across_a_reorg() {
     let l = Ledger::start().await;
     let id = l.id;
-    let (a0, a1, a2, a3, a4) = (l.account(0), l.account(1), l.account(2), l.account(3), l.account(4));
+    let (a0, a1, a2, a3, a4) = (
+        l.account(0),
+        l.account(1),
+        l.account(2),
+        l.account(3),
+        l.account(4),
+    );
     l.mint(a0, 1_000).await;
     l.mint(a1, 300).await;
     l.mint(a2, 300).await; // a tie with a1
@@ -246,8 +259,14 @@ async fn holders_at_a_record_date_are_exact_across_a_reorg() {
     }
     let (now, pages) = l.walk(&format!("/v1/assets/{id}/holders"), 2).await;
     assert_eq!(now, l.chain_holders(tip).await);
-    assert!(now.iter().any(|(a, b)| *a == a6.to_checksum(None) && b == "60"));
-    assert!(!now.iter().any(|(a, _)| *a == a5.to_checksum(None)), "orphaned transfer counted");
+    assert!(
+        now.iter()
+            .any(|(a, b)| *a == a6.to_checksum(None) && b == "60")
+    );
+    assert!(
+        !now.iter().any(|(a, _)| *a == a5.to_checksum(None)),
+        "orphaned transfer counted"
+    );
     assert!(pages.iter().all(|p| p["block"].as_u64() == Some(tip)));
     // The formatted amount follows the asset's 18 decimals.
     assert_eq!(pages[0]["data"][0]["balance"], "0.000000000000000635");
@@ -256,7 +275,10 @@ async fn holders_at_a_record_date_are_exact_across_a_reorg() {
     for block in [record, tip] {
         let s = l
             .env
-            .get(&l.env.key_a, &format!("/v1/assets/{id}/supply?atBlock={block}"))
+            .get(
+                &l.env.key_a,
+                &format!("/v1/assets/{id}/supply?atBlock={block}"),
+            )
             .await;
         assert_eq!(s.status, StatusCode::OK, "{:?}", s.body);
         let want = l
@@ -273,17 +295,26 @@ async fn holders_at_a_record_date_are_exact_across_a_reorg() {
     // Above the indexed tip: refused. A cursor of another block: refused.
     let above = l
         .env
-        .get(&l.env.key_a, &format!("/v1/assets/{id}/holders?atBlock={}", tip + 1))
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/holders?atBlock={}", tip + 1),
+        )
         .await;
     assert_problem(&above, 409, "BLOCK_NOT_INDEXED", "holders above the tip");
     let above = l
         .env
-        .get(&l.env.key_a, &format!("/v1/assets/{id}/supply?atBlock={}", tip + 1))
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/supply?atBlock={}", tip + 1),
+        )
         .await;
     assert_problem(&above, 409, "BLOCK_NOT_INDEXED", "supply above the tip");
     let first = l
         .env
-        .get(&l.env.key_a, &format!("/v1/assets/{id}/holders?atBlock={record}&limit=1"))
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/holders?atBlock={record}&limit=1"),
+        )
         .await;
     let cursor = first.body["nextCursor"].as_str().unwrap();
     let mixed = l
@@ -306,14 +337,23 @@ async fn holders_at_a_record_date_are_exact_across_a_reorg() {
     l.catch_up().await;
     let final_page = l
         .env
-        .get(&l.env.key_a, &format!("/v1/assets/{id}/holders?atBlock={record}"))
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/holders?atBlock={record}"),
+        )
         .await;
     assert_eq!(final_page.body["finalized"], true, "{:?}", final_page.body);
-    let tip_page = l.env.get(&l.env.key_a, &format!("/v1/assets/{id}/holders")).await;
+    let tip_page = l
+        .env
+        .get(&l.env.key_a, &format!("/v1/assets/{id}/holders"))
+        .await;
     assert_eq!(tip_page.body["finalized"], false, "{:?}", tip_page.body);
     let s = l
         .env
-        .get(&l.env.key_a, &format!("/v1/assets/{id}/supply?atBlock={record}"))
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/supply?atBlock={record}"),
+        )
         .await;
     assert_eq!(s.body["finalized"], true);
 }
@@ -357,7 +397,12 @@ async fn transfer_pages_and_tenancy() {
     assert_eq!(all.len(), 5, "{all:?}");
     let keys: Vec<(u64, u64)> = all
         .iter()
-        .map(|t| (t["blockNumber"].as_u64().unwrap(), t["logIndex"].as_u64().unwrap()))
+        .map(|t| {
+            (
+                t["blockNumber"].as_u64().unwrap(),
+                t["logIndex"].as_u64().unwrap(),
+            )
+        })
         .collect();
     let mut sorted = keys.clone();
     sorted.sort_by(|a, b| b.cmp(a));
@@ -376,7 +421,10 @@ async fn transfer_pages_and_tenancy() {
             .unwrap()
             .unwrap();
         let time = chrono::DateTime::from_timestamp(block.header.timestamp as i64, 0).unwrap();
-        assert_eq!(t["blockTime"], time.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true));
+        assert_eq!(
+            t["blockTime"],
+            time.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        );
         assert_eq!(t["blockHash"], block.header.hash.to_string());
     }
     let of_a1 = walk(Some(a1)).await;
@@ -387,12 +435,18 @@ async fn transfer_pages_and_tenancy() {
     assert_eq!(walk(Some(lower.parse().unwrap())).await.len(), 1);
     let bad = l
         .env
-        .get(&l.env.key_a, &format!("/v1/assets/{id}/holders/0x12/transfers"))
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/holders/0x12/transfers"),
+        )
         .await;
     assert_problem(&bad, 422, "INVALID_ADDRESS", "bad holder");
     let bad = l
         .env
-        .get(&l.env.key_a, &format!("/v1/assets/{id}/transfers?cursor=nope"))
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/transfers?cursor=nope"),
+        )
         .await;
     assert_problem(&bad, 400, "INVALID_CURSOR", "bad cursor");
 

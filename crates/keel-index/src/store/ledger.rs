@@ -73,10 +73,11 @@ pub(crate) async fn holders_at(
                   LIMIT $6 + (SELECT count(*) FROM moved)) top
               WHERE NOT EXISTS (SELECT 1 FROM moved m WHERE m.holder = top.holder)
          )
+         -- (ORDER BY names the numeric column of `ranked`, not the text output.)
          SELECT holder, balance::text AS balance FROM ranked
           WHERE balance > 0 AND holder <> '\\x0000000000000000000000000000000000000000'::bytea
             AND balance <= $4::numeric AND (balance < $4::numeric OR holder > $5)
-          ORDER BY balance DESC, holder
+          ORDER BY ranked.balance DESC, ranked.holder
           LIMIT $6",
     )
     .bind(chain)

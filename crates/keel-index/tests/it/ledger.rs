@@ -56,7 +56,11 @@ async fn chain_holders(
     Ok(out)
 }
 
-async fn chain_supply(env: &crate::common::Env, token: Address, block: u64) -> anyhow::Result<U256> {
+async fn chain_supply(
+    env: &crate::common::Env,
+    token: Address,
+    block: u64,
+) -> anyhow::Result<U256> {
     let t = AssetToken::new(token, env.chain.provider().clone());
     Ok(t.totalSupply().block(BlockId::number(block)).call().await?)
 }
@@ -83,7 +87,10 @@ async fn a_snapshot_equals_the_chain_at_its_block_across_a_reorg() -> anyhow::Re
     catch_up(&ingest).await?;
     let pool = env.db.pool();
     let before_reorg = walk(pool, env.chain_id, asset.token, record, 2).await?;
-    assert_eq!(before_reorg, chain_holders(&env, asset.token, record).await?);
+    assert_eq!(
+        before_reorg,
+        chain_holders(&env, asset.token, record).await?
+    );
     let tip = env.chain.block_number().await?;
     assert_eq!(
         walk(pool, env.chain_id, asset.token, tip, 2).await?,
@@ -102,8 +109,14 @@ async fn a_snapshot_equals_the_chain_at_its_block_across_a_reorg() -> anyhow::Re
     let tip = env.chain.block_number().await?;
     let now = walk(pool, env.chain_id, asset.token, tip, 2).await?;
     assert_eq!(now, chain_holders(&env, asset.token, tip).await?);
-    assert!(!now.iter().any(|h| h.holder == a3), "orphaned transfer counted: {now:?}");
-    assert!(now.iter().any(|h| h.holder == a4 && h.balance == U256::from(70)));
+    assert!(
+        !now.iter().any(|h| h.holder == a3),
+        "orphaned transfer counted: {now:?}"
+    );
+    assert!(
+        now.iter()
+            .any(|h| h.holder == a4 && h.balance == U256::from(70))
+    );
     for block in [record, tip - 1, tip] {
         assert_eq!(
             walk(pool, env.chain_id, asset.token, block, 3).await?,
@@ -116,7 +129,10 @@ async fn a_snapshot_equals_the_chain_at_its_block_across_a_reorg() -> anyhow::Re
             "supply at {block}"
         );
     }
-    assert_eq!(walk(pool, env.chain_id, asset.token, record, 2).await?, before_reorg);
+    assert_eq!(
+        walk(pool, env.chain_id, asset.token, record, 2).await?,
+        before_reorg
+    );
     assert_eq!(
         keel_index::token_supply_at(pool, env.chain_id, asset.token, tip).await?,
         keel_index::token_supply(pool, env.chain_id, asset.token).await?
@@ -219,8 +235,12 @@ async fn transfer_pages_walk_every_transfer_once_newest_first() -> anyhow::Resul
             .collect();
         want.reverse();
         assert_eq!(
-            got.iter().map(|t| (t.position, t.from, t.to, t.value.to_string())).collect::<Vec<_>>(),
-            want.iter().map(|t| (t.position, t.from, t.to, t.value.clone())).collect::<Vec<_>>(),
+            got.iter()
+                .map(|t| (t.position, t.from, t.to, t.value.to_string()))
+                .collect::<Vec<_>>(),
+            want.iter()
+                .map(|t| (t.position, t.from, t.to, t.value.clone()))
+                .collect::<Vec<_>>(),
             "holder {holder:?}"
         );
         for t in &got {
@@ -254,6 +274,9 @@ async fn the_finalized_block_is_recorded_with_the_tip() -> anyhow::Result<()> {
         .header
         .number;
     assert!(finalized > 0);
-    assert_eq!(read::finalized_block(env.db.pool(), env.chain_id).await?, Some(finalized));
+    assert_eq!(
+        read::finalized_block(env.db.pool(), env.chain_id).await?,
+        Some(finalized)
+    );
     Ok(())
 }

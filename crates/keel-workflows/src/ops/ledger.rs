@@ -106,7 +106,11 @@ struct Snapshot {
 }
 
 /// Resolves `at_block` (or the indexed tip) inside the caller's snapshot transaction.
-async fn snapshot(tx: &mut PgConnection, chain: ChainId, at_block: Option<u64>) -> Result<Snapshot> {
+async fn snapshot(
+    tx: &mut PgConnection,
+    chain: ChainId,
+    at_block: Option<u64>,
+) -> Result<Snapshot> {
     let tip = keel_index::read::indexed_tip(&mut *tx, chain)
         .await?
         .map(|t| t.number);
@@ -156,9 +160,8 @@ impl Ops {
         store::transaction_snapshot(&mut *tx).await?;
         let s = snapshot(&mut tx, r.chain_id, at_block).await?;
         let after = after.map(|(balance, holder)| keel_index::read::HolderKey { balance, holder });
-        let rows =
-            keel_index::read::holders_at(&mut *tx, r.chain_id, token, s.block, after, limit)
-                .await?;
+        let rows = keel_index::read::holders_at(&mut *tx, r.chain_id, token, s.block, after, limit)
+            .await?;
         tx.commit().await?;
         let holders = rows
             .into_iter()
@@ -235,7 +238,12 @@ impl Ops {
     ///
     /// # Errors
     /// As [`Ops::holders`].
-    pub async fn supply(&self, caller: Caller, id: Uuid, at_block: Option<u64>) -> Result<SupplyView> {
+    pub async fn supply(
+        &self,
+        caller: Caller,
+        id: Uuid,
+        at_block: Option<u64>,
+    ) -> Result<SupplyView> {
         let r = self.asset_record(caller, id).await?;
         let token = r.token.ok_or(OpsError::AssetNotReady)?;
         let mut tx = self.db.begin().await?;
