@@ -33,17 +33,17 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "An operation-creating `POST` lacks the `Idempotency-Key` header.",
     ),
     c(
+        "INVALID_CURSOR",
+        400,
+        "The `cursor` query parameter is not one this list returned as `nextCursor` \
+         (cursors are opaque; pass them back unchanged, with the same filters).",
+    ),
+    c(
         "INVALID_FIELD",
         400,
         "The body's JSON shape is wrong: not an object, a member missing or of the wrong \
          JSON type (JSON numbers where decimal strings are expected), a duplicate member, \
          or a malformed `Idempotency-Key`. `detail` names the field.",
-    ),
-    c(
-        "INVALID_CURSOR",
-        400,
-        "The `cursor` query parameter is not one this list returned as `nextCursor` \
-         (cursors are opaque; pass them back unchanged, with the same filters).",
     ),
     c(
         "INVALID_QUERY",
