@@ -7,7 +7,7 @@
 
 use crate::error::{OpsError, Result};
 use crate::ops::amount::format_amount;
-use crate::ops::{Ops, decode_err};
+use crate::ops::Ops;
 use crate::store;
 use crate::tenancy::Caller;
 use alloy::primitives::{Address, B256, U256};
@@ -256,7 +256,7 @@ impl Ops {
             block: s.block,
             finalized: s.finalized,
             index_degraded: s.degraded,
-            supply: format_amount(supply, r.decimals).map_err(decode_err)?,
+            supply: format_amount(supply, r.decimals)?,
             supply_base_units: supply,
         })
     }
