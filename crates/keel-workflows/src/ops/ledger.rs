@@ -3,11 +3,11 @@
 //! holder) and its supply at a block. Everything comes from the Ledger Index through
 //! `keel_index::read` and `keel_index::token_supply_at`, inside one `REPEATABLE READ`
 //! transaction with the indexed tip, so a page and the block it says it reflects agree.
-//! Scoped to the caller's organization like every read ([`Ops::asset_record`]).
+//! Scoped to the caller's organization like every read (the asset is looked up in the caller's organization first).
 
 use crate::error::{OpsError, Result};
-use crate::ops::amount::format_amount;
 use crate::ops::Ops;
+use crate::ops::amount::format_amount;
 use crate::store;
 use crate::tenancy::Caller;
 use alloy::primitives::{Address, B256, U256};
