@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Drives Keel's demo once `scripts/demo` has set up the chain, the database, an
 organization and an API key: starts the api, runner and indexer roles as separate
-processes, creates and mints an asset through the HTTP API, kills the runner (SIGKILL)
+processes, creates and mints an asset through the HTTP API, shows its holders at a
+record date and now (Ledger read API), kills the runner (SIGKILL)
 in the middle of a second asset's feed phase, restarts it, checks the chain, and stops
 everything with SIGTERM. Standard library only.
 
@@ -33,6 +34,10 @@ UNPAUSED = "0x5db9ee0a495bf2e6ff9c91a7834c1ba4fdd244a5e8aa4e537bd38aeae4b073aa" 
 
 # Anvil's dev account 2 (public test mnemonic): the mint's recipient.
 HOLDER = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
+# Dev accounts 3 and 4: the record-date holders; dev account 0 is the operator (issuer).
+HOLDER2 = "0x90F79bf6EB2c4f870365E785982E1f101E93b906"
+HOLDER3 = "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65"
+OPERATOR = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
 
 procs = {}
 
@@ -164,6 +169,37 @@ def create_asset(idem, name, symbol):
     return view
 
 
+def token_op(asset, what, body, idem):
+    """Submits a token operation and follows it to completion; returns its view."""
+    status, op = http("POST", f"/v1/assets/{asset}/{what}", body, idem)
+    if status not in (200, 202):
+        fail(f"{what} answered {status}: {op}")
+    view = follow(op["id"])
+    if view["state"] != "completed":
+        fail(f"{what} ended {view['state']}: {view.get('error')}")
+    return view
+
+
+def holders_at(asset, block=None):
+    """Every holder of `asset` (at `block`, else the indexed tip), walking the pages."""
+    query = "limit=2" + ("" if block is None else f"&atBlock={block}")
+    rows, cursor = [], None
+    while True:
+        status, page = http("GET", f"/v1/assets/{asset}/holders?{query}" + (f"&cursor={cursor}" if cursor else ""))
+        if status != 200:
+            fail(f"GET holders answered {status}: {page}")
+        rows.extend(page["data"])
+        cursor = page["nextCursor"]
+        if not page["hasMore"]:
+            return page["block"], page["finalized"], rows
+
+
+def print_holders(label, block, finalized, rows, supply):
+    say(f"  {label}: block {block} (finalized={str(finalized).lower()}), supply {supply} ACME")
+    for h in rows:
+        say(f"    {h['address']}  {h['balance']:>10} ACME")
+
+
 def main():
     for role in ("indexer", "runner", "api"):
         spawn(role)
@@ -194,6 +230,27 @@ def main():
     say(f"balance    {HOLDER} holds {bal['balance']} ACME ({bal['balanceBaseUnits']} base units) at index block {bal['indexedBlock']}")
     if bal["balance"] != "1234.56":
         fail("the indexed balance is not the minted amount")
+
+    say("2b. a record date: mint 500 ACME to a second holder, take that block as the record date,")
+    say("    then mint 300 ACME to the issuer and transfer 120 of them to a third holder")
+    record = token_op(asset, "mint", {"recipient": HOLDER2, "amount": "500"}, "demo-mint-2")["result"]["block"]
+    token_op(asset, "mint", {"recipient": OPERATOR, "amount": "300"}, "demo-mint-3")
+    last = token_op(asset, "transfer", {"recipient": HOLDER3, "amount": "120"}, "demo-transfer-1")["result"]["block"]
+    # Read-after-write: wait until the index has the transfer's block.
+    http("GET", f"/v1/assets/{asset}/balances/{HOLDER3}?minBlock={last}")
+    then = holders_at(asset, record)
+    now = holders_at(asset)
+    _, s_then = http("GET", f"/v1/assets/{asset}/supply?atBlock={record}")
+    _, s_now = http("GET", f"/v1/assets/{asset}/supply")
+    print_holders("holders at the record date", *then, s_then["supply"])
+    print_holders("holders now", *now, s_now["supply"])
+    if [(h["address"], h["balance"]) for h in then[2]] != [(HOLDER, "1234.56"), (HOLDER2, "500")]:
+        fail("the record-date snapshot is not the two holders of that block")
+    if {h["address"]: h["balance"] for h in now[2]} != {HOLDER: "1234.56", HOLDER2: "500", OPERATOR: "180", HOLDER3: "120"}:
+        fail("the holders now are not the four expected")
+    _, transfers = http("GET", f"/v1/assets/{asset}/transfers?limit=1")
+    t = transfers["data"][0]
+    say(f"  latest transfer: block {t['blockNumber']} at {t['blockTime']}, {t['amount']} ACME {t['from']} -> {t['to']}, tx {t['txHash']}")
 
     say("3. create a second asset and kill -9 the runner in the middle of its feed phase")
     killed = []
@@ -236,6 +293,7 @@ def main():
     print()
     print("Summary")
     print(f"  asset ACME  created and active; 1234.56 ACME minted to {HOLDER}, visible in the Ledger Index")
+    print(f"              holders at the record date (block {then[0]}): 2; holders now (block {now[0]}): 4")
     print(f"  asset BETA  created although the runner was killed during '{killed[0]}'; the chain holds")
     print("              exactly one token, one feed, one observation, one bound and one unpause for it")
     print(f"  logs        {LOGS}")

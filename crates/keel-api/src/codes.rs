@@ -112,6 +112,13 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "The asset has not finished its creation.",
     ),
     c(
+        "BLOCK_NOT_INDEXED",
+        409,
+        "`atBlock` is above the Ledger Index's indexed tip of the asset's chain (or nothing \
+         is indexed yet): the index cannot answer for that block exactly; retry once it has \
+         reached the block.",
+    ),
+    c(
         "IDEMPOTENCY_CONFLICT",
         409,
         "The `Idempotency-Key` was used before with a different request.",
@@ -316,6 +323,7 @@ mod tests {
             "src/scope.rs",
             "src/keys.rs",
             "src/page.rs",
+            "src/ledger.rs",
             "../keel-workflows/src/error.rs",
             "../keel-units/src/error.rs",
         ];
@@ -399,6 +407,7 @@ mod tests {
             }),
             OpsError::Engine(DurableError::Fenced),
             OpsError::IndexBehind,
+            OpsError::BlockNotIndexed { indexed: Some(1) },
             OpsError::Store(keel_store::StoreError::Decode),
         ]);
         for e in cases {

@@ -754,13 +754,13 @@ fn invalid_query() -> Problem {
     )
 }
 
-fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
+pub(crate) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
     q.map(|Query(t)| t).map_err(|_| invalid_query())
 }
 
 /// Refuses a query integer above 2^63-1, the `maximum` the document declares for every
 /// `int64` query parameter (the database and JSON clients hold them as signed 64-bit).
-fn int64_query(v: Option<u64>) -> Result<(), Problem> {
+pub(crate) fn int64_query(v: Option<u64>) -> Result<(), Problem> {
     if v.is_some_and(|v| i64::try_from(v).is_err()) {
         return Err(invalid_query());
     }

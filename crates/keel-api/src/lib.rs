@@ -19,6 +19,9 @@
 //! | `GET /v1/operations/{id}` | `Ops::operation` | operation |
 //! | `GET /v1/assets`, `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::assets`, `Ops::asset` | assets |
 //! | `GET /v1/assets/{id}/balances/{address}` (same query) | `Ops::balance` | balance |
+//! | `GET /v1/assets/{id}/holders` (`?atBlock=N&limit=&cursor=`) | `Ops::holders` | holders as of a block ([`ledger`]) |
+//! | `GET /v1/assets/{id}/transfers`, `GET /v1/assets/{id}/holders/{address}/transfers` (`?limit=&cursor=`) | `Ops::transfers` | transfers, newest first |
+//! | `GET /v1/assets/{id}/supply` (`?atBlock=N`) | `Ops::supply` | supply as of a block |
 //! | `GET /v1/funding-requests` (`?chainId=N`) | `Ops::funding_requests` (scoped to the caller's operations) | funding requests |
 //! | `GET /v1/api-keys` (`?limit=N&cursor=C`) | `Ops::api_keys` | one page of the organization's keys (never a secret) |
 //! | `POST /v1/api-keys` | `Ops::create_api_key` | `201` key + token (shown once) |
@@ -96,6 +99,7 @@ pub mod dto;
 pub mod extract;
 mod handlers;
 mod keys;
+pub mod ledger;
 pub mod metrics;
 mod openapi;
 pub mod page;
@@ -212,6 +216,13 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/assets/{id}/grant-role", post(handlers::grant_role))
         .route("/v1/assets/{id}/revoke-role", post(handlers::revoke_role))
         .route("/v1/assets/{id}/balances/{address}", get(handlers::balance))
+        .route("/v1/assets/{id}/holders", get(ledger::holders))
+        .route(
+            "/v1/assets/{id}/holders/{address}/transfers",
+            get(ledger::holder_transfers),
+        )
+        .route("/v1/assets/{id}/transfers", get(ledger::transfers))
+        .route("/v1/assets/{id}/supply", get(ledger::supply))
         .route("/v1/operations/{id}", get(handlers::operation))
         .route("/v1/operations/{id}/approve", post(handlers::approve))
         .route("/v1/operations/{id}/reject", post(handlers::reject))

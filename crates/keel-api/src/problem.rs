@@ -115,6 +115,7 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::ApprovalExpired
         | OpsError::OperationEnded
         | OpsError::ApiKeyRevoked
+        | OpsError::BlockNotIndexed { .. }
         | OpsError::ApprovalSameKey => StatusCode::CONFLICT,
         OpsError::InvalidField { .. }
         | OpsError::Amount { .. }
@@ -227,6 +228,7 @@ mod tests {
             ),
             (OpsError::Engine(DurableError::Fenced), 503),
             (OpsError::IndexBehind, 503),
+            (OpsError::BlockNotIndexed { indexed: None }, 409),
             (OpsError::Store(keel_store::StoreError::Decode), 503),
         ];
         for (e, status) in cases {

@@ -35,15 +35,22 @@
 //!   tables or, when some are already stored, through temporary staging tables and one
 //!   `INSERT … SELECT … ON CONFLICT DO NOTHING` per table; small batches with one
 //!   `UNNEST` insert per table):
-//!   `index_transfer` (ERC-20 `Transfer` of asset tokens), `index_balance` (a **view**
-//!   computed on read from transfers, so rollback never has to reverse balances),
+//!   `index_transfer` (ERC-20 `Transfer` of asset tokens, with the block's time),
+//!   `index_holder_balance` (current balance per holder, migration `0025`, kept by
+//!   statement triggers on `index_transfer` in the same transaction as every insert and
+//!   rollback delete, so it always equals the sum of the transfers; sums commute, so
+//!   history ranges written out of order add up) and the `index_balance` view over it,
 //!   `index_asset` (`AssetCreated`), `index_observation` (`AnswerUpdated`),
 //!   `index_directory_entry` (`EntryChanged`/`EntryRemoved`; removal and replacement
 //!   stamp `removed_at_block` instead of deleting; reads show live rows unless asked
 //!   for history), `index_token_pause` (`Paused`/`Unpaused`; current state = latest
 //!   row), `index_staleness_bound` (`StalenessBoundSet`/`Cleared`; current = latest row).
 //! - [`read`]: typed reads of the projections and [`wait_for_block`] (read-after-write,
-//!   LISTEN/NOTIFY on checkpoint advance with a poll fallback).
+//!   LISTEN/NOTIFY on checkpoint advance with a poll fallback). The Ledger read API:
+//!   [`read::holders_at`] (holders ranked by balance at a block — a record-date
+//!   snapshot — with keyset pages), [`read::transfer_page`], [`token_supply_at`] and
+//!   [`read::finalized_block`] (the node's finalized block, recorded by the tip ingest
+//!   once per round that commits a block).
 //!
 //! ## Metrics
 //! `keel_index_blocks_total`, `keel_index_logs_total` (counters, label `chain_id`),
@@ -138,7 +145,7 @@ pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_hist
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};
 pub use service::{HistoryDrain, TipFollow, follow_tip, work_history};
-pub use supply::token_supply;
+pub use supply::{token_supply, token_supply_at};
 pub use tip::{FollowBackoff, NextRound, RoundOutcome, TipConfig, TipIngest};
 
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after

@@ -1,9 +1,9 @@
 //! Reads of the projections, and read-after-write waits.
 
 use crate::scope::{chain_i64, to_i64};
-use crate::store::{chain as chain_row, projection};
+use crate::store::{chain as chain_row, ledger, projection};
 use crate::{IndexError, Result};
-use alloy::primitives::{Address, B256};
+use alloy::primitives::{Address, B256, U256};
 use keel_store::PgPool;
 use keel_units::ChainId;
 use sqlx::PgExecutor;
@@ -427,5 +427,155 @@ pub async fn staleness_bound(
 ) -> Result<Option<(Option<String>, EventPosition)>> {
     let row = projection::staleness_bound_latest(db, chain_i64(chain), feed.as_slice()).await?;
     row.map(|r| Ok((r.bound, position(&r.position)?)))
+        .transpose()
+}
+
+/// A holder and its balance of a token, in base units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HolderBalance {
+    /// The holder.
+    pub holder: Address,
+    /// Its balance in the token's base units (positive).
+    pub balance: U256,
+}
+
+impl HolderBalance {
+    /// The keyset position of this row in a holders ranking.
+    pub fn key(&self) -> HolderKey {
+        HolderKey {
+            balance: self.balance,
+            holder: self.holder,
+        }
+    }
+}
+
+/// A position in a holders ranking, ordered by balance descending, then holder
+/// ascending: a page after a key starts with the next holder in that order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HolderKey {
+    /// Balance of the last holder of the previous page, base units.
+    pub balance: U256,
+    /// That holder.
+    pub holder: Address,
+}
+
+/// The holders of `token` on `chain` as of block `at_block` — the sum of every indexed
+/// `Transfer` at or below it, the **record-date snapshot** — ranked by balance
+/// (descending, then address ascending), after `after` (exclusive; `None` for the
+/// first page), at most `limit` rows. Positive balances only; never the zero address.
+///
+/// Exact for any `at_block` at or below the indexed tip ([`indexed_tip`]; read both in
+/// one `REPEATABLE READ` transaction): the index holds only transfers of blocks it
+/// verified as canonical, a reorg deletes those above the common ancestor in the same
+/// transaction that rewinds the checkpoint, and the balances it ranks by
+/// (`index_holder_balance`, kept by triggers on `index_transfer`) move with them. A
+/// block above the tip counts every indexed transfer (the caller refuses it). The cost
+/// grows with the transfers above `at_block` (their holders are recomputed), not with
+/// the token's history: at the tip a page is one index range scan.
+///
+/// # Errors
+/// [`IndexError::Store`] (a stored value out of range is `StoreError::Decode`).
+pub async fn holders_at(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    token: Address,
+    at_block: u64,
+    after: Option<HolderKey>,
+    limit: u32,
+) -> Result<Vec<HolderBalance>> {
+    let (balance, holder) = match after {
+        Some(k) => (k.balance.to_string(), k.holder.to_vec()),
+        None => (ledger::ABOVE_ANY_BALANCE.to_owned(), Vec::new()),
+    };
+    let rows = ledger::holders_at(
+        db,
+        chain_i64(chain),
+        token.as_slice(),
+        to_i64(at_block),
+        &balance,
+        &holder,
+        i64::from(limit),
+    )
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(HolderBalance {
+                holder: address(&r.holder)?,
+                balance: U256::from_str_radix(&r.balance, 10).map_err(|_| decode_err())?,
+            })
+        })
+        .collect()
+}
+
+/// A `Transfer` of a token as the transfer pages show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferEntry {
+    /// Position of the event (block number, log index, block hash, tx hash).
+    pub position: EventPosition,
+    /// Sender (zero for a mint).
+    pub from: Address,
+    /// Receiver (zero for a burn).
+    pub to: Address,
+    /// Amount in the token's base units.
+    pub value: U256,
+    /// The block's timestamp (UTC), `None` when the node did not report it (rows
+    /// written before migration `0025`, or backfilled from a node whose logs lack
+    /// `blockTimestamp`).
+    pub block_time: Option<DateTime<Utc>>,
+}
+
+/// Transfers of `token` on `chain` — of `holder` as sender or receiver when given —
+/// newest first by `(block number, log index)`, strictly before `before` (`None` for
+/// the first page), at most `limit` rows.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn transfer_page(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    token: Address,
+    holder: Option<Address>,
+    before: Option<(u64, u64)>,
+    limit: u32,
+) -> Result<Vec<TransferEntry>> {
+    let (block, log) = before.map_or((i64::MAX, i64::MAX), |(b, l)| (to_i64(b), to_i64(l)));
+    let rows = ledger::transfers_page(
+        db,
+        chain_i64(chain),
+        token.as_slice(),
+        holder.as_ref().map(|h| h.as_slice()),
+        block,
+        log,
+        i64::from(limit),
+    )
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(TransferEntry {
+                position: EventPosition {
+                    block_number: u64_of(r.block_number)?,
+                    log_index: u64_of(r.log_index)?,
+                    block_hash: b256(&r.block_hash)?,
+                    tx_hash: b256(&r.tx_hash)?,
+                },
+                from: address(&r.from_address)?,
+                to: address(&r.to_address)?,
+                value: U256::from_str_radix(&r.value, 10).map_err(|_| decode_err())?,
+                block_time: r.block_time,
+            })
+        })
+        .collect()
+}
+
+/// The chain's finalized block as the tip ingest last recorded it (the node's
+/// `finalized` tag, else head − finality depth; never lowered), `None` before the
+/// first record. A block at or below it cannot be reorged.
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn finalized_block(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Option<u64>> {
+    chain_row::chain_finalized(db, chain_i64(chain))
+        .await?
+        .map(u64_of)
         .transpose()
 }

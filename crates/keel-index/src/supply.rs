@@ -30,3 +30,24 @@ pub async fn token_supply(db: impl PgExecutor<'_>, chain: ChainId, token: Addres
     .await?;
     U256::from_str_radix(&supply, 10).map_err(|_| IndexError::Store(StoreError::Decode))
 }
+
+/// The supply of `token` on `chain` as of block `at_block` (mints minus burns at or
+/// below it), in base units: the kept supply (`index_holder_balance`, migration `0025`)
+/// corrected by the mints and burns above `at_block`. Exact at or below the indexed
+/// tip (read both in one `REPEATABLE READ` transaction), as
+/// [`crate::read::holders_at`].
+///
+/// # Errors
+/// [`IndexError::Store`]; a negative result is [`StoreError::Decode`].
+pub async fn token_supply_at(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    token: Address,
+    at_block: u64,
+) -> Result<U256> {
+    let decode = |_| IndexError::Store(StoreError::Decode);
+    let chain_id = i64::try_from(chain.get()).map_err(decode)?;
+    let at = i64::try_from(at_block).unwrap_or(i64::MAX);
+    let supply = crate::store::ledger::supply_at(db, chain_id, token.as_slice(), at).await?;
+    U256::from_str_radix(&supply, 10).map_err(|_| IndexError::Store(StoreError::Decode))
+}

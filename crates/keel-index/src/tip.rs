@@ -177,6 +177,7 @@ impl TipIngest {
             }
         }
 
+        let mut finalized: Option<Option<u64>> = None;
         let mut budget = self.config.max_blocks_per_round;
         while budget > 0 {
             budget -= 1;
@@ -210,9 +211,18 @@ impl TipIngest {
             }
             match self.fetch_logs(&header, &scope).await? {
                 Fetch::Orphaned => continue,
-                Fetch::Ready(logs, discovered) => {
+                Fetch::Ready(mut logs, discovered) => {
+                    for log in &mut logs {
+                        log.block_timestamp.get_or_insert(header.timestamp);
+                    }
+                    if finalized.is_none() {
+                        // Once per round that commits a block: the node's finalized
+                        // block, recorded with the block for readers (snapshots flag
+                        // blocks above it). Unknown when the node cannot say.
+                        finalized = Some(self.finalized().await.ok().flatten().map(|h| h.number));
+                    }
                     if !self
-                        .commit_block(&header, &logs, &scope, &discovered)
+                        .commit_block(&header, &logs, &scope, &discovered, finalized.flatten())
                         .await?
                     {
                         // The scope changed under us (history discovered a contract, an
@@ -410,6 +420,7 @@ impl TipIngest {
         logs: &[Log],
         scope: &HashMap<Address, (ScopeKind, u64)>,
         discovered: &[(Address, ScopeKind)],
+        finalized: Option<u64>,
     ) -> Result<bool> {
         let chain = chain_i64(self.chain);
         let number = to_i64(header.number);
@@ -442,6 +453,9 @@ impl TipIngest {
         }
 
         chain_row::chain_set_checkpoint(&mut *tx, chain, number, hash).await?;
+        if let Some(f) = finalized {
+            chain_row::chain_raise_finalized(&mut *tx, chain, to_i64(f)).await?;
+        }
         block::blocks_delete_at_or_below(
             &mut *tx,
             chain,

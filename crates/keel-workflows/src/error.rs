@@ -102,6 +102,14 @@ pub enum OpsError {
     /// `INDEX_BEHIND`; retryable.
     #[error("the ledger index has not reached the requested block yet")]
     IndexBehind,
+    /// A read `atBlock` is above the Ledger Index's indexed tip of the asset's chain (or
+    /// nothing is indexed yet): the index cannot answer for that block exactly. Code
+    /// `BLOCK_NOT_INDEXED`; the same read can succeed once the index has reached it.
+    #[error("the requested block is above the ledger index's indexed tip")]
+    BlockNotIndexed {
+        /// The indexed tip, if any block was indexed.
+        indexed: Option<u64>,
+    },
     /// The database failed. Code `SERVICE_UNAVAILABLE`; retryable when transient.
     #[error("database: {0}")]
     Store(#[from] keel_store::StoreError),
@@ -139,6 +147,7 @@ impl OpsError {
             },
             Self::Index(_) => "INDEX_UNAVAILABLE",
             Self::IndexBehind => "INDEX_BEHIND",
+            Self::BlockNotIndexed { .. } => "BLOCK_NOT_INDEXED",
             Self::Store(_) => "SERVICE_UNAVAILABLE",
         }
     }
@@ -169,7 +178,8 @@ impl OpsError {
             | Self::ApprovalExpired
             | Self::OperationEnded
             | Self::InsufficientScope
-            | Self::ApiKeyRevoked => false,
+            | Self::ApiKeyRevoked
+            | Self::BlockNotIndexed { .. } => false,
         }
     }
 

@@ -51,6 +51,7 @@ pub mod workflows;
 pub use env::{ChainContext, WorkflowEnv};
 pub use error::{OpsError, Result};
 pub use ops::accept::{Accepted, NewAsset, TokenRequest};
+pub use ops::ledger::{HolderView, HoldersView, SupplyView, TransferView, TransfersView};
 pub use ops::read::{AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView};
 pub use ops::view::{
     ErrorView, IndexedMilestone, Milestones, OperationState, OperationView, TxMilestone, WaitFor,

@@ -1,5 +1,6 @@
 //! Platform API tests against a real PostgreSQL (one database per test), driving the
-//! router in-process. No chain: operations stay `running`. Every response is checked
+//! router in-process. No chain: operations stay `running` (the Ledger read tests
+//! build their index from a real Anvil chain with the tip ingest). Every response is checked
 //! against the OpenAPI document (`doc_check`).
 
 mod bodies;
@@ -8,6 +9,7 @@ mod doc_check;
 mod fuzz_regressions;
 mod http_rules;
 mod keys;
+mod ledger;
 mod openapi_health;
 mod proptest_json;
 mod scopes;

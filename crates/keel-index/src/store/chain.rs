@@ -85,6 +85,23 @@ pub(crate) async fn chain_set_checkpoint(
     Ok(())
 }
 
+/// Raises the recorded finalized block of the chain to `number` (never lowers it).
+pub(crate) async fn chain_raise_finalized(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    number: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE index_chain SET finalized_number = GREATEST(COALESCE(finalized_number, $2), $2)
+         WHERE chain_id = $1",
+    )
+    .bind(chain)
+    .bind(number)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// Marks the chain degraded, once (guarded by `degraded_at IS NULL`). Returns true when
 /// this call set the marker.
 pub(crate) async fn chain_mark_degraded(
@@ -203,4 +220,16 @@ pub(crate) async fn chains_degraded(db: impl PgExecutor<'_>) -> Result<Vec<Chain
     )))
     .fetch_all(db)
     .await?)
+}
+
+/// The recorded finalized block of the chain (`finalized_number`, migration `0025`);
+/// `None` when the chain has no row or none was recorded yet.
+pub(crate) async fn chain_finalized(db: impl PgExecutor<'_>, chain: i64) -> Result<Option<i64>> {
+    Ok(
+        sqlx::query_scalar("SELECT finalized_number FROM index_chain WHERE chain_id = $1")
+            .bind(chain)
+            .fetch_optional(db)
+            .await?
+            .flatten(),
+    )
 }

@@ -23,6 +23,7 @@ use alloy::rpc::types::Log;
 use alloy::sol_types::SolEvent;
 use keel_abi::bindings::Directory;
 use sqlx::postgres::PgArgumentBuffer;
+use sqlx::types::chrono::{DateTime, Utc};
 use sqlx::{Encode, PgConnection, Postgres};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -35,7 +36,7 @@ const COPY_TRAILER: &[u8] = &(-1_i16).to_be_bytes();
 const LOG_COLUMNS: &str =
     "chain_id, block_number, block_hash, log_index, tx_hash, address, topics, data";
 /// Columns of `index_transfer`, in the order of the encoded tuples.
-const TRANSFER_COLUMNS: &str = "chain_id, block_number, block_hash, log_index, tx_hash, token, from_address, to_address, value";
+const TRANSFER_COLUMNS: &str = "chain_id, block_number, block_hash, log_index, tx_hash, token, from_address, to_address, value, block_time";
 
 /// A projection row other than a transfer, with its position.
 type Other = (i64, B256, i64, B256, Projection);
@@ -183,7 +184,7 @@ impl Batch {
                     value,
                 }) => {
                     let t = &mut transfer_tuples;
-                    t.start(9);
+                    t.start(10);
                     t.field(&chain)?;
                     t.field(&number)?;
                     t.field(&hash.as_slice())?;
@@ -193,6 +194,7 @@ impl Batch {
                     t.field(&from.as_slice())?;
                     t.field(&to.as_slice())?;
                     t.numeric(value)?;
+                    t.field(&block_time(log))?;
                     out.transfer_rows += 1;
                 }
                 Some(p) => out.others.push((number, hash, idx, txh, p)),
@@ -282,6 +284,8 @@ pub(crate) async fn logs_insert(
         Vec::with_capacity(n),
     );
     let mut projections = Vec::new();
+    // Block times of the transfers, in the order of their projections.
+    let mut times: Vec<Option<DateTime<Utc>>> = Vec::new();
     for log in logs {
         let (number, hash, idx, txh) = position(chain, log)?;
         block_number.push(to_i64(number));
@@ -301,6 +305,9 @@ pub(crate) async fn logs_insert(
         );
         data.push(log.inner.data.data.to_vec());
         if let Some(p) = kinds.get(&log.inner.address).and_then(|k| decode(*k, log)) {
+            if matches!(p, Projection::Transfer { .. }) {
+                times.push(block_time(log));
+            }
             projections.push((to_i64(number), hash, to_i64(idx), txh, p));
         }
     }
@@ -329,7 +336,10 @@ pub(crate) async fn logs_insert(
     }
 
     // Transfers (the bulk of the rows) go in one UNNEST insert; the rest row by row.
-    let mut transfers = TransferColumns::default();
+    let mut transfers = TransferColumns {
+        block_time: times,
+        ..TransferColumns::default()
+    };
     let mut others: Vec<Other> = Vec::new();
     for (number, hash, idx, txh, p) in projections {
         if let Projection::Transfer {
@@ -354,10 +364,11 @@ pub(crate) async fn logs_insert(
     if !transfers.block_number.is_empty() {
         sqlx::query(
             "INSERT INTO index_transfer (chain_id, block_number, block_hash, log_index, tx_hash,
-                token, from_address, to_address, value)
-             SELECT $1, u.n, u.h, u.i, u.t, u.token, u.f, u.r, u.v::numeric
+                token, from_address, to_address, value, block_time)
+             SELECT $1, u.n, u.h, u.i, u.t, u.token, u.f, u.r, u.v::numeric, u.bt
              FROM unnest($2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6::bytea[],
-                         $7::bytea[], $8::bytea[], $9::text[]) AS u(n, h, i, t, token, f, r, v)
+                         $7::bytea[], $8::bytea[], $9::text[], $10::timestamptz[])
+                  AS u(n, h, i, t, token, f, r, v, bt)
              ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
         )
         .bind(chain)
@@ -369,6 +380,7 @@ pub(crate) async fn logs_insert(
         .bind(&transfers.from)
         .bind(&transfers.to)
         .bind(&transfers.value)
+        .bind(&transfers.block_time)
         .execute(&mut *tx)
         .await?;
     }
@@ -492,9 +504,9 @@ async fn copy_staged(tx: &mut PgConnection, batch: &Batch) -> Result<()> {
         .await?;
         sqlx::query(
             "INSERT INTO index_transfer (chain_id, block_number, block_hash, log_index, tx_hash,
-                token, from_address, to_address, value)
+                token, from_address, to_address, value, block_time)
              SELECT chain_id, block_number, block_hash, log_index, tx_hash,
-                token, from_address, to_address, value
+                token, from_address, to_address, value, block_time
              FROM keel_stage_transfer
              ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
         )
@@ -647,6 +659,15 @@ struct TransferColumns {
     from: Vec<Vec<u8>>,
     to: Vec<Vec<u8>>,
     value: Vec<String>,
+    block_time: Vec<Option<DateTime<Utc>>>,
+}
+
+/// The time of a log's block when the node reported it (`blockTimestamp`, Unix
+/// seconds; tip ingest fills it from the block header).
+fn block_time(log: &Log) -> Option<DateTime<Utc>> {
+    log.block_timestamp
+        .and_then(|s| i64::try_from(s).ok())
+        .and_then(|s| DateTime::from_timestamp(s, 0))
 }
 
 /// A log's (block number, block hash, log index, transaction hash); a log without them

@@ -15,11 +15,13 @@
 //! | [`range`] | `index_range`: leased history ranges |
 //! | [`logs`] | `index_log`, `index_transfer` and the other projections: bulk writes (`COPY`/`UNNEST`), rollback |
 //! | [`projection`] | reads of the projection tables (raw rows; [`crate::read`] types them) |
+//! | [`ledger`] | `index_holder_balance` (migration `0025`, kept by triggers) and `index_transfer`: holders pages, snapshots, transfer pages, supply at a block |
 //!
 //! The typed reads (the crate's read API) are [`crate::read`], over [`projection`] and [`chain`].
 
 pub(crate) mod block;
 pub(crate) mod chain;
+pub(crate) mod ledger;
 pub(crate) mod logs;
 pub(crate) mod projection;
 pub(crate) mod range;

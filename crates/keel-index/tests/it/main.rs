@@ -5,6 +5,7 @@ mod converge;
 mod fencing;
 mod follow;
 mod history;
+mod ledger;
 mod measure;
 mod projections;
 mod reorg;

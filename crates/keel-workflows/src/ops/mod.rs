@@ -9,6 +9,7 @@
 //! - [`read`]: assets, balances, funding requests;
 //! - [`keys`]: the API key lifecycle (list, create, revoke, rotate) of the caller's
 //!   organization;
+//! - [`ledger`]: an asset's holders (at a record date), transfers and supply at a block;
 //! - [`amount`]: amounts and prices from decimal strings.
 //!
 //! ## Idempotency
@@ -24,6 +25,7 @@ pub mod accept;
 pub mod amount;
 pub mod decide;
 pub mod keys;
+pub mod ledger;
 pub mod read;
 pub mod view;
 
