@@ -34,7 +34,7 @@
 //!   only as the queue's transaction field.
 //! - *tx_hash*: a transaction hash (`hash` only in the queue's verdict type).
 //!
-//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`).
+//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`, `0023`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod env;
@@ -49,10 +49,14 @@ pub mod workflows;
 pub use env::{ChainContext, WorkflowEnv};
 pub use error::{OpsError, Result};
 pub use ops::accept::{Accepted, NewAsset, TokenRequest};
-pub use ops::read::{AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView};
+pub use ops::read::{
+    AssetKey, AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView,
+    TemplateView,
+};
 pub use ops::view::{
-    ErrorView, IndexedMilestone, Milestones, OperationState, OperationView, TxMilestone, WaitFor,
-    WaitView,
+    ErrorView, IndexedMilestone, Milestones, OPERATION_SCAN_BATCH, OPERATION_SCAN_BUDGET,
+    OperationFilter, OperationKey, OperationList, OperationState, OperationView, TxMilestone,
+    WaitFor, WaitView,
 };
 pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
 pub use platform::PlatformAddresses;

@@ -1064,7 +1064,7 @@ impl Stack {
         let (op, asset) = self.create_asset(idem, symbol).await;
         let created = self.await_op(&op, Duration::from_secs(120), terminal).await;
         assert_eq!(state(&created), "completed", "{created}");
-        let token = created["result"]["token"]
+        let token = created["result"]["tokenAddress"]
             .as_str()
             .unwrap()
             .parse()

@@ -6,5 +6,6 @@ mod common;
 mod doc_check;
 mod fuzz_regressions;
 mod http_rules;
+mod lists;
 mod openapi_health;
 mod proptest_json;
