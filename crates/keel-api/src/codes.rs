@@ -33,6 +33,12 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "An operation-creating `POST` lacks the `Idempotency-Key` header.",
     ),
     c(
+        "INVALID_CURSOR",
+        400,
+        "The `cursor` query parameter is not one this list returned as `nextCursor` \
+         (cursors are opaque; pass them back unchanged, with the same filters).",
+    ),
+    c(
         "INVALID_FIELD",
         400,
         "The body's JSON shape is wrong: not an object, a member missing or of the wrong \
@@ -40,15 +46,11 @@ pub const ERROR_CODES: &[ErrorCode] = &[
          or a malformed `Idempotency-Key`. `detail` names the field.",
     ),
     c(
-        "INVALID_CURSOR",
-        400,
-        "The `cursor` query parameter is not one this list returned as `nextCursor` \
-         (cursors are opaque; pass them back unchanged, with the same filters).",
-    ),
-    c(
         "INVALID_QUERY",
         400,
-        "A query parameter is malformed (integers must be non-negative and at most 2^63-1).",
+        "A query parameter is malformed: an integer outside its range (non-negative, at \
+         most 2^63-1), a `limit` outside 1 to 200, an unknown `state` or `kind`, a \
+         malformed `assetId` or RFC 3339 time, or a parameter given twice.",
     ),
     c(
         "JSON_TOO_DEEP",

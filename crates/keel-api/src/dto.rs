@@ -292,7 +292,7 @@ pub struct TokenOperationResult {
 /// the `kind` filter of `GET /v1/operations` ([`OperationResult::KINDS`]) and the
 /// result conversion follow, and a test checks the list equals the runner's workflows.
 macro_rules! operation_results {
-    ($($(#[$doc:meta])* $kind:literal => $variant:ident,)*) => {
+    ($($(#[$doc:meta])* $variant:ident => $kind:tt,)*) => {
         /// The result of a completed operation, by `kind` (a `oneOf` keyed by its `kind`
         /// member, which repeats the operation's).
         #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -320,13 +320,13 @@ macro_rules! operation_results {
 
 operation_results! {
     /// `asset.mint`: the mint transaction.
-    "asset.mint" => AssetMint,
+    AssetMint => "asset.mint",
     /// `asset.transfer`: the transfer transaction (from the issuer's balance).
-    "asset.transfer" => AssetTransfer,
+    AssetTransfer => "asset.transfer",
     /// `asset.pause`: the pause transaction.
-    "asset.pause" => AssetPause,
+    AssetPause => "asset.pause",
     /// `asset.unpause`: the unpause transaction.
-    "asset.unpause" => AssetUnpause,
+    AssetUnpause => "asset.unpause",
 }
 
 impl OperationResult {
@@ -902,6 +902,17 @@ mod tests {
         assert_eq!(fixed["feed"], serde_json::json!(address_text(a)));
         assert_eq!(fixed["list"][0], serde_json::json!(address_text(a)));
         assert_eq!(fixed["n"], "0xabc");
+    }
+
+    /// Every workflow the runner registers is an operation kind with a documented
+    /// result, and no other kind is listed.
+    #[test]
+    fn every_workflow_is_a_kind_with_a_result() {
+        let mut kinds = OperationResult::KINDS.to_vec();
+        let mut workflows = svc::workflows::WORKFLOWS.to_vec();
+        kinds.sort_unstable();
+        workflows.sort_unstable();
+        assert_eq!(kinds, workflows);
     }
 
     /// A completed operation's output becomes the result variant of its kind; an

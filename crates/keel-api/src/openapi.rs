@@ -9,7 +9,8 @@ use utoipa::{Modify, OpenApi};
 /// Adds the `bearer` security scheme (API keys), marks the bodies of `pause`,
 /// `unpause`, `approve`, `reject`, `retry` and `cancel` optional (they may be empty),
 /// describes `OperationAccepted` as the one object it is on the wire, declares the
-/// parameter constraints the server enforces and lists the error codes.
+/// parameter constraints the server enforces, enumerates the operation kinds and lists
+/// the error codes.
 struct Fixups;
 
 /// Replaces the generated `OperationAccepted` (an `allOf` of `Operation`, which has
@@ -58,6 +59,7 @@ impl Modify for Fixups {
         }
         constrain_parameters(doc);
         let components = doc.components.get_or_insert_with(Default::default);
+        enumerate_kinds(components);
         merge_operation_accepted(components);
         list_error_codes(components);
         components.add_security_scheme(
@@ -103,6 +105,9 @@ fn constrain_parameters(doc: &mut utoipa::openapi::OpenApi) {
                         schema.max_length = Some(255);
                         schema.pattern = Some(r"^[^\u0000-\u001F\u007F-\u009F]*$".to_owned());
                     }
+                    (ParameterIn::Query, "kind") => {
+                        schema.enum_values = Some(kinds());
+                    }
                     (ParameterIn::Path, "address") => {
                         schema.pattern = Some("^0x[0-9a-fA-F]{40}$".to_owned());
                     }
@@ -110,6 +115,26 @@ fn constrain_parameters(doc: &mut utoipa::openapi::OpenApi) {
                 }
             }
         }
+    }
+}
+
+/// Every operation kind ([`dto::OperationResult::KINDS`]) as JSON values.
+fn kinds() -> Vec<serde_json::Value> {
+    dto::OperationResult::KINDS
+        .iter()
+        .map(|k| serde_json::Value::from(*k))
+        .collect()
+}
+
+/// Declares `Operation.kind` as the enum of [`dto::OperationResult::KINDS`] (before
+/// `OperationAccepted` copies `Operation`'s properties).
+fn enumerate_kinds(components: &mut utoipa::openapi::Components) {
+    use utoipa::openapi::{RefOr, Schema};
+    let Some(RefOr::T(Schema::Object(operation))) = components.schemas.get_mut("Operation") else {
+        return;
+    };
+    if let Some(RefOr::T(Schema::Object(kind))) = operation.properties.get_mut("kind") {
+        kind.enum_values = Some(kinds());
     }
 }
 

@@ -835,7 +835,12 @@ async fn tenants_see_only_their_own_resources() {
     // B does not.
     let b = env.get(&env.key_b, "/v1/assets").await;
     assert_eq!(b.status, StatusCode::OK);
-    assert_eq!(b.body, json!({"assets": []}));
+    assert_eq!(
+        b.body,
+        json!({"data": [], "hasMore": false, "nextCursor": null})
+    );
+    let b = env.get(&env.key_b, "/v1/operations").await;
+    assert_eq!(b.body["data"], json!([]));
     for uri in [
         format!("/v1/assets/{asset}"),
         format!("/v1/operations/{op}"),

@@ -82,7 +82,7 @@ impl Workflow for CreateStandIn {
 
 /// `asset.mint` completes, `asset.pause` fails, `asset.transfer` waits for a signal.
 macro_rules! token_stand_in {
-    ($ty:ident, $name:literal, $body:expr) => {
+    ($ty:ident, $name:literal, |$ctx:ident| $body:block) => {
         struct $ty;
         impl Workflow for $ty {
             const NAME: &'static str = $name;
@@ -92,42 +92,37 @@ macro_rules! token_stand_in {
 
             async fn run(
                 &self,
-                ctx: &mut WorkflowContext,
+                $ctx: &mut WorkflowContext,
                 _input: TokenOpInput,
             ) -> Result<TokenOpOutput, WorkflowFailure<OpFailure>> {
-                #[allow(clippy::redundant_closure_call)]
-                ($body)(ctx).await
+                $body
             }
         }
     };
 }
 
-token_stand_in!(MintStandIn, "asset.mint", |_ctx: &mut WorkflowContext| async {
+token_stand_in!(MintStandIn, "asset.mint", |_ctx| {
     Ok(TokenOpOutput {
         tx_hash: B256::repeat_byte(0x3c),
         block: 8,
         indexed_block: 9,
     })
 });
-token_stand_in!(PauseStandIn, "asset.pause", |_ctx: &mut WorkflowContext| async {
+token_stand_in!(PauseStandIn, "asset.pause", |_ctx| {
     Err(WorkflowFailure::Failed(OpFailure::new(
         "EXECUTION_REVERTED",
         false,
         "the transaction reverted",
     )))
 });
-token_stand_in!(
-    TransferStandIn,
-    "asset.transfer",
-    |ctx: &mut WorkflowContext| async move {
-        ctx.wait_signal::<Value>("tx.transfer", None).await?;
-        Ok(TokenOpOutput {
-            tx_hash: B256::repeat_byte(0x3d),
-            block: 8,
-            indexed_block: 9,
-        })
-    }
-);
+token_stand_in!(TransferStandIn, "asset.transfer", |ctx| {
+    ctx.wait_signal::<Value>("tx.transfer", None).await?;
+    Ok(TokenOpOutput {
+        tx_hash: B256::repeat_byte(0x3d),
+        block: 8,
+        indexed_block: 9,
+    })
+});
 
 /// The stand-ins' executor.
 fn runner(env: &Env) -> ExecutorHandle {

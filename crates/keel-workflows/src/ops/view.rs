@@ -605,6 +605,7 @@ impl Ops {
             .filter(|v| state.is_none_or(|w| v.state == w))
             .collect())
     }
+}
 
 impl Ops {
     /// The queue requests operation `operation_id` linked, in link order, as the
