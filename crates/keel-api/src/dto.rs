@@ -651,7 +651,9 @@ fn checksum_addresses(v: Value) -> Value {
         Value::String(s) => {
             let lower_hex = s.len() == 42
                 && s.starts_with("0x")
-                && s[2..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                && s[2..]
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
             match s.parse::<alloy_primitives::Address>() {
                 Ok(a) if lower_hex => Value::String(address_text(a)),
                 _ => Value::String(s),

@@ -6,22 +6,22 @@ use crate::dto::{
     Operation, OperationAccepted, OperationList, OperationResult, OperationState, Template,
     TemplateList, TokenAmountRequest, status_url,
 };
-use crate::page::{self, Page};
-use chrono::{DateTime, Datelike, Utc};
-use uuid::Uuid;
 use crate::extract::{
     Authed, IdempotencyKey, JsonBody, PreferWait, RawPath, parse_address, parse_id,
 };
+use crate::page::{self, Page};
 use crate::problem::Problem;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Datelike, Utc};
 use keel_workflows::{Caller, MAX_WAIT, NewAsset, OperationView, TokenRequest};
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::{IntoParams, IntoResponses};
+use uuid::Uuid;
 
 /// Errors of the operation-creating POSTs (for the OpenAPI document).
 #[derive(IntoResponses)]

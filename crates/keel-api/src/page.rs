@@ -90,11 +90,7 @@ impl<T> Page<T> {
     /// Builds a page from rows fetched with `LIMIT limit + 1` in keyset order: the
     /// extra row, when present, only says more follow; the cursor is the keyset of
     /// the last kept row (`key_of`).
-    pub fn from_rows<K: Serialize>(
-        mut rows: Vec<T>,
-        limit: u32,
-        key_of: impl Fn(&T) -> K,
-    ) -> Self {
+    pub fn from_rows<K: Serialize>(mut rows: Vec<T>, limit: u32, key_of: impl Fn(&T) -> K) -> Self {
         let limit = limit as usize;
         let has_more = rows.len() > limit;
         rows.truncate(limit);

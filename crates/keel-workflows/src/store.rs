@@ -898,13 +898,13 @@ pub async fn asset_get(
     organization_id: Uuid,
     id: Uuid,
 ) -> StoreResult<Option<AssetRow>> {
-    Ok(
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{ASSET_SELECT}$1 AND a.id = $2")))
-            .bind(organization_id)
-            .bind(id)
-            .fetch_optional(db)
-            .await?,
-    )
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{ASSET_SELECT}$1 AND a.id = $2"
+    )))
+    .bind(organization_id)
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
 }
 
 /// The assets of `organization_id` in `(created_at, id)` order (oldest first), after
@@ -930,6 +930,7 @@ pub async fn asset_list(
             .push_bind(id)
             .push(")");
     }
-    q.push(" ORDER BY a.created_at, a.id LIMIT ").push_bind(limit);
+    q.push(" ORDER BY a.created_at, a.id LIMIT ")
+        .push_bind(limit);
     Ok(q.build_query_as().fetch_all(db).await?)
 }

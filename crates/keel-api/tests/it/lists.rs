@@ -10,7 +10,7 @@
 //! results are covered by the binary's e2e tests, which check every answer against the
 //! same document (checksummed addresses included).
 
-use crate::common::{Env, RECIPIENT, TEMPLATE, asset_body, assert_problem};
+use crate::common::{Env, RECIPIENT, TEMPLATE, assert_problem, asset_body};
 use alloy_primitives::{Address, B256};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
@@ -220,7 +220,9 @@ async fn a_walk_lists_every_item_once_while_items_are_added() {
         env.create_asset(&env.key_a, &format!("before-{i}")).await;
     }
     for (route, limit) in [("/v1/operations", 2), ("/v1/assets", 3)] {
-        let before = walk(&env, &env.key_a, &format!("{route}?limit=200")).await.0;
+        let before = walk(&env, &env.key_a, &format!("{route}?limit=200"))
+            .await
+            .0;
         assert!(before.len() >= 7, "{route}");
         let mut ids = Vec::new();
         let mut uri = format!("{route}?limit={limit}");
@@ -231,7 +233,10 @@ async fn a_walk_lists_every_item_once_while_items_are_added() {
             assert!(data.len() <= limit, "{:?}", a.body);
             let mut last: Option<(DateTime<Utc>, String)> = None;
             for item in data {
-                let key = (time(&item["createdAt"]), item["id"].as_str().unwrap().to_owned());
+                let key = (
+                    time(&item["createdAt"]),
+                    item["id"].as_str().unwrap().to_owned(),
+                );
                 if let Some(l) = &last {
                     assert!(*l < key, "{route}: out of order");
                 }
@@ -271,23 +276,74 @@ async fn filters_combine_and_stay_in_the_organization() {
     let a2 = active_asset(&env, &env.key_a, "c-2").await;
     let b1 = active_asset(&env, &env.key_b, "c-b").await;
     let mint = json!({"recipient": RECIPIENT, "amount": "5"});
-    let m1 = post_wait(&env, &env.key_a, &format!("/v1/assets/{a1}/mint"), "m-1", &mint).await;
+    let m1 = post_wait(
+        &env,
+        &env.key_a,
+        &format!("/v1/assets/{a1}/mint"),
+        "m-1",
+        &mint,
+    )
+    .await;
     assert_eq!(m1["state"], "completed", "{m1}");
-    let p1 = post_wait(&env, &env.key_a, &format!("/v1/assets/{a1}/pause"), "p-1", &json!({})).await;
+    let p1 = post_wait(
+        &env,
+        &env.key_a,
+        &format!("/v1/assets/{a1}/pause"),
+        "p-1",
+        &json!({}),
+    )
+    .await;
     assert_eq!(p1["state"], "failed", "{p1}");
-    let t1 = post_wait(&env, &env.key_a, &format!("/v1/assets/{a1}/transfer"), "t-1", &mint).await;
-    let t1 = until(&env, &env.key_a, t1["id"].as_str().unwrap(), |v| v["state"] == "waiting").await;
+    let t1 = post_wait(
+        &env,
+        &env.key_a,
+        &format!("/v1/assets/{a1}/transfer"),
+        "t-1",
+        &mint,
+    )
+    .await;
+    let t1 = until(&env, &env.key_a, t1["id"].as_str().unwrap(), |v| {
+        v["state"] == "waiting"
+    })
+    .await;
     let u1 = env
-        .post(&env.key_a, &format!("/v1/assets/{a1}/unpause"), Some("u-1"), &json!({}))
+        .post(
+            &env.key_a,
+            &format!("/v1/assets/{a1}/unpause"),
+            Some("u-1"),
+            &json!({}),
+        )
         .await
         .body;
     let m2 = env
-        .post(&env.key_a, &format!("/v1/assets/{a1}/mint"), Some("m-2"), &mint)
+        .post(
+            &env.key_a,
+            &format!("/v1/assets/{a1}/mint"),
+            Some("m-2"),
+            &mint,
+        )
         .await
         .body;
-    let m2 = until(&env, &env.key_a, m2["id"].as_str().unwrap(), |v| v["state"] == "queued").await;
-    let m3 = post_wait(&env, &env.key_a, &format!("/v1/assets/{a2}/mint"), "m-3", &mint).await;
-    let mb = post_wait(&env, &env.key_b, &format!("/v1/assets/{b1}/mint"), "m-b", &mint).await;
+    let m2 = until(&env, &env.key_a, m2["id"].as_str().unwrap(), |v| {
+        v["state"] == "queued"
+    })
+    .await;
+    let m3 = post_wait(
+        &env,
+        &env.key_a,
+        &format!("/v1/assets/{a2}/mint"),
+        "m-3",
+        &mint,
+    )
+    .await;
+    let mb = post_wait(
+        &env,
+        &env.key_b,
+        &format!("/v1/assets/{b1}/mint"),
+        "m-b",
+        &mint,
+    )
+    .await;
     assert_eq!(mb["state"], "completed");
 
     let id = |v: &Value| v["id"].as_str().unwrap().to_owned();
@@ -297,8 +353,14 @@ async fn filters_combine_and_stay_in_the_organization() {
     };
     let all = list(String::new()).await;
     assert_eq!(all.len(), 2 + 6, "two creations and six token operations");
-    assert!(!all.contains(&id(&mb)), "another organization's operation listed");
-    assert_eq!(list("?state=completed&kind=asset.mint".into()).await, vec![id(&m1), id(&m3)]);
+    assert!(
+        !all.contains(&id(&mb)),
+        "another organization's operation listed"
+    );
+    assert_eq!(
+        list("?state=completed&kind=asset.mint".into()).await,
+        vec![id(&m1), id(&m3)]
+    );
     assert_eq!(
         list(format!("?state=completed&kind=asset.mint&assetId={a1}")).await,
         vec![id(&m1)]
@@ -309,7 +371,12 @@ async fn filters_combine_and_stay_in_the_organization() {
     assert_eq!(list("?state=queued".into()).await, vec![id(&m2)]);
     assert!(list("?state=cancelled".into()).await.is_empty());
     assert_eq!(list(format!("?assetId={a2}")).await.len(), 2);
-    assert_eq!(list("?kind=asset.create&state=completed".into()).await.len(), 2);
+    assert_eq!(
+        list("?kind=asset.create&state=completed".into())
+            .await
+            .len(),
+        2
+    );
     // Another organization's asset: nothing, not an error.
     assert!(list(format!("?assetId={b1}")).await.is_empty());
     let b_list = walk(&env, &env.key_b, "/v1/operations").await.0;
@@ -337,10 +404,29 @@ async fn timestamps_results_and_the_issuer() {
     let _runner = runner(&env);
     let a1 = active_asset(&env, &env.key_a, "c-1").await;
     let mint = json!({"recipient": RECIPIENT, "amount": "5"});
-    post_wait(&env, &env.key_a, &format!("/v1/assets/{a1}/mint"), "m-1", &mint).await;
-    post_wait(&env, &env.key_a, &format!("/v1/assets/{a1}/pause"), "p-1", &json!({})).await;
-    env.post(&env.key_a, &format!("/v1/assets/{a1}/unpause"), Some("u-1"), &json!({}))
-        .await;
+    post_wait(
+        &env,
+        &env.key_a,
+        &format!("/v1/assets/{a1}/mint"),
+        "m-1",
+        &mint,
+    )
+    .await;
+    post_wait(
+        &env,
+        &env.key_a,
+        &format!("/v1/assets/{a1}/pause"),
+        "p-1",
+        &json!({}),
+    )
+    .await;
+    env.post(
+        &env.key_a,
+        &format!("/v1/assets/{a1}/unpause"),
+        Some("u-1"),
+        &json!({}),
+    )
+    .await;
 
     let page = env.get(&env.key_a, "/v1/operations").await.body;
     let ops = page["data"].as_array().unwrap();
@@ -350,7 +436,8 @@ async fn timestamps_results_and_the_issuer() {
         let created = time(&op["createdAt"]);
         assert_eq!(created, time(&op["milestones"]["accepted"]));
         assert!(created <= time(&op["updatedAt"]), "{op}");
-        let terminal = ["completed", "failed", "cancelled"].contains(&op["state"].as_str().unwrap());
+        let terminal =
+            ["completed", "failed", "cancelled"].contains(&op["state"].as_str().unwrap());
         assert_eq!(terminal, !op["completedAt"].is_null(), "{op}");
         if terminal {
             assert!(created <= time(&op["completedAt"]), "{op}");
@@ -367,7 +454,11 @@ async fn timestamps_results_and_the_issuer() {
     let token = keel_api::dto::address_text(token_of(a1.parse().unwrap()));
     assert_eq!(create["result"]["tokenAddress"], token.as_str());
     assert_eq!(create["result"]["indexedBlock"], 7);
-    assert_eq!(create["progress"]["token"], token.as_str(), "progress checksummed");
+    assert_eq!(
+        create["progress"]["token"],
+        token.as_str(),
+        "progress checksummed"
+    );
     assert_eq!(create["milestones"]["indexed"]["block"], 7);
     assert_eq!(create["milestones"]["indexed"]["at"], create["completedAt"]);
     let minted = &kinds["asset.mint"];
@@ -377,7 +468,10 @@ async fn timestamps_results_and_the_issuer() {
 
     let asset = env.get(&env.key_a, &format!("/v1/assets/{a1}")).await.body;
     let issuer: Address = ISSUER.parse().unwrap();
-    assert_eq!(asset["issuerAddress"], keel_api::dto::address_text(issuer).as_str());
+    assert_eq!(
+        asset["issuerAddress"],
+        keel_api::dto::address_text(issuer).as_str()
+    );
     assert_eq!(asset["tokenAddress"], token.as_str());
     assert!(time(&asset["createdAt"]) <= time(&asset["updatedAt"]));
     assert!(
@@ -420,7 +514,9 @@ async fn templates_are_listed_by_id_with_their_timestamps() {
     assert_eq!(before["id"], "alpha");
     assert_eq!(before["fundingPause"], true);
     assert!(before["mintApprovalThreshold"].is_null());
-    upsert_template(env.db.pool(), org_a, &t("alpha")).await.unwrap();
+    upsert_template(env.db.pool(), org_a, &t("alpha"))
+        .await
+        .unwrap();
     let after = env.get(&env.key_a, "/v1/templates?limit=1").await.body["data"][0].clone();
     assert_eq!(after["createdAt"], before["createdAt"]);
     assert!(time(&after["updatedAt"]) > time(&before["updatedAt"]));
@@ -449,17 +545,44 @@ async fn bad_list_parameters_are_typed_400s() {
         ("/v1/operations?state=Completed".into(), "INVALID_QUERY"),
         ("/v1/operations?kind=asset.burn".into(), "INVALID_QUERY"),
         ("/v1/operations?assetId=not-a-uuid".into(), "INVALID_QUERY"),
-        ("/v1/operations?createdAfter=yesterday".into(), "INVALID_QUERY"),
-        ("/v1/operations?createdBefore=2026-13-01T00:00:00Z".into(), "INVALID_QUERY"),
-        ("/v1/operations?createdAfter=2026-12-01".into(), "INVALID_QUERY"),
-        ("/v1/operations?state=running&state=failed".into(), "INVALID_QUERY"),
+        (
+            "/v1/operations?createdAfter=yesterday".into(),
+            "INVALID_QUERY",
+        ),
+        (
+            "/v1/operations?createdBefore=2026-13-01T00:00:00Z".into(),
+            "INVALID_QUERY",
+        ),
+        (
+            "/v1/operations?createdAfter=2026-12-01".into(),
+            "INVALID_QUERY",
+        ),
+        (
+            "/v1/operations?state=running&state=failed".into(),
+            "INVALID_QUERY",
+        ),
         ("/v1/operations?cursor=%25%25".into(), "INVALID_CURSOR"),
         ("/v1/operations?cursor=SECRETVALUE".into(), "INVALID_CURSOR"),
-        (format!("/v1/operations?cursor={template_cursor}"), "INVALID_CURSOR"),
-        (format!("/v1/operations?cursor={far_past}"), "INVALID_CURSOR"),
-        (format!("/v1/templates?cursor={asset_cursor}"), "INVALID_CURSOR"),
-        (format!("/v1/templates?cursor={bad_template}"), "INVALID_CURSOR"),
-        (format!("/v1/assets?cursor={}", "A".repeat(600)), "INVALID_CURSOR"),
+        (
+            format!("/v1/operations?cursor={template_cursor}"),
+            "INVALID_CURSOR",
+        ),
+        (
+            format!("/v1/operations?cursor={far_past}"),
+            "INVALID_CURSOR",
+        ),
+        (
+            format!("/v1/templates?cursor={asset_cursor}"),
+            "INVALID_CURSOR",
+        ),
+        (
+            format!("/v1/templates?cursor={bad_template}"),
+            "INVALID_CURSOR",
+        ),
+        (
+            format!("/v1/assets?cursor={}", "A".repeat(600)),
+            "INVALID_CURSOR",
+        ),
     ];
     for (uri, code) in cases {
         let a = env.get(&env.key_a, &uri).await;
@@ -472,7 +595,9 @@ async fn bad_list_parameters_are_typed_400s() {
         .await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.body["data"], json!([]));
-    let unauth = env.send(axum::http::Method::GET, "/v1/operations", &[], None).await;
+    let unauth = env
+        .send(axum::http::Method::GET, "/v1/operations", &[], None)
+        .await;
     assert_problem(&unauth, 401, "UNAUTHENTICATED", "no key");
 }
 

@@ -247,7 +247,9 @@ pub fn project(
     let mut submitted = Vec::new();
     let mut confirmed = Vec::new();
     let mut unsettled: Option<Unsettled> = None;
-    let mut updated_at = op.created_at.max(op.cancel_requested_at.unwrap_or(op.created_at));
+    let mut updated_at = op
+        .created_at
+        .max(op.cancel_requested_at.unwrap_or(op.created_at));
     if let Some(s) = status {
         updated_at = updated_at.max(s.updated_at);
     }
@@ -587,10 +589,13 @@ impl Ops {
         let mut by_op: HashMap<Uuid, Vec<LinkedRequest>> = HashMap::new();
         for l in links {
             if let Some(request) = requests.get(&l.txq_request_id) {
-                by_op.entry(l.operation_id).or_default().push(LinkedRequest {
-                    link: l.link,
-                    request: request.clone(),
-                });
+                by_op
+                    .entry(l.operation_id)
+                    .or_default()
+                    .push(LinkedRequest {
+                        link: l.link,
+                        request: request.clone(),
+                    });
             }
         }
         Ok(rows

@@ -55,7 +55,10 @@ async fn every_filter_combination_is_an_index_range_scan() {
     let org = env.caller.organization_id;
     let now = chrono::Utc::now();
     let filters = [
-        (OperationListFilter::default(), "operation_organization_created"),
+        (
+            OperationListFilter::default(),
+            "operation_organization_created",
+        ),
         (
             OperationListFilter {
                 kind: Some("asset.mint".into()),
@@ -89,7 +92,10 @@ async fn every_filter_combination_is_an_index_range_scan() {
         ),
     ];
     for (f, index) in filters {
-        for after in [None, Some((now - chrono::Duration::minutes(30), Uuid::nil()))] {
+        for after in [
+            None,
+            Some((now - chrono::Duration::minutes(30), Uuid::nil())),
+        ] {
             let plan = store::operation_list_plan(env.pool(), org, &f, after, 51)
                 .await
                 .unwrap()
@@ -126,7 +132,9 @@ async fn a_state_filter_examines_a_bounded_number_of_rows() {
         .await
         .unwrap();
     assert!(first.operations.is_empty());
-    let resume = first.resume_after.expect("the budget ran out: a resume point");
+    let resume = first
+        .resume_after
+        .expect("the budget ran out: a resume point");
     let all = env
         .ops
         .operations(env.caller, &Default::default(), None, 200)
@@ -147,7 +155,11 @@ async fn a_state_filter_examines_a_bounded_number_of_rows() {
     .await
     .unwrap();
     let last = examined.last().unwrap();
-    assert_eq!(resume, (last.created_at, last.id), "continues after the last row examined");
+    assert_eq!(
+        resume,
+        (last.created_at, last.id),
+        "continues after the last row examined"
+    );
     let second = env
         .ops
         .operations(env.caller, &completed, Some(resume), 50)

@@ -164,15 +164,24 @@ async fn a_settled_write_is_submitted_and_confirmed() {
     let broadcast_at = s.broadcast_at.expect("a broadcast submission has its time");
     let confirmed_at = s.confirmed_at.expect("a confirmed submission has its time");
     assert!(view.created_at <= broadcast_at && broadcast_at <= confirmed_at);
-    assert!(confirmed_at <= view.updated_at, "the confirmation moved updatedAt");
+    assert!(
+        confirmed_at <= view.updated_at,
+        "the confirmation moved updatedAt"
+    );
     assert_eq!(view.milestones.confirmed.len(), 1);
     let c = &view.milestones.confirmed[0];
     assert_eq!(
         (c.link.as_str(), c.tx_hash, c.block),
         ("create-feed", Some(hash), Some(block))
     );
-    assert_eq!((c.broadcast_at, c.confirmed_at), (s.broadcast_at, s.confirmed_at));
-    assert_eq!(view.completed_at, None, "the operation itself has not ended");
+    assert_eq!(
+        (c.broadcast_at, c.confirmed_at),
+        (s.broadcast_at, s.confirmed_at)
+    );
+    assert_eq!(
+        view.completed_at, None,
+        "the operation itself has not ended"
+    );
     // The list shows the same view.
     let list = env
         .ops
