@@ -13,7 +13,8 @@
 //!   milestones accepted → submitted → confirmed → indexed, result, typed error),
 //!   approvals, retries (a retryable transaction failure is sent again as a new,
 //!   separately keyed attempt once the operation is retried; landed writes never are),
-//!   cancels, asset, balance and funding-request reads, readiness.
+//!   cancels, the operation, asset and template lists (keyset pagination: each returns
+//!   `limit + 1` items), asset, balance and funding-request reads, readiness.
 //! - [`store`]: every SQL statement on this crate's tables, noun-first, over any
 //!   executor. The workflows and the service both use it; neither uses the other's
 //!   internals (the service starts workflows, the workflows never call the service).

@@ -191,3 +191,100 @@ async fn a_state_filter_examines_a_bounded_number_of_rows() {
         .unwrap();
     assert!(theirs.operations.is_empty());
 }
+
+/// Migration 0023 gives an asset created before it the sender of its creation's first
+/// transaction as its issuer; an asset without a transaction yet keeps none.
+#[tokio::test]
+async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
+    let db = keel_store::testing::TestDatabase::create_at(22)
+        .await
+        .unwrap();
+    let pool = db.pool().clone();
+    let org = keel_workflows::tenancy::create_organization(&pool, "o")
+        .await
+        .unwrap();
+    let key = keel_workflows::tenancy::create_api_key(&pool, org, "k")
+        .await
+        .unwrap();
+    // The template as the schema of 0022 holds it.
+    sqlx::query(
+        "INSERT INTO asset_template (organization_id, id, chain_id, price_decimals,
+                                     staleness_bound_seconds)
+         VALUES ($1, $2, 31337, 8, 3600)",
+    )
+    .bind(org)
+    .bind(crate::common::TEMPLATE)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let engine =
+        keel_durable::Engine::new(pool.clone(), keel_durable::EngineConfig::default()).unwrap();
+    let ops = keel_workflows::Ops::new(pool.clone(), engine);
+    let caller = keel_workflows::Caller {
+        organization_id: org,
+        api_key_id: key.id,
+    };
+    let sent = ops
+        .create_asset(caller, "a", &new_asset("Sent"))
+        .await
+        .unwrap()
+        .operation;
+    let unsent = ops
+        .create_asset(caller, "b", &new_asset("Unsent"))
+        .await
+        .unwrap()
+        .operation;
+    let node = keel_chain::UpstreamPool::new(
+        keel_units::ChainId(31337),
+        keel_chain::UpstreamConfig::new(vec!["http://127.0.0.1:9".to_owned()]),
+    )
+    .unwrap();
+    let q = keel_txq::TxQueue::new(
+        pool.clone(),
+        std::sync::Arc::new(node),
+        keel_txq::TxQueueConfig::default(),
+    )
+    .unwrap();
+    let sender = alloy::primitives::Address::repeat_byte(0x5e);
+    let request = q
+        .enqueue(&crate::common::op_request(sender, sent.id, "create-feed"))
+        .await
+        .unwrap();
+    let instance = store::operation_get(&pool, org, sent.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .instance_id
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO operation_tx (operation_id, step, txq_request_id, instance_id, signal_name)
+         VALUES ($1, 'create-feed', $2, $3, 'tx.create-feed')",
+    )
+    .bind(sent.id)
+    .bind(request)
+    .bind(instance)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    keel_store::migrate(&pool).await.unwrap();
+
+    let issuer = |asset| {
+        let pool = pool.clone();
+        async move {
+            store::asset_get(&pool, org, asset)
+                .await
+                .unwrap()
+                .unwrap()
+                .issuer_address
+        }
+    };
+    assert_eq!(issuer(sent.asset_id).await, Some(sender.to_vec()));
+    assert_eq!(issuer(unsent.asset_id).await, None);
+    let view = ops
+        .asset(caller, sent.asset_id, None, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(view.issuer_address, Some(sender));
+    assert!(view.created_at <= view.updated_at);
+}
