@@ -124,8 +124,8 @@ pub enum OperationState {
 pub struct Operation {
     /// Operation id.
     pub id: Uuid,
-    /// The kind: one of the `kind`s of [`OperationResult`] (`asset.create`,
-    /// `asset.mint`, `asset.transfer`, `asset.pause`, `asset.unpause`).
+    /// The kind (`asset.create`, `asset.mint`, `asset.transfer`, `asset.pause`,
+    /// `asset.unpause`); a completed operation's `result.kind` repeats it.
     #[schema(example = "asset.create")]
     pub kind: String,
     /// The asset it acts on.
