@@ -594,10 +594,6 @@ fn bad_query(param: &str) -> Problem {
     )
 }
 
-fn bad_cursor() -> Problem {
-    page::invalid_cursor()
-}
-
 /// Whether `t` is an instant the database holds and RFC 3339 writes (years 1 to 9999).
 fn storable_instant(t: &DateTime<Utc>) -> bool {
     (1..=9999).contains(&t.year())
@@ -608,7 +604,7 @@ fn time_id_cursor(cursor: Option<&str>) -> Result<Option<(DateTime<Utc>, Uuid)>,
     let Some(c) = cursor else { return Ok(None) };
     let key: (DateTime<Utc>, Uuid) = page::decode_cursor(c)?;
     if !storable_instant(&key.0) {
-        return Err(bad_cursor());
+        return Err(page::invalid_cursor());
     }
     Ok(Some(key))
 }
@@ -818,7 +814,7 @@ pub(crate) async fn templates(
         .as_deref()
         .is_some_and(|id| !keel_workflows::tenancy::valid_template_id(id))
     {
-        return Err(bad_cursor());
+        return Err(page::invalid_cursor());
     }
     let rows = state
         .ops()
