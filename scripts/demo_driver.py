@@ -2,8 +2,9 @@
 """Drives Keel's demo once `scripts/demo` has set up the chain, the database, an
 organization and an API key: starts the api, runner and indexer roles as separate
 processes, creates and mints an asset through the HTTP API, shows its holders at a
-record date and now (Ledger read API), kills the runner (SIGKILL)
-in the middle of a second asset's feed phase, restarts it, checks the chain, and stops
+record date and now (Ledger read API), transfers from its issuer, kills the runner
+(SIGKILL) in the middle of a second asset's feed phase, restarts it, checks the chain,
+lists assets, operations (page by page) and templates, and stops
 everything with SIGTERM. Standard library only.
 
 Environment: KEEL_BIN, KEEL_API_URL, KEEL_API_KEY, KEEL_RPC_URL, KEEL_LOG_DIR, and the
@@ -251,6 +252,19 @@ def main():
     _, transfers = http("GET", f"/v1/assets/{asset}/transfers?limit=1")
     t = transfers["data"][0]
     say(f"  latest transfer: block {t['blockNumber']} at {t['blockTime']}, {t['amount']} ACME {t['from']} -> {t['to']}, tx {t['txHash']}")
+    issuer = a["issuerAddress"]
+    say(f"issuer     {issuer} sends the asset's transactions; transfer moves its tokens: mint 100 to it, transfer 10.5")
+    status, m = http("POST", f"/v1/assets/{asset}/mint", {"recipient": issuer, "amount": "100"}, "demo-mint-issuer")
+    if status not in (200, 202) or follow(m["id"])["state"] != "completed":
+        fail(f"the mint to the issuer did not complete: {m}")
+    status, t = http("POST", f"/v1/assets/{asset}/transfer", {"recipient": HOLDER, "amount": "10.5"}, "demo-transfer-2")
+    view = follow(t["id"]) if status in (200, 202) else t
+    if view.get("state") != "completed":
+        fail(f"the transfer did not complete: {view}")
+    status, bal = http("GET", f"/v1/assets/{asset}/balances/{HOLDER}?minBlock={view['result']['block']}")
+    say(f"balance    {HOLDER} holds {bal['balance']} ACME after the transfer")
+    if bal["balance"] != "1245.06":
+        fail("the indexed balance does not include the transfer")
 
     say("3. create a second asset and kill -9 the runner in the middle of its feed phase")
     killed = []
@@ -288,12 +302,34 @@ def main():
     if (len(tokens), len(feeds), len(observations), len(bounds), len(unpauses)) != (1, 2, 1, 1, 1):
         fail("a deployment is missing or was repeated")
 
-    say("5. stop every role with SIGTERM")
+    say("5. list what exists: assets, operations (page by page) and templates")
+    status, assets = http("GET", "/v1/assets")
+    say(f"  assets:     {[x['symbol'] for x in assets['data']]} (hasMore={assets['hasMore']})")
+    ops, cursor, pages = [], None, 0
+    while True:
+        status, page = http("GET", "/v1/operations?limit=2" + (f"&cursor={cursor}" if cursor else ""))
+        if status != 200:
+            fail(f"GET /v1/operations answered {status}: {page}")
+        pages += 1
+        ops += page["data"]
+        if not page["hasMore"]:
+            break
+        cursor = page["nextCursor"]
+    say(f"  operations: {len(ops)} in {pages} pages of 2: {', '.join(o['kind'] + '=' + o['state'] for o in ops)}")
+    status, done = http("GET", f"/v1/operations?assetId={asset}&kind=asset.mint&state=completed")
+    say(f"  completed mints of ACME: {len(done['data'])}")
+    status, templates = http("GET", "/v1/templates")
+    say(f"  templates:  {[x['id'] for x in templates['data']]}")
+    if len(assets["data"]) != 2 or len(ops) != 5 or len(done["data"]) != 2:
+        fail("the lists do not show what was created")
+
+    say("6. stop every role with SIGTERM")
     stop_all()
     print()
     print("Summary")
     print(f"  asset ACME  created and active; 1234.56 ACME minted to {HOLDER}, visible in the Ledger Index")
     print(f"              holders at the record date (block {then[0]}): 2; holders now (block {now[0]}): 4")
+    print("              100 minted to its issuer, 10.5 transferred from the issuer to the holder")
     print(f"  asset BETA  created although the runner was killed during '{killed[0]}'; the chain holds")
     print("              exactly one token, one feed, one observation, one bound and one unpause for it")
     print(f"  logs        {LOGS}")

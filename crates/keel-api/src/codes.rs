@@ -48,7 +48,9 @@ pub const ERROR_CODES: &[ErrorCode] = &[
     c(
         "INVALID_QUERY",
         400,
-        "A query parameter is malformed (integers must be non-negative and at most 2^63-1).",
+        "A query parameter is malformed: an integer outside its range (non-negative, at \
+         most 2^63-1), a `limit` outside 1 to 200, an unknown `state` or `kind`, a \
+         malformed `assetId` or RFC 3339 time, or a parameter given twice.",
     ),
     c(
         "JSON_TOO_DEEP",

@@ -186,8 +186,8 @@ pub enum OperationState {
 pub struct Operation {
     /// Operation id.
     pub id: Uuid,
-    /// `asset.create`, `asset.mint`, `asset.transfer`, `asset.pause`, `asset.unpause`,
-    /// `asset.burn`, `asset.grant-role` or `asset.revoke-role`.
+    /// The kind (`asset.create`, `asset.mint`, `asset.transfer`, `asset.pause`,
+    /// `asset.unpause`, `asset.burn`, `asset.grant-role`, `asset.revoke-role`); a completed operation's `result.kind` repeats it.
     #[schema(example = "asset.create")]
     pub kind: String,
     /// The asset it acts on.
@@ -204,17 +204,23 @@ pub struct Operation {
     pub cancel_requested_at: Option<DateTime<Utc>>,
     /// The four milestones: accepted → submitted → confirmed → indexed.
     pub milestones: Milestones,
-    /// The workflow's last progress snapshot (free-form JSON), or null.
+    /// The workflow's last progress snapshot (free-form JSON: `phase` and the addresses
+    /// known so far, EIP-55 checksummed), or null.
     pub progress: Option<Value>,
-    /// The result of a completed operation (free-form JSON, e.g. token and feed
-    /// addresses and `indexedBlock`), or null. Token operations give `txHash`, `block`
-    /// and `indexedBlock`; `asset.grant-role` and `asset.revoke-role` add `role`,
-    /// `account` and `changed` (false when the account already held, or did not hold,
-    /// the role: the transaction landed without changing it).
-    pub result: Option<Value>,
+    /// The result of a `completed` operation, by kind (its `kind` member repeats the
+    /// operation's); null otherwise.
+    pub result: Option<OperationResult>,
     /// The failure of a `failed` operation (or the transient reason while
     /// `suspended`), or null.
     pub error: Option<OperationError>,
+    /// When the operation was accepted (RFC 3339, UTC; also `milestones.accepted`).
+    pub created_at: DateTime<Utc>,
+    /// When anything this view shows last changed (RFC 3339, UTC): a cancel, the
+    /// operation's state, wait or progress, or one of its transactions.
+    pub updated_at: DateTime<Utc>,
+    /// When it reached its terminal state (`completed`, `failed` or `cancelled`; RFC
+    /// 3339, UTC), or null while it has not (a retried failure clears it).
+    pub completed_at: Option<DateTime<Utc>>,
 }
 
 /// The answer to an accepted `POST` (`202`, or `200` once terminal): the operation's
@@ -293,8 +299,15 @@ pub struct TxMilestone {
     pub nonce: Option<u64>,
     /// Whether a node accepted the transaction.
     pub broadcast: bool,
-    /// The block number, once confirmed (null in `submitted`).
+    /// When a node first accepted the transaction (RFC 3339, UTC), or null while none
+    /// has.
+    pub broadcast_at: Option<DateTime<Utc>>,
+    /// The block it mined in, once the queue has its receipt (confirmed or reverted);
+    /// null before.
     pub block: Option<u64>,
+    /// When Keel recorded its confirmation (RFC 3339, UTC), or null while it is not
+    /// confirmed.
+    pub confirmed_at: Option<DateTime<Utc>>,
 }
 
 /// The indexed milestone.
@@ -303,6 +316,151 @@ pub struct TxMilestone {
 pub struct IndexedMilestone {
     /// The Ledger Index block that reflects the operation.
     pub block: u64,
+    /// When the read-after-write passed (RFC 3339, UTC): the operation's completion.
+    pub at: Option<DateTime<Utc>>,
+}
+
+/// The result of a completed `asset.create`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssetCreateResult {
+    /// The token contract (EIP-55 checksummed).
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub token_address: String,
+    /// The price feed contract (EIP-55 checksummed).
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub feed_address: String,
+    /// The Ledger Index block that showed the asset (read-after-write).
+    pub indexed_block: u64,
+}
+
+/// The result of a completed token operation (one transaction).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenOperationResult {
+    /// The transaction that mined (`0x` + 64 hex digits).
+    #[schema(pattern = "^0x[0-9a-f]{64}$")]
+    pub tx_hash: String,
+    /// Its block.
+    pub block: u64,
+    /// The Ledger Index block that reflects it (read-after-write).
+    pub indexed_block: u64,
+}
+
+/// The result of a completed `asset.grant-role` or `asset.revoke-role`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleChangeResult {
+    /// The transaction that mined (`0x` + 64 hex digits).
+    #[schema(pattern = "^0x[0-9a-f]{64}$")]
+    pub tx_hash: String,
+    /// Its block.
+    pub block: u64,
+    /// The Ledger Index block that reflects it (read-after-write).
+    pub indexed_block: u64,
+    /// The role: `minter`, `pauser` or `burner`.
+    #[schema(pattern = "^(minter|pauser|burner)$")]
+    pub role: String,
+    /// The account that received or lost it (EIP-55 checksummed).
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub account: String,
+    /// Whether the role changed: false when the account already held (grant) or did
+    /// not hold (revoke) it, so the transaction landed without changing it.
+    pub changed: bool,
+}
+
+/// Declares [`OperationResult`]: `asset.create` and one variant per token-operation
+/// kind, each with a [`TokenOperationResult`]. **Adding an operation kind is one line
+/// here** (a token operation; a kind with another result shape adds its variant to the
+/// enum below and its arm to [`OperationResult::from_output`]): the OpenAPI `oneOf`,
+/// the `kind` filter of `GET /v1/operations` ([`OperationResult::KINDS`]) and the
+/// result conversion follow, and a test checks the list equals the runner's workflows.
+macro_rules! operation_results {
+    ($($(#[$doc:meta])* $variant:ident => $kind:tt,)*) => {
+        /// The result of a completed operation, by `kind` (a `oneOf` keyed by its `kind`
+        /// member, which repeats the operation's).
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+        #[serde(tag = "kind")]
+        pub enum OperationResult {
+            /// `asset.create`: the deployed contracts.
+            #[serde(rename = "asset.create")]
+            AssetCreate(AssetCreateResult),
+            $($(#[$doc])* #[serde(rename = $kind)] $variant(TokenOperationResult),)*
+            /// `asset.grant-role`: the grant transaction and whether it changed the role.
+            #[serde(rename = "asset.grant-role")]
+            AssetGrantRole(RoleChangeResult),
+            /// `asset.revoke-role`: the revoke transaction and whether it changed the role.
+            #[serde(rename = "asset.revoke-role")]
+            AssetRevokeRole(RoleChangeResult),
+        }
+
+        impl OperationResult {
+            /// Every operation kind, `asset.create` first.
+            pub const KINDS: &'static [&'static str] =
+                &["asset.create", $($kind,)* "asset.grant-role", "asset.revoke-role"];
+
+            fn token(kind: &str, r: TokenOperationResult) -> Option<Self> {
+                match kind {
+                    $($kind => Some(Self::$variant(r)),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+operation_results! {
+    /// `asset.mint`: the mint transaction.
+    AssetMint => "asset.mint",
+    /// `asset.transfer`: the transfer transaction (from the issuer's balance).
+    AssetTransfer => "asset.transfer",
+    /// `asset.pause`: the pause transaction.
+    AssetPause => "asset.pause",
+    /// `asset.unpause`: the unpause transaction.
+    AssetUnpause => "asset.unpause",
+    /// `asset.burn`: the burn (or forced burn) transaction.
+    AssetBurn => "asset.burn",
+}
+
+impl OperationResult {
+    /// The typed result of a completed operation of `kind` from its workflow output
+    /// (`None` for an unknown kind or an output of another shape, which the workflows'
+    /// contract rules out).
+    pub fn from_output(kind: &str, output: Value) -> Option<Self> {
+        if kind == "asset.create" {
+            let o: svc::workflows::AssetCreateOutput = serde_json::from_value(output).ok()?;
+            return Some(Self::AssetCreate(AssetCreateResult {
+                token_address: address_text(o.token),
+                feed_address: address_text(o.feed),
+                indexed_block: o.indexed_block,
+            }));
+        }
+        if kind == "asset.grant-role" || kind == "asset.revoke-role" {
+            let o: svc::workflows::RoleChangeOutput = serde_json::from_value(output).ok()?;
+            let r = RoleChangeResult {
+                tx_hash: o.tx_hash.to_string(),
+                block: o.block,
+                indexed_block: o.indexed_block,
+                role: o.role.name().to_owned(),
+                account: address_text(o.account),
+                changed: o.changed,
+            };
+            return Some(if kind == "asset.grant-role" {
+                Self::AssetGrantRole(r)
+            } else {
+                Self::AssetRevokeRole(r)
+            });
+        }
+        let o: svc::workflows::TokenOpOutput = serde_json::from_value(output).ok()?;
+        Self::token(
+            kind,
+            TokenOperationResult {
+                tx_hash: o.tx_hash.to_string(),
+                block: o.block,
+                indexed_block: o.indexed_block,
+            },
+        )
+    }
 }
 
 /// The failure of an operation.
@@ -372,14 +530,86 @@ pub struct Asset {
     /// reorganized below its finalized block; ingest stopped): the index state shown
     /// may include orphaned blocks until an operator re-indexes the chain.
     pub index_degraded: bool,
+    /// The issuer (EIP-55 checksummed): the account that sends every transaction of the
+    /// asset and administers its token and feed. `transfer` moves tokens from this
+    /// account's balance, so mint to it first. Null until the token is deployed.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub issuer_address: Option<String>,
+    /// When the asset was accepted (RFC 3339, UTC).
+    pub created_at: DateTime<Utc>,
+    /// When Keel's record of the asset last changed (RFC 3339, UTC): addresses recorded,
+    /// its creation's progress. Index state (supply, paused, observation) is not a
+    /// change of the record; see `indexedBlock`.
+    pub updated_at: DateTime<Utc>,
 }
 
-/// `GET /v1/assets`.
+/// `GET /v1/assets`: one page of the caller's assets, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AssetList {
-    /// The caller's assets, oldest first (at most 1000).
-    pub assets: Vec<Asset>,
+    /// The assets of this page.
+    pub data: Vec<Asset>,
+    /// True when more assets follow this page.
+    pub has_more: bool,
+    /// Pass as `cursor` to get the next page; null exactly when `hasMore` is false.
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/operations`: one page of the caller's operations matching the filters,
+/// oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperationList {
+    /// The operations of this page (possibly fewer than `limit`, even none, while
+    /// `hasMore` is true: a `state` filter examines a bounded number of operations per
+    /// request).
+    pub data: Vec<Operation>,
+    /// True when more operations may follow this page.
+    pub has_more: bool,
+    /// Pass as `cursor` (with the same filters) to get the next page; null exactly when
+    /// `hasMore` is false.
+    pub next_cursor: Option<String>,
+}
+
+/// An asset template: the server-side settings assets are created from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Template {
+    /// Template id (`templateId` of `POST /v1/assets`).
+    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
+    pub id: String,
+    /// EIP-155 chain id of its assets.
+    pub chain_id: u64,
+    /// Decimals of the price feed's answers.
+    pub price_decimals: u8,
+    /// Staleness bound installed on the price resolver, seconds.
+    pub staleness_bound_seconds: u64,
+    /// Mints above this amount (token units, decimal string) wait for an approval; null:
+    /// never.
+    pub mint_approval_threshold: Option<String>,
+    /// How long an approval may take, seconds (then `APPROVAL_EXPIRED`).
+    pub approval_ttl_seconds: u64,
+    /// Whether missing gas funds pause an operation (a funding request) instead of
+    /// failing it `GAS_REQUIRED`.
+    pub funding_pause: bool,
+    /// How long a funding pause may last, seconds.
+    pub funding_deadline_seconds: u64,
+    /// When it was created (RFC 3339, UTC).
+    pub created_at: DateTime<Utc>,
+    /// When it was last written (RFC 3339, UTC).
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `GET /v1/templates`: one page of the caller's asset templates, by id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TemplateList {
+    /// The templates of this page.
+    pub data: Vec<Template>,
+    /// True when more templates follow this page.
+    pub has_more: bool,
+    /// Pass as `cursor` to get the next page; null exactly when `hasMore` is false.
+    pub next_cursor: Option<String>,
 }
 
 /// A price observation.
@@ -444,6 +674,10 @@ pub struct FundingRequest {
     pub max_fee_per_gas_wei: String,
     /// The transaction's native value, wei (decimal string).
     pub value_wei: String,
+    /// When the transaction was queued (RFC 3339, UTC).
+    pub created_at: DateTime<Utc>,
+    /// When the request last changed (RFC 3339, UTC; the last funding check included).
+    pub updated_at: DateTime<Utc>,
 }
 
 /// `GET /v1/funding-requests`.
@@ -641,19 +875,53 @@ impl From<svc::WaitFor> for WaitFor {
 
 impl From<svc::OperationView> for Operation {
     fn from(v: svc::OperationView) -> Self {
+        let result = v
+            .result
+            .filter(|_| v.state == svc::OperationState::Completed)
+            .and_then(|o| OperationResult::from_output(&v.kind, o));
         Self {
             id: v.id,
-            kind: v.kind,
             asset_id: v.asset_id,
             state: v.state.into(),
             queued_behind: v.queued_behind,
             wait: v.wait.map(Into::into),
             cancel_requested_at: v.cancel_requested_at,
             milestones: v.milestones.into(),
-            progress: v.progress,
-            result: v.result,
+            progress: v.progress.map(checksum_addresses),
+            result,
             error: v.error.map(Into::into),
+            created_at: v.created_at,
+            updated_at: v.updated_at,
+            completed_at: v.completed_at,
+            kind: v.kind,
         }
+    }
+}
+
+/// `v` with every string that is an address in lowercase hex (`0x` + 40 lowercase hex
+/// digits, the form alloy's serde writes) in its EIP-55 checksummed form; the free-form
+/// progress snapshot holds addresses that way.
+fn checksum_addresses(v: Value) -> Value {
+    match v {
+        Value::String(s) => {
+            let lower_hex = s.len() == 42
+                && s.starts_with("0x")
+                && s[2..]
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            match s.parse::<alloy_primitives::Address>() {
+                Ok(a) if lower_hex => Value::String(address_text(a)),
+                _ => Value::String(s),
+            }
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(checksum_addresses).collect()),
+        Value::Object(members) => Value::Object(
+            members
+                .into_iter()
+                .map(|(k, v)| (k, checksum_addresses(v)))
+                .collect(),
+        ),
+        other => other,
     }
 }
 
@@ -687,14 +955,19 @@ impl From<svc::TxMilestone> for TxMilestone {
             tx_hash: t.tx_hash.map(|h| h.to_string()),
             nonce: t.nonce,
             broadcast: t.broadcast,
+            broadcast_at: t.broadcast_at,
             block: t.block,
+            confirmed_at: t.confirmed_at,
         }
     }
 }
 
 impl From<svc::IndexedMilestone> for IndexedMilestone {
     fn from(i: svc::IndexedMilestone) -> Self {
-        Self { block: i.block }
+        Self {
+            block: i.block,
+            at: i.at,
+        }
     }
 }
 
@@ -737,12 +1010,10 @@ impl From<svc::AssetStatus> for AssetStatus {
     }
 }
 
-/// An address as served: `0x` + 40 lowercase hex digits, exactly as the service's
-/// views serialized it before the API owned its DTOs. (The schema's descriptions say
-/// "EIP-55 checksummed"; the pattern admits both, and changing the served form is not
-/// part of a refactoring.)
-fn address_text(a: alloy_primitives::Address) -> String {
-    format!("{a:#x}")
+/// An address as served: EIP-55 checksummed (`0x` + 40 hex digits, mixed case; the
+/// chain-agnostic checksum of EIP-55, not EIP-1191's chain-specific one).
+pub fn address_text(a: alloy_primitives::Address) -> String {
+    a.to_checksum(None)
 }
 
 impl From<svc::AssetView> for Asset {
@@ -764,9 +1035,47 @@ impl From<svc::AssetView> for Asset {
             latest_observation: a.latest_observation.map(Into::into),
             indexed_block: a.indexed_block,
             index_degraded: a.index_degraded,
+            issuer_address: a.issuer_address.map(address_text),
+            created_at: a.created_at,
+            updated_at: a.updated_at,
         }
     }
 }
+
+impl From<svc::TemplateView> for Template {
+    fn from(v: svc::TemplateView) -> Self {
+        let t = v.template;
+        Self {
+            id: t.id,
+            chain_id: t.chain_id,
+            price_decimals: t.price_decimals,
+            staleness_bound_seconds: t.staleness_bound_seconds,
+            mint_approval_threshold: t.mint_approval_threshold,
+            approval_ttl_seconds: t.approval_ttl_seconds,
+            funding_pause: t.funding_pause,
+            funding_deadline_seconds: t.funding_deadline_seconds,
+            created_at: v.created_at,
+            updated_at: v.updated_at,
+        }
+    }
+}
+
+/// Builds the list DTOs from a [`crate::page::Page`] of their items.
+macro_rules! from_page {
+    ($($list:ident of $item:ident),*) => {$(
+        impl From<crate::page::Page<$item>> for $list {
+            fn from(p: crate::page::Page<$item>) -> Self {
+                Self {
+                    data: p.data,
+                    has_more: p.has_more,
+                    next_cursor: p.next_cursor,
+                }
+            }
+        }
+    )*};
+}
+
+from_page!(AssetList of Asset, OperationList of Operation, TemplateList of Template);
 
 impl From<svc::ObservationView> for Observation {
     fn from(o: svc::ObservationView) -> Self {
@@ -806,6 +1115,8 @@ impl From<svc::FundingRequestView> for FundingRequest {
             gas_limit: r.gas_limit,
             max_fee_per_gas_wei: r.max_fee_per_gas_wei.to_string(),
             value_wei: r.value_wei.to_string(),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
         }
     }
 }
@@ -815,8 +1126,8 @@ mod tests {
     use super::*;
     use alloy_primitives::{Address, B256};
 
-    /// Hashes are served as `0x` + 64 lowercase hex digits and addresses as `0x` + 40
-    /// lowercase hex digits: the forms alloy's serde gives them.
+    /// Hashes are served as `0x` + 64 lowercase hex digits and addresses EIP-55
+    /// checksummed, also inside the free-form progress snapshot.
     #[test]
     fn hashes_and_addresses_have_their_documented_form() {
         let t = TxMilestone::from(svc::TxMilestone {
@@ -824,9 +1135,12 @@ mod tests {
             tx_hash: Some(B256::repeat_byte(0xab)),
             nonce: Some(7),
             broadcast: true,
-            block: None,
+            block: Some(9),
+            broadcast_at: None,
+            confirmed_at: None,
         });
         assert_eq!(t.step, "mint#2");
+        assert_eq!(t.block, Some(9));
         assert_eq!(
             t.tx_hash.as_deref(),
             Some(&*format!("0x{}", "ab".repeat(32)))
@@ -836,16 +1150,46 @@ mod tests {
             .unwrap();
         assert_eq!(
             address_text(a),
-            "0x70997970c51812dc3a010c7d01b50e0d17dc79c8"
+            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
         );
-        assert_eq!(
-            serde_json::to_value(a).unwrap(),
-            serde_json::json!(address_text(a))
-        );
-        let h = B256::repeat_byte(0xab);
-        assert_eq!(
-            serde_json::to_value(h).unwrap(),
-            serde_json::json!(h.to_string())
-        );
+        // alloy's serde and `to_string` write an address in lowercase hex: what
+        // `checksum_addresses` rewrites in progress snapshots.
+        let progress = serde_json::json!({"phase": "x", "feed": a, "list": [a], "n": "0xabc"});
+        let fixed = checksum_addresses(progress);
+        assert_eq!(fixed["feed"], serde_json::json!(address_text(a)));
+        assert_eq!(fixed["list"][0], serde_json::json!(address_text(a)));
+        assert_eq!(fixed["n"], "0xabc");
+    }
+
+    /// Every workflow the runner registers is an operation kind with a documented
+    /// result, and no other kind is listed.
+    #[test]
+    fn every_workflow_is_a_kind_with_a_result() {
+        let mut kinds = OperationResult::KINDS.to_vec();
+        let mut workflows = svc::workflows::WORKFLOWS.to_vec();
+        kinds.sort_unstable();
+        workflows.sort_unstable();
+        assert_eq!(kinds, workflows);
+    }
+
+    /// A completed operation's output becomes the result variant of its kind; an
+    /// unknown kind has none.
+    #[test]
+    fn results_are_typed_by_kind() {
+        let out = serde_json::json!({
+            "txHash": format!("0x{}", "cd".repeat(32)), "block": 5, "indexedBlock": 6
+        });
+        let r = OperationResult::from_output("asset.transfer", out.clone()).unwrap();
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["kind"], "asset.transfer");
+        assert_eq!(v["block"], 5);
+        assert!(OperationResult::from_output("asset.unknown", out).is_none());
+        let token = Address::repeat_byte(0x11);
+        let feed = Address::repeat_byte(0x22);
+        let out = serde_json::json!({"token": token, "feed": feed, "indexedBlock": 3});
+        let v = serde_json::to_value(OperationResult::from_output("asset.create", out).unwrap())
+            .unwrap();
+        assert_eq!(v["kind"], "asset.create");
+        assert_eq!(v["tokenAddress"], address_text(token));
     }
 }

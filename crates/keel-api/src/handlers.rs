@@ -3,21 +3,25 @@
 use crate::ApiState;
 use crate::dto::{
     Asset, AssetList, Balance, BurnRequest, CreateAssetRequest, EmptyRequest, FundingRequestList,
-    Health, Operation, OperationAccepted, RoleRequest, TokenAmountRequest, status_url,
+    Health, Operation, OperationAccepted, OperationList, OperationResult, OperationState,
+    RoleRequest, Template, TemplateList, TokenAmountRequest, status_url,
 };
 use crate::extract::{
     Authed, IdempotencyKey, JsonBody, PreferWait, RawPath, parse_address, parse_id,
 };
+use crate::page::{self, Page};
 use crate::problem::Problem;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Datelike, Utc};
 use keel_workflows::{Caller, MAX_WAIT, NewAsset, OperationView, TokenRequest, TokenRole};
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::{IntoParams, IntoResponses};
+use uuid::Uuid;
 
 /// Errors of the operation-creating POSTs (for the OpenAPI document).
 #[derive(IntoResponses)]
@@ -64,7 +68,9 @@ pub(crate) enum WriteErrors {
 #[derive(IntoResponses)]
 #[allow(dead_code)]
 pub(crate) enum ReadErrors {
-    /// `INVALID_QUERY`: a query parameter is not an integer from 0 to 2^63-1.
+    /// `INVALID_QUERY`: a query parameter is malformed (an integer outside its range, an
+    /// unknown `state` or `kind`, a malformed `assetId` or RFC 3339 time, a `limit`
+    /// outside 1 to 200); `INVALID_CURSOR`: a `cursor` this list did not return.
     #[response(status = 400, content_type = "application/problem+json")]
     BadRequest(Problem),
     /// `UNAUTHENTICATED`: missing or invalid API key.
@@ -703,14 +709,65 @@ pub(crate) async fn operation(
     Ok(Json(Operation::from(view)).into_response())
 }
 
-/// The caller's assets, oldest first (at most 1000), with their index state.
+/// Pagination parameters of the list routes ([`crate::page`]).
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PageQuery {
+    /// Page size, 1 to 200 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
+    limit: Option<String>,
+    /// The `nextCursor` of the previous page (opaque; with the same filters).
+    #[param(max_length = 512)]
+    cursor: Option<String>,
+}
+
+impl PageQuery {
+    /// The page size (`400 INVALID_QUERY` unless 1 to 200).
+    fn limit(&self) -> Result<u32, Problem> {
+        let n = match self.limit.as_deref() {
+            None => None,
+            Some(t) => Some(t.parse::<u32>().map_err(|_| bad_query("limit"))?),
+        };
+        page::limit(n)
+    }
+}
+
+fn bad_query(param: &str) -> Problem {
+    Problem::bad_request(
+        "INVALID_QUERY",
+        format!("query parameter `{param}` is malformed"),
+    )
+}
+
+/// Whether `t` is an instant the database holds and RFC 3339 writes (years 1 to 9999).
+fn storable_instant(t: &DateTime<Utc>) -> bool {
+    (1..=9999).contains(&t.year())
+}
+
+/// Decodes a `(created_at, id)` keyset cursor.
+fn time_id_cursor(cursor: Option<&str>) -> Result<Option<(DateTime<Utc>, Uuid)>, Problem> {
+    let Some(c) = cursor else { return Ok(None) };
+    let key: (DateTime<Utc>, Uuid) = page::decode_cursor(c)?;
+    if !storable_instant(&key.0) {
+        return Err(page::invalid_cursor());
+    }
+    Ok(Some(key))
+}
+
+fn page_query(q: Result<Query<PageQuery>, QueryRejection>) -> Result<PageQuery, Problem> {
+    q.map(|Query(q)| q).map_err(|_| invalid_query())
+}
+
+/// List the caller's assets, oldest first, with their index state (paginated).
 #[utoipa::path(
     get,
     path = "/v1/assets",
     tag = "assets",
     operation_id = "listAssets",
+    params(PageQuery),
     responses(
-        (status = 200, description = "The organization's assets.", body = AssetList),
+        (status = 200, description = "One page of the organization's assets.", body = AssetList),
         ReadErrors,
     ),
     security(("bearer" = []))
@@ -718,12 +775,199 @@ pub(crate) async fn operation(
 pub(crate) async fn assets(
     State(state): State<ApiState>,
     Authed(caller): Authed,
+    q: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Response, Problem> {
-    let assets = state.ops().assets(caller).await?;
-    Ok(Json(AssetList {
-        assets: assets.into_iter().map(Asset::from).collect(),
+    let q = page_query(q)?;
+    let limit = q.limit()?;
+    let after = time_id_cursor(q.cursor.as_deref())?;
+    let rows = state.ops().assets(caller, after, limit).await?;
+    let page = Page::from_rows(rows, limit, keel_workflows::AssetView::key).map(Asset::from);
+    Ok(Json(AssetList::from(page)).into_response())
+}
+
+/// Filters of the operation list (each one given must hold), with its pagination.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct OperationsQuery {
+    /// Only operations in this state.
+    #[param(value_type = Option<OperationState>)]
+    state: Option<String>,
+    /// Only operations of this kind (`asset.create`, `asset.mint`, `asset.transfer`,
+    /// `asset.pause`, `asset.unpause`).
+    #[param(value_type = Option<String>)]
+    kind: Option<String>,
+    /// Only operations of this asset.
+    #[param(value_type = Option<Uuid>)]
+    asset_id: Option<String>,
+    /// Only operations accepted strictly after this instant (RFC 3339, e.g.
+    /// `2026-12-01T00:00:00Z`).
+    #[param(value_type = Option<DateTime<Utc>>)]
+    created_after: Option<String>,
+    /// Only operations accepted strictly before this instant (RFC 3339).
+    #[param(value_type = Option<DateTime<Utc>>)]
+    created_before: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
+    limit: Option<String>,
+    /// The `nextCursor` of the previous page (opaque; pass the same filters with it).
+    #[param(max_length = 512)]
+    cursor: Option<String>,
+}
+
+fn rfc3339_query(v: Option<&str>, param: &str) -> Result<Option<DateTime<Utc>>, Problem> {
+    v.map(|t| {
+        DateTime::parse_from_rfc3339(t)
+            .map(|t| t.with_timezone(&Utc))
+            .ok()
+            .filter(storable_instant)
+            .ok_or_else(|| bad_query(param))
     })
-    .into_response())
+    .transpose()
+}
+
+impl OperationsQuery {
+    fn filter(&self) -> Result<keel_workflows::OperationFilter, Problem> {
+        let state = self
+            .state
+            .as_deref()
+            .map(|s| {
+                serde_json::from_value::<OperationState>(serde_json::Value::from(s))
+                    .map(svc_state)
+                    .map_err(|_| bad_query("state"))
+            })
+            .transpose()?;
+        let kind = self
+            .kind
+            .as_deref()
+            .map(|k| {
+                OperationResult::KINDS
+                    .iter()
+                    .find(|known| **known == k)
+                    .map(|known| (*known).to_owned())
+                    .ok_or_else(|| bad_query("kind"))
+            })
+            .transpose()?;
+        let asset_id = self
+            .asset_id
+            .as_deref()
+            .map(|a| Uuid::parse_str(a).map_err(|_| bad_query("assetId")))
+            .transpose()?;
+        Ok(keel_workflows::OperationFilter {
+            state,
+            kind,
+            asset_id,
+            created_after: rfc3339_query(self.created_after.as_deref(), "createdAfter")?,
+            created_before: rfc3339_query(self.created_before.as_deref(), "createdBefore")?,
+        })
+    }
+}
+
+fn svc_state(s: OperationState) -> keel_workflows::OperationState {
+    use keel_workflows::OperationState as S;
+    match s {
+        OperationState::Queued => S::Queued,
+        OperationState::Running => S::Running,
+        OperationState::Waiting => S::Waiting,
+        OperationState::Suspended => S::Suspended,
+        OperationState::Completed => S::Completed,
+        OperationState::Failed => S::Failed,
+        OperationState::Cancelled => S::Cancelled,
+    }
+}
+
+/// List the caller's operations, oldest first, filtered by state, kind, asset and
+/// acceptance time (paginated).
+///
+/// Every filter given must hold; pass the same filters with `cursor`. Without `state`
+/// a page is one index range scan. With `state` (which changes as operations run),
+/// one request examines at most 1,000 operations: a page may then hold fewer than
+/// `limit` items — even none — with `hasMore: true`; follow `nextCursor` until it is
+/// null. An operation is listed at most once in a walk of the pages; one accepted
+/// while the walk runs is listed if it sorts after the current page.
+#[utoipa::path(
+    get,
+    path = "/v1/operations",
+    tag = "operations",
+    operation_id = "listOperations",
+    params(OperationsQuery),
+    responses(
+        (status = 200, description = "One page of the organization's operations.", body = OperationList),
+        ReadErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn operations(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    q: Result<Query<OperationsQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let q = q.map(|Query(q)| q).map_err(|_| invalid_query())?;
+    let paging = PageQuery {
+        limit: q.limit.clone(),
+        cursor: q.cursor.clone(),
+    };
+    let limit = paging.limit()?;
+    let filter = q.filter()?;
+    let after = time_id_cursor(q.cursor.as_deref())?;
+    let list = state
+        .ops()
+        .operations(caller, &filter, after, limit)
+        .await?;
+    let page = match list.resume_after {
+        // The scan budget ran out before a full page matched: continue after the last
+        // operation examined.
+        Some(key) => Page {
+            data: list.operations,
+            has_more: true,
+            next_cursor: Some(page::encode_cursor(&key)),
+        },
+        None => Page::from_rows(list.operations, limit, keel_workflows::OperationView::key),
+    };
+    Ok(Json(OperationList::from(page.map(Operation::from))).into_response())
+}
+
+/// List the caller's asset templates, by id (paginated).
+///
+/// A template holds the server-side settings of the assets created from it (chain,
+/// price decimals, staleness bound, approval threshold, funding pause); `POST
+/// /v1/assets` names one by `templateId`.
+#[utoipa::path(
+    get,
+    path = "/v1/templates",
+    tag = "assets",
+    operation_id = "listTemplates",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "One page of the organization's templates.", body = TemplateList),
+        ReadErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn templates(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    q: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let q = page_query(q)?;
+    let limit = q.limit()?;
+    let after: Option<String> = q
+        .cursor
+        .as_deref()
+        .map(page::decode_cursor::<String>)
+        .transpose()?;
+    if after
+        .as_deref()
+        .is_some_and(|id| !keel_workflows::tenancy::valid_template_id(id))
+    {
+        return Err(page::invalid_cursor());
+    }
+    let rows = state
+        .ops()
+        .templates(caller, after.as_deref(), limit)
+        .await?;
+    let page = Page::from_rows(rows, limit, |t| t.template.id.clone()).map(Template::from);
+    Ok(Json(TemplateList::from(page)).into_response())
 }
 
 /// Read-after-write parameters of the asset reads.

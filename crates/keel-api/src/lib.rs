@@ -17,7 +17,10 @@
 //! | `POST /v1/operations/{id}/retry` | `Ops::retry` | `202`/`200` operation |
 //! | `POST /v1/operations/{id}/cancel` | `Ops::cancel` | `202`/`200` operation |
 //! | `GET /v1/operations/{id}` | `Ops::operation` | operation |
-//! | `GET /v1/assets`, `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::assets`, `Ops::asset` | assets |
+//! | `GET /v1/operations` (`?state=&kind=&assetId=&createdAfter=&createdBefore=&limit=&cursor=`) | `Ops::operations` | page of operations, oldest first |
+//! | `GET /v1/assets` (`?limit=&cursor=`) | `Ops::assets` | page of assets, oldest first |
+//! | `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::asset` | asset |
+//! | `GET /v1/templates` (`?limit=&cursor=`) | `Ops::templates` | page of asset templates, by id |
 //! | `GET /v1/assets/{id}/balances/{address}` (same query) | `Ops::balance` | balance |
 //! | `GET /v1/assets/{id}/holders` (`?atBlock=N&limit=&cursor=`) | `Ops::holders` | holders as of a block ([`ledger`]) |
 //! | `GET /v1/assets/{id}/transfers`, `GET /v1/assets/{id}/holders/{address}/transfers` (`?limit=&cursor=`) | `Ops::transfers` | transfers, newest first |
@@ -28,6 +31,13 @@
 //! | `POST /v1/api-keys/{id}/revoke` | `Ops::revoke_api_key` | the key (both secrets stop at once) |
 //! | `POST /v1/api-keys/{id}/rotate` (`{"expiresInSeconds": N}`) | `Ops::rotate_api_key` | key + new token (shown once) |
 //! | `GET /healthz`, `GET /readyz`, `GET /openapi.json` | —, `Ops::check_ready`, — | liveness, readiness, [`openapi`] |
+//!
+//! Lists are cursor-paginated ([`page`]): `{data, hasMore, nextCursor}`, `limit` 1 to
+//! 200 (default 50), `nextCursor` passed back as `cursor`. Every resource carries its
+//! timestamps (`createdAt`, `updatedAt`; operations also `completedAt`, milestones
+//! their times), RFC 3339 UTC; every address is EIP-55 checksummed
+//! ([`dto::address_text`]); an operation's `result` is typed by its kind
+//! ([`dto::OperationResult`]).
 //!
 //! Operation-creating POSTs require `Idempotency-Key` (`400 IDEMPOTENCY_KEY_REQUIRED`).
 //! Every POST honours `Prefer: wait=<seconds>` (RFC 7240, capped at 60 s): `200` with
@@ -76,7 +86,8 @@
 //! UNKNOWN_FIELD`; a member that appears more than once (whatever its copies hold, in
 //! any order) → `400 INVALID_FIELD` naming it; missing members, wrong types and JSON
 //! numbers where decimal strings are expected → `400 INVALID_FIELD`; bad addresses → `422 INVALID_ADDRESS`;
-//! unknown role names → `422 UNKNOWN_ROLE`; malformed path ids → `404 NOT_FOUND`; bad query integers → `400 INVALID_QUERY`;
+//! unknown role names → `422 UNKNOWN_ROLE`; malformed path ids → `404 NOT_FOUND`; bad query values (integers, `limit`, list
+//! filters) → `400 INVALID_QUERY`; a cursor a list did not issue → `400 INVALID_CURSOR`;
 //! unknown routes → `404`, wrong methods → `405 METHOD_NOT_ALLOWED`; a panicking
 //! handler → `500 INTERNAL` (a bug; never caused by input by design).
 //!
@@ -223,6 +234,8 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/assets/{id}/transfers", get(ledger::transfers))
         .route("/v1/assets/{id}/supply", get(ledger::supply))
+        .route("/v1/operations", get(handlers::operations))
+        .route("/v1/templates", get(handlers::templates))
         .route("/v1/operations/{id}", get(handlers::operation))
         .route("/v1/operations/{id}/approve", post(handlers::approve))
         .route("/v1/operations/{id}/reject", post(handlers::reject))

@@ -12,7 +12,8 @@ use utoipa::{Modify, OpenApi};
 /// [`crate::scope::ROUTES`]), marks the bodies of `pause`, `unpause`, `approve`,
 /// `reject`, `retry`, `cancel`, `revoke` and `rotate` optional (they may be empty),
 /// describes `OperationAccepted` as the one object it is on the wire, declares the
-/// parameter constraints the server enforces and lists the error codes.
+/// parameter constraints the server enforces, enumerates the operation kinds and lists
+/// the error codes.
 struct Fixups;
 
 /// Replaces the generated `OperationAccepted` (an `allOf` of `Operation`, which has
@@ -63,6 +64,7 @@ impl Modify for Fixups {
         constrain_parameters(doc);
         declare_scopes(doc);
         let components = doc.components.get_or_insert_with(Default::default);
+        enumerate_kinds(components);
         merge_operation_accepted(components);
         unique_scopes(components);
         list_error_codes(components);
@@ -116,6 +118,9 @@ fn constrain_parameters(doc: &mut utoipa::openapi::OpenApi) {
                         schema.min_length = Some(1);
                         schema.max_length = Some(255);
                         schema.pattern = Some(r"^[^\u0000-\u001F\u007F-\u009F]*$".to_owned());
+                    }
+                    (ParameterIn::Query, "kind") => {
+                        schema.enum_values = Some(kinds());
                     }
                     (ParameterIn::Path, "address") => {
                         schema.pattern = Some("^0x[0-9a-fA-F]{40}$".to_owned());
@@ -183,6 +188,26 @@ fn declare_scopes(doc: &mut utoipa::openapi::OpenApi) {
     }
 }
 
+/// Every operation kind ([`dto::OperationResult::KINDS`]) as JSON values.
+fn kinds() -> Vec<serde_json::Value> {
+    dto::OperationResult::KINDS
+        .iter()
+        .map(|k| serde_json::Value::from(*k))
+        .collect()
+}
+
+/// Declares `Operation.kind` as the enum of [`dto::OperationResult::KINDS`] (before
+/// `OperationAccepted` copies `Operation`'s properties).
+fn enumerate_kinds(components: &mut utoipa::openapi::Components) {
+    use utoipa::openapi::{RefOr, Schema};
+    let Some(RefOr::T(Schema::Object(operation))) = components.schemas.get_mut("Operation") else {
+        return;
+    };
+    if let Some(RefOr::T(Schema::Object(kind))) = operation.properties.get_mut("kind") {
+        kind.enum_values = Some(kinds());
+    }
+}
+
 /// Puts [`crate::codes::ERROR_CODES`] on the `Problem` schema: the distinct codes as
 /// the `enum` of `code`, and the whole table (code, status, meaning) as `x-error-codes`.
 fn list_error_codes(components: &mut utoipa::openapi::Components) {
@@ -244,6 +269,8 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::ledger::holder_transfers,
         crate::ledger::supply,
         handlers::operation,
+        handlers::operations,
+        handlers::templates,
         handlers::approve,
         handlers::reject,
         handlers::retry,
@@ -273,6 +300,13 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         dto::TxMilestone,
         dto::IndexedMilestone,
         dto::OperationError,
+        dto::OperationResult,
+        dto::AssetCreateResult,
+        dto::TokenOperationResult,
+        dto::RoleChangeResult,
+        dto::OperationList,
+        dto::Template,
+        dto::TemplateList,
         dto::Asset,
         dto::AssetStatus,
         dto::AssetList,

@@ -58,17 +58,21 @@ pub fn encode_cursor<K: Serialize>(key: &K) -> String {
 /// `400 INVALID_CURSOR` when the text is too long, not base64url, or not the route's
 /// keyset; the detail never echoes the cursor.
 pub fn decode_cursor<K: DeserializeOwned>(cursor: &str) -> Result<K, Problem> {
-    let bad = || {
-        Problem::bad_request(
-            "INVALID_CURSOR",
-            "cursor is not one this list returned; pass nextCursor back unchanged",
-        )
-    };
+    let bad = invalid_cursor;
     if cursor.len() > MAX_CURSOR_LEN {
         return Err(bad());
     }
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
     serde_json::from_slice(&bytes).map_err(|_| bad())
+}
+
+/// `400 INVALID_CURSOR`: the refusal of [`decode_cursor`], also for a cursor that
+/// decodes but names no position of the route's keyset (e.g. an instant out of range).
+pub fn invalid_cursor() -> Problem {
+    Problem::bad_request(
+        "INVALID_CURSOR",
+        "cursor is not one this list returned; pass nextCursor back unchanged",
+    )
 }
 
 /// One page of items with its continuation, built from `limit + 1` fetched rows.

@@ -84,6 +84,8 @@ pub const ROUTES: &[RouteAccess] = &[
     ),
     key("get", "/v1/assets/{id}/transfers", Scope::Read),
     key("get", "/v1/assets/{id}/supply", Scope::Read),
+    key("get", "/v1/operations", Scope::Read),
+    key("get", "/v1/templates", Scope::Read),
     key("get", "/v1/operations/{id}", Scope::Read),
     key("post", "/v1/operations/{id}/approve", Scope::Approve),
     key("post", "/v1/operations/{id}/reject", Scope::Approve),

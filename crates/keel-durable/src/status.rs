@@ -147,6 +147,9 @@ pub struct InstanceStatus {
     pub error: Option<ErrorInfo>,
     /// Creation time (database clock).
     pub created_at: DateTime<Utc>,
+    /// When the instance's row last changed (database clock): its status, wait,
+    /// progress, signals or lease.
+    pub updated_at: DateTime<Utc>,
     /// End time, when `completed`, `failed` or `cancelled`.
     pub ended_at: Option<DateTime<Utc>>,
     /// When a cancel was requested ([`crate::Engine::cancel`]), if one was.

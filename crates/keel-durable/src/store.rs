@@ -119,8 +119,8 @@ pub(crate) async fn instance_by_key(
 macro_rules! status_select {
     () => {
         "SELECT i.id, i.workflow, i.status, i.progress, i.wait, i.output, i.error_code,
-                i.error_retryable, i.error_message, i.error_detail, i.created_at, i.ended_at,
-                i.cancel_requested_at,
+                i.error_retryable, i.error_message, i.error_detail, i.created_at, i.updated_at,
+                i.ended_at, i.cancel_requested_at,
                 CASE WHEN i.status = 'pending' AND i.serialization_key IS NOT NULL THEN
                     (SELECT p.id FROM durable_instance p
                       WHERE p.serialization_key = i.serialization_key
@@ -146,6 +146,7 @@ pub(crate) struct StatusRow {
     pub error_message: Option<String>,
     pub error_detail: Option<Value>,
     pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
     pub cancel_requested_at: Option<DateTime<Utc>>,
     pub queued_behind: Option<Uuid>,
@@ -176,6 +177,7 @@ impl TryFrom<StatusRow> for InstanceStatus {
                 detail: r.error_detail,
             }),
             created_at: r.created_at,
+            updated_at: r.updated_at,
             ended_at: r.ended_at,
             cancel_requested_at: r.cancel_requested_at,
             queued_behind: r.queued_behind,

@@ -46,6 +46,10 @@ pub struct FundingRequest {
     pub max_fee_per_gas_wei: Wei,
     /// The request's native value, wei.
     pub value_wei: Wei,
+    /// When the request was enqueued (database clock).
+    pub created_at: DateTime<Utc>,
+    /// When the request's row last changed (the last funding check included).
+    pub updated_at: DateTime<Utc>,
 }
 
 impl TryFrom<FundingRow> for FundingRequest {
@@ -70,6 +74,8 @@ impl TryFrom<FundingRow> for FundingRequest {
                 .map_err(|_| TxqError::Store(StoreError::Decode))?,
             max_fee_per_gas_wei: wei(&r.funding_max_fee_wei)?,
             value_wei: wei(&r.value_wei)?,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
         })
     }
 }

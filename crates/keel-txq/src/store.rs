@@ -38,6 +38,8 @@ pub(crate) struct FundingRow {
     pub funding_deadline: chrono::DateTime<chrono::Utc>,
     /// `funding_deadline <= now()` on the database clock.
     pub expired: bool,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// Counts of unsettled requests of one (state, sender).
@@ -70,7 +72,7 @@ const REQUEST_COLUMNS: &str = "id, sender, to_address, value_wei, calldata, gas_
      funding_pause_ms, broadcast_failures";
 
 const FUNDING_COLUMNS: &str = "id, chain_id, sender, value_wei, funding_required_wei, funding_gas_limit, \
-     funding_max_fee_wei, funding_deadline, funding_deadline <= now() AS expired";
+     funding_max_fee_wei, funding_deadline, funding_deadline <= now() AS expired, created_at, updated_at";
 
 pub(crate) struct NewRequest<'a> {
     pub id: Uuid,
@@ -867,6 +869,10 @@ pub(crate) struct ViewRow {
     pub last_hash: Option<Vec<u8>>,
     pub funding_deadline: Option<chrono::DateTime<chrono::Utc>>,
     pub last_broadcast_error: Option<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+    pub broadcast_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub settled_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The requests of `ids` (any chain) in the order of `ids`; unknown ids are left out,
@@ -876,7 +882,8 @@ pub(crate) async fn requests_view(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Resu
         "SELECT r.id, r.state, r.nonce, r.verdict,
                 (SELECT a.tx_hash FROM txq_attempt a WHERE a.request_id = r.id
                   ORDER BY a.attempt DESC LIMIT 1) AS last_hash,
-                r.funding_deadline, r.last_broadcast_error
+                r.funding_deadline, r.last_broadcast_error, r.created_at, r.updated_at,
+                r.broadcast_at, r.settled_at
            FROM unnest($1::uuid[]) WITH ORDINALITY AS q(id, ord)
            JOIN txq_request r ON r.id = q.id
           ORDER BY q.ord",

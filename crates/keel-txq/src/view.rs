@@ -30,6 +30,14 @@ pub struct RequestView {
     /// The error class of its last failed broadcast (see
     /// [`crate::BroadcastFailure::class`]), once one failed; kept after it moved on.
     pub last_broadcast_error: Option<String>,
+    /// When the request was enqueued (database clock).
+    pub created_at: DateTime<Utc>,
+    /// When the request's row last changed (state, attempts, funding, verdict).
+    pub updated_at: DateTime<Utc>,
+    /// When a node first accepted one of its attempts, once one did.
+    pub broadcast_at: Option<DateTime<Utc>>,
+    /// When its verdict was recorded, once `settled`.
+    pub settled_at: Option<DateTime<Utc>>,
 }
 
 impl TryFrom<ViewRow> for RequestView {
@@ -57,6 +65,10 @@ impl TryFrom<ViewRow> for RequestView {
                 .map_err(|_| decode())?,
             funding_deadline: r.funding_deadline,
             last_broadcast_error: r.last_broadcast_error,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            broadcast_at: r.broadcast_at,
+            settled_at: r.settled_at,
         })
     }
 }

@@ -15,7 +15,8 @@
 //!   milestones accepted → submitted → confirmed → indexed, result, typed error),
 //!   approvals, retries (a retryable transaction failure is sent again as a new,
 //!   separately keyed attempt once the operation is retried; landed writes never are),
-//!   cancels, asset, balance and funding-request reads, readiness.
+//!   cancels, the operation, asset and template lists (keyset pagination: each returns
+//!   `limit + 1` items), asset, balance and funding-request reads, readiness.
 //! - [`store`]: every SQL statement on this crate's tables, noun-first, over any
 //!   executor. The workflows and the service both use it; neither uses the other's
 //!   internals (the service starts workflows, the workflows never call the service).
@@ -36,7 +37,7 @@
 //!   only as the queue's transaction field.
 //! - *tx_hash*: a transaction hash (`hash` only in the queue's verdict type).
 //!
-//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`, `0027`, `0029`).
+//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`, `0023`, `0027`, `0029`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod env;
@@ -52,10 +53,14 @@ pub use env::{ChainContext, WorkflowEnv};
 pub use error::{OpsError, Result};
 pub use ops::accept::{Accepted, NewAsset, TokenRequest};
 pub use ops::ledger::{HolderView, HoldersView, SupplyView, TransferView, TransfersView};
-pub use ops::read::{AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView};
+pub use ops::read::{
+    AssetKey, AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView,
+    TemplateView,
+};
 pub use ops::view::{
-    ErrorView, IndexedMilestone, Milestones, OperationState, OperationView, TxMilestone, WaitFor,
-    WaitView,
+    ErrorView, IndexedMilestone, Milestones, OPERATION_SCAN_BATCH, OPERATION_SCAN_BUDGET,
+    OperationFilter, OperationKey, OperationList, OperationState, OperationView, TxMilestone,
+    WaitFor, WaitView,
 };
 pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
 pub use platform::PlatformAddresses;

@@ -21,7 +21,7 @@
 
 use chrono::{DateTime, Utc};
 use keel_store::StoreError;
-use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder, Transaction};
 use uuid::Uuid;
 
 /// `Result` of the store functions: every failure is a classified [`StoreError`].
@@ -335,7 +335,8 @@ pub async fn asset_template_upsert(
              mint_approval_threshold = EXCLUDED.mint_approval_threshold,
              approval_ttl_seconds = EXCLUDED.approval_ttl_seconds,
              funding_pause = EXCLUDED.funding_pause,
-             funding_deadline_seconds = EXCLUDED.funding_deadline_seconds",
+             funding_deadline_seconds = EXCLUDED.funding_deadline_seconds,
+             updated_at = now()",
     )
     .bind(organization_id)
     .bind(&t.id)
@@ -368,6 +369,44 @@ pub async fn asset_template_get(
     .bind(organization_id)
     .bind(id)
     .fetch_optional(db)
+    .await?)
+}
+
+/// An `asset_template` row with its timestamps (the list).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AssetTemplateListRow {
+    /// The template.
+    #[sqlx(flatten)]
+    pub template: AssetTemplateRow,
+    /// When it was first created.
+    pub created_at: DateTime<Utc>,
+    /// When it was last upserted.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The templates of `organization_id` ordered by id, after `after` (exclusive) when
+/// given, at most `limit` (an index range scan of the primary key).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn asset_template_list(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    after: Option<&str>,
+    limit: i64,
+) -> StoreResult<Vec<AssetTemplateListRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, chain_id, price_decimals, staleness_bound_seconds, mint_approval_threshold,
+                approval_ttl_seconds, funding_pause, funding_deadline_seconds, created_at,
+                updated_at
+           FROM asset_template
+          WHERE organization_id = $1 AND ($2::text IS NULL OR id > $2)
+          ORDER BY id LIMIT $3",
+    )
+    .bind(organization_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
     .await?)
 }
 
@@ -419,8 +458,9 @@ pub async fn asset_insert(db: impl PgExecutor<'_>, a: &NewAssetRow<'_>) -> Store
     Ok(())
 }
 
-/// Records the token and feed addresses (20 bytes each) of `asset_id`. Idempotent:
-/// `asset.create` records the same addresses on every replay of its step.
+/// Records the token, feed and issuer addresses (20 bytes each) of `asset_id` and
+/// stamps `updated_at` when they change. Idempotent: `asset.create` records the same
+/// addresses on every replay of its step (a repeat changes nothing).
 ///
 /// # Errors
 /// [`StoreError`].
@@ -429,13 +469,20 @@ pub async fn asset_addresses_set(
     asset_id: Uuid,
     token: &[u8],
     feed: &[u8],
+    issuer: &[u8],
 ) -> StoreResult<()> {
-    sqlx::query("UPDATE asset SET token_address = $2, feed_address = $3 WHERE id = $1")
-        .bind(asset_id)
-        .bind(token)
-        .bind(feed)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "UPDATE asset SET token_address = $2, feed_address = $3, issuer_address = $4,
+                          updated_at = now()
+          WHERE id = $1
+            AND (token_address, feed_address, issuer_address) IS DISTINCT FROM ($2, $3, $4)",
+    )
+    .bind(asset_id)
+    .bind(token)
+    .bind(feed)
+    .bind(issuer)
+    .execute(db)
+    .await?;
     Ok(())
 }
 
@@ -547,6 +594,110 @@ pub async fn operation_by_key(
     .bind(key)
     .fetch_optional(db)
     .await?)
+}
+
+/// The filters of [`operation_list`] that SQL applies (the state is the engine's and is
+/// filtered by the caller).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperationListFilter {
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only operations of this asset.
+    pub asset_id: Option<Uuid>,
+    /// Only operations accepted strictly after this instant.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only operations accepted strictly before this instant.
+    pub created_before: Option<DateTime<Utc>>,
+}
+
+/// The operations of `organization_id` matching `f`, in `(created_at, id)` order (oldest
+/// first), after the keyset position `after` (exclusive) when given, at most `limit`.
+/// Each filter combination is a range scan of one index (migration 0023):
+/// `operation_asset_created` with an asset, else `operation_organization_kind_created`
+/// with a kind, else `operation_organization_created`.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_list(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    f: &OperationListFilter,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> StoreResult<Vec<OperationRow>> {
+    let mut q = operation_list_query("", organization_id, f, after, limit);
+    Ok(q.build_query_as().fetch_all(db).await?)
+}
+
+/// The plan PostgreSQL chooses for [`operation_list`] with these arguments (`EXPLAIN`,
+/// one line per plan node): what the tests read to show that each filter combination
+/// is an index range scan without a sort.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_list_plan(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    f: &OperationListFilter,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> StoreResult<Vec<String>> {
+    let mut q = operation_list_query("EXPLAIN ", organization_id, f, after, limit);
+    Ok(q.build_query_scalar().fetch_all(db).await?)
+}
+
+/// The statement of [`operation_list`], built per call so that only the given filters
+/// appear: each is then an index condition in every plan (a `$n IS NULL OR ...` would
+/// become a filter in a generic plan).
+fn operation_list_query(
+    prefix: &str,
+    organization_id: Uuid,
+    f: &OperationListFilter,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> QueryBuilder<Postgres> {
+    let mut q = QueryBuilder::<Postgres>::new(format!(
+        "{prefix}SELECT {OPERATION_COLUMNS} FROM operation WHERE organization_id = "
+    ));
+    q.push_bind(organization_id);
+    if let Some(kind) = &f.kind {
+        q.push(" AND kind = ").push_bind(kind.clone());
+    }
+    if let Some(asset) = f.asset_id {
+        q.push(" AND asset_id = ").push_bind(asset);
+    }
+    if let Some(t) = f.created_after {
+        q.push(" AND created_at > ").push_bind(t);
+    }
+    if let Some(t) = f.created_before {
+        q.push(" AND created_at < ").push_bind(t);
+    }
+    if let Some((at, id)) = after {
+        q.push(" AND (created_at, id) > (")
+            .push_bind(at)
+            .push(", ")
+            .push_bind(id)
+            .push(")");
+    }
+    q.push(" ORDER BY created_at, id LIMIT ").push_bind(limit);
+    q
+}
+
+/// The operations whose workflow instances are among `instance_ids`, as
+/// `(instance id, operation id)` pairs.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_ids_by_instances(
+    db: impl PgExecutor<'_>,
+    instance_ids: &[Uuid],
+) -> StoreResult<Vec<(Uuid, Uuid)>> {
+    Ok(
+        sqlx::query_as("SELECT instance_id, id FROM operation WHERE instance_id = ANY($1)")
+            .bind(instance_ids)
+            .fetch_all(db)
+            .await?,
+    )
 }
 
 /// The organization and API key of operation `id`'s request, whatever its
@@ -755,6 +906,35 @@ pub async fn operation_tx_links(
     .await?)
 }
 
+/// One link of one of several operations ([`operation_tx_links_of`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OperationTxLinkOfRow {
+    /// The operation.
+    pub operation_id: Uuid,
+    /// The link (column `step`).
+    pub link: String,
+    /// The transaction-queue request.
+    pub txq_request_id: Uuid,
+}
+
+/// The links of every operation of `operation_ids`, each operation's in link order (as
+/// [`operation_tx_links`]). One statement (primary-key lookups).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_tx_links_of(
+    db: impl PgExecutor<'_>,
+    operation_ids: &[Uuid],
+) -> StoreResult<Vec<OperationTxLinkOfRow>> {
+    Ok(sqlx::query_as(
+        "SELECT operation_id, step AS link, txq_request_id FROM operation_tx
+          WHERE operation_id = ANY($1) ORDER BY operation_id, created_at, step",
+    )
+    .bind(operation_ids)
+    .fetch_all(db)
+    .await?)
+}
+
 /// Where the verdict of a queue request goes: the waiting instance and its signal.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct OperationTxSignalRow {
@@ -873,14 +1053,20 @@ pub struct AssetRow {
     pub create_operation_id: Option<Uuid>,
     /// Its workflow instance, once started.
     pub create_instance_id: Option<Uuid>,
+    /// The issuer (20 bytes), once recorded by `asset.create`.
+    pub issuer_address: Option<Vec<u8>>,
+    /// When the asset was accepted.
+    pub created_at: DateTime<Utc>,
+    /// When the row last changed.
+    pub updated_at: DateTime<Utc>,
 }
 
 const ASSET_SELECT: &str = "SELECT a.id, a.name, a.symbol, a.decimals, a.template_id, a.chain_id,
         a.token_address, a.feed_address, o.id AS create_operation_id,
-        o.instance_id AS create_instance_id
+        o.instance_id AS create_instance_id, a.issuer_address, a.created_at, a.updated_at
    FROM asset a
    LEFT JOIN operation o ON o.asset_id = a.id AND o.kind = 'asset.create'
-  WHERE a.organization_id = $1";
+  WHERE a.organization_id = ";
 
 /// Asset `id` of `organization_id`, if any.
 ///
@@ -891,29 +1077,39 @@ pub async fn asset_get(
     organization_id: Uuid,
     id: Uuid,
 ) -> StoreResult<Option<AssetRow>> {
-    Ok(
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{ASSET_SELECT} AND a.id = $2")))
-            .bind(organization_id)
-            .bind(id)
-            .fetch_optional(db)
-            .await?,
-    )
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{ASSET_SELECT}$1 AND a.id = $2"
+    )))
+    .bind(organization_id)
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
 }
 
-/// The assets of `organization_id`, oldest first, at most `limit`.
+/// The assets of `organization_id` in `(created_at, id)` order (oldest first), after
+/// the keyset position `after` (exclusive) when given, at most `limit`: a range scan of
+/// `asset_organization`.
 ///
 /// # Errors
 /// [`StoreError`].
 pub async fn asset_list(
     db: impl PgExecutor<'_>,
     organization_id: Uuid,
+    after: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> StoreResult<Vec<AssetRow>> {
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{ASSET_SELECT} ORDER BY a.created_at, a.id LIMIT $2"
-    )))
-    .bind(organization_id)
-    .bind(limit)
-    .fetch_all(db)
-    .await?)
+    // Built per call, so the keyset bound is an index condition in every plan (a
+    // `$n IS NULL OR ...` would become a filter in a generic plan).
+    let mut q = QueryBuilder::<Postgres>::new(ASSET_SELECT);
+    q.push_bind(organization_id);
+    if let Some((at, id)) = after {
+        q.push(" AND (a.created_at, a.id) > (")
+            .push_bind(at)
+            .push(", ")
+            .push_bind(id)
+            .push(")");
+    }
+    q.push(" ORDER BY a.created_at, a.id LIMIT ")
+        .push_bind(limit);
+    Ok(q.build_query_as().fetch_all(db).await?)
 }

@@ -392,6 +392,34 @@ async fn create_mint_transfer_and_read_back_from_the_index() {
     assert_eq!(a["paused"], false, "{a}");
     assert_eq!(a["stalenessBoundSeconds"], "86400");
     assert_eq!(a["latestObservation"]["answer"], "10125000000", "{a}");
+    // The issuer is the operator (account 0), checksummed; every write of the creation
+    // has its block and times.
+    let operator = stack.chain.account(0).unwrap();
+    assert_eq!(
+        a["issuerAddress"].as_str(),
+        Some(operator.to_checksum(None).as_str()),
+        "{a}"
+    );
+    for m in view["milestones"]["submitted"].as_array().unwrap() {
+        assert!(m["block"].as_u64().is_some(), "{m}");
+        let broadcast = m["broadcastAt"].as_str().unwrap();
+        let confirmed = m["confirmedAt"].as_str().unwrap();
+        assert!(broadcast <= confirmed, "{m}");
+    }
+    assert_eq!(view["result"]["kind"], "asset.create", "{view}");
+    assert_eq!(view["result"]["tokenAddress"], a["tokenAddress"], "{view}");
+    assert!(view["completedAt"].as_str().is_some(), "{view}");
+    let (status, list) = stack.get(&stack.key_a, "/v1/assets").await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["data"][0]["id"], a["id"], "{list}");
+    let (_, ops) = stack
+        .get(
+            &stack.key_a,
+            &format!("/v1/operations?assetId={asset}&state=completed"),
+        )
+        .await;
+    assert_eq!(ops["data"].as_array().map(Vec::len), Some(1), "{ops}");
+    assert_eq!(ops["data"][0]["id"], view["id"], "{ops}");
 
     // Mint 1,234.5 tokens (6 decimals) to account 3 and read the balance back from the
     // index at the mint's block.
@@ -1064,7 +1092,7 @@ impl Stack {
         let (op, asset) = self.create_asset(idem, symbol).await;
         let created = self.await_op(&op, Duration::from_secs(120), terminal).await;
         assert_eq!(state(&created), "completed", "{created}");
-        let token = created["result"]["token"]
+        let token = created["result"]["tokenAddress"]
             .as_str()
             .unwrap()
             .parse()

@@ -112,6 +112,7 @@ impl DocCheck {
             .iter_errors(&instance)
             .map(|e| format!("at {}: {e}", e.instance_path()))
             .collect();
+        unchecksummed_addresses(&instance, "", &mut errors);
         if media == "application/problem+json" && !self.lists_error_code(&instance, status) {
             errors.push(format!(
                 "(code, status) ({}, {status}) is not in Problem.x-error-codes",
@@ -129,6 +130,8 @@ impl DocCheck {
     }
 
     /// Whether `Problem.x-error-codes` lists the problem's `code` with `status`.
+    ///
+    /// (Below `check`: every address a response holds is EIP-55 checksummed.)
     fn lists_error_code(&self, problem: &Value, status: u16) -> bool {
         self.doc["components"]["schemas"]["Problem"]["x-error-codes"]
             .as_array()
@@ -191,5 +194,34 @@ impl DocCheck {
         let v = Arc::new(v);
         cache.insert(key.to_owned(), v.clone());
         Ok(v)
+    }
+}
+
+/// Pushes an error for every string of `v` (at JSON pointer `at`) that is an address (`0x`
+/// and 40 hex digits) but not in its EIP-55 checksummed form: the API serves every
+/// address checksummed (`keel_api::dto::address_text`).
+fn unchecksummed_addresses(v: &Value, at: &str, errors: &mut Vec<String>) {
+    match v {
+        Value::String(s)
+            if s.len() == 42
+                && s.starts_with("0x")
+                && s[2..].bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            let checksummed: Option<String> = s.parse().ok().map(keel_api::dto::address_text);
+            if checksummed.as_deref() != Some(s.as_str()) {
+                errors.push(format!("at {at}: address {s} is not EIP-55 checksummed"));
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                unchecksummed_addresses(item, &format!("{at}/{i}"), errors);
+            }
+        }
+        Value::Object(members) => {
+            for (k, item) in members {
+                unchecksummed_addresses(item, &format!("{at}/{k}"), errors);
+            }
+        }
+        _ => {}
     }
 }

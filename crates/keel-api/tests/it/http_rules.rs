@@ -824,7 +824,8 @@ async fn tenants_see_only_their_own_resources() {
     // A sees its own.
     let a = env.get(&env.key_a, "/v1/assets").await;
     assert_eq!(a.status, StatusCode::OK);
-    assert_eq!(a.body["assets"].as_array().unwrap().len(), 1);
+    assert_eq!(a.body["data"].as_array().unwrap().len(), 1);
+    assert_eq!(a.body["hasMore"], json!(false));
     let _: keel_api::dto::AssetList = serde_json::from_value(a.body.clone()).unwrap();
     let a = env.get(&env.key_a, &format!("/v1/assets/{asset}")).await;
     assert_eq!(a.status, StatusCode::OK, "{:?}", a.body);
@@ -834,7 +835,12 @@ async fn tenants_see_only_their_own_resources() {
     // B does not.
     let b = env.get(&env.key_b, "/v1/assets").await;
     assert_eq!(b.status, StatusCode::OK);
-    assert_eq!(b.body, json!({"assets": []}));
+    assert_eq!(
+        b.body,
+        json!({"data": [], "hasMore": false, "nextCursor": null})
+    );
+    let b = env.get(&env.key_b, "/v1/operations").await;
+    assert_eq!(b.body["data"], json!([]));
     for uri in [
         format!("/v1/assets/{asset}"),
         format!("/v1/operations/{op}"),

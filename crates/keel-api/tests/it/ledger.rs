@@ -98,6 +98,7 @@ impl Ledger {
             id,
             asset.token.as_slice(),
             asset.feed.as_slice(),
+            chain.accounts()[0].as_slice(),
         )
         .await
         .unwrap();

@@ -10,6 +10,7 @@ mod fuzz_regressions;
 mod http_rules;
 mod keys;
 mod ledger;
+mod lists;
 mod openapi_health;
 mod proptest_json;
 mod scopes;

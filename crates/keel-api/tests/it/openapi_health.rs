@@ -72,6 +72,8 @@ fn the_response_check_refuses_what_the_document_does_not_declare() {
         "milestones": {"accepted": "2026-01-01T00:00:00Z", "submitted": [],
                        "confirmed": [], "indexed": null},
         "progress": null, "result": null, "error": null,
+        "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z",
+        "completedAt": null,
         "created": true, "statusUrl": format!("/v1/operations/{id}"),
     });
     let body = |v: &serde_json::Value| serde_json::to_vec(v).unwrap();

@@ -4,9 +4,11 @@
 //! requests.
 //!
 //! - [`accept`]: `create_asset`, `token_operation` and their idempotency;
-//! - [`view`]: the operation view and its projection from the stored rows;
+//! - [`view`]: the operation view and its projection from the stored rows, and the
+//!   operation list (keyset `(created_at, id)`, filters by state, kind, asset and
+//!   acceptance time; batched reads of statuses, links and queue requests);
 //! - [`decide`]: approve / reject, retry, cancel;
-//! - [`read`]: assets, balances, funding requests;
+//! - [`read`]: assets (paginated), templates (paginated), balances, funding requests;
 //! - [`keys`]: the API key lifecycle (list, create, revoke, rotate) of the caller's
 //!   organization;
 //! - [`ledger`]: an asset's holders (at a record date), transfers and supply at a block;

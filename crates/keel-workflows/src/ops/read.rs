@@ -7,13 +7,14 @@ use crate::ops::{MAX_WAIT, Ops, decode_err};
 use crate::store::{self, AssetRow};
 use crate::tenancy::Caller;
 use alloy::primitives::{Address, U256};
+use chrono::{DateTime, Utc};
 use keel_durable::RunStatus;
 use keel_units::ChainId;
 use std::time::Duration;
 use uuid::Uuid;
 
-/// Most assets [`Ops::assets`] returns.
-pub const ASSET_LIST_LIMIT: i64 = 1000;
+/// The keyset position of an asset in the asset list: `(created_at, id)`.
+pub type AssetKey = (DateTime<Utc>, Uuid);
 
 /// The lifecycle of an asset, from its `asset.create` operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,6 +65,35 @@ pub struct AssetView {
     /// above (supply, paused, observation) may reflect orphaned blocks until an operator
     /// re-indexes the chain.
     pub index_degraded: bool,
+    /// The issuer: the account that sends the asset's transactions and administers its
+    /// token and feed (Keel's operator on the chain). Mints go to any recipient;
+    /// `transfer` moves tokens from this account's balance. Recorded by `asset.create`
+    /// with the token address (`None` before).
+    pub issuer_address: Option<Address>,
+    /// When the asset was accepted.
+    pub created_at: DateTime<Utc>,
+    /// When Keel's record of the asset last changed: its row (addresses recorded) or its
+    /// creation's progress (which moves its status). Index state is not a change of the
+    /// record (see `indexed_block`).
+    pub updated_at: DateTime<Utc>,
+}
+
+impl AssetView {
+    /// Its position in the asset list ([`Ops::assets`]).
+    pub fn key(&self) -> AssetKey {
+        (self.created_at, self.id)
+    }
+}
+
+/// An asset template with its timestamps ([`Ops::templates`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateView {
+    /// The template's settings.
+    pub template: crate::tenancy::Template,
+    /// When it was first created.
+    pub created_at: DateTime<Utc>,
+    /// When it was last written (created or replaced).
+    pub updated_at: DateTime<Utc>,
 }
 
 /// A price observation.
@@ -121,6 +151,9 @@ pub(crate) struct AssetRecord {
     pub(crate) feed: Option<Address>,
     pub(crate) create_operation_id: Option<Uuid>,
     pub(crate) create_status: Option<RunStatus>,
+    pub(crate) issuer: Option<Address>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
 }
 
 impl AssetRecord {
@@ -133,8 +166,13 @@ impl AssetRecord {
         }
     }
 
-    /// Decodes `r`, with its creation instance's status as the engine reports it.
-    fn decode(r: AssetRow, create_status: Option<RunStatus>) -> Result<Self> {
+    /// Decodes `r`, with its creation instance's status and last change as the engine
+    /// reports them.
+    fn decode(
+        r: AssetRow,
+        create_status: Option<RunStatus>,
+        create_updated_at: Option<DateTime<Utc>>,
+    ) -> Result<Self> {
         let addr = |v: Option<Vec<u8>>| -> Result<Option<Address>> {
             v.map(|b| Address::try_from(b.as_slice()).map_err(decode_err))
                 .transpose()
@@ -150,6 +188,9 @@ impl AssetRecord {
             feed: addr(r.feed_address)?,
             create_operation_id: r.create_operation_id,
             create_status,
+            issuer: addr(r.issuer_address)?,
+            created_at: r.created_at,
+            updated_at: create_updated_at.map_or(r.updated_at, |u| u.max(r.updated_at)),
         })
     }
 }
@@ -175,20 +216,31 @@ impl Ops {
             .map(|r| {
                 let status = r
                     .create_instance_id
-                    .and_then(|i| statuses.iter().find(|s| s.id == i))
-                    .map(|s| s.status);
-                AssetRecord::decode(r, status)
+                    .and_then(|i| statuses.iter().find(|s| s.id == i));
+                AssetRecord::decode(r, status.map(|s| s.status), status.map(|s| s.updated_at))
             })
             .collect()
     }
 
-    /// The caller's assets, oldest first (at most [`ASSET_LIST_LIMIT`]), with their
-    /// index state.
+    /// The caller's assets with their index state, oldest first (`(created_at, id)`),
+    /// after the keyset position `after` (exclusive) when given: at most `limit + 1`, so
+    /// the caller can tell whether more follow. One index range scan.
     ///
     /// # Errors
     /// [`OpsError::Store`] / [`OpsError::Index`].
-    pub async fn assets(&self, caller: Caller) -> Result<Vec<AssetView>> {
-        let rows = store::asset_list(&self.db, caller.organization_id, ASSET_LIST_LIMIT).await?;
+    pub async fn assets(
+        &self,
+        caller: Caller,
+        after: Option<AssetKey>,
+        limit: u32,
+    ) -> Result<Vec<AssetView>> {
+        let rows = store::asset_list(
+            &self.db,
+            caller.organization_id,
+            after,
+            i64::from(limit) + 1,
+        )
+        .await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in self.asset_records(rows).await? {
             out.push(self.asset_view(r).await?);
@@ -286,6 +338,35 @@ impl Ops {
             .collect())
     }
 
+    /// The caller's asset templates ordered by id, after template `after` (exclusive)
+    /// when given: at most `limit + 1`, so the caller can tell whether more follow.
+    ///
+    /// # Errors
+    /// [`OpsError::Store`] (also for a stored row out of range).
+    pub async fn templates(
+        &self,
+        caller: Caller,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<TemplateView>> {
+        store::asset_template_list(
+            &self.db,
+            caller.organization_id,
+            after,
+            i64::from(limit) + 1,
+        )
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(TemplateView {
+                template: crate::tenancy::Template::try_from(r.template)?,
+                created_at: r.created_at,
+                updated_at: r.updated_at,
+            })
+        })
+        .collect()
+    }
+
     async fn wait_block(&self, chain_id: ChainId, block: u64, wait: Duration) -> Result<()> {
         match keel_index::wait_for_block(
             &self.db,
@@ -322,6 +403,9 @@ impl Ops {
             latest_observation: None,
             indexed_block: None,
             index_degraded: false,
+            issuer_address: r.issuer,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
         };
         let mut tx = self.db.begin().await?;
         store::transaction_snapshot(&mut *tx).await?;

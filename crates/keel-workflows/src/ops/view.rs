@@ -88,6 +88,14 @@ pub struct OperationView {
     pub result: Option<Value>,
     /// The failure of a failed operation (or the transient reason while suspended).
     pub error: Option<ErrorView>,
+    /// When the operation was accepted (database clock; also `milestones.accepted`).
+    pub created_at: DateTime<Utc>,
+    /// When anything the view shows last changed: the operation row (a cancel), its
+    /// workflow instance (state, wait, progress) or one of its queue requests.
+    pub updated_at: DateTime<Utc>,
+    /// When it reached its current terminal state (`completed`, `failed`,
+    /// `cancelled`); `None` while it has not (a retried failure clears it).
+    pub completed_at: Option<DateTime<Utc>>,
 }
 
 impl OperationView {
@@ -152,8 +160,14 @@ pub struct TxMilestone {
     pub nonce: Option<u64>,
     /// Whether a node accepted it.
     pub broadcast: bool,
-    /// The block, once confirmed.
+    /// The block it mined in, once the queue recorded its receipt (confirmed or
+    /// reverted).
     pub block: Option<u64>,
+    /// When a node first accepted the transaction (`None` while no node has).
+    pub broadcast_at: Option<DateTime<Utc>>,
+    /// When the queue recorded its confirmation (the receipt at its confirmation
+    /// depth), once confirmed.
+    pub confirmed_at: Option<DateTime<Utc>>,
 }
 
 /// The indexed milestone.
@@ -161,6 +175,8 @@ pub struct TxMilestone {
 pub struct IndexedMilestone {
     /// The index block.
     pub block: u64,
+    /// When the read-after-write passed: the operation's completion (its last step).
+    pub at: Option<DateTime<Utc>>,
 }
 
 /// A failure as the API shows it.
@@ -232,7 +248,14 @@ pub fn project(
     let mut submitted = Vec::new();
     let mut confirmed = Vec::new();
     let mut unsettled: Option<Unsettled> = None;
+    let mut updated_at = op
+        .created_at
+        .max(op.cancel_requested_at.unwrap_or(op.created_at));
+    if let Some(s) = status {
+        updated_at = updated_at.max(s.updated_at);
+    }
     for LinkedRequest { link, request: t } in txs {
+        updated_at = updated_at.max(t.updated_at);
         let verdict = t.verdict;
         let (mined_tx_hash, block) = match &verdict {
             Some(SettlementVerdict::Confirmed {
@@ -257,22 +280,28 @@ pub fn project(
                 last_broadcast_error: t.last_broadcast_error.clone(),
             });
         }
+        let is_confirmed = matches!(verdict, Some(SettlementVerdict::Confirmed { .. }));
+        let confirmed_at = t.settled_at.filter(|_| is_confirmed);
         if tx_hash.is_some() {
             submitted.push(TxMilestone {
                 link: link.clone(),
                 tx_hash,
                 nonce,
                 broadcast: t.state == RequestState::Broadcast || block.is_some(),
-                block: None,
+                block,
+                broadcast_at: t.broadcast_at,
+                confirmed_at,
             });
         }
-        if matches!(verdict, Some(SettlementVerdict::Confirmed { .. })) {
+        if is_confirmed {
             confirmed.push(TxMilestone {
                 link,
                 tx_hash,
                 nonce,
                 broadcast: true,
                 block,
+                broadcast_at: t.broadcast_at,
+                confirmed_at,
             });
         }
     }
@@ -327,7 +356,10 @@ pub fn project(
         .and_then(|s| s.output.as_ref())
         .and_then(|o| o.get("indexedBlock"))
         .and_then(Value::as_u64)
-        .map(|block| IndexedMilestone { block });
+        .map(|block| IndexedMilestone {
+            block,
+            at: status.and_then(|s| s.ended_at),
+        });
     let landed = confirmed.len();
     let cancelled = status.is_some_and(|s| s.status == RunStatus::Cancelled);
     let error = status.and_then(|s| s.error.as_ref()).map(|e| {
@@ -382,6 +414,202 @@ pub fn project(
         progress: status.and_then(|s| s.progress.clone()),
         result: status.and_then(|s| s.output.clone()),
         error,
+        created_at: op.created_at,
+        updated_at,
+        completed_at: status
+            .and_then(|s| s.ended_at)
+            .filter(|_| state.is_terminal()),
+    }
+}
+
+/// The keyset position of an operation in its lists: `(created_at, id)`.
+pub type OperationKey = (DateTime<Utc>, Uuid);
+
+impl OperationView {
+    /// Its position in the operation lists ([`Ops::operations`]).
+    pub fn key(&self) -> OperationKey {
+        (self.created_at, self.id)
+    }
+}
+
+/// The filters of [`Ops::operations`]; every one given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperationFilter {
+    /// Only operations in this state (as [`OperationView::state`] shows it).
+    pub state: Option<OperationState>,
+    /// Only this kind (`asset.mint`, ...).
+    pub kind: Option<String>,
+    /// Only operations of this asset.
+    pub asset_id: Option<Uuid>,
+    /// Only operations accepted strictly after this instant.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only operations accepted strictly before this instant.
+    pub created_before: Option<DateTime<Utc>>,
+}
+
+/// One call's share of an operation list ([`Ops::operations`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperationList {
+    /// Matching operations in keyset order, at most `limit + 1` (an extra one only says
+    /// that more follow).
+    pub operations: Vec<OperationView>,
+    /// Set when a `state` filter examined [`OPERATION_SCAN_BUDGET`] rows before it found
+    /// `limit + 1` matches: the key of the last row examined. More may follow; the next
+    /// call continues after it.
+    pub resume_after: Option<OperationKey>,
+}
+
+/// Most operation rows one [`Ops::operations`] call examines for a `state` filter (the
+/// state is the engine's, so it is matched on the rows of the other filters' index scan,
+/// in batches of [`OPERATION_SCAN_BATCH`]).
+pub const OPERATION_SCAN_BUDGET: usize = 1000;
+
+/// Rows fetched per batch of a `state`-filtered scan.
+pub const OPERATION_SCAN_BATCH: usize = 200;
+
+/// The state a status shows before the blocker's operation is looked up (`queued` is
+/// confirmed by [`project`]).
+fn coarse_state(status: Option<&InstanceStatus>) -> OperationState {
+    match status {
+        Some(s) if s.status == RunStatus::Pending && s.queued_behind.is_some() => {
+            OperationState::Queued
+        }
+        Some(s) => view_state(s.status),
+        None => OperationState::Running,
+    }
+}
+
+impl Ops {
+    /// The caller's operations matching `filter`, oldest first (`(created_at, id)`),
+    /// after the keyset position `after` (exclusive) when given: at most `limit + 1` of
+    /// them, so the caller can tell whether more follow. Other organizations' operations
+    /// are never read. Without a `state` filter this is one index range scan of
+    /// `limit + 1` rows; with one, see [`OperationList::resume_after`].
+    ///
+    /// # Errors
+    /// [`OpsError::Store`] / [`OpsError::Engine`].
+    pub async fn operations(
+        &self,
+        caller: Caller,
+        filter: &OperationFilter,
+        after: Option<OperationKey>,
+        limit: u32,
+    ) -> Result<OperationList> {
+        let want = limit as usize + 1;
+        let sql = store::OperationListFilter {
+            kind: filter.kind.clone(),
+            asset_id: filter.asset_id,
+            created_after: filter.created_after,
+            created_before: filter.created_before,
+        };
+        let org = caller.organization_id;
+        let Some(state) = filter.state else {
+            let rows = store::operation_list(&self.db, org, &sql, after, want as i64).await?;
+            return Ok(OperationList {
+                operations: self.operation_views(rows, None).await?,
+                resume_after: None,
+            });
+        };
+        let mut operations = Vec::new();
+        let mut cursor = after;
+        let mut scanned = 0;
+        loop {
+            let batch = OPERATION_SCAN_BATCH
+                .max(want - operations.len())
+                .min(OPERATION_SCAN_BUDGET - scanned)
+                .max(1);
+            let rows = store::operation_list(&self.db, org, &sql, cursor, batch as i64).await?;
+            let fetched = rows.len();
+            scanned += fetched;
+            if let Some(last) = rows.last() {
+                cursor = Some((last.created_at, last.id));
+            }
+            operations.extend(self.operation_views(rows, Some(state)).await?);
+            if operations.len() >= want || fetched < batch {
+                operations.truncate(want);
+                return Ok(OperationList {
+                    operations,
+                    resume_after: None,
+                });
+            }
+            if scanned >= OPERATION_SCAN_BUDGET {
+                return Ok(OperationList {
+                    operations,
+                    resume_after: cursor,
+                });
+            }
+        }
+    }
+
+    /// The views of `rows` (in order), from batched reads: one engine status read, one
+    /// read of their links, one queue read and one blocker lookup. With `state`, only
+    /// the operations in that state (the others' links are not read).
+    async fn operation_views(
+        &self,
+        rows: Vec<OperationRow>,
+        state: Option<OperationState>,
+    ) -> Result<Vec<OperationView>> {
+        use std::collections::HashMap;
+        let instances: Vec<Uuid> = rows.iter().filter_map(|r| r.instance_id).collect();
+        let statuses: HashMap<Uuid, InstanceStatus> = self
+            .engine
+            .statuses(&instances)
+            .await?
+            .into_iter()
+            .map(|s| (s.id, s))
+            .collect();
+        let status_of = |r: &OperationRow| r.instance_id.and_then(|i| statuses.get(&i));
+        let rows: Vec<OperationRow> = rows
+            .into_iter()
+            .filter(|r| state.is_none_or(|w| coarse_state(status_of(r)) == w))
+            .collect();
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let links = store::operation_tx_links_of(&self.db, &ids).await?;
+        let request_ids: Vec<Uuid> = links.iter().map(|l| l.txq_request_id).collect();
+        let requests: HashMap<Uuid, RequestView> = keel_txq::requests(&self.db, &request_ids)
+            .await
+            .map_err(txq_err)?
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect();
+        let blockers: Vec<Uuid> = rows
+            .iter()
+            .filter_map(|r| status_of(r).and_then(|s| s.queued_behind))
+            .collect();
+        let blocker_ops: HashMap<Uuid, Uuid> = if blockers.is_empty() {
+            HashMap::new()
+        } else {
+            store::operation_ids_by_instances(&self.db, &blockers)
+                .await?
+                .into_iter()
+                .collect()
+        };
+        let mut by_op: HashMap<Uuid, Vec<LinkedRequest>> = HashMap::new();
+        for l in links {
+            if let Some(request) = requests.get(&l.txq_request_id) {
+                by_op
+                    .entry(l.operation_id)
+                    .or_default()
+                    .push(LinkedRequest {
+                        link: l.link,
+                        request: request.clone(),
+                    });
+            }
+        }
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let status = status_of(r);
+                let behind = status
+                    .and_then(|s| s.queued_behind)
+                    .and_then(|b| blocker_ops.get(&b).copied());
+                project(r, status, by_op.remove(&r.id).unwrap_or_default(), behind)
+            })
+            .filter(|v| state.is_none_or(|w| v.state == w))
+            .collect())
     }
 }
 
@@ -492,6 +720,7 @@ mod tests {
             output: None,
             error: None,
             created_at: Utc::now(),
+            updated_at: Utc::now(),
             ended_at: None,
             cancel_requested_at: None,
             queued_behind: None,
@@ -509,6 +738,10 @@ mod tests {
                 last_hash: Some(B256::repeat_byte(7)),
                 funding_deadline: None,
                 last_broadcast_error: None,
+                created_at: Utc::now(),
+                updated_at: Utc::now(),
+                broadcast_at: None,
+                settled_at: (state == RequestState::Settled).then(Utc::now),
             },
         }
     }

@@ -117,11 +117,14 @@ impl Workflow for AssetCreate {
                     read_event::<AssetFactory::AssetCreated>(chain, landed, c.asset_factory)
                         .await?
                         .token;
+                // The operator sent every write of the asset and administers its
+                // token and feed: the asset's issuer.
                 store::asset_addresses_set(
                     &p.db,
                     input.asset_id,
                     token.as_slice(),
                     feed.as_slice(),
+                    p.operator.as_slice(),
                 )
                 .await
                 .map_err(|_| StepError::transient("DATABASE_UNAVAILABLE"))?;

@@ -5,6 +5,7 @@
 mod accept;
 mod amount;
 mod common;
+mod lists;
 mod store;
 mod verdicts;
 mod view;

@@ -164,9 +164,18 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
     let key = keel_workflows::tenancy::create_api_key(&pool, org, "k")
         .await
         .unwrap();
-    keel_workflows::tenancy::upsert_template(&pool, org, &crate::common::template(31337))
-        .await
-        .unwrap();
+    // The template as the schema of 0021 holds it (today's upsert also stamps
+    // `updated_at`, a column of 0023).
+    sqlx::query(
+        "INSERT INTO asset_template (organization_id, id, chain_id, price_decimals,
+                                     staleness_bound_seconds)
+         VALUES ($1, $2, 31337, 8, 3600)",
+    )
+    .bind(org)
+    .bind(crate::common::TEMPLATE)
+    .execute(&pool)
+    .await
+    .unwrap();
     let engine =
         keel_durable::Engine::new(pool.clone(), keel_durable::EngineConfig::default()).unwrap();
     let ops = keel_workflows::Ops::new(pool.clone(), engine.clone());

@@ -160,13 +160,35 @@ async fn a_settled_write_is_submitted_and_confirmed() {
     assert_eq!(s.tx_hash, Some(hash));
     assert_eq!(s.nonce, Some(0));
     assert!(s.broadcast);
-    assert_eq!(s.block, None, "submitted milestones carry no block");
+    assert_eq!(s.block, Some(block), "a mined submission carries its block");
+    let broadcast_at = s.broadcast_at.expect("a broadcast submission has its time");
+    let confirmed_at = s.confirmed_at.expect("a confirmed submission has its time");
+    assert!(view.created_at <= broadcast_at && broadcast_at <= confirmed_at);
+    assert!(
+        confirmed_at <= view.updated_at,
+        "the confirmation moved updatedAt"
+    );
     assert_eq!(view.milestones.confirmed.len(), 1);
     let c = &view.milestones.confirmed[0];
     assert_eq!(
         (c.link.as_str(), c.tx_hash, c.block),
         ("create-feed", Some(hash), Some(block))
     );
+    assert_eq!(
+        (c.broadcast_at, c.confirmed_at),
+        (s.broadcast_at, s.confirmed_at)
+    );
+    assert_eq!(
+        view.completed_at, None,
+        "the operation itself has not ended"
+    );
+    // The list shows the same view.
+    let list = env
+        .ops
+        .operations(env.caller, &Default::default(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(list.operations, vec![view.clone()]);
     assert_eq!(view.milestones.indexed, None);
     // A wait on a settled link is a plain transaction wait (the verdict is on its way).
     let row = store::operation_get(env.pool(), env.caller.organization_id, op)
