@@ -320,7 +320,7 @@ def main():
     say(f"  completed mints of ACME: {len(done['data'])}")
     status, templates = http("GET", "/v1/templates")
     say(f"  templates:  {[x['id'] for x in templates['data']]}")
-    if len(assets["data"]) != 2 or len(ops) != 5 or len(done["data"]) != 2:
+    if len(assets["data"]) != 2 or len(ops) != 8 or len(done["data"]) != 4:
         fail("the lists do not show what was created")
 
     say("6. stop every role with SIGTERM")
