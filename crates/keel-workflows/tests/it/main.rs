@@ -5,6 +5,7 @@
 mod accept;
 mod amount;
 mod common;
+mod events;
 mod store;
 mod verdicts;
 mod view;
