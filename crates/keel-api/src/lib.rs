@@ -60,6 +60,8 @@ pub mod metrics;
 mod openapi;
 pub mod page;
 pub mod problem;
+// Webhooks (issue 21).
+pub mod webhooks;
 
 pub use dto::status_url;
 pub use openapi::{openapi, openapi_json};

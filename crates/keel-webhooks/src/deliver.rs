@@ -317,7 +317,6 @@ async fn attempt(shared: Arc<Shared>, d: ClaimedDelivery) {
             store::attempt_record(
                 &mut conn,
                 &result,
-                c.window.as_secs_f64(),
                 i32::try_from(c.breaker_threshold).unwrap_or(i32::MAX),
                 c.breaker_cooldown.as_secs_f64(),
             )

@@ -57,23 +57,30 @@ macro_rules! eligible {
     };
 }
 
-/// One batch: (attempts, deliveries, events) deleted.
-async fn batch(pool: &PgPool, window_secs: f64, limit: i64) -> Result<(u64, u64, u64)> {
+/// One batch, skipping the events in `skip` (held by dispatch earlier in this pass):
+/// (attempts, deliveries, events) deleted; the events it had to leave are added to `skip`.
+async fn batch(
+    pool: &PgPool,
+    window_secs: f64,
+    limit: i64,
+    skip: &mut Vec<Uuid>,
+) -> Result<(u64, u64, u64)> {
     let mut tx = pool.begin().await?;
     let events: Vec<(Uuid,)> = sqlx::query_as(concat!(
         "SELECT e.id FROM webhook_event e WHERE ",
         eligible!(),
-        " ORDER BY e.dispatch_settled_at LIMIT $2 FOR UPDATE OF e SKIP LOCKED"
+        " AND e.id <> ALL ($3) ORDER BY e.dispatch_settled_at, e.seq LIMIT $2 FOR UPDATE OF e SKIP LOCKED"
     ))
     .bind(window_secs)
     .bind(limit)
+    .bind(&*skip)
     .fetch_all(&mut *tx)
     .await?;
     if events.is_empty() {
         tx.rollback().await?;
         return Ok((0, 0, 0));
     }
-    let ids: Vec<Uuid> = events.into_iter().map(|(id,)| id).collect();
+    let selected: Vec<Uuid> = events.into_iter().map(|(id,)| id).collect();
     // Deliveries of those events that could be locked; an event keeps all of its rows
     // unless every delivery of it was locked here.
     let keep: Vec<(Uuid,)> = sqlx::query_as(
@@ -85,10 +92,11 @@ SELECT e FROM unnest($1::uuid[]) AS e
  WHERE (SELECT count(*) FROM webhook_delivery d WHERE d.event_id = e)
      = (SELECT count(*) FROM locked l WHERE l.event_id = e)",
     )
-    .bind(&ids)
+    .bind(&selected)
     .fetch_all(&mut *tx)
     .await?;
     let ids: Vec<Uuid> = keep.into_iter().map(|(id,)| id).collect();
+    skip.extend(selected.iter().filter(|id| !ids.contains(id)));
     let attempts = sqlx::query(
         "DELETE FROM webhook_attempt a USING webhook_delivery d
           WHERE a.delivery_id = d.id AND d.event_id = ANY ($1)",
@@ -125,17 +133,16 @@ pub async fn retention_pass(
     let started = Instant::now();
     let secs = window.as_secs_f64();
     let mut r = WebhookRetentionReport::default();
+    let mut skip = Vec::new();
     for _ in 0..max_batches {
-        match batch(pool, secs, batch_size).await {
-            Ok((0, 0, 0)) => break,
+        let skipped = skip.len();
+        match batch(pool, secs, batch_size, &mut skip).await {
+            // Nothing selected: done.
+            Ok((0, 0, 0)) if skip.len() == skipped => break,
             Ok((a, d, e)) => {
                 r.deleted_attempts += a;
                 r.deleted_deliveries += d;
                 r.deleted_events += e;
-                if e == 0 {
-                    // Every selected event had a delivery held by dispatch: later.
-                    break;
-                }
             }
             Err(e) => {
                 r.failures += 1;

@@ -252,24 +252,17 @@ pub(crate) async fn endpoint_rotate(
 /// Cancels the pending deliveries of an endpoint and settles the events that have no
 /// pending delivery left; returns the number cancelled.
 async fn endpoint_cancel_pending(conn: &mut PgConnection, endpoint_id: Uuid) -> Result<u64> {
-    let (n, _): (i64, i64) = sqlx::query_as(
-        "WITH c AS (
-    UPDATE webhook_delivery SET state = 'cancelled', settled_at = now(), lease_until = NULL
-     WHERE endpoint_id = $1 AND state = 'pending'
- RETURNING event_id
-), s AS (
-    UPDATE webhook_event e SET dispatch_settled_at = now()
-     WHERE e.id IN (SELECT event_id FROM c) AND e.dispatch_settled_at IS NULL
-       AND NOT EXISTS (SELECT 1 FROM webhook_delivery d
-                        WHERE d.event_id = e.id AND d.state = 'pending' AND d.endpoint_id <> $1)
- RETURNING 1
-)
-SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM s)",
+    let events: Vec<(Uuid,)> = sqlx::query_as(
+        "UPDATE webhook_delivery SET state = 'cancelled', settled_at = now(), lease_until = NULL
+          WHERE endpoint_id = $1 AND state = 'pending'
+      RETURNING event_id",
     )
     .bind(endpoint_id)
-    .fetch_one(conn)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(u64::try_from(n).unwrap_or(0))
+    let ids: Vec<Uuid> = events.iter().map(|(id,)| *id).collect();
+    events_settle(conn, &ids).await?;
+    Ok(events.len() as u64)
 }
 
 /// Deletes (soft) an endpoint and cancels its pending deliveries; false when absent.
@@ -333,7 +326,7 @@ pub(crate) async fn deliveries_claim(
     SELECT d.id, d.seq, d.next_attempt_at,
            row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.seq) AS rn,
            coalesce(b.n, 0) AS busy_n,
-           CASE WHEN ep.consecutive_failures >= $5 THEN 1 ELSE $4 END AS cap
+           CASE WHEN ep.consecutive_failures >= $4::int4 THEN 1::int8 ELSE $3::int8 END AS cap
       FROM webhook_delivery d
       JOIN webhook_endpoint ep ON ep.id = d.endpoint_id
       LEFT JOIN busy b ON b.endpoint_id = d.endpoint_id
@@ -346,7 +339,7 @@ pub(crate) async fn deliveries_claim(
              WHERE p.endpoint_id = d.endpoint_id AND p.operation_id = d.operation_id
                AND p.state = 'pending' AND p.seq < d.seq))
 ), picked AS (
-    SELECT id FROM cand WHERE rn + busy_n <= cap ORDER BY next_attempt_at, seq LIMIT $1
+    SELECT id FROM cand WHERE rn + busy_n <= cap ORDER BY next_attempt_at, seq LIMIT $1::int8
 )
 UPDATE webhook_delivery d
    SET lease_until = now() + make_interval(secs => $2), attempts = d.attempts + 1
@@ -402,14 +395,14 @@ pub(crate) struct Recorded {
 
 /// Records an attempt, fenced by the claim's attempt count: the attempt row, the
 /// delivery's new state, the endpoint's breaker, the event's `dispatch_settled_at` when
-/// nothing of it is pending any more; an endpoint answering 410, or failing since
-/// `window_secs` when a delivery gives up, is disabled (its pending deliveries
+/// nothing of it is pending any more; an endpoint answering 410, or without a success
+/// since the first attempt of a delivery that gives up (it failed for that delivery's
+/// whole retry window), is disabled (its pending deliveries
 /// cancelled, a `webhook_endpoint.disabled` notice emitted to the organization's other
 /// endpoints).
 pub(crate) async fn attempt_record(
     conn: &mut PgConnection,
     a: &AttemptResult<'_>,
-    window_secs: f64,
     breaker_threshold: i32,
     breaker_cooldown_secs: f64,
 ) -> Result<Recorded> {
@@ -476,12 +469,15 @@ pub(crate) async fn attempt_record(
     let disable: Option<&'static str> = match a.verdict {
         Verdict::Gone => Some("gone"),
         Verdict::GiveUp => {
+            // Failing for the whole window: no attempt of the endpoint succeeded since
+            // this delivery's first attempt (the failure streak began no later).
             let (failing,): (bool,) = sqlx::query_as(
-                "SELECT coalesce(failing_since <= now() - make_interval(secs => $2), false)
+                "SELECT coalesce(failing_since <= (SELECT min(attempted_at) FROM webhook_attempt
+                                                    WHERE delivery_id = $2), false)
                    FROM webhook_endpoint WHERE id = $1",
             )
             .bind(a.endpoint_id)
-            .bind(window_secs)
+            .bind(a.delivery_id)
             .fetch_one(&mut *tx)
             .await?;
             failing.then_some("failing")
@@ -517,7 +513,7 @@ pub(crate) async fn attempt_record(
             disabled = Some(reason);
         }
     }
-    event_settle(&mut *tx, a.event_id).await?;
+    events_settle(&mut tx, &[a.event_id]).await?;
     tx.commit().await?;
     Ok(Recorded {
         applied: true,
@@ -525,16 +521,27 @@ pub(crate) async fn attempt_record(
     })
 }
 
-/// Sets `dispatch_settled_at` on the event when none of its deliveries is pending.
-async fn event_settle(db: impl PgExecutor<'_>, event_id: Uuid) -> Result<()> {
+/// Sets `dispatch_settled_at` on the events among `ids` none of whose deliveries is
+/// pending. The event rows are locked first (in id order) and checked in a later
+/// statement: two transactions settling the last two deliveries of one event
+/// concurrently are serialized, so the second sees the first's change (no event is
+/// left unsettled by both).
+async fn events_settle(conn: &mut PgConnection, ids: &[Uuid]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("SELECT id FROM webhook_event WHERE id = ANY ($1) ORDER BY id FOR UPDATE")
+        .bind(ids)
+        .execute(&mut *conn)
+        .await?;
     sqlx::query(
         "UPDATE webhook_event e SET dispatch_settled_at = now()
-          WHERE e.id = $1 AND e.dispatch_settled_at IS NULL
+          WHERE e.id = ANY ($1) AND e.dispatch_settled_at IS NULL
             AND NOT EXISTS (SELECT 1 FROM webhook_delivery d
                              WHERE d.event_id = e.id AND d.state = 'pending')",
     )
-    .bind(event_id)
-    .execute(db)
+    .bind(ids)
+    .execute(conn)
     .await?;
     Ok(())
 }
@@ -623,4 +630,20 @@ pub(crate) async fn oldest_pending_age(db: impl PgExecutor<'_>) -> Result<f64> {
     .fetch_one(db)
     .await?;
     Ok(age.unwrap_or(0.0).max(0.0))
+}
+
+/// Whether the organization has an enabled endpoint (a cheap check before building an
+/// event that nobody would receive).
+pub async fn organization_has_endpoints(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+) -> Result<bool> {
+    let (yes,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM webhook_endpoint
+                         WHERE organization_id = $1 AND enabled AND deleted_at IS NULL)",
+    )
+    .bind(organization_id)
+    .fetch_one(db)
+    .await?;
+    Ok(yes)
 }

@@ -173,6 +173,15 @@ impl OperationEvents {
         status: Option<&InstanceStatus>,
         verdict: bool,
     ) -> Result<Vec<&'static str>> {
+        // Nothing to build for an organization without endpoints (its mark stays as it
+        // is: an endpoint added later gets what changes from then on, starting with an
+        // `operation.accepted` for an operation it had not heard of).
+        if !keel_webhooks::store::organization_has_endpoints(&mut *conn, ctx.organization_id)
+            .await
+            .map_err(webhook_err)?
+        {
+            return Ok(Vec::new());
+        }
         let Some(op) = store::operation_get(&mut *conn, ctx.organization_id, ctx.id).await? else {
             return Ok(Vec::new());
         };
