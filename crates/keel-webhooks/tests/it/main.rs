@@ -2,6 +2,7 @@
 //! receiver in the test process ([`receiver`]).
 
 mod delivery;
+mod endpoints;
 mod receiver;
 mod retention;
 
