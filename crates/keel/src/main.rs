@@ -444,10 +444,13 @@ async fn start_api(
         keel_api::webhooks::operation_renderer(),
     );
     let ops = keel_workflows::Ops::new(pool.clone(), engine).with_events(events);
-    let state = keel_api::ApiState::new(ops, ready).with_config(keel_api::ApiConfig {
-        max_body_bytes: config.api.body_limit_bytes,
-        ..keel_api::ApiConfig::default()
-    });
+    let webhooks = keel_webhooks::Webhooks::new(pool.clone(), config.webhooks.to_config());
+    let state = keel_api::ApiState::new(ops, ready)
+        .with_webhooks(webhooks)
+        .with_config(keel_api::ApiConfig {
+            max_body_bytes: config.api.body_limit_bytes,
+            ..keel_api::ApiConfig::default()
+        });
     let listener = tokio::net::TcpListener::bind(&config.api.listen_address)
         .await
         .with_context(|| format!("binding api.listenAddress {}", config.api.listen_address))?;

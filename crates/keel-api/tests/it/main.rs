@@ -8,3 +8,5 @@ mod fuzz_regressions;
 mod http_rules;
 mod openapi_health;
 mod proptest_json;
+// Webhooks (issue 21).
+mod webhooks;
