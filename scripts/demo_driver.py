@@ -5,14 +5,21 @@ processes, creates and mints an asset through the HTTP API, shows its holders at
 record date and now (Ledger read API), transfers from its issuer, kills the runner
 (SIGKILL) in the middle of a second asset's feed phase, restarts it, checks the chain,
 lists assets, operations (page by page) and templates, and stops
-everything with SIGTERM. Standard library only.
+everything with SIGTERM. It also registers a webhook endpoint served by a tiny receiver
+it starts, verifies every delivery's Standard Webhooks signature, and prints the events
+of the first asset's operation in the order they arrived. Standard library only.
 
 Environment: KEEL_BIN, KEEL_API_URL, KEEL_API_KEY, KEEL_RPC_URL, KEEL_LOG_DIR, and the
 KEEL__* configuration the roles read.
 """
 
+import base64
+import hashlib
+import hmac
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import json
 import os
+import threading
 import signal
 import subprocess
 import sys
@@ -41,6 +48,52 @@ HOLDER3 = "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65"
 OPERATOR = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
 
 procs = {}
+
+# The webhook receiver: every delivery (deduplicated by webhook-id), in arrival order.
+received = []
+received_ids = set()
+received_lock = threading.Lock()
+webhook_secret = []
+
+
+def verify(secret, msg_id, timestamp, body, header):
+    """Standard Webhooks: any `v1,<base64 HMAC-SHA256(key, id.timestamp.body)>` matches."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    expected = base64.b64encode(hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()).decode()
+    return any(hmac.compare_digest(s.partition(",")[2], expected) for s in header.split(" ") if s.startswith("v1,"))
+
+
+class Receiver(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        msg_id = self.headers.get("webhook-id", "")
+        ok = bool(webhook_secret) and verify(
+            webhook_secret[0], msg_id, self.headers.get("webhook-timestamp", ""), body,
+            self.headers.get("webhook-signature", ""))
+        if not ok:
+            self.send_response(400)
+            self.end_headers()
+            return
+        with received_lock:
+            if msg_id not in received_ids:
+                received_ids.add(msg_id)
+                received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def start_receiver():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/keel-webhooks"
+
+
+def events_of(op_id):
+    with received_lock:
+        return [e for e in received if isinstance(e.get("data"), dict) and e["data"].get("id") == op_id]
 
 
 def say(msg):
@@ -207,12 +260,38 @@ def main():
     wait_ready()
     say("all three roles are up; the api is ready")
 
+    say("0. register a webhook endpoint served by a receiver this driver runs")
+    url = start_receiver()
+    status, created = http("POST", "/v1/webhook-endpoints", {"url": url, "eventTypes": ["*"], "description": "demo"})
+    if status != 201:
+        fail(f"POST /v1/webhook-endpoints answered {status}: {created}")
+    webhook_secret.append(created["secret"])
+    say(f"endpoint   {created['endpoint']['id']} -> {url} (signing secret shown once, kept by the driver)")
+
     say("1. create an asset through the Platform API and follow its operation")
     first = create_asset("demo-asset-1", "Acme Treasury Fund", "ACME")
     view = follow(first["id"])
     if view["state"] != "completed":
         fail(f"asset creation ended {view['state']}: {view.get('error')}")
     asset = first["assetId"]
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(
+        e["type"] == "operation.state_changed" and e["data"].get("state") == "completed" for e in events_of(first["id"])
+    ):
+        time.sleep(0.2)
+    deadline = time.time() + 10
+    while time.time() < deadline and not any(e["type"] == "operation.indexed" for e in events_of(first["id"])):
+        time.sleep(0.2)
+    first_events = events_of(first["id"])
+    say(f"webhooks   the first asset's operation, {len(first_events)} events in arrival order (signatures verified):")
+    for e in first_events:
+        d = e["data"]
+        say(f"  {e['createdAt']}  {e['type']:<32} state={d.get('state')} submitted={len(d['milestones']['submitted'])}"
+            f" confirmed={len(d['milestones']['confirmed'])} indexed={d['milestones'].get('indexed') is not None}")
+    if not first_events or first_events[0]["type"] != "operation.accepted":
+        fail("the first webhook event of the operation is not operation.accepted")
+    if first_events[-1]["data"].get("state") != "completed":
+        fail("the completion of the first asset's operation was not delivered")
     status, a = http("GET", f"/v1/assets/{asset}")
     say(
         f"asset      {a['symbol']} token {a['tokenAddress']} feed {a['feedAddress']}"
@@ -332,6 +411,7 @@ def main():
     print("              100 minted to its issuer, 10.5 transferred from the issuer to the holder")
     print(f"  asset BETA  created although the runner was killed during '{killed[0]}'; the chain holds")
     print("              exactly one token, one feed, one observation, one bound and one unpause for it")
+    print(f"  webhooks    {len(received)} distinct events delivered, every signature verified")
     print(f"  logs        {LOGS}")
 
 

@@ -72,9 +72,9 @@ pub const ERROR_CODES: &[ErrorCode] = &[
     c(
         "INSUFFICIENT_SCOPE",
         403,
-        "The API key lacks the scope the route requires (`read` for GET routes, `operate` \
+        "The API key lacks the scope the route requires (`read` for other GET routes, `operate` \
          for operation-creating POSTs, retry and cancel, `approve` for approve and reject, \
-         `admin` for `/v1/api-keys`), or a new key would hold a scope the calling key lacks.",
+         `admin` for `/v1/api-keys` and `/v1/webhook-endpoints`), or a new key would hold a scope the calling key lacks.",
     ),
     c(
         "NOT_FOUND",

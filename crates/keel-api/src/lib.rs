@@ -116,6 +116,8 @@ mod openapi;
 pub mod page;
 pub mod problem;
 pub mod scope;
+// Webhooks (issue 21).
+pub mod webhooks;
 
 pub use dto::status_url;
 pub use openapi::{openapi, openapi_json};
@@ -167,6 +169,8 @@ pub struct ApiState {
     ops: Ops,
     ready: Arc<AtomicBool>,
     config: ApiConfig,
+    /// The webhook endpoint service (issue 21); without it the webhook routes answer 404.
+    webhooks: Option<keel_webhooks::Webhooks>,
 }
 
 impl ApiState {
@@ -178,7 +182,19 @@ impl ApiState {
             ops,
             ready,
             config: ApiConfig::default(),
+            webhooks: None,
         }
+    }
+
+    /// The same state serving `/v1/webhook-endpoints` through `webhooks`.
+    pub fn with_webhooks(mut self, webhooks: keel_webhooks::Webhooks) -> Self {
+        self.webhooks = Some(webhooks);
+        self
+    }
+
+    /// The webhook endpoint service, when configured.
+    pub fn webhooks(&self) -> Option<&keel_webhooks::Webhooks> {
+        self.webhooks.as_ref()
     }
 
     /// The same state with `config`.
@@ -245,6 +261,26 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/api-keys", get(keys::list).post(keys::create))
         .route("/v1/api-keys/{id}/revoke", post(keys::revoke))
         .route("/v1/api-keys/{id}/rotate", post(keys::rotate))
+        // Webhooks (issue 21).
+        .route(
+            "/v1/webhook-endpoints",
+            post(webhooks::create).get(webhooks::list),
+        )
+        .route(
+            "/v1/webhook-endpoints/{id}",
+            get(webhooks::get)
+                .patch(webhooks::update)
+                .delete(webhooks::delete),
+        )
+        .route(
+            "/v1/webhook-endpoints/{id}/rotate-secret",
+            post(webhooks::rotate),
+        )
+        .route("/v1/webhook-endpoints/{id}/test", post(webhooks::test))
+        .route(
+            "/v1/webhook-endpoints/{id}/deliveries",
+            get(webhooks::deliveries),
+        )
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/openapi.json", get(handlers::openapi_json))

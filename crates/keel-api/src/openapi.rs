@@ -157,6 +157,8 @@ fn declare_scopes(doc: &mut utoipa::openapi::OpenApi) {
         let ops = [
             (Method::GET, item.get.as_mut()),
             (Method::POST, item.post.as_mut()),
+            (Method::PATCH, item.patch.as_mut()),
+            (Method::DELETE, item.delete.as_mut()),
         ];
         for (method, op) in ops {
             let Some(op) = op else { continue };
@@ -280,6 +282,15 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         keys::create,
         keys::revoke,
         keys::rotate,
+        // Webhooks (issue 21).
+        crate::webhooks::create,
+        crate::webhooks::list,
+        crate::webhooks::get,
+        crate::webhooks::update,
+        crate::webhooks::delete,
+        crate::webhooks::rotate,
+        crate::webhooks::test,
+        crate::webhooks::deliveries,
         handlers::healthz,
         handlers::readyz,
         handlers::openapi_json,
@@ -326,12 +337,24 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         dto::ApiKey,
         dto::ApiKeyWithToken,
         dto::ApiKeyList,
+        // Webhooks (issue 21).
+        crate::webhooks::WebhookEndpoint,
+        crate::webhooks::WebhookEndpointWithSecret,
+        crate::webhooks::WebhookEndpointList,
+        crate::webhooks::CreateWebhookEndpointRequest,
+        crate::webhooks::UpdateWebhookEndpointRequest,
+        crate::webhooks::RotateSecretRequest,
+        crate::webhooks::WebhookTestQueued,
+        crate::webhooks::WebhookAttempt,
+        crate::webhooks::WebhookDelivery,
+        crate::webhooks::WebhookDeliveryList,
     )),
     modifiers(&Fixups),
     tags(
         (name = "assets", description = "Assets: creation, token operations and reads from the Ledger Index"),
         (name = "operations", description = "Durable operations: status, approvals, funding requests"),
         (name = "api-keys", description = "API keys of the organization: list, create, revoke, rotate (an `admin` key)"),
+        (name = "webhooks", description = "Webhook endpoints: subscriptions, secret rotation, test deliveries, delivery attempts"),
         (name = "health", description = "Liveness, readiness and this document"),
     )
 )]

@@ -96,6 +96,18 @@ pub const ROUTES: &[RouteAccess] = &[
     key("post", "/v1/api-keys", Scope::Admin),
     key("post", "/v1/api-keys/{id}/revoke", Scope::Admin),
     key("post", "/v1/api-keys/{id}/rotate", Scope::Admin),
+    key("get", "/v1/webhook-endpoints", Scope::Admin),
+    key("post", "/v1/webhook-endpoints", Scope::Admin),
+    key("get", "/v1/webhook-endpoints/{id}", Scope::Admin),
+    key("patch", "/v1/webhook-endpoints/{id}", Scope::Admin),
+    key("delete", "/v1/webhook-endpoints/{id}", Scope::Admin),
+    key(
+        "post",
+        "/v1/webhook-endpoints/{id}/rotate-secret",
+        Scope::Admin,
+    ),
+    key("post", "/v1/webhook-endpoints/{id}/test", Scope::Admin),
+    key("get", "/v1/webhook-endpoints/{id}/deliveries", Scope::Admin),
     public("/healthz"),
     public("/readyz"),
     public("/openapi.json"),
@@ -188,7 +200,8 @@ mod tests {
     use super::*;
 
     /// Every documented operation has a line in the table and every line is
-    /// documented; keyed routes follow the rules (GET → read, `/v1/api-keys` → admin,
+    /// documented; keyed routes follow the rules (GET → read, `/v1/api-keys` and
+    /// `/v1/webhook-endpoints` (signing secrets) → admin,
     /// approve/reject → approve, other POSTs → operate), and the document states each
     /// keyed route's scope as its `security` requirement and answers `403`.
     #[test]
@@ -205,7 +218,9 @@ mod tests {
                 match access {
                     Access::Public => assert!(op.get("security").is_none(), "{method} {path}"),
                     Access::Key(scope) => {
-                        let expected = if path.starts_with("/v1/api-keys") {
+                        let expected = if path.starts_with("/v1/api-keys")
+                            || path.starts_with("/v1/webhook-endpoints")
+                        {
                             Scope::Admin
                         } else if method == Method::GET {
                             Scope::Read

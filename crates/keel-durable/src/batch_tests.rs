@@ -232,6 +232,7 @@ async fn concurrent_journal_writes_through_the_combiner_are_written_once_each() 
 fn completed(instance_id: Uuid, token: Uuid, command_id: i64, next: bool) -> SettleRow {
     SettleRow {
         instance_id,
+        workflow: String::new(),
         token,
         status: "completed",
         output: Some("1".to_owned()),
@@ -257,7 +258,10 @@ async fn a_segment_settle_batch_refuses_the_stale_row_and_claims_next_commands_f
     let (c, cc) = leased(pool, t3).await;
     let q1 = queued(pool).await;
     let q2 = queued(pool).await;
-    let op = SettleOp { lease_secs: 30.0 };
+    let op = SettleOp {
+        lease_secs: 30.0,
+        hook: Default::default(),
+    };
     let before = Instant::now();
     let answers = op
         .run(

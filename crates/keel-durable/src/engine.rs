@@ -84,6 +84,8 @@ pub struct Engine {
     pub(crate) segment_settles: Arc<Combiner<SettleOp>>,
     /// The shared listener of [`Engine::await_terminal`] (started by its first call).
     terminal: Arc<TerminalWatch>,
+    /// The transition hook (see [`crate::hook`]).
+    pub(crate) hook: crate::hook::HookSlot,
 }
 
 impl std::fmt::Debug for Engine {
@@ -188,9 +190,11 @@ impl Engine {
             BATCH_BYTES,
             BATCH_FLUSHERS,
         );
+        let hook = crate::hook::HookSlot::default();
         let segment_settles = Combiner::new(
             SettleOp {
                 lease_secs: config.lease.as_secs_f64(),
+                hook: hook.clone(),
             },
             pool.clone(),
             BATCH_ROWS,
@@ -205,7 +209,46 @@ impl Engine {
             journal,
             segment_settles,
             terminal: Arc::new(TerminalWatch::default()),
+            hook,
         })
+    }
+
+    /// Sets the transition hook (see [`crate::hook`]): from now on it runs inside every
+    /// transaction of this engine (and its clones) that writes an instance's status.
+    /// Set it before spawning executors. Returns false (and changes nothing) when a
+    /// hook was set already.
+    pub fn set_transition_hook(&self, hook: Arc<dyn crate::TransitionHook>) -> bool {
+        self.hook.set(hook).is_ok()
+    }
+
+    /// [`Engine::input`] on `conn` (inside the caller's transaction).
+    ///
+    /// # Errors
+    /// [`DurableError::InstanceNotFound`], [`DurableError::Store`].
+    pub async fn input_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        instance_id: Uuid,
+    ) -> Result<Value> {
+        store::instance_input(&mut *conn, instance_id)
+            .await?
+            .ok_or(DurableError::InstanceNotFound(instance_id))
+    }
+
+    /// [`Engine::status`] on `conn` (inside the caller's transaction: it sees the
+    /// transaction's own writes, as a transition hook needs).
+    ///
+    /// # Errors
+    /// [`DurableError::InstanceNotFound`], [`DurableError::Store`].
+    pub async fn status_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        instance_id: Uuid,
+    ) -> Result<InstanceStatus> {
+        match store::instance_status(&mut *conn, instance_id).await? {
+            Some(row) => row.try_into(),
+            None => Err(DurableError::InstanceNotFound(instance_id)),
+        }
     }
 
     /// Registers a workflow that this engine's executors run (builder style). Starting
@@ -545,6 +588,12 @@ impl Engine {
         }
         store::instance_cancel(&mut *tx, instance_id).await?;
         store::commands_cancel_open(&mut *tx, instance_id).await?;
+        let t = [crate::hook::Transition {
+            instance_id,
+            workflow: locked.workflow,
+            status: RunStatus::Cancelled,
+        }];
+        crate::hook::run(&self.hook, &mut tx, &t).await?;
         tx.commit().await?;
         Ok(CancelOutcome::Cancelled)
     }
@@ -573,6 +622,12 @@ impl Engine {
             RunStatus::Failed => {
                 // Under the row lock: the guard (`status = 'failed'`) matches.
                 store::instance_reset_failed(&mut *tx, instance_id).await?;
+                let t = [crate::hook::Transition {
+                    instance_id,
+                    workflow: locked.workflow.clone(),
+                    status: RunStatus::Pending,
+                }];
+                crate::hook::run(&self.hook, &mut tx, &t).await?;
             }
             RunStatus::Suspended => {}
             _ => {

@@ -225,6 +225,8 @@ SELECT i.idx, (SELECT count(*) FROM n) AS notified FROM i";
 #[derive(Debug)]
 pub(crate) struct SettleRow {
     pub(crate) instance_id: Uuid,
+    /// The instance's workflow (for the transition hook).
+    pub(crate) workflow: String,
     pub(crate) token: Uuid,
     pub(crate) status: &'static str,
     pub(crate) output: Option<String>,
@@ -254,13 +256,49 @@ pub(crate) struct SettleAnswer {
 /// statements. When rows ask for their slot's next command, the batch and one
 /// [`CLAIM`] for that many commands run in one transaction (settle-and-claim-next: one
 /// commit instead of two, and the slot does not wait for the executor loop).
-#[derive(Debug)]
 pub(crate) struct SettleOp {
     pub(crate) lease_secs: f64,
+    /// The engine's transition hook, run in the settling transaction.
+    pub(crate) hook: crate::hook::HookSlot,
+}
+
+impl std::fmt::Debug for SettleOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SettleOp")
+            .field("lease_secs", &self.lease_secs)
+            .field("hook", &self.hook.get().is_some())
+            .finish()
+    }
 }
 
 impl SettleOp {
+    /// The batch statement, then the transition hook for the settled rows (the caller
+    /// runs both in one transaction when a hook is set).
     async fn exec(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        rows: &[SettleRow],
+    ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+        let out = Self::exec_batch(&mut *conn, rows).await?;
+        if self.hook.get().is_some() {
+            let transitions: Vec<crate::hook::Transition> = rows
+                .iter()
+                .zip(&out)
+                .filter(|(_, settled)| **settled)
+                .filter_map(|(r, _)| {
+                    Some(crate::hook::Transition {
+                        instance_id: r.instance_id,
+                        workflow: r.workflow.clone(),
+                        status: parse_status(r.status).ok()?,
+                    })
+                })
+                .collect();
+            crate::hook::run(&self.hook, conn, &transitions).await?;
+        }
+        Ok(out)
+    }
+
+    async fn exec_batch(
         conn: &mut sqlx::PgConnection,
         rows: &[SettleRow],
     ) -> std::result::Result<Vec<bool>, sqlx::Error> {
@@ -315,7 +353,7 @@ impl SettleOp {
         use sqlx::Connection;
         let sent_at = Instant::now();
         let mut tx = conn.begin().await?;
-        let settled = Self::exec(&mut tx, rows).await?;
+        let settled = self.exec(&mut tx, rows).await?;
         let claimed = sqlx::query_as::<_, Claimed>(CLAIM)
             .bind(names)
             .bind(self.lease_secs)
@@ -328,11 +366,23 @@ impl SettleOp {
 
     /// [`SettleOp::exec`] on the held connection.
     async fn exec_held(
+        &self,
         held: &mut Held,
         rows: &[SettleRow],
     ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+        use sqlx::Connection;
         let r = match held.conn().await {
-            Ok(conn) => Self::exec(conn, rows).await,
+            Ok(conn) if self.hook.get().is_some() => {
+                // The statement and the hook commit together.
+                match conn.begin().await {
+                    Ok(mut tx) => match self.exec(&mut tx, rows).await {
+                        Ok(out) => tx.commit().await.map(|()| out),
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                }
+            }
+            Ok(conn) => self.exec(conn, rows).await,
             Err(e) => Err(e),
         };
         held.check(&r);
@@ -345,13 +395,13 @@ impl SettleOp {
             settled,
             next: None,
         };
-        match Self::exec_held(held, batch).await {
+        match self.exec_held(held, batch).await {
             Ok(settled) => settled.into_iter().map(|s| Ok(answer(s))).collect(),
             Err(e) if batch.len() > 1 && rolled_back(&e) => {
                 let mut answers = Vec::with_capacity(batch.len());
                 for row in batch {
                     answers.push(
-                        match Self::exec_held(held, std::slice::from_ref(row)).await {
+                        match self.exec_held(held, std::slice::from_ref(row)).await {
                             Ok(settled) => Ok(answer(settled.first().copied().unwrap_or(false))),
                             Err(e) => Err(DurableError::from(e)),
                         },
@@ -996,6 +1046,7 @@ async fn finish(
                     };
                     let row = SettleRow {
                         instance_id: c.instance_id,
+                        workflow: c.workflow.clone(),
                         token,
                         status: s.status.as_str(),
                         output: text(s.output, "output")?,
@@ -1022,6 +1073,7 @@ async fn finish(
                     return Ok((outcome, answer.next));
                 }
             };
+            let mut tx = engine.pool.begin().await?;
             let (settled, _): (i64, i64) = sqlx::query_as(sql)
                 .bind(c.instance_id)
                 .bind(token)
@@ -1038,8 +1090,17 @@ async fn finish(
                 .bind(recovery.as_secs_f64())
                 .bind(max_attempts)
                 .bind(timer_at)
-                .fetch_one(&engine.pool)
+                .fetch_one(&mut *tx)
                 .await?;
+            if settled == 1 {
+                let t = [crate::hook::Transition {
+                    instance_id: c.instance_id,
+                    workflow: c.workflow.clone(),
+                    status: s.status,
+                }];
+                crate::hook::run(&engine.hook, &mut tx, &t).await?;
+            }
+            tx.commit().await?;
             Ok((if settled == 1 { s.outcome } else { "fenced" }, None))
         }
     }

@@ -33,6 +33,8 @@
 //!   and [`Engine::await_terminal`] (wakes on a notification when an instance becomes
 //!   `completed`, `failed` or `cancelled`; one shared `LISTEN` connection per engine).
 //!   The SQL of the API surface is in the `store` module, by table.
+//! - [`hook`]: the transition hook ([`Engine::set_transition_hook`]), run inside every
+//!   transaction that writes an instance's status (the outbox of keel-webhooks).
 //! - [`Retention`]: the retention pass (batched, `SKIP LOCKED`, one short transaction per
 //!   batch) that the cluster's daily cron runs; returns a [`RetentionReport`].
 //!
@@ -154,6 +156,7 @@ mod context;
 mod engine;
 mod error;
 mod executor;
+pub mod hook;
 pub mod metrics;
 pub mod payload;
 mod retention;
@@ -167,6 +170,7 @@ pub use context::{Deadline, WorkflowContext};
 pub use engine::{CancelOutcome, Engine, PurgeCounts, SignalReceipt, StartOptions, Started};
 pub use error::{DurableError, Result};
 pub use executor::{CHANNEL, ExecutorHandle};
+pub use hook::{HookFuture, Transition, TransitionHook, TransitionHookError};
 pub use metrics::OpenCensusGauge;
 pub use retention::{Retention, RetentionConfig, RetentionReport};
 pub use status::{

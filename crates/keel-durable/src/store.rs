@@ -263,6 +263,8 @@ pub(crate) async fn instance_run_status(
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct LockedInstance {
     pub status: String,
+    /// The instance's workflow.
+    pub workflow: String,
     /// A segment holds a live lease (`lease_expires_at > now()`).
     pub leased: bool,
 }
@@ -274,7 +276,7 @@ pub(crate) async fn instance_lock(
     id: Uuid,
 ) -> Result<Option<LockedInstance>> {
     Ok(sqlx::query_as(
-        "SELECT status, coalesce(lease_expires_at > now(), false) AS leased
+        "SELECT status, workflow, coalesce(lease_expires_at > now(), false) AS leased
            FROM durable_instance WHERE id = $1 FOR UPDATE",
     )
     .bind(id)

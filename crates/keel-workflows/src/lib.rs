@@ -24,6 +24,9 @@
 //!   scopes, rotation with an optional overlap, revocation), asset templates.
 //! - [`verdicts`]: [`VerdictSink`], the queue's settlement sink: records each verdict
 //!   as its workflow's signal `tx.<link>` in the transaction that settles the request.
+//! - [`events`]: the operations' webhook events ([`OperationEvents`]: the engine's
+//!   transition hook; also used by acceptance and the verdict sink), written in the
+//!   transaction of the change they report.
 //! - [`env`]: what the workflow bodies act through ([`env::WorkflowEnv`]: database,
 //!   operator, attribution suffix, per-chain [`env::ChainContext`]).
 //! - [`platform`]: Keel's platform contract addresses on a chain.
@@ -37,11 +40,12 @@
 //!   only as the queue's transaction field.
 //! - *tx_hash*: a transaction hash (`hash` only in the queue's verdict type).
 //!
-//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`, `0023`, `0027`, `0029`).
+//! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`, `0023`, `0027`, `0029`, `0033`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod env;
 mod error;
+pub mod events;
 pub mod ops;
 pub mod platform;
 pub mod store;
@@ -51,6 +55,7 @@ pub mod workflows;
 
 pub use env::{ChainContext, WorkflowEnv};
 pub use error::{OpsError, Result};
+pub use events::{OperationEvents, Renderer};
 pub use ops::accept::{Accepted, NewAsset, TokenRequest};
 pub use ops::ledger::{HolderView, HoldersView, SupplyView, TransferView, TransfersView};
 pub use ops::read::{

@@ -1113,3 +1113,56 @@ pub async fn asset_list(
         .push_bind(limit);
     Ok(q.build_query_as().fetch_all(db).await?)
 }
+
+// --- webhook events (issue 21) -------------------------------------------------
+
+/// The operation a transition reports: its id, organization and webhook mark.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct OperationEventContext {
+    /// Operation id.
+    pub id: Uuid,
+    /// Its organization.
+    pub organization_id: Uuid,
+    /// What its webhook events reported so far (`None`: nothing yet).
+    pub webhook_mark: Option<serde_json::Value>,
+}
+
+/// The event context of the operation whose instance is `instance_id`, if any.
+pub async fn operation_event_context_by_instance(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+) -> StoreResult<Option<OperationEventContext>> {
+    Ok(sqlx::query_as(
+        "SELECT id, organization_id, webhook_mark FROM operation WHERE instance_id = $1",
+    )
+    .bind(instance_id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// The event context of operation `id`, if any.
+pub async fn operation_event_context(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> StoreResult<Option<OperationEventContext>> {
+    Ok(
+        sqlx::query_as("SELECT id, organization_id, webhook_mark FROM operation WHERE id = $1")
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// Records what the webhook events of operation `id` reported.
+pub async fn operation_webhook_mark_set(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    mark: &serde_json::Value,
+) -> StoreResult<()> {
+    sqlx::query("UPDATE operation SET webhook_mark = $2 WHERE id = $1")
+        .bind(id)
+        .bind(mark)
+        .execute(db)
+        .await?;
+    Ok(())
+}

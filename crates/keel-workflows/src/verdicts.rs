@@ -17,6 +17,9 @@
 //! - Any other failure (database, the instance's open-signal bound) fails the sink:
 //!   the queue rolls the settlement back and settles again on a later pass.
 //!
+//! With [`VerdictSink::with_events`], each verdict's webhook events are written in the
+//! same settling transaction (see [`crate::events`]).
+//!
 //! Metric: `keel_workflows_verdicts_delivered_total{outcome}` (`delivered`,
 //! `duplicate`, `dropped`).
 
@@ -34,6 +37,7 @@ use uuid::Uuid;
 #[derive(Clone)]
 pub struct VerdictSink {
     engine: Engine,
+    events: Option<crate::events::OperationEvents>,
 }
 
 impl std::fmt::Debug for VerdictSink {
@@ -45,7 +49,19 @@ impl std::fmt::Debug for VerdictSink {
 impl VerdictSink {
     /// A sink that signals instances of `engine`.
     pub fn new(engine: Engine) -> Self {
-        Self { engine }
+        Self {
+            engine,
+            events: None,
+        }
+    }
+
+    /// The sink, also writing each verdict's webhook events
+    /// (`operation.transaction_settled` and what changed, see [`crate::events`]) in the
+    /// settling transaction.
+    #[must_use]
+    pub fn with_events(mut self, events: crate::events::OperationEvents) -> Self {
+        self.events = Some(events);
+        self
     }
 }
 
@@ -58,6 +74,8 @@ enum DeliveryError {
     Engine(#[from] DurableError),
     #[error("the verdict did not serialize")]
     Json,
+    #[error("webhook events: {0}")]
+    Events(#[from] crate::OpsError),
 }
 
 impl SettlementSink for VerdictSink {
@@ -67,7 +85,7 @@ impl SettlementSink for VerdictSink {
         settled: &'c [Settled<'c>],
     ) -> BoxFuture<'c, Result<(), SettlementSinkError>> {
         Box::pin(async move {
-            deliver(&self.engine, conn, settled)
+            deliver(&self.engine, self.events.as_ref(), conn, settled)
                 .await
                 .map_err(SettlementSinkError::new)
         })
@@ -76,6 +94,7 @@ impl SettlementSink for VerdictSink {
 
 async fn deliver(
     engine: &Engine,
+    events: Option<&crate::events::OperationEvents>,
     conn: &mut sqlx::PgConnection,
     settled: &[Settled<'_>],
 ) -> Result<(), DeliveryError> {
@@ -108,6 +127,11 @@ async fn deliver(
         };
         metrics::counter!("keel_workflows_verdicts_delivered_total", "outcome" => outcome)
             .increment(1);
+        if let Some(events) = events {
+            events
+                .emit_for_instance(&mut *conn, link.instance_id, true)
+                .await?;
+        }
     }
     Ok(())
 }

@@ -533,11 +533,19 @@ async fn start_api(
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let engine = keel_durable::Engine::new(pool.clone(), keel::services::engine_config(config))
         .context("durable engine")?;
-    let ops = keel_workflows::Ops::new(pool.clone(), engine);
-    let state = keel_api::ApiState::new(ops, ready).with_config(keel_api::ApiConfig {
-        max_body_bytes: config.api.body_limit_bytes,
-        ..keel_api::ApiConfig::default()
-    });
+    // `operation.accepted` webhook events are written with each accepted operation.
+    let events = keel_workflows::OperationEvents::new(
+        engine.clone(),
+        keel_api::webhooks::operation_renderer(),
+    );
+    let ops = keel_workflows::Ops::new(pool.clone(), engine).with_events(events);
+    let webhooks = keel_webhooks::Webhooks::new(pool.clone(), config.webhooks.to_config());
+    let state = keel_api::ApiState::new(ops, ready)
+        .with_webhooks(webhooks)
+        .with_config(keel_api::ApiConfig {
+            max_body_bytes: config.api.body_limit_bytes,
+            ..keel_api::ApiConfig::default()
+        });
     let listener = tokio::net::TcpListener::bind(&config.api.listen_address)
         .await
         .with_context(|| format!("binding api.listenAddress {}", config.api.listen_address))?;

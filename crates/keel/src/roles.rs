@@ -34,8 +34,49 @@ const TARGET: &str = "keel::roles";
 /// Name of the daily retention cron job (a cycle key prefix and a metric label).
 pub const RETENTION_JOB: &str = "retention/daily";
 
+/// Name of the daily webhook audit retention cron job (issue 21).
+pub const WEBHOOK_RETENTION_JOB: &str = "webhooks-retention/daily";
+
 /// The runner's scheduled jobs: a fixed set, so job names are bounded metric labels.
-pub const RUNNER_JOBS: [&str; 1] = [RETENTION_JOB];
+pub const RUNNER_JOBS: [&str; 2] = [RETENTION_JOB, WEBHOOK_RETENTION_JOB];
+
+/// The daily webhook audit retention job: every 24 h, half an hour after the
+/// retention job.
+pub fn webhook_retention_job(settings: &RetentionSettings) -> CronJob {
+    CronJob::new(
+        WEBHOOK_RETENTION_JOB,
+        Schedule::every(Duration::from_secs(86_400)).offset(Duration::from_secs(
+            u64::from(settings.hour_utc) * 3600 + 1800,
+        )),
+    )
+}
+
+/// One webhook audit retention cycle ([`keel_webhooks::retention_pass`], batches of
+/// `retention.batchSize` events, at most `retention.maxBatchesPerPass`).
+///
+/// # Errors
+/// A value-free message when the pass could not run or had failed batches (the cycle
+/// is recorded `failed`; the rows are retried next cycle).
+pub async fn webhook_retention_cycle(
+    pool: &PgPool,
+    config: &Config,
+) -> Result<keel_webhooks::WebhookRetentionReport, String> {
+    let report = keel_webhooks::retention_pass(
+        pool,
+        config.webhooks.to_config().retention,
+        i64::from(config.retention.batch_size),
+        config.retention.max_batches_per_pass,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    if report.failures > 0 {
+        return Err(format!(
+            "webhook retention pass had {} failed batches (retried next cycle)",
+            report.failures
+        ));
+    }
+    Ok(report)
+}
 
 /// How often a runner evaluates and exports the health of [`RUNNER_JOBS`].
 pub const JOB_HEALTH_INTERVAL: Duration = Duration::from_secs(30);
@@ -319,6 +360,30 @@ impl RoleRuntime {
         self.tasks.push((
             "retention-cron",
             self.supervisor.watch("retention-cron", cron),
+        ));
+
+        let webhook_job = webhook_retention_job(&config.retention);
+        keel_cluster::register_job(pool, &webhook_job)
+            .await
+            .context("registering the webhook retention job")?;
+        let (work_pool, work_config) = (pool.clone(), config.clone());
+        let webhook_cron = owner
+            .cron(pool.clone(), webhook_job, move |_cycle: CronCycle| {
+                let (pool, config) = (work_pool.clone(), work_config.clone());
+                async move {
+                    let run =
+                        tokio::spawn(async move { webhook_retention_cycle(&pool, &config).await });
+                    match run.await {
+                        Ok(done) => Ok::<u64, String>(done?.deleted()),
+                        Err(_) => Err("the webhook retention cycle panicked".to_owned()),
+                    }
+                }
+            })
+            .context("starting the webhook retention job")?;
+        self.tasks.push((
+            "webhooks-retention-cron",
+            self.supervisor
+                .watch("webhooks-retention-cron", webhook_cron),
         ));
 
         let (health_pool, health_stop) = (pool.clone(), self.stop.clone());

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain, once served ([`crate::chains`]), the transaction queue loop ([`TxQueue::run`]: its two [`keel_service`] services, `txq-rounds` for nonce recovery, signing and broadcast, woken by an enqueue, and `txq-confirm` for the confirmation watcher every `durable.confirmationWatcher.intervalMs`; they live in keel-txq and are only wired here) as the cluster singleton `txq/<chainId>` (its settlement sink records each verdict as the workflow's signal in the settling transaction), declined while the chain is not served |
 //! | `indexer` | per chain, while served, the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica; both loops live in keel-index ([`keel_index::follow_tip`], [`keel_index::work_history`], on the [`keel_service`] shape) and are only wired here |
+//! | `runner` (webhooks) | when `webhooks.enabled`, the webhook dispatcher (`webhooks-dispatch`, a [`keel_service`] service of keel-webhooks: signed, retried, per-operation ordered delivery); the engine's transition hook and the settlement sink write the operations' webhook events in the transactions of their changes |
 //! | `api` | the WorkflowEnv API (see [`keel_api`]) |
 //!
 //! Every long-lived task runs under the role's [`Supervisor`].
@@ -235,8 +236,16 @@ pub async fn start_runner(
     {
         anyhow::bail!("workflow `{missing}` can be started by the API but is not registered");
     }
+    // Webhook events (issue 21) are written in the transactions of the changes they
+    // report: every status the engine writes (the transition hook) and every verdict.
+    let events = keel_workflows::OperationEvents::new(
+        engine.clone(),
+        keel_api::webhooks::operation_renderer(),
+    );
+    engine.set_transition_hook(Arc::new(events.clone()));
     // Every verdict reaches its workflow in the transaction that settles it.
-    let sink: Arc<dyn SettlementSink> = Arc::new(VerdictSink::new(engine.clone()));
+    let sink: Arc<dyn SettlementSink> =
+        Arc::new(VerdictSink::new(engine.clone()).with_events(events));
     let executor_settings = executor_config(config);
     executor_settings
         .validate(&engine_config(config))
@@ -358,10 +367,35 @@ pub async fn start_runner(
         }
     });
     tasks.push(("open-census", census));
+    if config.webhooks.enabled {
+        let webhook_config = config.webhooks.to_config();
+        webhook_config
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("configuration section `webhooks`")?;
+        let (pool, stop) = (pool.clone(), stop.clone());
+        let dispatch = supervisor.spawn("webhooks-dispatch", move || {
+            let (pool, stop) = (pool.clone(), stop.clone());
+            async move {
+                match keel_webhooks::Dispatcher::new(pool, webhook_config, WEBHOOK_POLL) {
+                    Ok(d) => {
+                        keel_service::run(d, keel_service::ServiceConfig::new(WEBHOOK_POLL), stop)
+                            .await;
+                    }
+                    Err(e) => tracing::error!(target: TARGET, error = %e, "webhook dispatcher not started"),
+                }
+            }
+        });
+        tasks.push(("webhooks-dispatch", dispatch));
+    }
     tracing::info!(target: TARGET, chains = config.chains.len(), operator = %env.operator,
         "runner services started");
     Ok(RunnerServices { executor, tasks })
 }
+
+/// The webhook dispatcher's idle delay (it is also woken by `NOTIFY keel_webhooks`
+/// when an event is written) and its wait for an attempt to end before claiming again.
+pub const WEBHOOK_POLL: Duration = Duration::from_millis(500);
 
 /// How often the runner exports the open-instance census.
 pub const OPEN_CENSUS_INTERVAL: Duration = Duration::from_secs(15);

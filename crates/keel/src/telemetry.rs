@@ -373,6 +373,7 @@ fn describe_metrics() {
     keel_index::describe_metrics();
     keel_service::describe_metrics();
     keel_txq::describe_metrics();
+    keel_webhooks::describe_metrics();
     keel_workflows::describe_metrics();
     metrics::describe_counter!(
         "keel_chain_unreachable_total",

@@ -90,9 +90,24 @@ impl Env {
             .await
             .unwrap();
         let engine = Engine::new(pool.clone(), EngineConfig::default()).unwrap();
+        // Webhooks (issue 21): loopback http endpoints allowed for the tests.
+        let webhooks = keel_webhooks::Webhooks::new(
+            pool.clone(),
+            keel_webhooks::WebhookConfig {
+                policy: keel_webhooks::UrlPolicy {
+                    allow_http: true,
+                    allow_private: true,
+                },
+                ..keel_webhooks::WebhookConfig::default()
+            },
+        );
         let ops = Ops::new(pool, engine.clone());
         let ready = Arc::new(AtomicBool::new(true));
-        let app = router(ApiState::new(ops, ready.clone()).with_config(config));
+        let app = router(
+            ApiState::new(ops, ready.clone())
+                .with_config(config)
+                .with_webhooks(webhooks),
+        );
         Self {
             db,
             app,

@@ -14,3 +14,5 @@ mod lists;
 mod openapi_health;
 mod proptest_json;
 mod scopes;
+// Webhooks (issue 21).
+mod webhooks;

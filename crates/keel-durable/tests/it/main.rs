@@ -6,6 +6,7 @@ mod bounds;
 mod census;
 mod crash;
 mod executors;
+mod hook;
 mod lifecycle;
 mod replay;
 mod seams;

@@ -253,6 +253,8 @@ impl Ops {
             )
             .await?;
             if inserted {
+                self.emit_accepted(&mut tx, caller.organization_id, operation_id)
+                    .await?;
                 tx.commit().await?;
                 break (operation_id, asset_id, true);
             }
@@ -365,8 +367,9 @@ impl Ops {
                 }
             }
             let operation_id = Uuid::new_v4();
+            let mut tx = self.db.begin().await?;
             let inserted = store::operation_insert(
-                &self.db,
+                &mut *tx,
                 &NewOperationRow {
                     id: operation_id,
                     organization_id: caller.organization_id,
@@ -379,8 +382,12 @@ impl Ops {
             )
             .await?;
             if inserted {
+                self.emit_accepted(&mut tx, caller.organization_id, operation_id)
+                    .await?;
+                tx.commit().await?;
                 break (operation_id, true);
             }
+            tx.rollback().await?;
         };
         let input = TokenOpInput {
             operation_id,

@@ -6,7 +6,6 @@ use crate::ops::read::txq_err;
 use crate::ops::view::OperationView;
 use crate::store;
 use crate::tenancy::Caller;
-use crate::verdicts::VerdictSink;
 use crate::workflows::contract::{APPROVAL_SIGNAL, ApprovalDecision, OpFailure};
 use keel_durable::{RunStatus, SignalReceipt};
 use serde_json::Value;
@@ -53,7 +52,7 @@ impl Ops {
             &self.db,
             asset.chain_id,
             &format!("op/{id}/"),
-            Some(&VerdictSink::new(self.engine.clone())),
+            Some(&self.verdict_sink()),
         )
         .await
         .map_err(txq_err)?;

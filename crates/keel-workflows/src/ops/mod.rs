@@ -61,6 +61,7 @@ pub fn input_too_deep(bytes: &[u8], max: usize) -> bool {
 pub struct Ops {
     db: PgPool,
     engine: Engine,
+    events: Option<crate::events::OperationEvents>,
 }
 
 /// Why the service is not ready to serve ([`Ops::check_ready`]).
@@ -87,7 +88,48 @@ impl Ops {
     /// A service over `db` that starts workflows through `engine` (which needs no
     /// registered workflows: the runner executes them).
     pub fn new(db: PgPool, engine: Engine) -> Self {
-        Self { db, engine }
+        Self {
+            db,
+            engine,
+            events: None,
+        }
+    }
+
+    /// The service, writing `operation.accepted` webhook events with each accepted
+    /// operation (in its transaction) and passing `events` to the verdict sinks it
+    /// builds (see [`crate::events`]).
+    #[must_use]
+    pub fn with_events(mut self, events: crate::events::OperationEvents) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// The verdict sink for this service's withdrawals.
+    pub(crate) fn verdict_sink(&self) -> crate::VerdictSink {
+        let sink = crate::VerdictSink::new(self.engine.clone());
+        match &self.events {
+            Some(e) => sink.with_events(e.clone()),
+            None => sink,
+        }
+    }
+
+    /// Writes the acceptance events of operation `id` on `conn` (its inserting
+    /// transaction), when events are configured.
+    pub(crate) async fn emit_accepted(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        organization_id: uuid::Uuid,
+        id: uuid::Uuid,
+    ) -> Result<()> {
+        if let Some(events) = &self.events {
+            let ctx = crate::store::OperationEventContext {
+                id,
+                organization_id,
+                webhook_mark: None,
+            };
+            events.emit(conn, &ctx, None, false).await?;
+        }
+        Ok(())
     }
 
     /// Resolves a bearer token ([`crate::tenancy::authenticate`]).

@@ -5,6 +5,7 @@
 mod accept;
 mod amount;
 mod common;
+mod events;
 mod lists;
 mod store;
 mod verdicts;

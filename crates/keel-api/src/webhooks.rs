@@ -1,0 +1,561 @@
+//! Webhooks (issue 21): the `/v1/webhook-endpoints` routes over
+//! [`keel_webhooks::Webhooks`], and the `data` of operations' webhook events, which is
+//! this API's [`crate::dto::Operation`] as `GET /v1/operations/{id}` serves it (one
+//! schema, in the OpenAPI document; the binary passes [`operation_renderer`] to
+//! [`keel_workflows::OperationEvents`]).
+//!
+//! Bodies are JSON objects with exactly the documented members (unknown members,
+//! wrong JSON types → `400 INVALID_FIELD`); a value that breaks a rule (a refused URL,
+//! an unknown event type, a long description) → `422 INVALID_FIELD`. Endpoints of other
+//! organizations answer `404 NOT_FOUND`. Lists use the shared cursor pages
+//! ([`crate::page`]).
+
+use crate::ApiState;
+use crate::extract::{Authed, MAX_JSON_DEPTH, json_too_deep};
+use crate::page::{self, Page};
+use crate::problem::Problem;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Query, RawPathParams, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use keel_webhooks::{Endpoint, EndpointInput, WebhookError};
+use keel_workflows::{OperationView, Renderer};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use utoipa::{IntoParams, IntoResponses, ToSchema};
+use uuid::Uuid;
+
+/// The `data` of an `operation.*` webhook event: the operation view as the API's
+/// `Operation` JSON.
+pub fn operation_data(view: &OperationView) -> serde_json::Value {
+    serde_json::to_value(crate::dto::Operation::from(view.clone())).unwrap_or_default()
+}
+
+/// [`operation_data`] as a [`Renderer`].
+pub fn operation_renderer() -> Renderer {
+    Arc::new(operation_data)
+}
+
+/// A webhook endpoint (its secret is never shown again after creation or rotation).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookEndpoint {
+    /// Endpoint id.
+    pub id: Uuid,
+    /// Delivery URL.
+    pub url: String,
+    /// Free text.
+    pub description: String,
+    /// Subscribed event types (see `keel_webhooks::EVENT_TYPES`), or `*`.
+    pub event_types: Vec<String>,
+    /// Whether events are delivered.
+    pub enabled: bool,
+    /// Why Keel disabled it: `gone` (it answered 410) or `failing` (it failed for the
+    /// whole retry window); null otherwise.
+    pub disabled_reason: Option<String>,
+    /// During a rotation overlap: when the previous secret stops signing.
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<Endpoint> for WebhookEndpoint {
+    fn from(e: Endpoint) -> Self {
+        Self {
+            id: e.id,
+            url: e.url,
+            description: e.description,
+            event_types: e.event_types,
+            enabled: e.enabled,
+            disabled_reason: e.disabled_reason,
+            previous_secret_expires_at: e.previous_secret_expires_at,
+            created_at: e.created_at,
+            updated_at: e.updated_at,
+        }
+    }
+}
+
+/// An endpoint with its signing secret (answer of create and rotate only).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookEndpointWithSecret {
+    /// The endpoint.
+    pub endpoint: WebhookEndpoint,
+    /// The signing secret, `whsec_` + base64 of 32 bytes (Standard Webhooks). Shown
+    /// only in this answer.
+    pub secret: String,
+}
+
+/// A page of endpoints, oldest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookEndpointList {
+    /// The endpoints.
+    pub data: Vec<WebhookEndpoint>,
+    /// Whether more follow.
+    pub has_more: bool,
+    /// Pass back as `cursor` for the next page; null when `hasMore` is false.
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /v1/webhook-endpoints`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateWebhookEndpointRequest {
+    /// `https` URL (no loopback, private, link-local or metadata addresses).
+    pub url: String,
+    /// 1 to 32 event types, or `["*"]`.
+    pub event_types: Vec<String>,
+    /// Free text, at most 256 characters.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Default true.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// `PATCH /v1/webhook-endpoints/{id}`: the members given are changed.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateWebhookEndpointRequest {
+    /// New URL.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// New event types.
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
+    /// New description.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Enable (resets the circuit breaker) or disable.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// `POST /v1/webhook-endpoints/{id}/rotate-secret`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RotateSecretRequest {
+    /// How long the previous secret keeps signing, seconds (0..=604800; default 86400).
+    #[serde(default)]
+    pub overlap_seconds: Option<u64>,
+}
+
+/// A test delivery was queued.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookTestQueued {
+    /// The test event's id (its `webhook-id`).
+    pub event_id: Uuid,
+}
+
+/// One attempt of a delivery.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookAttempt {
+    /// When it was made.
+    pub attempted_at: DateTime<Utc>,
+    /// The HTTP status, null without a response.
+    pub http_status: Option<i32>,
+    /// Milliseconds until the answer (or the error).
+    pub latency_ms: i32,
+    /// `timeout`, `connect`, `network`, `blocked_address`, `http_3xx`, `http_4xx`,
+    /// `http_5xx`, `gone`; null on success.
+    pub error_class: Option<String>,
+    /// The retry it scheduled, if any.
+    pub next_retry_at: Option<DateTime<Utc>>,
+}
+
+/// A delivery of an event to the endpoint.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookDelivery {
+    /// Delivery id.
+    pub id: Uuid,
+    /// The event (its `webhook-id`).
+    pub event_id: Uuid,
+    /// The event type.
+    pub event_type: String,
+    /// `pending`, `succeeded`, `failed`, `cancelled`.
+    pub state: String,
+    /// A test delivery.
+    pub test: bool,
+    /// The next attempt, while pending.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Its attempts, oldest first.
+    pub attempts: Vec<WebhookAttempt>,
+}
+
+/// A page of deliveries, newest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookDeliveryList {
+    /// The deliveries.
+    pub data: Vec<WebhookDelivery>,
+    /// Whether more follow.
+    pub has_more: bool,
+    /// Pass back as `cursor` for the next page; null when `hasMore` is false.
+    pub next_cursor: Option<String>,
+}
+
+/// Errors of the webhook endpoint routes (for the OpenAPI document).
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum WebhookErrors {
+    /// `MALFORMED_JSON`, `JSON_TOO_DEEP`, `INVALID_FIELD` (not an object, an unknown
+    /// member, a wrong JSON type), `INVALID_QUERY`, `INVALID_CURSOR`.
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(Problem),
+    /// `UNAUTHENTICATED`: missing or invalid API key.
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthenticated(Problem),
+    /// `NOT_FOUND`: no such endpoint in the caller's organization.
+    #[response(status = 404, content_type = "application/problem+json")]
+    NotFound(Problem),
+    /// `UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.
+    #[response(status = 415, content_type = "application/problem+json")]
+    Unsupported(Problem),
+    /// `INVALID_FIELD`: a value breaks a rule (a refused URL, an unknown event type).
+    #[response(status = 422, content_type = "application/problem+json")]
+    Unprocessable(Problem),
+}
+
+fn problem(e: WebhookError) -> Problem {
+    let unprocessable =
+        |detail: String| Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "INVALID_FIELD", detail);
+    match e {
+        WebhookError::InvalidUrl { reason } => unprocessable(format!("field `url`: {reason}")),
+        WebhookError::UnknownEventType => unprocessable(
+            "field `eventTypes`: an event type is not one of the documented types or `*`"
+                .to_owned(),
+        ),
+        WebhookError::InvalidField { field, reason } => {
+            unprocessable(format!("field `{field}`: {reason}"))
+        }
+        WebhookError::NotFound => Problem::not_found("webhook endpoint"),
+        WebhookError::Store(s) => Problem::from(keel_workflows::OpsError::Store(s)),
+        _ => Problem::internal(),
+    }
+}
+
+fn service(state: &ApiState) -> Result<&keel_webhooks::Webhooks, Problem> {
+    state.webhooks().ok_or_else(|| Problem::not_found("route"))
+}
+
+fn endpoint_id(params: &RawPathParams) -> Result<Uuid, Problem> {
+    params
+        .iter()
+        .find(|(k, _)| *k == "id")
+        .and_then(|(_, v)| Uuid::parse_str(v).ok())
+        .ok_or_else(|| Problem::not_found("webhook endpoint"))
+}
+
+/// A JSON body of `T` (empty allowed when `empty_ok`: then `{}`).
+fn body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    bytes: &Bytes,
+    empty_ok: bool,
+) -> Result<T, Problem> {
+    let bytes: &[u8] = if bytes.is_empty() && empty_ok {
+        b"{}"
+    } else {
+        bytes
+    };
+    if !(bytes == b"{}" && empty_ok) {
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("application/json")
+            });
+        if json != Some(true) {
+            return Err(Problem::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UNSUPPORTED_MEDIA_TYPE",
+                "the request body must be application/json",
+            ));
+        }
+    }
+    if json_too_deep(bytes, MAX_JSON_DEPTH) {
+        return Err(Problem::bad_request(
+            "JSON_TOO_DEEP",
+            format!("the request body is nested deeper than {MAX_JSON_DEPTH} levels"),
+        ));
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|_| {
+        Problem::bad_request("MALFORMED_JSON", "the request body is not valid JSON")
+    })?;
+    if !value.is_object() {
+        return Err(Problem::bad_request(
+            "INVALID_FIELD",
+            "the request body must be a JSON object",
+        ));
+    }
+    serde_json::from_value(value).map_err(|_| {
+        Problem::bad_request(
+            "INVALID_FIELD",
+            "the request body has an unknown member, a missing member or a member of the wrong JSON type",
+        )
+    })
+}
+
+/// The page query of the list routes.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PageQuery {
+    /// 1..=200, default 50.
+    limit: Option<u32>,
+    /// `nextCursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// The keyset of the webhook lists: `(created_at, id)`.
+type Keyset = (DateTime<Utc>, Uuid);
+
+fn page_query(
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<(u32, Option<Keyset>), Problem> {
+    let Query(q) =
+        q.map_err(|_| Problem::bad_request("INVALID_QUERY", "a query parameter is malformed"))?;
+    let limit = page::limit(q.limit)?;
+    let after = match q.cursor.as_deref() {
+        Some(c) => Some(page::decode_cursor::<Keyset>(c)?),
+        None => None,
+    };
+    Ok((limit, after))
+}
+
+/// Register a webhook endpoint; the answer shows its signing secret, once.
+#[utoipa::path(post, path = "/v1/webhook-endpoints", tag = "webhooks", operation_id = "createWebhookEndpoint",
+    request_body(content = CreateWebhookEndpointRequest, content_type = "application/json"),
+    responses((status = 201, description = "Created.", body = WebhookEndpointWithSecret), WebhookErrors),
+    security(("bearer" = [])))]
+pub(crate) async fn create(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Problem> {
+    let req: CreateWebhookEndpointRequest = body(&headers, &bytes, false)?;
+    let (e, secret) = service(&state)?
+        .create(
+            caller.organization_id,
+            &EndpointInput {
+                url: Some(req.url),
+                description: req.description,
+                event_types: Some(req.event_types),
+                enabled: req.enabled,
+            },
+        )
+        .await
+        .map_err(problem)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(WebhookEndpointWithSecret {
+            endpoint: e.into(),
+            secret,
+        }),
+    )
+        .into_response())
+}
+
+/// The organization's webhook endpoints, oldest first.
+#[utoipa::path(get, path = "/v1/webhook-endpoints", tag = "webhooks", operation_id = "listWebhookEndpoints",
+    params(PageQuery),
+    responses((status = 200, description = "A page of endpoints.", body = WebhookEndpointList), WebhookErrors),
+    security(("bearer" = [])))]
+pub(crate) async fn list(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Problem> {
+    let (limit, after) = page_query(q)?;
+    let rows = service(&state)?
+        .list(caller.organization_id, after, i64::from(limit) + 1)
+        .await
+        .map_err(problem)?;
+    let p = Page::from_rows(rows, limit, |e| (e.created_at, e.id)).map(WebhookEndpoint::from);
+    Ok(Json(WebhookEndpointList {
+        data: p.data,
+        has_more: p.has_more,
+        next_cursor: p.next_cursor,
+    })
+    .into_response())
+}
+
+/// One webhook endpoint.
+#[utoipa::path(get, path = "/v1/webhook-endpoints/{id}", tag = "webhooks", operation_id = "getWebhookEndpoint",
+    params(("id" = Uuid, Path, description = "Endpoint id")),
+    responses((status = 200, description = "The endpoint.", body = WebhookEndpoint), WebhookErrors),
+    security(("bearer" = [])))]
+pub(crate) async fn get(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    params: RawPathParams,
+) -> Result<Response, Problem> {
+    let id = endpoint_id(&params)?;
+    let e = service(&state)?
+        .get(caller.organization_id, id)
+        .await
+        .map_err(problem)?;
+    Ok(Json(WebhookEndpoint::from(e)).into_response())
+}
+
+/// Change a webhook endpoint (the members given).
+#[utoipa::path(patch, path = "/v1/webhook-endpoints/{id}", tag = "webhooks", operation_id = "updateWebhookEndpoint",
+    params(("id" = Uuid, Path, description = "Endpoint id")),
+    request_body(content = UpdateWebhookEndpointRequest, content_type = "application/json"),
+    responses((status = 200, description = "The changed endpoint.", body = WebhookEndpoint), WebhookErrors),
+    security(("bearer" = [])))]
+pub(crate) async fn update(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    params: RawPathParams,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Problem> {
+    let id = endpoint_id(&params)?;
+    let req: UpdateWebhookEndpointRequest = body(&headers, &bytes, false)?;
+    let e = service(&state)?
+        .update(
+            caller.organization_id,
+            id,
+            &EndpointInput {
+                url: req.url,
+                description: req.description,
+                event_types: req.event_types,
+                enabled: req.enabled,
+            },
+        )
+        .await
+        .map_err(problem)?;
+    Ok(Json(WebhookEndpoint::from(e)).into_response())
+}
+
+/// Delete a webhook endpoint; its pending deliveries are cancelled.
+#[utoipa::path(delete, path = "/v1/webhook-endpoints/{id}", tag = "webhooks", operation_id = "deleteWebhookEndpoint",
+    params(("id" = Uuid, Path, description = "Endpoint id")),
+    responses((status = 204, description = "Deleted."), WebhookErrors),
+    security(("bearer" = [])))]
+pub(crate) async fn delete(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    params: RawPathParams,
+) -> Result<Response, Problem> {
+    let id = endpoint_id(&params)?;
+    service(&state)?
+        .delete(caller.organization_id, id)
+        .await
+        .map_err(problem)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Rotate the signing secret: the answer shows the new secret, once; the previous one
+/// keeps signing (both signatures are sent) for `overlapSeconds`.
+#[utoipa::path(post, path = "/v1/webhook-endpoints/{id}/rotate-secret", tag = "webhooks", operation_id = "rotateWebhookSecret",
+    params(("id" = Uuid, Path, description = "Endpoint id")),
+    request_body(content = RotateSecretRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    responses((status = 200, description = "Rotated.", body = WebhookEndpointWithSecret), WebhookErrors),
+    security(("bearer" = [])))]
+pub(crate) async fn rotate(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    params: RawPathParams,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Problem> {
+    let id = endpoint_id(&params)?;
+    let req: RotateSecretRequest = body(&headers, &bytes, true)?;
+    let (e, secret) = service(&state)?
+        .rotate_secret(
+            caller.organization_id,
+            id,
+            req.overlap_seconds.map(Duration::from_secs),
+        )
+        .await
+        .map_err(problem)?;
+    Ok(Json(WebhookEndpointWithSecret {
+        endpoint: e.into(),
+        secret,
+    })
+    .into_response())
+}
+
+/// Send a test event (`webhook.test`, marked as a test) to this endpoint only.
+#[utoipa::path(post, path = "/v1/webhook-endpoints/{id}/test", tag = "webhooks", operation_id = "testWebhookEndpoint",
+    params(("id" = Uuid, Path, description = "Endpoint id")),
+    responses((status = 202, description = "Queued for delivery.", body = WebhookTestQueued), WebhookErrors),
+    security(("bearer" = [])))]
+pub(crate) async fn test(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    params: RawPathParams,
+) -> Result<Response, Problem> {
+    let id = endpoint_id(&params)?;
+    let event_id = service(&state)?
+        .send_test(caller.organization_id, id)
+        .await
+        .map_err(problem)?;
+    Ok((StatusCode::ACCEPTED, Json(WebhookTestQueued { event_id })).into_response())
+}
+
+/// The endpoint's deliveries, newest first, each with its attempts (time, HTTP status,
+/// latency, error class, next retry).
+#[utoipa::path(get, path = "/v1/webhook-endpoints/{id}/deliveries", tag = "webhooks", operation_id = "listWebhookDeliveries",
+    params(("id" = Uuid, Path, description = "Endpoint id"), PageQuery),
+    responses((status = 200, description = "A page of deliveries.", body = WebhookDeliveryList), WebhookErrors),
+    security(("bearer" = [])))]
+pub(crate) async fn deliveries(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    params: RawPathParams,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Problem> {
+    let id = endpoint_id(&params)?;
+    let (limit, before) = page_query(q)?;
+    let rows = service(&state)?
+        .deliveries(caller.organization_id, id, before, i64::from(limit) + 1)
+        .await
+        .map_err(problem)?;
+    let p = Page::from_rows(rows, limit, |d| (d.delivery.created_at, d.delivery.id)).map(|d| {
+        WebhookDelivery {
+            id: d.delivery.id,
+            event_id: d.delivery.event_id,
+            event_type: d.delivery.event_type,
+            state: d.delivery.state,
+            test: d.delivery.is_test,
+            next_attempt_at: d.delivery.next_attempt_at,
+            created_at: d.delivery.created_at,
+            attempts: d
+                .attempts
+                .into_iter()
+                .map(|a| WebhookAttempt {
+                    attempted_at: a.attempted_at,
+                    http_status: a.http_status,
+                    latency_ms: a.latency_ms,
+                    error_class: a.error_class,
+                    next_retry_at: a.next_retry_at,
+                })
+                .collect(),
+        }
+    });
+    Ok(Json(WebhookDeliveryList {
+        data: p.data,
+        has_more: p.has_more,
+        next_cursor: p.next_cursor,
+    })
+    .into_response())
+}
