@@ -67,6 +67,7 @@ impl Modify for Fixups {
         enumerate_kinds(components);
         merge_operation_accepted(components);
         unique_scopes(components);
+        enumerate_event_types(components);
         list_error_codes(components);
         components.add_security_scheme(
             "bearer",
@@ -128,6 +129,49 @@ fn constrain_parameters(doc: &mut utoipa::openapi::OpenApi) {
                     _ => {}
                 }
             }
+        }
+    }
+}
+
+/// Declares the items of `eventTypes` in the webhook-endpoint requests as the enum of
+/// [`keel_webhooks::EVENT_TYPES`] and `*` (the server refuses any other string; the
+/// DTOs hold them as strings so the refusal is a typed `422`).
+fn enumerate_event_types(components: &mut utoipa::openapi::Components) {
+    use utoipa::openapi::schema::ArrayItems;
+    use utoipa::openapi::{RefOr, Schema};
+    let values: Vec<serde_json::Value> = keel_webhooks::EVENT_TYPES
+        .iter()
+        .copied()
+        .chain(["*"])
+        .map(serde_json::Value::from)
+        .collect();
+    fn items(schema: &mut Schema, values: &[serde_json::Value]) {
+        match schema {
+            Schema::Array(array) => {
+                if let ArrayItems::RefOrSchema(item) = &mut array.items
+                    && let RefOr::T(Schema::Object(item)) = item.as_mut()
+                {
+                    item.enum_values = Some(values.to_vec());
+                }
+            }
+            Schema::OneOf(one) => {
+                for s in &mut one.items {
+                    if let RefOr::T(s) = s {
+                        items(s, values);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for name in [
+        "CreateWebhookEndpointRequest",
+        "UpdateWebhookEndpointRequest",
+    ] {
+        if let Some(RefOr::T(Schema::Object(request))) = components.schemas.get_mut(name)
+            && let Some(RefOr::T(schema)) = request.properties.get_mut("eventTypes")
+        {
+            items(schema, &values);
         }
     }
 }

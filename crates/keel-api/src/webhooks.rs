@@ -316,9 +316,11 @@ fn body<T: DeserializeOwned>(
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
 pub(crate) struct PageQuery {
-    /// 1..=200, default 50.
+    /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
-    /// `nextCursor` of the previous page.
+    /// The `nextCursor` of the previous page (opaque).
+    #[param(max_length = 512)]
     cursor: Option<String>,
 }
 
