@@ -194,7 +194,15 @@ fn parse_create(body: &[u8]) -> Result<NewTx, String> {
     })
 }
 
+/// Writes run to completion in their own task, as at a real provider: a client that
+/// hangs up (a timeout) does not undo a create that is already being handled.
 async fn create(State(app): Shared, headers: HeaderMap, uri: Uri, body: Body) -> Response {
+    tokio::spawn(create_inner(app, headers, uri, body))
+        .await
+        .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, 500, "Internal error"))
+}
+
+async fn create_inner(app: Arc<App>, headers: HeaderMap, uri: Uri, body: Body) -> Response {
     if let Err(r) = gate(&app, &headers, &uri, &body).await {
         return r;
     }
@@ -231,6 +239,12 @@ async fn get_by_external(State(app): Shared, headers: HeaderMap, uri: Uri, Path(
 }
 
 async fn cancel(State(app): Shared, headers: HeaderMap, uri: Uri, Path(id): Path<String>, body: Body) -> Response {
+    tokio::spawn(cancel_inner(app, headers, uri, id, body))
+        .await
+        .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, 500, "Internal error"))
+}
+
+async fn cancel_inner(app: Arc<App>, headers: HeaderMap, uri: Uri, id: String, body: Body) -> Response {
     if let Err(r) = gate(&app, &headers, &uri, &body).await {
         return r;
     }

@@ -277,3 +277,34 @@ async fn rate_limits_429_retry_after_is_honoured_and_the_account_limit_paces_req
     }
     assert!(start.elapsed() >= Duration::from_millis(1900), "{:?}", start.elapsed());
 }
+
+#[tokio::test]
+async fn a_create_that_times_out_is_in_doubt_and_lands_later_exactly_once() {
+    let chain = TestChain::start().await.unwrap();
+    let sim = Sim::start(&chain).await;
+    let vault = sim.funded_vault(&chain, VAULT).await;
+    let store = deploy_store(&chain).await;
+    let mut config = sim.config();
+    config.request_timeout_ms = 300;
+    let provider = sim.provider_with(&config);
+
+    // The provider handles the create after the client gave up waiting (its JWT is
+    // still valid then): the answer is lost, the transaction exists.
+    sim.admin("/admin/faults/http", json!({"kind": "slow", "delayMs": 1500})).await;
+    let call = call(store, 21, "keel.op-slow.mint.0");
+    let err = provider.create_contract_call(&call).await.unwrap_err();
+    assert!(matches!(&err, CustodyError::InDoubt { cause, .. } if cause == "timeout"), "{err}");
+
+    // Until the create's JWT has expired, "not found" is not yet proof of absence:
+    // poll the lookup until the transaction shows up.
+    let start = Instant::now();
+    let found = loop {
+        if let Some(tx) = provider.get_by_external_id(&call.external_tx_id).await.unwrap() {
+            break tx;
+        }
+        assert!(start.elapsed() < STATUS_DEADLINE, "the delayed create never landed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    wait_status(&provider, &found.id, TxStatus::Completed).await;
+    assert_eq!(sent_count(&chain, vault).await, 1);
+}
