@@ -94,11 +94,17 @@ impl Verifier {
         }
         let hash = hex::encode(Sha256::digest(body));
         if claims.body_hash != hash {
-            return Err(refuse(-7, "Unauthorized: Token was not accepted (bodyHash)"));
+            return Err(refuse(
+                -7,
+                "Unauthorized: Token was not accepted (bodyHash)",
+            ));
         }
         let now = now_secs();
         if claims.exp <= claims.iat || claims.exp >= claims.iat + 30 {
-            return Err(refuse(-7, "Unauthorized: Token was not accepted (lifetime)"));
+            return Err(refuse(
+                -7,
+                "Unauthorized: Token was not accepted (lifetime)",
+            ));
         }
         if claims.iat > now + MAX_FUTURE_SKEW_SECS {
             return Err(refuse(-12, "The request is issued in the future"));
@@ -106,7 +112,10 @@ impl Verifier {
         let mut nonces = self.nonces.lock().unwrap_or_else(|p| p.into_inner());
         nonces.retain(|_, exp| *exp + MAX_FUTURE_SKEW_SECS >= now);
         if nonces.contains_key(&claims.nonce) {
-            return Err(refuse(-7, "Unauthorized: Token was not accepted (nonce reused)"));
+            return Err(refuse(
+                -7,
+                "Unauthorized: Token was not accepted (nonce reused)",
+            ));
         }
         nonces.insert(claims.nonce, claims.exp);
         Ok(())

@@ -182,7 +182,12 @@ pub(crate) struct NewTx {
 const CANCELLABLE: [&str; 3] = ["SUBMITTED", "PENDING_AUTHORIZATION", "QUEUED"];
 
 impl Engine {
-    pub(crate) fn new(config: EngineConfig, chain: DynProvider, chain_id: u64, hooks: Hooks) -> Self {
+    pub(crate) fn new(
+        config: EngineConfig,
+        chain: DynProvider,
+        chain_id: u64,
+        hooks: Hooks,
+    ) -> Self {
         Self {
             config,
             chain,
@@ -227,7 +232,10 @@ impl Engine {
     /// Records a create; returns the id and whether to lose the answer.
     pub(crate) fn create(self: &Arc<Self>, new: NewTx) -> Result<(String, bool), CreateRefusal> {
         if !self.config.assets.iter().any(|a| a == &new.asset_id) {
-            return Err(CreateRefusal(format!("Asset {} is not supported", new.asset_id)));
+            return Err(CreateRefusal(format!(
+                "Asset {} is not supported",
+                new.asset_id
+            )));
         }
         let vault = self
             .vault(&new.vault_id)
@@ -242,7 +250,11 @@ impl Engine {
                     "Transaction with externalTxId {ext} already exists"
                 )));
             }
-            let fault = match new.external_tx_id.as_ref().and_then(|e| state.keyed_faults.remove(e)) {
+            let fault = match new
+                .external_tx_id
+                .as_ref()
+                .and_then(|e| state.keyed_faults.remove(e))
+            {
                 Some(f) => f,
                 None => state.next_faults.pop_front().unwrap_or_default(),
             };
@@ -279,7 +291,8 @@ impl Engine {
             state.txs.insert(id.clone(), tx);
             (json, fault.lose_response)
         };
-        self.hooks.emit("transaction.created", &id, "SUBMITTED", json);
+        self.hooks
+            .emit("transaction.created", &id, "SUBMITTED", json);
         let engine = self.clone();
         let worker_id = id.clone();
         tokio::spawn(async move { engine.run(worker_id).await });
@@ -290,14 +303,17 @@ impl Engine {
     fn set(&self, id: &str, status: &'static str, sub_status: &str, edit: impl FnOnce(&mut Tx)) {
         let json = {
             let mut state = self.lock();
-            let Some(tx) = state.txs.get_mut(id) else { return };
+            let Some(tx) = state.txs.get_mut(id) else {
+                return;
+            };
             tx.status = status;
             tx.sub_status = sub_status.to_owned();
             tx.last_updated = now_ms();
             edit(tx);
             tx.json()
         };
-        self.hooks.emit("transaction.status.updated", id, status, json);
+        self.hooks
+            .emit("transaction.status.updated", id, status, json);
     }
 
     /// Moves to `status` unless a cancel was requested (then false: stop).
@@ -338,7 +354,9 @@ impl Engine {
 
     pub(crate) fn decide(&self, id: &str, approve: bool, sub_status: Option<String>) -> bool {
         let mut state = self.lock();
-        let Some(tx) = state.txs.get_mut(id) else { return false };
+        let Some(tx) = state.txs.get_mut(id) else {
+            return false;
+        };
         if tx.status != "PENDING_AUTHORIZATION" || tx.approval.is_some() {
             return false;
         }
@@ -353,7 +371,12 @@ impl Engine {
         let (behavior, fault_sub, control, vault_id) = {
             let state = self.lock();
             let Some(tx) = state.txs.get(&id) else { return };
-            (tx.behavior.clone(), tx.fault_sub_status.clone(), tx.control.clone(), tx.vault_id.clone())
+            (
+                tx.behavior.clone(),
+                tx.fault_sub_status.clone(),
+                tx.control.clone(),
+                tx.vault_id.clone(),
+            )
         };
         match behavior {
             Behavior::Reject => {
@@ -402,7 +425,9 @@ impl Engine {
             tracing::info!(tx = %id, "silent drop: staying QUEUED, never broadcast");
             return;
         }
-        let Some(vault) = self.vault(&vault_id) else { return };
+        let Some(vault) = self.vault(&vault_id) else {
+            return;
+        };
         let mut nonce_slot = vault.next_nonce.lock().await;
         tokio::time::sleep(step).await;
         if !self.advance(&id, "PENDING_SIGNATURE", "") {
@@ -451,7 +476,10 @@ impl Engine {
             .with_gas_limit(gas)
             .with_max_fee_per_gas(fees.max_fee_per_gas)
             .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
-        let Ok(envelope) = request.build(&EthereumWallet::from(vault.signer.clone())).await else {
+        let Ok(envelope) = request
+            .build(&EthereumWallet::from(vault.signer.clone()))
+            .await
+        else {
             self.set(&id, "FAILED", "INTERNAL_ERROR", |_| {});
             return;
         };
@@ -470,12 +498,24 @@ impl Engine {
         }
         *nonce_slot = Some(nonce + 1);
         drop(nonce_slot);
-        self.set(&id, "CONFIRMING", "PENDING_BLOCKCHAIN_CONFIRMATIONS", |tx| tx.tx_hash = Some(hash));
+        self.set(
+            &id,
+            "CONFIRMING",
+            "PENDING_BLOCKCHAIN_CONFIRMATIONS",
+            |tx| tx.tx_hash = Some(hash),
+        );
         loop {
             tokio::time::sleep(self.config.poll_interval).await;
-            let Ok(Some(receipt)) = self.chain.get_transaction_receipt(hash).await else { continue };
-            let (Some(number), Some(block_hash)) = (receipt.block_number, receipt.block_hash) else { continue };
-            let Ok(head) = self.chain.get_block_number().await else { continue };
+            let Ok(Some(receipt)) = self.chain.get_transaction_receipt(hash).await else {
+                continue;
+            };
+            let (Some(number), Some(block_hash)) = (receipt.block_number, receipt.block_hash)
+            else {
+                continue;
+            };
+            let Ok(head) = self.chain.get_block_number().await else {
+                continue;
+            };
             let confirmations = head.saturating_sub(number) + 1;
             if confirmations < self.config.confirmations {
                 continue;

@@ -58,8 +58,11 @@ fn signing_key(kid: String, private_pem: &[u8]) -> anyhow::Result<SigningKey> {
 }
 
 fn generated_key(kid: String) -> anyhow::Result<SigningKey> {
-    let pair = KeyPair::generate(KeySize::Rsa2048).map_err(|_| anyhow::anyhow!("RSA key generation failed"))?;
-    let der = pair.as_der().map_err(|_| anyhow::anyhow!("RSA key encoding failed"))?;
+    let pair = KeyPair::generate(KeySize::Rsa2048)
+        .map_err(|_| anyhow::anyhow!("RSA key generation failed"))?;
+    let der = pair
+        .as_der()
+        .map_err(|_| anyhow::anyhow!("RSA key encoding failed"))?;
     signing_key(kid, pem("PRIVATE KEY", der.as_ref()).as_bytes())
 }
 
@@ -147,7 +150,13 @@ impl Hooks {
     }
 
     /// Records an event and queues it for delivery.
-    pub(crate) fn emit(&self, event_type: &str, resource_id: &str, status: &str, data: serde_json::Value) {
+    pub(crate) fn emit(
+        &self,
+        event_type: &str,
+        resource_id: &str,
+        status: &str,
+        data: serde_json::Value,
+    ) {
         let id = uuid::Uuid::new_v4().to_string();
         let body = serde_json::json!({
             "id": id,
@@ -170,7 +179,12 @@ impl Hooks {
 
     /// Sends an old event again, byte for byte (a provider's resend).
     pub(crate) async fn resend(&self, event_id: &str) -> bool {
-        let event = self.lock().history.iter().find(|e| e.id == event_id).cloned();
+        let event = self
+            .lock()
+            .history
+            .iter()
+            .find(|e| e.id == event_id)
+            .cloned();
         match event {
             Some(event) => {
                 self.deliver(&event).await;
@@ -182,16 +196,21 @@ impl Hooks {
 
     fn sign(&self, body: &[u8]) -> String {
         let state = self.lock();
-        let Some(key) = state.keys.last() else { return String::new() };
+        let Some(key) = state.keys.last() else {
+            return String::new();
+        };
         let header = serde_json::json!({"alg": "RS512", "kid": key.kid, "typ": "JOSE"});
         let protected = URL_SAFE_NO_PAD.encode(header.to_string());
         let input = format!("{protected}.{}", URL_SAFE_NO_PAD.encode(body));
-        let signature = jsonwebtoken::crypto::sign(input.as_bytes(), &key.key, Algorithm::RS512).unwrap_or_default();
+        let signature = jsonwebtoken::crypto::sign(input.as_bytes(), &key.key, Algorithm::RS512)
+            .unwrap_or_default();
         format!("{protected}..{signature}")
     }
 
     async fn deliver(&self, event: &SentEvent) {
-        let Some(url) = self.lock().url.clone() else { return };
+        let Some(url) = self.lock().url.clone() else {
+            return;
+        };
         let client = reqwest::Client::new();
         for attempt in 0..3u32 {
             let signature = self.sign(&event.body);

@@ -143,13 +143,15 @@ async fn main() -> anyhow::Result<()> {
     for spec in &cli.api_users {
         let (key, path) = split_pair(spec).context("--api-user")?;
         let pem = std::fs::read(path).with_context(|| format!("reading {path}"))?;
-        let decoding = DecodingKey::from_rsa_pem(&pem).with_context(|| format!("{path} is not an RSA public key"))?;
+        let decoding = DecodingKey::from_rsa_pem(&pem)
+            .with_context(|| format!("{path} is not an RSA public key"))?;
         users.insert(key.to_owned(), decoding);
     }
     let mut vault_keys = HashMap::new();
     for spec in &cli.vault_keys {
         let (id, hex_key) = split_pair(spec).context("--vault-key")?;
-        let signer = PrivateKeySigner::from_str(hex_key).context("--vault-key: not a private key")?;
+        let signer =
+            PrivateKeySigner::from_str(hex_key).context("--vault-key: not a private key")?;
         vault_keys.insert(id.to_owned(), signer);
     }
     if cli.confirmations == 0 {
@@ -157,7 +159,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let url = reqwest::Url::parse(&cli.rpc_url).context("--rpc-url")?;
     let chain = ProviderBuilder::new().connect_http(url).erased();
-    let chain_id = chain.get_chain_id().await.context("reading the chain id from --rpc-url")?;
+    let chain_id = chain
+        .get_chain_id()
+        .await
+        .context("reading the chain id from --rpc-url")?;
     let key_pem = match &cli.webhook_key {
         Some(path) => Some(std::fs::read(path).context("--webhook-key")?),
         None => None,
@@ -181,7 +186,9 @@ async fn main() -> anyhow::Result<()> {
         engine,
         verifier: auth::Verifier::new(users),
     });
-    let listener = tokio::net::TcpListener::bind(cli.listen).await.context("--listen")?;
+    let listener = tokio::net::TcpListener::bind(cli.listen)
+        .await
+        .context("--listen")?;
     let addr = listener.local_addr()?;
     {
         let mut out = std::io::stdout().lock();

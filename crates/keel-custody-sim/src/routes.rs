@@ -30,7 +30,10 @@ pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/transactions", post(create))
         .route("/v1/transactions/{id}", get(get_tx))
-        .route("/v1/transactions/external_tx_id/{external}", get(get_by_external))
+        .route(
+            "/v1/transactions/external_tx_id/{external}",
+            get(get_by_external),
+        )
         .route("/v1/transactions/{id}/cancel", post(cancel))
         .route("/.well-known/jwks.json", get(jwks))
         .route("/admin/vaults/{id}", get(admin_vault))
@@ -50,7 +53,11 @@ pub(crate) fn router(app: Arc<App>) -> Router {
 }
 
 fn error(status: StatusCode, code: i64, message: impl Into<String>) -> Response {
-    (status, Json(json!({"message": message.into(), "code": code}))).into_response()
+    (
+        status,
+        Json(json!({"message": message.into(), "code": code})),
+    )
+        .into_response()
 }
 
 /// The HTTP faults, then the JWT check; `Err` is the answer to send instead.
@@ -80,7 +87,12 @@ async fn gate(app: &App, headers: &HeaderMap, uri: &Uri, body: &[u8]) -> Result<
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let path_and_query = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     app.verifier
-        .verify(header("x-api-key"), header("authorization"), path_and_query, body)
+        .verify(
+            header("x-api-key"),
+            header("authorization"),
+            path_and_query,
+            body,
+        )
         .map_err(|refusal| {
             app.engine.lock().refused_auth += 1;
             tracing::info!(code = refusal.code, "request refused: {}", refusal.message);
@@ -91,7 +103,11 @@ async fn gate(app: &App, headers: &HeaderMap, uri: &Uri, body: &[u8]) -> Result<
 /// Takes one use of a counted fault, returning its parameter.
 fn take<T: Copy>(slot: &mut Option<(u32, T)>) -> Option<T> {
     let (count, value) = (*slot)?;
-    *slot = if count > 1 { Some((count - 1, value)) } else { None };
+    *slot = if count > 1 {
+        Some((count - 1, value))
+    } else {
+        None
+    };
     Some(value)
 }
 
@@ -138,7 +154,13 @@ struct Extra {
 /// Parses a decimal amount of an 18-decimal coin into wei, exactly.
 fn parse_amount(text: &str) -> Option<U256> {
     let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
-    if whole.is_empty() || frac.len() > 18 || !whole.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+    if whole.is_empty()
+        || frac.len() > 18
+        || !whole
+            .bytes()
+            .chain(frac.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     let unit = U256::from(10u64).pow(U256::from(18u64));
@@ -152,14 +174,22 @@ fn parse_amount(text: &str) -> Option<U256> {
 }
 
 fn parse_create(body: &[u8]) -> Result<NewTx, String> {
-    let body: CreateBody = serde_json::from_slice(body).map_err(|e| format!("Invalid request body: {e}"))?;
+    let body: CreateBody =
+        serde_json::from_slice(body).map_err(|e| format!("Invalid request body: {e}"))?;
     if body.operation != "CONTRACT_CALL" {
-        return Err(format!("Operation {} is not supported by this simulator", body.operation));
+        return Err(format!(
+            "Operation {} is not supported by this simulator",
+            body.operation
+        ));
     }
     if body.source.kind != "VAULT_ACCOUNT" {
         return Err("source.type must be VAULT_ACCOUNT".into());
     }
-    let vault_id = body.source.id.filter(|i| !i.is_empty()).ok_or("source.id is required")?;
+    let vault_id = body
+        .source
+        .id
+        .filter(|i| !i.is_empty())
+        .ok_or("source.id is required")?;
     if body.destination.kind != "ONE_TIME_ADDRESS" {
         return Err("destination.type must be ONE_TIME_ADDRESS".into());
     }
@@ -211,13 +241,22 @@ async fn create_inner(app: Arc<App>, headers: HeaderMap, uri: Uri, body: Body) -
         Err(message) => return error(StatusCode::BAD_REQUEST, 1001, message),
     };
     match app.engine.create(new) {
-        Ok((_, true)) => (StatusCode::BAD_GATEWAY, "<html><body>502 Bad Gateway</body></html>").into_response(),
+        Ok((_, true)) => (
+            StatusCode::BAD_GATEWAY,
+            "<html><body>502 Bad Gateway</body></html>",
+        )
+            .into_response(),
         Ok((id, false)) => Json(json!({"id": id, "status": "SUBMITTED"})).into_response(),
         Err(refusal) => error(StatusCode::BAD_REQUEST, 1001, refusal.0),
     }
 }
 
-async fn get_tx(State(app): Shared, headers: HeaderMap, uri: Uri, Path(id): Path<String>) -> Response {
+async fn get_tx(
+    State(app): Shared,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> Response {
     if let Err(r) = gate(&app, &headers, &uri, b"").await {
         return r;
     }
@@ -227,24 +266,45 @@ async fn get_tx(State(app): Shared, headers: HeaderMap, uri: Uri, Path(id): Path
     }
 }
 
-async fn get_by_external(State(app): Shared, headers: HeaderMap, uri: Uri, Path(external): Path<String>) -> Response {
+async fn get_by_external(
+    State(app): Shared,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(external): Path<String>,
+) -> Response {
     if let Err(r) = gate(&app, &headers, &uri, b"").await {
         return r;
     }
     let state = app.engine.lock();
-    match state.by_external.get(&external).and_then(|id| state.txs.get(id)) {
+    match state
+        .by_external
+        .get(&external)
+        .and_then(|id| state.txs.get(id))
+    {
         Some(tx) => Json(tx.json()).into_response(),
         None => error(StatusCode::NOT_FOUND, 1404, "Transaction not found"),
     }
 }
 
-async fn cancel(State(app): Shared, headers: HeaderMap, uri: Uri, Path(id): Path<String>, body: Body) -> Response {
+async fn cancel(
+    State(app): Shared,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
     tokio::spawn(cancel_inner(app, headers, uri, id, body))
         .await
         .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, 500, "Internal error"))
 }
 
-async fn cancel_inner(app: Arc<App>, headers: HeaderMap, uri: Uri, id: String, body: Body) -> Response {
+async fn cancel_inner(
+    app: Arc<App>,
+    headers: HeaderMap,
+    uri: Uri,
+    id: String,
+    body: Body,
+) -> Response {
     if let Err(r) = gate(&app, &headers, &uri, &body).await {
         return r;
     }
@@ -260,14 +320,21 @@ async fn jwks(State(app): Shared) -> Response {
 
 async fn admin_vault(State(app): Shared, Path(id): Path<String>) -> Response {
     match app.engine.vault_address(&id) {
-        Some(address) => Json(json!({"id": id, "address": address.to_checksum(None)})).into_response(),
+        Some(address) => {
+            Json(json!({"id": id, "address": address.to_checksum(None)})).into_response()
+        }
         None => error(StatusCode::NOT_FOUND, 1004, "Vault account was not found"),
     }
 }
 
 async fn admin_transactions(State(app): Shared) -> Response {
     let state = app.engine.lock();
-    let list: Vec<_> = state.order.iter().filter_map(|id| state.txs.get(id)).map(|t| t.json()).collect();
+    let list: Vec<_> = state
+        .order
+        .iter()
+        .filter_map(|id| state.txs.get(id))
+        .map(|t| t.json())
+        .collect();
     Json(list).into_response()
 }
 
@@ -291,7 +358,11 @@ fn decide(app: &App, id: &str, approve: bool, sub: Option<String>) -> Response {
     if app.engine.decide(id, approve, sub) {
         Json(json!({"success": true})).into_response()
     } else {
-        error(StatusCode::CONFLICT, 0, "Transaction is not pending authorization")
+        error(
+            StatusCode::CONFLICT,
+            0,
+            "Transaction is not pending authorization",
+        )
     }
 }
 
@@ -328,7 +399,9 @@ async fn admin_http_fault(State(app): Shared, Json(fault): Json<HttpFault>) -> R
     let mut state = app.engine.lock();
     match fault.kind.as_str() {
         "rate_limit" => state.http.rate_limit = Some((fault.count, fault.retry_after_secs)),
-        "server_error" => state.http.server_error = Some((fault.count, fault.status.unwrap_or(503))),
+        "server_error" => {
+            state.http.server_error = Some((fault.count, fault.status.unwrap_or(503)))
+        }
         "slow" => state.http.slow = Some((fault.count, fault.delay_ms)),
         other => return error(StatusCode::BAD_REQUEST, 0, format!("unknown kind {other}")),
     }
@@ -344,7 +417,9 @@ struct WebhookFault {
 }
 
 async fn admin_webhook_fault(State(app): Shared, Json(fault): Json<WebhookFault>) -> Response {
-    app.engine.hooks.set_mode(fault.mode, Duration::from_millis(fault.delay_ms));
+    app.engine
+        .hooks
+        .set_mode(fault.mode, Duration::from_millis(fault.delay_ms));
     Json(json!({"success": true})).into_response()
 }
 
@@ -355,7 +430,9 @@ async fn admin_clear(State(app): Shared) -> Response {
         state.keyed_faults.clear();
         state.http = Default::default();
     }
-    app.engine.hooks.set_mode(WebhookMode::Normal, Duration::ZERO);
+    app.engine
+        .hooks
+        .set_mode(WebhookMode::Normal, Duration::ZERO);
     Json(json!({"success": true})).into_response()
 }
 
@@ -390,12 +467,16 @@ async fn admin_resend(State(app): Shared, Json(body): Json<Resend>) -> Response 
 async fn admin_rotate(State(app): Shared) -> Response {
     match app.engine.hooks.rotate() {
         Ok(kid) => Json(json!({"kid": kid})).into_response(),
-        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, 0, "key generation failed"),
+        Err(_) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            0,
+            "key generation failed",
+        ),
     }
 }
 
 async fn admin_stats(State(app): Shared) -> Response {
     let state = app.engine.lock();
-    Json(json!({"transactions": state.order.len(), "refusedAuth": state.refused_auth})).into_response()
+    Json(json!({"transactions": state.order.len(), "refusedAuth": state.refused_auth}))
+        .into_response()
 }
-

@@ -39,4 +39,6 @@ pub use types::{
     AssetId, BlockInfo, ContractCall, Created, ExternalTxId, ProviderReason, ProviderTransaction,
     ProviderTxId, StatusPhase, SubStatus, TxHash, TxStatus, VaultAccountId,
 };
-pub use webhook::{WebhookError, WebhookEvent, WebhookEventType, WebhookVerifier, WebhookVerifierConfig};
+pub use webhook::{
+    WebhookError, WebhookEvent, WebhookEventType, WebhookVerifier, WebhookVerifierConfig,
+};

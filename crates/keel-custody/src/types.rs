@@ -442,14 +442,23 @@ mod tests {
         assert_eq!(new.phase(), StatusPhase::Unknown);
         assert!(!new.is_terminal());
         assert!(TxStatus::Completed.rank() > TxStatus::Queued.rank());
-        assert_eq!(SubStatus::parse("BLOCKED_BY_POLICY"), SubStatus::BlockedByPolicy);
+        assert_eq!(
+            SubStatus::parse("BLOCKED_BY_POLICY"),
+            SubStatus::BlockedByPolicy
+        );
     }
 
     #[test]
     fn native_amounts_are_exact() {
         assert_eq!(format_native_amount(U256::ZERO), "0");
-        assert_eq!(format_native_amount(U256::from(1_500_000_000_000_000_000u128)), "1.5");
-        assert_eq!(format_native_amount(U256::from(1u64)), "0.000000000000000001");
+        assert_eq!(
+            format_native_amount(U256::from(1_500_000_000_000_000_000u128)),
+            "1.5"
+        );
+        assert_eq!(
+            format_native_amount(U256::from(1u64)),
+            "0.000000000000000001"
+        );
     }
 
     #[test]

@@ -86,8 +86,10 @@ impl WebhookEvent {
     /// # Errors
     /// [`CustodyError::Decode`] when `data` is not a transaction.
     pub fn transaction(&self) -> Result<ProviderTransaction, CustodyError> {
-        let wire: TransactionResponse = serde_json::from_value(self.data.clone())
-            .map_err(|_| CustodyError::Decode { what: "webhook data" })?;
+        let wire: TransactionResponse =
+            serde_json::from_value(self.data.clone()).map_err(|_| CustodyError::Decode {
+                what: "webhook data",
+            })?;
         wire.into_typed()
     }
 
@@ -253,10 +255,15 @@ impl WebhookVerifier {
         if !response.status().is_success() {
             return Err(WebhookError::KeysUnavailable);
         }
-        let set: JwkSet = response.json().await.map_err(|_| WebhookError::KeysUnavailable)?;
+        let set: JwkSet = response
+            .json()
+            .await
+            .map_err(|_| WebhookError::KeysUnavailable)?;
         let mut keys = HashMap::new();
         for jwk in &set.keys {
-            let Some(kid) = jwk.common.key_id.clone() else { continue };
+            let Some(kid) = jwk.common.key_id.clone() else {
+                continue;
+            };
             if let Ok(key) = DecodingKey::from_jwk(jwk) {
                 keys.insert(kid, key);
             }
@@ -272,7 +279,11 @@ impl WebhookVerifier {
     ///
     /// # Errors
     /// A [`WebhookError`]: the delivery must be refused and nothing recorded.
-    pub async fn verify(&self, signature: Option<&str>, raw_body: &[u8]) -> Result<WebhookEvent, WebhookError> {
+    pub async fn verify(
+        &self,
+        signature: Option<&str>,
+        raw_body: &[u8],
+    ) -> Result<WebhookEvent, WebhookError> {
         let result = self.verify_inner(signature, raw_body).await;
         let label = match &result {
             Ok(_) => "verified",
@@ -283,13 +294,19 @@ impl WebhookVerifier {
         result
     }
 
-    async fn verify_inner(&self, signature: Option<&str>, raw_body: &[u8]) -> Result<WebhookEvent, WebhookError> {
+    async fn verify_inner(
+        &self,
+        signature: Option<&str>,
+        raw_body: &[u8],
+    ) -> Result<WebhookEvent, WebhookError> {
         if raw_body.len() > self.config.max_body_bytes {
             return Err(WebhookError::BodyTooLarge);
         }
         let signature = signature.ok_or(WebhookError::MissingSignature)?.trim();
         let mut parts = signature.split('.');
-        let (Some(protected), Some(""), Some(sig), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        let (Some(protected), Some(""), Some(sig), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
             return Err(WebhookError::MalformedSignature);
         };
         let header_bytes = URL_SAFE_NO_PAD

@@ -80,17 +80,19 @@ async fn receiver() -> (String, mpsc::UnboundedReceiver<Delivery>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let app = axum::Router::new().route(
         "/hook",
-        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-            let tx = tx.clone();
-            async move {
-                let sig = headers
-                    .get(SIGNATURE_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                let _ = tx.send((sig, body.to_vec()));
-                "ok"
-            }
-        }),
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let tx = tx.clone();
+                async move {
+                    let sig = headers
+                        .get(SIGNATURE_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    let _ = tx.send((sig, body.to_vec()));
+                    "ok"
+                }
+            },
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -163,20 +165,35 @@ impl Sim {
 
     /// A `FireblocksProvider` with the registered key and `config`.
     pub(crate) fn provider_with(&self, config: &FireblocksConfig) -> FireblocksProvider {
-        FireblocksProvider::with_secrets(config, Secret::new(API_KEY), &Secret::new(self.key.private.clone()))
-            .unwrap()
+        FireblocksProvider::with_secrets(
+            config,
+            Secret::new(API_KEY),
+            &Secret::new(self.key.private.clone()),
+        )
+        .unwrap()
     }
 
     /// POSTs a JSON body to an admin path; returns the JSON answer.
     pub(crate) async fn admin(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
-        let r = self.http.post(format!("{}{path}", self.base)).json(&body).send().await.unwrap();
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_success(), "admin {path}: {}", r.status());
         r.json().await.unwrap()
     }
 
     /// GETs an admin path.
     pub(crate) async fn admin_get(&self, path: &str) -> serde_json::Value {
-        let r = self.http.get(format!("{}{path}", self.base)).send().await.unwrap();
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_success(), "admin {path}: {}", r.status());
         r.json().await.unwrap()
     }
@@ -218,7 +235,9 @@ async fn deploy(chain: &TestChain, runtime_hex: &str) -> Address {
     let runtime = alloy::hex::decode(runtime_hex.replace(' ', "")).unwrap();
     let len = u8::try_from(runtime.len()).unwrap();
     // PUSH1 len PUSH1 12 PUSH1 0 CODECOPY PUSH1 len PUSH1 0 RETURN, then the runtime.
-    let mut init = vec![0x60, len, 0x60, 0x0c, 0x60, 0x00, 0x39, 0x60, len, 0x60, 0x00, 0xf3];
+    let mut init = vec![
+        0x60, len, 0x60, 0x0c, 0x60, 0x00, 0x39, 0x60, len, 0x60, 0x00, 0xf3,
+    ];
     init.extend_from_slice(&runtime);
     let receipt = chain
         .provider()
@@ -259,17 +278,29 @@ pub(crate) async fn wait_for(
         if done(&tx) {
             return tx;
         }
-        assert!(start.elapsed() < STATUS_DEADLINE, "still {:?} after the deadline", tx.status);
+        assert!(
+            start.elapsed() < STATUS_DEADLINE,
+            "still {:?} after the deadline",
+            tx.status
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 /// Polls until the transaction has `status`.
-pub(crate) async fn wait_status(provider: &FireblocksProvider, id: &ProviderTxId, status: TxStatus) -> ProviderTransaction {
+pub(crate) async fn wait_status(
+    provider: &FireblocksProvider,
+    id: &ProviderTxId,
+    status: TxStatus,
+) -> ProviderTransaction {
     wait_for(provider, id, |tx| tx.status == status).await
 }
 
 /// The number of transactions `address` has sent on chain.
 pub(crate) async fn sent_count(chain: &TestChain, address: Address) -> u64 {
-    chain.provider().get_transaction_count(address).await.unwrap()
+    chain
+        .provider()
+        .get_transaction_count(address)
+        .await
+        .unwrap()
 }

@@ -79,7 +79,11 @@ fn default_max_retry_after_ms() -> u64 {
 impl FireblocksConfig {
     /// A configuration with the defaults: 20 requests/s, burst 20, 10 s timeout,
     /// three 429 retries, `Retry-After` capped at 30 s.
-    pub fn new(base_url: impl Into<String>, api_key: SecretSource, private_key: SecretSource) -> Self {
+    pub fn new(
+        base_url: impl Into<String>,
+        api_key: SecretSource,
+        private_key: SecretSource,
+    ) -> Self {
         Self {
             base_url: base_url.into(),
             api_key,
@@ -181,9 +185,10 @@ impl FireblocksProvider {
                 what: "custody base_url must be an origin without a path".into(),
             });
         }
-        let rps = NonZeroU32::new(config.requests_per_second).ok_or_else(|| CustodyError::Config {
-            what: "custody requests_per_second must be at least 1".into(),
-        })?;
+        let rps =
+            NonZeroU32::new(config.requests_per_second).ok_or_else(|| CustodyError::Config {
+                what: "custody requests_per_second must be at least 1".into(),
+            })?;
         let burst = NonZeroU32::new(config.burst.max(1)).unwrap_or(rps);
         let http = reqwest::Client::builder()
             .timeout(Duration::from_millis(config.request_timeout_ms))
@@ -205,12 +210,18 @@ impl FireblocksProvider {
 
     /// Sends one request (`path_and_query` starts with `/v1/`), waiting for the rate
     /// limit and out 429s; each attempt is signed anew over the same body bytes.
-    async fn send(&self, method: Method, path_and_query: &str, body: Option<Vec<u8>>) -> Result<Answer, Failure> {
+    async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, Failure> {
         let inner = &self.inner;
-        let url = inner
-            .base
-            .join(path_and_query)
-            .map_err(|_| Failure::Local(CustodyError::InvalidInput { what: "request path" }))?;
+        let url = inner.base.join(path_and_query).map_err(|_| {
+            Failure::Local(CustodyError::InvalidInput {
+                what: "request path",
+            })
+        })?;
         let body_bytes = body.unwrap_or_default();
         let mut rate_limited = 0u32;
         loop {
@@ -232,9 +243,14 @@ impl FireblocksProvider {
             let response = match request.send().await {
                 Ok(response) => response,
                 Err(e) if e.is_connect() => {
-                    return Err(Failure::Transport(TransportStage::Connect, "connect failed"));
+                    return Err(Failure::Transport(
+                        TransportStage::Connect,
+                        "connect failed",
+                    ));
                 }
-                Err(e) if e.is_timeout() => return Err(Failure::Transport(TransportStage::Sent, "timeout")),
+                Err(e) if e.is_timeout() => {
+                    return Err(Failure::Transport(TransportStage::Sent, "timeout"));
+                }
                 Err(_) => return Err(Failure::Transport(TransportStage::Sent, "connection lost")),
             };
             let status = response.status();
@@ -247,14 +263,18 @@ impl FireblocksProvider {
                 }
                 rate_limited += 1;
                 // Honouring the provider's instruction, not a synchronization sleep.
-                let wait = wait.unwrap_or(Duration::from_secs(1)).min(inner.max_retry_after);
+                let wait = wait
+                    .unwrap_or(Duration::from_secs(1))
+                    .min(inner.max_retry_after);
                 tracing::debug!(target: "custody::fireblocks", wait_ms = wait.as_millis() as u64, "429, waiting Retry-After");
                 tokio::time::sleep(wait).await;
                 continue;
             }
             let body = match response.bytes().await {
                 Ok(bytes) => bytes.to_vec(),
-                Err(e) if e.is_timeout() => return Err(Failure::Transport(TransportStage::Sent, "timeout")),
+                Err(e) if e.is_timeout() => {
+                    return Err(Failure::Transport(TransportStage::Sent, "timeout"));
+                }
                 Err(_) => return Err(Failure::Transport(TransportStage::Sent, "answer truncated")),
             };
             return Ok(Answer { status, body });
@@ -294,7 +314,8 @@ impl FireblocksProvider {
         }
         let parsed: ErrorResponse = serde_json::from_slice(&answer.body).unwrap_or_default();
         let message = parsed.message.unwrap_or_default().to_ascii_lowercase();
-        message.contains("externaltxid") && (message.contains("already") || message.contains("exist"))
+        message.contains("externaltxid")
+            && (message.contains("already") || message.contains("exist"))
     }
 
     fn observe(op: &'static str, result: &Result<impl Sized, CustodyError>) {
@@ -307,26 +328,40 @@ impl FireblocksProvider {
     }
 
     async fn create(&self, call: &ContractCall) -> Result<Created, CustodyError> {
-        let body = serde_json::to_vec(&CreateTransactionBody::contract_call(call))
-            .map_err(|_| CustodyError::InvalidInput { what: "contract call" })?;
+        let body =
+            serde_json::to_vec(&CreateTransactionBody::contract_call(call)).map_err(|_| {
+                CustodyError::InvalidInput {
+                    what: "contract call",
+                }
+            })?;
         let in_doubt = |cause: &str| CustodyError::InDoubt {
             external_tx_id: call.external_tx_id.clone(),
             cause: cause.to_owned(),
         };
-        let answer = match self.send(Method::POST, "/v1/transactions", Some(body)).await {
+        let answer = match self
+            .send(Method::POST, "/v1/transactions", Some(body))
+            .await
+        {
             Ok(answer) => answer,
             Err(Failure::Transport(TransportStage::Connect, _)) => {
-                return Err(CustodyError::Transport { stage: TransportStage::Connect });
+                return Err(CustodyError::Transport {
+                    stage: TransportStage::Connect,
+                });
             }
             Err(Failure::Transport(TransportStage::Sent, cause)) => return Err(in_doubt(cause)),
-            Err(Failure::RateLimited(retry_after)) => return Err(CustodyError::RateLimited { retry_after }),
+            Err(Failure::RateLimited(retry_after)) => {
+                return Err(CustodyError::RateLimited { retry_after });
+            }
             Err(Failure::Local(e)) => return Err(e),
         };
         if answer.status.is_success() {
             let created: CreateTransactionResponse =
                 serde_json::from_slice(&answer.body).map_err(|_| in_doubt("unreadable answer"))?;
             let id = ProviderTxId::new(created.id).map_err(|_| in_doubt("unreadable id"))?;
-            return Ok(Created { id, status: created.status });
+            return Ok(Created {
+                id,
+                status: created.status,
+            });
         }
         if answer.status.is_server_error() {
             return Err(in_doubt(&format!("HTTP {}", answer.status.as_u16())));
@@ -340,12 +375,17 @@ impl FireblocksProvider {
     }
 
     async fn read_transaction(&self, path: &str) -> Result<ProviderTransaction, CustodyError> {
-        let answer = self.send(Method::GET, path, None).await.map_err(Self::read_failure)?;
+        let answer = self
+            .send(Method::GET, path, None)
+            .await
+            .map_err(Self::read_failure)?;
         if !answer.status.is_success() {
             return Err(Self::error_answer(&answer));
         }
-        let wire: TransactionResponse = serde_json::from_slice(&answer.body)
-            .map_err(|_| CustodyError::Decode { what: "transaction" })?;
+        let wire: TransactionResponse =
+            serde_json::from_slice(&answer.body).map_err(|_| CustodyError::Decode {
+                what: "transaction",
+            })?;
         wire.into_typed()
     }
 
@@ -356,9 +396,15 @@ impl FireblocksProvider {
             .await
             .map_err(Self::read_failure)?;
         if answer.status.is_success() {
-            let parsed: CancelResponse = serde_json::from_slice(&answer.body)
-                .map_err(|_| CustodyError::Decode { what: "cancel answer" })?;
-            return Ok(if parsed.success { CancelOutcome::Accepted } else { CancelOutcome::Declined });
+            let parsed: CancelResponse =
+                serde_json::from_slice(&answer.body).map_err(|_| CustodyError::Decode {
+                    what: "cancel answer",
+                })?;
+            return Ok(if parsed.success {
+                CancelOutcome::Accepted
+            } else {
+                CancelOutcome::Declined
+            });
         }
         if answer.status == StatusCode::BAD_REQUEST {
             return Ok(CancelOutcome::Declined);
@@ -382,7 +428,9 @@ impl CustodyProvider for FireblocksProvider {
 
     fn get<'a>(&'a self, id: &'a ProviderTxId) -> CustodyFuture<'a, ProviderTransaction> {
         Box::pin(async move {
-            let result = self.read_transaction(&format!("/v1/transactions/{}", id.as_str())).await;
+            let result = self
+                .read_transaction(&format!("/v1/transactions/{}", id.as_str()))
+                .await;
             Self::observe("get", &result);
             result
         })
@@ -393,7 +441,10 @@ impl CustodyProvider for FireblocksProvider {
         external_tx_id: &'a ExternalTxId,
     ) -> CustodyFuture<'a, Option<ProviderTransaction>> {
         Box::pin(async move {
-            let path = format!("/v1/transactions/external_tx_id/{}", external_tx_id.as_str());
+            let path = format!(
+                "/v1/transactions/external_tx_id/{}",
+                external_tx_id.as_str()
+            );
             let result = match self.read_transaction(&path).await {
                 Ok(tx) => Ok(Some(tx)),
                 Err(CustodyError::NotFound) => Ok(None),

@@ -157,20 +157,21 @@ impl TransactionResponse {
                 block_height: Some(height),
                 block_hash: Some(hash),
             }) if !height.is_empty() && !hash.is_empty() => Some(BlockInfo {
-                number: height
-                    .parse()
-                    .map_err(|_| CustodyError::Decode { what: "blockInfo.blockHeight" })?,
-                hash: parse_tx_hash(&hash)?
-                    .ok_or(CustodyError::Decode { what: "blockInfo.blockHash" })?,
+                number: height.parse().map_err(|_| CustodyError::Decode {
+                    what: "blockInfo.blockHeight",
+                })?,
+                hash: parse_tx_hash(&hash)?.ok_or(CustodyError::Decode {
+                    what: "blockInfo.blockHash",
+                })?,
             }),
             _ => None,
         };
         Ok(ProviderTransaction {
             id: ProviderTxId::new(self.id).map_err(|_| CustodyError::Decode { what: "id" })?,
             external_tx_id: match self.external_tx_id.filter(|e| !e.is_empty()) {
-                Some(e) => Some(
-                    ExternalTxId::new(e).map_err(|_| CustodyError::Decode { what: "externalTxId" })?,
-                ),
+                Some(e) => Some(ExternalTxId::new(e).map_err(|_| CustodyError::Decode {
+                    what: "externalTxId",
+                })?),
                 None => None,
             },
             status: self.status,
