@@ -235,7 +235,7 @@ impl Hooks {
         loop {
             let next = if held.is_some() {
                 // A held event waits at most this long for a partner to swap with.
-                match tokio::time::timeout(Duration::from_millis(500), rx.recv()).await {
+                match tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {
                     Ok(next) => next,
                     Err(_) => {
                         if let Some(h) = held.take() {

@@ -71,7 +71,7 @@ ADMIN API (no auth; bind to loopback)
           server_error      the next count /v1 requests answer status (default 503), nothing done
           slow              the next count /v1 requests wait delayMs before being handled
   POST /admin/faults/webhooks             {mode, delayMs?}: normal | none | duplicate | reorder
-                                          (swapped in pairs) | delay
+                                          (swapped in pairs; a lone event waits 2 s for its partner) | delay
   POST /admin/faults/clear                every fault off, webhooks normal
   POST /admin/webhooks                    {url} where webhooks go (null: nowhere)
   GET  /admin/webhooks/events             every event emitted {id, eventType, resourceId, status}

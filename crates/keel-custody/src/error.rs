@@ -172,3 +172,42 @@ pub(crate) fn bounded_message(text: &str) -> String {
         .take(MAX_MESSAGE_LEN)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_say_what_to_do_next() {
+        let ext = ExternalTxId::new("keel.a.0").unwrap();
+        let in_doubt = CustodyError::InDoubt {
+            external_tx_id: ext.clone(),
+            cause: "timeout".into(),
+        };
+        assert_eq!(in_doubt.class(), ErrorClass::InDoubt);
+        assert!(!in_doubt.is_retryable());
+        assert_eq!(
+            CustodyError::DuplicateExternalTxId {
+                external_tx_id: ext
+            }
+            .class(),
+            ErrorClass::Duplicate
+        );
+        assert!(CustodyError::RateLimited { retry_after: None }.is_retryable());
+        assert!(
+            CustodyError::Transport {
+                stage: TransportStage::Connect
+            }
+            .is_retryable()
+        );
+        assert_eq!(
+            CustodyError::Unauthorized {
+                http_status: 401,
+                code: Some(-1)
+            }
+            .class(),
+            ErrorClass::Permanent
+        );
+        assert_eq!(bounded_message(&"x\n".repeat(500)).len(), MAX_MESSAGE_LEN);
+    }
+}

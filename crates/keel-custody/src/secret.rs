@@ -98,3 +98,32 @@ impl fmt::Display for Secret {
         f.write_str("[redacted]")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_parse_and_values_never_show() {
+        let env: SecretSource = serde_json::from_str("\"env:KEEL_TEST_SECRET_X\"").unwrap();
+        assert_eq!(env, SecretSource::Env("KEEL_TEST_SECRET_X".into()));
+        let file: SecretSource = serde_json::from_str("\"file:/run/key.pem\"").unwrap();
+        assert_eq!(file.to_string(), "file:/run/key.pem");
+        assert!(serde_json::from_str::<SecretSource>("\"hunter2\"").is_err());
+
+        let dir = std::env::temp_dir().join(format!("keel-custody-secret-{}", std::process::id()));
+        std::fs::write(&dir, "s3cr3t-value\n").unwrap();
+        let secret = SecretSource::File(dir.clone()).read().unwrap();
+        assert_eq!(secret.expose(), "s3cr3t-value");
+        assert!(!format!("{secret:?} {secret}").contains("s3cr3t"));
+        std::fs::remove_file(&dir).unwrap();
+
+        let missing = SecretSource::Env("KEEL_TEST_SECRET_SURELY_UNSET".into())
+            .read()
+            .unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            "secret env:KEEL_TEST_SECRET_SURELY_UNSET unavailable"
+        );
+    }
+}

@@ -3,5 +3,6 @@
 
 mod auth;
 mod harness;
+mod help;
 mod submit;
 mod webhooks;
