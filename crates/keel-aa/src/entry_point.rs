@@ -139,7 +139,9 @@ pub enum ResolveError {
         address: Address,
     },
     /// The reference points at an address without code. Not retryable (configuration).
-    #[error("the EntryPointReference {reference} on chain {chain} points at {target}, which has no code")]
+    #[error(
+        "the EntryPointReference {reference} on chain {chain} points at {target}, which has no code"
+    )]
     TargetHasNoCode {
         /// The chain.
         chain: ChainId,
@@ -207,16 +209,15 @@ pub async fn resolve_entry_point(
         .call(&tx, BlockNumberOrTag::Latest)
         .await
         .map_err(unavailable(chain, "Directory.get(entryPoint)"))?;
-    let configured = Directory::getCall::abi_decode_returns(&out).map_err(|_| {
-        ResolveError::Unavailable {
+    let configured =
+        Directory::getCall::abi_decode_returns(&out).map_err(|_| ResolveError::Unavailable {
             chain,
             step: "Directory.get(entryPoint)",
             source: ChainError::Config {
                 key: "directory",
                 reason: "Directory.get answered data that is not an address",
             },
-        }
-    })?;
+        })?;
     if configured == Address::ZERO {
         return Err(ResolveError::NotRecorded { chain, directory });
     }

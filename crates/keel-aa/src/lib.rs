@@ -31,10 +31,12 @@ pub use entry_point::{
     Resolution, ResolutionKind, ResolveError, ResolvedEntryPoint, resolve_address,
     resolve_entry_point,
 };
-pub use paymaster::{SponsorError, ValidityWindow, sign_sponsorship, sponsor_hash, stub_paymaster_data};
+pub use paymaster::{
+    SponsorError, ValidityWindow, sign_sponsorship, sponsor_hash, stub_paymaster_data,
+};
 pub use receipt::{UserOperationReceipt, user_operation_receipt};
 pub use rejection::{AaCode, EntryPointRejection, Erc7769Code};
 pub use user_op::{
-    EIP7702_MARKER, Eip7702Auth, PackedUserOperation, UserOpError, UserOperation,
-    user_op_hash_v07, user_op_hash_v08,
+    EIP7702_MARKER, Eip7702Auth, PackedUserOperation, UserOpError, UserOperation, user_op_hash_v07,
+    user_op_hash_v08,
 };

@@ -157,10 +157,7 @@ mod tests {
             valid_until: 0x0102_0304_0506,
             valid_after: 7,
         };
-        assert_eq!(
-            w.encode().unwrap(),
-            [1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 7]
-        );
+        assert_eq!(w.encode().unwrap(), [1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 7]);
         let stub = stub_paymaster_data(w).unwrap();
         assert_eq!(stub.len(), 12 + SPONSOR_SIGNATURE_LEN);
         assert!(matches!(

@@ -182,9 +182,7 @@ pub fn total_gas(op: &UserOperation) -> u128 {
 
 /// The operation's maximum cost, wei: [`total_gas`] × `maxFeePerGas` (saturating).
 pub fn max_cost(op: &UserOperation) -> Wei {
-    Wei::new(
-        U256::from(total_gas(op)).saturating_mul(op.max_fee_per_gas.get()),
-    )
+    Wei::new(U256::from(total_gas(op)).saturating_mul(op.max_fee_per_gas.get()))
 }
 
 impl SponsorshipPolicy {
@@ -200,7 +198,8 @@ impl SponsorshipPolicy {
         {
             return Err(PolicyRefusal::AccountNotAllowed { sender: op.sender });
         }
-        let calls = decode_account_calls(&op.call_data).ok_or(PolicyRefusal::CallDataNotUnderstood)?;
+        let calls =
+            decode_account_calls(&op.call_data).ok_or(PolicyRefusal::CallDataNotUnderstood)?;
         for call in &calls {
             let rule = self
                 .targets
@@ -294,7 +293,9 @@ mod tests {
     #[test]
     fn an_allowed_operation_costs_its_gas_times_max_fee() {
         let transfer = [&TRANSFER[..], &[0u8; 64]].concat();
-        let cost = policy().evaluate(&op(execute(TOKEN, &transfer)), Wei::ZERO).unwrap();
+        let cost = policy()
+            .evaluate(&op(execute(TOKEN, &transfer)), Wei::ZERO)
+            .unwrap();
         assert_eq!(cost, Wei::from(400_000u64 * 10));
     }
 
@@ -324,10 +325,26 @@ mod tests {
         .abi_encode();
         let cases: [(UserOperation, Wei, &str); 7] = [
             (stranger, Wei::ZERO, "SPONSOR_ACCOUNT_NOT_ALLOWED"),
-            (op(vec![1, 2, 3, 4]), Wei::ZERO, "SPONSOR_CALLDATA_NOT_UNDERSTOOD"),
-            (op(execute(OTHER, &transfer)), Wei::ZERO, "SPONSOR_TARGET_NOT_ALLOWED"),
-            (op(execute(TOKEN, &approve)), Wei::ZERO, "SPONSOR_SELECTOR_NOT_ALLOWED"),
-            (op(execute(TOKEN, &[])), Wei::ZERO, "SPONSOR_SELECTOR_NOT_ALLOWED"),
+            (
+                op(vec![1, 2, 3, 4]),
+                Wei::ZERO,
+                "SPONSOR_CALLDATA_NOT_UNDERSTOOD",
+            ),
+            (
+                op(execute(OTHER, &transfer)),
+                Wei::ZERO,
+                "SPONSOR_TARGET_NOT_ALLOWED",
+            ),
+            (
+                op(execute(TOKEN, &approve)),
+                Wei::ZERO,
+                "SPONSOR_SELECTOR_NOT_ALLOWED",
+            ),
+            (
+                op(execute(TOKEN, &[])),
+                Wei::ZERO,
+                "SPONSOR_SELECTOR_NOT_ALLOWED",
+            ),
             (heavy, Wei::ZERO, "SPONSOR_GAS_CEILING_EXCEEDED"),
             (op(batch), Wei::ZERO, "SPONSOR_TARGET_NOT_ALLOWED"),
         ];

@@ -96,7 +96,9 @@ pub fn user_operation_receipt(
             start = i + 1;
             continue;
         }
-        let event = log.log_decode::<IEntryPointV08::UserOperationEvent>().ok()?;
+        let event = log
+            .log_decode::<IEntryPointV08::UserOperationEvent>()
+            .ok()?;
         let event = event.inner.data;
         let own = &logs[start..i];
         let revert_reason = own

@@ -182,7 +182,10 @@ mod tests {
         }
         .abi_encode();
         let r = EntryPointRejection::decode(&data).unwrap();
-        assert_eq!(r.inner.as_ref().map(|b| b.to_vec()), Some(vec![1u8, 2, 3, 4]));
+        assert_eq!(
+            r.inner.as_ref().map(|b| b.to_vec()),
+            Some(vec![1u8, 2, 3, 4])
+        );
         assert_eq!(r.erc7769().code(), -32501);
         assert_eq!(EntryPointRejection::decode(&[0xde, 0xad]), None);
     }

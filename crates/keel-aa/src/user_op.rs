@@ -513,9 +513,15 @@ struct Wire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     factory_data: Option<Bytes>,
     call_data: Bytes,
-    #[serde(serialize_with = "ser_hex_u128", deserialize_with = "quantity::de_u128")]
+    #[serde(
+        serialize_with = "ser_hex_u128",
+        deserialize_with = "quantity::de_u128"
+    )]
     call_gas_limit: u128,
-    #[serde(serialize_with = "ser_hex_u128", deserialize_with = "quantity::de_u128")]
+    #[serde(
+        serialize_with = "ser_hex_u128",
+        deserialize_with = "quantity::de_u128"
+    )]
     verification_gas_limit: u128,
     #[serde(serialize_with = "ser_hex", deserialize_with = "quantity::de_u256")]
     pre_verification_gas: U256,
@@ -827,10 +833,7 @@ mod tests {
         );
         let mut short = packed.clone();
         short.paymaster_and_data = Bytes::from_static(&[1; 30]);
-        assert_eq!(
-            short.unpack(),
-            Err(UserOpError::PaymasterAndDataTooShort)
-        );
+        assert_eq!(short.unpack(), Err(UserOpError::PaymasterAndDataTooShort));
     }
 
     #[test]

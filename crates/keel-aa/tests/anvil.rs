@@ -11,14 +11,13 @@ use anvil_tests::keel_abi::bindings::{AssetToken, Directory, SponsorPaymaster};
 use anvil_tests::keel_abi::directory_key;
 use anvil_tests::keel_abi::erc4337::{ENTRY_POINT_V08, IEntryPointV08};
 use anvil_tests::keel_abi::platform::names;
-use anvil_tests::proxy::{Rule, RpcProxy};
+use anvil_tests::proxy::{RpcProxy, Rule};
 use anvil_tests::{TestChain, confirm, deploy_keel};
 use common::{AaChain, ETHER, pool};
 use keel_aa::user_op::eip7702_delegate_of;
 use keel_aa::{
-    AaCode, EIP7702_MARKER, EntryPointRejection, Erc7769Code, PackedUserOperation,
-    ResolutionKind, ResolveError, resolve_address, resolve_entry_point, user_op_hash_v08,
-    user_operation_receipt,
+    AaCode, EIP7702_MARKER, EntryPointRejection, Erc7769Code, PackedUserOperation, ResolutionKind,
+    ResolveError, resolve_address, resolve_entry_point, user_op_hash_v08, user_operation_receipt,
 };
 
 #[tokio::test]
@@ -95,7 +94,10 @@ impl Rng {
     }
     fn bytes(&mut self, max: usize) -> Bytes {
         let len = (self.next() as usize) % (max + 1);
-        (0..len).map(|_| self.next() as u8).collect::<Vec<_>>().into()
+        (0..len)
+            .map(|_| self.next() as u8)
+            .collect::<Vec<_>>()
+            .into()
     }
     fn word(&mut self) -> B256 {
         let mut w = [0u8; 32];
@@ -110,12 +112,13 @@ impl Rng {
 }
 
 #[tokio::test]
-async fn v08_hash_equals_entry_point_get_user_op_hash_for_random_operations()
--> anyhow::Result<()> {
+async fn v08_hash_equals_entry_point_get_user_op_hash_for_random_operations() -> anyhow::Result<()>
+{
     const CASES: usize = 200;
     let chain = TestChain::start().await?;
     let d = deploy_keel(&chain).await?;
-    let resolution = resolve_entry_point(&pool(&chain, chain.endpoint().as_str()), d.directory).await?;
+    let resolution =
+        resolve_entry_point(&pool(&chain, chain.endpoint().as_str()), d.directory).await?;
     let ep = resolution.resolved;
     let contract = IEntryPointV08::new(ep.address(), chain.provider().clone());
     let mut rng = Rng(0x4337_0008_2026_1201);
@@ -185,7 +188,11 @@ async fn v08_hash_equals_entry_point_get_user_op_hash_for_random_operations()
             signature: Bytes::new(),
         };
         let onchain = contract.getUserOpHash(op.to_sol()).call().await?;
-        assert_eq!(user_op_hash_v08(&op, &ep, Some(delegate))?, onchain, "7702 case {case}");
+        assert_eq!(
+            user_op_hash_v08(&op, &ep, Some(delegate))?,
+            onchain,
+            "7702 case {case}"
+        );
         assert_ne!(
             user_op_hash_v08(&op, &ep, Some(sender))?,
             onchain,
@@ -201,6 +208,14 @@ async fn sponsored_operations_from_fresh_accounts_in_one_bundle() -> anyhow::Res
     let ep = *aa.ep();
     let pm = SponsorPaymaster::new(aa.paymaster, aa.provider().clone());
     assert_eq!(pm.entryPoint().call().await?, ep.address());
+    let dir = Directory::new(aa.deployed.directory, aa.provider().clone());
+    assert_eq!(
+        dir.get(directory_key(names::SPONSOR_PAYMASTER))
+            .call()
+            .await?,
+        aa.paymaster,
+        "the paymaster is recorded in the Directory"
+    );
     let deposit_before = pm.getDeposit().call().await?;
     assert_eq!(deposit_before, U256::from(ETHER));
 
@@ -214,7 +229,8 @@ async fn sponsored_operations_from_fresh_accounts_in_one_bundle() -> anyhow::Res
     for (i, owner) in owners.iter().enumerate() {
         let sender = aa.account_of(owner.address()).await?;
         assert!(aa.provider().get_code_at(sender).await?.is_empty());
-        aa.mint(sender, U256::from(1_000u64) * U256::from(ETHER)).await?;
+        aa.mint(sender, U256::from(1_000u64) * U256::from(ETHER))
+            .await?;
         assert_eq!(aa.provider().get_balance(sender).await?, U256::ZERO);
         let amount = if i == 1 { 5_000u64 } else { 100 + i as u64 };
         let op = aa.transfer_op(
@@ -239,7 +255,8 @@ async fn sponsored_operations_from_fresh_accounts_in_one_bundle() -> anyhow::Res
 
     let mut total_cost = U256::ZERO;
     for (i, hash) in hashes.iter().enumerate() {
-        let r = user_operation_receipt(&receipt, &ep, *hash).expect("the bundle holds the operation");
+        let r =
+            user_operation_receipt(&receipt, &ep, *hash).expect("the bundle holds the operation");
         assert_eq!(r.sender, senders[i]);
         assert_eq!(r.paymaster, aa.paymaster);
         assert_eq!(r.nonce, U256::ZERO);
@@ -260,7 +277,10 @@ async fn sponsored_operations_from_fresh_accounts_in_one_bundle() -> anyhow::Res
             let data = r.revert_reason.clone().expect("revert reason recorded");
             let decoded = AssetToken::AssetTokenErrors::abi_decode(&data)?;
             assert!(
-                matches!(decoded, AssetToken::AssetTokenErrors::ERC20InsufficientBalance(_)),
+                matches!(
+                    decoded,
+                    AssetToken::AssetTokenErrors::ERC20InsufficientBalance(_)
+                ),
                 "{decoded:?}"
             );
             assert!(r.revert_reason_text().is_some());
@@ -296,7 +316,8 @@ async fn a_bad_sponsor_signature_is_refused_aa34_signature_error() -> anyhow::Re
     let aa = AaChain::start().await?;
     let owner = PrivateKeySigner::random();
     let sender = aa.account_of(owner.address()).await?;
-    aa.mint(sender, U256::from(10u64) * U256::from(ETHER)).await?;
+    aa.mint(sender, U256::from(10u64) * U256::from(ETHER))
+        .await?;
     let op = aa.transfer_op(
         owner.address(),
         sender,
@@ -334,6 +355,9 @@ async fn a_bad_sponsor_signature_is_refused_aa34_signature_error() -> anyhow::Re
     let receipt = aa.handle_ops(&[packed]).await?;
     let r = user_operation_receipt(&receipt, aa.ep(), hash).expect("included");
     assert!(r.success);
-    assert_eq!(aa.token_balance(Address::with_last_byte(0x78)).await?, U256::from(ETHER));
+    assert_eq!(
+        aa.token_balance(Address::with_last_byte(0x78)).await?,
+        U256::from(ETHER)
+    );
     Ok(())
 }

@@ -7,8 +7,7 @@
 //! them back from the chain and checks it against the deployment.
 
 use crate::bindings::{
-    AssetFactory, Directory, EntryPointReference, PriceFeedFactory, PriceResolver,
-    SponsorPaymaster,
+    AssetFactory, Directory, EntryPointReference, PriceFeedFactory, PriceResolver, SponsorPaymaster,
 };
 use crate::{AbiError, Result, directory_key};
 use alloy::primitives::{Address, B256, U256};
