@@ -361,3 +361,35 @@ async fn a_bad_sponsor_signature_is_refused_aa34_signature_error() -> anyhow::Re
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_unfunded_paymaster_is_refused_aa31_paymaster_balance() -> anyhow::Result<()> {
+    let mut aa = AaChain::start().await?;
+    // A second SponsorPaymaster with no deposit, same sponsor key.
+    let empty = anvil_tests::keel_abi::platform::deploy_sponsor_paymaster(
+        aa.provider(),
+        aa.deployed.directory,
+        aa.ep().address(),
+        aa.sponsor.address(),
+        U256::ZERO,
+    )
+    .await?;
+    aa.paymaster = empty.address;
+    let owner = PrivateKeySigner::random();
+    let sender = aa.account_of(owner.address()).await?;
+    let op = aa.transfer_op(
+        owner.address(),
+        sender,
+        0,
+        true,
+        Address::with_last_byte(0x79),
+        U256::ZERO,
+    );
+    let (packed, _) = aa.sponsor_and_sign(op, &aa.sponsor, &owner).await?;
+    let data = aa.handle_ops_revert(&[packed]).await?.expect("reverts");
+    let rejection = EntryPointRejection::decode(&data).expect("FailedOp");
+    assert_eq!(rejection.aa, Some(AaCode(31)), "{}", rejection.reason);
+    assert_eq!(rejection.erc7769(), Erc7769Code::PaymasterBalance);
+    assert_eq!(rejection.erc7769().code(), -32508);
+    Ok(())
+}
