@@ -49,3 +49,9 @@ sol!(
     EntryPointReference,
     "../../abi/out/EntryPointReference.json"
 );
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    SponsorPaymaster,
+    "../../abi/out/SponsorPaymaster.json"
+);

@@ -50,6 +50,44 @@ sol!(
         function balanceOf(address account) external view returns (uint256);
         /// Next nonce of `sender` under `key` (ERC-4337 two-dimensional nonce).
         function getNonce(address sender, uint192 key) external view returns (uint256 nonce);
+        /// Executes a batch of operations, paying the collected fees to `beneficiary`.
+        function handleOps(PackedUserOperation[] calldata ops, address payable beneficiary) external;
+        /// Adds `msg.value` wei to the deposit of `account`.
+        function depositTo(address account) external payable;
+        /// ERC-165.
+        function supportsInterface(bytes4 interfaceId) external view returns (bool);
+
+        /// One operation was executed (emitted last among its execution logs).
+        event UserOperationEvent(
+            bytes32 indexed userOpHash,
+            address indexed sender,
+            address indexed paymaster,
+            uint256 nonce,
+            bool success,
+            uint256 actualGasCost,
+            uint256 actualGasUsed
+        );
+        /// An account was created through the operation's initCode (validation phase).
+        event AccountDeployed(bytes32 indexed userOpHash, address indexed sender, address factory, address paymaster);
+        /// The operation's callData reverted with non-empty data.
+        event UserOperationRevertReason(bytes32 indexed userOpHash, address indexed sender, uint256 nonce, bytes revertReason);
+        /// The paymaster's postOp reverted with non-empty data.
+        event PostOpRevertReason(bytes32 indexed userOpHash, address indexed sender, uint256 nonce, bytes revertReason);
+        /// The prefund did not cover the actual gas cost.
+        event UserOperationPrefundTooLow(bytes32 indexed userOpHash, address indexed sender, uint256 nonce);
+        /// Emitted once per bundle after validation, before the execution loop.
+        event BeforeExecution();
+        /// An account's deposit increased.
+        event Deposited(address indexed account, uint256 totalDeposit);
+
+        /// Validation of operation `opIndex` failed with an `AAxx` reason.
+        error FailedOp(uint256 opIndex, string reason);
+        /// Validation of operation `opIndex` failed with an `AAxx` reason and the inner revert data.
+        error FailedOpWithRevert(uint256 opIndex, string reason, bytes inner);
+        /// The paymaster's postOp reverted.
+        error PostOpReverted(bytes returnData);
+        /// An aggregator rejected the batch signature.
+        error SignatureValidationFailed(address aggregator);
     }
 );
 
@@ -62,6 +100,20 @@ sol!(
         function getAddress(address owner, uint256 salt) external view returns (address);
         /// The EntryPoint the factory's accounts trust.
         function accountImplementation() external view returns (address);
+        /// Creates (or returns) the account of `owner` with `salt`; only the SenderCreator may call it.
+        function createAccount(address owner, uint256 salt) external returns (address ret);
+    }
+);
+
+sol!(
+    /// The slice of `SimpleAccount` (v0.8) Keel uses.
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    interface ISimpleAccount {
+        /// Calls `dest` with `value` wei and `func` as calldata (EntryPoint or owner only).
+        function execute(address dest, uint256 value, bytes calldata func) external;
+        /// The account's owner (signs its operations).
+        function owner() external view returns (address);
     }
 );
 

@@ -7,10 +7,10 @@
 //! them back from the chain and checks it against the deployment.
 
 use crate::bindings::{
-    AssetFactory, Directory, EntryPointReference, PriceFeedFactory, PriceResolver,
+    AssetFactory, Directory, EntryPointReference, PriceFeedFactory, PriceResolver, SponsorPaymaster,
 };
 use crate::{AbiError, Result, directory_key};
-use alloy::primitives::{Address, B256};
+use alloy::primitives::{Address, B256, U256};
 use alloy::providers::Provider;
 use alloy::rpc::types::TransactionReceipt;
 
@@ -28,6 +28,8 @@ pub mod names {
     pub const ENTRY_POINT_REFERENCE: &str = "entryPointReference";
     /// The ERC-4337 EntryPoint.
     pub const ENTRY_POINT: &str = "entryPoint";
+    /// Keel's ERC-4337 `SponsorPaymaster` (see [`super::deploy_sponsor_paymaster`]).
+    pub const SPONSOR_PAYMASTER: &str = "sponsorPaymaster";
 }
 
 /// One deployed platform contract.
@@ -193,6 +195,69 @@ pub async fn deploy_platform<P: Provider + Clone>(
     })
 }
 
+/// Deploys Keel's `SponsorPaymaster(entry_point, sponsor_signer)` from the provider's
+/// signer (who becomes its owner and must hold the `Directory` admin role), records it in
+/// the `Directory` at `directory` under [`names::SPONSOR_PAYMASTER`], and funds its
+/// EntryPoint deposit with `deposit_wei` wei (`deposit()`, skipped when zero).
+///
+/// `entry_point` must be the **resolved** EntryPoint (the contract itself, not an
+/// `EntryPointReference`): the paymaster's constructor checks its ERC-165 interface id
+/// and reverts otherwise. Callers obtain it from `keel-aa`'s resolution boundary, or (at
+/// bootstrap, before the `Directory` exists) from the deployment they just made.
+///
+/// # Errors
+/// [`AbiError::Rpc`] when a request fails, [`AbiError::Reverted`] when the deployment,
+/// the registration or the deposit reverts.
+pub async fn deploy_sponsor_paymaster<P: Provider + Clone>(
+    provider: &P,
+    directory: Address,
+    entry_point: Address,
+    sponsor_signer: Address,
+    deposit_wei: U256,
+) -> Result<DeployedContract> {
+    const STEP: &str = "deploy SponsorPaymaster";
+    let receipt = SponsorPaymaster::deploy_builder(provider.clone(), entry_point, sponsor_signer)
+        .send()
+        .await
+        .map_err(rpc(STEP))?
+        .get_receipt()
+        .await
+        .map_err(pending(STEP))?;
+    let paymaster = deployed(names::SPONSOR_PAYMASTER, &receipt, STEP)?;
+    let dir = Directory::new(directory, provider.clone());
+    let receipt = dir
+        .set(directory_key(names::SPONSOR_PAYMASTER), paymaster.address)
+        .send()
+        .await
+        .map_err(rpc("register in Directory"))?
+        .get_receipt()
+        .await
+        .map_err(pending("register in Directory"))?;
+    if !receipt.status() {
+        return Err(AbiError::Reverted {
+            step: "register in Directory",
+        });
+    }
+    if !deposit_wei.is_zero() {
+        let pm = SponsorPaymaster::new(paymaster.address, provider.clone());
+        let receipt = pm
+            .deposit()
+            .value(deposit_wei)
+            .send()
+            .await
+            .map_err(rpc("fund the paymaster deposit"))?
+            .get_receipt()
+            .await
+            .map_err(pending("fund the paymaster deposit"))?;
+        if !receipt.status() {
+            return Err(AbiError::Reverted {
+                step: "fund the paymaster deposit",
+            });
+        }
+    }
+    Ok(paymaster)
+}
+
 /// One read-back check: what was read and whether it matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadBack {
@@ -316,6 +381,32 @@ pub async fn read_back<P: Provider + Clone>(
                     ));
                 }
                 format!("EntryPointReference.entryPoint() = {ep}")
+            }
+            names::SPONSOR_PAYMASTER => {
+                let pm = SponsorPaymaster::new(c.address, p.clone());
+                let ep = pm
+                    .entryPoint()
+                    .call()
+                    .await
+                    .map_err(rpc("SponsorPaymaster.entryPoint"))?;
+                if ep != addr(names::ENTRY_POINT)? {
+                    return Err(AbiError::Mismatch(
+                        "SponsorPaymaster is bound to another EntryPoint",
+                    ));
+                }
+                let deposit = pm
+                    .getDeposit()
+                    .call()
+                    .await
+                    .map_err(rpc("SponsorPaymaster.getDeposit"))?;
+                let signer = pm
+                    .sponsorSigner()
+                    .call()
+                    .await
+                    .map_err(rpc("SponsorPaymaster.sponsorSigner"))?;
+                format!(
+                    "SponsorPaymaster.entryPoint() = {ep}, sponsorSigner() = {signer}, deposit {deposit} wei"
+                )
             }
             names::ENTRY_POINT => {
                 let ep = crate::erc4337::IEntryPointV08::new(c.address, p.clone());

@@ -203,6 +203,13 @@ enum ChainCommand {
         /// The EntryPoint the EntryPointReference records (default: canonical v0.8).
         #[arg(long)]
         entry_point: Option<Address>,
+        /// The address of the sponsor key whose signatures Keel's SponsorPaymaster
+        /// honours (default: the deployer's address).
+        #[arg(long)]
+        sponsor_signer: Option<Address>,
+        /// EntryPoint deposit funded for the SponsorPaymaster, in ether (decimal).
+        #[arg(long, default_value = "1")]
+        paymaster_deposit_ether: String,
     },
 }
 
@@ -271,8 +278,28 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
                     key_env,
                     deploy_erc4337,
                     entry_point,
+                    sponsor_signer,
+                    paymaster_deposit_ether,
                 },
-        } => bootstrap(config, &chain, &key_env, deploy_erc4337, entry_point).await,
+        } => {
+            let deposit = keel_units::Wei::from_ether_str(
+                &paymaster_deposit_ether,
+                keel_units::Rounding::Exact,
+            )
+            .context("--paymaster-deposit-ether is not a decimal amount of ether")?;
+            bootstrap(
+                config,
+                &chain,
+                &key_env,
+                deploy_erc4337,
+                entry_point,
+                Sponsorship {
+                    signer: sponsor_signer,
+                    deposit,
+                },
+            )
+            .await
+        }
         Command::Config { .. } => Ok(()),
         Command::Org {
             command: OrgCommand::Create { name },
@@ -574,12 +601,21 @@ async fn start_api(
     }))
 }
 
+/// The SponsorPaymaster settings of `keel chain bootstrap`.
+struct Sponsorship {
+    /// The sponsor key's address (default: the deployer).
+    signer: Option<Address>,
+    /// The EntryPoint deposit to fund.
+    deposit: keel_units::Wei,
+}
+
 async fn bootstrap(
     config: Config,
     chain_name: &str,
     key_env: &str,
     deploy_erc4337: bool,
     entry_point: Option<Address>,
+    sponsorship: Sponsorship,
 ) -> anyhow::Result<()> {
     let chain = config.chains.get(chain_name).with_context(|| {
         format!("no chain named `{chain_name}` in the configuration (chains.*)")
@@ -630,7 +666,29 @@ async fn bootstrap(
         );
     }
 
-    let deployment: PlatformDeployment = deploy_platform(&provider, admin, entry_point).await?;
+    let mut deployment: PlatformDeployment = deploy_platform(&provider, admin, entry_point).await?;
+    // The paymaster is bound to the *resolved* EntryPoint, read through keel-aa's
+    // resolution boundary from the Directory just written (the only EntryPoint lookup).
+    let directory = deployment
+        .address(keel_abi::platform::names::DIRECTORY)
+        .context("the deployment has no Directory")?;
+    let upstreams = keel_chain::UpstreamPool::new(
+        keel_units::ChainId(chain.chain_id),
+        keel_chain::UpstreamConfig::new(chain.rpc_urls.clone()),
+    )
+    .with_context(|| format!("configuration key `chains.{chain_name}.rpcUrls`"))?;
+    let resolution = keel_aa::resolve_entry_point(&upstreams, directory)
+        .await
+        .context("resolving the EntryPoint recorded in the Directory")?;
+    let paymaster = keel_abi::platform::deploy_sponsor_paymaster(
+        &provider,
+        directory,
+        resolution.resolved.address(),
+        sponsorship.signer.unwrap_or(admin),
+        sponsorship.deposit.get(),
+    )
+    .await?;
+    deployment.contracts.push(paymaster);
     for c in &deployment.contracts {
         platform_contract_upsert(
             &pool,

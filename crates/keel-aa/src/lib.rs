@@ -1,0 +1,42 @@
+//! # keel-aa
+//!
+//! ERC-4337 (EntryPoint v0.8) for Keel. What is here (see `docs/aa.md` for the planned
+//! durable flow built on it):
+//!
+//! - [`entry_point`]: the **single EntryPoint resolution boundary**. A `Directory`'s
+//!   configured address resolves to a [`ResolvedEntryPoint`] (a reference resolves to
+//!   its target, anything else passes through, a network failure is a retryable
+//!   [`ResolveError`]); every other module takes `&ResolvedEntryPoint`.
+//! - [`user_op`]: [`UserOperation`] (ERC-7769 JSON-RPC form, unpacked fields, `keel-units`
+//!   fees) and [`PackedUserOperation`] (on-chain form), conversions both ways, the v0.7
+//!   and v0.8 (EIP-712, with the EIP-7702 `initCode` rule) operation hashes.
+//! - [`paymaster`]: `paymasterData` of Keel's `SponsorPaymaster` (validity window and
+//!   the sponsor key's signature), and the ERC-7677 stub.
+//! - [`receipt`]: one operation's outcome from its bundle's receipt (only its own logs,
+//!   success, gas cost and used, revert reason).
+//! - [`rejection`]: `FailedOp`/`FailedOpWithRevert` `AAxx` reasons as typed values and
+//!   their ERC-7769 error codes.
+//! - [`policy`]: sponsorship policy (accounts, targets and selectors, gas ceiling, daily
+//!   budget) with typed refusal codes.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod entry_point;
+pub mod paymaster;
+pub mod policy;
+pub mod receipt;
+pub mod rejection;
+pub mod user_op;
+
+pub use entry_point::{
+    Resolution, ResolutionKind, ResolveError, ResolvedEntryPoint, resolve_address,
+    resolve_entry_point,
+};
+pub use paymaster::{
+    SponsorError, ValidityWindow, sign_sponsorship, sponsor_hash, stub_paymaster_data,
+};
+pub use receipt::{UserOperationReceipt, user_operation_receipt};
+pub use rejection::{AaCode, EntryPointRejection, Erc7769Code};
+pub use user_op::{
+    EIP7702_MARKER, Eip7702Auth, PackedUserOperation, UserOpError, UserOperation, user_op_hash_v07,
+    user_op_hash_v08,
+};
