@@ -12,7 +12,7 @@
 
 use crate::ApiState;
 use crate::extract::{Authed, MAX_JSON_DEPTH, json_too_deep};
-use crate::page::{self, Page};
+use crate::page::{Page, PageParams};
 use crate::problem::Problem;
 use axum::Json;
 use axum::body::Bytes;
@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
-use utoipa::{IntoParams, IntoResponses, ToSchema};
+use utoipa::{IntoResponses, ToSchema};
 use uuid::Uuid;
 
 /// The `data` of an `operation.*` webhook event: the operation view as the API's
@@ -311,33 +311,14 @@ fn body<T: DeserializeOwned>(
     })
 }
 
-/// The page query of the list routes.
-#[derive(Debug, Clone, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase")]
-#[into_params(parameter_in = Query)]
-pub(crate) struct PageQuery {
-    /// Page size, 1 to 200 (default 50).
-    #[param(minimum = 1, maximum = 200)]
-    limit: Option<u32>,
-    /// The `nextCursor` of the previous page (opaque).
-    #[param(max_length = 512)]
-    cursor: Option<String>,
-}
-
 /// The keyset of the webhook lists: `(created_at, id)`.
 type Keyset = (DateTime<Utc>, Uuid);
 
 fn page_query(
-    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<PageParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<(u32, Option<Keyset>), Problem> {
-    let Query(q) =
-        q.map_err(|_| Problem::bad_request("INVALID_QUERY", "a query parameter is malformed"))?;
-    let limit = page::limit(q.limit)?;
-    let after = match q.cursor.as_deref() {
-        Some(c) => Some(page::decode_cursor::<Keyset>(c)?),
-        None => None,
-    };
-    Ok((limit, after))
+    let page = PageParams::from_query(q)?;
+    Ok((page.limit()?, page.cursor::<Keyset>()?))
 }
 
 /// Register a webhook endpoint; the answer shows its signing secret, once.
@@ -376,13 +357,13 @@ pub(crate) async fn create(
 
 /// The organization's webhook endpoints, oldest first.
 #[utoipa::path(get, path = "/v1/webhook-endpoints", tag = "webhooks", operation_id = "listWebhookEndpoints",
-    params(PageQuery),
+    params(PageParams),
     responses((status = 200, description = "A page of endpoints.", body = WebhookEndpointList), WebhookErrors),
     security(("bearer" = [])))]
 pub(crate) async fn list(
     State(state): State<ApiState>,
     Authed(caller): Authed,
-    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<PageParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
     let (limit, after) = page_query(q)?;
     let rows = service(&state)?
@@ -517,14 +498,14 @@ pub(crate) async fn test(
 /// The endpoint's deliveries, newest first, each with its attempts (time, HTTP status,
 /// latency, error class, next retry).
 #[utoipa::path(get, path = "/v1/webhook-endpoints/{id}/deliveries", tag = "webhooks", operation_id = "listWebhookDeliveries",
-    params(("id" = Uuid, Path, description = "Endpoint id"), PageQuery),
+    params(("id" = Uuid, Path, description = "Endpoint id"), PageParams),
     responses((status = 200, description = "A page of deliveries.", body = WebhookDeliveryList), WebhookErrors),
     security(("bearer" = [])))]
 pub(crate) async fn deliveries(
     State(state): State<ApiState>,
     Authed(caller): Authed,
     params: RawPathParams,
-    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<PageParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
     let id = endpoint_id(&params)?;
     let (limit, before) = page_query(q)?;
