@@ -108,11 +108,17 @@ pub struct WebhookEndpointList {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateWebhookEndpointRequest {
-    /// `https` URL (no loopback, private, link-local or metadata addresses).
+    /// An absolute `https` URL of at most 2048 bytes, without user info or fragment.
+    /// Refused with `422 INVALID_FIELD` as well, by rules no schema can state: a host
+    /// that does not resolve, or that is or resolves to a loopback, private,
+    /// link-local or metadata address.
+    #[schema(format = "uri", max_length = 2048, pattern = "^[Hh][Tt][Tt][Pp][Ss]://")]
     pub url: String,
     /// 1 to 32 event types, or `["*"]`.
+    #[schema(min_items = 1, max_items = 32)]
     pub event_types: Vec<String>,
-    /// Free text, at most 256 characters.
+    /// Free text, at most 256 printable (non-control) characters.
+    #[schema(max_length = 256, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
     #[serde(default)]
     pub description: Option<String>,
     /// Default true.
@@ -124,13 +130,16 @@ pub struct CreateWebhookEndpointRequest {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateWebhookEndpointRequest {
-    /// New URL.
+    /// New URL (the rules of `CreateWebhookEndpointRequest.url`).
+    #[schema(format = "uri", max_length = 2048, pattern = "^[Hh][Tt][Tt][Pp][Ss]://")]
     #[serde(default)]
     pub url: Option<String>,
-    /// New event types.
+    /// New event types: 1 to 32, or `["*"]`.
+    #[schema(min_items = 1, max_items = 32)]
     #[serde(default)]
     pub event_types: Option<Vec<String>>,
-    /// New description.
+    /// New description: at most 256 printable (non-control) characters.
+    #[schema(max_length = 256, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
     #[serde(default)]
     pub description: Option<String>,
     /// Enable (resets the circuit breaker) or disable.
@@ -142,8 +151,11 @@ pub struct UpdateWebhookEndpointRequest {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RotateSecretRequest {
-    /// How long the previous secret keeps signing, seconds (0..=604800; default 86400).
-    #[serde(default)]
+    /// How long the previous secret keeps signing, seconds (0 to 604800, i.e. 7 days;
+    /// absent or null: 86400). An integral JSON number such as `60.0` is the integer it
+    /// denotes (as JSON Schema reads it).
+    #[schema(minimum = 0, maximum = 604_800)]
+    #[serde(default, deserialize_with = "crate::dto::integral_u64_opt")]
     pub overlap_seconds: Option<u64>,
 }
 
@@ -450,7 +462,7 @@ pub(crate) async fn delete(
 /// keeps signing (both signatures are sent) for `overlapSeconds`.
 #[utoipa::path(post, path = "/v1/webhook-endpoints/{id}/rotate-secret", tag = "webhooks", operation_id = "rotateWebhookSecret",
     params(("id" = Uuid, Path, description = "Endpoint id")),
-    request_body(content = RotateSecretRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    request_body(content = RotateSecretRequest, content_type = "application/json", description = "Optional: an empty body or `{}` (the default overlap), or `{\"overlapSeconds\": N}`."),
     responses((status = 200, description = "Rotated.", body = WebhookEndpointWithSecret), WebhookErrors),
     security(("bearer" = [])))]
 pub(crate) async fn rotate(
