@@ -121,16 +121,16 @@ pub const ERROR_CODES: &[ErrorCode] = &[
          reached the block.",
     ),
     c(
+        "IDEMPOTENCY_CONFLICT",
+        409,
+        "The `Idempotency-Key` was used before with a different request.",
+    ),
+    c(
         "INDEX_BEHIND",
         409,
         "The Ledger Index has not reached the requested `minBlock` within `waitSeconds`: \
          the request names a block the index cannot answer for yet (as `BLOCK_NOT_INDEXED`). \
          Retryable: the answer carries `Retry-After`.",
-    ),
-    c(
-        "IDEMPOTENCY_CONFLICT",
-        409,
-        "The `Idempotency-Key` was used before with a different request.",
     ),
     c(
         "OPERATION_ENDED",
