@@ -64,6 +64,29 @@ pub(crate) enum WriteErrors {
     Unavailable(Problem),
 }
 
+/// The answers of the token-operation POSTs (mint, transfer, pause, unpause, burn,
+/// grant-role, revoke-role) for the OpenAPI document: `202` while the operation runs, `200`
+/// once it is terminal ([`answer`]).
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum TokenOpAnswers {
+    /// Accepted.
+    #[response(
+        status = 202,
+        headers(("Location" = String, description = "`/v1/operations/{id}`"))
+    )]
+    Accepted(OperationAccepted),
+    /// The operation is terminal.
+    #[response(
+        status = 200,
+        headers(
+            ("Location" = String, description = "`/v1/operations/{id}`"),
+            ("Preference-Applied" = String, description = "`wait=N`")
+        )
+    )]
+    Terminal(OperationAccepted),
+}
+
 /// Errors of the reads (for the OpenAPI document).
 #[derive(IntoResponses)]
 #[allow(dead_code)]
@@ -261,12 +284,7 @@ fn amount_request(body: TokenAmountRequest, mint: bool) -> Result<TokenRequest, 
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn mint(
@@ -295,12 +313,7 @@ pub(crate) async fn mint(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn transfer(
@@ -329,12 +342,7 @@ pub(crate) async fn transfer(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn pause(
@@ -362,12 +370,7 @@ pub(crate) async fn pause(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn unpause(
@@ -409,12 +412,7 @@ pub(crate) async fn unpause(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn burn(
@@ -468,12 +466,7 @@ fn role_request(body: RoleRequest, grant: bool) -> Result<TokenRequest, Problem>
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn grant_role(
@@ -506,12 +499,7 @@ pub(crate) async fn grant_role(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn revoke_role(
