@@ -52,7 +52,10 @@ pub struct CreateAssetRequest {
     /// at most its price decimals of fractional digits (`AMOUNT_PRECISION_LOSS`), and
     /// the price in base units (times 10^price decimals) at most 2^127-1, the largest
     /// answer the feed holds (`INVALID_FIELD`).
-    #[schema(pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$", example = "1.25")]
+    #[schema(
+        pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$",
+        example = "1.25"
+    )]
     pub initial_price: String,
 }
 
@@ -91,7 +94,10 @@ pub struct TokenAmountRequest {
     /// depend on the asset and answer `422`: at most the token's decimals of fractional
     /// digits (`AMOUNT_PRECISION_LOSS`), and at most 2^256-1 base units
     /// (`AMOUNT_OVERFLOW`).
-    #[schema(pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$", example = "12.5")]
+    #[schema(
+        pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$",
+        example = "12.5"
+    )]
     pub amount: String,
 }
 
@@ -108,7 +114,10 @@ pub struct BurnRequest {
     /// depend on the asset and answer `422`: at most the token's decimals of fractional
     /// digits (`AMOUNT_PRECISION_LOSS`), and at most 2^256-1 base units
     /// (`AMOUNT_OVERFLOW`).
-    #[schema(pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$", example = "12.5")]
+    #[schema(
+        pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$",
+        example = "12.5"
+    )]
     pub amount: String,
     /// The holder whose tokens are burned (a forced burn: `AssetToken.forcedBurn`, which
     /// needs the issuer to hold the token's `burner` role — grant it with
@@ -770,7 +779,9 @@ pub struct RotateApiKeyRequest {
 }
 
 /// Deserializes an optional `u64` from an integral JSON number ([`integral_u64`]).
-pub(crate) fn integral_u64_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+pub(crate) fn integral_u64_opt<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<u64>, D::Error> {
     Option::<serde_json::Number>::deserialize(d)?
         .map(|n| {
             integral_u64(&n)

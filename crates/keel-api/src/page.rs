@@ -61,9 +61,8 @@ impl PageParams {
     /// # Errors
     /// `400 INVALID_QUERY` when the query string cannot be read at all.
     pub fn from_query(q: Result<Query<Self>, QueryRejection>) -> Result<Self, Problem> {
-        q.map(|Query(p)| p).map_err(|_| {
-            Problem::bad_request("INVALID_QUERY", "a query parameter is malformed")
-        })
+        q.map(|Query(p)| p)
+            .map_err(|_| Problem::bad_request("INVALID_QUERY", "a query parameter is malformed"))
     }
 
     /// The page size: [`DEFAULT_LIMIT`] when `limit` is absent.

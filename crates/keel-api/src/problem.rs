@@ -243,7 +243,11 @@ mod tests {
             let p = Problem::from(e);
             assert_eq!(p.status, status, "{code}");
             assert_eq!(p.code, code);
-            assert_eq!(p.retryable, status == 503 || code == "INDEX_BEHIND", "{code}");
+            assert_eq!(
+                p.retryable,
+                status == 503 || code == "INDEX_BEHIND",
+                "{code}"
+            );
         }
     }
 }

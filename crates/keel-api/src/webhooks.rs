@@ -112,7 +112,11 @@ pub struct CreateWebhookEndpointRequest {
     /// Refused with `422 INVALID_FIELD` as well, by rules no schema can state: a host
     /// that does not resolve, or that is or resolves to a loopback, private,
     /// link-local or metadata address.
-    #[schema(format = "uri", max_length = 2048, pattern = "^[Hh][Tt][Tt][Pp][Ss]://")]
+    #[schema(
+        format = "uri",
+        max_length = 2048,
+        pattern = "^[Hh][Tt][Tt][Pp][Ss]://"
+    )]
     pub url: String,
     /// 1 to 32 event types, or `["*"]`.
     #[schema(min_items = 1, max_items = 32)]
@@ -131,7 +135,11 @@ pub struct CreateWebhookEndpointRequest {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateWebhookEndpointRequest {
     /// New URL (the rules of `CreateWebhookEndpointRequest.url`).
-    #[schema(format = "uri", max_length = 2048, pattern = "^[Hh][Tt][Tt][Pp][Ss]://")]
+    #[schema(
+        format = "uri",
+        max_length = 2048,
+        pattern = "^[Hh][Tt][Tt][Pp][Ss]://"
+    )]
     #[serde(default)]
     pub url: Option<String>,
     /// New event types: 1 to 32, or `["*"]`.

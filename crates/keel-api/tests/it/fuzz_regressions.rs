@@ -118,22 +118,44 @@ async fn token_amount_and_address_constraints_agree_with_the_document() {
     };
     for amount in &refused_amounts {
         for (path, schema, body) in [
-            ("mint", &mint, json!({"recipient": holder, "amount": amount})),
-            ("transfer", &mint, json!({"recipient": holder, "amount": amount})),
+            (
+                "mint",
+                &mint,
+                json!({"recipient": holder, "amount": amount}),
+            ),
+            (
+                "transfer",
+                &mint,
+                json!({"recipient": holder, "amount": amount}),
+            ),
             ("burn", &burn, json!({"amount": amount})),
         ] {
-            assert!(!schema.is_valid(&body), "the document accepts {path} {amount:?}");
+            assert!(
+                !schema.is_valid(&body),
+                "the document accepts {path} {amount:?}"
+            );
             let a = post(path, body).await;
             assert_eq!(a.status.as_u16(), 422, "{path} {amount:?}: {:?}", a.body);
         }
     }
     for amount in ["1", "0.000001", "007", "12.5", "1.000000"] {
         for (path, schema, body) in [
-            ("mint", &mint, json!({"recipient": holder, "amount": amount})),
-            ("transfer", &mint, json!({"recipient": holder, "amount": amount})),
+            (
+                "mint",
+                &mint,
+                json!({"recipient": holder, "amount": amount}),
+            ),
+            (
+                "transfer",
+                &mint,
+                json!({"recipient": holder, "amount": amount}),
+            ),
             ("burn", &burn, json!({"amount": amount, "from": holder})),
         ] {
-            assert!(schema.is_valid(&body), "the document refuses {path} {amount:?}");
+            assert!(
+                schema.is_valid(&body),
+                "the document refuses {path} {amount:?}"
+            );
             let a = post(path, body).await;
             assert_problem(&a, 409, "ASSET_NOT_READY", &format!("{path} {amount:?}"));
         }
@@ -142,17 +164,32 @@ async fn token_amount_and_address_constraints_agree_with_the_document() {
         ("mint", &mint, json!({"recipient": zero, "amount": "1"})),
         ("transfer", &mint, json!({"recipient": zero, "amount": "1"})),
         ("burn", &burn, json!({"amount": "1", "from": zero})),
-        ("grant-role", &role, json!({"role": "minter", "account": zero})),
-        ("revoke-role", &role, json!({"role": "pauser", "account": zero})),
+        (
+            "grant-role",
+            &role,
+            json!({"role": "minter", "account": zero}),
+        ),
+        (
+            "revoke-role",
+            &role,
+            json!({"role": "pauser", "account": zero}),
+        ),
     ] {
-        assert!(!schema.is_valid(&body), "the document accepts {path} {body}");
+        assert!(
+            !schema.is_valid(&body),
+            "the document accepts {path} {body}"
+        );
         let a = post(path, body).await;
         assert_problem(&a, 422, "INVALID_FIELD", &format!("{path} zero address"));
     }
     let one = "0x0000000000000000000000000000000000000001";
     for (path, schema, body) in [
         ("mint", &mint, json!({"recipient": one, "amount": "1"})),
-        ("grant-role", &role, json!({"role": "burner", "account": one})),
+        (
+            "grant-role",
+            &role,
+            json!({"role": "burner", "account": one}),
+        ),
     ] {
         assert!(schema.is_valid(&body), "the document refuses {path} {body}");
         let a = post(path, body).await;
@@ -239,7 +276,8 @@ async fn webhook_endpoint_constraints_agree_with_the_document() {
         async move {
             let auth = format!("Bearer {}", env.key_a);
             let body = body.map(|b| ("application/json", serde_json::to_vec(&b).unwrap()));
-            env.send(method, &uri, &[("authorization", &auth)], body).await
+            env.send(method, &uri, &[("authorization", &auth)], body)
+                .await
         }
     };
     let refused = [
@@ -254,7 +292,12 @@ async fn webhook_endpoint_constraints_agree_with_the_document() {
     ];
     for body in refused {
         assert!(!create.is_valid(&body), "the document accepts {body}");
-        let a = call(Method::POST, "/v1/webhook-endpoints".into(), Some(body.clone())).await;
+        let a = call(
+            Method::POST,
+            "/v1/webhook-endpoints".into(),
+            Some(body.clone()),
+        )
+        .await;
         assert_problem(&a, 422, "INVALID_FIELD", &body.to_string());
     }
     let accepted = [
@@ -265,29 +308,47 @@ async fn webhook_endpoint_constraints_agree_with_the_document() {
     let mut id = String::new();
     for body in accepted {
         assert!(create.is_valid(&body), "the document refuses {body}");
-        let a = call(Method::POST, "/v1/webhook-endpoints".into(), Some(body.clone())).await;
+        let a = call(
+            Method::POST,
+            "/v1/webhook-endpoints".into(),
+            Some(body.clone()),
+        )
+        .await;
         assert_eq!(a.status, 201, "{body}: {:?}", a.body);
         id = a.body["endpoint"]["id"].as_str().unwrap().to_owned();
     }
     let endpoint = format!("/v1/webhook-endpoints/{id}");
-    for body in [json!({"eventTypes": []}), json!({"eventTypes": types(33)}), json!({"url": "http://93.184.215.14/h"})] {
+    for body in [
+        json!({"eventTypes": []}),
+        json!({"eventTypes": types(33)}),
+        json!({"url": "http://93.184.215.14/h"}),
+    ] {
         assert!(!update.is_valid(&body), "the document accepts {body}");
         let a = call(Method::PATCH, endpoint.clone(), Some(body.clone())).await;
         assert_problem(&a, 422, "INVALID_FIELD", &body.to_string());
     }
-    for body in [json!({"eventTypes": types(32)}), json!({"url": url, "description": ""})] {
+    for body in [
+        json!({"eventTypes": types(32)}),
+        json!({"url": url, "description": ""}),
+    ] {
         assert!(update.is_valid(&body), "the document refuses {body}");
         let a = call(Method::PATCH, endpoint.clone(), Some(body.clone())).await;
         assert_eq!(a.status, 200, "{body}: {:?}", a.body);
     }
     // rotate-secret: the body is optional in the document and on the server.
     let doc: Value = serde_json::from_str(&keel_api::openapi_json()).unwrap();
-    let body_decl = &doc["paths"]["/v1/webhook-endpoints/{id}/rotate-secret"]["post"]["requestBody"];
+    let body_decl =
+        &doc["paths"]["/v1/webhook-endpoints/{id}/rotate-secret"]["post"]["requestBody"];
     assert_eq!(body_decl["required"], json!(false), "{body_decl}");
     let rotate_uri = format!("{endpoint}/rotate-secret");
     let a = call(Method::POST, rotate_uri.clone(), None).await;
     assert_eq!(a.status, 200, "empty body: {:?}", a.body);
-    for body in [json!({}), json!({"overlapSeconds": 604_800}), json!({"overlapSeconds": 60.0}), json!({"overlapSeconds": null})] {
+    for body in [
+        json!({}),
+        json!({"overlapSeconds": 604_800}),
+        json!({"overlapSeconds": 60.0}),
+        json!({"overlapSeconds": null}),
+    ] {
         assert!(rotate.is_valid(&body), "the document refuses {body}");
         let a = call(Method::POST, rotate_uri.clone(), Some(body.clone())).await;
         assert_eq!(a.status, 200, "{body}: {:?}", a.body);
