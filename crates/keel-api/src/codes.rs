@@ -126,6 +126,13 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "The `Idempotency-Key` was used before with a different request.",
     ),
     c(
+        "INDEX_BEHIND",
+        409,
+        "The Ledger Index has not reached the requested `minBlock` within `waitSeconds`: \
+         the request names a block the index cannot answer for yet (as `BLOCK_NOT_INDEXED`). \
+         Retryable: the answer carries `Retry-After`.",
+    ),
+    c(
         "OPERATION_ENDED",
         409,
         "The operation has ended (`completed`, `failed` or `cancelled`); there is nothing \
@@ -224,11 +231,6 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "A bug: a request handler panicked. Never caused by input by design.",
     ),
     c(
-        "INDEX_BEHIND",
-        503,
-        "The Ledger Index has not reached the requested `minBlock` within the wait; retry.",
-    ),
-    c(
         "INDEX_UNAVAILABLE",
         503,
         "The Ledger Index could not be read; retry.",
@@ -268,7 +270,7 @@ pub fn error_codes_markdown() -> String {
          <!-- Generated from `keel_api::codes::ERROR_CODES`; do not edit. Regenerate with\n     \
          `KEEL_UPDATE_ERROR_CODES=1 cargo nextest run -p keel-api error_codes`. -->\n\n\
          Every error answer is `application/problem+json` with a stable `code`; `retryable` \
-         is true exactly for `503`. The same table is in the OpenAPI document \
+         is true exactly for `503` and `409 INDEX_BEHIND`, which carry `Retry-After`. The same table is in the OpenAPI document \
          (`components.schemas.Problem.x-error-codes`, and the `enum` of its `code`).\n\n\
          | code | status | meaning |\n|---|---|---|\n",
     );

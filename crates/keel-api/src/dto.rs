@@ -47,9 +47,15 @@ pub struct CreateAssetRequest {
     /// The id of one of the organization's asset templates.
     pub template_id: String,
     /// Initial price in quote units per token, as a **decimal string** (JSON numbers
-    /// are refused), at most the template's price decimals of fractional digits,
-    /// greater than zero.
-    #[schema(pattern = r"^[0-9]+(\.[0-9]+)?$", example = "1.25")]
+    /// are refused): greater than zero, at most 78 digits before and after the point
+    /// (the pattern). Two more rules depend on the named template and answer `422`:
+    /// at most its price decimals of fractional digits (`AMOUNT_PRECISION_LOSS`), and
+    /// the price in base units (times 10^price decimals) at most 2^127-1, the largest
+    /// answer the feed holds (`INVALID_FIELD`).
+    #[schema(
+        pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$",
+        example = "1.25"
+    )]
     pub initial_price: String,
 }
 
@@ -81,11 +87,17 @@ fn integral_u8<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
 pub struct TokenAmountRequest {
     /// Receiver: `0x` and 40 hex digits (an EIP-55 checksum is verified when the
     /// digits are mixed-case); not the zero address.
-    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    #[schema(pattern = "^0x(?=[0-9a-fA-F]{0,39}[1-9a-fA-F])[0-9a-fA-F]{40}$")]
     pub recipient: String,
-    /// Token units as a **decimal string** (JSON numbers are refused), greater than
-    /// zero, at most the token's decimals of fractional digits.
-    #[schema(pattern = r"^[0-9]+(\.[0-9]+)?$", example = "12.5")]
+    /// Token units as a **decimal string** (JSON numbers are refused): greater than
+    /// zero, at most 78 digits before and after the point (the pattern). Two more rules
+    /// depend on the asset and answer `422`: at most the token's decimals of fractional
+    /// digits (`AMOUNT_PRECISION_LOSS`), and at most 2^256-1 base units
+    /// (`AMOUNT_OVERFLOW`).
+    #[schema(
+        pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$",
+        example = "12.5"
+    )]
     pub amount: String,
 }
 
@@ -97,9 +109,15 @@ pub struct TokenAmountRequest {
     "amount": "12.5", "from": "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 }))]
 pub struct BurnRequest {
-    /// Token units as a **decimal string** (JSON numbers are refused), greater than
-    /// zero, at most the token's decimals of fractional digits.
-    #[schema(pattern = r"^[0-9]+(\.[0-9]+)?$", example = "12.5")]
+    /// Token units as a **decimal string** (JSON numbers are refused): greater than
+    /// zero, at most 78 digits before and after the point (the pattern). Two more rules
+    /// depend on the asset and answer `422`: at most the token's decimals of fractional
+    /// digits (`AMOUNT_PRECISION_LOSS`), and at most 2^256-1 base units
+    /// (`AMOUNT_OVERFLOW`).
+    #[schema(
+        pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$",
+        example = "12.5"
+    )]
     pub amount: String,
     /// The holder whose tokens are burned (a forced burn: `AssetToken.forcedBurn`, which
     /// needs the issuer to hold the token's `burner` role — grant it with
@@ -107,7 +125,7 @@ pub struct BurnRequest {
     /// `EXECUTION_REVERTED` with reason `AccessControlUnauthorizedAccount`). `0x` and 40
     /// hex digits (an EIP-55 checksum is verified when mixed-case); not the zero address.
     /// Absent or null: the issuer burns its own holdings (`AssetToken.burn`).
-    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    #[schema(pattern = "^0x(?=[0-9a-fA-F]{0,39}[1-9a-fA-F])[0-9a-fA-F]{40}$")]
     #[serde(default)]
     pub from: Option<String>,
 }
@@ -127,7 +145,7 @@ pub struct RoleRequest {
     pub role: String,
     /// The account that receives or loses the role: `0x` and 40 hex digits (an EIP-55
     /// checksum is verified when mixed-case); not the zero address.
-    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    #[schema(pattern = "^0x(?=[0-9a-fA-F]{0,39}[1-9a-fA-F])[0-9a-fA-F]{40}$")]
     pub account: String,
 }
 
@@ -761,7 +779,9 @@ pub struct RotateApiKeyRequest {
 }
 
 /// Deserializes an optional `u64` from an integral JSON number ([`integral_u64`]).
-fn integral_u64_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+pub(crate) fn integral_u64_opt<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<u64>, D::Error> {
     Option::<serde_json::Number>::deserialize(d)?
         .map(|n| {
             integral_u64(&n)

@@ -9,7 +9,7 @@ use crate::dto::{
 use crate::extract::{
     Authed, IdempotencyKey, JsonBody, PreferWait, RawPath, parse_address, parse_id,
 };
-use crate::page::{self, Page};
+use crate::page::{self, Page, PageParams};
 use crate::problem::Problem;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -64,6 +64,29 @@ pub(crate) enum WriteErrors {
     Unavailable(Problem),
 }
 
+/// The answers of the token-operation POSTs (mint, transfer, pause, unpause, burn,
+/// grant-role, revoke-role) for the OpenAPI document: `202` while the operation runs, `200`
+/// once it is terminal ([`answer`]).
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum TokenOpAnswers {
+    /// Accepted.
+    #[response(
+        status = 202,
+        headers(("Location" = String, description = "`/v1/operations/{id}`"))
+    )]
+    Accepted(OperationAccepted),
+    /// The operation is terminal.
+    #[response(
+        status = 200,
+        headers(
+            ("Location" = String, description = "`/v1/operations/{id}`"),
+            ("Preference-Applied" = String, description = "`wait=N`")
+        )
+    )]
+    Terminal(OperationAccepted),
+}
+
 /// Errors of the reads (for the OpenAPI document).
 #[derive(IntoResponses)]
 #[allow(dead_code)]
@@ -79,13 +102,14 @@ pub(crate) enum ReadErrors {
     /// `NOT_FOUND`: no such resource in the caller's organization.
     #[response(status = 404, content_type = "application/problem+json")]
     NotFound(Problem),
-    /// `ASSET_NOT_READY`: the asset's token does not exist yet (balances).
+    /// `ASSET_NOT_READY`: the asset's token does not exist yet (balances);
+    /// `INDEX_BEHIND` (retryable, with `Retry-After`): the Ledger Index did not reach
+    /// `minBlock` within `waitSeconds`.
     #[response(status = 409, content_type = "application/problem+json")]
     Conflict(Problem),
     /// `INVALID_ADDRESS` (balances).
     #[response(status = 422, content_type = "application/problem+json")]
     Unprocessable(Problem),
-    /// `INDEX_BEHIND` (the index did not reach `minBlock` within the wait),
     /// `INDEX_UNAVAILABLE`, `SERVICE_UNAVAILABLE`; all retryable.
     #[response(status = 503, content_type = "application/problem+json")]
     Unavailable(Problem),
@@ -260,12 +284,7 @@ fn amount_request(body: TokenAmountRequest, mint: bool) -> Result<TokenRequest, 
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn mint(
@@ -294,12 +313,7 @@ pub(crate) async fn mint(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn transfer(
@@ -328,12 +342,7 @@ pub(crate) async fn transfer(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn pause(
@@ -361,12 +370,7 @@ pub(crate) async fn pause(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn unpause(
@@ -408,12 +412,7 @@ pub(crate) async fn unpause(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn burn(
@@ -467,12 +466,7 @@ fn role_request(body: RoleRequest, grant: bool) -> Result<TokenRequest, Problem>
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn grant_role(
@@ -505,12 +499,7 @@ pub(crate) async fn grant_role(
         ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
         ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
     ),
-    responses(
-        (status = 202, description = "Accepted.", body = OperationAccepted, headers(("Location" = String, description = "`/v1/operations/{id}`"))),
-        (status = 200, description = "The operation is terminal.", body = OperationAccepted,
-            headers(("Location" = String, description = "`/v1/operations/{id}`"), ("Preference-Applied" = String, description = "`wait=N`"))),
-        WriteErrors,
-    ),
+    responses(TokenOpAnswers, WriteErrors),
     security(("bearer" = []))
 )]
 pub(crate) async fn revoke_role(
@@ -709,30 +698,6 @@ pub(crate) async fn operation(
     Ok(Json(Operation::from(view)).into_response())
 }
 
-/// Pagination parameters of the list routes ([`crate::page`]).
-#[derive(Debug, Clone, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase")]
-#[into_params(parameter_in = Query)]
-pub(crate) struct PageQuery {
-    /// Page size, 1 to 200 (default 50).
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
-    limit: Option<String>,
-    /// The `nextCursor` of the previous page (opaque; with the same filters).
-    #[param(max_length = 512)]
-    cursor: Option<String>,
-}
-
-impl PageQuery {
-    /// The page size (`400 INVALID_QUERY` unless 1 to 200).
-    fn limit(&self) -> Result<u32, Problem> {
-        let n = match self.limit.as_deref() {
-            None => None,
-            Some(t) => Some(t.parse::<u32>().map_err(|_| bad_query("limit"))?),
-        };
-        page::limit(n)
-    }
-}
-
 fn bad_query(param: &str) -> Problem {
     Problem::bad_request(
         "INVALID_QUERY",
@@ -746,17 +711,14 @@ fn storable_instant(t: &DateTime<Utc>) -> bool {
 }
 
 /// Decodes a `(created_at, id)` keyset cursor.
-fn time_id_cursor(cursor: Option<&str>) -> Result<Option<(DateTime<Utc>, Uuid)>, Problem> {
-    let Some(c) = cursor else { return Ok(None) };
-    let key: (DateTime<Utc>, Uuid) = page::decode_cursor(c)?;
+fn time_id_cursor(page: &PageParams) -> Result<Option<(DateTime<Utc>, Uuid)>, Problem> {
+    let Some(key) = page.cursor::<(DateTime<Utc>, Uuid)>()? else {
+        return Ok(None);
+    };
     if !storable_instant(&key.0) {
         return Err(page::invalid_cursor());
     }
     Ok(Some(key))
-}
-
-fn page_query(q: Result<Query<PageQuery>, QueryRejection>) -> Result<PageQuery, Problem> {
-    q.map(|Query(q)| q).map_err(|_| invalid_query())
 }
 
 /// List the caller's assets, oldest first, with their index state (paginated).
@@ -765,7 +727,7 @@ fn page_query(q: Result<Query<PageQuery>, QueryRejection>) -> Result<PageQuery, 
     path = "/v1/assets",
     tag = "assets",
     operation_id = "listAssets",
-    params(PageQuery),
+    params(PageParams),
     responses(
         (status = 200, description = "One page of the organization's assets.", body = AssetList),
         ReadErrors,
@@ -775,17 +737,18 @@ fn page_query(q: Result<Query<PageQuery>, QueryRejection>) -> Result<PageQuery, 
 pub(crate) async fn assets(
     State(state): State<ApiState>,
     Authed(caller): Authed,
-    q: Result<Query<PageQuery>, QueryRejection>,
+    page: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Response, Problem> {
-    let q = page_query(q)?;
-    let limit = q.limit()?;
-    let after = time_id_cursor(q.cursor.as_deref())?;
+    let page = PageParams::from_query(page)?;
+    let limit = page.limit()?;
+    let after = time_id_cursor(&page)?;
     let rows = state.ops().assets(caller, after, limit).await?;
     let page = Page::from_rows(rows, limit, keel_workflows::AssetView::key).map(Asset::from);
     Ok(Json(AssetList::from(page)).into_response())
 }
 
-/// Filters of the operation list (each one given must hold), with its pagination.
+/// Filters of the operation list (each one given must hold); its pagination is
+/// [`PageParams`].
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
@@ -807,12 +770,6 @@ pub(crate) struct OperationsQuery {
     /// Only operations accepted strictly before this instant (RFC 3339).
     #[param(value_type = Option<DateTime<Utc>>)]
     created_before: Option<String>,
-    /// Page size, 1 to 200 (default 50).
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
-    limit: Option<String>,
-    /// The `nextCursor` of the previous page (opaque; pass the same filters with it).
-    #[param(max_length = 512)]
-    cursor: Option<String>,
 }
 
 fn rfc3339_query(v: Option<&str>, param: &str) -> Result<Option<DateTime<Utc>>, Problem> {
@@ -890,7 +847,7 @@ fn svc_state(s: OperationState) -> keel_workflows::OperationState {
     path = "/v1/operations",
     tag = "operations",
     operation_id = "listOperations",
-    params(OperationsQuery),
+    params(OperationsQuery, PageParams),
     responses(
         (status = 200, description = "One page of the organization's operations.", body = OperationList),
         ReadErrors,
@@ -901,15 +858,13 @@ pub(crate) async fn operations(
     State(state): State<ApiState>,
     Authed(caller): Authed,
     q: Result<Query<OperationsQuery>, QueryRejection>,
+    page: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let q = q.map(|Query(q)| q).map_err(|_| invalid_query())?;
-    let paging = PageQuery {
-        limit: q.limit.clone(),
-        cursor: q.cursor.clone(),
-    };
-    let limit = paging.limit()?;
+    let page = PageParams::from_query(page)?;
+    let limit = page.limit()?;
     let filter = q.filter()?;
-    let after = time_id_cursor(q.cursor.as_deref())?;
+    let after = time_id_cursor(&page)?;
     let list = state
         .ops()
         .operations(caller, &filter, after, limit)
@@ -937,7 +892,7 @@ pub(crate) async fn operations(
     path = "/v1/templates",
     tag = "assets",
     operation_id = "listTemplates",
-    params(PageQuery),
+    params(PageParams),
     responses(
         (status = 200, description = "One page of the organization's templates.", body = TemplateList),
         ReadErrors,
@@ -947,15 +902,11 @@ pub(crate) async fn operations(
 pub(crate) async fn templates(
     State(state): State<ApiState>,
     Authed(caller): Authed,
-    q: Result<Query<PageQuery>, QueryRejection>,
+    page: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Response, Problem> {
-    let q = page_query(q)?;
-    let limit = q.limit()?;
-    let after: Option<String> = q
-        .cursor
-        .as_deref()
-        .map(page::decode_cursor::<String>)
-        .transpose()?;
+    let page = PageParams::from_query(page)?;
+    let limit = page.limit()?;
+    let after: Option<String> = page.cursor()?;
     if after
         .as_deref()
         .is_some_and(|id| !keel_workflows::tenancy::valid_template_id(id))
@@ -976,7 +927,7 @@ pub(crate) async fn templates(
 #[into_params(parameter_in = Query)]
 pub(crate) struct MinBlockQuery {
     /// Wait until the Ledger Index has committed this block before reading
-    /// (`503 INDEX_BEHIND` when it does not within the wait).
+    /// (`409 INDEX_BEHIND`, retryable, when it does not within the wait).
     min_block: Option<u64>,
     /// How long to wait for `minBlock`, seconds (default 10, capped at 60).
     wait_seconds: Option<u64>,

@@ -6,7 +6,7 @@ use crate::dto::{
     ApiKey, ApiKeyList, ApiKeyWithToken, CreateApiKeyRequest, EmptyRequest, RotateApiKeyRequest,
 };
 use crate::extract::{Authed, Authorized, JsonBody, RawPath, parse_id};
-use crate::page::{self, Page};
+use crate::page::{Page, PageParams};
 use crate::problem::Problem;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -15,9 +15,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use keel_workflows::Scopes;
-use serde::Deserialize;
 use std::time::Duration;
-use utoipa::{IntoParams, IntoResponses};
+use utoipa::IntoResponses;
 use uuid::Uuid;
 
 /// Errors of the `/v1/api-keys` routes (for the OpenAPI document; `403` is added with
@@ -55,19 +54,6 @@ pub(crate) enum KeyErrors {
     Unavailable(Problem),
 }
 
-/// Pagination of `GET /v1/api-keys`.
-#[derive(Debug, Clone, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase")]
-#[into_params(parameter_in = Query)]
-pub(crate) struct KeyListQuery {
-    /// Page size, 1 to 200 (default 50).
-    #[param(minimum = 1, maximum = 200)]
-    limit: Option<u32>,
-    /// `nextCursor` of the previous page, unchanged.
-    #[param(max_length = 512)]
-    cursor: Option<String>,
-}
-
 /// The keyset position of a key in the list: `(createdAt, id)`.
 type KeyCursor = (DateTime<Utc>, Uuid);
 
@@ -78,7 +64,7 @@ type KeyCursor = (DateTime<Utc>, Uuid);
     path = "/v1/api-keys",
     tag = "api-keys",
     operation_id = "listApiKeys",
-    params(KeyListQuery),
+    params(PageParams),
     responses(
         (status = 200, description = "One page of keys.", body = ApiKeyList),
         KeyErrors,
@@ -88,20 +74,11 @@ type KeyCursor = (DateTime<Utc>, Uuid);
 pub(crate) async fn list(
     State(state): State<ApiState>,
     Authed(caller): Authed,
-    q: Result<Query<KeyListQuery>, QueryRejection>,
+    page: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Response, Problem> {
-    let Query(q) = q.map_err(|_| {
-        Problem::bad_request(
-            "INVALID_QUERY",
-            "a query parameter is malformed (limit must be an integer from 1 to 200)",
-        )
-    })?;
-    let limit = page::limit(q.limit)?;
-    let after = q
-        .cursor
-        .as_deref()
-        .map(page::decode_cursor::<KeyCursor>)
-        .transpose()?;
+    let page = PageParams::from_query(page)?;
+    let limit = page.limit()?;
+    let after = page.cursor::<KeyCursor>()?;
     let rows = state.ops().api_keys(caller, after, limit + 1).await?;
     let page = Page::from_rows(rows, limit, |k| (k.created_at, k.id)).map(ApiKey::from);
     Ok(Json(ApiKeyList {

@@ -17,7 +17,7 @@
 use crate::ApiState;
 use crate::extract::{Authed, RawPath, parse_address, parse_id};
 use crate::handlers::{int64_query, query};
-use crate::page::{Page, decode_cursor, limit};
+use crate::page::{Page, PageParams};
 use crate::problem::Problem;
 use alloy_primitives::{Address, U256};
 use axum::Json;
@@ -167,7 +167,7 @@ pub(crate) enum LedgerErrors {
     Unavailable(Problem),
 }
 
-/// Query of the holders list.
+/// Query of the holders list (its pagination is [`PageParams`]).
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
@@ -176,25 +176,6 @@ pub(crate) struct HoldersQuery {
     /// below it). Default: the indexed tip. Above the indexed tip: `409
     /// BLOCK_NOT_INDEXED`.
     at_block: Option<u64>,
-    /// Page size, 1 to 200 (default 50).
-    #[param(minimum = 1, maximum = 200)]
-    limit: Option<u32>,
-    /// `nextCursor` of the previous page.
-    #[param(max_length = 512)]
-    cursor: Option<String>,
-}
-
-/// Query of the transfer lists.
-#[derive(Debug, Clone, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase")]
-#[into_params(parameter_in = Query)]
-pub(crate) struct TransfersQuery {
-    /// Page size, 1 to 200 (default 50).
-    #[param(minimum = 1, maximum = 200)]
-    limit: Option<u32>,
-    /// `nextCursor` of the previous page.
-    #[param(max_length = 512)]
-    cursor: Option<String>,
 }
 
 /// Query of the supply read.
@@ -261,7 +242,7 @@ impl From<SupplyView> for Supply {
     path = "/v1/assets/{id}/holders",
     tag = "assets",
     operation_id = "listHolders",
-    params(("id" = Uuid, Path, description = "Asset id"), HoldersQuery),
+    params(("id" = Uuid, Path, description = "Asset id"), HoldersQuery, PageParams),
     responses(
         (status = 200, description = "A page of holders as of `block`.", body = HolderList),
         LedgerErrors,
@@ -273,15 +254,16 @@ pub(crate) async fn holders(
     Authed(caller): Authed,
     RawPath(id): RawPath<String>,
     q: Result<Query<HoldersQuery>, QueryRejection>,
+    page: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let q = query(q)?;
     int64_query(q.at_block)?;
-    let limit = limit(q.limit)?;
+    let page = PageParams::from_query(page)?;
+    let limit = page.limit()?;
     let id = parse_id(&id, "asset")?;
-    let (at_block, after) = match q.cursor.as_deref() {
+    let (at_block, after) = match page.cursor::<HolderCursor>()? {
         None => (q.at_block, None),
-        Some(c) => {
-            let (block, balance, holder): HolderCursor = decode_cursor(c)?;
+        Some((block, balance, holder)) => {
             let balance = U256::from_str_radix(&balance, 10).map_err(|_| bad_cursor())?;
             if q.at_block.is_some_and(|b| b != block) || i64::try_from(block).is_err() {
                 return Err(bad_cursor());
@@ -315,13 +297,12 @@ async fn transfer_list(
     caller: keel_workflows::Caller,
     id: Uuid,
     holder: Option<Address>,
-    q: TransfersQuery,
+    page: PageParams,
 ) -> Result<Response, Problem> {
-    let limit = limit(q.limit)?;
-    let before = match q.cursor.as_deref() {
+    let limit = page.limit()?;
+    let before = match page.cursor::<(u64, u64)>()? {
         None => None,
-        Some(c) => {
-            let (block, log): (u64, u64) = decode_cursor(c)?;
+        Some((block, log)) => {
             if i64::try_from(block).is_err() || i64::try_from(log).is_err() {
                 return Err(bad_cursor());
             }
@@ -352,7 +333,7 @@ async fn transfer_list(
     path = "/v1/assets/{id}/transfers",
     tag = "assets",
     operation_id = "listTransfers",
-    params(("id" = Uuid, Path, description = "Asset id"), TransfersQuery),
+    params(("id" = Uuid, Path, description = "Asset id"), PageParams),
     responses(
         (status = 200, description = "A page of transfers, newest first.", body = TokenTransferList),
         LedgerErrors,
@@ -363,11 +344,11 @@ pub(crate) async fn transfers(
     State(state): State<ApiState>,
     Authed(caller): Authed,
     RawPath(id): RawPath<String>,
-    q: Result<Query<TransfersQuery>, QueryRejection>,
+    page: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Response, Problem> {
-    let q = query(q)?;
+    let page = PageParams::from_query(page)?;
     let id = parse_id(&id, "asset")?;
-    transfer_list(&state, caller, id, None, q).await
+    transfer_list(&state, caller, id, None, page).await
 }
 
 /// The transfers of one holder (as sender or receiver), newest first.
@@ -379,7 +360,7 @@ pub(crate) async fn transfers(
     params(
         ("id" = Uuid, Path, description = "Asset id"),
         ("address" = String, Path, description = "Holder: `0x` + 40 hex digits (mixed case must be a valid EIP-55 checksum)"),
-        TransfersQuery,
+        PageParams,
     ),
     responses(
         (status = 200, description = "A page of the holder's transfers, newest first.", body = TokenTransferList),
@@ -391,12 +372,12 @@ pub(crate) async fn holder_transfers(
     State(state): State<ApiState>,
     Authed(caller): Authed,
     RawPath((id, address)): RawPath<(String, String)>,
-    q: Result<Query<TransfersQuery>, QueryRejection>,
+    page: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Response, Problem> {
-    let q = query(q)?;
+    let page = PageParams::from_query(page)?;
     let id = parse_id(&id, "asset")?;
     let holder = parse_address(&address, "address")?;
-    transfer_list(&state, caller, id, Some(holder), q).await
+    transfer_list(&state, caller, id, Some(holder), page).await
 }
 
 /// The total supply of an asset (mints minus burns) at the indexed tip or as of a

@@ -10,7 +10,8 @@ use utoipa::{Modify, OpenApi};
 /// Adds the `bearer` security scheme (API keys and their scopes), states each keyed
 /// route's scope as its `security` requirement with its `403` answer (from
 /// [`crate::scope::ROUTES`]), marks the bodies of `pause`, `unpause`, `approve`,
-/// `reject`, `retry`, `cancel`, `revoke` and `rotate` optional (they may be empty),
+/// `reject`, `retry`, `cancel`, `revoke`, `rotate` and `rotate-secret` optional (they
+/// may be empty),
 /// describes `OperationAccepted` as the one object it is on the wire, declares the
 /// parameter constraints the server enforces, enumerates the operation kinds and lists
 /// the error codes.
@@ -47,8 +48,15 @@ impl Modify for Fixups {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         for (path, item) in doc.paths.paths.iter_mut() {
             let optional_body = [
-                "/pause", "/unpause", "/approve", "/reject", "/retry", "/cancel", "/revoke",
+                "/pause",
+                "/unpause",
+                "/approve",
+                "/reject",
+                "/retry",
+                "/cancel",
+                "/revoke",
                 "/rotate",
+                "/rotate-secret",
             ]
             .iter()
             .any(|suffix| path.ends_with(suffix));

@@ -12,15 +12,23 @@
 //! Each list DTO is a concrete struct with these three members (so the OpenAPI
 //! document names each list's item schema); [`Page`] builds their values.
 //!
-//! Errors: a `limit` outside 1..=[`MAX_LIMIT`] → `400 INVALID_QUERY`
-//! ([`limit`]); a cursor that does not decode to the route's keyset →
-//! `400 INVALID_CURSOR` ([`decode_cursor`]).
+//! Every list route takes its `limit` and `cursor` as one [`PageParams`] (its own
+//! filters, if any, in a separate query struct), so the parameters, their document
+//! entries and their errors are the same on every list.
+//!
+//! Errors: a `limit` that is not an integer, or outside 1..=[`MAX_LIMIT`] → `400
+//! INVALID_QUERY` ([`PageParams::limit`], [`limit`]); a cursor that does not decode to
+//! the route's keyset → `400 INVALID_CURSOR` ([`PageParams::cursor`],
+//! [`decode_cursor`]).
 
 use crate::Problem;
+use axum::extract::Query;
+use axum::extract::rejection::QueryRejection;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use utoipa::IntoParams;
 
 /// The page size when `limit` is absent.
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -28,6 +36,58 @@ pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 200;
 /// The longest accepted cursor string, bytes (a cursor Keel issues is far shorter).
 pub const MAX_CURSOR_LEN: usize = 512;
+
+/// The pagination query parameters of every list route: `limit` and `cursor`.
+///
+/// Extract it as `Result<Query<PageParams>, QueryRejection>` next to the route's own
+/// filter query (each reads the members it knows) and pass it to [`PageParams::from_query`];
+/// list it in the route's `params(...)` for the OpenAPI document.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct PageParams {
+    /// Page size, 1 to 200 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
+    pub limit: Option<String>,
+    /// The `nextCursor` of the previous page, passed back unchanged (opaque; with the
+    /// same filters).
+    #[param(max_length = 512)]
+    pub cursor: Option<String>,
+}
+
+impl PageParams {
+    /// The parameters of an extracted query.
+    ///
+    /// # Errors
+    /// `400 INVALID_QUERY` when the query string cannot be read at all.
+    pub fn from_query(q: Result<Query<Self>, QueryRejection>) -> Result<Self, Problem> {
+        q.map(|Query(p)| p)
+            .map_err(|_| Problem::bad_request("INVALID_QUERY", "a query parameter is malformed"))
+    }
+
+    /// The page size: [`DEFAULT_LIMIT`] when `limit` is absent.
+    ///
+    /// # Errors
+    /// `400 INVALID_QUERY` when `limit` is not a decimal integer from 1 to [`MAX_LIMIT`].
+    pub fn limit(&self) -> Result<u32, Problem> {
+        let n = match self.limit.as_deref() {
+            None => None,
+            Some(t) => Some(t.parse::<u32>().map_err(|_| {
+                Problem::bad_request("INVALID_QUERY", "query parameter `limit` is malformed")
+            })?),
+        };
+        limit(n)
+    }
+
+    /// The keyset position `cursor` names, decoded as the route's keyset type `K`;
+    /// `None` without a cursor (the first page).
+    ///
+    /// # Errors
+    /// `400 INVALID_CURSOR` as [`decode_cursor`].
+    pub fn cursor<K: DeserializeOwned>(&self) -> Result<Option<K>, Problem> {
+        self.cursor.as_deref().map(decode_cursor).transpose()
+    }
+}
 
 /// The page size for a `limit` query value: the default when absent.
 ///
@@ -129,6 +189,25 @@ mod tests {
             let p = decode_cursor::<(String, u64)>(bad).err();
             assert_eq!(p.map(|p| p.code), Some("INVALID_CURSOR".to_string()));
         }
+    }
+
+    #[test]
+    fn page_params_limit_and_cursor() {
+        let p = |limit: Option<&str>, cursor: Option<&str>| PageParams {
+            limit: limit.map(str::to_owned),
+            cursor: cursor.map(str::to_owned),
+        };
+        assert_eq!(p(None, None).limit().ok(), Some(DEFAULT_LIMIT));
+        assert_eq!(p(Some("200"), None).limit().ok(), Some(200));
+        for bad in ["0", "201", "-1", "1.5", "x", ""] {
+            let e = p(Some(bad), None).limit().err().map(|e| e.code);
+            assert_eq!(e.as_deref(), Some("INVALID_QUERY"), "limit={bad}");
+        }
+        assert_eq!(p(None, None).cursor::<u64>().ok(), Some(None));
+        let c = encode_cursor(&7_u64);
+        assert_eq!(p(None, Some(&c)).cursor::<u64>().ok(), Some(Some(7)));
+        let e = p(None, Some("%%")).cursor::<u64>().err().map(|e| e.code);
+        assert_eq!(e.as_deref(), Some("INVALID_CURSOR"));
     }
 
     #[test]

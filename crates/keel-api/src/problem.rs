@@ -38,7 +38,8 @@ pub struct Problem {
     /// Stable machine-readable code: one of `x-error-codes` of this schema (also
     /// `docs/error-codes.md`), which lists every code with its HTTP status and meaning.
     pub code: String,
-    /// Whether the same request may succeed later (true for 503 answers).
+    /// Whether the same request may succeed later (true for 503 answers and `409
+    /// INDEX_BEHIND`; those carry `Retry-After`).
     pub retryable: bool,
     /// Value-free description of what was wrong.
     pub detail: String,
@@ -99,9 +100,10 @@ impl Problem {
 /// The HTTP status of a service error: `401` unauthenticated; `403` a scope the key
 /// lacks; `404` not found (also another organization's resource); `409` conflicts with
 /// the resource's state (idempotency conflict, asset not ready, approval not pending /
-/// same key / expired, not retryable, ended, a revoked key); `413` an input over the engine's payload bounds; `422` invalid
-/// fields, amounts and an unconfigured chain; `503` unavailable dependencies and an
-/// index behind (retryable).
+/// same key / expired, not retryable, ended, a revoked key, a block the Ledger Index has
+/// not reached: `atBlock` or, retryable with `Retry-After`, `minBlock`); `413` an input
+/// over the engine's payload bounds; `422` invalid fields, amounts and an unconfigured
+/// chain; `503` unavailable dependencies (retryable).
 pub fn ops_status(e: &OpsError) -> StatusCode {
     match e {
         OpsError::Unauthenticated => StatusCode::UNAUTHORIZED,
@@ -116,6 +118,9 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::OperationEnded
         | OpsError::ApiKeyRevoked
         | OpsError::BlockNotIndexed { .. }
+        // The request names a block the index has not reached (as BLOCK_NOT_INDEXED):
+        // a 409 with `Retry-After`, not a 5xx — the server is not failing.
+        | OpsError::IndexBehind
         | OpsError::ApprovalSameKey => StatusCode::CONFLICT,
         OpsError::InvalidField { .. }
         | OpsError::Amount { .. }
@@ -127,9 +132,7 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
             "IDEMPOTENCY_CONFLICT" => StatusCode::CONFLICT,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         },
-        OpsError::Index(_) | OpsError::IndexBehind | OpsError::Store(_) => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        OpsError::Index(_) | OpsError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         // A variant added later: unavailable when a retry can help, else a bug.
         _ if e.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -155,8 +158,11 @@ impl IntoResponse for Problem {
         let mut res = (status, body).into_response();
         res.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        // RFC 9110 §10.2.3: every 503 tells the client when to come back.
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        // RFC 9110 §10.2.3: every 503 tells the client when to come back, and so does a
+        // retryable 409 (`INDEX_BEHIND`: the index has not reached `minBlock` yet).
+        if status == StatusCode::SERVICE_UNAVAILABLE
+            || (status == StatusCode::CONFLICT && self.retryable)
+        {
             res.headers_mut().insert(
                 header::RETRY_AFTER,
                 HeaderValue::from_static(RETRY_AFTER_SECONDS),
@@ -176,7 +182,8 @@ mod tests {
     use keel_durable::DurableError;
     use keel_durable::payload::BoundError;
 
-    /// Every service error answers its documented status, retryable exactly for 503.
+    /// Every service error answers its documented status, retryable exactly for 503 and
+    /// `INDEX_BEHIND` (409).
     #[test]
     fn service_errors_map_to_their_statuses() {
         let cases: Vec<(OpsError, u16)> = vec![
@@ -227,7 +234,7 @@ mod tests {
                 409,
             ),
             (OpsError::Engine(DurableError::Fenced), 503),
-            (OpsError::IndexBehind, 503),
+            (OpsError::IndexBehind, 409),
             (OpsError::BlockNotIndexed { indexed: None }, 409),
             (OpsError::Store(keel_store::StoreError::Decode), 503),
         ];
@@ -236,7 +243,11 @@ mod tests {
             let p = Problem::from(e);
             assert_eq!(p.status, status, "{code}");
             assert_eq!(p.code, code);
-            assert_eq!(p.retryable, status == 503, "{code}");
+            assert_eq!(
+                p.retryable,
+                status == 503 || code == "INDEX_BEHIND",
+                "{code}"
+            );
         }
     }
 }

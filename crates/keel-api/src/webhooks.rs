@@ -12,7 +12,7 @@
 
 use crate::ApiState;
 use crate::extract::{Authed, MAX_JSON_DEPTH, json_too_deep};
-use crate::page::{self, Page};
+use crate::page::{Page, PageParams};
 use crate::problem::Problem;
 use axum::Json;
 use axum::body::Bytes;
@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
-use utoipa::{IntoParams, IntoResponses, ToSchema};
+use utoipa::{IntoResponses, ToSchema};
 use uuid::Uuid;
 
 /// The `data` of an `operation.*` webhook event: the operation view as the API's
@@ -108,11 +108,21 @@ pub struct WebhookEndpointList {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateWebhookEndpointRequest {
-    /// `https` URL (no loopback, private, link-local or metadata addresses).
+    /// An absolute `https` URL of at most 2048 bytes, without user info or fragment.
+    /// Refused with `422 INVALID_FIELD` as well, by rules no schema can state: a host
+    /// that does not resolve, or that is or resolves to a loopback, private,
+    /// link-local or metadata address.
+    #[schema(
+        format = "uri",
+        max_length = 2048,
+        pattern = "^[Hh][Tt][Tt][Pp][Ss]://"
+    )]
     pub url: String,
     /// 1 to 32 event types, or `["*"]`.
+    #[schema(min_items = 1, max_items = 32)]
     pub event_types: Vec<String>,
-    /// Free text, at most 256 characters.
+    /// Free text, at most 256 printable (non-control) characters.
+    #[schema(max_length = 256, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
     #[serde(default)]
     pub description: Option<String>,
     /// Default true.
@@ -124,13 +134,20 @@ pub struct CreateWebhookEndpointRequest {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateWebhookEndpointRequest {
-    /// New URL.
+    /// New URL (the rules of `CreateWebhookEndpointRequest.url`).
+    #[schema(
+        format = "uri",
+        max_length = 2048,
+        pattern = "^[Hh][Tt][Tt][Pp][Ss]://"
+    )]
     #[serde(default)]
     pub url: Option<String>,
-    /// New event types.
+    /// New event types: 1 to 32, or `["*"]`.
+    #[schema(min_items = 1, max_items = 32)]
     #[serde(default)]
     pub event_types: Option<Vec<String>>,
-    /// New description.
+    /// New description: at most 256 printable (non-control) characters.
+    #[schema(max_length = 256, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
     #[serde(default)]
     pub description: Option<String>,
     /// Enable (resets the circuit breaker) or disable.
@@ -142,8 +159,11 @@ pub struct UpdateWebhookEndpointRequest {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RotateSecretRequest {
-    /// How long the previous secret keeps signing, seconds (0..=604800; default 86400).
-    #[serde(default)]
+    /// How long the previous secret keeps signing, seconds (0 to 604800, i.e. 7 days;
+    /// absent or null: 86400). An integral JSON number such as `60.0` is the integer it
+    /// denotes (as JSON Schema reads it).
+    #[schema(minimum = 0, maximum = 604_800)]
+    #[serde(default, deserialize_with = "crate::dto::integral_u64_opt")]
     pub overlap_seconds: Option<u64>,
 }
 
@@ -311,33 +331,14 @@ fn body<T: DeserializeOwned>(
     })
 }
 
-/// The page query of the list routes.
-#[derive(Debug, Clone, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase")]
-#[into_params(parameter_in = Query)]
-pub(crate) struct PageQuery {
-    /// Page size, 1 to 200 (default 50).
-    #[param(minimum = 1, maximum = 200)]
-    limit: Option<u32>,
-    /// The `nextCursor` of the previous page (opaque).
-    #[param(max_length = 512)]
-    cursor: Option<String>,
-}
-
 /// The keyset of the webhook lists: `(created_at, id)`.
 type Keyset = (DateTime<Utc>, Uuid);
 
 fn page_query(
-    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<PageParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<(u32, Option<Keyset>), Problem> {
-    let Query(q) =
-        q.map_err(|_| Problem::bad_request("INVALID_QUERY", "a query parameter is malformed"))?;
-    let limit = page::limit(q.limit)?;
-    let after = match q.cursor.as_deref() {
-        Some(c) => Some(page::decode_cursor::<Keyset>(c)?),
-        None => None,
-    };
-    Ok((limit, after))
+    let page = PageParams::from_query(q)?;
+    Ok((page.limit()?, page.cursor::<Keyset>()?))
 }
 
 /// Register a webhook endpoint; the answer shows its signing secret, once.
@@ -376,13 +377,13 @@ pub(crate) async fn create(
 
 /// The organization's webhook endpoints, oldest first.
 #[utoipa::path(get, path = "/v1/webhook-endpoints", tag = "webhooks", operation_id = "listWebhookEndpoints",
-    params(PageQuery),
+    params(PageParams),
     responses((status = 200, description = "A page of endpoints.", body = WebhookEndpointList), WebhookErrors),
     security(("bearer" = [])))]
 pub(crate) async fn list(
     State(state): State<ApiState>,
     Authed(caller): Authed,
-    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<PageParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
     let (limit, after) = page_query(q)?;
     let rows = service(&state)?
@@ -469,7 +470,7 @@ pub(crate) async fn delete(
 /// keeps signing (both signatures are sent) for `overlapSeconds`.
 #[utoipa::path(post, path = "/v1/webhook-endpoints/{id}/rotate-secret", tag = "webhooks", operation_id = "rotateWebhookSecret",
     params(("id" = Uuid, Path, description = "Endpoint id")),
-    request_body(content = RotateSecretRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    request_body(content = RotateSecretRequest, content_type = "application/json", description = "Optional: an empty body or `{}` (the default overlap), or `{\"overlapSeconds\": N}`."),
     responses((status = 200, description = "Rotated.", body = WebhookEndpointWithSecret), WebhookErrors),
     security(("bearer" = [])))]
 pub(crate) async fn rotate(
@@ -517,14 +518,14 @@ pub(crate) async fn test(
 /// The endpoint's deliveries, newest first, each with its attempts (time, HTTP status,
 /// latency, error class, next retry).
 #[utoipa::path(get, path = "/v1/webhook-endpoints/{id}/deliveries", tag = "webhooks", operation_id = "listWebhookDeliveries",
-    params(("id" = Uuid, Path, description = "Endpoint id"), PageQuery),
+    params(("id" = Uuid, Path, description = "Endpoint id"), PageParams),
     responses((status = 200, description = "A page of deliveries.", body = WebhookDeliveryList), WebhookErrors),
     security(("bearer" = [])))]
 pub(crate) async fn deliveries(
     State(state): State<ApiState>,
     Authed(caller): Authed,
     params: RawPathParams,
-    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<PageParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
     let id = endpoint_id(&params)?;
     let (limit, before) = page_query(q)?;

@@ -75,6 +75,22 @@ impl Env {
     }
 
     pub(crate) async fn with_config(config: ApiConfig) -> Self {
+        Self::build(
+            config,
+            keel_webhooks::UrlPolicy {
+                allow_http: true,
+                allow_private: true,
+            },
+        )
+        .await
+    }
+
+    /// An env whose webhook endpoints follow `policy` (the others allow loopback `http`).
+    pub(crate) async fn with_webhook_policy(policy: keel_webhooks::UrlPolicy) -> Self {
+        Self::build(ApiConfig::default(), policy).await
+    }
+
+    async fn build(config: ApiConfig, policy: keel_webhooks::UrlPolicy) -> Self {
         let db = TestDatabase::create().await.unwrap();
         let pool = db.pool().clone();
         keel_store::migrate(&pool).await.unwrap();
@@ -90,14 +106,11 @@ impl Env {
             .await
             .unwrap();
         let engine = Engine::new(pool.clone(), EngineConfig::default()).unwrap();
-        // Webhooks (issue 21): loopback http endpoints allowed for the tests.
+        // Webhooks (issue 21): loopback http endpoints allowed for most tests.
         let webhooks = keel_webhooks::Webhooks::new(
             pool.clone(),
             keel_webhooks::WebhookConfig {
-                policy: keel_webhooks::UrlPolicy {
-                    allow_http: true,
-                    allow_private: true,
-                },
+                policy,
                 ..keel_webhooks::WebhookConfig::default()
             },
         );

@@ -944,7 +944,8 @@ async fn approval_and_readiness_rules_without_a_chain() {
         "ASSET_NOT_READY",
         "balance before the token exists",
     );
-    // minBlock waits (bounded) and answers a retryable 503 when the index is behind.
+    // minBlock waits (bounded) and answers a retryable 409 with Retry-After when the index
+    // is behind (the request names a block the index has not reached: not a 5xx).
     let started = std::time::Instant::now();
     let b = env
         .get(
@@ -952,8 +953,13 @@ async fn approval_and_readiness_rules_without_a_chain() {
             &format!("/v1/assets/{asset}?minBlock=5&waitSeconds=1"),
         )
         .await;
-    assert_problem(&b, 503, "INDEX_BEHIND", "minBlock");
+    assert_problem(&b, 409, "INDEX_BEHIND", "minBlock");
     assert_eq!(b.body["retryable"], json!(true));
+    assert!(
+        b.headers.contains_key("retry-after"),
+        "INDEX_BEHIND carries Retry-After: {:?}",
+        b.headers
+    );
     assert!(started.elapsed() >= std::time::Duration::from_millis(900));
     let f = env
         .get(&env.key_a, "/v1/funding-requests?chainId=31337")
