@@ -298,8 +298,7 @@ impl SettleFail {
     /// The answer of one row whose settle failed.
     fn into_durable(self) -> DurableError {
         match self {
-            Self::Db(e) if rolled_back(&e) => DurableError::from(e),
-            Self::Db(e) => lost(&e),
+            Self::Db(e) => DurableError::from(e),
             Self::Hook(e) => DurableError::TransitionHook(e),
         }
     }
