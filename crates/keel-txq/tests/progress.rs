@@ -45,7 +45,11 @@ impl ProgressSink for TableSink {
                         idempotency_key,
                         hash,
                         nonce,
-                    } => (*request_id, *idempotency_key, format!("broadcast {hash} {nonce}")),
+                    } => (
+                        *request_id,
+                        *idempotency_key,
+                        format!("broadcast {hash} {nonce}"),
+                    ),
                     Progress::FundingRequested {
                         request_id,
                         idempotency_key,
@@ -185,8 +189,7 @@ fn mined(v: &SettlementVerdict) -> (B256, u64) {
 }
 
 #[tokio::test]
-async fn first_broadcasts_and_opened_funding_requests_reach_the_sink_once_in_their_transaction()
-{
+async fn first_broadcasts_and_opened_funding_requests_reach_the_sink_once_in_their_transaction() {
     let f = Fixture::new().await;
     let unfunded = PrivateKeySigner::random();
     let q = f.queue(&unfunded);

@@ -304,7 +304,10 @@ impl keel_txq::ProgressSink for OperationEvents {
         progress: &'c [keel_txq::Progress<'c>],
     ) -> futures::future::BoxFuture<'c, std::result::Result<(), keel_txq::ProgressSinkError>> {
         Box::pin(async move {
-            let ids: Vec<Uuid> = progress.iter().map(keel_txq::Progress::request_id).collect();
+            let ids: Vec<Uuid> = progress
+                .iter()
+                .map(keel_txq::Progress::request_id)
+                .collect();
             // Ordered by instance (the lock order).
             let links = store::operation_tx_by_requests(&mut *conn, &ids)
                 .await

@@ -91,7 +91,10 @@ impl Stack {
             ("KEEL__INDEX__POLLINTERVALMS".into(), "100".into()),
             // Webhook endpoints served by a receiver in the test (loopback, http).
             ("KEEL__WEBHOOKS__ALLOWHTTP".into(), "true".into()),
-            ("KEEL__WEBHOOKS__ALLOWPRIVATEADDRESSES".into(), "true".into()),
+            (
+                "KEEL__WEBHOOKS__ALLOWPRIVATEADDRESSES".into(),
+                "true".into(),
+            ),
             ("KEEL__WEBHOOKS__RETRYINITIALMS".into(), "200".into()),
             ("KEEL_OPERATOR_KEY".into(), key0.clone()),
             ("KEEL_DEPLOYER_KEY".into(), key0),
@@ -415,7 +418,10 @@ impl Hooks {
 }
 
 fn types(events: &[Value]) -> Vec<&str> {
-    events.iter().map(|e| e["type"].as_str().unwrap_or("")).collect()
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or(""))
+        .collect()
 }
 
 /// The operation's webhook events arrived in the order of its changes: `accepted`
@@ -434,7 +440,11 @@ fn check_operation_events(events: &[Value]) {
         .filter(|x| **x == "operation.transaction_settled")
         .count();
     assert!(!submitted.is_empty(), "{t:?}");
-    assert_eq!(submitted.len(), settled, "one submitted per transaction: {t:?}");
+    assert_eq!(
+        submitted.len(),
+        settled,
+        "one submitted per transaction: {t:?}"
+    );
     for (i, e) in submitted.iter().enumerate() {
         let m = &e["data"]["milestones"];
         let steps = |k: &str| -> Vec<String> {
@@ -451,13 +461,21 @@ fn check_operation_events(events: &[Value]) {
             .iter()
             .filter(|x| !confirmed.contains(&x["step"].as_str().unwrap().to_owned()))
             .collect();
-        assert_eq!(fresh.len(), 1, "submitted #{i}: one transaction in flight: {e}");
+        assert_eq!(
+            fresh.len(),
+            1,
+            "submitted #{i}: one transaction in flight: {e}"
+        );
         assert_eq!(fresh[0]["broadcast"], true, "{e}");
     }
     // Per transaction: submitted, settled, confirmed, in this order.
-    let mut expect = ["operation.submitted", "operation.transaction_settled", "operation.confirmed"]
-        .iter()
-        .cycle();
+    let mut expect = [
+        "operation.submitted",
+        "operation.transaction_settled",
+        "operation.confirmed",
+    ]
+    .iter()
+    .cycle();
     let mut next = expect.next().unwrap();
     for x in t.iter().filter(|x| {
         matches!(

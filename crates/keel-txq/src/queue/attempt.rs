@@ -248,7 +248,9 @@ impl TxQueue {
             self.broadcast_failed(&[(req.id, class)]).await?;
         }
         if matches!(sent, Broadcast::Accepted) {
-            let marked = self.mark_broadcast(&[Accepted::of(req.id, attempt)]).await?;
+            let marked = self
+                .mark_broadcast(&[Accepted::of(req.id, attempt)])
+                .await?;
             metrics::time_to_broadcast(self.chain_id, &marked);
             metrics::broadcasts(self.chain_id, 1);
         }
@@ -490,7 +492,8 @@ impl TxQueue {
                             Err(e) => self.progress_sink_failed(&e, "broadcast", 1),
                         }
                     }
-                    let rows = store::requests_mark_broadcast_many(&self.db, &[a.request_id]).await?;
+                    let rows =
+                        store::requests_mark_broadcast_many(&self.db, &[a.request_id]).await?;
                     secs.extend(rows.iter().map(|r| r.secs));
                 }
                 Ok(secs)

@@ -423,7 +423,8 @@ async fn until_requests(r: &Receiver, behaviour: &str, n: usize) {
 }
 
 #[tokio::test]
-async fn a_failing_endpoint_opens_its_breaker_is_probed_after_the_cooldown_and_drains_on_recovery() {
+async fn a_failing_endpoint_opens_its_breaker_is_probed_after_the_cooldown_and_drains_on_recovery()
+{
     let db = database().await;
     let pool = db.pool();
     let r = Receiver::start().await;
