@@ -168,6 +168,15 @@ pub struct RunnerServices {
     pub tasks: Vec<(&'static str, JoinHandle<()>)>,
 }
 
+/// What a runner's queue hands to keel-workflows in its transactions: every verdict
+/// (the settlement sink) and every first broadcast and opened funding request (the
+/// progress sink).
+#[derive(Clone)]
+struct QueueSinks {
+    settlement: Arc<dyn SettlementSink>,
+    progress: Arc<dyn ProgressSink>,
+}
+
 /// Makes a served chain of the runner: its platform contracts, the queue with the
 /// operator's signer, the chain in the workflow environment. Idempotent (a chain
 /// already there is kept).
@@ -177,8 +186,7 @@ async fn serve_runner_chain(
     env: &WorkflowEnv,
     node: &Arc<UpstreamPool>,
     signer: Option<&Arc<dyn TxSigner>>,
-    sink: &Arc<dyn SettlementSink>,
-    progress: &Arc<dyn ProgressSink>,
+    sinks: &QueueSinks,
     queue_slot: &OnceLock<Arc<TxQueue>>,
 ) -> Result<(), String> {
     let chain_id = node.chain().get();
@@ -197,8 +205,8 @@ async fn serve_runner_chain(
     let mut queue = TxQueue::new(pool.clone(), node.clone(), queue_config(config, chain_id))
         .map_err(|e| format!("transaction queue: {e}"))?;
     queue.add_signer(signer.clone());
-    queue.set_settlement_sink(sink.clone());
-    queue.set_progress_sink(progress.clone());
+    queue.set_settlement_sink(sinks.settlement.clone());
+    queue.set_progress_sink(sinks.progress.clone());
     let queue = Arc::new(queue);
     let queue = Arc::clone(queue_slot.get_or_init(|| queue));
     env.serve_later(ChainContext {
@@ -251,6 +259,10 @@ pub async fn start_runner(
     // Every verdict reaches its workflow in the transaction that settles it.
     let sink: Arc<dyn SettlementSink> =
         Arc::new(VerdictSink::new(engine.clone()).with_events(events));
+    let sinks = QueueSinks {
+        settlement: sink,
+        progress,
+    };
     let executor_settings = executor_config(config);
     executor_settings
         .validate(&engine_config(config))
@@ -271,8 +283,7 @@ pub async fn start_runner(
                 &env,
                 &node,
                 signer.as_ref(),
-                &sink,
-                &progress,
+                &sinks,
                 &queue_slot,
             )
             .await
@@ -318,25 +329,23 @@ pub async fn start_runner(
         });
         tasks.push(("txq", supervisor.watch("txq", handle)));
 
-        let (config, pool, env, signer, sink, progress, chains, node, stop) = (
+        let (config, pool, env, signer, sinks, chains, node, stop) = (
             config.clone(),
             pool.clone(),
             env.clone(),
             signer.clone(),
-            sink.clone(),
-            progress.clone(),
+            sinks.clone(),
             chains.clone(),
             node.clone(),
             stop.clone(),
         );
         let health = supervisor.spawn("chain-health", move || {
-            let (config, pool, env, signer, sink, progress, chains, node, stop, queue_slot) = (
+            let (config, pool, env, signer, sinks, chains, node, stop, queue_slot) = (
                 config.clone(),
                 pool.clone(),
                 env.clone(),
                 signer.clone(),
-                sink.clone(),
-                progress.clone(),
+                sinks.clone(),
                 chains.clone(),
                 node.clone(),
                 stop.clone(),
@@ -351,8 +360,7 @@ pub async fn start_runner(
                         &env,
                         &node,
                         signer.as_ref(),
-                        &sink,
-                        &progress,
+                        &sinks,
                         &queue_slot,
                     )
                 };
