@@ -315,3 +315,125 @@ async fn a_segment_settle_batch_refuses_the_stale_row_and_claims_next_commands_f
         assert_eq!((n.kind.as_str(), n.attempt), ("start", 1));
     }
 }
+
+/// A transition hook that fails (not a database error) whenever its transitions include
+/// `refuse`, and records the others' instance ids in `event_log`.
+struct RefuseOne {
+    refuse: Uuid,
+}
+
+impl crate::TransitionHook for RefuseOne {
+    fn record<'c>(
+        &'c self,
+        conn: &'c mut sqlx::PgConnection,
+        transitions: &'c [crate::Transition],
+    ) -> crate::HookFuture<'c> {
+        Box::pin(async move {
+            if transitions.iter().any(|t| t.instance_id == self.refuse) {
+                return Err(crate::TransitionHookError::Other(
+                    "refused by the test".into(),
+                ));
+            }
+            for t in transitions {
+                sqlx::query("INSERT INTO event_log (tag, what) VALUES ($1, 'hooked')")
+                    .bind(t.instance_id.to_string())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A hook failure for one row of a batch of segment settles is counted and does not
+/// fail the batch: each row is settled again on its own (with the hook), so only the
+/// refused instance's settle fails (and changes nothing), with or without claims.
+#[test]
+fn a_failing_transition_hook_fails_only_its_own_row_of_the_batch_and_is_counted() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let db = TestDatabase::create().await.unwrap();
+                let pool = db.pool();
+                sqlx::query("CREATE TABLE IF NOT EXISTS event_log (id bigserial PRIMARY KEY, tag text, what text)")
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                for claim in [false, true] {
+                    let (t1, t2, t3) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+                    let (a, ca) = leased(pool, t1).await;
+                    let (b, cb) = leased(pool, t2).await;
+                    let (c, cc) = leased(pool, t3).await;
+                    let slot = crate::hook::HookSlot::default();
+                    let _ = slot.set(Arc::new(RefuseOne { refuse: b }));
+                    let op = SettleOp {
+                        lease_secs: 30.0,
+                        hook: slot,
+                    };
+                    let answers = op
+                        .run(
+                            &mut held(pool),
+                            vec![
+                                completed(a, t1, ca, claim),
+                                completed(b, t2, cb, claim),
+                                completed(c, t3, cc, claim),
+                            ],
+                        )
+                        .await;
+                    assert!(answers[0].as_ref().unwrap().settled, "claim={claim}");
+                    assert!(
+                        matches!(answers[1], Err(crate::DurableError::TransitionHook(_))),
+                        "claim={claim}: {:?}",
+                        answers[1]
+                    );
+                    assert!(answers[2].as_ref().unwrap().settled, "claim={claim}");
+                    let states: Vec<(Uuid, String)> = sqlx::query_as(
+                        "SELECT id, status FROM durable_instance WHERE id = ANY($1)",
+                    )
+                    .bind(vec![a, b, c])
+                    .fetch_all(pool)
+                    .await
+                    .unwrap();
+                    for (id, status) in states {
+                        let want = if id == b { "running" } else { "completed" };
+                        assert_eq!(status, want, "claim={claim}");
+                    }
+                    let hooked: Vec<String> = sqlx::query_scalar(
+                        "SELECT tag FROM event_log WHERE tag = ANY($1) ORDER BY id",
+                    )
+                    .bind(vec![a.to_string(), b.to_string(), c.to_string()])
+                    .fetch_all(pool)
+                    .await
+                    .unwrap();
+                    assert_eq!(hooked, [a.to_string(), c.to_string()], "claim={claim}");
+                }
+            });
+    });
+    let failures: Vec<(String, u64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| {
+            let key = key.key();
+            let DebugValue::Counter(n) = value else {
+                return None;
+            };
+            (key.name() == "keel_durable_transition_hook_failures_total").then(|| {
+                let labels: Vec<String> = key
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                (labels.join(","), n)
+            })
+        })
+        .collect();
+    // Per pass: the batch, then the refused row alone (the claiming pass: the batch
+    // with its claim, then the refused row alone).
+    assert_eq!(failures, [("kind=other".to_owned(), 4)]);
+}

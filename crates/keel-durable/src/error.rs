@@ -73,6 +73,10 @@ pub enum DurableError {
         /// Why it is invalid.
         reason: &'static str,
     },
+    /// The transition hook ([`crate::TransitionHook`]) failed: the change was rolled
+    /// back (a segment settle: its lease lapses and the segment runs again).
+    #[error("the transition hook failed; the change was rolled back")]
+    TransitionHook(#[source] crate::hook::TransitionHookError),
     /// [`crate::Engine::await_idle`] timed out with runnable commands left.
     #[error("not idle: {0}")]
     NotIdle(Box<crate::IdleReport>),

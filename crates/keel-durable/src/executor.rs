@@ -271,6 +271,65 @@ impl std::fmt::Debug for SettleOp {
     }
 }
 
+/// Why a segment settle transaction failed: a statement (classified by
+/// [`rolled_back`]), or the transition hook (the transaction rolled back).
+#[derive(Debug)]
+enum SettleFail {
+    Db(sqlx::Error),
+    Hook(crate::hook::TransitionHookError),
+}
+
+impl From<sqlx::Error> for SettleFail {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Db(e)
+    }
+}
+
+impl SettleFail {
+    /// Whether the transaction surely rolled back (the rows can be settled again, one
+    /// by one): a database error, or a failed hook.
+    fn rolled_back(&self) -> bool {
+        match self {
+            Self::Db(e) => rolled_back(e),
+            Self::Hook(_) => true,
+        }
+    }
+
+    /// The answer of one row whose settle failed.
+    fn into_durable(self) -> DurableError {
+        match self {
+            Self::Db(e) => DurableError::from(e),
+            Self::Hook(e) => DurableError::TransitionHook(e),
+        }
+    }
+
+    /// The answer of every row of a batch whose outcome is unknown.
+    fn lost(&self) -> DurableError {
+        match self {
+            Self::Db(e) => lost(e),
+            Self::Hook(_) => lost(&sqlx::Error::Protocol("transition hook".to_owned())),
+        }
+    }
+
+    /// Discards `held`'s connection when the failure was not the server's answer (a
+    /// failed hook leaves it usable: its transaction was dropped, so rolled back).
+    fn check(held: &mut Held, r: &std::result::Result<impl Sized, SettleFail>) {
+        if let Err(Self::Db(e)) = r
+            && !rolled_back(e)
+        {
+            held.discard();
+        }
+    }
+}
+
+/// The answer of a settle without a claim.
+fn answer(settled: bool) -> SettleAnswer {
+    SettleAnswer {
+        settled,
+        next: None,
+    }
+}
+
 impl SettleOp {
     /// The batch statement, then the transition hook for the settled rows (the caller
     /// runs both in one transaction when a hook is set).
@@ -278,7 +337,7 @@ impl SettleOp {
         &self,
         conn: &mut sqlx::PgConnection,
         rows: &[SettleRow],
-    ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+    ) -> std::result::Result<Vec<bool>, SettleFail> {
         let out = Self::exec_batch(&mut *conn, rows).await?;
         if self.hook.get().is_some() {
             let transitions: Vec<crate::hook::Transition> = rows
@@ -293,7 +352,9 @@ impl SettleOp {
                     })
                 })
                 .collect();
-            crate::hook::run(&self.hook, conn, &transitions).await?;
+            crate::hook::call(&self.hook, conn, &transitions)
+                .await
+                .map_err(SettleFail::Hook)?;
         }
         Ok(out)
     }
@@ -349,7 +410,7 @@ impl SettleOp {
         rows: &[SettleRow],
         names: &[String],
         want: usize,
-    ) -> std::result::Result<(Vec<bool>, Vec<Claimed>, Instant), sqlx::Error> {
+    ) -> std::result::Result<(Vec<bool>, Vec<Claimed>, Instant), SettleFail> {
         use sqlx::Connection;
         let sent_at = Instant::now();
         let mut tx = conn.begin().await?;
@@ -369,49 +430,49 @@ impl SettleOp {
         &self,
         held: &mut Held,
         rows: &[SettleRow],
-    ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+    ) -> std::result::Result<Vec<bool>, SettleFail> {
         use sqlx::Connection;
         let r = match held.conn().await {
             Ok(conn) if self.hook.get().is_some() => {
                 // The statement and the hook commit together.
                 match conn.begin().await {
                     Ok(mut tx) => match self.exec(&mut tx, rows).await {
-                        Ok(out) => tx.commit().await.map(|()| out),
+                        Ok(out) => tx.commit().await.map(|()| out).map_err(SettleFail::Db),
                         Err(e) => Err(e),
                     },
-                    Err(e) => Err(e),
+                    Err(e) => Err(SettleFail::Db(e)),
                 }
             }
             Ok(conn) => self.exec(conn, rows).await,
-            Err(e) => Err(e),
+            Err(e) => Err(SettleFail::Db(e)),
         };
-        held.check(&r);
+        SettleFail::check(held, &r);
         r
     }
 
-    /// The batch on its own; on a database error, each row on its own.
+    /// The batch on its own; when it rolled back (a database error, or the transition
+    /// hook failed), each row on its own.
     async fn settle_only(&self, held: &mut Held, batch: &[SettleRow]) -> Vec<Result<SettleAnswer>> {
-        let answer = |settled| SettleAnswer {
-            settled,
-            next: None,
-        };
         match self.exec_held(held, batch).await {
             Ok(settled) => settled.into_iter().map(|s| Ok(answer(s))).collect(),
-            Err(e) if batch.len() > 1 && rolled_back(&e) => {
-                let mut answers = Vec::with_capacity(batch.len());
-                for row in batch {
-                    answers.push(
-                        match self.exec_held(held, std::slice::from_ref(row)).await {
-                            Ok(settled) => Ok(answer(settled.first().copied().unwrap_or(false))),
-                            Err(e) => Err(DurableError::from(e)),
-                        },
-                    );
-                }
-                answers
-            }
-            Err(e) if batch.len() == 1 => vec![Err(DurableError::from(e))],
-            Err(e) => batch.iter().map(|_| Err(lost(&e))).collect(),
+            Err(e) if batch.len() > 1 && e.rolled_back() => self.settle_each(held, batch).await,
+            Err(e) if batch.len() == 1 => vec![Err(e.into_durable())],
+            Err(e) => batch.iter().map(|_| Err(e.lost())).collect(),
         }
+    }
+
+    /// Each row of `batch` in its own transaction (with the hook).
+    async fn settle_each(&self, held: &mut Held, batch: &[SettleRow]) -> Vec<Result<SettleAnswer>> {
+        let mut answers = Vec::with_capacity(batch.len());
+        for row in batch {
+            answers.push(
+                match self.exec_held(held, std::slice::from_ref(row)).await {
+                    Ok(settled) => Ok(answer(settled.first().copied().unwrap_or(false))),
+                    Err(e) => Err(e.into_durable()),
+                },
+            );
+        }
+        answers
     }
 }
 
@@ -444,15 +505,19 @@ impl BatchOp for SettleOp {
                 self.exec_and_claim(conn, &batch, &names, takers.len())
                     .await
             }
-            Err(e) => Err(e),
+            Err(e) => Err(SettleFail::Db(e)),
         };
-        held.check(&r);
+        SettleFail::check(held, &r);
         let (settled, claimed, sent_at) = match r {
             Ok(r) => r,
-            // Rolled back as a whole: settle without claiming (the executor loop claims
-            // for the freed slots).
-            Err(e) if rolled_back(&e) => return self.settle_only(held, &batch).await,
-            Err(e) => return batch.iter().map(|_| Err(lost(&e))).collect(),
+            // The hook failed: each row on its own, without claiming (the executor loop
+            // claims for the freed slots).
+            Err(SettleFail::Hook(_)) if batch.len() > 1 => {
+                return self.settle_each(held, &batch).await;
+            }
+            // Rolled back as a whole: settle without claiming.
+            Err(e) if e.rolled_back() => return self.settle_only(held, &batch).await,
+            Err(e) => return batch.iter().map(|_| Err(e.lost())).collect(),
         };
         let mut answers: Vec<SettleAnswer> = settled
             .into_iter()

@@ -15,6 +15,13 @@
 //! [`crate::Engine::status_in`]). A hook error rolls the transaction back: a segment
 //! settle then fails (its lease lapses and the segment runs again), an API call returns
 //! the error. Keep it short: it runs under the instance's row lock.
+//!
+//! A failed hook call is counted in `keel_durable_transition_hook_failures_total{kind}`
+//! (`kind`: `database` for a failed statement, `other`) and logged (WARN). When the
+//! hook fails for a batch of segment settles, each settle of the batch is retried at
+//! once in its own transaction (with the hook), so one instance whose hook call fails
+//! does not hold back the others of its batch; only that instance's settle fails
+//! ([`crate::DurableError::TransitionHook`]).
 
 use crate::status::RunStatus;
 use std::future::Future;
@@ -45,7 +52,15 @@ pub enum TransitionHookError {
 }
 
 impl TransitionHookError {
-    /// As `sqlx::Error`, for the engine's batch classification.
+    /// The metric label of the failure: `database` or `other`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Self::Database(_) => "database",
+            Self::Other(_) => "other",
+        }
+    }
+
+    /// As `sqlx::Error`, for the engine's API paths.
     pub(crate) fn into_sqlx(self) -> sqlx::Error {
         match self {
             Self::Database(e) => e,
@@ -72,17 +87,34 @@ pub trait TransitionHook: Send + Sync + 'static {
 /// The engine's hook slot (shared by an engine's clones and its segment settles).
 pub(crate) type HookSlot = std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn TransitionHook>>>;
 
-/// Runs the hook of `slot`, if one is set and there are transitions.
+/// Runs the hook of `slot`, if one is set and there are transitions; a failure is
+/// counted (`keel_durable_transition_hook_failures_total{kind}`) and logged.
+pub(crate) async fn call(
+    slot: &HookSlot,
+    conn: &mut sqlx::PgConnection,
+    transitions: &[Transition],
+) -> Result<(), TransitionHookError> {
+    match slot.get() {
+        Some(hook) if !transitions.is_empty() => {
+            let r = hook.record(conn, transitions).await;
+            if let Err(e) = &r {
+                crate::metrics::hook_failed(e.kind());
+                tracing::warn!(target: "keel::durable", kind = e.kind(), instances = transitions.len(),
+                    error = %e, "transition hook failed; its transaction rolls back");
+            }
+            r
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`call`], with the failure as `sqlx::Error` (the engine's API paths).
 pub(crate) async fn run(
     slot: &HookSlot,
     conn: &mut sqlx::PgConnection,
     transitions: &[Transition],
 ) -> Result<(), sqlx::Error> {
-    match slot.get() {
-        Some(hook) if !transitions.is_empty() => hook
-            .record(conn, transitions)
-            .await
-            .map_err(TransitionHookError::into_sqlx),
-        _ => Ok(()),
-    }
+    call(slot, conn, transitions)
+        .await
+        .map_err(TransitionHookError::into_sqlx)
 }

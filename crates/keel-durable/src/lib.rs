@@ -245,4 +245,9 @@ pub fn describe_metrics() {
         ::metrics::Unit::Count,
         "Durable workflow steps executed (count)."
     );
+    ::metrics::describe_counter!(
+        "keel_durable_transition_hook_failures_total",
+        ::metrics::Unit::Count,
+        "Transition hook calls that failed, by kind (database, other); their transactions rolled back (count)."
+    );
 }

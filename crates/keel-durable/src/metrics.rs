@@ -10,6 +10,7 @@
 //! | `keel_durable_steps_total` | counter | workflow, outcome | steps: `ok`, `err`, `replayed`, `suspended` |
 //! | `keel_durable_queue_depth` | gauge | — | queued commands (sampled when an executor goes idle) |
 //! | `keel_durable_open_instances` | gauge | workflow, status | instances not yet ended, from the census ([`OpenCensusGauge`]) |
+//! | `keel_durable_transition_hook_failures_total` | counter | kind | transition hook calls that failed (`database`, `other`); their transactions rolled back |
 
 pub(crate) fn settled(workflow: &str, outcome: &'static str) {
     metrics::counter!("keel_durable_commands_settled_total", "workflow" => workflow.to_owned(), "outcome" => outcome)
@@ -34,6 +35,10 @@ pub(crate) fn segment_duration(workflow: &str, seconds: f64) {
 pub(crate) fn step(workflow: &str, outcome: &'static str) {
     metrics::counter!("keel_durable_steps_total", "workflow" => workflow.to_owned(), "outcome" => outcome)
         .increment(1);
+}
+
+pub(crate) fn hook_failed(kind: &'static str) {
+    metrics::counter!("keel_durable_transition_hook_failures_total", "kind" => kind).increment(1);
 }
 
 pub(crate) fn queue_depth(depth: i64) {

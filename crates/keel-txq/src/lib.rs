@@ -132,6 +132,16 @@
 //! order), as they would behind any request not yet prepared. Without a sink each
 //! settle is one autocommit statement, as before.
 //!
+//! ## Progress is pushed too
+//!
+//! A [`ProgressSink`] ([`TxQueue::set_progress_sink`]) receives a request's first
+//! broadcast (`signed` → `broadcast`: hash and nonce of the accepted attempt) and the
+//! opening of its funding request (`queued` → `waiting_funding`: address, required wei,
+//! deadline) inside the transaction that records them. A sink error never holds the queue
+//! back: the change is recorded again at once, request by request with the sink, and
+//! finally without it (`keel_txq_progress_sink_failures_total`, a WARN; see
+//! `progress.rs`).
+//!
 //! ## Reading requests from other crates
 //!
 //! [`requests`] reads many requests by id as [`RequestView`]s (state, nonce, verdict,
@@ -177,6 +187,7 @@
 //! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
 //! | `keel_txq_nonce_gaps_filled_total` | counter | `chain_id` | gaps filled with zero-value self-transfers |
 //! | `keel_txq_settlement_sink_failures_total` | counter | `chain_id` | settling transactions rolled back because the [`SettlementSink`] failed |
+//! | `keel_txq_progress_sink_failures_total` | counter | `chain_id`, `change` | transactions recording a first broadcast or a funding request (`change`: `broadcast`, `funding`) rolled back because the [`ProgressSink`] failed |
 //! | `keel_txq_enqueue_batch_rows` | histogram | — | rows per group-commit `INSERT` of enqueues |
 //!
 //! [`TxQueue::run`]'s loops also carry `keel-service`'s metrics
@@ -194,6 +205,7 @@ mod batch;
 mod error;
 mod failures;
 mod funding;
+mod progress;
 mod queue;
 mod settlement;
 mod signer;
@@ -206,6 +218,7 @@ mod withdraw;
 pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
+pub use progress::{Progress, ProgressSink, ProgressSinkError};
 pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
 pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
@@ -284,6 +297,11 @@ pub fn describe_metrics() {
         "keel_txq_settlement_sink_failures_total",
         ::metrics::Unit::Count,
         "Settling transactions rolled back because the settlement sink failed (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_progress_sink_failures_total",
+        ::metrics::Unit::Count,
+        "Transactions recording a first broadcast or a funding request rolled back because the progress sink failed, by change (broadcast, funding) (count)."
     );
     ::metrics::describe_counter!(
         "keel_txq_signed_total",

@@ -422,24 +422,6 @@ pub(crate) async fn attempt_insert(db: impl PgExecutor<'_>, a: &NewAttempt<'_>) 
     Ok(())
 }
 
-/// `signed` → `broadcast`; returns the seconds since enqueue when it moved.
-pub(crate) async fn request_mark_broadcast(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-) -> Result<Option<f64>> {
-    let row = sqlx::query(
-        "UPDATE txq_request SET state = 'broadcast', broadcast_at = coalesce(broadcast_at, now()), updated_at = now()
-          WHERE id = $1 AND state = 'signed'
-         RETURNING extract(epoch FROM now() - created_at)::float8",
-    )
-    .bind(id)
-    .fetch_optional(db)
-    .await?;
-    row.map(|r| r.try_get::<f64, _>(0))
-        .transpose()
-        .map_err(Into::into)
-}
-
 /// A request that [`request_settle`] moved to `settled`.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct SettleRow {
@@ -469,29 +451,30 @@ pub(crate) async fn request_settle(
 }
 
 /// `queued` → `waiting_funding` with its funding request; the deadline is set on the
-/// first detection only (`now()` + the pause) and kept afterwards. False when the
-/// request is no longer queued or has no funding pause.
+/// first detection only (`now()` + the pause) and kept afterwards. Returns the
+/// request's idempotency key and deadline when it moved; `None` when the request is no
+/// longer queued or has no funding pause.
 pub(crate) async fn request_wait_funding(
     db: impl PgExecutor<'_>,
     id: Uuid,
     required_wei: &str,
     gas_limit: i64,
     max_fee_wei: &str,
-) -> Result<bool> {
-    let r = sqlx::query(
+) -> Result<Option<(String, chrono::DateTime<chrono::Utc>)>> {
+    Ok(sqlx::query_as(
         "UPDATE txq_request
             SET state = 'waiting_funding',
                 funding_deadline = coalesce(funding_deadline, now() + funding_pause_ms * interval '1 millisecond'),
                 funding_required_wei = $2, funding_gas_limit = $3, funding_max_fee_wei = $4, updated_at = now()
-          WHERE id = $1 AND state = 'queued' AND funding_pause_ms IS NOT NULL",
+          WHERE id = $1 AND state = 'queued' AND funding_pause_ms IS NOT NULL
+      RETURNING idempotency_key, funding_deadline",
     )
     .bind(id)
     .bind(required_wei)
     .bind(gas_limit)
     .bind(max_fee_wei)
-    .execute(db)
-    .await?;
-    Ok(r.rows_affected() == 1)
+    .fetch_optional(db)
+    .await?)
 }
 
 /// Updates the shortfall of a request still `waiting_funding`.
@@ -704,28 +687,33 @@ pub(crate) async fn request_insert_gap_fill(
     Ok(r.rows_affected() == 1)
 }
 
+/// A request [`requests_mark_broadcast_many`] moved to `broadcast`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct MarkedRow {
+    pub id: Uuid,
+    pub idempotency_key: String,
+    /// Seconds since enqueue.
+    pub secs: f64,
+}
+
 /// `signed` → `broadcast` for many requests in one statement (the ones a node accepted
-/// in one broadcast round); returns, per request that moved, the seconds since
-/// enqueue. Requests no longer `signed` (settled meanwhile, or marked already) are left
-/// alone.
+/// in one broadcast round); returns the requests that moved. Requests no longer
+/// `signed` (settled meanwhile, or marked already) are left alone.
 pub(crate) async fn requests_mark_broadcast_many(
     db: impl PgExecutor<'_>,
     ids: &[Uuid],
-) -> Result<Vec<f64>> {
+) -> Result<Vec<MarkedRow>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query(
+    Ok(sqlx::query_as::<_, MarkedRow>(
         "UPDATE txq_request SET state = 'broadcast', broadcast_at = coalesce(broadcast_at, now()), updated_at = now()
           WHERE id = ANY($1) AND state = 'signed'
-         RETURNING extract(epoch FROM now() - created_at)::float8",
+         RETURNING id, idempotency_key, extract(epoch FROM now() - created_at)::float8 AS secs",
     )
     .bind(ids)
     .fetch_all(db)
-    .await?;
-    rows.iter()
-        .map(|r| r.try_get::<f64, _>(0).map_err(Into::into))
-        .collect()
+    .await?)
 }
 
 /// A request that settled in [`requests_settle_many`].

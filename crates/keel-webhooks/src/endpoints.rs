@@ -204,7 +204,9 @@ impl Webhooks {
         )
     }
 
-    /// Changes the fields `input` sets.
+    /// Changes the fields `input` sets. Disabling (`enabled: false`) cancels the
+    /// endpoint's pending deliveries (a disabled endpoint receives nothing; enabling it
+    /// again delivers the events written from then on and resets its circuit breaker).
     ///
     /// # Errors
     /// As [`Webhooks::create`]; [`WebhookError::NotFound`].
@@ -224,8 +226,9 @@ impl Webhooks {
             Some(u) => Some(validate_url(u, self.config.policy).await?.to_string()),
             None => None,
         };
+        let mut tx = self.pool.begin().await?;
         let row = store::endpoint_update(
-            &self.pool,
+            &mut *tx,
             organization_id,
             id,
             &EndpointChange {
@@ -237,6 +240,13 @@ impl Webhooks {
         )
         .await?
         .ok_or(WebhookError::NotFound)?;
+        if input.enabled == Some(false) {
+            // A disabled endpoint receives nothing: its pending deliveries are
+            // cancelled (their events settle, so retention and the oldest-pending gauge
+            // do not wait for an endpoint that may never be enabled again).
+            store::endpoint_cancel_pending(&mut tx, id).await?;
+        }
+        tx.commit().await?;
         Ok(Endpoint::of(row, self.now().await?))
     }
 

@@ -251,7 +251,10 @@ pub(crate) async fn endpoint_rotate(
 
 /// Cancels the pending deliveries of an endpoint and settles the events that have no
 /// pending delivery left; returns the number cancelled.
-async fn endpoint_cancel_pending(conn: &mut PgConnection, endpoint_id: Uuid) -> Result<u64> {
+pub(crate) async fn endpoint_cancel_pending(
+    conn: &mut PgConnection,
+    endpoint_id: Uuid,
+) -> Result<u64> {
     let events: Vec<(Uuid,)> = sqlx::query_as(
         "UPDATE webhook_delivery SET state = 'cancelled', settled_at = now(), lease_until = NULL
           WHERE endpoint_id = $1 AND state = 'pending'

@@ -6,24 +6,28 @@
 //! | [`crate::Ops::create_asset`], [`crate::Ops::token_operation`] | the one inserting the operation | `operation.accepted` |
 //! | [`OperationEvents`] as the engine's [`keel_durable::TransitionHook`] | every segment settle, cancel and retry of an operation's instance | what changed (below) |
 //! | [`crate::VerdictSink`] | the queue's settling transaction | `operation.transaction_settled`, and what changed |
+//! | [`OperationEvents`] as the queue's [`keel_txq::ProgressSink`] | the queue's transaction recording a first broadcast or opening a funding request | `operation.submitted`, `operation.funding_requested` (when the operation waits for that transaction), and what changed |
 //!
 //! "What changed" compares the operation's view (projected on the transaction's own
 //! connection, so it shows the change) with what its events reported so far (the
 //! operation's `webhook_mark`, updated in the same transaction): a new state →
 //! `operation.state_changed`; a new wait for an approval → `operation.approval_requested`,
-//! for gas funds → `operation.funding_requested`; a new link in `milestones.submitted` →
-//! `operation.submitted`, in `milestones.confirmed` → `operation.confirmed`; the
+//! for gas funds → `operation.funding_requested`; a new link in `milestones.submitted`
+//! that a node accepted (`broadcast`) → `operation.submitted`, in `milestones.confirmed` →
+//! `operation.confirmed`; the
 //! `indexed` milestone → `operation.indexed`. Every event's `data` is the view as
 //! rendered by the [`Renderer`] (the binary passes the Platform API's `Operation` DTO,
 //! so `data` has the schema of `GET /v1/operations/{id}`).
 //!
-//! Events of one operation are written under its instance's row lock (the settle, the
-//! signal of a verdict), so their order is their commit order.
+//! Events of one operation are written under its operation row's lock
+//! ([`store::operation_webhook_mark_lock`], taken before the view is read), so their
+//! order is their commit order and each change is reported once. Lock order: queue
+//! requests, then instances, then operations (each writer takes the operations in
+//! instance order), so the writers do not deadlock one another.
 //!
-//! Known limit: the queue signs, broadcasts and moves a request to `waiting_funding`
-//! without a transaction of the operation's instance; a `submitted` milestone or a
-//! funding wait is therefore reported with the next change the operation makes (its
-//! verdict at the latest), not at the moment the queue records it.
+//! When the queue's progress sink call fails (the queue then records the change
+//! without it), the `submitted` milestone or the funding wait is reported with the
+//! operation's next change (its verdict at the latest): the mark still lacks it.
 
 use crate::error::{OpsError, Result};
 use crate::ops::view::{LinkedRequest, OperationView, WaitFor, project};
@@ -78,10 +82,12 @@ impl Mark {
                 }
                 .to_owned()
             }),
+            // Submitted: a node accepted it (the queue's first broadcast) or it mined.
             submitted: v
                 .milestones
                 .submitted
                 .iter()
+                .filter(|t| t.broadcast)
                 .map(|t| t.link.clone())
                 .collect(),
             confirmed: v
@@ -182,6 +188,11 @@ impl OperationEvents {
         {
             return Ok(Vec::new());
         }
+        // The operation's lock first: a concurrent writer of its events waits here, and
+        // reads the state (and the mark) this one commits.
+        let Some(mark) = store::operation_webhook_mark_lock(&mut *conn, ctx.id).await? else {
+            return Ok(Vec::new());
+        };
         let Some(op) = store::operation_get(&mut *conn, ctx.organization_id, ctx.id).await? else {
             return Ok(Vec::new());
         };
@@ -191,9 +202,7 @@ impl OperationEvents {
             None => None,
         };
         let view = project(&op, status, txs, queued_behind);
-        let old: Mark = ctx
-            .webhook_mark
-            .clone()
+        let old: Mark = mark
             .and_then(|m| serde_json::from_value(m).ok())
             .unwrap_or_default();
         let new = Mark::of(&view);
@@ -267,13 +276,48 @@ impl TransitionHook for OperationEvents {
         transitions: &'c [Transition],
     ) -> HookFuture<'c> {
         Box::pin(async move {
-            for t in transitions {
-                if !WORKFLOWS.contains(&t.workflow.as_str()) {
-                    continue;
-                }
-                self.emit_for_instance(conn, t.instance_id, false)
+            // In instance order: operations' rows are locked in the order every writer
+            // of events uses (see the module docs).
+            let mut ids: Vec<Uuid> = transitions
+                .iter()
+                .filter(|t| WORKFLOWS.contains(&t.workflow.as_str()))
+                .map(|t| t.instance_id)
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            for id in ids {
+                self.emit_for_instance(conn, id, false)
                     .await
                     .map_err(|e| TransitionHookError::Other(Box::new(e)))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The queue's progress: a first broadcast can be the operation's `submitted`
+/// milestone, an opened funding request its funding wait (see the module docs).
+impl keel_txq::ProgressSink for OperationEvents {
+    fn record<'c>(
+        &'c self,
+        conn: &'c mut sqlx::PgConnection,
+        progress: &'c [keel_txq::Progress<'c>],
+    ) -> futures::future::BoxFuture<'c, std::result::Result<(), keel_txq::ProgressSinkError>> {
+        Box::pin(async move {
+            let ids: Vec<Uuid> = progress
+                .iter()
+                .map(keel_txq::Progress::request_id)
+                .collect();
+            // Ordered by instance (the lock order).
+            let links = store::operation_tx_by_requests(&mut *conn, &ids)
+                .await
+                .map_err(keel_txq::ProgressSinkError::new)?;
+            let mut instances: Vec<Uuid> = links.iter().map(|l| l.instance_id).collect();
+            instances.dedup();
+            for instance in instances {
+                self.emit_for_instance(&mut *conn, instance, false)
+                    .await
+                    .map_err(keel_txq::ProgressSinkError::new)?;
             }
             Ok(())
         })

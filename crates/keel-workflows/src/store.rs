@@ -1153,6 +1153,25 @@ pub async fn operation_event_context(
     )
 }
 
+/// Locks operation `id`'s row (`FOR UPDATE`) and reads what its webhook events
+/// reported so far: `None` without an operation row, `Some(None)` when nothing was
+/// reported yet. Every writer of an operation's events takes this lock before it reads
+/// the operation's state, so their events are written in commit order.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn operation_webhook_mark_lock(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> StoreResult<Option<Option<serde_json::Value>>> {
+    Ok(
+        sqlx::query_scalar("SELECT webhook_mark FROM operation WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
 /// Records what the webhook events of operation `id` reported.
 pub async fn operation_webhook_mark_set(
     db: impl PgExecutor<'_>,

@@ -348,6 +348,12 @@ pub struct WebhookSettings {
     pub allow_private_addresses: bool,
     /// Whole-request timeout of an attempt, milliseconds (default 10000).
     pub request_timeout_ms: u64,
+    /// TCP/TLS connect timeout of an attempt, milliseconds (default 5000).
+    pub connect_timeout_ms: u64,
+    /// Added to the two timeouts for the lease of a claimed delivery, milliseconds
+    /// (default 30000): a runner that died mid-attempt leaves the delivery to another
+    /// runner after the lease.
+    pub lease_margin_ms: u64,
     /// Delay after the first failed attempt, milliseconds (default 5000); later delays
     /// triple up to `retryMaxMs`.
     pub retry_initial_ms: u64,
@@ -368,6 +374,8 @@ impl Default for WebhookSettings {
             allow_http: false,
             allow_private_addresses: false,
             request_timeout_ms: 10_000,
+            connect_timeout_ms: 5_000,
+            lease_margin_ms: 30_000,
             retry_initial_ms: 5_000,
             retry_max_ms: 8 * 3_600_000,
             retry_window_hours: 72,
@@ -387,6 +395,8 @@ impl WebhookSettings {
                 allow_private: self.allow_private_addresses,
             },
             request_timeout: Duration::from_millis(self.request_timeout_ms),
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            lease_margin: Duration::from_millis(self.lease_margin_ms),
             retry_initial: Duration::from_millis(self.retry_initial_ms),
             retry_max: Duration::from_millis(self.retry_max_ms),
             window: Duration::from_secs(self.retry_window_hours * 3600),

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `runner` | a durable executor with every workflow of [`keel_workflows::workflows::WORKFLOWS`]; per chain, once served ([`crate::chains`]), the transaction queue loop ([`TxQueue::run`]: its two [`keel_service`] services, `txq-rounds` for nonce recovery, signing and broadcast, woken by an enqueue, and `txq-confirm` for the confirmation watcher every `durable.confirmationWatcher.intervalMs`; they live in keel-txq and are only wired here) as the cluster singleton `txq/<chainId>` (its settlement sink records each verdict as the workflow's signal in the settling transaction), declined while the chain is not served |
 //! | `indexer` | per chain, while served, the tip ingest as the singleton `index-tip/<chainId>` (epoch-fenced; a new owner takes a new epoch; before the chain's first tip block the owner plans the history below the settled height as leased ranges) and a history worker on every replica; both loops live in keel-index ([`keel_index::follow_tip`], [`keel_index::work_history`], on the [`keel_service`] shape) and are only wired here |
-//! | `runner` (webhooks) | when `webhooks.enabled`, the webhook dispatcher (`webhooks-dispatch`, a [`keel_service`] service of keel-webhooks: signed, retried, per-operation ordered delivery); the engine's transition hook and the settlement sink write the operations' webhook events in the transactions of their changes |
+//! | `runner` (webhooks) | when `webhooks.enabled`, the webhook dispatcher (`webhooks-dispatch`, a [`keel_service`] service of keel-webhooks: signed, retried, per-operation ordered delivery); the engine's transition hook, the settlement sink and the queue's progress sink write the operations' webhook events in the transactions of their changes |
 //! | `api` | the WorkflowEnv API (see [`keel_api`]) |
 //!
 //! Every long-lived task runs under the role's [`Supervisor`].
@@ -17,7 +17,7 @@ use keel_chain::{AttributionSuffix, UpstreamConfig, UpstreamPool};
 use keel_cluster::ShardOwner;
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle};
 use keel_index::{HistoryConfig, HistoryWorker, TipConfig};
-use keel_txq::{LocalSigner, SettlementSink, TxQueue, TxQueueConfig, TxSigner};
+use keel_txq::{LocalSigner, ProgressSink, SettlementSink, TxQueue, TxQueueConfig, TxSigner};
 use keel_units::ChainId;
 use keel_workflows::{ChainContext, PlatformAddresses, VerdictSink, WorkflowEnv};
 use sqlx::PgPool;
@@ -168,6 +168,15 @@ pub struct RunnerServices {
     pub tasks: Vec<(&'static str, JoinHandle<()>)>,
 }
 
+/// What a runner's queue hands to keel-workflows in its transactions: every verdict
+/// (the settlement sink) and every first broadcast and opened funding request (the
+/// progress sink).
+#[derive(Clone)]
+struct QueueSinks {
+    settlement: Arc<dyn SettlementSink>,
+    progress: Arc<dyn ProgressSink>,
+}
+
 /// Makes a served chain of the runner: its platform contracts, the queue with the
 /// operator's signer, the chain in the workflow environment. Idempotent (a chain
 /// already there is kept).
@@ -177,7 +186,7 @@ async fn serve_runner_chain(
     env: &WorkflowEnv,
     node: &Arc<UpstreamPool>,
     signer: Option<&Arc<dyn TxSigner>>,
-    sink: &Arc<dyn SettlementSink>,
+    sinks: &QueueSinks,
     queue_slot: &OnceLock<Arc<TxQueue>>,
 ) -> Result<(), String> {
     let chain_id = node.chain().get();
@@ -196,7 +205,8 @@ async fn serve_runner_chain(
     let mut queue = TxQueue::new(pool.clone(), node.clone(), queue_config(config, chain_id))
         .map_err(|e| format!("transaction queue: {e}"))?;
     queue.add_signer(signer.clone());
-    queue.set_settlement_sink(sink.clone());
+    queue.set_settlement_sink(sinks.settlement.clone());
+    queue.set_progress_sink(sinks.progress.clone());
     let queue = Arc::new(queue);
     let queue = Arc::clone(queue_slot.get_or_init(|| queue));
     env.serve_later(ChainContext {
@@ -243,9 +253,16 @@ pub async fn start_runner(
         keel_api::webhooks::operation_renderer(),
     );
     engine.set_transition_hook(Arc::new(events.clone()));
+    // A first broadcast and an opened funding request are reported in the queue's
+    // transaction that records them.
+    let progress: Arc<dyn ProgressSink> = Arc::new(events.clone());
     // Every verdict reaches its workflow in the transaction that settles it.
     let sink: Arc<dyn SettlementSink> =
         Arc::new(VerdictSink::new(engine.clone()).with_events(events));
+    let sinks = QueueSinks {
+        settlement: sink,
+        progress,
+    };
     let executor_settings = executor_config(config);
     executor_settings
         .validate(&engine_config(config))
@@ -266,7 +283,7 @@ pub async fn start_runner(
                 &env,
                 &node,
                 signer.as_ref(),
-                &sink,
+                &sinks,
                 &queue_slot,
             )
             .await
@@ -312,23 +329,23 @@ pub async fn start_runner(
         });
         tasks.push(("txq", supervisor.watch("txq", handle)));
 
-        let (config, pool, env, signer, sink, chains, node, stop) = (
+        let (config, pool, env, signer, sinks, chains, node, stop) = (
             config.clone(),
             pool.clone(),
             env.clone(),
             signer.clone(),
-            sink.clone(),
+            sinks.clone(),
             chains.clone(),
             node.clone(),
             stop.clone(),
         );
         let health = supervisor.spawn("chain-health", move || {
-            let (config, pool, env, signer, sink, chains, node, stop, queue_slot) = (
+            let (config, pool, env, signer, sinks, chains, node, stop, queue_slot) = (
                 config.clone(),
                 pool.clone(),
                 env.clone(),
                 signer.clone(),
-                sink.clone(),
+                sinks.clone(),
                 chains.clone(),
                 node.clone(),
                 stop.clone(),
@@ -343,7 +360,7 @@ pub async fn start_runner(
                         &env,
                         &node,
                         signer.as_ref(),
-                        &sink,
+                        &sinks,
                         &queue_slot,
                     )
                 };

@@ -89,6 +89,13 @@ impl Stack {
             ("KEEL__CLUSTER__REFRESHINTERVALMS".into(), "200".into()),
             ("KEEL__CLUSTER__LIVENESSWINDOWMS".into(), "1000".into()),
             ("KEEL__INDEX__POLLINTERVALMS".into(), "100".into()),
+            // Webhook endpoints served by a receiver in the test (loopback, http).
+            ("KEEL__WEBHOOKS__ALLOWHTTP".into(), "true".into()),
+            (
+                "KEEL__WEBHOOKS__ALLOWPRIVATEADDRESSES".into(),
+                "true".into(),
+            ),
+            ("KEEL__WEBHOOKS__RETRYINITIALMS".into(), "200".into()),
             ("KEEL_OPERATOR_KEY".into(), key0.clone()),
             ("KEEL_DEPLOYER_KEY".into(), key0),
         ];
@@ -338,6 +345,153 @@ impl Stack {
             .await
             .unwrap()
     }
+}
+
+/// A webhook receiver in the test: every delivery's body in arrival order (answers 200).
+#[derive(Clone, Default)]
+struct Hooks {
+    received: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl Hooks {
+    /// Starts the receiver and registers it as an endpoint of acme (every event type).
+    async fn register(stack: &Stack) -> Hooks {
+        let hooks = Hooks::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let app = axum::Router::new()
+            .route(
+                "/hook",
+                axum::routing::post(
+                    |axum::extract::State(h): axum::extract::State<Hooks>, body: String| async move {
+                        h.received
+                            .lock()
+                            .unwrap()
+                            .push(serde_json::from_str(&body).unwrap_or(Value::Null));
+                        axum::http::StatusCode::OK
+                    },
+                ),
+            )
+            .with_state(hooks.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let (status, body) = stack
+            .post(
+                &stack.key_a,
+                "/v1/webhook-endpoints",
+                "hook-1",
+                json!({"url": url, "eventTypes": ["*"]}),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        hooks
+    }
+
+    /// The distinct events (first arrival of each id) of operation `op`, in arrival order.
+    fn of(&self, op: &str) -> Vec<Value> {
+        let mut seen = std::collections::HashSet::new();
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e["data"]["id"] == op && seen.insert(e["id"].to_string()))
+            .cloned()
+            .collect()
+    }
+
+    /// Waits (probe, 50 ms apart) until operation `op` has an event that `done` accepts;
+    /// returns its events.
+    async fn until(&self, op: &str, what: &str, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let events = self.of(op);
+            if events.iter().any(&done) {
+                return events;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} event of {op} arrived: {:?}",
+                types(&events)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or(""))
+        .collect()
+}
+
+/// The operation's webhook events arrived in the order of its changes: `accepted`
+/// first; each transaction `submitted` (reported in the queue's transaction of its
+/// first broadcast: the data shows it broadcast and not yet confirmed) before its
+/// `transaction_settled`, then `confirmed`; the last state change `completed`.
+fn check_operation_events(events: &[Value]) {
+    let t = types(events);
+    assert_eq!(t.first(), Some(&"operation.accepted"), "{t:?}");
+    let submitted: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "operation.submitted")
+        .collect();
+    let settled = t
+        .iter()
+        .filter(|x| **x == "operation.transaction_settled")
+        .count();
+    assert!(!submitted.is_empty(), "{t:?}");
+    assert_eq!(
+        submitted.len(),
+        settled,
+        "one submitted per transaction: {t:?}"
+    );
+    for (i, e) in submitted.iter().enumerate() {
+        let m = &e["data"]["milestones"];
+        let steps = |k: &str| -> Vec<String> {
+            m[k].as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x["step"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let confirmed = steps("confirmed");
+        let fresh: Vec<&Value> = m["submitted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| !confirmed.contains(&x["step"].as_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(
+            fresh.len(),
+            1,
+            "submitted #{i}: one transaction in flight: {e}"
+        );
+        assert_eq!(fresh[0]["broadcast"], true, "{e}");
+    }
+    // Per transaction: submitted, settled, confirmed, in this order.
+    let mut expect = [
+        "operation.submitted",
+        "operation.transaction_settled",
+        "operation.confirmed",
+    ]
+    .iter()
+    .cycle();
+    let mut next = expect.next().unwrap();
+    for x in t.iter().filter(|x| {
+        matches!(
+            **x,
+            "operation.submitted" | "operation.transaction_settled" | "operation.confirmed"
+        )
+    }) {
+        assert_eq!(x, next, "{t:?}");
+        next = expect.next().unwrap();
+    }
+    let last_state = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "operation.state_changed")
+        .unwrap();
+    assert_eq!(last_state["data"]["state"], "completed", "{t:?}");
 }
 
 fn state(v: &Value) -> &str {
@@ -761,11 +915,17 @@ async fn an_unfunded_operator_pauses_the_operation_until_funded() {
         },
     )
     .await;
+    let hooks = Hooks::register(&stack).await;
     let (op, asset) = stack.create_asset("create-f", "FUND").await;
     let view = stack
         .await_op(&op, Duration::from_secs(120), terminal)
         .await;
     assert_eq!(state(&view), "completed", "{view}");
+    // Its webhook events arrived at the receiver, in the order of its changes.
+    let events = hooks
+        .until(&op, "completed", |e| e["data"]["state"] == "completed")
+        .await;
+    check_operation_events(&events);
     let operator = stack.chain.account(0).unwrap();
     set_balance(&stack, operator, 0).await;
     let (status, body) = stack
@@ -784,6 +944,20 @@ async fn an_unfunded_operator_pauses_the_operation_until_funded() {
         })
         .await;
     assert_eq!(view["wait"]["step"], "mint", "{view}");
+    // The funding request was reported while the operation waits for it.
+    let events = hooks
+        .until(&id, "funding_requested", |e| {
+            e["type"] == "operation.funding_requested"
+        })
+        .await;
+    let t = types(&events);
+    assert!(!t.contains(&"operation.submitted"), "{t:?}");
+    let asked = events
+        .iter()
+        .find(|e| e["type"] == "operation.funding_requested")
+        .unwrap();
+    assert_eq!(asked["data"]["wait"]["for"], "funding", "{asked}");
+    assert_eq!(asked["data"]["wait"]["step"], "mint", "{asked}");
     let (status, list) = stack.get(&stack.key_a, "/v1/funding-requests").await;
     assert_eq!(status, 200, "{list}");
     let requests = list["fundingRequests"].as_array().unwrap();
@@ -808,6 +982,17 @@ async fn an_unfunded_operator_pauses_the_operation_until_funded() {
     set_balance(&stack, operator, required).await;
     let view = stack.await_op(&id, Duration::from_secs(60), terminal).await;
     assert_eq!(state(&view), "completed", "{view}");
+    // accepted → ... → funding_requested → submitted → settled → confirmed → completed.
+    let events = hooks
+        .until(&id, "completed", |e| e["data"]["state"] == "completed")
+        .await;
+    check_operation_events(&events);
+    let t = types(&events);
+    let at = |x: &str| t.iter().position(|y| *y == x).unwrap();
+    assert!(
+        at("operation.funding_requested") < at("operation.submitted"),
+        "{t:?}"
+    );
 }
 
 /// Without the funding pause the same situation fails the operation `GAS_REQUIRED`.

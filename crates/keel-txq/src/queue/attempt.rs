@@ -3,6 +3,7 @@
 //! lookups, and the types several stages hand each other.
 
 use super::{TxQueue, metrics};
+use crate::progress::{Progress, ProgressSink, ProgressSinkError};
 use crate::settlement::{Settled, SettlementSinkError};
 use crate::store::{self, AttemptRow, RequestRow};
 use crate::verdict::{AttemptRecord, FailureCode, SettlementVerdict};
@@ -86,6 +87,24 @@ impl Broadcast {
             Broadcast::Settled
         } else {
             Broadcast::Retry(None)
+        }
+    }
+}
+
+/// An attempt a node accepted: its request, hash and nonce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Accepted {
+    pub(super) request_id: Uuid,
+    pub(super) hash: B256,
+    pub(super) nonce: u64,
+}
+
+impl Accepted {
+    pub(super) fn of(request_id: Uuid, attempt: &AttemptRow) -> Self {
+        Self {
+            request_id,
+            hash: B256::try_from(attempt.tx_hash.as_slice()).unwrap_or_default(),
+            nonce: u64::try_from(attempt.nonce).unwrap_or_default(),
         }
     }
 }
@@ -229,9 +248,10 @@ impl TxQueue {
             self.broadcast_failed(&[(req.id, class)]).await?;
         }
         if matches!(sent, Broadcast::Accepted) {
-            if let Some(secs) = store::request_mark_broadcast(&self.db, req.id).await? {
-                metrics::time_to_broadcast(self.chain_id, &[secs]);
-            }
+            let marked = self
+                .mark_broadcast(&[Accepted::of(req.id, attempt)])
+                .await?;
+            metrics::time_to_broadcast(self.chain_id, &marked);
             metrics::broadcasts(self.chain_id, 1);
         }
         Ok(sent)
@@ -438,6 +458,132 @@ impl TxQueue {
             metrics::verdicts(self.chain_id, verdict.kind(), 1);
         }
         Ok(moved)
+    }
+
+    /// Marks the requests of `accepted` `broadcast` (those still `signed`: a first
+    /// broadcast) and, with a progress sink, hands the ones that moved to it in the same
+    /// transaction. When the sink fails, each request is marked in its own transaction
+    /// with the sink, and one it still refuses without the sink (see `crate::progress`).
+    /// Returns, per request that moved, the seconds since enqueue.
+    pub(super) async fn mark_broadcast(&self, accepted: &[Accepted]) -> Result<Vec<f64>> {
+        if accepted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(sink) = &self.progress_sink else {
+            let ids: Vec<Uuid> = accepted.iter().map(|a| a.request_id).collect();
+            let rows = store::requests_mark_broadcast_many(&self.db, &ids).await?;
+            return Ok(rows.iter().map(|r| r.secs).collect());
+        };
+        match self.mark_broadcast_with(sink.as_ref(), accepted).await? {
+            Ok(secs) => Ok(secs),
+            Err(e) => {
+                self.progress_sink_failed(&e, "broadcast", accepted.len());
+                let mut secs = Vec::new();
+                for a in accepted {
+                    if accepted.len() > 1 {
+                        match self
+                            .mark_broadcast_with(sink.as_ref(), std::slice::from_ref(a))
+                            .await?
+                        {
+                            Ok(s) => {
+                                secs.extend(s);
+                                continue;
+                            }
+                            Err(e) => self.progress_sink_failed(&e, "broadcast", 1),
+                        }
+                    }
+                    let rows =
+                        store::requests_mark_broadcast_many(&self.db, &[a.request_id]).await?;
+                    secs.extend(rows.iter().map(|r| r.secs));
+                }
+                Ok(secs)
+            }
+        }
+    }
+
+    /// One marking statement for `accepted` and the progress sink call on the rows that
+    /// moved, in one transaction. `Ok(Err(_))`: the sink failed, nothing was marked.
+    async fn mark_broadcast_with(
+        &self,
+        sink: &dyn ProgressSink,
+        accepted: &[Accepted],
+    ) -> Result<std::result::Result<Vec<f64>, ProgressSinkError>> {
+        let ids: Vec<Uuid> = accepted.iter().map(|a| a.request_id).collect();
+        let mut tx = self.db.begin().await?;
+        let rows = store::requests_mark_broadcast_many(&mut *tx, &ids).await?;
+        if !rows.is_empty() {
+            let progress: Vec<Progress<'_>> = rows
+                .iter()
+                .filter_map(|r| {
+                    let a = accepted.iter().find(|a| a.request_id == r.id)?;
+                    Some(Progress::Broadcast {
+                        request_id: r.id,
+                        idempotency_key: &r.idempotency_key,
+                        hash: a.hash,
+                        nonce: a.nonce,
+                    })
+                })
+                .collect();
+            if let Err(e) = sink.record(&mut tx, &progress).await {
+                return Ok(Err(e));
+            }
+        }
+        tx.commit().await?;
+        Ok(Ok(rows.iter().map(|r| r.secs).collect()))
+    }
+
+    /// Moves queued request `req` to `waiting_funding` with its funding request
+    /// (`required_wei` from `sender`'s shortfall) and, with a progress sink, hands the
+    /// opened request to it in the same transaction; when the sink fails, the move is
+    /// made without it (see `crate::progress`). False when the request was not moved
+    /// (no longer queued, or without a funding pause).
+    pub(super) async fn open_funding(
+        &self,
+        req: &RequestRow,
+        required_wei: alloy::primitives::U256,
+        gas_limit: i64,
+        max_fee_wei: &str,
+    ) -> Result<bool> {
+        let required = required_wei.to_string();
+        if let Some(sink) = &self.progress_sink {
+            let mut tx = self.db.begin().await?;
+            let Some((key, deadline)) =
+                store::request_wait_funding(&mut *tx, req.id, &required, gas_limit, max_fee_wei)
+                    .await?
+            else {
+                return Ok(false);
+            };
+            let progress = [Progress::FundingRequested {
+                request_id: req.id,
+                idempotency_key: &key,
+                address: Address::try_from(req.sender.as_slice()).unwrap_or_default(),
+                required_wei: keel_units::Wei::new(required_wei),
+                deadline,
+            }];
+            match sink.record(&mut tx, &progress).await {
+                Ok(()) => {
+                    tx.commit().await?;
+                    return Ok(true);
+                }
+                Err(e) => {
+                    drop(tx);
+                    self.progress_sink_failed(&e, "funding", 1);
+                }
+            }
+        }
+        Ok(
+            store::request_wait_funding(&self.db, req.id, &required, gas_limit, max_fee_wei)
+                .await?
+                .is_some(),
+        )
+    }
+
+    /// Records a failed progress sink call (its transaction rolled back): the metric and
+    /// a WARN.
+    fn progress_sink_failed(&self, e: &ProgressSinkError, change: &'static str, requests: usize) {
+        metrics::progress_sink_failures(self.chain_id, change);
+        tracing::warn!(target: "keel::txq", chain_id = self.chain_id, change, requests, error = %e,
+            error_source = ?std::error::Error::source(e), "progress sink failed; recording the change again");
     }
 
     /// Records a failed settlement sink call (its transaction rolled back): the metric,

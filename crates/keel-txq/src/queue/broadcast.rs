@@ -2,7 +2,7 @@
 //! transaction, in JSON-RPC batches that each hold one sender's consecutive nonces;
 //! the accepted ones are marked `broadcast` in one statement.
 
-use super::attempt::{Broadcast, ToSend, error_class};
+use super::attempt::{Accepted, Broadcast, ToSend, error_class};
 use super::{TxQueue, metrics};
 use crate::store::{self, AttemptRow, RequestRow};
 use crate::{RequestState, Result};
@@ -137,9 +137,13 @@ impl TxQueue {
         let mut failures = Vec::new();
         let mut moved = 0;
         let mut first_err = None;
-        for ((req, _), r) in items.iter().zip(results) {
+        for ((req, mine), r) in items.iter().zip(results) {
             match r {
-                Ok(Broadcast::Accepted) => accepted.push(req.id),
+                Ok(Broadcast::Accepted) => {
+                    if let Some(a) = mine.last() {
+                        accepted.push(Accepted::of(req.id, a));
+                    }
+                }
                 Ok(Broadcast::Settled) => moved += 1,
                 Ok(Broadcast::Retry(Some(class))) => failures.push((req.id, class)),
                 Ok(Broadcast::Retry(None)) => {}
@@ -154,7 +158,7 @@ impl TxQueue {
         self.broadcast_failed(&failures).await?;
         // A failure here leaves them `signed`: the next pass sends the same bytes
         // again ("already known", or "nonce too low" resolved by their receipts).
-        let marked = store::requests_mark_broadcast_many(&self.db, &accepted).await?;
+        let marked = self.mark_broadcast(&accepted).await?;
         metrics::time_to_broadcast(self.chain_id, &marked);
         metrics::broadcasts(self.chain_id, accepted.len());
         moved += accepted.len();

@@ -73,6 +73,14 @@ pub(crate) fn settlement_sink_failures(chain_id: i64) {
         .increment(1);
 }
 
+/// `keel_txq_progress_sink_failures_total{chain_id, change}`: transactions recording a
+/// first broadcast or a funding request (`change`: `broadcast`, `funding`) rolled back
+/// because the progress sink failed (recorded again at once; see `crate::progress`).
+pub(crate) fn progress_sink_failures(chain_id: i64, change: &'static str) {
+    ::metrics::counter!("keel_txq_progress_sink_failures_total", "chain_id" => chain_id.to_string(), "change" => change)
+        .increment(1);
+}
+
 /// `keel_txq_funding_paused_total{chain_id}`: a request entered `waiting_funding`.
 pub(crate) fn funding_paused(chain_id: i64) {
     ::metrics::counter!("keel_txq_funding_paused_total", "chain_id" => chain_id.to_string())

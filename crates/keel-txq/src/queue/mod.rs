@@ -199,6 +199,9 @@ pub struct TxQueue {
     /// Receives every settlement in the transaction that settles it
     /// ([`TxQueue::set_settlement_sink`]); `None`: settles are plain statements.
     sink: Option<Arc<dyn SettlementSink>>,
+    /// Receives first broadcasts and opened funding requests in the transactions that
+    /// record them ([`TxQueue::set_progress_sink`]); `None`: plain statements.
+    progress_sink: Option<Arc<dyn crate::ProgressSink>>,
 }
 
 impl std::fmt::Debug for TxQueue {
@@ -207,6 +210,7 @@ impl std::fmt::Debug for TxQueue {
             .field("chain_id", &self.chain_id)
             .field("senders", &self.signers.len())
             .field("settlement_sink", &self.sink.is_some())
+            .field("progress_sink", &self.progress_sink.is_some())
             .finish()
     }
 }
@@ -278,6 +282,7 @@ impl TxQueue {
             config,
             wake: tokio::sync::Notify::new(),
             sink: None,
+            progress_sink: None,
         })
     }
 
@@ -291,6 +296,14 @@ impl TxQueue {
     /// [`TxQueue::run`]; see [`crate::SettlementSink`] for what it is promised.
     pub fn set_settlement_sink(&mut self, sink: Arc<dyn SettlementSink>) {
         self.sink = Some(sink);
+    }
+
+    /// Sets the [`crate::ProgressSink`] that receives every first broadcast and every
+    /// opened funding request of this queue, in the transaction that records it
+    /// (replacing any earlier one). Set it before [`TxQueue::run`]; see
+    /// [`crate::ProgressSink`] for what it is promised.
+    pub fn set_progress_sink(&mut self, sink: Arc<dyn crate::ProgressSink>) {
+        self.progress_sink = Some(sink);
     }
 
     /// The chain id.

@@ -232,14 +232,9 @@ impl TxQueue {
             .saturating_add(value);
         let short = need.saturating_sub(available).max(U256::from(1));
         let gas = i64::try_from(gas_limit).map_err(|_| TxqError::InvalidRequest("gas_limit"))?;
-        if !store::request_wait_funding(
-            &self.db,
-            req.id,
-            &short.to_string(),
-            gas,
-            &max_fee.to_string(),
-        )
-        .await?
+        if !self
+            .open_funding(req, short, gas, &max_fee.to_string())
+            .await?
         {
             // Moved by another process meanwhile.
             return Ok(Prepared::Retry);

@@ -3,7 +3,8 @@
 //! (verified independently), duplicated only as retries of the same `webhook-id`; an
 //! aborted dispatcher loses nothing; 410 and a failing window disable the endpoint with
 //! a notice; rotation overlaps sign with both secrets; refused addresses are refused at
-//! registration and again at delivery.
+//! registration and again at delivery; a failing endpoint's circuit breaker stops the
+//! attempts, probes after its cooldown and closes on recovery.
 
 use crate::receiver::{Entry, Receiver, Request, verify_independently};
 use crate::*;
@@ -407,4 +408,83 @@ async fn refused_addresses_are_refused_at_registration_and_at_delivery() {
     .await;
     running.stop().await;
     assert!(r.requests("ok").is_empty(), "nothing reached the receiver");
+}
+
+/// Waits (probing the receiver's log) until `behaviour` received `n` requests.
+async fn until_requests(r: &Receiver, behaviour: &str, n: usize) {
+    let started = Instant::now();
+    while r.requests(behaviour).len() < n {
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "timed out waiting for {n} requests at {behaviour}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_failing_endpoint_opens_its_breaker_is_probed_after_the_cooldown_and_drains_on_recovery()
+{
+    let db = database().await;
+    let pool = db.pool();
+    let r = Receiver::start().await;
+    r.set_down(true);
+    let org = Uuid::new_v4();
+    let (id, _) = endpoint(pool, org, &r.url("switch", "a")).await;
+    let ops: Vec<Uuid> = (0..4).map(|_| Uuid::new_v4()).collect();
+    for round in 0..2u32 {
+        for op in &ops {
+            let ty = [OPERATION_ACCEPTED, OPERATION_STATE_CHANGED][round as usize];
+            emit(pool, org, ty, Some(*op), round).await;
+        }
+    }
+    // Retries every 40..240 ms would hammer the endpoint (8 deliveries); the breaker
+    // opens after 3 failures in a row for 1 s, then 2 s after the failed probe.
+    let config = WebhookConfig {
+        breaker_threshold: 3,
+        breaker_cooldown: Duration::from_secs(1),
+        per_endpoint_in_flight: 1,
+        ..test_config()
+    };
+    let running = Running::start(pool, config);
+    // Three failures and the first probe; the second probe succeeds.
+    until_requests(&r, "switch", 4).await;
+    r.set_down(false);
+    until_settled(pool).await;
+    running.stop().await;
+
+    let reqs = r.requests("switch");
+    let gap = |i: usize| reqs[i].at.duration_since(reqs[i - 1].at);
+    // Three failures in a row at the retry pace...
+    assert!(gap(1) < Duration::from_millis(900), "{:?}", gap(1));
+    assert!(gap(2) < Duration::from_millis(900), "{:?}", gap(2));
+    // ... then nothing while the breaker is open: one probe after the cooldown, a
+    // second one (it succeeds) after the doubled cooldown (the first probe failed).
+    assert!(gap(3) >= Duration::from_millis(950), "{:?}", gap(3));
+    assert!(gap(4) >= Duration::from_millis(1950), "{:?}", gap(4));
+    // The probe that succeeded closed the breaker: the backlog drained, every event
+    // once acknowledged, in order per operation.
+    let all = events(pool).await;
+    assert_eq!(all.len(), 8);
+    check_order_and_duplicates(&r, "switch", &all);
+    assert_eq!(
+        reqs.len(),
+        4 + all.len(),
+        "four failed attempts (three, then the first probe), then each event once"
+    );
+    let (failures, open_until, enabled): (i32, Option<chrono::DateTime<chrono::Utc>>, bool) =
+        sqlx::query_as(
+            "SELECT consecutive_failures, breaker_open_until, enabled FROM webhook_endpoint WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!((failures, open_until, enabled), (0, None, true));
+    let (succeeded,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM webhook_delivery WHERE state = 'succeeded'")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(succeeded, 8);
 }

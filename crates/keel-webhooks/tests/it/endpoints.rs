@@ -149,3 +149,46 @@ async fn endpoints_are_managed_per_organization_and_test_deliveries_are_marked()
             .unwrap();
     assert_eq!(state, "cancelled");
 }
+
+#[tokio::test]
+async fn disabling_an_endpoint_cancels_its_pending_deliveries_and_settles_their_events() {
+    let db = database().await;
+    let pool = db.pool();
+    let org = Uuid::new_v4();
+    let hooks = Webhooks::new(pool.clone(), test_config());
+    let (id, _) = endpoint(pool, org, "http://127.0.0.1:9/never").await;
+    emit(pool, org, OPERATION_ACCEPTED, Some(Uuid::new_v4()), 1).await;
+    let pending = |pool: &PgPool| {
+        let pool = pool.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM webhook_event WHERE dispatch_settled_at IS NULL",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            n
+        }
+    };
+    assert_eq!(pending(pool).await, 1);
+    let off = hooks
+        .update(
+            org,
+            id,
+            &EndpointInput {
+                enabled: Some(false),
+                ..EndpointInput::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!off.enabled);
+    let (state,): (String,) =
+        sqlx::query_as("SELECT state FROM webhook_delivery WHERE endpoint_id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(state, "cancelled");
+    assert_eq!(pending(pool).await, 0, "the event is dispatch-settled");
+}

@@ -9,6 +9,7 @@
 //! | `/gone/..` | 410 |
 //! | `/fail/..` | 500 always |
 //! | `/hang/..` | the very first request: never answers (reports it on `hung`); then 200 |
+//! | `/switch/..` | 503 while [`Receiver::set_down`] is on, else 200 |
 //! | raw server | first request: the connection is closed without an answer, then 200 |
 
 use axum::Router;
@@ -39,11 +40,14 @@ pub(crate) struct Request {
     pub(crate) timestamp: String,
     pub(crate) signature: String,
     pub(crate) body: String,
+    /// When it arrived.
+    pub(crate) at: std::time::Instant,
 }
 
 #[derive(Default)]
 struct Inner {
     hung_once: bool,
+    down: bool,
     log: Vec<Entry>,
     seen: HashMap<(String, String), u32>,
 }
@@ -111,14 +115,21 @@ impl Receiver {
             .collect()
     }
 
-    /// Records a request; returns how many requests of this (behaviour, id) came before.
-    fn arrive(&self, req: Request) -> u32 {
+    /// Records a request; returns how many requests of this (behaviour, id) came before
+    /// and whether `/switch` was down when it arrived (read with the record, so a test
+    /// that saw the request in the log changes only later requests).
+    fn arrive(&self, req: Request) -> (u32, bool) {
         let mut g = self.inner.lock().unwrap();
         let key = (req.behaviour.clone(), req.id.clone());
         let n = *g.seen.get(&key).unwrap_or(&0);
         g.seen.insert(key, n + 1);
         g.log.push(Entry::Request(req));
-        n
+        (n, g.down)
+    }
+
+    /// Whether `/switch` answers 503 (true) or 200.
+    pub(crate) fn set_down(&self, down: bool) {
+        self.inner.lock().unwrap().down = down;
     }
 
     /// True for the first `/hang` request only.
@@ -149,12 +160,13 @@ async fn hook(
     body: String,
 ) -> StatusCode {
     let id = header(&headers, "webhook-id");
-    let before = r.arrive(Request {
+    let (before, down) = r.arrive(Request {
         behaviour: behaviour.clone(),
         id: id.clone(),
         timestamp: header(&headers, "webhook-timestamp"),
         signature: header(&headers, "webhook-signature"),
         body,
+        at: std::time::Instant::now(),
     });
     let status = match behaviour.as_str() {
         "ok" => StatusCode::OK,
@@ -173,6 +185,8 @@ async fn hook(
             StatusCode::OK
         }
         "hang" => StatusCode::OK,
+        "switch" if down => StatusCode::SERVICE_UNAVAILABLE,
+        "switch" => StatusCode::OK,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     if status.is_success() {
@@ -226,7 +240,7 @@ async fn raw_server(listener: TcpListener, r: Receiver) {
             }
             let body = String::from_utf8_lossy(&buf[head_end..head_end + len]).to_string();
             let id = headers.get("webhook-id").cloned().unwrap_or_default();
-            let before = r.arrive(Request {
+            let (before, _) = r.arrive(Request {
                 behaviour: "close".into(),
                 id: id.clone(),
                 timestamp: headers
@@ -238,6 +252,7 @@ async fn raw_server(listener: TcpListener, r: Receiver) {
                     .cloned()
                     .unwrap_or_default(),
                 body,
+                at: std::time::Instant::now(),
             });
             if before == 0 {
                 drop(sock);
