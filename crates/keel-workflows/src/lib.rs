@@ -63,7 +63,7 @@ pub use ops::read::{
     TemplateView,
 };
 pub use ops::view::{
-    ErrorView, IndexedMilestone, Milestones, OPERATION_SCAN_BATCH, OPERATION_SCAN_BUDGET,
+    ApprovalRecord, ErrorView, IndexedMilestone, OperationAttribution, RecordedBy, Milestones, OPERATION_SCAN_BATCH, OPERATION_SCAN_BUDGET,
     OperationFilter, OperationKey, OperationList, OperationState, OperationView, TxMilestone,
     WaitFor, WaitView,
 };

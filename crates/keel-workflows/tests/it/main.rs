@@ -3,6 +3,7 @@
 //! accepted and their instances stay pending unless a test moves them.
 
 mod accept;
+mod attribution;
 mod amount;
 mod common;
 mod events;
