@@ -988,22 +988,22 @@ impl From<svc::OperationView> for Operation {
     }
 }
 
-impl From<&keel_durable::Actor> for Actor {
-    fn from(a: &keel_durable::Actor) -> Self {
+impl From<&svc::Actor> for Actor {
+    fn from(a: &svc::Actor) -> Self {
         Self {
             kind: match a.kind() {
-                keel_durable::ActorKind::User => ActorKind::User,
-                keel_durable::ActorKind::Service => ActorKind::Service,
-                keel_durable::ActorKind::System => ActorKind::System,
-                keel_durable::ActorKind::None => ActorKind::None,
+                svc::ActorKind::User => ActorKind::User,
+                svc::ActorKind::Service => ActorKind::Service,
+                svc::ActorKind::System => ActorKind::System,
+                svc::ActorKind::None => ActorKind::None,
             },
             id: a.id().map(str::to_owned),
             reason: a.reason().map(str::to_owned),
             on_behalf_of: a.on_behalf_of_id().map(str::to_owned),
             status: match a.status() {
-                keel_durable::AttributionStatus::Verified => AttributionStatus::Verified,
-                keel_durable::AttributionStatus::Absent => AttributionStatus::Absent,
-                keel_durable::AttributionStatus::Degraded => AttributionStatus::Degraded,
+                svc::AttributionStatus::Verified => AttributionStatus::Verified,
+                svc::AttributionStatus::Absent => AttributionStatus::Absent,
+                svc::AttributionStatus::Degraded => AttributionStatus::Degraded,
             },
         }
     }

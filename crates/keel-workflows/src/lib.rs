@@ -53,6 +53,8 @@ pub mod tenancy;
 pub mod verdicts;
 pub mod workflows;
 
+/// Who asked for a command (the engine's attribution types, re-exported for the API).
+pub use keel_durable::{Actor, ActorKind, AttributionStatus};
 pub use env::{ChainContext, WorkflowEnv};
 pub use error::{OpsError, Result};
 pub use events::{OperationEvents, Renderer};

@@ -899,4 +899,63 @@ mod tests {
             e.detail
         );
     }
+
+    #[test]
+    fn attribution_names_starter_approver_canceller_and_manual_retries() {
+        use keel_durable::{RecordedCommand, RecordedSignal};
+        let at = Utc::now();
+        let cmd = |id, kind: &str, actor: Actor| RecordedCommand {
+            id,
+            kind: kind.to_owned(),
+            state: "done".to_owned(),
+            outcome: None,
+            recorded_at: at,
+            actor,
+        };
+        let signal = |key: &str, actor: Actor| RecordedSignal {
+            id: 1,
+            name: APPROVAL_SIGNAL.to_owned(),
+            dedupe_key: key.to_owned(),
+            recorded_at: at,
+            consumed: true,
+            actor,
+        };
+        let a = Attribution {
+            commands: vec![
+                cmd(1, "start", Actor::service("k1")),
+                cmd(2, "signal", Actor::service("k2")),
+                cmd(3, "retry", Actor::system("recovery")),
+                cmd(4, "retry", Actor::service("k1")),
+                cmd(5, "cancel", Actor::service("k3")),
+            ],
+            signals: vec![signal(
+                APPROVAL_DEDUPE_KEY,
+                Actor::service("k2").with_reason(approval_reason(false)),
+            )],
+        };
+        let v = OperationAttribution::from_engine(&a);
+        assert_eq!(v.started.unwrap().actor.id(), Some("k1"));
+        let approval = v.approval.unwrap();
+        assert!(!approval.approved, "rejected");
+        assert_eq!(approval.by.actor.id(), Some("k2"));
+        assert_eq!(v.cancelled.unwrap().actor.id(), Some("k3"));
+        assert_eq!(v.retried.len(), 1, "the recovery retry is not listed");
+        let approved = Attribution {
+            signals: vec![signal(
+                APPROVAL_DEDUPE_KEY,
+                Actor::service("k2").with_reason(approval_reason(true)),
+            )],
+            ..Attribution::default()
+        };
+        assert!(
+            OperationAttribution::from_engine(&approved)
+                .approval
+                .unwrap()
+                .approved
+        );
+        assert_eq!(
+            OperationAttribution::from_engine(&Attribution::default()),
+            OperationAttribution::default()
+        );
+    }
 }
