@@ -350,7 +350,10 @@ mod tests {
     #[test]
     fn sanitize_strips_control_bidi_and_zero_width() {
         assert_eq!(sanitize("ali\u{202E}ce\u{200B}\n\t\u{0007}"), "alice");
-        assert_eq!(sanitize("a\u{2028}b\u{2029}c\u{FEFF}d\u{2066}e\u{2069}"), "abcde");
+        assert_eq!(
+            sanitize("a\u{2028}b\u{2029}c\u{FEFF}d\u{2066}e\u{2069}"),
+            "abcde"
+        );
         assert_eq!(sanitize("\u{200D}\u{200C}\u{0000}"), UNPRINTABLE);
         assert_eq!(sanitize(""), UNPRINTABLE);
         assert_eq!(sanitize("  \u{200B} "), UNPRINTABLE);

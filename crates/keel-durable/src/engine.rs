@@ -582,8 +582,7 @@ impl Engine {
             });
         }
         // Under the row lock just taken: see `store::signal_insert` on recorded_at.
-        if !store::signal_insert(&mut *conn, instance_id, name, payload, dedupe_key, actor).await?
-        {
+        if !store::signal_insert(&mut *conn, instance_id, name, payload, dedupe_key, actor).await? {
             // Recorded by a transaction that committed between the check above and the
             // lock: take the count back, so the caller's transaction stays as it was.
             store::instance_unopen_signal(&mut *conn, instance_id).await?;

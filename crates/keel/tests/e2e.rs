@@ -617,7 +617,10 @@ async fn mints_above_the_threshold_wait_for_an_approval_by_another_key() {
     assert_eq!(who["startedBy"]["actor"]["status"], "VERIFIED", "{view}");
     assert_eq!(who["approval"]["decision"], "approved", "{view}");
     assert_eq!(who["approval"]["by"]["actor"]["kind"], "SERVICE", "{view}");
-    assert_eq!(who["approval"]["by"]["actor"]["reason"], "approve", "{view}");
+    assert_eq!(
+        who["approval"]["by"]["actor"]["reason"], "approve",
+        "{view}"
+    );
     assert!(who["approval"]["by"]["at"].is_string(), "{view}");
     assert_ne!(
         who["approval"]["by"]["actor"]["id"], who["startedBy"]["actor"]["id"],
@@ -647,7 +650,10 @@ async fn mints_above_the_threshold_wait_for_an_approval_by_another_key() {
     let (_, view) = stack
         .get(&stack.key_a, &format!("/v1/operations/{rejected}"))
         .await;
-    assert_eq!(view["attribution"]["approval"]["decision"], "rejected", "{view}");
+    assert_eq!(
+        view["attribution"]["approval"]["decision"], "rejected",
+        "{view}"
+    );
     assert_eq!(
         view["attribution"]["approval"]["by"]["actor"]["reason"], "reject",
         "{view}"

@@ -57,7 +57,11 @@ async fn start_signal_and_timer_commands_carry_their_actors() {
     assert_eq!(timer.actor.id(), None);
     let signal_cmd = &a.commands[2];
     assert_eq!(signal_cmd.actor.kind(), ActorKind::User);
-    assert_eq!(signal_cmd.actor.id(), Some("alice"), "bidi and zero-width stripped");
+    assert_eq!(
+        signal_cmd.actor.id(),
+        Some("alice"),
+        "bidi and zero-width stripped"
+    );
     assert_eq!(signal_cmd.actor.on_behalf_of_id(), Some("bob"));
     let sig = a.signal("d1").unwrap();
     assert_eq!(sig.actor, signal_cmd.actor);
@@ -74,11 +78,13 @@ async fn calls_without_an_actor_and_rows_before_the_migration_read_as_none() {
         .unwrap();
     engine.signal(s.instance_id, "go", "x", &1).await.unwrap();
     // A row as a release before 0055 wrote it: no actor columns named.
-    sqlx::query("INSERT INTO durable_command (instance_id, kind, max_attempts) VALUES ($1, 'signal', 5)")
-        .bind(s.instance_id)
-        .execute(db.pool())
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO durable_command (instance_id, kind, max_attempts) VALUES ($1, 'signal', 5)",
+    )
+    .bind(s.instance_id)
+    .execute(db.pool())
+    .await
+    .unwrap();
     let a = engine.attribution(s.instance_id).await.unwrap();
     assert_eq!(a.commands.len(), 3);
     for c in &a.commands {
@@ -115,7 +121,11 @@ async fn cancel_and_retry_record_their_callers_also_an_immediate_cancel() {
     let cancel = a.cancel().unwrap();
     assert_eq!(cancel.state, "done");
     assert_eq!(cancel.outcome.as_deref(), Some("cancelled"));
-    assert_eq!(cancel.actor.id().unwrap().chars().count(), 255, "cut at 255");
+    assert_eq!(
+        cancel.actor.id().unwrap().chars().count(),
+        255,
+        "cut at 255"
+    );
 
     // Retry of a failed instance.
     let ex = spawn(&engine);
@@ -168,5 +178,8 @@ async fn attribution_of_an_unknown_instance_is_not_found() {
     let db = database().await;
     let engine = engine(db.pool(), fast_config());
     let err = engine.attribution(uuid::Uuid::new_v4()).await.unwrap_err();
-    assert!(matches!(err, keel_durable::DurableError::InstanceNotFound(_)));
+    assert!(matches!(
+        err,
+        keel_durable::DurableError::InstanceNotFound(_)
+    ));
 }

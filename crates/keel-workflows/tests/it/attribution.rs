@@ -16,7 +16,10 @@ async fn the_view_names_the_key_that_started_and_the_key_that_cancelled() {
     let id = created.operation.id;
     let a = created.operation.attribution.expect("attribution");
     let started = a.started.expect("started");
-    assert_eq!(started.actor, Actor::service(&env.caller.api_key_id.to_string()));
+    assert_eq!(
+        started.actor,
+        Actor::service(&env.caller.api_key_id.to_string())
+    );
     assert_eq!(started.actor.status(), AttributionStatus::Verified);
     assert!(started.at <= created.operation.updated_at + chrono::Duration::seconds(1));
     assert!(a.approval.is_none() && a.cancelled.is_none() && a.retried.is_empty());

@@ -3,8 +3,8 @@
 //! accepted and their instances stay pending unless a test moves them.
 
 mod accept;
-mod attribution;
 mod amount;
+mod attribution;
 mod common;
 mod events;
 mod lists;
