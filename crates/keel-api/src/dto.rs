@@ -239,6 +239,95 @@ pub struct Operation {
     /// When it reached its terminal state (`completed`, `failed` or `cancelled`; RFC
     /// 3339, UTC), or null while it has not (a retried failure clears it).
     pub completed_at: Option<DateTime<Utc>>,
+    /// Who started, approved or rejected, retried and cancelled the operation, and
+    /// when, as recorded from each caller's authenticated API key (never from a
+    /// request body or header). Present on `GET /v1/operations/{id}` and the answers
+    /// of the routes that act on one operation; absent in lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<OperationAttribution>,
+}
+
+/// The kind of an actor: `USER` (a person: a key issued to one), `SERVICE` (an API
+/// key), `SYSTEM` (Keel itself: `reason` says which part), `NONE` (nobody known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ActorKind {
+    /// A person.
+    User,
+    /// A service principal (an API key).
+    Service,
+    /// Keel itself.
+    System,
+    /// Nobody known (recorded without an authenticated context).
+    None,
+}
+
+/// How far an actor can be trusted: `VERIFIED` (an authenticated context), `ABSENT`
+/// (none: kind `NONE`), `DEGRADED` (a context its source marked as degraded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AttributionStatus {
+    /// Authenticated.
+    Verified,
+    /// No context.
+    Absent,
+    /// Degraded context.
+    Degraded,
+}
+
+/// Who asked for a recorded command. Ids and reasons hold no control, separator or
+/// format characters and at most 255 characters (`[unprintable]` when nothing was left).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Actor {
+    /// The kind.
+    pub kind: ActorKind,
+    /// `SERVICE`: the API key's id; `USER`: the person's id; null otherwise.
+    #[schema(example = "2b0f9c1e-7d3a-4f6e-9a51-0c8d4e2f1a33")]
+    pub id: Option<String>,
+    /// `SYSTEM`: which part of Keel (`timer`, `verdict-relay`, `recovery`,
+    /// `operator-cli`, ...); for an approval decision `approve` or `reject`; else null.
+    pub reason: Option<String>,
+    /// The subject the actor acted for, when it differs from `id`; null otherwise.
+    pub on_behalf_of: Option<String>,
+    /// The attribution status.
+    pub status: AttributionStatus,
+}
+
+/// A recorded decision: who, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecordedBy {
+    /// Who.
+    pub actor: Actor,
+    /// When it was recorded (RFC 3339, UTC; database clock).
+    pub at: DateTime<Utc>,
+}
+
+/// An approval decision (`POST /v1/operations/{id}/approve|reject`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApprovalDecision {
+    /// `approved` or `rejected`.
+    #[schema(example = "approved")]
+    pub decision: String,
+    /// Who decided (the approving key), and when.
+    pub by: RecordedBy,
+}
+
+/// Who asked for what on an operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperationAttribution {
+    /// Who started it (the key that posted the request); null only for an operation
+    /// accepted but not yet started.
+    pub started_by: Option<RecordedBy>,
+    /// The approval decision, or null.
+    pub approval: Option<ApprovalDecision>,
+    /// Who cancelled it (when the cancel reached its workflow), or null.
+    pub cancelled_by: Option<RecordedBy>,
+    /// Who retried it, oldest first (Keel's own recovery retries are not listed).
+    pub retried_by: Vec<RecordedBy>,
 }
 
 /// The answer to an accepted `POST` (`202`, or `200` once terminal): the operation's
@@ -914,6 +1003,51 @@ impl From<svc::OperationView> for Operation {
             updated_at: v.updated_at,
             completed_at: v.completed_at,
             kind: v.kind,
+            attribution: v.attribution.map(Into::into),
+        }
+    }
+}
+
+impl From<&svc::Actor> for Actor {
+    fn from(a: &svc::Actor) -> Self {
+        Self {
+            kind: match a.kind() {
+                svc::ActorKind::User => ActorKind::User,
+                svc::ActorKind::Service => ActorKind::Service,
+                svc::ActorKind::System => ActorKind::System,
+                svc::ActorKind::None => ActorKind::None,
+            },
+            id: a.id().map(str::to_owned),
+            reason: a.reason().map(str::to_owned),
+            on_behalf_of: a.on_behalf_of_id().map(str::to_owned),
+            status: match a.status() {
+                svc::AttributionStatus::Verified => AttributionStatus::Verified,
+                svc::AttributionStatus::Absent => AttributionStatus::Absent,
+                svc::AttributionStatus::Degraded => AttributionStatus::Degraded,
+            },
+        }
+    }
+}
+
+impl From<svc::RecordedBy> for RecordedBy {
+    fn from(r: svc::RecordedBy) -> Self {
+        Self {
+            actor: (&r.actor).into(),
+            at: r.at,
+        }
+    }
+}
+
+impl From<svc::OperationAttribution> for OperationAttribution {
+    fn from(a: svc::OperationAttribution) -> Self {
+        Self {
+            started_by: a.started.map(Into::into),
+            approval: a.approval.map(|d| ApprovalDecision {
+                decision: if d.approved { "approved" } else { "rejected" }.to_owned(),
+                by: d.by.into(),
+            }),
+            cancelled_by: a.cancelled.map(Into::into),
+            retried_by: a.retried.into_iter().map(Into::into).collect(),
         }
     }
 }

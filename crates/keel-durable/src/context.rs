@@ -870,8 +870,9 @@ impl WorkflowContext {
                 ON CONFLICT (workflow, idempotency_key) DO NOTHING
              RETURNING id
              ), cmd AS (
-                INSERT INTO durable_command (instance_id, kind, max_attempts)
-                SELECT id, 'start', $6 FROM ins
+                INSERT INTO durable_command (instance_id, kind, max_attempts,
+                                             actor_kind, actor_reason, attribution_status)
+                SELECT id, 'start', $6, 'SYSTEM', 'child-start', 'VERIFIED' FROM ins
              )
              SELECT id FROM ins",
         )

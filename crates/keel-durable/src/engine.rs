@@ -9,6 +9,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::actor::{Actor, Attribution, RecordedCommand, RecordedSignal};
 use crate::batch::{BatchOp, Combiner, Held, lost, rolled_back};
 use crate::config::{EngineConfig, ExecutorConfig};
 use crate::context::JournalOp;
@@ -20,6 +21,9 @@ use crate::store::{self, CommandKind, NewInstance, parse_status};
 use crate::terminal::TerminalWatch;
 use crate::workflow::{Registry, Workflow};
 
+/// The most commands, and the most signals, [`Engine::attribution`] returns.
+pub const ATTRIBUTION_LIMIT: i64 = 1000;
+
 /// Options of [`Engine::start`].
 #[derive(Debug, Clone, Default)]
 pub struct StartOptions {
@@ -28,6 +32,9 @@ pub struct StartOptions {
     /// `completed` or `cancelled` (a `failed` instance keeps the key, since a retry can
     /// resume it; cancel it to release the key). 1 to 255 characters.
     pub serialization_key: Option<String>,
+    /// Who asks for the start, from the caller's authenticated context (never from the
+    /// input); stored on the START command. Default [`Actor::none`].
+    pub actor: Actor,
 }
 
 /// The result of [`Engine::start`].
@@ -354,6 +361,7 @@ impl Engine {
                 idempotency_key: key.to_owned(),
                 input: input_text.clone(),
                 serialization_key: options.serialization_key.clone(),
+                actor: options.actor.clone(),
             };
             let created = match self.starts.submit(row).await {
                 Some(answer) => answer?.then_some(id),
@@ -404,10 +412,27 @@ impl Engine {
         dedupe_key: &str,
         payload: &T,
     ) -> Result<SignalReceipt> {
+        self.signal_as(instance_id, name, dedupe_key, payload, &Actor::none())
+            .await
+    }
+
+    /// [`Engine::signal`] recorded by `actor` (from the caller's authenticated context,
+    /// never from the payload): stored on the signal and its SIGNAL command.
+    ///
+    /// # Errors
+    /// As [`Engine::signal`].
+    pub async fn signal_as<T: Serialize>(
+        &self,
+        instance_id: Uuid,
+        name: &str,
+        dedupe_key: &str,
+        payload: &T,
+        actor: &Actor,
+    ) -> Result<SignalReceipt> {
         let value = serde_json::to_value(payload).map_err(|_| DurableError::Json {
             what: "signal payload",
         })?;
-        self.signal_value(instance_id, name, dedupe_key, value)
+        self.signal_value(instance_id, name, dedupe_key, value, actor)
             .await
     }
 
@@ -423,7 +448,7 @@ impl Engine {
         payload: &str,
     ) -> Result<SignalReceipt> {
         let value = validate_payload_str("signal payload", payload, self.config.max_payload_bytes)?;
-        self.signal_value(instance_id, name, dedupe_key, value)
+        self.signal_value(instance_id, name, dedupe_key, value, &Actor::none())
             .await
     }
 
@@ -434,11 +459,12 @@ impl Engine {
         name: &str,
         dedupe_key: &str,
         payload: Value,
+        actor: &Actor,
     ) -> Result<SignalReceipt> {
         self.check_signal(name, dedupe_key, &payload)?;
         let mut tx = self.pool.begin().await?;
         let receipt = self
-            .record_signal(&mut tx, instance_id, name, dedupe_key, &payload)
+            .record_signal(&mut tx, instance_id, name, dedupe_key, &payload, actor)
             .await?;
         match receipt {
             SignalReceipt::Recorded => tx.commit().await?,
@@ -489,8 +515,27 @@ impl Engine {
         dedupe_key: &str,
         payload: &Value,
     ) -> Result<SignalReceipt> {
+        self.signal_in_as(conn, instance_id, name, dedupe_key, payload, &Actor::none())
+            .await
+    }
+
+    /// [`Engine::signal_in`] recorded by `actor` (the caller's authenticated context, or
+    /// the platform: e.g. `Actor::system("verdict-relay")`), stored on the signal and
+    /// its SIGNAL command.
+    ///
+    /// # Errors
+    /// As [`Engine::signal_in`].
+    pub async fn signal_in_as(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        instance_id: Uuid,
+        name: &str,
+        dedupe_key: &str,
+        payload: &Value,
+        actor: &Actor,
+    ) -> Result<SignalReceipt> {
         self.check_signal(name, dedupe_key, payload)?;
-        self.record_signal(conn, instance_id, name, dedupe_key, payload)
+        self.record_signal(conn, instance_id, name, dedupe_key, payload, actor)
             .await
     }
 
@@ -510,6 +555,7 @@ impl Engine {
         name: &str,
         dedupe_key: &str,
         payload: &Value,
+        actor: &Actor,
     ) -> Result<SignalReceipt> {
         if store::signal_exists(&mut *conn, instance_id, dedupe_key).await? {
             return Ok(SignalReceipt::Duplicate);
@@ -536,7 +582,7 @@ impl Engine {
             });
         }
         // Under the row lock just taken: see `store::signal_insert` on recorded_at.
-        if !store::signal_insert(&mut *conn, instance_id, name, payload, dedupe_key).await? {
+        if !store::signal_insert(&mut *conn, instance_id, name, payload, dedupe_key, actor).await? {
             // Recorded by a transaction that committed between the check above and the
             // lock: take the count back, so the caller's transaction stays as it was.
             store::instance_unopen_signal(&mut *conn, instance_id).await?;
@@ -547,6 +593,7 @@ impl Engine {
             instance_id,
             CommandKind::Signal,
             self.max_attempts(),
+            actor,
         )
         .await?;
         Ok(SignalReceipt::Recorded)
@@ -559,8 +606,18 @@ impl Engine {
     /// # Errors
     /// [`DurableError::InstanceNotFound`], [`DurableError::InstanceEnded`],
     /// [`DurableError::Store`].
-    #[tracing::instrument(target = "keel::durable::api", skip_all, fields(%instance_id))]
     pub async fn cancel(&self, instance_id: Uuid) -> Result<CancelOutcome> {
+        self.cancel_as(instance_id, &Actor::none()).await
+    }
+
+    /// [`Engine::cancel`] recorded by `actor` (the caller's authenticated context): the
+    /// CANCEL command carries it, also for an immediate cancel (then recorded already
+    /// settled `cancelled`).
+    ///
+    /// # Errors
+    /// As [`Engine::cancel`].
+    #[tracing::instrument(target = "keel::durable::api", skip_all, fields(%instance_id))]
+    pub async fn cancel_as(&self, instance_id: Uuid, actor: &Actor) -> Result<CancelOutcome> {
         let mut tx = self.pool.begin().await?;
         let Some(locked) = store::instance_lock(&mut *tx, instance_id).await? else {
             return Err(DurableError::InstanceNotFound(instance_id));
@@ -581,6 +638,7 @@ impl Engine {
                 instance_id,
                 CommandKind::Cancel,
                 self.max_attempts(),
+                actor,
             )
             .await?;
             tx.commit().await?;
@@ -588,6 +646,8 @@ impl Engine {
         }
         store::instance_cancel(&mut *tx, instance_id).await?;
         store::commands_cancel_open(&mut *tx, instance_id).await?;
+        store::command_insert_settled_cancel(&mut *tx, instance_id, self.max_attempts(), actor)
+            .await?;
         let t = [crate::hook::Transition {
             instance_id,
             workflow: locked.workflow,
@@ -605,8 +665,17 @@ impl Engine {
     /// # Errors
     /// [`DurableError::InstanceNotFound`], [`DurableError::InstanceEnded`],
     /// [`DurableError::NotRetryable`], [`DurableError::Store`].
-    #[tracing::instrument(target = "keel::durable::api", skip_all, fields(%instance_id))]
     pub async fn retry(&self, instance_id: Uuid) -> Result<()> {
+        self.retry_as(instance_id, &Actor::none()).await
+    }
+
+    /// [`Engine::retry`] recorded by `actor` (the caller's authenticated context),
+    /// stored on the RETRY command.
+    ///
+    /// # Errors
+    /// As [`Engine::retry`].
+    #[tracing::instrument(target = "keel::durable::api", skip_all, fields(%instance_id))]
+    pub async fn retry_as(&self, instance_id: Uuid, actor: &Actor) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let Some(locked) = store::instance_lock(&mut *tx, instance_id).await? else {
             return Err(DurableError::InstanceNotFound(instance_id));
@@ -642,10 +711,67 @@ impl Engine {
             instance_id,
             CommandKind::Retry,
             self.max_attempts(),
+            actor,
         )
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Who recorded what for an instance: its commands (START, SIGNAL, TIMER, RETRY,
+    /// CANCEL) in recording order and its signals in recording order, each with its
+    /// [`Actor`], at most [`ATTRIBUTION_LIMIT`] of each (two statements, no payloads).
+    /// Retention deletes settled commands after its window, except START and CANCEL
+    /// commands, which stay as long as their instance.
+    ///
+    /// # Errors
+    /// [`DurableError::InstanceNotFound`], [`DurableError::Store`] (also for a stored
+    /// command kind the engine does not know).
+    pub async fn attribution(&self, instance_id: Uuid) -> Result<Attribution> {
+        let mut conn = self.pool.acquire().await?;
+        if store::instance_run_status(&mut *conn, instance_id)
+            .await?
+            .is_none()
+        {
+            return Err(DurableError::InstanceNotFound(instance_id));
+        }
+        let commands = store::commands_with_actors(&mut *conn, instance_id, ATTRIBUTION_LIMIT)
+            .await?
+            .into_iter()
+            .map(|r| RecordedCommand {
+                id: r.id,
+                kind: r.kind,
+                state: r.state,
+                outcome: r.outcome,
+                recorded_at: r.created_at,
+                actor: Actor::from_columns(
+                    &r.actor_kind,
+                    r.actor_id,
+                    r.actor_reason,
+                    r.on_behalf_of,
+                    &r.attribution_status,
+                ),
+            })
+            .collect();
+        let signals = store::signals_with_actors(&mut *conn, instance_id, ATTRIBUTION_LIMIT)
+            .await?
+            .into_iter()
+            .map(|r| RecordedSignal {
+                id: r.id,
+                name: r.name,
+                dedupe_key: r.dedupe_key,
+                recorded_at: r.recorded_at,
+                consumed: r.consumed_seq.is_some(),
+                actor: Actor::from_columns(
+                    &r.actor_kind,
+                    r.actor_id,
+                    r.actor_reason,
+                    r.on_behalf_of,
+                    &r.attribution_status,
+                ),
+            })
+            .collect();
+        Ok(Attribution { commands, signals })
     }
 
     /// The open-instance census: instances not yet ended, counted by workflow and

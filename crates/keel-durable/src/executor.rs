@@ -554,8 +554,10 @@ fn dead_lettered(c: &Claimed) {
 /// [`settle!`] for a suspension: a recovery RETRY after `$13` seconds (`$14` attempts).
 const SETTLE_SUSPENDED: &str = settle!(
     ", r AS (
-    INSERT INTO durable_command (instance_id, kind, available_at, max_attempts)
-    SELECT i.id, 'retry', now() + make_interval(secs => $13), $14 FROM i
+    INSERT INTO durable_command (instance_id, kind, available_at, max_attempts,
+                                 actor_kind, actor_reason, attribution_status)
+    SELECT i.id, 'retry', now() + make_interval(secs => $13), $14,
+           'SYSTEM', 'recovery', 'VERIFIED' FROM i
  RETURNING id
 )"
 );
@@ -564,8 +566,9 @@ const SETTLE_SUSPENDED: &str = settle!(
 /// unless one at or before the deadline is queued.
 const SETTLE_TIMER: &str = settle!(
     ", t AS (
-    INSERT INTO durable_command (instance_id, kind, available_at, max_attempts)
-    SELECT i.id, 'timer', $15, $14 FROM i
+    INSERT INTO durable_command (instance_id, kind, available_at, max_attempts,
+                                 actor_kind, actor_reason, attribution_status)
+    SELECT i.id, 'timer', $15, $14, 'SYSTEM', 'timer', 'VERIFIED' FROM i
      WHERE NOT EXISTS (
            SELECT 1 FROM durable_command x
             WHERE x.instance_id = i.id AND x.kind = 'timer' AND x.state = 'queued'

@@ -35,6 +35,12 @@
 //!   The SQL of the API surface is in the `store` module, by table.
 //! - [`hook`]: the transition hook ([`Engine::set_transition_hook`]), run inside every
 //!   transaction that writes an instance's status (the outbox of keel-webhooks).
+//! - [`actor`] attribution: every recorded command and signal carries the [`Actor`] that
+//!   recorded it (`USER`, `SERVICE`, `SYSTEM` with a reason, or `NONE`), passed by the
+//!   recording caller from its authenticated context ([`StartOptions::actor`],
+//!   [`Engine::signal_as`], [`Engine::signal_in_as`], [`Engine::cancel_as`],
+//!   [`Engine::retry_as`]), never read from a payload; the engine's own TIMER, recovery
+//!   RETRY and child commands are `SYSTEM`; [`Engine::attribution`] reads them back.
 //! - [`Retention`]: the retention pass (batched, `SKIP LOCKED`, one short transaction per
 //!   batch) that the cluster's daily cron runs; returns a [`RetentionReport`].
 //!
@@ -148,6 +154,7 @@
 //! figures and what bounds them are in `benches/README.md`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod actor;
 mod batch;
 #[cfg(test)]
 mod batch_tests;
@@ -165,9 +172,15 @@ mod store;
 mod terminal;
 mod workflow;
 
+pub use actor::{
+    Actor, ActorKind, Attribution, AttributionStatus, MAX_ACTOR_CHARS, RecordedCommand,
+    RecordedSignal, UNPRINTABLE, sanitize as sanitize_actor_text,
+};
 pub use config::{Backoff, EngineConfig, ExecutorConfig};
 pub use context::{Deadline, WorkflowContext};
-pub use engine::{CancelOutcome, Engine, PurgeCounts, SignalReceipt, StartOptions, Started};
+pub use engine::{
+    ATTRIBUTION_LIMIT, CancelOutcome, Engine, PurgeCounts, SignalReceipt, StartOptions, Started,
+};
 pub use error::{DurableError, Result};
 pub use executor::{CHANNEL, ExecutorHandle};
 pub use hook::{HookFuture, Transition, TransitionHook, TransitionHookError};

@@ -6,7 +6,9 @@
 //! What is eligible (the cutoff is `now() - window`, database clock, fixed per pass):
 //!
 //! - a **command** in state `done` with `completed_at` before the cutoff (dead-lettered
-//!   commands are kept for inspection while their instance lives);
+//!   commands are kept for inspection while their instance lives), except START and
+//!   CANCEL commands: they say who started and who cancelled the instance
+//!   ([`crate::Engine::attribution`]) and go with their instance;
 //! - an **instance** `completed` or `cancelled` with `ended_at` before the cutoff and no
 //!   open (`queued`/`running`) command. Deleting it deletes its remaining commands,
 //!   journal and signals (`ON DELETE CASCADE`) and detaches its children
@@ -137,6 +139,7 @@ pub struct Retention {
 const SELECT_COMMANDS: &str = "\
 SELECT id, completed_at FROM durable_command
  WHERE state = 'done' AND completed_at < $1
+   AND kind NOT IN ('start', 'cancel')
    AND ($3::timestamptz IS NULL OR (completed_at, id) > ($3, $4::int8))
  ORDER BY completed_at, id
  LIMIT $2
@@ -346,7 +349,8 @@ impl Retention {
     async fn eligible(&self, cutoff: DateTime<Utc>) -> Result<(u64, u64)> {
         let (commands, instances): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT (SELECT count(*) FROM durable_command
-                      WHERE state = 'done' AND completed_at < $1),
+                      WHERE state = 'done' AND completed_at < $1
+                        AND kind NOT IN ('start', 'cancel')),
                     (SELECT count(*) FROM durable_instance x WHERE {ELIGIBLE_INSTANCE})"
         )))
         .bind(cutoff)

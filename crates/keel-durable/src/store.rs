@@ -16,6 +16,7 @@ use serde_json::Value;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
+use crate::actor::Actor;
 use crate::context::JournalEntry;
 use crate::error::{DurableError, Result};
 use crate::status::{ErrorInfo, InstanceStatus, RunStatus, WaitDescription};
@@ -37,6 +38,8 @@ pub(crate) struct NewInstance {
     pub idempotency_key: String,
     pub input: String,
     pub serialization_key: Option<String>,
+    /// Who recorded the start (stored on its START command).
+    pub actor: Actor,
 }
 
 /// Starts of concurrent callers in one statement: one instance and its START command
@@ -54,16 +57,22 @@ pub(crate) async fn instances_insert_many(
 ) -> std::result::Result<Vec<Uuid>, sqlx::Error> {
     sqlx::query_scalar(
         "WITH req AS (
-            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
-                   WITH ORDINALITY AS t(id, workflow, idempotency_key, input, serialization_key, idx)
+            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                 $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
+                   WITH ORDINALITY AS t(id, workflow, idempotency_key, input, serialization_key,
+                                        actor_kind, actor_id, actor_reason, on_behalf_of,
+                                        attribution_status, idx)
         ), ins AS (
             INSERT INTO durable_instance (id, workflow, idempotency_key, input, serialization_key)
             SELECT id, workflow, idempotency_key, input::jsonb, serialization_key FROM req ORDER BY idx
             ON CONFLICT (workflow, idempotency_key) DO NOTHING
          RETURNING id
         ), cmd AS (
-            INSERT INTO durable_command (instance_id, kind, max_attempts)
-            SELECT id, 'start', $6 FROM ins
+            INSERT INTO durable_command (instance_id, kind, max_attempts, actor_kind, actor_id,
+                                         actor_reason, on_behalf_of, attribution_status)
+            SELECT ins.id, 'start', $6, req.actor_kind, req.actor_id, req.actor_reason,
+                   req.on_behalf_of, req.attribution_status
+              FROM ins JOIN req ON req.id = ins.id
          RETURNING id
         )
         SELECT id FROM ins",
@@ -82,6 +91,11 @@ pub(crate) async fn instances_insert_many(
             .collect::<Vec<_>>(),
     )
     .bind(max_attempts)
+    .bind(rows.iter().map(|r| r.actor.kind().as_str()).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.actor.id()).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.actor.reason()).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.actor.on_behalf_of_id()).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.actor.status().as_str()).collect::<Vec<_>>())
     .fetch_all(db)
     .await
 }
@@ -457,10 +471,13 @@ pub(crate) async fn signal_insert(
     name: &str,
     payload: &Value,
     dedupe_key: &str,
+    actor: &Actor,
 ) -> Result<bool> {
     let inserted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO durable_signal (instance_id, name, payload, dedupe_key, recorded_at)
-         VALUES ($1, $2, $3, $4, clock_timestamp())
+        "INSERT INTO durable_signal (instance_id, name, payload, dedupe_key, recorded_at,
+                                    actor_kind, actor_id, actor_reason, on_behalf_of,
+                                    attribution_status)
+         VALUES ($1, $2, $3, $4, clock_timestamp(), $5, $6, $7, $8, $9)
          ON CONFLICT (instance_id, dedupe_key) DO NOTHING
       RETURNING id",
     )
@@ -468,6 +485,11 @@ pub(crate) async fn signal_insert(
     .bind(name)
     .bind(payload)
     .bind(dedupe_key)
+    .bind(actor.kind().as_str())
+    .bind(actor.id())
+    .bind(actor.reason())
+    .bind(actor.on_behalf_of_id())
+    .bind(actor.status().as_str())
     .fetch_optional(db)
     .await?;
     Ok(inserted.is_some())
@@ -496,23 +518,122 @@ impl CommandKind {
     }
 }
 
-/// Queues a command for an instance, available now. The statement trigger
-/// `durable_command_notify` wakes the executors at commit.
+/// Queues a command for an instance, available now, recorded by `actor`. The
+/// statement trigger `durable_command_notify` wakes the executors at commit.
 pub(crate) async fn command_insert(
     db: impl PgExecutor<'_>,
     instance_id: Uuid,
     kind: CommandKind,
     max_attempts: i32,
+    actor: &Actor,
 ) -> Result<()> {
     sqlx::query(
-        "INSERT INTO durable_command (instance_id, kind, max_attempts) VALUES ($1, $2, $3)",
+        "INSERT INTO durable_command (instance_id, kind, max_attempts, actor_kind, actor_id,
+                                      actor_reason, on_behalf_of, attribution_status)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(instance_id)
     .bind(kind.as_str())
     .bind(max_attempts)
+    .bind(actor.kind().as_str())
+    .bind(actor.id())
+    .bind(actor.reason())
+    .bind(actor.on_behalf_of_id())
+    .bind(actor.status().as_str())
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// Records an immediate cancel (no segment ran, so the instance was cancelled in the
+/// caller's transaction): a CANCEL command already settled `cancelled`, so that who
+/// cancelled is kept like any other command's actor.
+pub(crate) async fn command_insert_settled_cancel(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+    max_attempts: i32,
+    actor: &Actor,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO durable_command (instance_id, kind, max_attempts, state, outcome,
+                                      completed_at, actor_kind, actor_id, actor_reason,
+                                      on_behalf_of, attribution_status)
+         VALUES ($1, 'cancel', $2, 'done', 'cancelled', now(), $3, $4, $5, $6, $7)",
+    )
+    .bind(instance_id)
+    .bind(max_attempts)
+    .bind(actor.kind().as_str())
+    .bind(actor.id())
+    .bind(actor.reason())
+    .bind(actor.on_behalf_of_id())
+    .bind(actor.status().as_str())
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// A recorded command as [`crate::Engine::attribution`] reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct CommandActorRow {
+    pub id: i64,
+    pub kind: String,
+    pub state: String,
+    pub outcome: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub actor_kind: String,
+    pub actor_id: Option<String>,
+    pub actor_reason: Option<String>,
+    pub on_behalf_of: Option<String>,
+    pub attribution_status: String,
+}
+
+/// The commands of an instance with their actors, oldest first (at most `limit`).
+pub(crate) async fn commands_with_actors(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+    limit: i64,
+) -> Result<Vec<CommandActorRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, kind, state, outcome, created_at, actor_kind, actor_id, actor_reason,
+                on_behalf_of, attribution_status
+           FROM durable_command WHERE instance_id = $1 ORDER BY id LIMIT $2",
+    )
+    .bind(instance_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// A recorded signal as [`crate::Engine::attribution`] reads it (no payload).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SignalActorRow {
+    pub id: i64,
+    pub name: String,
+    pub dedupe_key: String,
+    pub recorded_at: DateTime<Utc>,
+    pub consumed_seq: Option<i32>,
+    pub actor_kind: String,
+    pub actor_id: Option<String>,
+    pub actor_reason: Option<String>,
+    pub on_behalf_of: Option<String>,
+    pub attribution_status: String,
+}
+
+/// The signals of an instance with their actors, in recording order (at most `limit`).
+pub(crate) async fn signals_with_actors(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+    limit: i64,
+) -> Result<Vec<SignalActorRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, name, dedupe_key, recorded_at, consumed_seq, actor_kind, actor_id,
+                actor_reason, on_behalf_of, attribution_status
+           FROM durable_signal WHERE instance_id = $1 ORDER BY recorded_at, id LIMIT $2",
+    )
+    .bind(instance_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
 }
 
 /// Settles every open (`queued`, `running`) command of an instance as `cancelled`;

@@ -56,6 +56,8 @@ pub mod workflows;
 pub use env::{ChainContext, WorkflowEnv};
 pub use error::{OpsError, Result};
 pub use events::{OperationEvents, Renderer};
+/// Who asked for a command (the engine's attribution types, re-exported for the API).
+pub use keel_durable::{Actor, ActorKind, AttributionStatus};
 pub use ops::accept::{Accepted, NewAsset, TokenRequest};
 pub use ops::ledger::{HolderView, HoldersView, SupplyView, TransferView, TransfersView};
 pub use ops::read::{
@@ -63,9 +65,9 @@ pub use ops::read::{
     TemplateView,
 };
 pub use ops::view::{
-    ErrorView, IndexedMilestone, Milestones, OPERATION_SCAN_BATCH, OPERATION_SCAN_BUDGET,
-    OperationFilter, OperationKey, OperationList, OperationState, OperationView, TxMilestone,
-    WaitFor, WaitView,
+    ApprovalRecord, ErrorView, IndexedMilestone, Milestones, OPERATION_SCAN_BATCH,
+    OPERATION_SCAN_BUDGET, OperationAttribution, OperationFilter, OperationKey, OperationList,
+    OperationState, OperationView, RecordedBy, TxMilestone, WaitFor, WaitView,
 };
 pub use ops::{MAX_INPUT_DEPTH, MAX_WAIT, NotReady, Ops, input_too_deep};
 pub use platform::PlatformAddresses;

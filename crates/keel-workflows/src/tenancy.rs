@@ -44,6 +44,15 @@ pub struct Caller {
     pub api_key_id: Uuid,
 }
 
+impl Caller {
+    /// Who this caller is to the engine's attribution: the API key it authenticated
+    /// with, as a verified [`keel_durable::ActorKind::Service`] with the key's id.
+    /// Taken from the authenticated context only, never from a request body or header.
+    pub fn actor(&self) -> keel_durable::Actor {
+        keel_durable::Actor::service(&self.api_key_id.to_string())
+    }
+}
+
 impl From<store::CallerRow> for Caller {
     fn from(r: store::CallerRow) -> Self {
         Self {

@@ -30,6 +30,10 @@ use keel_txq::{Settled, SettlementSink, SettlementSinkError, SettlementVerdict};
 use std::collections::HashMap;
 use uuid::Uuid;
 
+/// The reason a verdict's signal is recorded with: `SYSTEM` / `verdict-relay` (the
+/// transaction queue's settlement, not a caller).
+pub const VERDICT_RELAY: &str = "verdict-relay";
+
 /// The settlement sink of keel-workflows: records each verdict as its workflow's signal
 /// in the settling transaction. Register it on every [`keel_txq::TxQueue`] that runs
 /// operations' requests ([`keel_txq::TxQueue::set_settlement_sink`]) and pass it to
@@ -109,12 +113,13 @@ async fn deliver(
         };
         let payload = serde_json::to_value(verdict).map_err(|_| DeliveryError::Json)?;
         let outcome = match engine
-            .signal_in(
+            .signal_in_as(
                 &mut *conn,
                 link.instance_id,
                 &link.signal_name,
                 &link.txq_request_id.to_string(),
                 &payload,
+                &keel_durable::Actor::system(VERDICT_RELAY),
             )
             .await
         {

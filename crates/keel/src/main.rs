@@ -433,7 +433,7 @@ async fn ops_command(config: &Config, command: OpsCommand) -> anyhow::Result<()>
                 .await
                 .with_context(|| format!("operation {id}"))?;
             let view = ops
-                .cancel(caller, id)
+                .cancel_by(caller, id, &keel_durable::Actor::system("operator-cli"))
                 .await
                 .map_err(|e| anyhow::anyhow!("{} ({})", e.detail(), e.code()))?;
             // The operation as the API serves it (`keel_api::dto` owns the JSON shape).

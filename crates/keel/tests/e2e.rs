@@ -761,6 +761,25 @@ async fn mints_above_the_threshold_wait_for_an_approval_by_another_key() {
         .await_op(&approved, Duration::from_secs(60), terminal)
         .await;
     assert_eq!(state(&view), "completed", "{view}");
+    // Who started it and who approved it, from the keys that called (issue 23).
+    let (status, view) = stack
+        .get(&stack.key_a, &format!("/v1/operations/{approved}"))
+        .await;
+    assert_eq!(status, 200, "{view}");
+    let who = &view["attribution"];
+    assert_eq!(who["startedBy"]["actor"]["kind"], "SERVICE", "{view}");
+    assert_eq!(who["startedBy"]["actor"]["status"], "VERIFIED", "{view}");
+    assert_eq!(who["approval"]["decision"], "approved", "{view}");
+    assert_eq!(who["approval"]["by"]["actor"]["kind"], "SERVICE", "{view}");
+    assert_eq!(
+        who["approval"]["by"]["actor"]["reason"], "approve",
+        "{view}"
+    );
+    assert!(who["approval"]["by"]["at"].is_string(), "{view}");
+    assert_ne!(
+        who["approval"]["by"]["actor"]["id"], who["startedBy"]["actor"]["id"],
+        "approved by the other key: {view}"
+    );
 
     // Rejected.
     let rejected = mint("big-2").await;
@@ -782,6 +801,17 @@ async fn mints_above_the_threshold_wait_for_an_approval_by_another_key() {
         .await_op(&rejected, Duration::from_secs(30), terminal)
         .await;
     assert_eq!(view["error"]["code"], "APPROVAL_REJECTED", "{view}");
+    let (_, view) = stack
+        .get(&stack.key_a, &format!("/v1/operations/{rejected}"))
+        .await;
+    assert_eq!(
+        view["attribution"]["approval"]["decision"], "rejected",
+        "{view}"
+    );
+    assert_eq!(
+        view["attribution"]["approval"]["by"]["actor"]["reason"], "reject",
+        "{view}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -127,6 +127,7 @@ async fn names_and_keys() {
             &1,
             keel_durable::StartOptions {
                 serialization_key: Some(k256.clone()),
+                ..Default::default()
             },
         )
         .await

@@ -2,6 +2,7 @@
 
 mod common;
 
+mod actor;
 mod bounds;
 mod census;
 mod crash;

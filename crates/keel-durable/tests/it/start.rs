@@ -100,6 +100,7 @@ async fn serialization_key_runs_instances_one_at_a_time_in_start_order() {
     let engine = engine(db.pool(), fast_config());
     let keyed = || StartOptions {
         serialization_key: Some("sender-1".into()),
+        ..Default::default()
     };
     let mut ids = Vec::new();
     for tag in ["a", "b", "c", "d"] {
@@ -143,6 +144,7 @@ async fn different_serialization_keys_run_in_parallel() {
     for tag in ["a", "b"] {
         let options = StartOptions {
             serialization_key: Some(format!("key-{tag}")),
+            ..Default::default()
         };
         ids.push(
             engine
@@ -255,6 +257,7 @@ async fn concurrent_starts_combined_into_batches_keep_the_idempotency_rules() {
 fn keyed(key: &str) -> StartOptions {
     StartOptions {
         serialization_key: Some(key.into()),
+        ..Default::default()
     }
 }
 

@@ -273,7 +273,7 @@ impl Ops {
             staleness_bound_seconds: t.staleness_bound_seconds,
             funding_deadline_seconds: t.funding_pause.then_some(t.funding_deadline_seconds),
         };
-        self.start::<AssetCreate>(operation_id, &input, None)
+        self.start::<AssetCreate>(operation_id, &input, None, caller)
             .await?;
         Ok(Accepted {
             created,
@@ -401,31 +401,31 @@ impl Ops {
         let serialization = Some(format!("asset:{asset_id}"));
         let _instance = match req {
             TokenRequest::Mint { .. } => {
-                self.start::<AssetMint>(operation_id, &input, serialization)
+                self.start::<AssetMint>(operation_id, &input, serialization, caller)
                     .await?
             }
             TokenRequest::Transfer { .. } => {
-                self.start::<AssetTransfer>(operation_id, &input, serialization)
+                self.start::<AssetTransfer>(operation_id, &input, serialization, caller)
                     .await?
             }
             TokenRequest::Pause => {
-                self.start::<AssetPause>(operation_id, &input, serialization)
+                self.start::<AssetPause>(operation_id, &input, serialization, caller)
                     .await?
             }
             TokenRequest::Unpause => {
-                self.start::<AssetUnpause>(operation_id, &input, serialization)
+                self.start::<AssetUnpause>(operation_id, &input, serialization, caller)
                     .await?
             }
             TokenRequest::Burn { .. } => {
-                self.start::<AssetBurn>(operation_id, &input, serialization)
+                self.start::<AssetBurn>(operation_id, &input, serialization, caller)
                     .await?
             }
             TokenRequest::GrantRole { .. } => {
-                self.start::<AssetGrantRole>(operation_id, &input, serialization)
+                self.start::<AssetGrantRole>(operation_id, &input, serialization, caller)
                     .await?
             }
             TokenRequest::RevokeRole { .. } => {
-                self.start::<AssetRevokeRole>(operation_id, &input, serialization)
+                self.start::<AssetRevokeRole>(operation_id, &input, serialization, caller)
                     .await?
             }
         };
@@ -442,13 +442,17 @@ impl Ops {
         operation_id: Uuid,
         input: &W::Input,
         serialization_key: Option<String>,
+        caller: Caller,
     ) -> Result<Uuid> {
         let started = self
             .engine
             .start::<W>(
                 &operation_id.to_string(),
                 input,
-                StartOptions { serialization_key },
+                StartOptions {
+                    serialization_key,
+                    actor: caller.actor(),
+                },
             )
             .await?;
         store::operation_instance_set(&self.db, operation_id, started.instance_id).await?;

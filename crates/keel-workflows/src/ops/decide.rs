@@ -34,6 +34,21 @@ impl Ops {
     /// [`OpsError::NotFound`]; [`OpsError::OperationEnded`] when it is `completed`,
     /// `failed` or `cancelled`; [`OpsError::Store`] / [`OpsError::Engine`].
     pub async fn cancel(&self, caller: Caller, id: Uuid) -> Result<OperationView> {
+        self.cancel_by(caller, id, &caller.actor()).await
+    }
+
+    /// [`Ops::cancel`] recorded by `actor` instead of the caller's key: for `keel ops
+    /// cancel`, which acts in the operation's organization (`caller`) but is an
+    /// operator's decision (`Actor::system("operator-cli")`).
+    ///
+    /// # Errors
+    /// As [`Ops::cancel`].
+    pub async fn cancel_by(
+        &self,
+        caller: Caller,
+        id: Uuid,
+        actor: &keel_durable::Actor,
+    ) -> Result<OperationView> {
         let op = self.operation_row(caller, id).await?;
         if let Some(instance) = op.instance_id {
             let status = self.engine.status(instance).await?.status;
@@ -59,7 +74,7 @@ impl Ops {
         if let Some(instance) = op.instance_id
             && withdrawal.in_flight.is_empty()
         {
-            match self.engine.cancel(instance).await {
+            match self.engine.cancel_as(instance, actor).await {
                 Ok(_) | Err(keel_durable::DurableError::InstanceEnded { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -145,7 +160,15 @@ impl Ops {
         };
         match self
             .engine
-            .signal(instance, APPROVAL_SIGNAL, "approval-decision", &decision)
+            .signal_as(
+                instance,
+                APPROVAL_SIGNAL,
+                crate::ops::view::APPROVAL_DEDUPE_KEY,
+                &decision,
+                &caller
+                    .actor()
+                    .with_reason(crate::ops::view::approval_reason(approved)),
+            )
             .await
         {
             Ok(SignalReceipt::Recorded) => {}
@@ -193,7 +216,7 @@ impl Ops {
         // Counted before the engine's retry, so the replay that the retry starts sees it
         // (in the workflow's retry gate, `workflows::send`).
         store::operation_retries_increment(&self.db, id).await?;
-        match self.engine.retry(instance).await {
+        match self.engine.retry_as(instance, &caller.actor()).await {
             Ok(()) => {}
             Err(
                 keel_durable::DurableError::NotRetryable { .. }

@@ -13,7 +13,7 @@ use crate::tenancy::Caller;
 use crate::workflows::contract::{APPROVAL_SIGNAL, OpFailure, TX_SIGNAL_PREFIX};
 use alloy::primitives::B256;
 use chrono::{DateTime, Utc};
-use keel_durable::{InstanceStatus, RunStatus};
+use keel_durable::{Actor, ActorKind, Attribution, InstanceStatus, RunStatus};
 use keel_txq::{RequestState, RequestView, SettlementVerdict};
 use serde_json::Value;
 use std::time::Duration;
@@ -96,7 +96,77 @@ pub struct OperationView {
     /// When it reached its current terminal state (`completed`, `failed`,
     /// `cancelled`); `None` while it has not (a retried failure clears it).
     pub completed_at: Option<DateTime<Utc>>,
+    /// Who started, approved or rejected, and cancelled it, and when: filled by
+    /// [`Ops::operation`] (the single-operation read) from the engine's recorded
+    /// commands; `None` in lists and events.
+    pub attribution: Option<OperationAttribution>,
 }
+
+/// A recorded decision of an operation and who made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedBy {
+    /// Who (taken from the caller's authenticated context when it was recorded).
+    pub actor: Actor,
+    /// When it was recorded (database clock).
+    pub at: DateTime<Utc>,
+}
+
+/// An approval decision and who made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRecord {
+    /// Approved (`true`) or rejected.
+    pub approved: bool,
+    /// Who decided, and when.
+    pub by: RecordedBy,
+}
+
+/// Who asked for what on an operation (issue 23, "Actor attribution").
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OperationAttribution {
+    /// Who started it (the key that posted the request).
+    pub started: Option<RecordedBy>,
+    /// The approval decision, once one was recorded.
+    pub approval: Option<ApprovalRecord>,
+    /// Who cancelled it, when a cancel reached its workflow.
+    pub cancelled: Option<RecordedBy>,
+    /// Who retried it, oldest first.
+    pub retried: Vec<RecordedBy>,
+}
+
+/// The actor reason an approval signal is recorded with: `approve` or `reject` (the
+/// route the approving key called, never the payload).
+pub(crate) fn approval_reason(approved: bool) -> &'static str {
+    if approved { "approve" } else { "reject" }
+}
+
+impl OperationAttribution {
+    /// From the engine's record of the operation's instance: its START, the approval
+    /// signal (dedupe key `approval-decision`), its CANCEL and RETRY commands. System
+    /// retries (recovery after a suspension) are not listed.
+    pub fn from_engine(a: &Attribution) -> Self {
+        let by = |actor: &Actor, at: DateTime<Utc>| RecordedBy {
+            actor: actor.clone(),
+            at,
+        };
+        Self {
+            started: a.start().map(|c| by(&c.actor, c.recorded_at)),
+            approval: a.signal(APPROVAL_DEDUPE_KEY).map(|s| ApprovalRecord {
+                approved: s.actor.reason() == Some(approval_reason(true)),
+                by: by(&s.actor, s.recorded_at),
+            }),
+            cancelled: a.cancel().map(|c| by(&c.actor, c.recorded_at)),
+            retried: a
+                .commands
+                .iter()
+                .filter(|c| c.kind == "retry" && c.actor.kind() != ActorKind::System)
+                .map(|c| by(&c.actor, c.recorded_at))
+                .collect(),
+        }
+    }
+}
+
+/// The dedupe key of an operation's approval signal (the first decision wins).
+pub(crate) const APPROVAL_DEDUPE_KEY: &str = "approval-decision";
 
 impl OperationView {
     /// Whether the operation has ended (`completed`, `failed`, `cancelled`); `queued`,
@@ -419,6 +489,7 @@ pub fn project(
         completed_at: status
             .and_then(|s| s.ended_at)
             .filter(|_| state.is_terminal()),
+        attribution: None,
     }
 }
 
@@ -656,7 +727,16 @@ impl Ops {
             Some(instance) => store::operation_id_by_instance(&self.db, instance).await?,
             None => None,
         };
-        Ok(project(&op, status.as_ref(), txs, queued_behind))
+        let mut view = project(&op, status.as_ref(), txs, queued_behind);
+        if let Some(instance) = op.instance_id {
+            match self.engine.attribution(instance).await {
+                Ok(a) => view.attribution = Some(OperationAttribution::from_engine(&a)),
+                // Removed by retention between the two reads: no attribution to show.
+                Err(keel_durable::DurableError::InstanceNotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(view)
     }
 
     /// Waits up to `wait` (capped at [`MAX_WAIT`]) for operation `id` to end; returns
@@ -817,6 +897,65 @@ mod tests {
             e.detail.contains("after 1 of its transactions"),
             "{}",
             e.detail
+        );
+    }
+
+    #[test]
+    fn attribution_names_starter_approver_canceller_and_manual_retries() {
+        use keel_durable::{RecordedCommand, RecordedSignal};
+        let at = Utc::now();
+        let cmd = |id, kind: &str, actor: Actor| RecordedCommand {
+            id,
+            kind: kind.to_owned(),
+            state: "done".to_owned(),
+            outcome: None,
+            recorded_at: at,
+            actor,
+        };
+        let signal = |key: &str, actor: Actor| RecordedSignal {
+            id: 1,
+            name: APPROVAL_SIGNAL.to_owned(),
+            dedupe_key: key.to_owned(),
+            recorded_at: at,
+            consumed: true,
+            actor,
+        };
+        let a = Attribution {
+            commands: vec![
+                cmd(1, "start", Actor::service("k1")),
+                cmd(2, "signal", Actor::service("k2")),
+                cmd(3, "retry", Actor::system("recovery")),
+                cmd(4, "retry", Actor::service("k1")),
+                cmd(5, "cancel", Actor::service("k3")),
+            ],
+            signals: vec![signal(
+                APPROVAL_DEDUPE_KEY,
+                Actor::service("k2").with_reason(approval_reason(false)),
+            )],
+        };
+        let v = OperationAttribution::from_engine(&a);
+        assert_eq!(v.started.unwrap().actor.id(), Some("k1"));
+        let approval = v.approval.unwrap();
+        assert!(!approval.approved, "rejected");
+        assert_eq!(approval.by.actor.id(), Some("k2"));
+        assert_eq!(v.cancelled.unwrap().actor.id(), Some("k3"));
+        assert_eq!(v.retried.len(), 1, "the recovery retry is not listed");
+        let approved = Attribution {
+            signals: vec![signal(
+                APPROVAL_DEDUPE_KEY,
+                Actor::service("k2").with_reason(approval_reason(true)),
+            )],
+            ..Attribution::default()
+        };
+        assert!(
+            OperationAttribution::from_engine(&approved)
+                .approval
+                .unwrap()
+                .approved
+        );
+        assert_eq!(
+            OperationAttribution::from_engine(&Attribution::default()),
+            OperationAttribution::default()
         );
     }
 }

@@ -4,6 +4,7 @@
 
 mod accept;
 mod amount;
+mod attribution;
 mod common;
 mod events;
 mod lists;

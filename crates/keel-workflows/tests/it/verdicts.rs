@@ -176,6 +176,19 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
     .execute(&pool)
     .await
     .unwrap();
+    // The current engine records actors (migration 0055): give the old schema those
+    // columns for the setup, and take them away before the upgrade runs.
+    for table in ["durable_command", "durable_signal"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {table} ADD COLUMN actor_kind TEXT NOT NULL DEFAULT 'NONE',
+                ADD COLUMN actor_id TEXT, ADD COLUMN actor_reason TEXT,
+                ADD COLUMN on_behalf_of TEXT,
+                ADD COLUMN attribution_status TEXT NOT NULL DEFAULT 'ABSENT'"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
     let engine =
         keel_durable::Engine::new(pool.clone(), keel_durable::EngineConfig::default()).unwrap();
     let ops = keel_workflows::Ops::new(pool.clone(), engine.clone());
@@ -237,6 +250,16 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         .unwrap();
     engine.cancel(instances[2].1).await.unwrap();
 
+    for table in ["durable_command", "durable_signal"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {table} DROP COLUMN actor_kind, DROP COLUMN actor_id,
+                DROP COLUMN actor_reason, DROP COLUMN on_behalf_of,
+                DROP COLUMN attribution_status"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
     keel_store::migrate(&pool).await.unwrap();
 
     let pending = signals(&pool, instances[0].1, requests[0]).await;
