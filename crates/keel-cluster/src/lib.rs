@@ -41,6 +41,7 @@ mod lock;
 mod metrics;
 mod owner;
 mod registry;
+mod status;
 
 pub use config::{MAX_SHARDS, OwnerConfig, Role, Timing};
 pub use cron::{
@@ -52,6 +53,9 @@ pub use hash::{
     assignment, assignment_declining, group_key, rendezvous_owner, rendezvous_weight, shard_of,
 };
 pub use owner::{OwnedShards, ShardLease, ShardOwner};
+pub use status::{
+    ClusterStatus, JobStatus, JobVerdict, ReplicaStatus, SingletonStatus, cluster_status, jobs_status,
+};
 pub use registry::{check_shard_count, prune_stale_replicas, recorded_shard_count};
 
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after
