@@ -9,6 +9,10 @@
 //! beyond ids.
 
 use super::Ops;
+
+/// The parts' own health types, re-exported for the API layer.
+pub use keel_cluster::{ClusterStatus, CronOutcome, JobStatus, JobVerdict};
+pub use keel_durable::{DeadLetter, HealthInstance, WorkflowHealth};
 use crate::error::{OpsError, Result};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
