@@ -102,8 +102,11 @@ pub struct StatusInstance {
     pub age_seconds: u64,
     /// Seconds since it last changed.
     pub unchanged_seconds: u64,
-    /// The operation's API resource (`GET`, a `read` key).
-    pub operation_url: String,
+    /// The operation it runs (the instance's idempotency key, for the operation
+    /// workflows); null for other instances.
+    pub operation_id: Option<Uuid>,
+    /// The operation's API resource (`GET`, a `read` key), when there is one.
+    pub operation_url: Option<String>,
 }
 
 /// A dead-lettered command.
@@ -377,7 +380,10 @@ pub struct PlatformStatus {
 }
 
 fn instance(now: DateTime<Utc>, i: &HealthInstance) -> StatusInstance {
+    let operation_id = Uuid::parse_str(&i.idempotency_key).ok();
     StatusInstance {
+        operation_id,
+        operation_url: operation_id.map(|id| format!("/v1/operations/{id}")),
         id: i.id,
         workflow: i.workflow.clone(),
         state: i.status.as_str().to_owned(),
@@ -385,7 +391,6 @@ fn instance(now: DateTime<Utc>, i: &HealthInstance) -> StatusInstance {
         updated_at: i.updated_at,
         age_seconds: age(now, i.created_at),
         unchanged_seconds: age(now, i.updated_at),
-        operation_url: format!("/v1/operations/{}", i.id),
     }
 }
 
@@ -780,12 +785,15 @@ fn dur(s: u64) -> String {
 }
 
 fn instances_table(out: &mut String, list: &[StatusInstance]) {
-    out.push_str("<table><tr><th>instance</th><th>workflow</th><th>state</th><th>age</th><th>unchanged for</th></tr>");
+    out.push_str("<table><tr><th>operation</th><th>instance</th><th>workflow</th><th>state</th><th>age</th><th>unchanged for</th></tr>");
     for i in list {
+        let operation = match (&i.operation_id, &i.operation_url) {
+            (Some(id), Some(url)) => format!("<a href=\"{}\"><code>{id}</code></a>", esc(url)),
+            _ => "—".to_owned(),
+        };
         let _ = write!(
             out,
-            "<tr><td><a href=\"{}\"><code>{}</code></a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&i.operation_url),
+            "<tr><td>{operation}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             i.id,
             esc(&i.workflow),
             esc(&i.state),

@@ -52,6 +52,9 @@ pub struct HealthInstance {
     pub id: Uuid,
     /// Its workflow.
     pub workflow: String,
+    /// The idempotency key it was started with (for the asset workflows: the
+    /// operation id).
+    pub idempotency_key: String,
     /// Its status.
     pub status: RunStatus,
     /// When it was started (database clock).
@@ -103,6 +106,7 @@ fn instance(r: store::HealthInstanceRow) -> Result<HealthInstance> {
         id: r.id,
         status: store::parse_status(&r.status)?,
         workflow: r.workflow,
+        idempotency_key: r.idempotency_key,
         created_at: r.created_at,
         updated_at: r.updated_at,
     })

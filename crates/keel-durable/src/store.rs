@@ -779,6 +779,7 @@ pub(crate) async fn instances_state_counts(db: impl PgExecutor<'_>) -> Result<Ve
 pub(crate) struct HealthInstanceRow {
     pub id: Uuid,
     pub workflow: String,
+    pub idempotency_key: String,
     pub status: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -790,7 +791,7 @@ pub(crate) async fn instances_oldest_open(
     db: impl PgExecutor<'_>,
 ) -> Result<Vec<HealthInstanceRow>> {
     Ok(sqlx::query_as(
-        "SELECT DISTINCT ON (workflow, status) id, workflow, status, created_at, updated_at
+        "SELECT DISTINCT ON (workflow, status) id, workflow, idempotency_key, status, created_at, updated_at
            FROM durable_instance
           WHERE ended_at IS NULL AND status IN ('running', 'waiting', 'suspended')
           ORDER BY workflow, status, created_at, id",
@@ -806,8 +807,8 @@ pub(crate) async fn instances_pending_over(
     older_than_secs: f64,
     limit: i64,
 ) -> Result<(i64, Vec<HealthInstanceRow>)> {
-    let rows: Vec<(i64, Uuid, String, String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT count(*) OVER (), id, workflow, status, created_at, updated_at
+    let rows: Vec<CountedRow> = sqlx::query_as(
+        "SELECT count(*) OVER (), id, workflow, idempotency_key, status, created_at, updated_at
            FROM durable_instance
           WHERE ended_at IS NULL AND status = 'pending'
             AND created_at < now() - make_interval(secs => $1)
@@ -828,8 +829,8 @@ pub(crate) async fn instances_unchanged_over(
     older_than_secs: f64,
     limit: i64,
 ) -> Result<(i64, Vec<HealthInstanceRow>)> {
-    let rows: Vec<(i64, Uuid, String, String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT count(*) OVER (), id, workflow, status, created_at, updated_at
+    let rows: Vec<CountedRow> = sqlx::query_as(
+        "SELECT count(*) OVER (), id, workflow, idempotency_key, status, created_at, updated_at
            FROM durable_instance
           WHERE ended_at IS NULL AND updated_at < now() - make_interval(secs => $1)
           ORDER BY updated_at, id LIMIT $2",
@@ -841,16 +842,17 @@ pub(crate) async fn instances_unchanged_over(
     Ok(split_counted(rows))
 }
 
-type CountedRow = (i64, Uuid, String, String, DateTime<Utc>, DateTime<Utc>);
+type CountedRow = (i64, Uuid, String, String, String, DateTime<Utc>, DateTime<Utc>);
 
 fn split_counted(rows: Vec<CountedRow>) -> (i64, Vec<HealthInstanceRow>) {
     let total = rows.first().map_or(0, |r| r.0);
     let rows = rows
         .into_iter()
         .map(
-            |(_, id, workflow, status, created_at, updated_at)| HealthInstanceRow {
+            |(_, id, workflow, idempotency_key, status, created_at, updated_at)| HealthInstanceRow {
                 id,
                 workflow,
+                idempotency_key,
                 status,
                 created_at,
                 updated_at,
