@@ -1477,15 +1477,11 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
             } else if let Some(rest) = line.strip_prefix("# HELP ") {
                 let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
                 helps.insert(name.to_owned());
-                reference
-                    .entry(name.to_owned())
-                    .or_default()
-                    .help
-                    .clone_from(&help.to_owned());
+                reference.entry(name.to_owned()).or_default().help = help.to_owned();
             }
         }
         for (name, kind) in &types {
-            reference.entry(name.clone()).or_default().kind.clone_from(kind);
+            reference.entry(name.clone()).or_default().kind = kind.clone();
         }
         let mut series: HashMap<String, std::collections::HashSet<Vec<(String, String)>>> =
             HashMap::new();
