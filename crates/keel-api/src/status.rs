@@ -417,7 +417,11 @@ impl From<&View> for PlatformStatus {
                     .collect(),
                 oldest: w.oldest.iter().map(|i| instance(now, i)).collect(),
                 over_pending: w.over_pending,
-                over_pending_list: w.over_pending_list.iter().map(|i| instance(now, i)).collect(),
+                over_pending_list: w
+                    .over_pending_list
+                    .iter()
+                    .map(|i| instance(now, i))
+                    .collect(),
                 over_no_mutation: w.over_no_mutation,
                 over_no_mutation_list: w
                     .over_no_mutation_list
@@ -725,7 +729,9 @@ pub(crate) async fn page(State(state): State<ApiState>, headers: HeaderMap) -> R
         return login_page(status, refusal);
     }
     match read(&state).await {
-        Ok(view) => page_headers((StatusCode::OK, render(&PlatformStatus::from(&view))).into_response()),
+        Ok(view) => {
+            page_headers((StatusCode::OK, render(&PlatformStatus::from(&view))).into_response())
+        }
         Err(e) => {
             tracing::warn!(target: "keel::api::status", code = e.code(), "platform status read failed");
             page_headers(
@@ -886,7 +892,8 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
                 q.depth,
                 q.waiting_funding,
                 q.in_flight,
-                q.oldest_unsettled_age_seconds.map_or_else(|| "—".to_owned(), dur),
+                q.oldest_unsettled_age_seconds
+                    .map_or_else(|| "—".to_owned(), dur),
                 q.replacements_last_hour,
                 q.next_nonce
             );
@@ -930,14 +937,18 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
                 opt(c.head),
                 c.lag_blocks,
                 dur(c.lag_seconds),
-                c.head_observed_age_seconds.map_or_else(|| "never".to_owned(), |a| format!("{} ago", dur(a))),
+                c.head_observed_age_seconds
+                    .map_or_else(|| "never".to_owned(), |a| format!("{} ago", dur(a))),
                 c.ranges.pending,
                 c.ranges.leased,
                 c.ranges.done,
                 c.owner_epoch,
                 c.degraded_reason
                     .as_deref()
-                    .map_or_else(String::new, |r| format!(" <span class=\"bad\">degraded: {}</span>", esc(r)))
+                    .map_or_else(String::new, |r| format!(
+                        " <span class=\"bad\">degraded: {}</span>",
+                        esc(r)
+                    ))
             );
         }
         o.push_str("</table>");
@@ -1001,7 +1012,8 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
                 esc(verdict),
                 ts(j.last_attempt_at),
                 opt(j.last_outcome.as_deref()),
-                j.last_duration_ms.map_or_else(|| "—".to_owned(), |ms| format!("{ms} ms")),
+                j.last_duration_ms
+                    .map_or_else(|| "—".to_owned(), |ms| format!("{ms} ms")),
                 opt(j.last_items),
                 ts(j.last_success_at),
                 ts(Some(j.next_due_at))
@@ -1028,7 +1040,9 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
         ts(h.oldest_undelivered_at)
     );
     if !h.disabled_endpoints.is_empty() {
-        o.push_str("<table><tr><th>endpoint</th><th>organization</th><th>reason</th><th>since</th></tr>");
+        o.push_str(
+            "<table><tr><th>endpoint</th><th>organization</th><th>reason</th><th>since</th></tr>",
+        );
         for d in &h.disabled_endpoints {
             let _ = write!(
                 o,
@@ -1051,13 +1065,19 @@ mod tests {
 
     #[test]
     fn escapes_markup() {
-        assert_eq!(esc("<a href=\"x\">'&'</a>"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(
+            esc("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
     }
 
     #[test]
     fn reads_the_cookie_among_others() {
         let mut h = HeaderMap::new();
-        h.insert(header::COOKIE, HeaderValue::from_static("a=1; keel_status=keel_abc ; b=2"));
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; keel_status=keel_abc ; b=2"),
+        );
         assert_eq!(cookie_token(&h).as_deref(), Some("keel_abc"));
         h.insert(header::COOKIE, HeaderValue::from_static("keel_statusx=1"));
         assert_eq!(cookie_token(&h), None);

@@ -53,10 +53,11 @@ pub use hash::{
     assignment, assignment_declining, group_key, rendezvous_owner, rendezvous_weight, shard_of,
 };
 pub use owner::{OwnedShards, ShardLease, ShardOwner};
-pub use status::{
-    ClusterStatus, JobStatus, JobVerdict, ReplicaStatus, SingletonStatus, cluster_status, jobs_status,
-};
 pub use registry::{check_shard_count, prune_stale_replicas, recorded_shard_count};
+pub use status::{
+    ClusterStatus, JobStatus, JobVerdict, ReplicaStatus, SingletonStatus, cluster_status,
+    jobs_status,
+};
 
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after
 /// the global metrics recorder is installed.

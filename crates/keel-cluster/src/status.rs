@@ -219,9 +219,7 @@ pub async fn jobs_status(pool: &PgPool) -> Result<Vec<JobStatus>> {
         let status = cron_status(pool, &name).await?;
         let period_us = period_ms.max(1).saturating_mul(1000);
         let offset_us = offset_ms.saturating_mul(1000) % period_us;
-        let after = status
-            .last_scheduled_at
-            .map_or(registered_us, to_unix_us);
+        let after = status.last_scheduled_at.map_or(registered_us, to_unix_us);
         let next = (after - offset_us).div_euclid(period_us) * period_us + offset_us + period_us;
         out.push(JobStatus {
             period: Duration::from_millis(u64::try_from(period_ms).unwrap_or(1)),

@@ -137,8 +137,7 @@ pub(crate) async fn read(pool: &sqlx::PgPool, q: HealthQuery) -> Result<Workflow
     let (over_pending, pending) =
         store::instances_pending_over(pool, q.pending_threshold.as_secs_f64(), limit).await?;
     let (over_no_mutation, unchanged) =
-        store::instances_unchanged_over(pool, q.no_mutation_threshold.as_secs_f64(), limit)
-            .await?;
+        store::instances_unchanged_over(pool, q.no_mutation_threshold.as_secs_f64(), limit).await?;
     let (dead_letters, dead) = store::commands_dead(pool, limit).await?;
     Ok(WorkflowHealth {
         counts,

@@ -842,20 +842,30 @@ pub(crate) async fn instances_unchanged_over(
     Ok(split_counted(rows))
 }
 
-type CountedRow = (i64, Uuid, String, String, String, DateTime<Utc>, DateTime<Utc>);
+type CountedRow = (
+    i64,
+    Uuid,
+    String,
+    String,
+    String,
+    DateTime<Utc>,
+    DateTime<Utc>,
+);
 
 fn split_counted(rows: Vec<CountedRow>) -> (i64, Vec<HealthInstanceRow>) {
     let total = rows.first().map_or(0, |r| r.0);
     let rows = rows
         .into_iter()
         .map(
-            |(_, id, workflow, idempotency_key, status, created_at, updated_at)| HealthInstanceRow {
-                id,
-                workflow,
-                idempotency_key,
-                status,
-                created_at,
-                updated_at,
+            |(_, id, workflow, idempotency_key, status, created_at, updated_at)| {
+                HealthInstanceRow {
+                    id,
+                    workflow,
+                    idempotency_key,
+                    status,
+                    created_at,
+                    updated_at,
+                }
             },
         )
         .collect();
@@ -878,7 +888,8 @@ pub(crate) async fn commands_dead(
     db: impl PgExecutor<'_>,
     limit: i64,
 ) -> Result<(i64, Vec<DeadCommandRow>)> {
-    let rows: Vec<(i64, Uuid, String, String, Option<String>, DateTime<Utc>)> = sqlx::query_as(
+    type DeadRow = (i64, Uuid, String, String, Option<String>, DateTime<Utc>);
+    let rows: Vec<DeadRow> = sqlx::query_as(
         "SELECT count(*) OVER (), c.instance_id, i.workflow, c.kind, c.last_error, c.completed_at
            FROM durable_command c JOIN durable_instance i ON i.id = c.instance_id
           WHERE c.state = 'dead'

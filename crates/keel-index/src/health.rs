@@ -58,8 +58,16 @@ pub async fn index_health(db: &keel_store::PgPool) -> Result<Vec<ChainHealth>> {
                     .map(|(_, _, n)| u64::try_from(*n).unwrap_or(0))
                     .sum::<u64>()
             };
-            let tip = r.tip_number.map(u64::try_from).transpose().map_err(decode)?;
-            let head = r.head_number.map(u64::try_from).transpose().map_err(decode)?;
+            let tip = r
+                .tip_number
+                .map(u64::try_from)
+                .transpose()
+                .map_err(decode)?;
+            let head = r
+                .head_number
+                .map(u64::try_from)
+                .transpose()
+                .map_err(decode)?;
             Ok(ChainHealth {
                 chain_id: ChainId(u64::try_from(r.chain_id).map_err(decode)?),
                 owner_epoch: u64::try_from(r.owner_epoch).map_err(decode)?,

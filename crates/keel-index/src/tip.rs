@@ -105,8 +105,11 @@ pub struct TipIngest {
     config: TipConfig,
     /// The last (head, tip) recorded in `index_chain` and when: the head observation is
     /// written when either changes, else at most every [`HEAD_RECORD_EVERY`].
-    recorded: Arc<std::sync::Mutex<Option<(u64, Option<u64>, std::time::Instant)>>>,
+    recorded: Arc<std::sync::Mutex<Option<HeadRecord>>>,
 }
+
+/// The last recorded (head, tip) and when.
+type HeadRecord = (u64, Option<u64>, std::time::Instant);
 
 /// How often an unchanged head observation is re-recorded (its `head_observed_at`
 /// then tells a live owner from one that stopped reporting).
@@ -305,7 +308,9 @@ impl TipIngest {
     async fn record_head(&self, head: u64, tip: Option<u64>) -> Result<()> {
         let now = std::time::Instant::now();
         let due = match *self.recorded.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some((h, t, at)) => h != head || t != tip || now.duration_since(at) >= HEAD_RECORD_EVERY,
+            Some((h, t, at)) => {
+                h != head || t != tip || now.duration_since(at) >= HEAD_RECORD_EVERY
+            }
             None => true,
         };
         if !due {

@@ -431,7 +431,10 @@ mod notice_tests {
 
     #[test]
     fn postgres_notices_are_lowered_unless_named() {
-        assert_eq!(with_quiet_notices("info"), "info,sqlx::postgres::notice=warn");
+        assert_eq!(
+            with_quiet_notices("info"),
+            "info,sqlx::postgres::notice=warn"
+        );
         assert_eq!(
             with_quiet_notices("debug,sqlx::postgres::notice=info"),
             "debug,sqlx::postgres::notice=info"

@@ -1612,7 +1612,10 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
         ] {
             assert!(!log.contains(secret), "{role}'s log contains {what}");
         }
-        assert!(!log.contains("keel_sk_"), "{role}'s log contains an API token");
+        assert!(
+            !log.contains("keel_sk_"),
+            "{role}'s log contains an API token"
+        );
         assert!(
             !log.contains("already exists, skipping"),
             "{role}'s log has PostgreSQL's noise notice"
@@ -1645,21 +1648,22 @@ fn metric_unit(name: &str, kind: &str) -> &'static str {
     if name.ends_with("_block") {
         return "block number";
     }
-    if kind == "counter" {
-        "events"
-    } else {
-        "1"
-    }
+    if kind == "counter" { "events" } else { "1" }
 }
 
 const METRICS_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
 
 /// Reads the table of `docs/metrics.md`: name → labels (and the rows as written).
-fn documented_metrics(text: &str) -> std::collections::BTreeMap<String, (std::collections::BTreeSet<String>, String)> {
+fn documented_metrics(
+    text: &str,
+) -> std::collections::BTreeMap<String, (std::collections::BTreeSet<String>, String)> {
     let mut out = std::collections::BTreeMap::new();
     for line in text.lines().filter(|l| l.starts_with("| `keel_")) {
         let cells: Vec<&str> = line.split(" | ").collect();
-        let name = cells[0].trim_start_matches("| ").trim_matches('`').to_owned();
+        let name = cells[0]
+            .trim_start_matches("| ")
+            .trim_matches('`')
+            .to_owned();
         let labels = cells
             .get(3)
             .map(|c| {
@@ -1682,7 +1686,10 @@ fn check_metrics_reference(found: &std::collections::BTreeMap<String, MetricRef>
     let mut documented = documented_metrics(&text);
     let update = std::env::var("KEEL_UPDATE_METRICS").as_deref() == Ok("1");
     let mut missing = Vec::new();
-    for (name, m) in found.iter().filter(|(n, m)| n.starts_with("keel_") && !m.kind.is_empty()) {
+    for (name, m) in found
+        .iter()
+        .filter(|(n, m)| n.starts_with("keel_") && !m.kind.is_empty())
+    {
         let row = || {
             let labels = if m.labels.is_empty() {
                 "—".to_owned()
@@ -1703,7 +1710,10 @@ fn check_metrics_reference(found: &std::collections::BTreeMap<String, MetricRef>
         match documented.get(name) {
             Some((labels, _)) if m.labels.is_subset(labels) => {}
             Some((labels, _)) if update => {
-                documented.insert(name.clone(), (m.labels.union(labels).cloned().collect(), row()));
+                documented.insert(
+                    name.clone(),
+                    (m.labels.union(labels).cloned().collect(), row()),
+                );
             }
             Some((labels, _)) => missing.push(format!(
                 "{name}: labels {:?} outside the documented {labels:?}",

@@ -136,8 +136,7 @@ async fn status_json_reports_the_stuck_operation_the_lagging_index_and_the_overd
     let b = &a.body;
     assert_eq!(b["workflows"]["overPending"], 1, "{b}");
     assert_eq!(
-        b["workflows"]["overPendingList"][0]["operationId"],
-        s.operation,
+        b["workflows"]["overPendingList"][0]["operationId"], s.operation,
         "{b}"
     );
     assert_eq!(
@@ -157,7 +156,10 @@ async fn status_json_reports_the_stuck_operation_the_lagging_index_and_the_overd
     assert_eq!(b["custody"]["configured"], false);
     // Nothing secret: no token, no key hash column, no payload member.
     let raw = String::from_utf8_lossy(&a.raw);
-    assert!(!raw.contains(&s.admin) && !raw.contains("keel_sk_"), "{raw}");
+    assert!(
+        !raw.contains(&s.admin) && !raw.contains("keel_sk_"),
+        "{raw}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,7 +335,11 @@ async fn the_status_page_renders_in_headless_chromium() {
         String::from_utf8_lossy(&status.stderr)
     );
     let png = std::fs::read(&shot).unwrap();
-    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{} bytes", png.len());
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
     eprintln!("status page screenshot: {}", shot.display());
     server.abort();
 }

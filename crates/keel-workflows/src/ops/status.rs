@@ -10,11 +10,11 @@
 
 use super::Ops;
 
+use crate::error::{OpsError, Result};
+use chrono::{DateTime, Utc};
 /// The parts' own health types, re-exported for the API layer.
 pub use keel_cluster::{ClusterStatus, CronOutcome, JobStatus, JobVerdict};
 pub use keel_durable::{DeadLetter, HealthInstance, WorkflowHealth};
-use crate::error::{OpsError, Result};
-use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
