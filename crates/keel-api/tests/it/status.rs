@@ -270,7 +270,10 @@ async fn the_status_page_renders_in_headless_chromium() {
     )
     .unwrap();
     let url = format!("file://{}", login.display());
+    // A fresh profile per run: a Chromium still holding a shared profile would take
+    // the request over and this process would exit at once without output.
     let run = |extra: &[&str]| {
+        let profile = profile.join(uuid::Uuid::new_v4().to_string());
         let mut cmd = Command::new(&browser);
         cmd.args([
             "--headless",
