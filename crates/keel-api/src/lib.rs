@@ -30,6 +30,8 @@
 //! | `POST /v1/api-keys` | `Ops::create_api_key` | `201` key + token (shown once) |
 //! | `POST /v1/api-keys/{id}/revoke` | `Ops::revoke_api_key` | the key (both secrets stop at once) |
 //! | `POST /v1/api-keys/{id}/rotate` (`{"expiresInSeconds": N}`) | `Ops::rotate_api_key` | key + new token (shown once) |
+//! | `GET /v1/status` (an `admin` key) | `Ops::platform_status` | Platform Status, from the database only ([`status`]) |
+//! | `GET /status` (+ `POST /status/login`, `/status/logout`) | `Ops::platform_status` | the status page (HTML; bearer or the login form's cookie; [`status`]) |
 //! | `GET /healthz`, `GET /readyz`, `GET /openapi.json` | —, `Ops::check_ready`, — | liveness, readiness, [`openapi`] |
 //!
 //! Lists are cursor-paginated ([`page`]): `{data, hasMore, nextCursor}`, `limit` 1 to
@@ -116,6 +118,8 @@ mod openapi;
 pub mod page;
 pub mod problem;
 pub mod scope;
+// Platform Status (issue 22).
+pub mod status;
 // Webhooks (issue 21).
 pub mod webhooks;
 
@@ -151,6 +155,10 @@ pub struct ApiConfig {
     /// How long a `?minBlock=N` read waits for the index when the request gives no
     /// `waitSeconds` (default [`DEFAULT_MIN_BLOCK_WAIT`]; any wait is capped at 60 s).
     pub min_block_wait: Duration,
+    /// What Platform Status (`GET /v1/status`, `/status`) looks for: the pending and
+    /// no-mutation thresholds and the list limit (default
+    /// [`keel_workflows::ops::status::StatusQuery::default`]).
+    pub status: keel_workflows::ops::status::StatusQuery,
 }
 
 impl Default for ApiConfig {
@@ -158,6 +166,7 @@ impl Default for ApiConfig {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             min_block_wait: DEFAULT_MIN_BLOCK_WAIT,
+            status: keel_workflows::ops::status::StatusQuery::default(),
         }
     }
 }
@@ -281,6 +290,8 @@ pub fn router(state: ApiState) -> Router {
             "/v1/webhook-endpoints/{id}/deliveries",
             get(webhooks::deliveries),
         )
+        // Platform Status (issue 22): the JSON route; the page is merged below.
+        .route("/v1/status", get(status::get_status))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/openapi.json", get(handlers::openapi_json))
@@ -289,6 +300,10 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             scope::authorize,
         ))
+        // The status page checks its own credential (bearer or cookie; see [`status`]).
+        .route("/status", get(status::page))
+        .route("/status/login", post(status::login))
+        .route("/status/logout", post(status::logout))
         .fallback(|| async { Problem::not_found("route") })
         .method_not_allowed_fallback(|| async {
             Problem::new(

@@ -108,6 +108,7 @@ pub const ROUTES: &[RouteAccess] = &[
     ),
     key("post", "/v1/webhook-endpoints/{id}/test", Scope::Admin),
     key("get", "/v1/webhook-endpoints/{id}/deliveries", Scope::Admin),
+    key("get", "/v1/status", Scope::Admin),
     public("/healthz"),
     public("/readyz"),
     public("/openapi.json"),
@@ -201,7 +202,7 @@ mod tests {
 
     /// Every documented operation has a line in the table and every line is
     /// documented; keyed routes follow the rules (GET → read, `/v1/api-keys` and
-    /// `/v1/webhook-endpoints` (signing secrets) → admin,
+    /// `/v1/webhook-endpoints` (signing secrets) and `/v1/status` → admin,
     /// approve/reject → approve, other POSTs → operate), and the document states each
     /// keyed route's scope as its `security` requirement and answers `403`.
     #[test]
@@ -220,6 +221,7 @@ mod tests {
                     Access::Key(scope) => {
                         let expected = if path.starts_with("/v1/api-keys")
                             || path.starts_with("/v1/webhook-endpoints")
+                            || path == "/v1/status"
                         {
                             Scope::Admin
                         } else if method == Method::GET {

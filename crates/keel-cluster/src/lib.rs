@@ -41,6 +41,7 @@ mod lock;
 mod metrics;
 mod owner;
 mod registry;
+mod status;
 
 pub use config::{MAX_SHARDS, OwnerConfig, Role, Timing};
 pub use cron::{
@@ -53,6 +54,10 @@ pub use hash::{
 };
 pub use owner::{OwnedShards, ShardLease, ShardOwner};
 pub use registry::{check_shard_count, prune_stale_replicas, recorded_shard_count};
+pub use status::{
+    ClusterStatus, JobStatus, JobVerdict, ReplicaStatus, SingletonStatus, cluster_status,
+    jobs_status,
+};
 
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after
 /// the global metrics recorder is installed.

@@ -795,6 +795,20 @@ impl Engine {
             .collect()
     }
 
+    /// Workflow health for Platform Status ([`crate::WorkflowHealth`]): counts by
+    /// workflow and status, the oldest running / waiting / suspended instance per
+    /// workflow, the instances over the pending and no-mutation thresholds of `query`,
+    /// and the dead letters. Five statements on the pool (not one snapshot); value-free.
+    ///
+    /// # Errors
+    /// [`DurableError::Store`].
+    pub async fn workflow_health(
+        &self,
+        query: crate::HealthQuery,
+    ) -> Result<crate::WorkflowHealth> {
+        crate::health::read(&self.pool, query).await
+    }
+
     /// The status projection of an instance.
     ///
     /// # Errors

@@ -163,6 +163,7 @@ mod context;
 mod engine;
 mod error;
 mod executor;
+mod health;
 pub mod hook;
 pub mod metrics;
 pub mod payload;
@@ -183,6 +184,7 @@ pub use engine::{
 };
 pub use error::{DurableError, Result};
 pub use executor::{CHANNEL, ExecutorHandle};
+pub use health::{DeadLetter, HealthInstance, HealthQuery, StateCount, WorkflowHealth};
 pub use hook::{HookFuture, Transition, TransitionHook, TransitionHookError};
 pub use metrics::OpenCensusGauge;
 pub use retention::{Retention, RetentionConfig, RetentionReport};

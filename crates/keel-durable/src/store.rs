@@ -879,3 +879,158 @@ SELECT extract(epoch FROM (SELECT min(available_at) FROM durable_command
     .fetch_one(db)
     .await?)
 }
+
+// ---------------------------------------------------------------------------------
+// Platform Status (health.rs): value-free reads of the projection
+// ---------------------------------------------------------------------------------
+
+/// Instances counted by workflow and status (every status, ended ones included).
+pub(crate) async fn instances_state_counts(db: impl PgExecutor<'_>) -> Result<Vec<CensusRow>> {
+    Ok(sqlx::query_as(
+        "SELECT workflow, status, count(*) AS count FROM durable_instance
+          GROUP BY workflow, status ORDER BY workflow, status",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+/// One instance as Platform Status lists it: id, workflow, status and times only (no
+/// input, output or error text).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct HealthInstanceRow {
+    pub id: Uuid,
+    pub workflow: String,
+    pub idempotency_key: String,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The oldest (by `created_at`) open instance per (workflow, status) among `running`,
+/// `waiting` and `suspended`.
+pub(crate) async fn instances_oldest_open(
+    db: impl PgExecutor<'_>,
+) -> Result<Vec<HealthInstanceRow>> {
+    Ok(sqlx::query_as(
+        "SELECT DISTINCT ON (workflow, status) id, workflow, idempotency_key, status, created_at, updated_at
+           FROM durable_instance
+          WHERE ended_at IS NULL AND status IN ('running', 'waiting', 'suspended')
+          ORDER BY workflow, status, created_at, id",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+/// `pending` instances created more than `older_than_secs` ago (database clock), oldest
+/// first, at most `limit`, with the total count.
+pub(crate) async fn instances_pending_over(
+    db: impl PgExecutor<'_>,
+    older_than_secs: f64,
+    limit: i64,
+) -> Result<(i64, Vec<HealthInstanceRow>)> {
+    let rows: Vec<CountedRow> = sqlx::query_as(
+        "SELECT count(*) OVER (), id, workflow, idempotency_key, status, created_at, updated_at
+           FROM durable_instance
+          WHERE ended_at IS NULL AND status = 'pending'
+            AND created_at < now() - make_interval(secs => $1)
+          ORDER BY created_at, id LIMIT $2",
+    )
+    .bind(older_than_secs)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(split_counted(rows))
+}
+
+/// Open (not ended) instances whose row has not changed for more than
+/// `older_than_secs` (database clock), least recently changed first, at most `limit`,
+/// with the total count.
+pub(crate) async fn instances_unchanged_over(
+    db: impl PgExecutor<'_>,
+    older_than_secs: f64,
+    limit: i64,
+) -> Result<(i64, Vec<HealthInstanceRow>)> {
+    let rows: Vec<CountedRow> = sqlx::query_as(
+        "SELECT count(*) OVER (), id, workflow, idempotency_key, status, created_at, updated_at
+           FROM durable_instance
+          WHERE ended_at IS NULL AND updated_at < now() - make_interval(secs => $1)
+          ORDER BY updated_at, id LIMIT $2",
+    )
+    .bind(older_than_secs)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(split_counted(rows))
+}
+
+type CountedRow = (
+    i64,
+    Uuid,
+    String,
+    String,
+    String,
+    DateTime<Utc>,
+    DateTime<Utc>,
+);
+
+fn split_counted(rows: Vec<CountedRow>) -> (i64, Vec<HealthInstanceRow>) {
+    let total = rows.first().map_or(0, |r| r.0);
+    let rows = rows
+        .into_iter()
+        .map(
+            |(_, id, workflow, idempotency_key, status, created_at, updated_at)| {
+                HealthInstanceRow {
+                    id,
+                    workflow,
+                    idempotency_key,
+                    status,
+                    created_at,
+                    updated_at,
+                }
+            },
+        )
+        .collect();
+    (total, rows)
+}
+
+/// A dead-lettered command (its attempts exhausted), value-free.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct DeadCommandRow {
+    pub instance_id: Uuid,
+    pub workflow: String,
+    pub kind: String,
+    pub last_error: Option<String>,
+    pub completed_at: DateTime<Utc>,
+}
+
+/// The dead-lettered commands: their count and the `limit` most recent (one scan of the
+/// partial index `durable_command_dead`).
+pub(crate) async fn commands_dead(
+    db: impl PgExecutor<'_>,
+    limit: i64,
+) -> Result<(i64, Vec<DeadCommandRow>)> {
+    type DeadRow = (i64, Uuid, String, String, Option<String>, DateTime<Utc>);
+    let rows: Vec<DeadRow> = sqlx::query_as(
+        "SELECT count(*) OVER (), c.instance_id, i.workflow, c.kind, c.last_error, c.completed_at
+           FROM durable_command c JOIN durable_instance i ON i.id = c.instance_id
+          WHERE c.state = 'dead'
+          ORDER BY c.completed_at DESC, c.id DESC LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    let total = rows.first().map_or(0, |r| r.0);
+    let rows = rows
+        .into_iter()
+        .map(
+            |(_, instance_id, workflow, kind, last_error, completed_at)| DeadCommandRow {
+                instance_id,
+                workflow,
+                kind,
+                last_error,
+                completed_at,
+            },
+        )
+        .collect();
+    Ok((total, rows))
+}

@@ -132,6 +132,7 @@
 
 mod decode;
 mod error;
+mod health;
 pub mod history;
 pub mod read;
 pub mod scope;
@@ -141,6 +142,7 @@ mod supply;
 pub mod tip;
 
 pub use error::{IndexError, Result};
+pub use health::{ChainHealth, index_health};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};

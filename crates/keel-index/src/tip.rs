@@ -103,7 +103,17 @@ pub struct TipIngest {
     chain: ChainId,
     epoch: i64,
     config: TipConfig,
+    /// The last (head, tip) recorded in `index_chain` and when: the head observation is
+    /// written when either changes, else at most every [`HEAD_RECORD_EVERY`].
+    recorded: Arc<std::sync::Mutex<Option<HeadRecord>>>,
 }
+
+/// The last recorded (head, tip) and when.
+type HeadRecord = (u64, Option<u64>, std::time::Instant);
+
+/// How often an unchanged head observation is re-recorded (its `head_observed_at`
+/// then tells a live owner from one that stopped reporting).
+pub const HEAD_RECORD_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl TipIngest {
     /// Takes ownership of `node`'s chain: increments `index_chain.owner_epoch`
@@ -131,6 +141,7 @@ impl TipIngest {
             chain,
             epoch,
             config,
+            recorded: Arc::default(),
         })
     }
 
@@ -240,6 +251,7 @@ impl TipIngest {
             }
         }
         out.tip = tip.map(|(n, _)| n);
+        self.record_head(head, out.tip).await?;
         let label = self.chain.get().to_string();
         metrics::counter!("keel_index_blocks_total", "chain_id" => label.clone())
             .increment(out.blocks);
@@ -271,6 +283,7 @@ impl TipIngest {
         loop {
             let head = self.node.block_number().await?;
             self.observed_head(head);
+            self.record_head(head, tip).await?;
             let now = tokio::time::Instant::now();
             if tip.is_none_or(|t| head > t) || now >= deadline {
                 return Ok(head);
@@ -284,6 +297,35 @@ impl TipIngest {
     fn observed_head(&self, head: u64) {
         metrics::gauge!("keel_index_chain_head_block", "chain_id" => self.chain.get().to_string())
             .set(head as f64);
+    }
+
+    /// Records `head` (with the stored `tip` for the throttle) in `index_chain` for
+    /// Platform Status, when (head, tip) changed since the last record or
+    /// [`HEAD_RECORD_EVERY`] passed. Fenced by the epoch.
+    ///
+    /// # Errors
+    /// [`IndexError::Fenced`] when another owner took over; [`IndexError::Store`].
+    async fn record_head(&self, head: u64, tip: Option<u64>) -> Result<()> {
+        let now = std::time::Instant::now();
+        let due = match *self.recorded.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((h, t, at)) => {
+                h != head || t != tip || now.duration_since(at) >= HEAD_RECORD_EVERY
+            }
+            None => true,
+        };
+        if !due {
+            return Ok(());
+        }
+        if !chain_row::chain_observe_head(&self.db, chain_i64(self.chain), self.epoch, to_i64(head))
+            .await?
+        {
+            return Err(IndexError::Fenced {
+                chain: self.chain,
+                epoch: self.epoch,
+            });
+        }
+        *self.recorded.lock().unwrap_or_else(|e| e.into_inner()) = Some((head, tip, now));
+        Ok(())
     }
 
     async fn load_scope(&self) -> Result<HashMap<Address, (ScopeKind, u64)>> {

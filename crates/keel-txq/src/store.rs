@@ -880,3 +880,48 @@ pub(crate) async fn requests_view(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Resu
     .fetch_all(db)
     .await?)
 }
+
+/// One (chain, sender) of the queue as Platform Status shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct SenderHealthRow {
+    pub chain_id: i64,
+    pub sender: Vec<u8>,
+    pub depth: i64,
+    pub waiting_funding: i64,
+    pub in_flight: i64,
+    pub oldest_unsettled_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub replacements_last_hour: i64,
+    pub next_nonce: i64,
+}
+
+/// Every sender of `txq_sender` with its unsettled requests (depth, waiting funding,
+/// in flight, oldest unsettled) and its replacements (attempts above the first) in the
+/// last hour of the database clock (indexes of `migrations/0051_txq_status.sql`).
+pub(crate) async fn senders_health(db: impl PgExecutor<'_>) -> Result<Vec<SenderHealthRow>> {
+    Ok(sqlx::query_as(
+        "SELECT s.chain_id, s.sender, s.next_nonce,
+                coalesce(u.depth, 0) AS depth,
+                coalesce(u.waiting_funding, 0) AS waiting_funding,
+                coalesce(u.in_flight, 0) AS in_flight,
+                u.oldest_unsettled_at,
+                coalesce(x.replacements, 0) AS replacements_last_hour
+           FROM txq_sender s
+           LEFT JOIN LATERAL (
+                SELECT count(*) AS depth,
+                       count(*) FILTER (WHERE r.state = 'waiting_funding') AS waiting_funding,
+                       count(*) FILTER (WHERE r.state IN ('signed', 'broadcast')) AS in_flight,
+                       min(r.created_at) AS oldest_unsettled_at
+                  FROM txq_request r
+                 WHERE r.chain_id = s.chain_id AND r.sender = s.sender AND r.state <> 'settled'
+           ) u ON true
+           LEFT JOIN LATERAL (
+                SELECT count(*) AS replacements
+                  FROM txq_attempt a JOIN txq_request r ON r.id = a.request_id
+                 WHERE a.attempt > 1 AND a.created_at > now() - interval '1 hour'
+                   AND r.chain_id = s.chain_id AND r.sender = s.sender
+           ) x ON true
+          ORDER BY s.chain_id, s.sender",
+    )
+    .fetch_all(db)
+    .await?)
+}

@@ -650,3 +650,40 @@ pub async fn organization_has_endpoints(
     .await?;
     Ok(yes)
 }
+
+/// Endpoint health counts and the oldest undelivered delivery, for Platform Status
+/// ([`crate::health`]): `(healthy, failing, breaker_open, disabled, pending deliveries,
+/// oldest pending delivery's creation)`. Deleted endpoints are not counted.
+pub(crate) async fn endpoints_health(
+    db: impl PgExecutor<'_>,
+) -> Result<(i64, i64, i64, i64, i64, Option<DateTime<Utc>>)> {
+    Ok(sqlx::query_as(
+        "SELECT
+           count(*) FILTER (WHERE enabled AND failing_since IS NULL
+                             AND (breaker_open_until IS NULL OR breaker_open_until <= now())),
+           count(*) FILTER (WHERE enabled AND failing_since IS NOT NULL
+                             AND (breaker_open_until IS NULL OR breaker_open_until <= now())),
+           count(*) FILTER (WHERE enabled AND breaker_open_until > now()),
+           count(*) FILTER (WHERE NOT enabled),
+           (SELECT count(*) FROM webhook_delivery WHERE state = 'pending'),
+           (SELECT min(created_at) FROM webhook_delivery WHERE state = 'pending')
+         FROM webhook_endpoint WHERE deleted_at IS NULL",
+    )
+    .fetch_one(db)
+    .await?)
+}
+
+/// The disabled endpoints (id, organization, reason code, since), at most `limit`,
+/// most recently changed first. The URL is not read.
+pub(crate) async fn endpoints_disabled(
+    db: impl PgExecutor<'_>,
+    limit: i64,
+) -> Result<Vec<(Uuid, Uuid, Option<String>, DateTime<Utc>)>> {
+    Ok(sqlx::query_as(
+        "SELECT id, organization_id, disabled_reason, updated_at FROM webhook_endpoint
+          WHERE deleted_at IS NULL AND NOT enabled ORDER BY updated_at DESC, id LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}

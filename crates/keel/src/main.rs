@@ -571,6 +571,7 @@ async fn start_api(
         .with_webhooks(webhooks)
         .with_config(keel_api::ApiConfig {
             max_body_bytes: config.api.body_limit_bytes,
+            status: config.api.status.to_query(),
             ..keel_api::ApiConfig::default()
         });
     let listener = tokio::net::TcpListener::bind(&config.api.listen_address)

@@ -4,6 +4,8 @@
 //! - Logs: human-readable on a terminal, one JSON object per line otherwise (or as
 //!   configured). Every line carries `deployment_id` — a field of the JSON object, or a
 //!   `deployment_id=<id>` prefix in human format — whatever span it was emitted in.
+//! - PostgreSQL notices (sqlx logs them at INFO under [`PG_NOTICE_TARGET`]) are
+//!   lowered to WARN unless the filter names that target ([`with_quiet_notices`]).
 //! - Metrics: `GET /metrics` on `telemetry.metricsAddress`; every series carries the
 //!   global label `deployment_id`. `keel_build_info{version, role}` is 1. The same
 //!   listener answers `GET /healthz` (200 while the process runs) and `GET /readyz`
@@ -104,10 +106,29 @@ pub fn is_json(format: LogFormat) -> bool {
     }
 }
 
+/// The target under which sqlx logs every PostgreSQL notice, at INFO (e.g. "relation
+/// \"_sqlx_migrations\" already exists, skipping" on every start).
+pub const PG_NOTICE_TARGET: &str = "sqlx::postgres::notice";
+
+/// `spec` with PostgreSQL's notices lowered to WARN (their INFO and DEBUG notices are
+/// noise on every start), unless `spec` names [`PG_NOTICE_TARGET`] itself.
+pub fn with_quiet_notices(spec: &str) -> String {
+    if spec.contains(PG_NOTICE_TARGET) {
+        spec.to_owned()
+    } else if spec.trim().is_empty() {
+        format!("info,{PG_NOTICE_TARGET}=warn")
+    } else {
+        format!("{spec},{PG_NOTICE_TARGET}=warn")
+    }
+}
+
 fn filter(config: &TelemetryConfig) -> EnvFilter {
-    EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&config.log_filter))
-        .unwrap_or_else(|_| EnvFilter::new("info"))
+    let spec = std::env::var(EnvFilter::DEFAULT_ENV)
+        .ok()
+        .filter(|s| EnvFilter::try_new(s).is_ok())
+        .unwrap_or_else(|| config.log_filter.clone());
+    EnvFilter::try_new(with_quiet_notices(&spec))
+        .unwrap_or_else(|_| EnvFilter::new(with_quiet_notices("info")))
 }
 
 /// Installs the global tracing subscriber, writing to stderr.
@@ -402,4 +423,23 @@ fn describe_metrics() {
         "keel_ready",
         "1 while this process serves its role, 0 while starting or draining."
     );
+}
+
+#[cfg(test)]
+mod notice_tests {
+    use super::*;
+
+    #[test]
+    fn postgres_notices_are_lowered_unless_named() {
+        assert_eq!(
+            with_quiet_notices("info"),
+            "info,sqlx::postgres::notice=warn"
+        );
+        assert_eq!(
+            with_quiet_notices("debug,sqlx::postgres::notice=info"),
+            "debug,sqlx::postgres::notice=info"
+        );
+        assert_eq!(with_quiet_notices(""), "info,sqlx::postgres::notice=warn");
+        assert!(EnvFilter::try_new(with_quiet_notices("keel=debug")).is_ok());
+    }
 }

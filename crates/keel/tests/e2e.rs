@@ -1671,6 +1671,7 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
     assert_eq!(unknown.status(), 404);
 
     let mut exported: std::collections::HashSet<String> = Default::default();
+    let mut reference: std::collections::BTreeMap<String, MetricRef> = Default::default();
     for role in ["api", "runner", "indexer"] {
         let port = stack.metrics[role];
         let text = stack
@@ -1689,8 +1690,13 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
                 let (name, kind) = rest.split_once(' ').unwrap();
                 types.insert(name.to_owned(), kind.to_owned());
             } else if let Some(rest) = line.strip_prefix("# HELP ") {
-                helps.insert(rest.split_once(' ').map_or(rest, |(n, _)| n).to_owned());
+                let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+                helps.insert(name.to_owned());
+                reference.entry(name.to_owned()).or_default().help = help.to_owned();
             }
+        }
+        for (name, kind) in &types {
+            reference.entry(name.clone()).or_default().kind = kind.clone();
         }
         let mut series: HashMap<String, std::collections::HashSet<Vec<(String, String)>>> =
             HashMap::new();
@@ -1717,6 +1723,12 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
                 );
             }
             let set: Vec<_> = labels.into_iter().filter(|(k, _)| k != "le").collect();
+            let entry = reference.entry(family.clone()).or_default();
+            for (k, _) in &set {
+                if k != "deployment_id" {
+                    entry.labels.insert(k.clone());
+                }
+            }
             series.entry(family).or_default().insert(set);
         }
         assert!(
@@ -1791,7 +1803,178 @@ async fn every_role_exports_described_bounded_histogram_metrics() {
             "the dashboard uses {name}, which no role exports"
         );
     }
+    check_metrics_reference(&reference);
+    // Log hygiene (issue 22): the whole run's logs of every role carry no API token,
+    // no private key, no SQL text and no PostgreSQL "already exists, skipping" notice.
+    let operator_key = stack
+        .env
+        .iter()
+        .find(|(k, _)| k == "KEEL_OPERATOR_KEY")
+        .map(|(_, v)| v.trim_start_matches("0x").to_owned())
+        .unwrap();
+    let sql = regex::Regex::new(
+        r"(?i)\bselect\s.+\sfrom\s|\binsert\s+into\s|\bdelete\s+from\s|\bupdate\s+\w+\s+set\s",
+    )
+    .unwrap();
+    for role in ["api", "runner", "indexer"] {
+        let log = stack.log(role);
+        assert!(!log.is_empty(), "{role} wrote no log");
+        for (what, secret) in [
+            ("key a", stack.key_a.as_str()),
+            ("key b", stack.key_b.as_str()),
+            ("key other", stack.key_other.as_str()),
+            ("the operator key", operator_key.as_str()),
+        ] {
+            assert!(!log.contains(secret), "{role}'s log contains {what}");
+        }
+        assert!(
+            !log.contains("keel_sk_"),
+            "{role}'s log contains an API token"
+        );
+        assert!(
+            !log.contains("already exists, skipping"),
+            "{role}'s log has PostgreSQL's noise notice"
+        );
+        if let Some(m) = sql.find(&log) {
+            panic!("{role}'s log contains SQL text: {:?}", m.as_str());
+        }
+    }
 }
+
+/// One metric of the reference table `docs/metrics.md`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct MetricRef {
+    kind: String,
+    help: String,
+    labels: std::collections::BTreeSet<String>,
+}
+
+fn metric_unit(name: &str, kind: &str) -> &'static str {
+    for (suffix, unit) in [
+        ("_seconds", "seconds"),
+        ("_bytes", "bytes"),
+        ("_blocks", "blocks"),
+        ("_rows", "rows"),
+    ] {
+        if name.ends_with(suffix) || name.contains(&format!("{suffix}_")) {
+            return unit;
+        }
+    }
+    if name.ends_with("_block") {
+        return "block number";
+    }
+    if kind == "counter" { "events" } else { "1" }
+}
+
+const METRICS_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
+
+/// Reads the table of `docs/metrics.md`: name → labels (and the rows as written).
+fn documented_metrics(
+    text: &str,
+) -> std::collections::BTreeMap<String, (std::collections::BTreeSet<String>, String)> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("| `keel_")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let name = cells[0]
+            .trim_start_matches("| ")
+            .trim_matches('`')
+            .to_owned();
+        let labels = cells
+            .get(3)
+            .map(|c| {
+                c.split(", ")
+                    .map(|l| l.trim_matches('`').to_owned())
+                    .filter(|l| !l.is_empty() && l != "—")
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.insert(name, (labels, line.to_owned()));
+    }
+    out
+}
+
+/// Every exported metric is in `docs/metrics.md` with its labels (the documented
+/// fixed label set: a label outside it fails). `KEEL_UPDATE_METRICS=1` adds what this
+/// run exported to the table (rows of metrics this run did not export are kept).
+fn check_metrics_reference(found: &std::collections::BTreeMap<String, MetricRef>) {
+    let text = std::fs::read_to_string(METRICS_DOC).unwrap_or_default();
+    let mut documented = documented_metrics(&text);
+    let update = std::env::var("KEEL_UPDATE_METRICS").as_deref() == Ok("1");
+    let mut missing = Vec::new();
+    for (name, m) in found
+        .iter()
+        .filter(|(n, m)| n.starts_with("keel_") && !m.kind.is_empty())
+    {
+        let row = || {
+            let labels = if m.labels.is_empty() {
+                "—".to_owned()
+            } else {
+                m.labels
+                    .iter()
+                    .map(|l| format!("`{l}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            format!(
+                "| `{name}` | {} | {} | {labels} | {} |",
+                m.kind,
+                metric_unit(name, &m.kind),
+                m.help.replace('|', "\\|")
+            )
+        };
+        match documented.get(name) {
+            Some((labels, _)) if m.labels.is_subset(labels) => {}
+            Some((labels, _)) if update => {
+                documented.insert(
+                    name.clone(),
+                    (m.labels.union(labels).cloned().collect(), row()),
+                );
+            }
+            Some((labels, _)) => missing.push(format!(
+                "{name}: labels {:?} outside the documented {labels:?}",
+                m.labels
+            )),
+            None if update => {
+                documented.insert(name.clone(), (m.labels.clone(), row()));
+            }
+            None => missing.push(format!("{name} is not in docs/metrics.md")),
+        }
+    }
+    if update {
+        let mut doc = String::from(METRICS_HEADER);
+        for (_, row) in documented.values() {
+            doc.push_str(row);
+            doc.push('\n');
+        }
+        std::fs::write(METRICS_DOC, doc).unwrap();
+    } else {
+        assert!(
+            missing.is_empty(),
+            "docs/metrics.md disagrees with the exported metrics (regenerate with \
+             KEEL_UPDATE_METRICS=1):\n{}",
+            missing.join("\n")
+        );
+    }
+}
+
+const METRICS_HEADER: &str = "# Metrics reference
+
+Every metric Keel's three roles export on `GET /metrics` (Prometheus text format) in the
+end-to-end workload of `crates/keel/tests/e2e.rs`
+(`every_role_exports_described_bounded_histogram_metrics`), which fails when a role
+exports a metric missing here or a label outside the metric's labels below. Regenerate
+(rows are added, none removed) with
+`KEEL_UPDATE_METRICS=1 cargo nextest run -p keel -E 'test(every_role_exports)'`.
+
+Every series also carries the global label `deployment_id`. Label values come from
+fixed sets (states, outcomes, routes as templates, chain ids and operator addresses of
+the configuration); never ids, hashes, organization addresses or URLs. Units: the
+name's suffix (`_seconds`, `_bytes`, `_blocks`, `_rows`; `_total` counters count
+events); `1` is a dimensionless count, ratio or state flag.
+
+| name | type | unit | labels | meaning |
+|---|---|---|---|---|
+";
 
 /// Every metric name in an expression of the shipped dashboard (`docs/grafana-dashboard.json`),
 /// `_bucket`/`_sum`/`_count` stripped.

@@ -14,5 +14,7 @@ mod lists;
 mod openapi_health;
 mod proptest_json;
 mod scopes;
+// Platform Status (issue 22).
+mod status;
 // Webhooks (issue 21).
 mod webhooks;

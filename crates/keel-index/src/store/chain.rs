@@ -233,3 +233,53 @@ pub(crate) async fn chain_finalized(db: impl PgExecutor<'_>, chain: i64) -> Resu
             .flatten(),
     )
 }
+
+/// Records the node's head as observed by the owner holding `epoch` (migration 0050):
+/// `head_number`, `head_observed_at = now()`, and `behind_since` (kept while the
+/// stored tip is below the head, cleared once it is not). Returns false when the epoch
+/// no longer matches (fenced: nothing written).
+pub(crate) async fn chain_observe_head(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    epoch: i64,
+    head: i64,
+) -> Result<bool> {
+    Ok(sqlx::query(
+        "UPDATE index_chain
+            SET head_number = $3, head_observed_at = now(),
+                behind_since = CASE WHEN tip_number IS NULL OR tip_number < $3
+                                    THEN coalesce(behind_since, now()) END
+          WHERE chain_id = $1 AND owner_epoch = $2",
+    )
+    .bind(chain)
+    .bind(epoch)
+    .bind(head)
+    .execute(db)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// One chain row as Platform Status shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ChainStatusRow {
+    pub chain_id: i64,
+    pub owner_epoch: i64,
+    pub tip_number: Option<i64>,
+    pub head_number: Option<i64>,
+    pub head_observed_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub behind_since: Option<chrono::DateTime<chrono::Utc>>,
+    pub degraded_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub degraded_reason: Option<String>,
+}
+
+/// Every `index_chain` row by chain id (the owner id is not read: it names a process).
+pub(crate) async fn chains_status(db: impl PgExecutor<'_>) -> Result<Vec<ChainStatusRow>> {
+    Ok(sqlx::query_as(
+        "SELECT chain_id, owner_epoch, tip_number, head_number, head_observed_at, behind_since,
+                degraded_at, degraded_reason
+           FROM index_chain ORDER BY chain_id",
+    )
+    .fetch_all(db)
+    .await?)
+}

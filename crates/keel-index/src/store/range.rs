@@ -197,3 +197,13 @@ pub(crate) async fn ranges_whole_above_for_update(
     .fetch_all(db)
     .await?)
 }
+
+/// History ranges counted by chain and state (`pending`, `running`, `completed`).
+pub(crate) async fn range_state_counts(db: impl PgExecutor<'_>) -> Result<Vec<(i64, String, i64)>> {
+    Ok(sqlx::query_as(
+        "SELECT chain_id, state, count(*) FROM index_range GROUP BY chain_id, state
+          ORDER BY chain_id, state",
+    )
+    .fetch_all(db)
+    .await?)
+}

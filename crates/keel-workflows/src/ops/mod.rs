@@ -12,7 +12,8 @@
 //! - [`keys`]: the API key lifecycle (list, create, revoke, rotate) of the caller's
 //!   organization;
 //! - [`ledger`]: an asset's holders (at a record date), transfers and supply at a block;
-//! - [`amount`]: amounts and prices from decimal strings.
+//! - [`amount`]: amounts and prices from decimal strings;
+//! - [`status`]: Platform Status, every part's persisted health in one read.
 //!
 //! ## Idempotency
 //! Operations are unique by (organization, `Idempotency-Key`). The request is hashed
@@ -29,6 +30,7 @@ pub mod decide;
 pub mod keys;
 pub mod ledger;
 pub mod read;
+pub mod status;
 pub mod view;
 
 use crate::error::{OpsError, Result};

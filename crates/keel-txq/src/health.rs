@@ -1,0 +1,57 @@
+//! Queue health for Platform Status: per (chain, sender) what is waiting, in flight and
+//! how old, read from the database only ([`queue_health`]).
+
+use crate::store;
+use crate::{Result, TxqError};
+use alloy::primitives::Address;
+use chrono::{DateTime, Utc};
+use keel_store::StoreError;
+use keel_units::ChainId;
+
+/// One (chain, sender) of the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SenderHealth {
+    /// The chain.
+    pub chain_id: ChainId,
+    /// The sender (an operator address of this installation, not an organization's).
+    pub sender: Address,
+    /// The next nonce the queue will assign.
+    pub next_nonce: u64,
+    /// Unsettled requests (`queued`, `waiting_funding`, `signed`, `broadcast`).
+    pub depth: u64,
+    /// Of them, paused in `waiting_funding`.
+    pub waiting_funding: u64,
+    /// Of them, signed or broadcast and not settled.
+    pub in_flight: u64,
+    /// When the oldest unsettled request was enqueued (database clock).
+    pub oldest_unsettled_at: Option<DateTime<Utc>>,
+    /// Replacement attempts (fee bumps, attempt > 1) created in the last hour.
+    pub replacements_last_hour: u64,
+}
+
+/// Every sender the queue knows (`txq_sender`), by chain and address: depth, waiting
+/// funding, in flight, oldest unsettled, replacements in the last hour. One statement;
+/// no node is asked. Open funding requests: [`crate::funding_requests`].
+///
+/// # Errors
+/// [`TxqError::Store`] when the database fails or a row does not decode.
+pub async fn queue_health(db: &keel_store::PgPool) -> Result<Vec<SenderHealth>> {
+    let decode = |_| TxqError::Store(StoreError::Decode);
+    store::senders_health(db)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(SenderHealth {
+                chain_id: ChainId(u64::try_from(r.chain_id).map_err(decode)?),
+                sender: Address::try_from(r.sender.as_slice())
+                    .map_err(|_| TxqError::Store(StoreError::Decode))?,
+                next_nonce: u64::try_from(r.next_nonce).map_err(decode)?,
+                depth: u64::try_from(r.depth).map_err(decode)?,
+                waiting_funding: u64::try_from(r.waiting_funding).map_err(decode)?,
+                in_flight: u64::try_from(r.in_flight).map_err(decode)?,
+                oldest_unsettled_at: r.oldest_unsettled_at,
+                replacements_last_hour: u64::try_from(r.replacements_last_hour).map_err(decode)?,
+            })
+        })
+        .collect()
+}
