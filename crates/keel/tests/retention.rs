@@ -57,7 +57,7 @@ async fn command(pool: &PgPool, instance: Uuid, state: &str, age_days: i32) -> i
     sqlx::query_scalar(
         "INSERT INTO durable_command (instance_id, kind, state, max_attempts, attempt, outcome,
                                       available_at, created_at, completed_at)
-         VALUES ($1, 'start', $2, 5, 1, CASE WHEN $2 IN ('done', 'dead') THEN 'completed' END,
+         VALUES ($1, 'timer', $2, 5, 1, CASE WHEN $2 IN ('done', 'dead') THEN 'completed' END,
                  now() - make_interval(days => $3), now() - make_interval(days => $3),
                  CASE WHEN $2 IN ('done', 'dead') THEN now() - make_interval(days => $3) END)
          RETURNING id",
@@ -427,7 +427,7 @@ async fn retention_throughput() {
          c AS (
             INSERT INTO durable_command (instance_id, kind, state, max_attempts, outcome, completed_at)
             SELECT id, k, 'done', 5, 'completed', now() - interval '40 days'
-              FROM i, unnest(ARRAY['start', 'signal']) k),
+              FROM i, unnest(ARRAY['timer', 'signal']) k),
          j AS (
             INSERT INTO durable_journal (instance_id, seq, kind, name, result)
             SELECT id, s, 'step', 's', '{\"ok\": 1}' FROM i, generate_series(0, 2) s)
@@ -513,4 +513,50 @@ async fn the_retention_cycle_covers_durable_and_cluster_tables() {
     .await
     .unwrap();
     assert_eq!(again.deleted(), 0, "the second cycle found nothing");
+}
+
+/// START and CANCEL commands say who started and who cancelled an instance
+/// (`Engine::attribution`): retention keeps them while their instance lives and they go
+/// with it.
+#[tokio::test]
+async fn start_and_cancel_commands_stay_while_their_instance_lives() {
+    let db = TestDatabase::create().await.unwrap();
+    let pool = db.pool();
+    let live = instance(pool, "waiting", 40).await;
+    let ended = instance(pool, "completed", 40).await;
+    for id in [live, ended] {
+        for kind in ["start", "cancel", "timer"] {
+            sqlx::query(
+                "INSERT INTO durable_command (instance_id, kind, state, max_attempts, attempt,
+                                              outcome, available_at, created_at, completed_at)
+                 VALUES ($1, $2, 'done', 5, 1, 'completed', now() - interval '40 days',
+                         now() - interval '40 days', now() - interval '40 days')",
+            )
+            .bind(id)
+            .bind(kind)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+    }
+    let retention = Retention::new(pool.clone(), config(100, 10)).unwrap();
+    let report = retention.run_once(&CancellationToken::new()).await.unwrap();
+    // The two timer commands go; the ended instance goes with its START and CANCEL.
+    assert_eq!(report.deleted_commands, 2);
+    assert_eq!(report.deleted_instances, 1);
+    let kinds: Vec<String> = sqlx::query_scalar(
+        "SELECT kind::text FROM durable_command WHERE instance_id = $1 ORDER BY kind::text",
+    )
+    .bind(live)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(kinds, ["cancel", "start"]);
+    let ended_left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM durable_command WHERE instance_id = $1")
+            .bind(ended)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(ended_left, 0);
 }
