@@ -36,6 +36,7 @@ pub(crate) struct FundingRow {
     pub funding_gas_limit: i64,
     pub funding_max_fee_wei: String,
     pub funding_deadline: chrono::DateTime<chrono::Utc>,
+    pub idempotency_key: String,
     /// `funding_deadline <= now()` on the database clock.
     pub expired: bool,
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -72,7 +73,7 @@ const REQUEST_COLUMNS: &str = "id, sender, to_address, value_wei, calldata, gas_
      funding_pause_ms, broadcast_failures";
 
 const FUNDING_COLUMNS: &str = "id, chain_id, sender, value_wei, funding_required_wei, funding_gas_limit, \
-     funding_max_fee_wei, funding_deadline, funding_deadline <= now() AS expired, created_at, updated_at";
+     funding_max_fee_wei, funding_deadline, idempotency_key, funding_deadline <= now() AS expired, created_at, updated_at";
 
 pub(crate) struct NewRequest<'a> {
     pub id: Uuid,

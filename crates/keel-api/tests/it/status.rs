@@ -272,7 +272,7 @@ async fn the_status_page_renders_in_headless_chromium() {
     let url = format!("file://{}", login.display());
     // A fresh profile per run: a Chromium still holding a shared profile would take
     // the request over and this process would exit at once without output.
-    let run = |extra: &[&str]| {
+    let run = move |extra: &[&str]| {
         let profile = profile.join(uuid::Uuid::new_v4().to_string());
         let mut cmd = Command::new(&browser);
         cmd.args([
@@ -291,8 +291,9 @@ async fn the_status_page_renders_in_headless_chromium() {
         cmd
     };
     let dom = tokio::task::spawn_blocking({
-        let mut cmd = run(&["--dump-dom"]);
-        move || cmd.output().unwrap()
+        let cmd = run(&["--dump-dom"]);
+        let out = out.clone();
+        move || bounded_run(cmd, &out, "dom")
     })
     .await
     .unwrap();
@@ -327,8 +328,9 @@ async fn the_status_page_renders_in_headless_chromium() {
     let shot = out.join("status.png");
     let _ = std::fs::remove_file(&shot);
     let status = tokio::task::spawn_blocking({
-        let mut cmd = run(&[&format!("--screenshot={}", shot.display())]);
-        move || cmd.output().unwrap()
+        let cmd = run(&[&format!("--screenshot={}", shot.display())]);
+        let out = out.clone();
+        move || bounded_run(cmd, &out, "screenshot")
     })
     .await
     .unwrap();
@@ -345,4 +347,63 @@ async fn the_status_page_renders_in_headless_chromium() {
     );
     eprintln!("status page screenshot: {}", shot.display());
     server.abort();
+}
+
+/// What one bounded Chromium run left: its exit status and its output.
+struct BrowserRun {
+    status: std::process::ExitStatus,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+/// Runs `cmd` in its own process group with its output in files (a helper process that
+/// outlives the browser cannot hold a pipe open), at most `ATTEMPT` per try. A try that
+/// does not end in time has its whole group killed and is tried again, up to three
+/// times; then the test fails instead of hanging CI (headless Chromium has been seen to
+/// never exit under load).
+fn bounded_run(mut cmd: Command, dir: &std::path::Path, name: &str) -> BrowserRun {
+    use std::os::unix::process::CommandExt;
+    const ATTEMPT: Duration = Duration::from_secs(90);
+    let mut log = Vec::new();
+    for attempt in 1..=3 {
+        let stdout = dir.join(format!("{name}.stdout"));
+        let stderr = dir.join(format!("{name}.stderr"));
+        cmd.process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        let mut child = cmd.spawn().unwrap();
+        let group = child.id();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if started.elapsed() > ATTEMPT {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // Whatever the browser left running in its group goes with it.
+        let _ = Command::new("kill")
+            .args(["-KILL", &format!("-{group}")])
+            .status();
+        let _ = child.wait();
+        match status {
+            Some(status) => {
+                return BrowserRun {
+                    status,
+                    stdout: std::fs::read(&stdout).unwrap(),
+                    stderr: std::fs::read(&stderr).unwrap(),
+                };
+            }
+            None => {
+                log.push(format!(
+                    "attempt {attempt}: no exit within {ATTEMPT:?}; stderr: {}",
+                    String::from_utf8_lossy(&std::fs::read(&stderr).unwrap_or_default())
+                ));
+            }
+        }
+    }
+    panic!("chromium never finished: {log:#?}");
 }

@@ -578,6 +578,45 @@ impl TxQueue {
         )
     }
 
+    /// Updates the shortfall (`required_wei`) of `w`, still `waiting_funding`, and, with a
+    /// progress sink, offers the open funding request to it again in the same
+    /// transaction. The sink reports only what its operation has not reported yet, so
+    /// this is a no-op once reported; a funding wait whose first report failed, or that
+    /// the sink could not yet see as the operation's wait, is reported on the next
+    /// funding check instead of only with the operation's next change. When the sink
+    /// fails, the shortfall is updated without it.
+    pub(super) async fn keep_waiting(
+        &self,
+        w: &store::FundingRow,
+        required_wei: alloy::primitives::U256,
+        max_fee_wei: u128,
+    ) -> Result<()> {
+        let required = required_wei.to_string();
+        let max_fee = max_fee_wei.to_string();
+        if let Some(sink) = &self.progress_sink {
+            let mut tx = self.db.begin().await?;
+            store::request_update_funding(&mut *tx, w.id, &required, &max_fee).await?;
+            let progress = [Progress::FundingRequested {
+                request_id: w.id,
+                idempotency_key: &w.idempotency_key,
+                address: Address::try_from(w.sender.as_slice()).unwrap_or_default(),
+                required_wei: keel_units::Wei::new(required_wei),
+                deadline: w.funding_deadline,
+            }];
+            match sink.record(&mut tx, &progress).await {
+                Ok(()) => {
+                    tx.commit().await?;
+                    return Ok(());
+                }
+                Err(e) => {
+                    drop(tx);
+                    self.progress_sink_failed(&e, "funding", 1);
+                }
+            }
+        }
+        store::request_update_funding(&self.db, w.id, &required, &max_fee).await
+    }
+
     /// Records a failed progress sink call (its transaction rolled back): the metric and
     /// a WARN.
     fn progress_sink_failed(&self, e: &ProgressSinkError, change: &'static str, requests: usize) {

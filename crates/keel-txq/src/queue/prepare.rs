@@ -110,8 +110,7 @@ impl TxQueue {
                 continue;
             }
             let short = need - available;
-            store::request_update_funding(&self.db, w.id, &short.to_string(), &max_fee.to_string())
-                .await?;
+            self.keep_waiting(w, short, max_fee).await?;
             return Ok((true, moved));
         }
         Ok((false, moved))
