@@ -446,6 +446,24 @@ pub struct TelemetryConfig {
     pub log_filter: String,
     /// Address of the Prometheus endpoint (`GET /metrics`), `host:port`; empty disables.
     pub metrics_address: String,
+    /// `[telemetry.otlp]`: OpenTelemetry trace export (off by default).
+    #[serde(default)]
+    pub otlp: OtlpConfig,
+}
+
+/// `[telemetry.otlp]`: OpenTelemetry trace export over OTLP/HTTP (binary protobuf) by
+/// `keel run`. Off while `endpoint` is empty and `OTEL_EXPORTER_OTLP_ENDPOINT` /
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` are unset; `OTEL_SDK_DISABLED=true` turns it
+/// off whatever is set. The other standard `OTEL_*` variables apply
+/// (`OTEL_RESOURCE_ATTRIBUTES`, `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_EXPORTER_OTLP_HEADERS`,
+/// `OTEL_TRACES_SAMPLER`, ...).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct OtlpConfig {
+    /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); spans are posted
+    /// to `<endpoint>/v1/traces`. Empty (default): the `OTEL_*` variables decide.
+    /// Printed only redacted (it may carry credentials).
+    pub endpoint: String,
 }
 
 impl TelemetryConfig {
@@ -1063,6 +1081,13 @@ impl Config {
             ));
         }
         self.telemetry.metrics_socket()?;
+        let otlp = &self.telemetry.otlp.endpoint;
+        if !otlp.is_empty() && !(otlp.starts_with("http://") || otlp.starts_with("https://")) {
+            return Err(invalid(
+                "telemetry.otlp.endpoint",
+                "must be an http:// or https:// URL, or empty to disable",
+            ));
+        }
         Ok(())
     }
 
@@ -1072,6 +1097,9 @@ impl Config {
     pub fn redacted_toml(&self) -> String {
         let mut copy = self.clone();
         copy.database.url = copy.database.redacted_url();
+        if !copy.telemetry.otlp.endpoint.is_empty() {
+            copy.telemetry.otlp.endpoint = redact_rpc_url(&copy.telemetry.otlp.endpoint);
+        }
         for chain in copy.chains.values_mut() {
             for url in &mut chain.rpc_urls {
                 *url = redact_rpc_url(url);

@@ -6,6 +6,10 @@
 //!   typed, validated structs; redacted printing.
 //! - [`telemetry`]: tracing-subscriber (human on a TTY, JSON otherwise) and the
 //!   Prometheus endpoint, both stamped with the deployment id.
+//! - [`ops`]: `keel ops list|show|watch|retry|approve|reject`, through the Platform
+//!   API (HTTP, an API key), never the database.
+//! - [`traces`]: OpenTelemetry trace export (OTLP/HTTP, off by default) with the
+//!   deployment identity on the resource, and W3C trace context on API requests.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`roles`]: what `keel run --role` runs: shard ownership for runner and indexer,
 //!   the runner's daily retention job and job-health reporting, and the orderly stop.
@@ -16,8 +20,10 @@
 
 pub mod chains;
 pub mod config;
+pub mod ops;
 pub mod roles;
 pub mod services;
 pub mod shutdown;
 pub mod supervise;
 pub mod telemetry;
+pub mod traces;

@@ -136,8 +136,24 @@ fn filter(config: &TelemetryConfig) -> EnvFilter {
 /// # Errors
 /// [`TelemetryError::AlreadyInstalled`] when a subscriber exists.
 pub fn init_logging(config: &TelemetryConfig, deployment_id: &str) -> Result<(), TelemetryError> {
+    init_logging_traced(config, deployment_id, None)
+}
+
+/// [`init_logging`], and with `tracer` every span (at the filter's levels) is also
+/// exported through OpenTelemetry ([`crate::traces`]).
+///
+/// # Errors
+/// [`TelemetryError::AlreadyInstalled`] when a subscriber exists.
+pub fn init_logging_traced(
+    config: &TelemetryConfig,
+    deployment_id: &str,
+    tracer: Option<opentelemetry_sdk::trace::Tracer>,
+) -> Result<(), TelemetryError> {
     let json = is_json(config.log_format);
-    let registry = tracing_subscriber::registry().with(filter(config));
+    let otel = tracer.map(|t| tracing_opentelemetry::layer().with_tracer(t));
+    let registry = tracing_subscriber::registry()
+        .with(filter(config))
+        .with(otel);
     let result = if json {
         let layer = tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -413,14 +429,17 @@ fn describe_metrics() {
     );
     metrics::describe_gauge!(
         "keel_chain_served",
+        metrics::Unit::Count,
         "1 while this process serves the chain, else 0 (boolean)."
     );
     metrics::describe_gauge!(
         "keel_build_info",
+        metrics::Unit::Count,
         "Always 1; labels carry the version and the role of this process."
     );
     metrics::describe_gauge!(
         "keel_ready",
+        metrics::Unit::Count,
         "1 while this process serves its role, 0 while starting or draining."
     );
 }
@@ -441,5 +460,82 @@ mod notice_tests {
         );
         assert_eq!(with_quiet_notices(""), "info,sqlx::postgres::notice=warn");
         assert!(EnvFilter::try_new(with_quiet_notices("keel=debug")).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod unit_audit {
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+    use std::sync::Mutex;
+
+    /// Records every `describe_*` call: (name, unit, help).
+    #[derive(Default)]
+    struct Descriptions(Mutex<Vec<(String, Option<Unit>, String)>>);
+
+    impl Descriptions {
+        fn push(&self, key: KeyName, unit: Option<Unit>, help: SharedString) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((key.as_str().to_owned(), unit, help.to_string()));
+        }
+    }
+
+    impl Recorder for Descriptions {
+        fn describe_counter(&self, key: KeyName, unit: Option<Unit>, help: SharedString) {
+            self.push(key, unit, help);
+        }
+        fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, help: SharedString) {
+            self.push(key, unit, help);
+        }
+        fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, help: SharedString) {
+            self.push(key, unit, help);
+        }
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    /// Every metric any crate describes names its unit, and the unit agrees with the
+    /// name's suffix (`_seconds` seconds, `_bytes` bytes, `_total` a count).
+    #[test]
+    fn every_described_metric_names_its_unit() {
+        let recorder = Descriptions::default();
+        metrics::with_local_recorder(&recorder, super::describe_metrics);
+        let all = recorder.0.into_inner().unwrap();
+        assert!(all.len() >= 40, "only {} metrics described", all.len());
+        let mut wrong = Vec::new();
+        for (name, unit, help) in &all {
+            let expected = if name.ends_with("_seconds") {
+                Some(Unit::Seconds)
+            } else if name.ends_with("_bytes") {
+                Some(Unit::Bytes)
+            } else if name.ends_with("_total") {
+                Some(Unit::Count)
+            } else {
+                None
+            };
+            match (unit, expected) {
+                (None, _) => wrong.push(format!("{name}: no unit")),
+                (Some(u), Some(e)) if *u != e => wrong.push(format!(
+                    "{name}: unit {} but the name says {}",
+                    u.as_str(),
+                    e.as_str()
+                )),
+                _ => {}
+            }
+            if help.trim().is_empty() {
+                wrong.push(format!("{name}: no description"));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 }
