@@ -189,7 +189,11 @@ pub async fn http_layer(
     );
     let _ = span.set_parent(parent);
     let response = next.run(request).instrument(span.clone()).await;
-    span.record("http.response.status_code", response.status().as_u16());
+    // As i64: tracing-opentelemetry exports u64 fields as text.
+    span.record(
+        "http.response.status_code",
+        i64::from(response.status().as_u16()),
+    );
     response
 }
 
