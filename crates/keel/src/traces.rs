@@ -226,6 +226,19 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    #[test]
+    fn the_endpoint_is_printed_redacted() {
+        let env = [(
+            "KEEL__TELEMETRY__OTLP__ENDPOINT".to_owned(),
+            "https://user:s3cret-token@collector.example:4318/tenant".to_owned(),
+        )];
+        let config = crate::config::Config::load_with_env(None, env).unwrap();
+        assert!(enabled(&config.telemetry) || std::env::var("OTEL_SDK_DISABLED").is_ok());
+        let printed = config.redacted_toml();
+        assert!(!printed.contains("s3cret-token"), "{printed}");
+        assert!(printed.contains("collector.example:4318"), "{printed}");
+    }
+
     fn tempfile_dir() -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("keel-traces-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
