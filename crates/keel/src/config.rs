@@ -1082,7 +1082,7 @@ impl Config {
         }
         self.telemetry.metrics_socket()?;
         let otlp = &self.telemetry.otlp.endpoint;
-        if !otlp.is_empty() && !(otlp.starts_with("http://") || otlp.starts_with("https://")) {
+        if !(otlp.is_empty() || otlp.starts_with("http://") || otlp.starts_with("https://")) {
             return Err(invalid(
                 "telemetry.otlp.endpoint",
                 "must be an http:// or https:// URL, or empty to disable",
