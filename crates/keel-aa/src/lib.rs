@@ -20,11 +20,14 @@
 //!   budget) with typed refusal codes.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod bundler;
 pub mod entry_point;
+pub mod flow;
 pub mod paymaster;
 pub mod policy;
 pub mod receipt;
 pub mod rejection;
+pub mod store;
 pub mod user_op;
 
 pub use entry_point::{
