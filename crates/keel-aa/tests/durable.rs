@@ -13,6 +13,7 @@ use anvil_tests::keel_abi::erc4337::IEntryPointV08;
 use common::{AaChain, ETHER};
 use keel_aa::bundler::{Bundler, BundlerConfig};
 use keel_aa::flow::{self, AaChain as FlowChain, AaEnv, AaFailure, OutcomeSignal};
+use keel_aa::policy::{AccountRule, SponsorshipPolicy, TargetRule};
 use keel_aa::store;
 use keel_aa::{UserOperation, user_operation_receipt};
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle, RunStatus};
@@ -37,10 +38,14 @@ struct Flow {
 impl Flow {
     async fn start(confirmations: u64) -> anyhow::Result<Self> {
         let aa = AaChain::start().await?;
-        Self::on(aa, confirmations).await
+        Self::on(aa, confirmations, None).await
     }
 
-    async fn on(aa: AaChain, confirmations: u64) -> anyhow::Result<Self> {
+    async fn on(
+        aa: AaChain,
+        confirmations: u64,
+        policy: Option<SponsorshipPolicy>,
+    ) -> anyhow::Result<Self> {
         let db = TestDatabase::create().await?;
         keel_store::migrate(db.pool()).await?;
         let pool = Arc::new(common::pool(&aa.chain, aa.chain.endpoint().as_str()));
@@ -64,7 +69,7 @@ impl Flow {
                     queue,
                     directory: aa.deployed.directory,
                     bundler: aa.chain.account(1)?,
-                    policy: None,
+                    policy,
                 },
             )]
             .into_iter()
@@ -156,15 +161,23 @@ impl Flow {
     }
 
     async fn submit(&self, op: UserOperation) -> anyhow::Result<flow::Submitted> {
-        Ok(flow::submit(
+        Ok(self.submit_as(op, None).await?)
+    }
+
+    async fn submit_as(
+        &self,
+        op: UserOperation,
+        organization: Option<Uuid>,
+    ) -> Result<flow::Submitted, flow::SubmitError> {
+        flow::submit(
             &self.env,
             &self.engine,
             self.chain_id(),
             self.aa.ep().address(),
             op,
-            None,
+            organization,
         )
-        .await?)
+        .await
     }
 
     /// Waits for the instance's end (mining a block per second of waiting when `mine`,
@@ -332,7 +345,7 @@ async fn a_depleted_paymaster_deposit_is_refused_aa31_before_submission() -> any
     )
     .await?;
     aa.paymaster = empty.address;
-    let f = Flow::on(aa, 1).await?;
+    let f = Flow::on(aa, 1, None).await?;
     f.start_queue_and_bundler()?;
     let (owner, sender) = f.account(10).await?;
     let (op, hash) = f
@@ -484,6 +497,117 @@ async fn a_reorg_of_the_bundle_block_is_recovered_and_reported_once() -> anyhow:
     );
     assert_ne!(canonical.header.hash, first_block_hash);
     assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 1);
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_sponsorship_policy_grants_within_the_daily_budget_and_refuses_beyond_it()
+-> anyhow::Result<()> {
+    let aa = AaChain::start().await?;
+    // One operation's maximum cost is (500k + 200k + 60k + 100k) gas x 10 gwei =
+    // 8.6e15 wei: a budget of 1e16 sponsors one of them a day.
+    let policy = SponsorshipPolicy {
+        accounts: AccountRule::Any,
+        targets: vec![TargetRule {
+            target: aa.token,
+            selectors: None,
+        }],
+        max_gas_per_operation: 1_000_000,
+        daily_budget: keel_units::Wei::new(U256::from(10_000_000_000_000_000u64)),
+    };
+    let f = Flow::on(aa, 1, Some(policy)).await?;
+    f.start_queue_and_bundler()?;
+    let org = Uuid::new_v4();
+    let recipient = Address::with_last_byte(0x76);
+    let (owner, sender) = f.account(10).await?;
+    let (op, hash) = f.transfer(&owner, sender, 0, recipient, 1).await?;
+    let s = f.submit_as(op, Some(org)).await?;
+    let st = f.settled(s.instance_id, false).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    let row = f.row(hash).await?;
+    assert_eq!(row.sponsored_wei.as_deref(), Some("8600000000000000"));
+    let spent = store::sponsorship_spend_get(
+        f.db.pool(),
+        org,
+        f.chain_id() as i64,
+        chrono::Utc::now().date_naive(),
+    )
+    .await?;
+    assert_eq!(spent, "8600000000000000");
+
+    // A second operation the same day exceeds the budget: refused by the rule, typed,
+    // nothing sent.
+    let (owner2, sender2) = f.account(10).await?;
+    let (op2, hash2) = f.transfer(&owner2, sender2, 0, recipient, 1).await?;
+    let s2 = f.submit_as(op2, Some(org)).await?;
+    let st2 = f.settled(s2.instance_id, false).await?;
+    assert_eq!(st2.status, RunStatus::Failed);
+    let fail = failure(&st2);
+    assert_eq!(fail.code, -32501);
+    assert_eq!(fail.reason, "SPONSOR_DAILY_BUDGET_EXCEEDED");
+    assert_eq!(f.row(hash2).await?.state, store::state::FAILED);
+    assert_eq!(f.ep_nonce(sender2).await?, U256::ZERO);
+    assert_eq!(f.events_of(hash2).await?, 0);
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn submission_naming_the_configured_reference_is_refused() -> anyhow::Result<()> {
+    let f = Flow::start(1).await?;
+    // The Directory records the EntryPointReference: it resolves to the EntryPoint.
+    let dir = anvil_tests::keel_abi::bindings::Directory::new(
+        f.aa.deployed.directory,
+        f.aa.provider().clone(),
+    );
+    anvil_tests::confirm(&dir.set(
+        anvil_tests::keel_abi::directory_key(anvil_tests::keel_abi::platform::names::ENTRY_POINT),
+        f.aa.deployed.entry_point_reference,
+    ))
+    .await?;
+    let (owner, sender) = f.account(10).await?;
+    let (op, hash) = f
+        .transfer(&owner, sender, 0, Address::with_last_byte(0x77), 1)
+        .await?;
+    let refused = flow::submit(
+        &f.env,
+        &f.engine,
+        f.chain_id(),
+        f.aa.deployed.entry_point_reference,
+        op.clone(),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, flow::SubmitError::ReferenceAddress),
+        "{refused}"
+    );
+    assert_eq!(refused.erc7769().map(|c| c.code()), Some(-32602));
+    assert!(f.row(hash).await.is_err(), "nothing recorded");
+    // An unrelated address is refused too; the resolved address is accepted.
+    let other = flow::submit(
+        &f.env,
+        &f.engine,
+        f.chain_id(),
+        Address::with_last_byte(0x01),
+        op.clone(),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(other, flow::SubmitError::UnsupportedEntryPoint));
+    let s = f.submit(op).await?;
+    assert_eq!(s.user_op_hash, hash);
+    f.start_queue_and_bundler()?;
+    let st = f.settled(s.instance_id, false).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    // The journaled resolution names the reference as configured.
+    let row = f.row(hash).await?;
+    let res: keel_aa::Resolution = serde_json::from_value(row.resolution)?;
+    assert_eq!(res.configured, f.aa.deployed.entry_point_reference);
+    assert_eq!(res.resolved.address(), f.aa.ep().address());
     f.shutdown().await;
     Ok(())
 }
