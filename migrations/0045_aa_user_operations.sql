@@ -64,6 +64,7 @@ CREATE TABLE aa_user_operation (
     updated_at         TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (chain_id, user_op_hash)
 );
+CREATE INDEX aa_user_operation_hash ON aa_user_operation (user_op_hash);
 CREATE INDEX aa_user_operation_ready ON aa_user_operation (chain_id, created_at)
     WHERE state = 'ready';
 CREATE INDEX aa_user_operation_bundle ON aa_user_operation (bundle_id)

@@ -27,6 +27,7 @@ pub mod paymaster;
 pub mod policy;
 pub mod receipt;
 pub mod rejection;
+pub mod service;
 pub mod store;
 pub mod user_op;
 

@@ -157,6 +157,25 @@ pub async fn user_operation_get(
     .await?)
 }
 
+/// The row of `user_op_hash` on any chain (the hash's EIP-712 domain names its chain, so
+/// at most one row in practice; the oldest when not), if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_by_hash(
+    db: impl PgExecutor<'_>,
+    user_op_hash: &[u8],
+) -> StoreResult<Option<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation WHERE user_op_hash = $1 ORDER BY created_at LIMIT 1"
+    ))
+    .bind(user_op_hash)
+    .fetch_optional(db)
+    .await?)
+}
+
 /// `accepted` → `ready`, recording the sponsorship granted (wei, decimal); false when
 /// the row was not `accepted`.
 ///

@@ -611,3 +611,143 @@ async fn submission_naming_the_configured_reference_is_refused() -> anyhow::Resu
     f.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn the_bundler_json_rpc_methods_follow_erc_7769() -> anyhow::Result<()> {
+    let f = Flow::start(1).await?;
+    f.start_queue_and_bundler()?;
+    let svc = keel_aa::service::AaService::new(f.env.clone(), f.engine.clone());
+    let chain = f.chain_id();
+    let call = |method: &str, params: serde_json::Value| {
+        serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0", "id": 7, "method": method, "params": params
+        }))
+        .unwrap()
+    };
+    let r = svc
+        .rpc(chain, None, &call("eth_chainId", serde_json::json!([])))
+        .await;
+    assert_eq!(r["result"], format!("{chain:#x}"));
+    assert_eq!(r["id"], 7);
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call("eth_supportedEntryPoints", serde_json::json!([])),
+        )
+        .await;
+    assert_eq!(r["result"], serde_json::json!([f.aa.ep().address()]));
+    assert_eq!(
+        svc.rpc(chain, None, b"{not json").await["error"]["code"],
+        -32700
+    );
+    let r = svc
+        .rpc(chain, None, &call("eth_unknown", serde_json::json!([])))
+        .await;
+    assert_eq!(r["error"]["code"], -32601);
+
+    // A bad account signature is refused at once, -32507 with the AA24 reason.
+    let recipient = Address::with_last_byte(0x78);
+    let (owner, sender) = f.account(10).await?;
+    let (op, hash) = f.transfer(&owner, sender, 0, recipient, 2).await?;
+    let mut forged = op.clone();
+    forged.signature =
+        alloy::signers::SignerSync::sign_hash_sync(&PrivateKeySigner::random(), &hash)?
+            .as_bytes()
+            .to_vec()
+            .into();
+    let ep = f.aa.ep().address();
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call("eth_sendUserOperation", serde_json::json!([forged, ep])),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32507, "{r}");
+    assert!(
+        r["error"]["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("AA24")
+    );
+    // Malformed params: -32602.
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call(
+                "eth_sendUserOperation",
+                serde_json::json!([{"sender": "0x12"}, ep]),
+            ),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602);
+
+    // The signed operation: its hash; sent twice, the same hash.
+    for _ in 0..2 {
+        let r = svc
+            .rpc(
+                chain,
+                None,
+                &call("eth_sendUserOperation", serde_json::json!([op, ep])),
+            )
+            .await;
+        assert_eq!(r["result"], serde_json::json!(hash), "{r}");
+    }
+    let id = f.row(hash).await?.instance_id;
+    let st = f.settled(id, false).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call("eth_getUserOperationReceipt", serde_json::json!([hash])),
+        )
+        .await;
+    let receipt = &r["result"];
+    assert_eq!(receipt["success"], true, "{r}");
+    assert_eq!(receipt["userOpHash"], serde_json::json!(hash));
+    assert_eq!(receipt["sender"], serde_json::json!(sender));
+    assert_eq!(
+        receipt["logs"].as_array().unwrap().len(),
+        1,
+        "only its Transfer"
+    );
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call("eth_getUserOperationByHash", serde_json::json!([hash])),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["transactionHash"],
+        receipt["receipt"]["transactionHash"]
+    );
+    assert_eq!(r["result"]["entryPoint"], serde_json::json!(ep));
+    // Unknown hashes answer null; the REST view reads the same row.
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call(
+                "eth_getUserOperationReceipt",
+                serde_json::json!([B256::ZERO]),
+            ),
+        )
+        .await;
+    assert_eq!(r["result"], serde_json::Value::Null);
+    let view = svc.user_operation(hash, None).await?.expect("view");
+    assert_eq!(view.state, "included");
+    assert_eq!(view.success, Some(true));
+    assert!(
+        svc.user_operation(hash, Some(Uuid::new_v4()))
+            .await?
+            .is_none(),
+        "another organization's operation is not shown"
+    );
+    assert_eq!(f.events_of(hash).await?, 1);
+    f.shutdown().await;
+    Ok(())
+}
