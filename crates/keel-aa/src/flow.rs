@@ -13,8 +13,9 @@
 //! 2. `record`: the `aa_user_operation` row (state `accepted`).
 //! 3. `validate`: `handleOps([op], bundler)` simulated through `eth_call` on the resolved
 //!    EntryPoint from the bundler's sender ([`simulate_handle_ops`]). Chosen here over
-//!    `EntryPointSimulations.simulateValidation` with a state override because the
-//!    `EntryPointSimulations` artifact is not in `keel-abi` and `handleOps` runs the real
+//!    `EntryPointSimulations.simulateValidation` with a state override for now because
+//!    `keel-abi` has no binding for that artifact (it ships in the npm package) and the
+//!    upstream pool no `eth_call` with overrides yet, while `handleOps` runs the real
 //!    EntryPoint's whole validation (account creation, signature, nonce, paymaster
 //!    signature and deposit — AA31 before any submission) and names the failing
 //!    operation with `FailedOp`; what it does not give is the validation result (windows,

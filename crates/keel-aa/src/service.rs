@@ -8,6 +8,8 @@
 //! |---|---|---|
 //! | `eth_chainId` | — | the chain id, hex quantity |
 //! | `eth_supportedEntryPoints` | — | `[resolved EntryPoint]` (never the configured reference) |
+//!
+//! Top-level addresses of results are EIP-55 checksummed.
 //! | `eth_sendUserOperation` | `[userOperation, entryPoint]` | the operation hash; the resolved address only |
 //! | `eth_getUserOperationByHash` | `[hash]` | `{userOperation, entryPoint, blockNumber, blockHash, transactionHash}` or `null` |
 //! | `eth_getUserOperationReceipt` | `[hash]` | `{userOpHash, entryPoint, sender, nonce, paymaster, actualGasCost, actualGasUsed, success, reason, logs, receipt}` or `null` (until included at the queue's depth) |
@@ -413,7 +415,7 @@ impl AaService {
                 let r = resolve_entry_point(&chain.pool, chain.directory)
                     .await
                     .map_err(|_| CallError::internal())?;
-                Ok(json!([r.resolved.address()]))
+                Ok(json!([r.resolved.address().to_checksum(None)]))
             }
             "eth_sendUserOperation" => {
                 let op: UserOperation = params
@@ -440,7 +442,7 @@ impl AaService {
                     .map_err(|_| CallError::internal())?;
                 Ok(json!({
                     "userOperation": row.user_operation,
-                    "entryPoint": resolution.resolved.address(),
+                    "entryPoint": resolution.resolved.address().to_checksum(None),
                     "blockNumber": row.block_number.and_then(|n| u64::try_from(n).ok()).map(hex_u64),
                     "blockHash": b256(&row.block_hash),
                     "transactionHash": b256(&row.tx_hash),
@@ -470,10 +472,10 @@ impl AaService {
                 };
                 Ok(json!({
                     "userOpHash": hash,
-                    "entryPoint": r.entry_point,
-                    "sender": r.sender,
+                    "entryPoint": r.entry_point.to_checksum(None),
+                    "sender": r.sender.to_checksum(None),
                     "nonce": format!("{:#x}", r.nonce),
-                    "paymaster": r.paymaster,
+                    "paymaster": r.paymaster.to_checksum(None),
                     "actualGasCost": format!("{:#x}", r.actual_gas_cost.get()),
                     "actualGasUsed": format!("{:#x}", r.actual_gas_used),
                     "success": r.success,

@@ -636,7 +636,10 @@ async fn the_bundler_json_rpc_methods_follow_erc_7769() -> anyhow::Result<()> {
             &call("eth_supportedEntryPoints", serde_json::json!([])),
         )
         .await;
-    assert_eq!(r["result"], serde_json::json!([f.aa.ep().address()]));
+    assert_eq!(
+        r["result"],
+        serde_json::json!([f.aa.ep().address().to_checksum(None)])
+    );
     assert_eq!(
         svc.rpc(chain, None, b"{not json").await["error"]["code"],
         -32700
@@ -708,7 +711,7 @@ async fn the_bundler_json_rpc_methods_follow_erc_7769() -> anyhow::Result<()> {
     let receipt = &r["result"];
     assert_eq!(receipt["success"], true, "{r}");
     assert_eq!(receipt["userOpHash"], serde_json::json!(hash));
-    assert_eq!(receipt["sender"], serde_json::json!(sender));
+    assert_eq!(receipt["sender"], sender.to_checksum(None));
     assert_eq!(
         receipt["logs"].as_array().unwrap().len(),
         1,
@@ -725,7 +728,7 @@ async fn the_bundler_json_rpc_methods_follow_erc_7769() -> anyhow::Result<()> {
         r["result"]["transactionHash"],
         receipt["receipt"]["transactionHash"]
     );
-    assert_eq!(r["result"]["entryPoint"], serde_json::json!(ep));
+    assert_eq!(r["result"]["entryPoint"], ep.to_checksum(None));
     // Unknown hashes answer null; the REST view reads the same row.
     let r = svc
         .rpc(
@@ -748,6 +751,51 @@ async fn the_bundler_json_rpc_methods_follow_erc_7769() -> anyhow::Result<()> {
         "another organization's operation is not shown"
     );
     assert_eq!(f.events_of(hash).await?, 1);
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_watchdog_reports_operations_pending_past_the_threshold() -> anyhow::Result<()> {
+    let f = Flow::start(1).await?;
+    let (owner, sender) = f.account(10).await?;
+    let (op, hash) = f
+        .transfer(&owner, sender, 0, Address::with_last_byte(0x79), 1)
+        .await?;
+    f.submit(op).await?;
+    for _ in 0..200 {
+        if f.row(hash).await?.state == store::state::READY {
+            break;
+        }
+        f.engine.await_idle(Duration::from_secs(5)).await.ok();
+    }
+    // No bundler runs: the operation stays ready. With a threshold of an hour it is not
+    // stale; with 0 it is.
+    let mut patient = keel_aa::bundler::Watchdog::new(
+        f.db.pool().clone(),
+        Duration::from_secs(3600),
+        Duration::from_secs(60),
+    );
+    assert!(patient.check().await?.is_empty());
+    let mut strict = keel_aa::bundler::Watchdog::new(
+        f.db.pool().clone(),
+        Duration::ZERO,
+        Duration::from_secs(60),
+    );
+    let stale = strict.check().await?;
+    assert_eq!(
+        stale,
+        vec![keel_aa::bundler::StaleCount {
+            chain_id: f.chain_id(),
+            state: "ready".into(),
+            count: 1
+        }]
+    );
+    // Once it is included it is no longer reported.
+    let id = f.row(hash).await?.instance_id;
+    f.start_queue_and_bundler()?;
+    assert_eq!(f.settled(id, false).await?.status, RunStatus::Completed);
+    assert!(strict.check().await?.is_empty());
     f.shutdown().await;
     Ok(())
 }
