@@ -18,13 +18,24 @@
 //!   their ERC-7769 error codes.
 //! - [`policy`]: sponsorship policy (accounts, targets and selectors, gas ceiling, daily
 //!   budget) with typed refusal codes.
+//! - [`store`]: the SQL of `aa_user_operation`, `aa_bundle`, `aa_sponsorship_spend`
+//!   (migration 0045).
+//! - [`flow`]: acceptance ([`flow::submit`], key `aa:<chainId>:<hash>`) and the durable
+//!   workflow `aa.user-operation` (resolve, record, validate, sponsor, await the outcome).
+//! - [`bundler`]: the `aa-bundler` service packing ready operations into `handleOps`
+//!   transactions on the transaction queue and reporting each outcome once.
+//! - [`service`]: what the Platform API calls (the ERC-7769 JSON-RPC methods, REST reads).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod bundler;
 pub mod entry_point;
+pub mod flow;
 pub mod paymaster;
 pub mod policy;
 pub mod receipt;
 pub mod rejection;
+pub mod service;
+pub mod store;
 pub mod user_op;
 
 pub use entry_point::{
@@ -40,3 +51,23 @@ pub use user_op::{
     EIP7702_MARKER, Eip7702Auth, PackedUserOperation, UserOpError, UserOperation, user_op_hash_v07,
     user_op_hash_v08,
 };
+
+/// Describes (`# HELP`, with units) every metric this crate records. Call once after
+/// the global metrics recorder is installed.
+pub fn describe_metrics() {
+    ::metrics::describe_counter!(
+        "keel_aa_bundles_total",
+        ::metrics::Unit::Count,
+        "handleOps bundles by outcome (submitted, included, failed) (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_aa_user_operations_total",
+        ::metrics::Unit::Count,
+        "User operations by bundler outcome (included, failed, nonce_used_elsewhere, rebundled) (count)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_aa_stale_user_operations",
+        ::metrics::Unit::Count,
+        "User operations still accepted, ready or bundled after the watchdog's threshold, by chain and state (operations)."
+    );
+}

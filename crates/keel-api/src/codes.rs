@@ -203,6 +203,13 @@ pub const ERROR_CODES: &[ErrorCode] = &[
     ),
     c("DECIMALS_OUT_OF_RANGE", 422, "Token decimals above 36."),
     c(
+        "ENTRY_POINT_NOT_RESOLVED",
+        422,
+        "A user operation names an EntryPoint that is not the chain's resolved one (the \
+         configured EntryPointReference, or another address). Rebuild and re-sign it \
+         against the resolved EntryPoint (`eth_supportedEntryPoints`).",
+    ),
+    c(
         "INVALID_ADDRESS",
         422,
         "An address is not `0x` and 40 hex digits, or its mixed case is not a valid EIP-55 \
@@ -224,6 +231,12 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         422,
         "A role name the asset's token does not have among the roles Keel manages: \
          `minter`, `pauser` or `burner`.",
+    ),
+    c(
+        "USER_OPERATION_REJECTED",
+        422,
+        "The EntryPoint refused the user operation in its simulation; `detail` holds the \
+         ERC-7769 code and the `AAxx` reason (e.g. AA24 signature, AA31 paymaster deposit).",
     ),
     c(
         "INTERNAL",

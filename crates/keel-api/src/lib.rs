@@ -30,6 +30,9 @@
 //! | `POST /v1/api-keys` | `Ops::create_api_key` | `201` key + token (shown once) |
 //! | `POST /v1/api-keys/{id}/revoke` | `Ops::revoke_api_key` | the key (both secrets stop at once) |
 //! | `POST /v1/api-keys/{id}/rotate` (`{"expiresInSeconds": N}`) | `Ops::rotate_api_key` | key + new token (shown once) |
+//! | `POST /v1/chains/{chain}/bundler` | `AaService::rpc` | JSON-RPC 2.0 (ERC-7769) answer ([`user_ops`]) |
+//! | `POST /v1/user-operations` | `AaService::send` | `202` `{userOpHash, operationId, created}` |
+//! | `GET /v1/user-operations/{hash}` | `AaService::user_operation` | state, bundle transaction, outcome |
 //! | `GET /v1/status` (an `admin` key) | `Ops::platform_status` | Platform Status, from the database only ([`status`]) |
 //! | `GET /status` (+ `POST /status/login`, `/status/logout`) | `Ops::platform_status` | the status page (HTML; bearer or the login form's cookie; [`status`]) |
 //! | `GET /healthz`, `GET /readyz`, `GET /openapi.json` | —, `Ops::check_ready`, — | liveness, readiness, [`openapi`] |
@@ -120,6 +123,8 @@ pub mod problem;
 pub mod scope;
 // Platform Status (issue 22).
 pub mod status;
+// ERC-4337 user operations (issue 20).
+pub mod user_ops;
 // Webhooks (issue 21).
 pub mod webhooks;
 
@@ -180,6 +185,9 @@ pub struct ApiState {
     config: ApiConfig,
     /// The webhook endpoint service (issue 21); without it the webhook routes answer 404.
     webhooks: Option<keel_webhooks::Webhooks>,
+    /// The user-operation service (issue 20); without it the bundler and
+    /// `/v1/user-operations` routes answer 404.
+    user_operations: Option<keel_aa::service::AaService>,
 }
 
 impl ApiState {
@@ -192,6 +200,7 @@ impl ApiState {
             ready,
             config: ApiConfig::default(),
             webhooks: None,
+            user_operations: None,
         }
     }
 
@@ -199,6 +208,18 @@ impl ApiState {
     pub fn with_webhooks(mut self, webhooks: keel_webhooks::Webhooks) -> Self {
         self.webhooks = Some(webhooks);
         self
+    }
+
+    /// The same state serving the bundler JSON-RPC route and `/v1/user-operations`
+    /// through `service`.
+    pub fn with_user_operations(mut self, service: keel_aa::service::AaService) -> Self {
+        self.user_operations = Some(service);
+        self
+    }
+
+    /// The user-operation service, when configured.
+    pub fn user_operations(&self) -> Option<&keel_aa::service::AaService> {
+        self.user_operations.as_ref()
     }
 
     /// The webhook endpoint service, when configured.
@@ -290,6 +311,10 @@ pub fn router(state: ApiState) -> Router {
             "/v1/webhook-endpoints/{id}/deliveries",
             get(webhooks::deliveries),
         )
+        // ERC-4337 user operations (issue 20).
+        .route("/v1/chains/{chain}/bundler", post(user_ops::bundler_rpc))
+        .route("/v1/user-operations", post(user_ops::submit))
+        .route("/v1/user-operations/{hash}", get(user_ops::get))
         // Platform Status (issue 22): the JSON route; the page is merged below.
         .route("/v1/status", get(status::get_status))
         .route("/healthz", get(handlers::healthz))

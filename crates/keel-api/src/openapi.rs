@@ -344,6 +344,10 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::webhooks::test,
         crate::webhooks::deliveries,
         crate::status::get_status,
+        // ERC-4337 user operations (issue 20).
+        crate::user_ops::bundler_rpc,
+        crate::user_ops::submit,
+        crate::user_ops::get,
         handlers::healthz,
         handlers::readyz,
         handlers::openapi_json,
@@ -401,6 +405,10 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::webhooks::WebhookAttempt,
         crate::webhooks::WebhookDelivery,
         crate::webhooks::WebhookDeliveryList,
+        // ERC-4337 user operations (issue 20).
+        crate::user_ops::SubmitUserOperationRequest,
+        crate::user_ops::UserOperationAccepted,
+        crate::user_ops::UserOperationStatus,
         // Platform Status (issue 22).
         crate::status::PlatformStatus,
         crate::status::StatusThresholds,
@@ -427,6 +435,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         (name = "operations", description = "Durable operations: status, approvals, funding requests"),
         (name = "api-keys", description = "API keys of the organization: list, create, revoke, rotate (an `admin` key)"),
         (name = "webhooks", description = "Webhook endpoints: subscriptions, secret rotation, test deliveries, delivery attempts"),
+        (name = "user-operations", description = "ERC-4337 user operations: the bundler's JSON-RPC endpoint (ERC-7769) and the REST submission and status"),
         (name = "status", description = "Platform Status for operators (an `admin` key): workflows, queue, index, cluster, jobs, webhooks, from the database"),
         (name = "health", description = "Liveness, readiness and this document"),
     )

@@ -109,6 +109,10 @@ pub const ROUTES: &[RouteAccess] = &[
     key("post", "/v1/webhook-endpoints/{id}/test", Scope::Admin),
     key("get", "/v1/webhook-endpoints/{id}/deliveries", Scope::Admin),
     key("get", "/v1/status", Scope::Admin),
+    // ERC-4337 user operations (issue 20).
+    key("post", "/v1/chains/{chain}/bundler", Scope::Operate),
+    key("post", "/v1/user-operations", Scope::Operate),
+    key("get", "/v1/user-operations/{hash}", Scope::Read),
     public("/healthz"),
     public("/readyz"),
     public("/openapi.json"),

@@ -132,6 +132,12 @@ impl Env {
         }
     }
 
+    /// Serves the user-operation routes (issue 20) through `service` from now on.
+    pub(crate) fn serve_user_operations(&mut self, service: keel_aa::service::AaService) {
+        let ops = Ops::new(self.db.pool().clone(), self.engine.clone());
+        self.app = router(ApiState::new(ops, self.ready.clone()).with_user_operations(service));
+    }
+
     /// Sends one request. `body` bytes are sent as given; `content_type` when given.
     /// Fails the test unless the answer matches the OpenAPI document (its path, method
     /// and status declared, its body valid against the declared schema).

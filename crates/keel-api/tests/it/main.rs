@@ -18,3 +18,5 @@ mod scopes;
 mod status;
 // Webhooks (issue 21).
 mod webhooks;
+// ERC-4337 user operations (issue 20).
+mod user_ops;

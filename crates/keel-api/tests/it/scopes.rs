@@ -13,6 +13,8 @@ use uuid::Uuid;
 fn concrete(path: &str) -> String {
     path.replace("{id}", &Uuid::new_v4().to_string())
         .replace("{address}", RECIPIENT)
+        .replace("{chain}", "31337")
+        .replace("{hash}", &format!("0x{}", "ab".repeat(32)))
 }
 
 #[tokio::test]

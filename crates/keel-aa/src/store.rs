@@ -1,0 +1,553 @@
+//! SQL of keel-aa's tables (`migrations/0045_aa_user_operations.sql`):
+//! `aa_user_operation`, `aa_bundle`, `aa_sponsorship_spend`.
+//!
+//! Every function is one statement named noun-first and takes an executor, so the
+//! workflow and the bundler compose them in one transaction (a state change and the
+//! signal that reports it commit together). Rows come back holding database types
+//! (`i64` chain ids, 20/32-byte `Vec<u8>` addresses and hashes, decimal strings for
+//! uint256 values). Updates are guarded by the state they leave: a repeated call
+//! changes nothing and says so (`false` / 0 rows).
+
+use keel_store::StoreError;
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+/// `Result` of the store functions: every failure is a classified [`StoreError`].
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// States of `aa_user_operation.state`.
+pub mod state {
+    /// Recorded by the workflow's first step; not validated yet.
+    pub const ACCEPTED: &str = "accepted";
+    /// Validated and (when a policy applies) sponsored: waiting for a bundle.
+    pub const READY: &str = "ready";
+    /// In a bundle whose queue request has no handled verdict yet.
+    pub const BUNDLED: &str = "bundled";
+    /// Its `UserOperationEvent` is in a confirmed bundle (the call may have reverted:
+    /// see `success`).
+    pub const INCLUDED: &str = "included";
+    /// Refused (validation, policy, or alone in a bundle simulation); see `error_code`.
+    pub const FAILED: &str = "failed";
+    /// Its nonce was used by an inclusion that is not ours.
+    pub const NONCE_USED_ELSEWHERE: &str = "nonce_used_elsewhere";
+}
+
+/// One `aa_user_operation` row.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct UserOperationRow {
+    /// Chain id.
+    pub chain_id: i64,
+    /// The v0.8 operation hash (32 bytes).
+    pub user_op_hash: Vec<u8>,
+    /// The organization that submitted it, when known.
+    pub organization_id: Option<Uuid>,
+    /// The account (20 bytes).
+    pub sender: Vec<u8>,
+    /// The nonce, decimal string of a uint256.
+    pub nonce: String,
+    /// The ERC-7769 JSON form of the operation.
+    pub user_operation: serde_json::Value,
+    /// The journaled [`crate::Resolution`] as JSON.
+    pub resolution: serde_json::Value,
+    /// The `aa.user-operation` workflow instance.
+    pub instance_id: Uuid,
+    /// One of [`state`].
+    pub state: String,
+    /// The bundle it is (or last was) in.
+    pub bundle_id: Option<Uuid>,
+    /// Maximum cost granted by the sponsorship policy, wei (decimal).
+    pub sponsored_wei: Option<String>,
+    /// Whether the execution call succeeded (included only).
+    pub success: Option<bool>,
+    /// What the paymaster or account paid, wei (decimal).
+    pub actual_gas_cost: Option<String>,
+    /// Gas charged, gas units (decimal).
+    pub actual_gas_used: Option<String>,
+    /// Revert data of the execution call.
+    pub revert_reason: Option<Vec<u8>>,
+    /// The bundle transaction (32 bytes).
+    pub tx_hash: Option<Vec<u8>>,
+    /// Its block number.
+    pub block_number: Option<i64>,
+    /// Its block hash (32 bytes).
+    pub block_hash: Option<Vec<u8>>,
+    /// ERC-7769 error code of a refusal.
+    pub error_code: Option<i32>,
+    /// The refusal's reason (`AA31 paymaster deposit too low`, `SPONSOR_…`).
+    pub error_reason: Option<String>,
+    /// When it was recorded.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// Last change.
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+macro_rules! user_op_columns {
+    () => {
+        "chain_id, user_op_hash, organization_id, sender, nonce, \
+    user_operation, resolution, instance_id, state, bundle_id, sponsored_wei, success, \
+    actual_gas_cost, actual_gas_used, revert_reason, tx_hash, block_number, block_hash, \
+    error_code, error_reason, created_at, updated_at"
+    };
+}
+
+/// A new `aa_user_operation` row (state `accepted`).
+#[derive(Debug, Clone, Copy)]
+pub struct NewUserOperation<'a> {
+    /// Chain id.
+    pub chain_id: i64,
+    /// The operation hash (32 bytes).
+    pub user_op_hash: &'a [u8],
+    /// The organization, when known.
+    pub organization_id: Option<Uuid>,
+    /// The account (20 bytes).
+    pub sender: &'a [u8],
+    /// The nonce (decimal).
+    pub nonce: &'a str,
+    /// The ERC-7769 JSON form.
+    pub user_operation: &'a serde_json::Value,
+    /// The resolution (JSON).
+    pub resolution: &'a serde_json::Value,
+    /// The workflow instance.
+    pub instance_id: Uuid,
+}
+
+/// Inserts `row` unless the (chain, hash) exists; true when it was inserted.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_insert(
+    db: impl PgExecutor<'_>,
+    row: &NewUserOperation<'_>,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "INSERT INTO aa_user_operation (chain_id, user_op_hash, organization_id, sender, nonce, \
+         user_operation, resolution, instance_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         ON CONFLICT (chain_id, user_op_hash) DO NOTHING",
+    )
+    .bind(row.chain_id)
+    .bind(row.user_op_hash)
+    .bind(row.organization_id)
+    .bind(row.sender)
+    .bind(row.nonce)
+    .bind(row.user_operation)
+    .bind(row.resolution)
+    .bind(row.instance_id)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// The row of (chain, hash), if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_get(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    user_op_hash: &[u8],
+) -> StoreResult<Option<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation WHERE chain_id = $1 AND user_op_hash = $2"
+    ))
+    .bind(chain_id)
+    .bind(user_op_hash)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// The row of `user_op_hash` on any chain (the hash's EIP-712 domain names its chain, so
+/// at most one row in practice; the oldest when not), if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_by_hash(
+    db: impl PgExecutor<'_>,
+    user_op_hash: &[u8],
+) -> StoreResult<Option<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation WHERE user_op_hash = $1 ORDER BY created_at LIMIT 1"
+    ))
+    .bind(user_op_hash)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// `accepted` → `ready`, recording the sponsorship granted (wei, decimal); false when
+/// the row was not `accepted`.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_set_ready(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    user_op_hash: &[u8],
+    sponsored_wei: Option<&str>,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_user_operation SET state = 'ready', sponsored_wei = $3, updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 AND state = 'accepted'",
+    )
+    .bind(chain_id)
+    .bind(user_op_hash)
+    .bind(sponsored_wei)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Ends a non-terminal operation in `end_state` ([`state::FAILED`] or
+/// [`state::NONCE_USED_ELSEWHERE`]) with an ERC-7769 code and a value-free reason;
+/// false when it had ended already.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_end(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    user_op_hash: &[u8],
+    end_state: &str,
+    error_code: i32,
+    error_reason: &str,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_user_operation SET state = $3, error_code = $4, error_reason = left($5, 200), \
+         updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 AND state IN ('accepted', 'ready', 'bundled')",
+    )
+    .bind(chain_id)
+    .bind(user_op_hash)
+    .bind(end_state)
+    .bind(error_code)
+    .bind(error_reason)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Up to `limit` `ready` operations of `chain_id`, oldest first.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operations_ready(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    limit: i64,
+) -> StoreResult<Vec<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation WHERE chain_id = $1 AND state = 'ready' \
+         ORDER BY created_at, user_op_hash LIMIT $2"
+    ))
+    .bind(chain_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// `ready` → `bundled` in `bundle_id` for `hashes`; the number of rows moved.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operations_bundle(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    hashes: &[Vec<u8>],
+    bundle_id: Uuid,
+) -> StoreResult<u64> {
+    let r = sqlx::query(
+        "UPDATE aa_user_operation SET state = 'bundled', bundle_id = $3, updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = ANY($2) AND state = 'ready'",
+    )
+    .bind(chain_id)
+    .bind(hashes)
+    .bind(bundle_id)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// The operations `bundled` in `bundle_id`, ordered by instance id (the order their
+/// signals are recorded in, so two transactions lock instances alike).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operations_in_bundle(
+    db: impl PgExecutor<'_>,
+    bundle_id: Uuid,
+) -> StoreResult<Vec<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation \
+         WHERE bundle_id = $1 AND state = 'bundled' ORDER BY instance_id"
+    ))
+    .bind(bundle_id)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The outcome of an included operation.
+#[derive(Debug, Clone, Copy)]
+pub struct Inclusion<'a> {
+    /// Whether the execution call succeeded.
+    pub success: bool,
+    /// Wei, decimal.
+    pub actual_gas_cost: &'a str,
+    /// Gas units, decimal.
+    pub actual_gas_used: &'a str,
+    /// Revert data of the execution call.
+    pub revert_reason: Option<&'a [u8]>,
+    /// The bundle transaction.
+    pub tx_hash: &'a [u8],
+    /// Its block.
+    pub block_number: i64,
+    /// Its block hash.
+    pub block_hash: Option<&'a [u8]>,
+}
+
+/// `bundled` (in `bundle_id`) → `included` with `inc`; false when it was not.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_include(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    user_op_hash: &[u8],
+    bundle_id: Uuid,
+    inc: &Inclusion<'_>,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_user_operation SET state = 'included', success = $4, actual_gas_cost = $5, \
+         actual_gas_used = $6, revert_reason = $7, tx_hash = $8, block_number = $9, \
+         block_hash = $10, updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 AND bundle_id = $3 AND state = 'bundled'",
+    )
+    .bind(chain_id)
+    .bind(user_op_hash)
+    .bind(bundle_id)
+    .bind(inc.success)
+    .bind(inc.actual_gas_cost)
+    .bind(inc.actual_gas_used)
+    .bind(inc.revert_reason)
+    .bind(inc.tx_hash)
+    .bind(inc.block_number)
+    .bind(inc.block_hash)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// `bundled` (in `bundle_id`) → `ready`: back in flight for the next bundle (its
+/// bundle failed, or did not hold it); false when it was not.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_unbundle(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    user_op_hash: &[u8],
+    bundle_id: Uuid,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_user_operation SET state = 'ready', updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 AND bundle_id = $3 AND state = 'bundled'",
+    )
+    .bind(chain_id)
+    .bind(user_op_hash)
+    .bind(bundle_id)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Operations of every chain in a non-terminal state recorded before `older_than`
+/// seconds ago, per state (the bundler watchdog's read).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operations_stale(
+    db: impl PgExecutor<'_>,
+    older_than_seconds: i64,
+) -> StoreResult<Vec<(i64, String, i64)>> {
+    Ok(sqlx::query_as(
+        "SELECT chain_id, state, count(*) FROM aa_user_operation \
+         WHERE state IN ('accepted', 'ready', 'bundled') \
+           AND created_at < now() - make_interval(secs => $1) \
+         GROUP BY chain_id, state ORDER BY chain_id, state",
+    )
+    .bind(older_than_seconds as f64)
+    .fetch_all(db)
+    .await?)
+}
+
+/// One `aa_bundle` row.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct BundleRow {
+    /// The bundle id (queue key `aa-bundle:<id>`).
+    pub id: Uuid,
+    /// Chain id.
+    pub chain_id: i64,
+    /// The resolved EntryPoint it calls (20 bytes).
+    pub entry_point: Vec<u8>,
+    /// Its queue request.
+    pub txq_request_id: Uuid,
+    /// Operation hashes in bundle order.
+    pub user_op_hashes: Vec<Vec<u8>>,
+    /// `submitted`, `included` or `failed`.
+    pub state: String,
+    /// The transaction that settled it.
+    pub tx_hash: Option<Vec<u8>>,
+    /// Its block.
+    pub block_number: Option<i64>,
+    /// Its block hash.
+    pub block_hash: Option<Vec<u8>>,
+}
+
+macro_rules! bundle_columns {
+    () => {
+        "id, chain_id, entry_point, txq_request_id, user_op_hashes, state, tx_hash, block_number, block_hash"
+    };
+}
+
+/// Inserts a `submitted` bundle.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn bundle_insert(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    chain_id: i64,
+    entry_point: &[u8],
+    txq_request_id: Uuid,
+    user_op_hashes: &[Vec<u8>],
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO aa_bundle (id, chain_id, entry_point, txq_request_id, user_op_hashes) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(id)
+    .bind(chain_id)
+    .bind(entry_point)
+    .bind(txq_request_id)
+    .bind(user_op_hashes)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The `submitted` bundles of `chain_id`, oldest first.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn bundles_submitted(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+) -> StoreResult<Vec<BundleRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        bundle_columns!(),
+        " FROM aa_bundle WHERE chain_id = $1 AND state = 'submitted' \
+         ORDER BY created_at, id"
+    ))
+    .bind(chain_id)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The bundle `id`, if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn bundle_get(db: impl PgExecutor<'_>, id: Uuid) -> StoreResult<Option<BundleRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        bundle_columns!(),
+        " FROM aa_bundle WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// `submitted` → `end_state` (`included` or `failed`) with the settling transaction;
+/// false when it was not `submitted`.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn bundle_settle(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    end_state: &str,
+    tx_hash: Option<&[u8]>,
+    block_number: Option<i64>,
+    block_hash: Option<&[u8]>,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_bundle SET state = $2, tx_hash = $3, block_number = $4, block_hash = $5, \
+         updated_at = now() WHERE id = $1 AND state = 'submitted'",
+    )
+    .bind(id)
+    .bind(end_state)
+    .bind(tx_hash)
+    .bind(block_number)
+    .bind(block_hash)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Wei the policy granted to `organization_id` on `chain_id` on UTC `day` (decimal
+/// string; "0" without a row).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn sponsorship_spend_get(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    chain_id: i64,
+    day: chrono::NaiveDate,
+) -> StoreResult<String> {
+    let v: Option<String> = sqlx::query_scalar(
+        "SELECT granted_wei::text FROM aa_sponsorship_spend \
+         WHERE organization_id = $1 AND chain_id = $2 AND day = $3",
+    )
+    .bind(organization_id)
+    .bind(chain_id)
+    .bind(day)
+    .fetch_optional(db)
+    .await?;
+    Ok(v.unwrap_or_else(|| "0".to_owned()))
+}
+
+/// Adds `wei` (decimal) to the day's grant of `organization_id` on `chain_id`; the new
+/// total (decimal).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn sponsorship_spend_add(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    chain_id: i64,
+    day: chrono::NaiveDate,
+    wei: &str,
+) -> StoreResult<String> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO aa_sponsorship_spend (organization_id, chain_id, day, granted_wei) \
+         VALUES ($1, $2, $3, $4::numeric) \
+         ON CONFLICT (organization_id, chain_id, day) DO UPDATE \
+           SET granted_wei = aa_sponsorship_spend.granted_wei + EXCLUDED.granted_wei, \
+               updated_at = now() \
+         RETURNING granted_wei::text",
+    )
+    .bind(organization_id)
+    .bind(chain_id)
+    .bind(day)
+    .bind(wei)
+    .fetch_one(db)
+    .await?)
+}

@@ -1,0 +1,245 @@
+//! Durability of the user-operation flow under real process kills: the runner
+//! (executor + bundler + queue, `keel-aa-crash-worker`) is SIGKILLed after the bundle was
+//! enqueued and before it was sent, then after it was mined and before its verdict;
+//! every operation lands exactly once and is reported once.
+
+mod common;
+
+use alloy::primitives::{Address, B256, U256, aliases::U192};
+use alloy::providers::Provider;
+use alloy::rpc::types::Filter;
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol_types::SolEvent;
+use anvil_tests::keel_abi::erc4337::IEntryPointV08;
+use common::{AaChain, ETHER};
+use keel_aa::flow::{self, AaChain as FlowChain, AaEnv, OutcomeSignal};
+use keel_durable::{Engine, EngineConfig, RunStatus};
+use keel_store::testing::TestDatabase;
+use keel_txq::{TxQueue, TxQueueConfig};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Worker(Child);
+
+impl Worker {
+    fn start(db: &TestDatabase, aa: &AaChain, mode: &str, confirmations: u64) -> Self {
+        let key = aa.chain.signer(1).unwrap().to_bytes();
+        let child = Command::new(env!("CARGO_BIN_EXE_keel-aa-crash-worker"))
+            .env("KEEL_AA_DB", db.url())
+            .env("KEEL_AA_RPC", aa.chain.endpoint().to_string())
+            .env("KEEL_AA_CHAIN_ID", aa.chain.chain_id().to_string())
+            .env("KEEL_AA_DIRECTORY", aa.deployed.directory.to_string())
+            .env("KEEL_AA_KEY", key.to_string())
+            .env("KEEL_AA_MODE", mode)
+            .env("KEEL_AA_CONFIRMATIONS", confirmations.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+
+    fn kill(mut self) {
+        self.0.kill().unwrap(); // SIGKILL
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn count(db: &TestDatabase, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(db.pool()).await.unwrap()
+}
+
+/// Polls `probe` (a database or chain read) until it holds; 60 s at most.
+async fn until<F, Fut>(what: &str, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..600 {
+        if probe().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn kill_9_between_bundle_enqueue_and_verdict_loses_nothing_and_doubles_nothing()
+-> anyhow::Result<()> {
+    const N: u64 = 5;
+    let aa = AaChain::start().await?;
+    let db = TestDatabase::create().await?;
+    keel_store::migrate(db.pool()).await?;
+    // The test's own engine and env accept operations; the worker runs them.
+    let pool = Arc::new(common::pool(&aa.chain, aa.chain.endpoint().as_str()));
+    let queue = Arc::new(TxQueue::new(
+        db.pool().clone(),
+        pool.clone(),
+        TxQueueConfig::default(),
+    )?);
+    let env = AaEnv {
+        db: db.pool().clone(),
+        chains: [(
+            aa.chain.chain_id(),
+            FlowChain {
+                pool,
+                queue,
+                directory: aa.deployed.directory,
+                bundler: aa.chain.account(1)?,
+                policy: None,
+            },
+        )]
+        .into_iter()
+        .collect(),
+    };
+    let engine = Engine::new(db.pool().clone(), EngineConfig::default())?;
+    let recipient = Address::with_last_byte(0x75);
+    let mut accepted: Vec<(Address, B256, uuid::Uuid)> = Vec::new();
+    for i in 0..N {
+        let owner = PrivateKeySigner::random();
+        let sender = aa.account_of(owner.address()).await?;
+        aa.mint(sender, U256::from(100u64) * U256::from(ETHER))
+            .await?;
+        let op = aa.transfer_op(
+            owner.address(),
+            sender,
+            0,
+            true,
+            recipient,
+            U256::from(1 + i) * U256::from(ETHER),
+        );
+        let (packed, hash) = aa.sponsor_and_sign(op, &aa.sponsor, &owner).await?;
+        let s = flow::submit(
+            &env,
+            &engine,
+            aa.chain.chain_id(),
+            aa.ep().address(),
+            packed.unpack()?,
+            None,
+        )
+        .await?;
+        accepted.push((sender, hash, s.instance_id));
+    }
+
+    // Phase 1: the runner validates and bundles, but its queue does not run: killed with
+    // the bundle enqueued and nothing sent.
+    let w = Worker::start(&db, &aa, "no-queue", 3);
+    until("a bundle of every operation", || async {
+        count(
+            &db,
+            "SELECT count(*) FROM aa_user_operation WHERE state = 'bundled'",
+        )
+        .await
+            == N as i64
+    })
+    .await;
+    w.kill();
+    // Operations become ready one by one: one or more bundles, all enqueued, none sent.
+    let bundles = count(&db, "SELECT count(*) FROM aa_bundle").await;
+    assert!((1..=N as i64).contains(&bundles));
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM txq_request").await,
+        bundles
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM txq_request WHERE state <> 'queued'"
+        )
+        .await,
+        0
+    );
+    let ep = IEntryPointV08::new(aa.ep().address(), aa.provider().clone());
+    for (sender, ..) in &accepted {
+        assert_eq!(ep.getNonce(*sender, U192::ZERO).call().await?, U256::ZERO);
+    }
+
+    // Phase 2: restarted with its queue; killed once the bundle is mined (automine) but
+    // before the queue's depth of 3 blocks gave a verdict.
+    let w = Worker::start(&db, &aa, "full", 3);
+    until("every bundle on chain", || async {
+        for (sender, ..) in &accepted {
+            if ep.getNonce(*sender, U192::ZERO).call().await.ok() != Some(U256::from(1)) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    w.kill();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM aa_user_operation WHERE state = 'bundled'"
+        )
+        .await,
+        N as i64,
+        "no verdict yet"
+    );
+
+    // Phase 3: restarted; blocks are mined until every operation is reported.
+    let _w = Worker::start(&db, &aa, "full", 3);
+    for (_, _, id) in &accepted {
+        let mut done = None;
+        for _ in 0..120 {
+            if let Some(s) = engine.await_terminal(*id, Duration::from_secs(1)).await? {
+                done = Some(s);
+                break;
+            }
+            aa.chain.mine().await?;
+        }
+        let s = done.expect("every operation ends");
+        assert_eq!(s.status, RunStatus::Completed, "{s:?}");
+        let out: OutcomeSignal = serde_json::from_value(s.output.clone().unwrap())?;
+        assert_eq!(out.success, Some(true));
+    }
+    // On chain: each account used nonce 0 once, each hash has one UserOperationEvent,
+    // the recipient got each amount once; no bundle or queue request was added.
+    let mut total = U256::ZERO;
+    for (i, (sender, hash, _)) in accepted.iter().enumerate() {
+        assert_eq!(
+            ep.getNonce(*sender, U192::ZERO).call().await?,
+            U256::from(1)
+        );
+        let filter = Filter::new()
+            .address(aa.ep().address())
+            .event_signature(IEntryPointV08::UserOperationEvent::SIGNATURE_HASH)
+            .topic1(*hash)
+            .from_block(0);
+        assert_eq!(aa.provider().get_logs(&filter).await?.len(), 1);
+        total += U256::from(1 + i as u64) * U256::from(ETHER);
+    }
+    assert_eq!(aa.token_balance(recipient).await?, total);
+    assert_eq!(count(&db, "SELECT count(*) FROM aa_bundle").await, bundles);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM txq_request").await,
+        bundles
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM aa_user_operation WHERE state = 'included'"
+        )
+        .await,
+        N as i64
+    );
+    // Reported once: one outcome signal per instance.
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM durable_signal WHERE name = 'aa.outcome'"
+        )
+        .await,
+        N as i64
+    );
+    Ok(())
+}

@@ -1,0 +1,801 @@
+//! The durable user-operation flow against real Anvil (EntryPoint v0.8) and real
+//! PostgreSQL: the `aa.user-operation` workflow, the bundler on the transaction queue.
+
+mod common;
+
+use alloy::primitives::{Address, B256, U256, aliases::U192};
+use alloy::providers::Provider;
+use alloy::rpc::types::Filter;
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol_types::SolEvent;
+use anvil_tests::keel_abi::bindings::AssetToken;
+use anvil_tests::keel_abi::erc4337::IEntryPointV08;
+use common::{AaChain, ETHER};
+use keel_aa::bundler::{Bundler, BundlerConfig};
+use keel_aa::flow::{self, AaChain as FlowChain, AaEnv, AaFailure, OutcomeSignal};
+use keel_aa::policy::{AccountRule, SponsorshipPolicy, TargetRule};
+use keel_aa::store;
+use keel_aa::{UserOperation, user_operation_receipt};
+use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle, RunStatus};
+use keel_store::testing::TestDatabase;
+use keel_txq::{LocalSigner, TxQueue, TxQueueConfig};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// A chain, a database, the queue (bundler = dev account 1), the engine and its executor,
+/// and the bundler service (started by [`Flow::start_bundler`]).
+struct Flow {
+    aa: AaChain,
+    db: TestDatabase,
+    env: Arc<AaEnv>,
+    engine: Engine,
+    executor: Option<ExecutorHandle>,
+    cancel: CancellationToken,
+}
+
+impl Flow {
+    async fn start(confirmations: u64) -> anyhow::Result<Self> {
+        let aa = AaChain::start().await?;
+        Self::on(aa, confirmations, None).await
+    }
+
+    async fn on(
+        aa: AaChain,
+        confirmations: u64,
+        policy: Option<SponsorshipPolicy>,
+    ) -> anyhow::Result<Self> {
+        let db = TestDatabase::create().await?;
+        keel_store::migrate(db.pool()).await?;
+        let pool = Arc::new(common::pool(&aa.chain, aa.chain.endpoint().as_str()));
+        let mut queue = TxQueue::new(
+            db.pool().clone(),
+            pool.clone(),
+            TxQueueConfig {
+                confirmations,
+                poll_interval: Duration::from_millis(50),
+                ..TxQueueConfig::default()
+            },
+        )?;
+        queue.add_signer(Arc::new(LocalSigner::new(aa.chain.signer(1)?.clone())));
+        let queue = Arc::new(queue);
+        let env = Arc::new(AaEnv {
+            db: db.pool().clone(),
+            chains: [(
+                aa.chain.chain_id(),
+                FlowChain {
+                    pool,
+                    queue,
+                    directory: aa.deployed.directory,
+                    bundler: aa.chain.account(1)?,
+                    policy,
+                },
+            )]
+            .into_iter()
+            .collect(),
+        });
+        let engine = flow::register(
+            Engine::new(db.pool().clone(), EngineConfig::default())?,
+            env.clone(),
+        );
+        let executor = engine.spawn_executor(ExecutorConfig {
+            poll_interval: Duration::from_millis(50),
+            ..ExecutorConfig::default()
+        })?;
+        Ok(Self {
+            aa,
+            db,
+            env,
+            engine,
+            executor: Some(executor),
+            cancel: CancellationToken::new(),
+        })
+    }
+
+    fn chain_id(&self) -> u64 {
+        self.aa.chain.chain_id()
+    }
+
+    fn queue(&self) -> Arc<TxQueue> {
+        self.env.chains[&self.chain_id()].queue.clone()
+    }
+
+    /// Runs the queue's loops and the bundler until the test ends.
+    fn start_queue_and_bundler(&self) -> anyhow::Result<()> {
+        let queue = self.queue();
+        let cancel = self.cancel.clone();
+        tokio::spawn(async move { queue.run(cancel).await });
+        self.start_bundler()
+    }
+
+    fn start_bundler(&self) -> anyhow::Result<()> {
+        let bundler = Bundler::new(
+            self.env.clone(),
+            self.engine.clone(),
+            self.chain_id(),
+            BundlerConfig::default(),
+        )?;
+        tokio::spawn(keel_service::run(
+            bundler,
+            keel_service::ServiceConfig::new(Duration::from_millis(100)),
+            self.cancel.clone(),
+        ));
+        Ok(())
+    }
+
+    /// A fresh SimpleAccount (created by the operation's initCode, no ETH) holding
+    /// `tokens` whole tokens; its owner.
+    async fn account(&self, tokens: u64) -> anyhow::Result<(PrivateKeySigner, Address)> {
+        let owner = PrivateKeySigner::random();
+        let sender = self.aa.account_of(owner.address()).await?;
+        self.aa
+            .mint(sender, U256::from(tokens) * U256::from(ETHER))
+            .await?;
+        Ok((owner, sender))
+    }
+
+    /// A sponsored, signed transfer of `amount` whole tokens from `sender` (nonce
+    /// `nonce`, created through initCode when `nonce` is 0) to `to`.
+    async fn transfer(
+        &self,
+        owner: &PrivateKeySigner,
+        sender: Address,
+        nonce: u64,
+        to: Address,
+        amount: u64,
+    ) -> anyhow::Result<(UserOperation, B256)> {
+        let op = self.aa.transfer_op(
+            owner.address(),
+            sender,
+            nonce,
+            nonce == 0,
+            to,
+            U256::from(amount) * U256::from(ETHER),
+        );
+        let (packed, hash) = self
+            .aa
+            .sponsor_and_sign(op, &self.aa.sponsor, owner)
+            .await?;
+        Ok((packed.unpack()?, hash))
+    }
+
+    async fn submit(&self, op: UserOperation) -> anyhow::Result<flow::Submitted> {
+        Ok(self.submit_as(op, None).await?)
+    }
+
+    async fn submit_as(
+        &self,
+        op: UserOperation,
+        organization: Option<Uuid>,
+    ) -> Result<flow::Submitted, flow::SubmitError> {
+        flow::submit(
+            &self.env,
+            &self.engine,
+            self.chain_id(),
+            self.aa.ep().address(),
+            op,
+            organization,
+        )
+        .await
+    }
+
+    /// Waits for the instance's end (mining a block per second of waiting when `mine`,
+    /// for confirmation depths above 1).
+    async fn settled(&self, id: Uuid, mine: bool) -> anyhow::Result<keel_durable::InstanceStatus> {
+        for _ in 0..180 {
+            if let Some(s) = self
+                .engine
+                .await_terminal(id, Duration::from_secs(1))
+                .await?
+            {
+                return Ok(s);
+            }
+            if mine {
+                self.aa.chain.mine().await?;
+            }
+        }
+        anyhow::bail!("instance {id} did not end")
+    }
+
+    async fn ep_nonce(&self, sender: Address) -> anyhow::Result<U256> {
+        let ep = IEntryPointV08::new(self.aa.ep().address(), self.aa.provider().clone());
+        Ok(ep.getNonce(sender, U192::ZERO).call().await?)
+    }
+
+    /// How many `UserOperationEvent`s of `hash` the canonical chain holds.
+    async fn events_of(&self, hash: B256) -> anyhow::Result<usize> {
+        let filter = Filter::new()
+            .address(self.aa.ep().address())
+            .event_signature(IEntryPointV08::UserOperationEvent::SIGNATURE_HASH)
+            .topic1(hash)
+            .from_block(0);
+        Ok(self.aa.provider().get_logs(&filter).await?.len())
+    }
+
+    async fn row(&self, hash: B256) -> anyhow::Result<store::UserOperationRow> {
+        store::user_operation_get(self.db.pool(), self.chain_id() as i64, hash.as_slice())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no row for {hash}"))
+    }
+
+    async fn count(&self, sql: &'static str) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar(sql).fetch_one(self.db.pool()).await?)
+    }
+
+    async fn shutdown(mut self) {
+        self.cancel.cancel();
+        if let Some(e) = self.executor.take() {
+            e.shutdown().await;
+        }
+    }
+}
+
+fn output(s: &keel_durable::InstanceStatus) -> OutcomeSignal {
+    serde_json::from_value(s.output.clone().expect("completed with an output")).unwrap()
+}
+
+fn failure(s: &keel_durable::InstanceStatus) -> AaFailure {
+    let detail = s
+        .error
+        .as_ref()
+        .and_then(|e| e.detail.clone())
+        .expect("typed failure");
+    serde_json::from_value(detail).unwrap()
+}
+
+#[tokio::test]
+async fn twenty_sponsored_operations_from_fresh_accounts_land_exactly_once() -> anyhow::Result<()> {
+    const N: u64 = 20;
+    let f = Flow::start(1).await?;
+    let recipient = Address::with_last_byte(0x71);
+    let mut accepted = Vec::new();
+    for i in 0..N {
+        let (owner, sender) = f.account(1_000).await?;
+        assert_eq!(f.aa.provider().get_balance(sender).await?, U256::ZERO);
+        let (op, hash) = f.transfer(&owner, sender, 0, recipient, 1 + i).await?;
+        let s = f.submit(op.clone()).await?;
+        assert_eq!(s.user_op_hash, hash);
+        assert!(s.created);
+        // A resend of the same operation joins the same instance, same hash.
+        let again = f.submit(op).await?;
+        assert_eq!(again.user_op_hash, hash);
+        assert_eq!(again.instance_id, s.instance_id);
+        assert!(!again.created);
+        accepted.push((sender, hash, s.instance_id, 1 + i));
+    }
+    // Validated and ready before the bundler runs: they go out together.
+    for (_, hash, ..) in &accepted {
+        for _ in 0..200 {
+            if f.row(*hash).await?.state == store::state::READY {
+                break;
+            }
+            f.engine.await_idle(Duration::from_secs(5)).await.ok();
+        }
+        assert_eq!(f.row(*hash).await?.state, store::state::READY);
+    }
+    f.start_queue_and_bundler()?;
+
+    let mut txs = std::collections::HashSet::new();
+    for (sender, hash, id, amount) in &accepted {
+        let s = f.settled(*id, false).await?;
+        assert_eq!(s.status, RunStatus::Completed, "{s:?}");
+        let out = output(&s);
+        assert_eq!(out.state, "included");
+        assert_eq!(out.success, Some(true));
+        let tx = out.tx_hash.expect("bundle tx");
+        txs.insert(tx);
+        // On chain: the account exists, used nonce 0 exactly once, still holds no ETH,
+        // and sent exactly its amount.
+        assert_eq!(f.ep_nonce(*sender).await?, U256::from(1));
+        assert_eq!(f.events_of(*hash).await?, 1);
+        assert_eq!(f.aa.provider().get_balance(*sender).await?, U256::ZERO);
+        assert_eq!(
+            f.aa.token_balance(*sender).await?,
+            U256::from(1_000 - amount) * U256::from(ETHER)
+        );
+        // The receipt of this hash holds only its own Transfer.
+        let receipt =
+            f.aa.provider()
+                .get_transaction_receipt(tx)
+                .await?
+                .expect("mined");
+        let r = user_operation_receipt(&receipt, f.aa.ep(), *hash).expect("in its bundle");
+        let transfers: Vec<_> = r
+            .logs
+            .iter()
+            .filter_map(|l| l.log_decode::<AssetToken::Transfer>().ok())
+            .collect();
+        assert_eq!(transfers.len(), 1);
+        assert_eq!(transfers[0].inner.data.from, *sender);
+        let row = f.row(*hash).await?;
+        assert_eq!(row.state, store::state::INCLUDED);
+        assert_eq!(
+            row.actual_gas_cost,
+            Some(r.actual_gas_cost.get().to_string())
+        );
+        assert_eq!(row.tx_hash.as_deref(), Some(tx.as_slice()));
+    }
+    let total: u64 = (1..=N).sum();
+    assert_eq!(
+        f.aa.token_balance(recipient).await?,
+        U256::from(total) * U256::from(ETHER)
+    );
+    // Bundled together: one bundle (the bundler takes up to 32, one per sender).
+    assert_eq!(txs.len(), 1, "one handleOps transaction");
+    assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 1);
+    assert_eq!(
+        f.count("SELECT count(*) FROM aa_bundle WHERE state = 'included'")
+            .await?,
+        1
+    );
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_depleted_paymaster_deposit_is_refused_aa31_before_submission() -> anyhow::Result<()> {
+    let mut aa = AaChain::start().await?;
+    let empty = anvil_tests::keel_abi::platform::deploy_sponsor_paymaster(
+        aa.provider(),
+        aa.deployed.directory,
+        aa.ep().address(),
+        aa.sponsor.address(),
+        U256::ZERO,
+    )
+    .await?;
+    aa.paymaster = empty.address;
+    let f = Flow::on(aa, 1, None).await?;
+    f.start_queue_and_bundler()?;
+    let (owner, sender) = f.account(10).await?;
+    let (op, hash) = f
+        .transfer(&owner, sender, 0, Address::with_last_byte(0x72), 1)
+        .await?;
+    let s = f.submit(op).await?;
+    let st = f.settled(s.instance_id, false).await?;
+    assert_eq!(st.status, RunStatus::Failed);
+    let fail = failure(&st);
+    assert_eq!(fail.code, -32508, "{fail:?}");
+    assert!(fail.reason.starts_with("AA31"), "{fail:?}");
+    let row = f.row(hash).await?;
+    assert_eq!(row.state, store::state::FAILED);
+    assert_eq!(row.error_code, Some(-32508));
+    // Nothing was submitted: no bundle, no queue request, no inclusion on chain.
+    assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 0);
+    assert_eq!(f.count("SELECT count(*) FROM txq_request").await?, 0);
+    assert_eq!(f.ep_nonce(sender).await?, U256::ZERO);
+    assert!(f.aa.provider().get_code_at(sender).await?.is_empty());
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_operation_failing_in_the_bundle_fails_alone_and_the_others_land() -> anyhow::Result<()>
+{
+    let f = Flow::start(1).await?;
+    let recipient = Address::with_last_byte(0x73);
+    let (owner_a, sender_a) = f.account(100).await?;
+    let (owner_b, sender_b) = f.account(100).await?;
+    let (op_a, hash_a) = f.transfer(&owner_a, sender_a, 0, recipient, 10).await?;
+    let (op_b, hash_b) = f.transfer(&owner_b, sender_b, 0, recipient, 20).await?;
+    let a = f.submit(op_a).await?;
+    let b = f.submit(op_b).await?;
+    for h in [hash_a, hash_b] {
+        for _ in 0..200 {
+            if f.row(h).await?.state == store::state::READY {
+                break;
+            }
+            f.engine.await_idle(Duration::from_secs(5)).await.ok();
+        }
+        assert_eq!(f.row(h).await?.state, store::state::READY);
+    }
+    // Before the bundler runs, A's nonce 0 is used by another operation of A's account
+    // sent directly to the EntryPoint (another bundler).
+    let (other, _) =
+        f.aa.sponsor_and_sign(
+            f.aa.transfer_op(
+                owner_a.address(),
+                sender_a,
+                0,
+                true,
+                recipient,
+                U256::from(1u64) * U256::from(ETHER),
+            ),
+            &f.aa.sponsor,
+            &owner_a,
+        )
+        .await?;
+    f.aa.handle_ops(&[other]).await?;
+    f.start_queue_and_bundler()?;
+
+    let sa = f.settled(a.instance_id, false).await?;
+    assert_eq!(sa.status, RunStatus::Failed);
+    let fail = failure(&sa);
+    assert!(fail.reason.starts_with("AA"), "{fail:?}");
+    assert_eq!(fail.code, -32500);
+    let sb = f.settled(b.instance_id, false).await?;
+    assert_eq!(sb.status, RunStatus::Completed, "{sb:?}");
+    assert_eq!(output(&sb).success, Some(true));
+    // On chain: A's own operation never landed, B's did, once.
+    assert_eq!(f.events_of(hash_a).await?, 0);
+    assert_eq!(f.events_of(hash_b).await?, 1);
+    assert_eq!(f.ep_nonce(sender_a).await?, U256::from(1));
+    assert_eq!(f.ep_nonce(sender_b).await?, U256::from(1));
+    assert_eq!(
+        f.aa.token_balance(recipient).await?,
+        U256::from(21u64) * U256::from(ETHER)
+    );
+    assert_eq!(f.row(hash_a).await?.state, store::state::FAILED);
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reorg_of_the_bundle_block_is_recovered_and_reported_once() -> anyhow::Result<()> {
+    let f = Flow::start(3).await?;
+    let recipient = Address::with_last_byte(0x74);
+    let (owner, sender) = f.account(100).await?;
+    let (op, hash) = f.transfer(&owner, sender, 0, recipient, 7).await?;
+    let s = f.submit(op).await?;
+    f.start_queue_and_bundler()?;
+
+    // Wait until the bundle is mined (automine) but not at the queue's depth.
+    let first = loop {
+        let found = f.events_of(hash).await?;
+        if found == 1 {
+            let filter = Filter::new()
+                .address(f.aa.ep().address())
+                .event_signature(IEntryPointV08::UserOperationEvent::SIGNATURE_HASH)
+                .topic1(hash)
+                .from_block(0);
+            let log = f.aa.provider().get_logs(&filter).await?.remove(0);
+            break log;
+        }
+        f.engine.await_idle(Duration::from_millis(200)).await.ok();
+    };
+    assert_eq!(f.row(hash).await?.state, store::state::BUNDLED);
+    let first_block_hash = first.block_hash.expect("mined");
+    let head = f.aa.chain.block_number().await?;
+    assert_eq!(
+        first.block_number,
+        Some(head),
+        "the bundle is the head block"
+    );
+
+    // Replace the head block with an empty one: the bundle leaves the chain.
+    f.aa.provider()
+        .raw_request::<_, ()>(
+            "anvil_reorg".into(),
+            (1u64, Vec::<(alloy::primitives::Bytes, u64)>::new()),
+        )
+        .await?;
+    assert_eq!(f.events_of(hash).await?, 0, "the reorg removed the bundle");
+    assert_eq!(f.ep_nonce(sender).await?, U256::ZERO);
+
+    // The queue re-broadcasts the same bytes; mine until the depth is reached.
+    let st = f.settled(s.instance_id, true).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    let out = output(&st);
+    assert_eq!(out.success, Some(true));
+    assert_eq!(f.events_of(hash).await?, 1);
+    assert_eq!(f.ep_nonce(sender).await?, U256::from(1));
+    assert_eq!(
+        f.aa.token_balance(recipient).await?,
+        U256::from(7u64) * U256::from(ETHER)
+    );
+    // The recorded block is the canonical one, not the reorganized one.
+    let row = f.row(hash).await?;
+    let block = row.block_number.expect("included") as u64;
+    let canonical =
+        f.aa.provider()
+            .get_block_by_number(block.into())
+            .await?
+            .expect("block");
+    assert_eq!(
+        row.block_hash.as_deref(),
+        Some(canonical.header.hash.as_slice())
+    );
+    assert_ne!(canonical.header.hash, first_block_hash);
+    assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 1);
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_sponsorship_policy_grants_within_the_daily_budget_and_refuses_beyond_it()
+-> anyhow::Result<()> {
+    let aa = AaChain::start().await?;
+    // One operation's maximum cost is (500k + 200k + 60k + 100k) gas x 10 gwei =
+    // 8.6e15 wei: a budget of 1e16 sponsors one of them a day.
+    let policy = SponsorshipPolicy {
+        accounts: AccountRule::Any,
+        targets: vec![TargetRule {
+            target: aa.token,
+            selectors: None,
+        }],
+        max_gas_per_operation: 1_000_000,
+        daily_budget: keel_units::Wei::new(U256::from(10_000_000_000_000_000u64)),
+    };
+    let f = Flow::on(aa, 1, Some(policy)).await?;
+    f.start_queue_and_bundler()?;
+    let org = Uuid::new_v4();
+    let recipient = Address::with_last_byte(0x76);
+    let (owner, sender) = f.account(10).await?;
+    let (op, hash) = f.transfer(&owner, sender, 0, recipient, 1).await?;
+    let s = f.submit_as(op, Some(org)).await?;
+    let st = f.settled(s.instance_id, false).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    let row = f.row(hash).await?;
+    assert_eq!(row.sponsored_wei.as_deref(), Some("8600000000000000"));
+    let spent = store::sponsorship_spend_get(
+        f.db.pool(),
+        org,
+        f.chain_id() as i64,
+        chrono::Utc::now().date_naive(),
+    )
+    .await?;
+    assert_eq!(spent, "8600000000000000");
+
+    // A second operation the same day exceeds the budget: refused by the rule, typed,
+    // nothing sent.
+    let (owner2, sender2) = f.account(10).await?;
+    let (op2, hash2) = f.transfer(&owner2, sender2, 0, recipient, 1).await?;
+    let s2 = f.submit_as(op2, Some(org)).await?;
+    let st2 = f.settled(s2.instance_id, false).await?;
+    assert_eq!(st2.status, RunStatus::Failed);
+    let fail = failure(&st2);
+    assert_eq!(fail.code, -32501);
+    assert_eq!(fail.reason, "SPONSOR_DAILY_BUDGET_EXCEEDED");
+    assert_eq!(f.row(hash2).await?.state, store::state::FAILED);
+    assert_eq!(f.ep_nonce(sender2).await?, U256::ZERO);
+    assert_eq!(f.events_of(hash2).await?, 0);
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn submission_naming_the_configured_reference_is_refused() -> anyhow::Result<()> {
+    let f = Flow::start(1).await?;
+    // The Directory records the EntryPointReference: it resolves to the EntryPoint.
+    let dir = anvil_tests::keel_abi::bindings::Directory::new(
+        f.aa.deployed.directory,
+        f.aa.provider().clone(),
+    );
+    anvil_tests::confirm(&dir.set(
+        anvil_tests::keel_abi::directory_key(anvil_tests::keel_abi::platform::names::ENTRY_POINT),
+        f.aa.deployed.entry_point_reference,
+    ))
+    .await?;
+    let (owner, sender) = f.account(10).await?;
+    let (op, hash) = f
+        .transfer(&owner, sender, 0, Address::with_last_byte(0x77), 1)
+        .await?;
+    let refused = flow::submit(
+        &f.env,
+        &f.engine,
+        f.chain_id(),
+        f.aa.deployed.entry_point_reference,
+        op.clone(),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, flow::SubmitError::ReferenceAddress),
+        "{refused}"
+    );
+    assert_eq!(refused.erc7769().map(|c| c.code()), Some(-32602));
+    assert!(f.row(hash).await.is_err(), "nothing recorded");
+    // An unrelated address is refused too; the resolved address is accepted.
+    let other = flow::submit(
+        &f.env,
+        &f.engine,
+        f.chain_id(),
+        Address::with_last_byte(0x01),
+        op.clone(),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(other, flow::SubmitError::UnsupportedEntryPoint));
+    let s = f.submit(op).await?;
+    assert_eq!(s.user_op_hash, hash);
+    f.start_queue_and_bundler()?;
+    let st = f.settled(s.instance_id, false).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    // The journaled resolution names the reference as configured.
+    let row = f.row(hash).await?;
+    let res: keel_aa::Resolution = serde_json::from_value(row.resolution)?;
+    assert_eq!(res.configured, f.aa.deployed.entry_point_reference);
+    assert_eq!(res.resolved.address(), f.aa.ep().address());
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_bundler_json_rpc_methods_follow_erc_7769() -> anyhow::Result<()> {
+    let f = Flow::start(1).await?;
+    f.start_queue_and_bundler()?;
+    let svc = keel_aa::service::AaService::new(f.env.clone(), f.engine.clone());
+    let chain = f.chain_id();
+    let call = |method: &str, params: serde_json::Value| {
+        serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0", "id": 7, "method": method, "params": params
+        }))
+        .unwrap()
+    };
+    let r = svc
+        .rpc(chain, None, &call("eth_chainId", serde_json::json!([])))
+        .await;
+    assert_eq!(r["result"], format!("{chain:#x}"));
+    assert_eq!(r["id"], 7);
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call("eth_supportedEntryPoints", serde_json::json!([])),
+        )
+        .await;
+    assert_eq!(
+        r["result"],
+        serde_json::json!([f.aa.ep().address().to_checksum(None)])
+    );
+    assert_eq!(
+        svc.rpc(chain, None, b"{not json").await["error"]["code"],
+        -32700
+    );
+    let r = svc
+        .rpc(chain, None, &call("eth_unknown", serde_json::json!([])))
+        .await;
+    assert_eq!(r["error"]["code"], -32601);
+
+    // A bad account signature is refused at once, -32507 with the AA24 reason.
+    let recipient = Address::with_last_byte(0x78);
+    let (owner, sender) = f.account(10).await?;
+    let (op, hash) = f.transfer(&owner, sender, 0, recipient, 2).await?;
+    let mut forged = op.clone();
+    forged.signature =
+        alloy::signers::SignerSync::sign_hash_sync(&PrivateKeySigner::random(), &hash)?
+            .as_bytes()
+            .to_vec()
+            .into();
+    let ep = f.aa.ep().address();
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call("eth_sendUserOperation", serde_json::json!([forged, ep])),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32507, "{r}");
+    assert!(
+        r["error"]["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("AA24")
+    );
+    // Malformed params: -32602.
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call(
+                "eth_sendUserOperation",
+                serde_json::json!([{"sender": "0x12"}, ep]),
+            ),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602);
+
+    // The signed operation: its hash; sent twice, the same hash.
+    for _ in 0..2 {
+        let r = svc
+            .rpc(
+                chain,
+                None,
+                &call("eth_sendUserOperation", serde_json::json!([op, ep])),
+            )
+            .await;
+        assert_eq!(r["result"], serde_json::json!(hash), "{r}");
+    }
+    let id = f.row(hash).await?.instance_id;
+    let st = f.settled(id, false).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call("eth_getUserOperationReceipt", serde_json::json!([hash])),
+        )
+        .await;
+    let receipt = &r["result"];
+    assert_eq!(receipt["success"], true, "{r}");
+    assert_eq!(receipt["userOpHash"], serde_json::json!(hash));
+    assert_eq!(receipt["sender"], sender.to_checksum(None));
+    assert_eq!(
+        receipt["logs"].as_array().unwrap().len(),
+        1,
+        "only its Transfer"
+    );
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call("eth_getUserOperationByHash", serde_json::json!([hash])),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["transactionHash"],
+        receipt["receipt"]["transactionHash"]
+    );
+    assert_eq!(r["result"]["entryPoint"], ep.to_checksum(None));
+    // Unknown hashes answer null; the REST view reads the same row.
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &call(
+                "eth_getUserOperationReceipt",
+                serde_json::json!([B256::ZERO]),
+            ),
+        )
+        .await;
+    assert_eq!(r["result"], serde_json::Value::Null);
+    let view = svc.user_operation(hash, None).await?.expect("view");
+    assert_eq!(view.state, "included");
+    assert_eq!(view.success, Some(true));
+    assert!(
+        svc.user_operation(hash, Some(Uuid::new_v4()))
+            .await?
+            .is_none(),
+        "another organization's operation is not shown"
+    );
+    assert_eq!(f.events_of(hash).await?, 1);
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_watchdog_reports_operations_pending_past_the_threshold() -> anyhow::Result<()> {
+    let f = Flow::start(1).await?;
+    let (owner, sender) = f.account(10).await?;
+    let (op, hash) = f
+        .transfer(&owner, sender, 0, Address::with_last_byte(0x79), 1)
+        .await?;
+    f.submit(op).await?;
+    for _ in 0..200 {
+        if f.row(hash).await?.state == store::state::READY {
+            break;
+        }
+        f.engine.await_idle(Duration::from_secs(5)).await.ok();
+    }
+    // No bundler runs: the operation stays ready. With a threshold of an hour it is not
+    // stale; with 0 it is.
+    let mut patient = keel_aa::bundler::Watchdog::new(
+        f.db.pool().clone(),
+        Duration::from_secs(3600),
+        Duration::from_secs(60),
+    );
+    assert!(patient.check().await?.is_empty());
+    let mut strict = keel_aa::bundler::Watchdog::new(
+        f.db.pool().clone(),
+        Duration::ZERO,
+        Duration::from_secs(60),
+    );
+    let stale = strict.check().await?;
+    assert_eq!(
+        stale,
+        vec![keel_aa::bundler::StaleCount {
+            chain_id: f.chain_id(),
+            state: "ready".into(),
+            count: 1
+        }]
+    );
+    // Once it is included it is no longer reported.
+    let id = f.row(hash).await?.instance_id;
+    f.start_queue_and_bundler()?;
+    assert_eq!(f.settled(id, false).await?.status, RunStatus::Completed);
+    assert!(strict.check().await?.is_empty());
+    f.shutdown().await;
+    Ok(())
+}
