@@ -873,7 +873,6 @@ async fn run_segment(
     let engine = &slot.engine;
     async {
         let token = c.lease_token?;
-        let mut progress = None;
         let mut trail = crate::history::SegmentTrail::default();
         let disposition = decide(
             engine,
@@ -882,10 +881,10 @@ async fn run_segment(
             claimed_at,
             slot.renew_every,
             slot.renew,
-            &mut progress,
             &mut trail,
         )
         .await;
+        let progress = trail.progress.take();
         let (outcome, next) = match finish(engine, &c, token, disposition, progress, trail, want_next).await {
             Ok(o) => o,
             Err(e) => {
@@ -910,7 +909,6 @@ async fn decide(
     claimed_at: Instant,
     renew_every: Duration,
     renew: bool,
-    progress: &mut Option<Value>,
     trail: &mut crate::history::SegmentTrail,
 ) -> Disposition {
     let status = match parse_status(&c.status) {
@@ -1019,10 +1017,10 @@ async fn decide(
         Ok(r) => r,
         Err(_) => return Disposition::Release("PANICKED"),
     };
-    *progress = ctx.progress.clone();
+    trail.progress = ctx.progress.clone();
     trail.journal_len = i32::try_from(ctx.journal.len().max(ctx.cursor)).unwrap_or(i32::MAX);
     trail.last_progress = ctx.last_progress.take();
-    trail.steps.extend(ctx.trail.drain(..));
+    trail.steps.append(&mut ctx.trail);
     if flags.fenced.load(Ordering::Acquire) {
         return Disposition::Abandon;
     }

@@ -399,6 +399,9 @@ pub(crate) fn summarize(kind: &str, result: &Value) -> Value {
 /// now, and the latest progress the body set.
 #[derive(Debug, Default)]
 pub(crate) struct SegmentTrail {
+    /// The progress the body set that no journal write carried yet (the settle writes
+    /// it).
+    pub progress: Option<Value>,
     pub prior: Option<Prior>,
     pub steps: Vec<TrailStep>,
     pub journal_len: i32,
@@ -784,20 +787,20 @@ impl Engine {
         rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
         // The state before the page: from the latest anchor before it, patched forward.
         let mut state: Option<Value> = None;
-        if let Some(first) = rows.first().map(|r| r.seq) {
-            if let Some((anchor, baseline)) = anchor_before(&mut *tx, instance_id, first).await? {
-                state = baseline;
-                let mut from = anchor;
-                loop {
-                    let chunk = entries_between(&mut *tx, instance_id, from, first, 1000).await?;
-                    let Some(last) = chunk.last().map(|r| r.seq) else {
-                        break;
-                    };
-                    for r in &chunk {
-                        state = apply(state, r.patch.as_ref(), r.baseline.as_ref(), r.truncated);
-                    }
-                    from = last;
+        if let Some(first) = rows.first().map(|r| r.seq)
+            && let Some((anchor, baseline)) = anchor_before(&mut *tx, instance_id, first).await?
+        {
+            state = baseline;
+            let mut from = anchor;
+            loop {
+                let chunk = entries_between(&mut *tx, instance_id, from, first, 1000).await?;
+                let Some(last) = chunk.last().map(|r| r.seq) else {
+                    break;
+                };
+                for r in &chunk {
+                    state = apply(state, r.patch.as_ref(), r.baseline.as_ref(), r.truncated);
                 }
+                from = last;
             }
         }
         tx.commit().await?;
