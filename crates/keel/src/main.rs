@@ -84,6 +84,13 @@ enum OpsCommand {
         /// The operation id.
         id: sqlx::types::Uuid,
     },
+    /// Print an operation's history (the decision log of its workflow, oldest first,
+    /// with the actor of each entry and the state after it) as the JSON array
+    /// `GET /v1/operations/{id}/history` pages through.
+    History {
+        /// The operation id.
+        id: sqlx::types::Uuid,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -111,6 +118,10 @@ enum ApiKeyCommand {
         /// all four).
         #[arg(long = "scope", value_name = "SCOPE")]
         scopes: Vec<String>,
+        /// The named person the key is issued to (its commands are recorded as actor
+        /// USER with this id): 1 to 255 printable characters.
+        #[arg(long = "issued-to", value_name = "PERSON")]
+        issued_to: Option<String>,
     },
     /// List an organization's API keys (revoked ones included), oldest first, as JSON
     /// lines in the shape of `GET /v1/api-keys` items. Secrets are never shown.
@@ -355,7 +366,12 @@ async fn api_key_command(config: &Config, command: ApiKeyCommand) -> anyhow::Res
     use keel_workflows::tenancy;
     let pool = connect_migrated(config).await?;
     match command {
-        ApiKeyCommand::Create { org, label, scopes } => {
+        ApiKeyCommand::Create {
+            org,
+            label,
+            scopes,
+            issued_to,
+        } => {
             let org = tenancy::organization_by_name(&pool, &org).await?;
             let scopes = if scopes.is_empty() {
                 keel_workflows::Scopes::all()
@@ -364,7 +380,9 @@ async fn api_key_command(config: &Config, command: ApiKeyCommand) -> anyhow::Res
                     "--scope must be one of read, operate, approve, admin".to_owned()
                 })?
             };
-            let key = tenancy::create_api_key_with_scopes(&pool, org, &label, scopes).await?;
+            let key =
+                tenancy::create_api_key_issued(&pool, org, &label, scopes, issued_to.as_deref())
+                    .await?;
             eprintln!(
                 "api key {} created with scopes {}; the token below is shown once",
                 key.id,
@@ -439,6 +457,30 @@ async fn ops_command(config: &Config, command: OpsCommand) -> anyhow::Result<()>
             // The operation as the API serves it (`keel_api::dto` owns the JSON shape).
             let view = keel_api::dto::Operation::from(view);
             println!("{}", serde_json::to_string_pretty(&view)?);
+            Ok(())
+        }
+        OpsCommand::History { id } => {
+            let caller = ops
+                .operator_caller(id)
+                .await
+                .with_context(|| format!("operation {id}"))?;
+            let mut entries = Vec::new();
+            let mut after = 0;
+            loop {
+                let page = ops
+                    .operation_history(caller, id, after, 200)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{} ({})", e.detail(), e.code()))?;
+                let Some(last) = page.last().map(|e| e.seq) else {
+                    break;
+                };
+                entries.extend(
+                    page.into_iter()
+                        .map(keel_api::dto::OperationHistoryEntry::from),
+                );
+                after = last;
+            }
+            println!("{}", serde_json::to_string_pretty(&entries)?);
             Ok(())
         }
     }
