@@ -292,6 +292,26 @@ def main():
         fail("the first webhook event of the operation is not operation.accepted")
     if first_events[-1]["data"].get("state") != "completed":
         fail("the completion of the first asset's operation was not delivered")
+    history, cursor = [], None
+    while True:
+        q = f"/v1/operations/{first['id']}/history?limit=200" + (f"&cursor={cursor}" if cursor else "")
+        status, page = http("GET", q)
+        if status != 200:
+            fail(f"GET {q} answered {status}: {page}")
+        history += page["data"]
+        cursor = page["nextCursor"]
+        if not cursor:
+            break
+    say(f"history    the first asset's operation, {len(history)} entries (who asked, what Keel decided):")
+    for e in history:
+        who = e["actor"]["kind"] + (f":{e['actor']['id']}" if e["actor"]["id"] else "") + (
+            f" ({e['actor']['reason']})" if e["actor"]["reason"] else "")
+        what = e["detail"].get("name") or e["detail"].get("command") or ""
+        ms = f" {e['detail']['durationMs']} ms" if "durationMs" in e["detail"] else ""
+        state = (e.get("state") or {}).get("status")
+        say(f"  #{e['seq']:<3} {e['recordedAt']}  {e['kind']:<21} {what:<28}{ms:<9} by {who:<45} state={state}")
+    if not history or history[0]["kind"] != "command_received" or history[-1]["kind"] != "completed":
+        fail("the first asset's history does not run from its command to its completion")
     status, a = http("GET", f"/v1/assets/{asset}")
     say(
         f"asset      {a['symbol']} token {a['tokenAddress']} feed {a['feedAddress']}"

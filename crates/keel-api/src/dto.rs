@@ -662,6 +662,76 @@ pub struct AssetList {
     pub next_cursor: Option<String>,
 }
 
+/// One entry of an operation's history (the decision log of its workflow): what was
+/// asked (`command_received`, `retry`, `cancel_requested`, `cancelled`) and what Keel
+/// decided (`step_recorded`, `transaction_enqueued`, `timer_set`, `timer_fired`,
+/// `timeout`, `wait_entered`, `signal_applied`, `verdict_received`, `child_started`,
+/// `suspended`, `completed`, `failed`), with the actor of the command it belongs to and
+/// the operation's published state after it. Values a workflow declares personal, and
+/// members named like secrets, read `[redacted]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperationHistoryEntry {
+    /// 1-based position in the operation's history, without gaps.
+    #[schema(example = 3)]
+    pub seq: i64,
+    /// What happened (see above).
+    #[schema(example = "step_recorded")]
+    pub kind: String,
+    /// When it was recorded (RFC 3339, UTC; database clock).
+    pub recorded_at: DateTime<Utc>,
+    /// Who asked for the command the entry belongs to.
+    pub actor: Actor,
+    /// Value-free facts of the entry: `name`, `outcome` (`ok`/`err`), `durationMs`
+    /// (milliseconds a step took), `replayed` (logged by the segment that ran the
+    /// command again after a lost one), `command`, `code`, the wait (`kind`, `name`,
+    /// `deadline`), a start's redacted `input`.
+    #[schema(value_type = Object)]
+    pub detail: Value,
+    /// RFC 6902 JSON Patch (`add`, `remove`, `replace` only) from the state after the
+    /// previous entry to the state after this one (`[]`: unchanged); null when the entry
+    /// holds a full baseline or was truncated.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub patch: Option<Value>,
+    /// True when the entry holds a full baseline of the state instead of a patch.
+    pub baseline: bool,
+    /// True when the state change was too large to log (no patch, no baseline).
+    pub truncated: bool,
+    /// The state after this entry (`status`, `progress`, `wait`, `output`, `error`,
+    /// redacted; addresses EIP-55 checksummed as in the operation), reconstructed from the latest baseline and the patches since; null
+    /// when unknown (after a truncated entry, until the next baseline).
+    #[schema(value_type = Option<Object>)]
+    pub state: Option<Value>,
+}
+
+/// `GET /v1/operations/{id}/history`: one page of an operation's history, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperationHistory {
+    /// The entries of this page, in `seq` order.
+    pub data: Vec<OperationHistoryEntry>,
+    /// True when more entries follow this page.
+    pub has_more: bool,
+    /// Pass as `cursor` to get the next page; null exactly when `hasMore` is false.
+    pub next_cursor: Option<String>,
+}
+
+impl From<keel_workflows::HistoryEntry> for OperationHistoryEntry {
+    fn from(e: keel_workflows::HistoryEntry) -> Self {
+        Self {
+            seq: e.seq,
+            kind: e.kind,
+            recorded_at: e.recorded_at,
+            actor: (&e.actor).into(),
+            detail: checksum_addresses(e.detail),
+            patch: e.patch.map(checksum_addresses),
+            baseline: e.baseline,
+            truncated: e.truncated,
+            state: e.state.map(checksum_addresses),
+        }
+    }
+}
+
 /// `GET /v1/operations`: one page of the caller's operations matching the filters,
 /// oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -853,6 +923,14 @@ pub struct CreateApiKeyRequest {
     /// holds itself (else `403 INSUFFICIENT_SCOPE`).
     #[schema(value_type = Vec<ApiKeyScope>, min_items = 1, max_items = 4)]
     pub scopes: Vec<String>,
+    /// The named person the key is issued to (an id in your directory: employee
+    /// number, e-mail, ...): 1 to 255 characters with no control, separator or format
+    /// characters (else `422 INVALID_FIELD`). The commands the key asks for are then
+    /// recorded as actor `USER` with this id; without it, as `SERVICE` with the key's id.
+    /// Set once, here.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 255, example = "employee-4711")]
+    pub issued_to: Option<String>,
 }
 
 /// `POST /v1/api-keys/{id}/rotate`: empty, `{}`, or the overlap of the old secret.
@@ -900,6 +978,9 @@ pub struct ApiKey {
     /// Until when the secret its last rotation replaced keeps working (RFC 3339, UTC),
     /// or null when it does not.
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    /// The named person the key is issued to (its commands are recorded as actor `USER`
+    /// with this id), or null for a service key.
+    pub issued_to: Option<String>,
 }
 
 impl From<keel_workflows::ApiKeyView> for ApiKey {
@@ -912,6 +993,7 @@ impl From<keel_workflows::ApiKeyView> for ApiKey {
             rotated_at: k.rotated_at,
             revoked_at: k.revoked_at,
             previous_secret_expires_at: k.previous_secret_expires_at,
+            issued_to: k.issued_to,
         }
     }
 }
@@ -1229,7 +1311,12 @@ macro_rules! from_page {
     )*};
 }
 
-from_page!(AssetList of Asset, OperationList of Operation, TemplateList of Template);
+from_page!(
+    AssetList of Asset,
+    OperationList of Operation,
+    TemplateList of Template,
+    OperationHistory of OperationHistoryEntry
+);
 
 impl From<svc::ObservationView> for Observation {
     fn from(o: svc::ObservationView) -> Self {

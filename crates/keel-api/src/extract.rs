@@ -300,7 +300,12 @@ impl RequestBody for crate::dto::CreateApiKeyRequest {
                 max_items: crate::dto::MAX_SCOPES_PER_KEY,
             },
         },
+        Field {
+            name: "issuedTo",
+            kind: FieldKind::Text,
+        },
     ];
+    const OPTIONAL: &'static [&'static str] = &["issuedTo"];
 }
 
 impl RequestBody for crate::dto::RotateApiKeyRequest {

@@ -3,8 +3,9 @@
 use crate::ApiState;
 use crate::dto::{
     Asset, AssetList, Balance, BurnRequest, CreateAssetRequest, EmptyRequest, FundingRequestList,
-    Health, Operation, OperationAccepted, OperationList, OperationResult, OperationState,
-    RoleRequest, Template, TemplateList, TokenAmountRequest, status_url,
+    Health, Operation, OperationAccepted, OperationHistory, OperationHistoryEntry, OperationList,
+    OperationResult, OperationState, RoleRequest, Template, TemplateList, TokenAmountRequest,
+    status_url,
 };
 use crate::extract::{
     Authed, IdempotencyKey, JsonBody, PreferWait, RawPath, parse_address, parse_id,
@@ -696,6 +697,41 @@ pub(crate) async fn operation(
     let id = parse_id(&id, "operation")?;
     let view = state.ops().operation(caller, id).await?;
     Ok(Json(Operation::from(view)).into_response())
+}
+
+/// An operation's history, oldest first (paginated): every command received and every
+/// decision of its workflow, with who asked, when, and the state after each entry.
+#[utoipa::path(
+    get,
+    path = "/v1/operations/{id}/history",
+    tag = "operations",
+    operation_id = "getOperationHistory",
+    params(("id" = Uuid, Path, description = "Operation id"), PageParams),
+    responses(
+        (status = 200, description = "One page of the operation's history.", body = OperationHistory),
+        ReadErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn operation_history(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    page: Result<Query<PageParams>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "operation")?;
+    let page = PageParams::from_query(page)?;
+    let limit = page.limit()?;
+    let after = page.cursor::<i64>()?.unwrap_or(0);
+    if after < 0 {
+        return Err(page::invalid_cursor());
+    }
+    let rows = state
+        .ops()
+        .operation_history(caller, id, after, limit + 1)
+        .await?;
+    let page = Page::from_rows(rows, limit, |e| e.seq).map(OperationHistoryEntry::from);
+    Ok(Json(OperationHistory::from(page)).into_response())
 }
 
 fn bad_query(param: &str) -> Problem {

@@ -45,8 +45,10 @@ pub(crate) enum KeyErrors {
     /// `UNSUPPORTED_MEDIA_TYPE`: a body that is not `application/json`.
     #[response(status = 415, content_type = "application/problem+json")]
     UnsupportedMediaType(Problem),
-    /// `INVALID_FIELD`: a label that is empty, too long or has control characters; no
-    /// scope, an unknown or repeated scope name; `expiresInSeconds` above 604800.
+    /// `INVALID_FIELD`: a label that is empty, too long or has control characters; an
+    /// `issuedTo` that is empty, too long or has control, separator or format
+    /// characters; no scope, an unknown or repeated scope name; `expiresInSeconds`
+    /// above 604800.
     #[response(status = 422, content_type = "application/problem+json")]
     Unprocessable(Problem),
     /// `SERVICE_UNAVAILABLE` (retryable): the database is unavailable.
@@ -116,7 +118,7 @@ pub(crate) async fn create(
     let scopes = parse_scopes(&body.scopes)?;
     let created = state
         .ops()
-        .create_api_key(credential, &body.label, scopes)
+        .create_api_key_issued(credential, &body.label, scopes, body.issued_to.as_deref())
         .await?;
     Ok((StatusCode::CREATED, Json(ApiKeyWithToken::from(created))).into_response())
 }

@@ -283,6 +283,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/operations", get(handlers::operations))
         .route("/v1/templates", get(handlers::templates))
         .route("/v1/operations/{id}", get(handlers::operation))
+        .route(
+            "/v1/operations/{id}/history",
+            get(handlers::operation_history),
+        )
         .route("/v1/operations/{id}/approve", post(handlers::approve))
         .route("/v1/operations/{id}/reject", post(handlers::reject))
         .route("/v1/operations/{id}/retry", post(handlers::retry))

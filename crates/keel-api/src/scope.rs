@@ -87,6 +87,7 @@ pub const ROUTES: &[RouteAccess] = &[
     key("get", "/v1/operations", Scope::Read),
     key("get", "/v1/templates", Scope::Read),
     key("get", "/v1/operations/{id}", Scope::Read),
+    key("get", "/v1/operations/{id}/history", Scope::Read),
     key("post", "/v1/operations/{id}/approve", Scope::Approve),
     key("post", "/v1/operations/{id}/reject", Scope::Approve),
     key("post", "/v1/operations/{id}/retry", Scope::Operate),

@@ -244,6 +244,11 @@ fn completed(instance_id: Uuid, token: Uuid, command_id: i64, next: bool) -> Set
         progress: None,
         outcome: "completed",
         command_id,
+        history: crate::history::SettleHistory {
+            entries: "[]".to_owned(),
+            state: None,
+            journal: 0,
+        },
         next: next.then(|| Arc::<[String]>::from(vec!["w".to_owned()])),
     }
 }

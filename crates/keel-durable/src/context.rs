@@ -104,6 +104,10 @@ pub struct WorkflowContext {
     pub(crate) halt: Option<Halt>,
     pub(crate) progress: Option<Value>,
     pub(crate) flags: Arc<SegmentFlags>,
+    /// The journal entries this segment recorded, for its history entries.
+    pub(crate) trail: Vec<crate::history::TrailStep>,
+    /// The latest progress the body set (kept after it is written), for the history.
+    pub(crate) last_progress: Option<Value>,
     pub(crate) writer: Arc<Combiner<JournalOp>>,
     pub(crate) step_attempts: u32,
     pub(crate) step_backoff: Backoff,
@@ -360,6 +364,7 @@ impl WorkflowContext {
     /// written with the next recording (or the end of the segment), and a replay sets
     /// the same values again.
     pub fn set_progress(&mut self, progress: Value) {
+        self.last_progress = Some(progress.clone());
         self.progress = Some(progress);
     }
 
@@ -513,6 +518,7 @@ impl WorkflowContext {
         if renew {
             self.flags.renewed(sent_at);
         }
+        self.logged(kind, name, &written.result);
         self.after_write(written.cancel);
         Ok(written)
     }
@@ -522,6 +528,17 @@ impl WorkflowContext {
     fn renew_now(&self) -> (bool, Instant) {
         let renew = self.progress.is_some() || self.flags.renewal_due(self.lease_secs);
         (renew, Instant::now())
+    }
+
+    /// Keeps a recorded journal entry for the segment's history entries.
+    fn logged(&mut self, kind: &str, name: &str, result: &Value) {
+        self.trail.push(crate::history::TrailStep {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            result: crate::history::summarize(kind, result),
+            duration_ms: None,
+            replayed: false,
+        });
     }
 
     fn after_write(&mut self, cancel: bool) {
@@ -564,6 +581,7 @@ impl WorkflowContext {
         }
         let span = tracing::info_span!(target: "keel::durable::step", "step", workflow = self.workflow, step = name);
         let mut attempt: u32 = 0;
+        let began = Instant::now();
         let result = loop {
             attempt += 1;
             match body().instrument(span.clone()).await {
@@ -592,7 +610,11 @@ impl WorkflowContext {
                 }
             }
         };
+        let took = began.elapsed();
         let stored = self.append("step", name, Some(result)).await?;
+        if let Some(last) = self.trail.last_mut() {
+            last.duration_ms = Some(u64::try_from(took.as_millis()).unwrap_or(u64::MAX));
+        }
         let outcome = if stored.get("ok").is_some() {
             "ok"
         } else {
@@ -799,6 +821,7 @@ impl WorkflowContext {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        self.logged("signal", name, &result);
         self.after_write(cancel);
         Ok(Some(result))
     }
@@ -911,6 +934,7 @@ impl WorkflowContext {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        self.logged("child", key, &json!({ "ok": id }));
         self.after_write(cancel);
         Ok(Some(id))
     }

@@ -93,6 +93,8 @@ pub struct Engine {
     terminal: Arc<TerminalWatch>,
     /// The transition hook (see [`crate::hook`]).
     pub(crate) hook: crate::hook::HookSlot,
+    /// The decision log's settings (see [`crate::history`]).
+    pub(crate) history: Arc<crate::history::HistoryConfig>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -217,7 +219,15 @@ impl Engine {
             segment_settles,
             terminal: Arc::new(TerminalWatch::default()),
             hook,
+            history: Arc::new(crate::history::HistoryConfig::default()),
         })
+    }
+
+    /// The engine with these decision-log settings (see [`crate::history`]; default
+    /// [`crate::HistoryConfig::default`]). Set before spawning executors.
+    pub fn with_history_config(mut self, config: crate::HistoryConfig) -> Self {
+        self.history = Arc::new(config);
+        self
     }
 
     /// Sets the transition hook (see [`crate::hook`]): from now on it runs inside every
@@ -353,6 +363,7 @@ impl Engine {
         validate_value("input", &input, self.config.max_payload_bytes)?;
         let input_text =
             serde_json::to_string(&input).map_err(|_| DurableError::Json { what: "input" })?;
+        let history_detail = self.history_input(workflow, &input).to_string();
         for _ in 0..3 {
             let id = Uuid::new_v4();
             let row = NewInstance {
@@ -362,6 +373,7 @@ impl Engine {
                 input: input_text.clone(),
                 serialization_key: options.serialization_key.clone(),
                 actor: options.actor.clone(),
+                history_detail: history_detail.clone(),
             };
             let created = match self.starts.submit(row).await {
                 Some(answer) => answer?.then_some(id),
@@ -588,12 +600,25 @@ impl Engine {
             store::instance_unopen_signal(&mut *conn, instance_id).await?;
             return Ok(SignalReceipt::Duplicate);
         }
-        store::command_insert(
+        let command_id = store::command_insert(
             &mut *conn,
             instance_id,
             CommandKind::Signal,
             self.max_attempts(),
             actor,
+        )
+        .await?;
+        let entry = crate::history::NewEntry::unchanged(
+            "command_received",
+            serde_json::json!({ "command": "signal", "name": name }),
+        );
+        crate::history::append_recorded(
+            &mut *conn,
+            instance_id,
+            Some(command_id),
+            actor,
+            &entry,
+            None,
         )
         .await?;
         Ok(SignalReceipt::Recorded)
@@ -633,7 +658,7 @@ impl Engine {
         // under the same lock).
         if locked.leased {
             store::instance_request_cancel(&mut *tx, instance_id).await?;
-            store::command_insert(
+            let command_id = store::command_insert(
                 &mut *tx,
                 instance_id,
                 CommandKind::Cancel,
@@ -641,13 +666,36 @@ impl Engine {
                 actor,
             )
             .await?;
+            let entry = crate::history::NewEntry::unchanged(
+                "cancel_requested",
+                serde_json::json!({ "command": "cancel" }),
+            );
+            crate::history::append_recorded(
+                &mut *tx,
+                instance_id,
+                Some(command_id),
+                actor,
+                &entry,
+                None,
+            )
+            .await?;
             tx.commit().await?;
             return Ok(CancelOutcome::Requested);
         }
         store::instance_cancel(&mut *tx, instance_id).await?;
         store::commands_cancel_open(&mut *tx, instance_id).await?;
-        store::command_insert_settled_cancel(&mut *tx, instance_id, self.max_attempts(), actor)
-            .await?;
+        let command_id =
+            store::command_insert_settled_cancel(&mut *tx, instance_id, self.max_attempts(), actor)
+                .await?;
+        self.log_state_change(
+            &mut tx,
+            instance_id,
+            Some(command_id),
+            actor,
+            "cancelled",
+            serde_json::json!({ "command": "cancel" }),
+        )
+        .await?;
         let t = [crate::hook::Transition {
             instance_id,
             workflow: locked.workflow,
@@ -706,12 +754,21 @@ impl Engine {
                 });
             }
         }
-        store::command_insert(
+        let command_id = store::command_insert(
             &mut *tx,
             instance_id,
             CommandKind::Retry,
             self.max_attempts(),
             actor,
+        )
+        .await?;
+        self.log_state_change(
+            &mut tx,
+            instance_id,
+            Some(command_id),
+            actor,
+            "retry",
+            serde_json::json!({ "command": "retry" }),
         )
         .await?;
         tx.commit().await?;

@@ -124,7 +124,11 @@ SELECT command_id, kind, attempt, exhausted, latency, instance_id, workflow, sta
 /// open commands of an instance that ended, the lease released, and `extra` (the
 /// recovery RETRY of a suspension or the TIMER of a blocked wait with a deadline: only
 /// in the statements that need them, since every `INSERT INTO durable_command`, even of
-/// zero rows, fires the notifying statement trigger).
+/// zero rows, fires the notifying statement trigger). The segment's history entries
+/// (`$16`, a JSON array, see [`crate::history`]) are appended in the same statement,
+/// numbered after the instance's `history_seq`, with the actor of the command, and the
+/// logged state (`$17`) and journal count (`$18`) are kept on the instance: a fenced-out
+/// settle writes no entry.
 ///
 /// It notifies (`n`) only when the release may make a command claimable for another
 /// executor: the instance has another queued command (in the statement's snapshot), or
@@ -142,9 +146,21 @@ macro_rules! settle {
            recovery_attempts = CASE WHEN $3 = 'suspended' THEN recovery_attempts + 1 ELSE 0 END,
            cancel_requested_at = CASE WHEN $3 = 'cancelled' THEN coalesce(cancel_requested_at, now())
                                       ELSE cancel_requested_at END,
-           lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+           lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
+           history_seq = history_seq + jsonb_array_length($16::jsonb),
+           history_state = $17::jsonb, history_journal = $18
      WHERE id = $1 AND lease_token = $2
- RETURNING id, serialization_key, open_signals, cancel_requested_at
+ RETURNING id, serialization_key, open_signals, cancel_requested_at, history_seq
+), h AS (
+    INSERT INTO durable_history (instance_id, seq, kind, command_id, actor_kind, actor_id,
+                                 actor_reason, on_behalf_of, attribution_status, detail,
+                                 patch, baseline, truncated)
+    SELECT i.id, i.history_seq - jsonb_array_length($16::jsonb) + e.n, e.v->>'kind', x.id,
+           x.actor_kind, x.actor_id, x.actor_reason, x.on_behalf_of, x.attribution_status,
+           coalesce(e.v->'detail', '{}'::jsonb), NULLIF(e.v->'patch', 'null'::jsonb),
+           NULLIF(e.v->'baseline', 'null'::jsonb), coalesce((e.v->>'truncated')::boolean, false)
+      FROM i JOIN durable_command x ON x.id = $12
+     CROSS JOIN LATERAL jsonb_array_elements($16::jsonb) WITH ORDINALITY AS e(v, n)
 ), c AS (
     UPDATE durable_command SET state = 'done', outcome = $11, completed_at = now()
       FROM i WHERE durable_command.id = $12
@@ -171,7 +187,7 @@ SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified
 }
 
 /// Plain segment settles ([`settle!`] without extra) of concurrent segments in one statement (see
-/// [`crate::batch`]): one row per segment (`$1`..`$12` are parallel arrays), each fenced
+/// [`crate::batch`]): one row per segment (`$1`..`$15` are parallel arrays), each fenced
 /// by its own token; the rows whose token no longer matches change nothing and are not
 /// returned. Notifies once when any settled row qualifies (the rule of [`settle!`]).
 /// Two rows never touch the same command: a row's own command and the queued commands
@@ -179,10 +195,11 @@ SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified
 const SETTLE_BATCH: &str = "\
 WITH req AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bool[],
-                         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::int8[])
+                         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::int8[],
+                         $13::text[], $14::text[], $15::int4[])
            WITH ORDINALITY AS t(instance_id, token, status, output, error_code, error_retryable,
                                 error_message, error_detail, wait, progress, outcome, command_id,
-                                idx)
+                                history, history_state, history_journal, idx)
 ), i AS (
     UPDATE durable_instance d
        SET status = req.status, output = req.output::jsonb, error_code = req.error_code,
@@ -194,11 +211,23 @@ WITH req AS (
            cancel_requested_at = CASE WHEN req.status = 'cancelled'
                                       THEN coalesce(d.cancel_requested_at, now())
                                       ELSE d.cancel_requested_at END,
-           lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+           lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
+           history_seq = d.history_seq + jsonb_array_length(req.history::jsonb),
+           history_state = req.history_state::jsonb, history_journal = req.history_journal
       FROM req
      WHERE d.id = req.instance_id AND d.lease_token = req.token
  RETURNING req.idx, d.id, req.status, req.outcome, req.command_id, d.serialization_key,
-           d.open_signals, d.cancel_requested_at
+           d.open_signals, d.cancel_requested_at, d.history_seq, req.history
+), h AS (
+    INSERT INTO durable_history (instance_id, seq, kind, command_id, actor_kind, actor_id,
+                                 actor_reason, on_behalf_of, attribution_status, detail,
+                                 patch, baseline, truncated)
+    SELECT i.id, i.history_seq - jsonb_array_length(i.history::jsonb) + e.n, e.v->>'kind', x.id,
+           x.actor_kind, x.actor_id, x.actor_reason, x.on_behalf_of, x.attribution_status,
+           coalesce(e.v->'detail', '{}'::jsonb), NULLIF(e.v->'patch', 'null'::jsonb),
+           NULLIF(e.v->'baseline', 'null'::jsonb), coalesce((e.v->>'truncated')::boolean, false)
+      FROM i JOIN durable_command x ON x.id = i.command_id
+     CROSS JOIN LATERAL jsonb_array_elements(i.history::jsonb) WITH ORDINALITY AS e(v, n)
 ), c AS (
     UPDATE durable_command x SET state = 'done', outcome = i.outcome, completed_at = now()
       FROM i WHERE x.id = i.command_id
@@ -238,6 +267,9 @@ pub(crate) struct SettleRow {
     pub(crate) progress: Option<String>,
     pub(crate) outcome: &'static str,
     pub(crate) command_id: i64,
+    /// The segment's history entries (JSON array text), the state logged after them
+    /// (JSON text; `None`: unknown) and the journal entries logged.
+    pub(crate) history: crate::history::SettleHistory,
     /// The slot wants its next command, of these workflows, claimed with the segment settle.
     pub(crate) next: Option<Arc<[String]>>,
 }
@@ -388,6 +420,17 @@ impl SettleOp {
             )
             .bind(rows.iter().map(|r| r.outcome).collect::<Vec<_>>())
             .bind(rows.iter().map(|r| r.command_id).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|r| r.history.entries.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                rows.iter()
+                    .map(|r| r.history.state.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows.iter().map(|r| r.history.journal).collect::<Vec<_>>())
             .fetch_all(conn)
             .await?;
         let mut out = vec![false; rows.len()];
@@ -481,7 +524,14 @@ impl BatchOp for SettleOp {
     type Resp = Result<SettleAnswer>;
 
     fn weight(r: &SettleRow) -> usize {
-        128 + [&r.output, &r.error_detail, &r.wait, &r.progress]
+        128 + r.history.entries.len()
+            + [
+                &r.output,
+                &r.error_detail,
+                &r.wait,
+                &r.progress,
+                &r.history.state,
+            ]
             .iter()
             .map(|v| v.as_ref().map_or(0, String::len))
             .sum::<usize>()
@@ -823,7 +873,7 @@ async fn run_segment(
     let engine = &slot.engine;
     async {
         let token = c.lease_token?;
-        let mut progress = None;
+        let mut trail = crate::history::SegmentTrail::default();
         let disposition = decide(
             engine,
             &c,
@@ -831,10 +881,11 @@ async fn run_segment(
             claimed_at,
             slot.renew_every,
             slot.renew,
-            &mut progress,
+            &mut trail,
         )
         .await;
-        let (outcome, next) = match finish(engine, &c, token, disposition, progress, want_next).await {
+        let progress = trail.progress.take();
+        let (outcome, next) = match finish(engine, &c, token, disposition, progress, trail, want_next).await {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(target: "keel::durable::segment", error = %e, "segment settle failed; the lease will lapse");
@@ -858,7 +909,7 @@ async fn decide(
     claimed_at: Instant,
     renew_every: Duration,
     renew: bool,
-    progress: &mut Option<Value>,
+    trail: &mut crate::history::SegmentTrail,
 ) -> Disposition {
     let status = match parse_status(&c.status) {
         Ok(s) => s,
@@ -894,14 +945,33 @@ async fn decide(
     // it is the instance's first command and precedes the rest while it is runnable),
     // so no segment has journaled anything yet: skip the read.
     let first_start = c.kind == "start" && c.attempt == 1;
+    // The history's log position is read beside the journal (a first START's is the
+    // one its recording wrote).
     let journal: Vec<JournalEntry> = if first_start {
+        trail.prior = Some(crate::history::Prior::initial());
         Vec::new()
     } else {
-        match store::journal_entries(&engine.pool, c.instance_id).await {
-            Ok(j) => j,
-            Err(_) => return Disposition::Release("JOURNAL_READ_FAILED"),
+        let (j, prior) = tokio::join!(
+            store::journal_entries(&engine.pool, c.instance_id),
+            crate::history::prior(&engine.pool, c.instance_id)
+        );
+        match (j, prior) {
+            (Ok(j), Ok(prior)) => {
+                trail.prior = prior;
+                j
+            }
+            _ => return Disposition::Release("JOURNAL_READ_FAILED"),
         }
     };
+    let logged = trail
+        .prior
+        .as_ref()
+        .map_or(0, |p| usize::try_from(p.history_journal).unwrap_or(0));
+    trail.steps = journal
+        .iter()
+        .skip(logged)
+        .map(crate::history::TrailStep::from_journal)
+        .collect();
     let flags = Arc::new(SegmentFlags::new(claimed_at));
     let lease_secs = engine.config.lease.as_secs_f64();
     let _renewal = renew.then(|| {
@@ -926,6 +996,8 @@ async fn decide(
         halt: None,
         progress: None,
         flags: flags.clone(),
+        trail: Vec::new(),
+        last_progress: None,
         writer: engine.journal.clone(),
         step_attempts: engine.config.step_attempts,
         step_backoff: engine.config.step_backoff,
@@ -941,11 +1013,14 @@ async fn decide(
         }
         .in_current_span(),
     ));
-    let (ctx, outcome) = match (&mut { body }.0).await {
+    let (mut ctx, outcome) = match (&mut { body }.0).await {
         Ok(r) => r,
         Err(_) => return Disposition::Release("PANICKED"),
     };
-    *progress = ctx.progress.clone();
+    trail.progress = ctx.progress.clone();
+    trail.journal_len = i32::try_from(ctx.journal.len().max(ctx.cursor)).unwrap_or(i32::MAX);
+    trail.last_progress = ctx.last_progress.take();
+    trail.steps.append(&mut ctx.trail);
     if flags.fenced.load(Ordering::Acquire) {
         return Disposition::Abandon;
     }
@@ -1056,6 +1131,7 @@ async fn finish(
     token: Uuid,
     disposition: Disposition,
     progress: Option<Value>,
+    mut trail: crate::history::SegmentTrail,
     want_next: Option<Arc<[String]>>,
 ) -> Result<(&'static str, Option<(Claimed, Instant)>)> {
     let max_attempts = i32::try_from(engine.config.command_max_attempts).unwrap_or(i32::MAX);
@@ -1102,6 +1178,39 @@ async fn finish(
                 Some((c, r, m, d)) => (Some(c), Some(r), Some(m), d),
                 None => (None, None, None, None),
             };
+            // The decision log: the segment's entries and its state change, appended
+            // by the settle statement itself.
+            if trail.prior.is_none() {
+                trail.prior = crate::history::prior(&engine.pool, c.instance_id)
+                    .await
+                    .ok()
+                    .flatten();
+            }
+            let history = {
+                let prior_progress = trail
+                    .prior
+                    .as_ref()
+                    .and_then(|p| p.history_state.as_ref())
+                    .and_then(|st| st.get("progress").cloned());
+                let end = match s.status {
+                    RunStatus::Waiting => ("wait_entered", wait.clone().unwrap_or(Value::Null)),
+                    RunStatus::Suspended => ("suspended", serde_json::json!({ "code": code })),
+                    RunStatus::Failed => ("failed", serde_json::json!({ "code": code })),
+                    RunStatus::Cancelled => ("cancelled", serde_json::json!({})),
+                    _ => ("completed", serde_json::json!({})),
+                };
+                let after = crate::history::Projection {
+                    status: s.status.as_str().to_owned(),
+                    progress: trail.last_progress.clone().or(prior_progress),
+                    wait: wait.clone(),
+                    output: s.output.clone(),
+                    error_code: code.clone(),
+                    error_retryable: retryable,
+                    error_message: message.map(str::to_owned),
+                    error_detail: detail.clone(),
+                };
+                engine.settle_history(&c.workflow, &c.kind, trail, end, after)
+            };
             let sql = match (s.status, timer_at) {
                 (RunStatus::Suspended, _) => SETTLE_SUSPENDED,
                 (RunStatus::Waiting, Some(_)) => SETTLE_TIMER,
@@ -1126,6 +1235,7 @@ async fn finish(
                         progress: text(progress, "progress")?,
                         outcome: s.outcome,
                         command_id: c.command_id,
+                        history,
                         next: want_next,
                     };
                     let answer = match engine.segment_settles.submit(row).await {
@@ -1158,6 +1268,9 @@ async fn finish(
                 .bind(recovery.as_secs_f64())
                 .bind(max_attempts)
                 .bind(timer_at)
+                .bind(&history.entries)
+                .bind(history.state.as_deref())
+                .bind(history.journal)
                 .fetch_one(&mut *tx)
                 .await?;
             if settled == 1 {

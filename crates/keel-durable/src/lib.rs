@@ -41,6 +41,11 @@
 //!   [`Engine::signal_as`], [`Engine::signal_in_as`], [`Engine::cancel_as`],
 //!   [`Engine::retry_as`]), never read from a payload; the engine's own TIMER, recovery
 //!   RETRY and child commands are `SYSTEM`; [`Engine::attribution`] reads them back.
+//! - [`history`], the decision log: append-only entries of every command received and
+//!   every decision of a segment (steps, waits, signals, timers, completion, failure,
+//!   cancel, retry), written in the transaction that makes the change, each with its
+//!   actor and the state change as an RFC 6902 patch (or a baseline), redacted before
+//!   writing; [`Engine::history`] reads them with the state at each entry.
 //! - [`Retention`]: the retention pass (batched, `SKIP LOCKED`, one short transaction per
 //!   batch) that the cluster's daily cron runs; returns a [`RetentionReport`].
 //!
@@ -164,6 +169,7 @@ mod engine;
 mod error;
 mod executor;
 mod health;
+pub mod history;
 pub mod hook;
 pub mod metrics;
 pub mod payload;
@@ -185,6 +191,7 @@ pub use engine::{
 pub use error::{DurableError, Result};
 pub use executor::{CHANNEL, ExecutorHandle};
 pub use health::{DeadLetter, HealthInstance, HealthQuery, StateCount, WorkflowHealth};
+pub use history::{HISTORY_PAGE_LIMIT, HistoryConfig, HistoryEntry, HistoryPage};
 pub use hook::{HookFuture, Transition, TransitionHook, TransitionHookError};
 pub use metrics::OpenCensusGauge;
 pub use retention::{Retention, RetentionConfig, RetentionReport};

@@ -11,7 +11,8 @@
 //!   ([`crate::Engine::attribution`]) and go with their instance;
 //! - an **instance** `completed` or `cancelled` with `ended_at` before the cutoff and no
 //!   open (`queued`/`running`) command. Deleting it deletes its remaining commands,
-//!   journal and signals (`ON DELETE CASCADE`) and detaches its children
+//!   journal, signals and history entries ([`crate::history`]; `ON DELETE CASCADE`, so
+//!   an operation's history follows its instance's retention window) and detaches its children
 //!   (`parent_id` set to NULL). `failed` instances are kept: they can be retried.
 //!
 //! Each batch is one transaction: select up to `batchSize` eligible rows in deletion order

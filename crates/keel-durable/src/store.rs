@@ -40,13 +40,18 @@ pub(crate) struct NewInstance {
     pub serialization_key: Option<String>,
     /// Who recorded the start (stored on its START command).
     pub actor: Actor,
+    /// The detail of its `command_received` history entry (JSON text: the redacted
+    /// input copy, see [`crate::history`]).
+    pub history_detail: String,
 }
 
 /// Starts of concurrent callers in one statement: one instance and its START command
 /// per row, idempotently by `(workflow, idempotency_key)`; a row whose key exists
 /// inserts nothing (also a second row of the same key in the batch), and only the ids of
 /// the inserted instances are returned. Rows are inserted in their submission order, so
-/// `start_order` follows it.
+/// `start_order` follows it. Each inserted instance gets its first history entry
+/// (`command_received`, seq 1, with the START's actor and the baseline
+/// [`crate::history`]'s initial state) in the same statement.
 ///
 /// Returns sqlx's error unclassified: the start combiner tells a statement the server
 /// rejected (nothing written; retried row by row) from a lost connection.
@@ -58,13 +63,16 @@ pub(crate) async fn instances_insert_many(
     sqlx::query_scalar(
         "WITH req AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
-                                 $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
+                                 $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                                 $12::text[])
                    WITH ORDINALITY AS t(id, workflow, idempotency_key, input, serialization_key,
                                         actor_kind, actor_id, actor_reason, on_behalf_of,
-                                        attribution_status, idx)
+                                        attribution_status, history_detail, idx)
         ), ins AS (
-            INSERT INTO durable_instance (id, workflow, idempotency_key, input, serialization_key)
-            SELECT id, workflow, idempotency_key, input::jsonb, serialization_key FROM req ORDER BY idx
+            INSERT INTO durable_instance (id, workflow, idempotency_key, input, serialization_key,
+                                          history_seq, history_state)
+            SELECT id, workflow, idempotency_key, input::jsonb, serialization_key, 1, $13::jsonb
+              FROM req ORDER BY idx
             ON CONFLICT (workflow, idempotency_key) DO NOTHING
          RETURNING id
         ), cmd AS (
@@ -73,7 +81,15 @@ pub(crate) async fn instances_insert_many(
             SELECT ins.id, 'start', $6, req.actor_kind, req.actor_id, req.actor_reason,
                    req.on_behalf_of, req.attribution_status
               FROM ins JOIN req ON req.id = ins.id
-         RETURNING id
+         RETURNING id, instance_id
+        ), h AS (
+            INSERT INTO durable_history (instance_id, seq, kind, command_id, actor_kind, actor_id,
+                                         actor_reason, on_behalf_of, attribution_status, detail,
+                                         baseline)
+            SELECT cmd.instance_id, 1, 'command_received', cmd.id, req.actor_kind, req.actor_id,
+                   req.actor_reason, req.on_behalf_of, req.attribution_status,
+                   req.history_detail::jsonb, $13::jsonb
+              FROM cmd JOIN req ON req.id = cmd.instance_id
         )
         SELECT id FROM ins",
     )
@@ -91,11 +107,29 @@ pub(crate) async fn instances_insert_many(
             .collect::<Vec<_>>(),
     )
     .bind(max_attempts)
-    .bind(rows.iter().map(|r| r.actor.kind().as_str()).collect::<Vec<_>>())
+    .bind(
+        rows.iter()
+            .map(|r| r.actor.kind().as_str())
+            .collect::<Vec<_>>(),
+    )
     .bind(rows.iter().map(|r| r.actor.id()).collect::<Vec<_>>())
     .bind(rows.iter().map(|r| r.actor.reason()).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.actor.on_behalf_of_id()).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.actor.status().as_str()).collect::<Vec<_>>())
+    .bind(
+        rows.iter()
+            .map(|r| r.actor.on_behalf_of_id())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rows.iter()
+            .map(|r| r.actor.status().as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rows.iter()
+            .map(|r| r.history_detail.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(crate::history::initial_state())
     .fetch_all(db)
     .await
 }
@@ -526,11 +560,12 @@ pub(crate) async fn command_insert(
     kind: CommandKind,
     max_attempts: i32,
     actor: &Actor,
-) -> Result<()> {
-    sqlx::query(
+) -> Result<i64> {
+    let id = sqlx::query_scalar(
         "INSERT INTO durable_command (instance_id, kind, max_attempts, actor_kind, actor_id,
                                       actor_reason, on_behalf_of, attribution_status)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         RETURNING id",
     )
     .bind(instance_id)
     .bind(kind.as_str())
@@ -540,9 +575,9 @@ pub(crate) async fn command_insert(
     .bind(actor.reason())
     .bind(actor.on_behalf_of_id())
     .bind(actor.status().as_str())
-    .execute(db)
+    .fetch_one(db)
     .await?;
-    Ok(())
+    Ok(id)
 }
 
 /// Records an immediate cancel (no segment ran, so the instance was cancelled in the
@@ -553,12 +588,13 @@ pub(crate) async fn command_insert_settled_cancel(
     instance_id: Uuid,
     max_attempts: i32,
     actor: &Actor,
-) -> Result<()> {
-    sqlx::query(
+) -> Result<i64> {
+    let id = sqlx::query_scalar(
         "INSERT INTO durable_command (instance_id, kind, max_attempts, state, outcome,
                                       completed_at, actor_kind, actor_id, actor_reason,
                                       on_behalf_of, attribution_status)
-         VALUES ($1, 'cancel', $2, 'done', 'cancelled', now(), $3, $4, $5, $6, $7)",
+         VALUES ($1, 'cancel', $2, 'done', 'cancelled', now(), $3, $4, $5, $6, $7)
+         RETURNING id",
     )
     .bind(instance_id)
     .bind(max_attempts)
@@ -567,9 +603,9 @@ pub(crate) async fn command_insert_settled_cancel(
     .bind(actor.reason())
     .bind(actor.on_behalf_of_id())
     .bind(actor.status().as_str())
-    .execute(db)
+    .fetch_one(db)
     .await?;
-    Ok(())
+    Ok(id)
 }
 
 /// A recorded command as [`crate::Engine::attribution`] reads it.

@@ -59,6 +59,11 @@ pub trait Workflow: Send + Sync + 'static {
     type Output: Serialize + DeserializeOwned + Send + 'static;
     /// The typed failure of a failed instance (stored as JSON, `error.detail`).
     type Error: Serialize + DeserializeOwned + Send + 'static;
+    /// JSON pointers (RFC 6901) whose values the operation history never holds (a
+    /// recipient's personal reference, ...): redacted to `"[redacted]"` in the start
+    /// input copy, the progress, the output and the error detail before anything is
+    /// logged (see [`crate::history`]). Default: none.
+    const HISTORY_REDACT: &'static [&'static str] = &[];
 
     /// The body. Propagate context interruptions with `?` (they convert into
     /// [`WorkflowFailure::Interrupted`]); return [`WorkflowFailure::Failed`] to fail the
@@ -225,11 +230,19 @@ impl<W: Workflow> ErasedWorkflow for Erased<W> {
 #[derive(Clone, Default)]
 pub(crate) struct Registry {
     pub(crate) by_name: HashMap<&'static str, Arc<dyn ErasedWorkflow>>,
+    /// [`Workflow::HISTORY_REDACT`] of each registered workflow.
+    pub(crate) redact: HashMap<&'static str, &'static [&'static str]>,
 }
 
 impl Registry {
     pub(crate) fn insert<W: Workflow>(&mut self, w: W) {
         self.by_name.insert(W::NAME, Arc::new(Erased(w)));
+        self.redact.insert(W::NAME, W::HISTORY_REDACT);
+    }
+
+    /// The history redaction pointers of a workflow (none when unregistered).
+    pub(crate) fn history_redact(&self, name: &str) -> &'static [&'static str] {
+        self.redact.get(name).copied().unwrap_or(&[])
     }
 
     pub(crate) fn names(&self) -> Vec<String> {

@@ -57,7 +57,7 @@ pub use env::{ChainContext, WorkflowEnv};
 pub use error::{OpsError, Result};
 pub use events::{OperationEvents, Renderer};
 /// Who asked for a command (the engine's attribution types, re-exported for the API).
-pub use keel_durable::{Actor, ActorKind, AttributionStatus};
+pub use keel_durable::{Actor, ActorKind, AttributionStatus, HistoryEntry};
 pub use ops::accept::{Accepted, NewAsset, TokenRequest};
 pub use ops::ledger::{HolderView, HoldersView, SupplyView, TransferView, TransfersView};
 pub use ops::read::{

@@ -173,6 +173,8 @@ pub struct ApiKeyRow {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Until when the previous secret keeps working (in the future), if it does.
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    /// The person the key is issued to (migration 0057), if any.
+    pub issued_to: Option<String>,
 }
 
 /// The columns of [`ApiKeyRow`] (a macro, so the queries stay `&'static str`).
@@ -180,8 +182,46 @@ macro_rules! api_key_columns {
     () => {
         "id, label, scopes, created_at, rotated_at, revoked_at,
          CASE WHEN revoked_at IS NULL AND previous_secret_expires_at > now()
-              THEN previous_secret_expires_at END AS previous_secret_expires_at"
+              THEN previous_secret_expires_at END AS previous_secret_expires_at, issued_to"
     };
+}
+
+/// Sets the person key `id` of `organization_id` is issued to (in the creating
+/// transaction). False: no such key.
+///
+/// # Errors
+/// [`StoreError`] (a bound violation of `api_key_issued_to_bounds`).
+pub async fn api_key_set_issued_to(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    id: Uuid,
+    issued_to: &str,
+) -> StoreResult<bool> {
+    let done =
+        sqlx::query("UPDATE api_key SET issued_to = $3 WHERE organization_id = $1 AND id = $2")
+            .bind(organization_id)
+            .bind(id)
+            .bind(issued_to)
+            .execute(db)
+            .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Who key `id` records commands as: whether it exists unrevoked, and the person it
+/// is issued to. `None`: no such key.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn api_key_identity(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> StoreResult<Option<(bool, Option<String>)>> {
+    Ok(
+        sqlx::query_as("SELECT revoked_at IS NULL AS live, issued_to FROM api_key WHERE id = $1")
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
 }
 
 /// Up to `limit` API keys of `organization_id` (revoked ones included) in

@@ -214,6 +214,9 @@ pub struct ApiKeyView {
     /// Until when the secret its last rotation replaced keeps working; `None` when it
     /// does not (an immediate rotation, an overlap that ended, or a revoked key).
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    /// The named person the key is issued to: its commands are recorded as
+    /// `USER` with this id; `None`: a service key (`SERVICE` with the key's id).
+    pub issued_to: Option<String>,
 }
 
 impl TryFrom<store::ApiKeyRow> for ApiKeyView {
@@ -231,6 +234,7 @@ impl TryFrom<store::ApiKeyRow> for ApiKeyView {
             rotated_at: r.rotated_at,
             revoked_at: r.revoked_at,
             previous_secret_expires_at: r.previous_secret_expires_at,
+            issued_to: r.issued_to,
         })
     }
 }
@@ -378,6 +382,78 @@ pub async fn create_api_key_with_scopes(
     store::api_key_insert_with_scopes(db, id, organization_id, label, &hash, &scopes.names())
         .await?;
     Ok(NewApiKey { id, token })
+}
+
+/// Checks an `issuedTo`: 1 to 255 characters that sanitizing leaves unchanged (no
+/// control, separator or format characters: see [`keel_durable::sanitize_actor_text`]).
+///
+/// # Errors
+/// [`OpsError::InvalidField`] (`issuedTo`).
+pub fn valid_issued_to(issued_to: &str) -> Result<()> {
+    let len = issued_to.chars().count();
+    if len == 0 || len > 255 || keel_durable::sanitize_actor_text(issued_to) != issued_to {
+        return Err(OpsError::InvalidField {
+            field: "issuedTo",
+            reason: "must be 1 to 255 printable characters",
+        });
+    }
+    Ok(())
+}
+
+/// Creates an API key like [`create_api_key_with_scopes`], issued to the named person
+/// `issued_to` when given (its commands are then recorded as `USER` with that id), in
+/// one transaction.
+///
+/// # Errors
+/// As [`create_api_key_with_scopes`]; [`OpsError::InvalidField`] (`issuedTo`).
+pub async fn create_api_key_issued(
+    db: &PgPool,
+    organization_id: Uuid,
+    label: &str,
+    scopes: Scopes,
+    issued_to: Option<&str>,
+) -> Result<NewApiKey> {
+    if let Some(p) = issued_to {
+        valid_issued_to(p)?;
+    }
+    let mut tx = db.begin().await.map_err(keel_store::StoreError::from)?;
+    let new = create_api_key_with_scopes(&mut *tx, organization_id, label, scopes).await?;
+    if let Some(p) = issued_to {
+        store::api_key_set_issued_to(&mut *tx, organization_id, new.id, p).await?;
+    }
+    tx.commit().await.map_err(keel_store::StoreError::from)?;
+    Ok(new)
+}
+
+/// Who `caller` records commands as, read at recording time (issue 23): a key issued
+/// to a person is `USER` with that person's id, any other key `SERVICE` with the key's
+/// id, both `VERIFIED`. **DEGRADED** when the key's identity can no longer be fully
+/// established when the command is recorded: the request authenticated, but by then
+/// the key was revoked (or deleted), or its stored `issuedTo` does not survive
+/// sanitizing unchanged (a row written outside the service). The kind and id are still
+/// the best known (`SERVICE` with the key's id, or `USER` with the sanitized id).
+///
+/// # Errors
+/// [`OpsError::Store`].
+pub async fn caller_actor(
+    db: impl sqlx::PgExecutor<'_>,
+    caller: Caller,
+) -> Result<keel_durable::Actor> {
+    let key = caller.api_key_id.to_string();
+    Ok(
+        match store::api_key_identity(db, caller.api_key_id).await? {
+            Some((true, None)) => keel_durable::Actor::service(&key),
+            Some((live, Some(person))) => {
+                let actor = keel_durable::Actor::user(&person);
+                if live && actor.id() == Some(person.as_str()) {
+                    actor
+                } else {
+                    actor.degraded()
+                }
+            }
+            Some((false, None)) | None => keel_durable::Actor::service(&key).degraded(),
+        },
+    )
 }
 
 fn valid_label(label: &str) -> Result<()> {

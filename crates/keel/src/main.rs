@@ -203,6 +203,13 @@ enum OpsCommand {
         /// The operation id.
         id: sqlx::types::Uuid,
     },
+    /// Print an operation's history (the decision log of its workflow, oldest first,
+    /// with the actor of each entry and the state after it) as the JSON array
+    /// `GET /v1/operations/{id}/history` pages through.
+    History {
+        /// The operation id.
+        id: sqlx::types::Uuid,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -230,6 +237,10 @@ enum ApiKeyCommand {
         /// all four).
         #[arg(long = "scope", value_name = "SCOPE")]
         scopes: Vec<String>,
+        /// The named person the key is issued to (its commands are recorded as actor
+        /// USER with this id): 1 to 255 printable characters.
+        #[arg(long = "issued-to", value_name = "PERSON")]
+        issued_to: Option<String>,
     },
     /// List an organization's API keys (revoked ones included), oldest first, as JSON
     /// lines in the shape of `GET /v1/api-keys` items. Secrets are never shown.
@@ -337,7 +348,9 @@ fn main() -> std::process::ExitCode {
     // The API-backed operator commands need no configuration beyond their arguments,
     // and report the API's code themselves.
     let cli = match cli.command {
-        Command::Ops { command } if !matches!(command, OpsCommand::Cancel { .. }) => {
+        Command::Ops { command }
+            if !matches!(command, OpsCommand::Cancel { .. } | OpsCommand::History { .. }) =>
+        {
             return api_ops(command);
         }
         command => Cli { command, ..cli },
@@ -517,7 +530,12 @@ async fn api_key_command(config: &Config, command: ApiKeyCommand) -> anyhow::Res
     use keel_workflows::tenancy;
     let pool = connect_migrated(config).await?;
     match command {
-        ApiKeyCommand::Create { org, label, scopes } => {
+        ApiKeyCommand::Create {
+            org,
+            label,
+            scopes,
+            issued_to,
+        } => {
             let org = tenancy::organization_by_name(&pool, &org).await?;
             let scopes = if scopes.is_empty() {
                 keel_workflows::Scopes::all()
@@ -526,7 +544,9 @@ async fn api_key_command(config: &Config, command: ApiKeyCommand) -> anyhow::Res
                     "--scope must be one of read, operate, approve, admin".to_owned()
                 })?
             };
-            let key = tenancy::create_api_key_with_scopes(&pool, org, &label, scopes).await?;
+            let key =
+                tenancy::create_api_key_issued(&pool, org, &label, scopes, issued_to.as_deref())
+                    .await?;
             eprintln!(
                 "api key {} created with scopes {}; the token below is shown once",
                 key.id,
@@ -601,6 +621,30 @@ async fn ops_command(config: &Config, command: OpsCommand) -> anyhow::Result<()>
             // The operation as the API serves it (`keel_api::dto` owns the JSON shape).
             let view = keel_api::dto::Operation::from(view);
             println!("{}", serde_json::to_string_pretty(&view)?);
+            Ok(())
+        }
+        OpsCommand::History { id } => {
+            let caller = ops
+                .operator_caller(id)
+                .await
+                .with_context(|| format!("operation {id}"))?;
+            let mut entries = Vec::new();
+            let mut after = 0;
+            loop {
+                let page = ops
+                    .operation_history(caller, id, after, 200)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{} ({})", e.detail(), e.code()))?;
+                let Some(last) = page.last().map(|e| e.seq) else {
+                    break;
+                };
+                entries.extend(
+                    page.into_iter()
+                        .map(keel_api::dto::OperationHistoryEntry::from),
+                );
+                after = last;
+            }
+            println!("{}", serde_json::to_string_pretty(&entries)?);
             Ok(())
         }
         // main() runs the API-backed commands before any configuration is loaded.
@@ -1035,7 +1079,9 @@ async fn api_ops_run(command: OpsCommand) -> Result<u8, keel::ops::OpsError> {
             )
             .await
         }
-        OpsCommand::Cancel { .. } => Ok(keel::ops::WatchExit::Error.code()),
+        OpsCommand::Cancel { .. } | OpsCommand::History { .. } => {
+            Ok(keel::ops::WatchExit::Error.code())
+        }
     }
 }
 

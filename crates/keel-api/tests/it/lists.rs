@@ -626,3 +626,178 @@ fn the_document_check_refuses_lowercase_addresses() {
     assert!(e.contains("not EIP-55 checksummed"), "{e}");
     check(RECIPIENT).unwrap();
 }
+
+/// Issue 23: a key issued to a named person records its commands as `USER`; the
+/// operation's history lists every entry oldest first with its actor and state, pages
+/// by cursor, stays in the organization, and refuses a foreign cursor.
+#[tokio::test]
+async fn history_of_an_operation_started_by_a_key_issued_to_a_person() {
+    let env = Env::new().await;
+    let _runner = runner(&env);
+    let created = env
+        .post(
+            &env.key_a,
+            "/v1/api-keys",
+            None,
+            &json!({"label": "alice's key", "scopes": ["read", "operate"], "issuedTo": "employee-4711"}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+    assert_eq!(
+        created.body["apiKey"]["issuedTo"], "employee-4711",
+        "{:?}",
+        created.body
+    );
+    let token = created.body["token"].as_str().unwrap().to_owned();
+    let op = post_wait(&env, &token, "/v1/assets", "h-1", &asset_body("Alpha")).await;
+    assert_eq!(op["state"], "completed", "{op}");
+    let id = op["id"].as_str().unwrap();
+    let view = env.get(&token, &format!("/v1/operations/{id}")).await;
+    assert_eq!(
+        view.body["attribution"]["startedBy"]["actor"]["kind"], "USER",
+        "{:?}",
+        view.body
+    );
+    assert_eq!(
+        view.body["attribution"]["startedBy"]["actor"]["id"],
+        "employee-4711"
+    );
+
+    // Page through the history two entries at a time.
+    let mut entries: Vec<Value> = Vec::new();
+    let mut uri = format!("/v1/operations/{id}/history?limit=2");
+    loop {
+        let a = env.get(&token, &uri).await;
+        assert_eq!(a.status, StatusCode::OK, "{uri}: {:?}", a.body);
+        entries.extend(a.body["data"].as_array().unwrap().iter().cloned());
+        match a.body["nextCursor"].as_str() {
+            Some(c) => uri = format!("/v1/operations/{id}/history?limit=2&cursor={c}"),
+            None => break,
+        }
+    }
+    assert!(entries.len() >= 3, "{entries:?}");
+    let seqs: Vec<i64> = entries.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    assert_eq!(entries[0]["kind"], "command_received");
+    assert_eq!(entries[0]["actor"]["kind"], "USER");
+    assert_eq!(entries[0]["actor"]["id"], "employee-4711");
+    assert_eq!(entries[0]["actor"]["status"], "VERIFIED");
+    let last = entries.last().unwrap();
+    assert_eq!(last["kind"], "completed", "{entries:?}");
+    assert_eq!(last["state"]["status"], "completed", "{last}");
+    assert!(
+        entries.iter().any(|e| e["kind"] == "step_recorded"),
+        "{entries:?}"
+    );
+
+    // Another organization's key: not found; a foreign cursor: a typed 400.
+    let other = env
+        .get(&env.key_b, &format!("/v1/operations/{id}/history"))
+        .await;
+    assert_problem(
+        &other,
+        404,
+        "NOT_FOUND",
+        "history of another organization's operation",
+    );
+    let bad = env
+        .get(
+            &token,
+            &format!("/v1/operations/{id}/history?cursor=bm90LWpzb24"),
+        )
+        .await;
+    assert_problem(&bad, 400, "INVALID_CURSOR", "history with a foreign cursor");
+    let bad = env
+        .get(&token, &format!("/v1/operations/{id}/history?limit=0"))
+        .await;
+    assert_problem(&bad, 400, "INVALID_QUERY", "history with limit 0");
+    // An `issuedTo` with a control character: a typed 422, nothing created.
+    let refused = env
+        .post(
+            &env.key_a,
+            "/v1/api-keys",
+            None,
+            &json!({"label": "x", "scopes": ["read"], "issuedTo": "bob\u{202e}"}),
+        )
+        .await;
+    assert_problem(
+        &refused,
+        422,
+        "INVALID_FIELD",
+        "issuedTo with a bidi override",
+    );
+}
+
+/// Issue 23, DEGRADED: a request authenticated, but when its command is recorded the
+/// key's identity can no longer be fully established (the key was revoked in between):
+/// the actor keeps the best-known kind and id, with status `DEGRADED`.
+#[tokio::test]
+async fn an_actor_whose_key_was_revoked_before_recording_is_degraded() {
+    let env = Env::new().await;
+    let pool = env.db.pool();
+    let org = keel_workflows::tenancy::organization_by_name(pool, "org-a")
+        .await
+        .unwrap();
+    let scopes = keel_workflows::Scopes::all();
+    let person =
+        keel_workflows::tenancy::create_api_key_issued(pool, org, "p", scopes, Some("employee-9"))
+            .await
+            .unwrap();
+    let service = keel_workflows::tenancy::create_api_key_issued(pool, org, "s", scopes, None)
+        .await
+        .unwrap();
+    let caller = |id| keel_workflows::Caller {
+        organization_id: org,
+        api_key_id: id,
+    };
+    let verified = keel_workflows::tenancy::caller_actor(pool, caller(person.id))
+        .await
+        .unwrap();
+    assert_eq!(verified.kind(), keel_durable::ActorKind::User);
+    assert_eq!(verified.id(), Some("employee-9"));
+    assert_eq!(verified.status(), keel_durable::AttributionStatus::Verified);
+    let s = keel_workflows::tenancy::caller_actor(pool, caller(service.id))
+        .await
+        .unwrap();
+    assert_eq!(s.kind(), keel_durable::ActorKind::Service);
+    assert_eq!(s.status(), keel_durable::AttributionStatus::Verified);
+    for id in [person.id, service.id] {
+        keel_workflows::tenancy::revoke_api_key(pool, org, id)
+            .await
+            .unwrap();
+    }
+    let p = keel_workflows::tenancy::caller_actor(pool, caller(person.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        (p.kind(), p.id()),
+        (keel_durable::ActorKind::User, Some("employee-9"))
+    );
+    assert_eq!(p.status(), keel_durable::AttributionStatus::Degraded);
+    let s = keel_workflows::tenancy::caller_actor(pool, caller(service.id))
+        .await
+        .unwrap();
+    let sid = service.id.to_string();
+    assert_eq!(
+        (s.kind(), s.id()),
+        (keel_durable::ActorKind::Service, Some(sid.as_str()))
+    );
+    assert_eq!(s.status(), keel_durable::AttributionStatus::Degraded);
+    // A stored issuedTo that does not survive sanitizing (written outside the service).
+    let raw = keel_workflows::tenancy::create_api_key_issued(pool, org, "r", scopes, None)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE api_key SET issued_to = 'eve' || chr(8238) WHERE id = $1")
+        .bind(raw.id)
+        .execute(pool)
+        .await
+        .unwrap();
+    let r = keel_workflows::tenancy::caller_actor(pool, caller(raw.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.kind(), r.id()),
+        (keel_durable::ActorKind::User, Some("eve"))
+    );
+    assert_eq!(r.status(), keel_durable::AttributionStatus::Degraded);
+}

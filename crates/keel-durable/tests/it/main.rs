@@ -7,6 +7,7 @@ mod bounds;
 mod census;
 mod crash;
 mod executors;
+mod history;
 mod hook;
 mod lifecycle;
 mod replay;

@@ -444,6 +444,7 @@ impl Ops {
         serialization_key: Option<String>,
         caller: Caller,
     ) -> Result<Uuid> {
+        let actor = self.actor(caller).await?;
         let started = self
             .engine
             .start::<W>(
@@ -451,7 +452,7 @@ impl Ops {
                 input,
                 StartOptions {
                     serialization_key,
-                    actor: caller.actor(),
+                    actor,
                 },
             )
             .await?;

@@ -34,7 +34,8 @@ impl Ops {
     /// [`OpsError::NotFound`]; [`OpsError::OperationEnded`] when it is `completed`,
     /// `failed` or `cancelled`; [`OpsError::Store`] / [`OpsError::Engine`].
     pub async fn cancel(&self, caller: Caller, id: Uuid) -> Result<OperationView> {
-        self.cancel_by(caller, id, &caller.actor()).await
+        let actor = self.actor(caller).await?;
+        self.cancel_by(caller, id, &actor).await
     }
 
     /// [`Ops::cancel`] recorded by `actor` instead of the caller's key: for `keel ops
@@ -165,8 +166,9 @@ impl Ops {
                 APPROVAL_SIGNAL,
                 crate::ops::view::APPROVAL_DEDUPE_KEY,
                 &decision,
-                &caller
-                    .actor()
+                &self
+                    .actor(caller)
+                    .await?
                     .with_reason(crate::ops::view::approval_reason(approved)),
             )
             .await
@@ -216,7 +218,8 @@ impl Ops {
         // Counted before the engine's retry, so the replay that the retry starts sees it
         // (in the workflow's retry gate, `workflows::send`).
         store::operation_retries_increment(&self.db, id).await?;
-        match self.engine.retry_as(instance, &caller.actor()).await {
+        let actor = self.actor(caller).await?;
+        match self.engine.retry_as(instance, &actor).await {
             Ok(()) => {}
             Err(
                 keel_durable::DurableError::NotRetryable { .. }

@@ -10,6 +10,16 @@ use std::time::Duration;
 use uuid::Uuid;
 
 impl Ops {
+    /// Who `caller` records commands as ([`tenancy::caller_actor`]: `USER` for a key
+    /// issued to a person, `SERVICE` otherwise; `DEGRADED` when the key's identity can
+    /// no longer be fully established), read when the command is recorded.
+    ///
+    /// # Errors
+    /// [`OpsError::Store`].
+    pub async fn actor(&self, caller: Caller) -> Result<keel_durable::Actor> {
+        tenancy::caller_actor(&self.db, caller).await
+    }
+
     /// Resolves a bearer token to its caller and scopes
     /// ([`tenancy::authenticate_credential`]: read on every call, no cache).
     ///
@@ -46,11 +56,27 @@ impl Ops {
         label: &str,
         scopes: Scopes,
     ) -> Result<RotatedApiKey> {
+        self.create_api_key_issued(credential, label, scopes, None)
+            .await
+    }
+
+    /// [`Ops::create_api_key`] for a key issued to the named person `issued_to` (its
+    /// commands are recorded as `USER` with that id; see [`tenancy::caller_actor`]).
+    ///
+    /// # Errors
+    /// As [`Ops::create_api_key`]; [`OpsError::InvalidField`] (`issuedTo`).
+    pub async fn create_api_key_issued(
+        &self,
+        credential: Credential,
+        label: &str,
+        scopes: Scopes,
+        issued_to: Option<&str>,
+    ) -> Result<RotatedApiKey> {
         if !scopes.is_subset(credential.scopes) {
             return Err(OpsError::InsufficientScope);
         }
         let org = credential.caller.organization_id;
-        let new = tenancy::create_api_key_with_scopes(&self.db, org, label, scopes).await?;
+        let new = tenancy::create_api_key_issued(&self.db, org, label, scopes, issued_to).await?;
         let key = tenancy::api_key(&self.db, org, new.id).await?;
         Ok(RotatedApiKey {
             key,

@@ -8,6 +8,7 @@
 //!   operation list (keyset `(created_at, id)`, filters by state, kind, asset and
 //!   acceptance time; batched reads of statuses, links and queue requests);
 //! - [`decide`]: approve / reject, retry, cancel;
+//! - [`history`]: an operation's history (the decision log of its workflow instance);
 //! - [`read`]: assets (paginated), templates (paginated), balances, funding requests;
 //! - [`keys`]: the API key lifecycle (list, create, revoke, rotate) of the caller's
 //!   organization;
@@ -27,6 +28,7 @@
 pub mod accept;
 pub mod amount;
 pub mod decide;
+pub mod history;
 pub mod keys;
 pub mod ledger;
 pub mod read;
