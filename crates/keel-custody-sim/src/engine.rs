@@ -142,6 +142,8 @@ pub(crate) struct State {
     pub(crate) keyed_faults: HashMap<String, TxFault>,
     pub(crate) http: HttpFaults,
     pub(crate) refused_auth: u64,
+    /// Create requests received (counted when the body is in, before any fault delay).
+    pub(crate) creates_received: u64,
 }
 
 /// Settings of the engine.

@@ -54,7 +54,7 @@ STATUS WALK
 ADMIN API (no auth; bind to loopback)
   GET  /admin/vaults/{id}                 {id, address} of a vault account
   GET  /admin/transactions                every transaction, in creation order
-  GET  /admin/stats                       {transactions, refusedAuth}
+  GET  /admin/stats                       {transactions, refusedAuth, createsReceived}
   POST /admin/transactions/{id}/approve   approve one that is PENDING_AUTHORIZATION
   POST /admin/transactions/{id}/reject    {subStatus?} reject it (REJECTED, default REJECTED_BY_USER)
   POST /admin/faults/transaction          {externalTxId?, behavior, subStatus?, loseResponse?}

@@ -202,6 +202,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod batch;
+mod custody;
 mod error;
 mod failures;
 mod funding;
@@ -216,6 +217,7 @@ mod verdict;
 mod view;
 mod withdraw;
 
+pub use custody::{CustodySender, CustodySenderConfig, CustodyView, custody_views, custody_wake};
 pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};

@@ -4,5 +4,6 @@
 mod auth;
 mod harness;
 mod help;
+mod queue;
 mod submit;
 mod webhooks;
