@@ -44,6 +44,9 @@ CREATE TABLE txq_custody_attempt (
     -- Reads of the provider for this submission, and when the next one is due.
     polls           INTEGER     NOT NULL DEFAULT 0 CHECK (polls >= 0),
     next_poll_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- The last wake-up hint (a verified provider webhook): one that arrives while a
+    -- step is under way makes the next read due at once instead of after the backoff.
+    woken_at        TIMESTAMPTZ,
     -- Set once when the poll budget ran out (visible; a WARN and a metric).
     budget_exceeded_at TIMESTAMPTZ,
     -- When a hash was first persisted (the chain must see it within the drop budget).

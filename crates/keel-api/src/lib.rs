@@ -108,6 +108,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod codes;
+pub mod custody;
 pub mod dto;
 pub mod extract;
 mod handlers;
@@ -180,6 +181,8 @@ pub struct ApiState {
     config: ApiConfig,
     /// The webhook endpoint service (issue 21); without it the webhook routes answer 404.
     webhooks: Option<keel_webhooks::Webhooks>,
+    /// Inbound custody-provider webhooks (issue 19); without it their route answers 404.
+    custody: Option<custody::CustodyWebhooks>,
 }
 
 impl ApiState {
@@ -192,7 +195,19 @@ impl ApiState {
             ready,
             config: ApiConfig::default(),
             webhooks: None,
+            custody: None,
         }
+    }
+
+    /// The same state serving `POST /v1/custody/webhooks/fireblocks` through `custody`.
+    pub fn with_custody_webhooks(mut self, custody: custody::CustodyWebhooks) -> Self {
+        self.custody = Some(custody);
+        self
+    }
+
+    /// The inbound custody webhooks, when configured.
+    pub fn custody_webhooks(&self) -> Option<&custody::CustodyWebhooks> {
+        self.custody.as_ref()
     }
 
     /// The same state serving `/v1/webhook-endpoints` through `webhooks`.
@@ -292,6 +307,10 @@ pub fn router(state: ApiState) -> Router {
         )
         // Platform Status (issue 22): the JSON route; the page is merged below.
         .route("/v1/status", get(status::get_status))
+        .route(
+            "/v1/custody/webhooks/fireblocks",
+            post(custody::fireblocks_webhook),
+        )
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/openapi.json", get(handlers::openapi_json))

@@ -344,6 +344,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::webhooks::test,
         crate::webhooks::deliveries,
         crate::status::get_status,
+        crate::custody::fireblocks_webhook,
         handlers::healthz,
         handlers::readyz,
         handlers::openapi_json,
@@ -360,6 +361,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         dto::OperationState,
         dto::OperationWait,
         dto::WaitFor,
+        dto::CustodyWaitDetail,
         dto::Milestones,
         dto::TxMilestone,
         dto::IndexedMilestone,
@@ -402,6 +404,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::webhooks::WebhookDelivery,
         crate::webhooks::WebhookDeliveryList,
         // Platform Status (issue 22).
+        crate::custody::CustodyWebhookAck,
         crate::status::PlatformStatus,
         crate::status::StatusThresholds,
         crate::status::WorkflowsStatus,
@@ -428,6 +431,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         (name = "api-keys", description = "API keys of the organization: list, create, revoke, rotate (an `admin` key)"),
         (name = "webhooks", description = "Webhook endpoints: subscriptions, secret rotation, test deliveries, delivery attempts"),
         (name = "status", description = "Platform Status for operators (an `admin` key): workflows, queue, index, cluster, jobs, webhooks, from the database"),
+        (name = "custody", description = "Inbound custody-provider webhooks (authenticated by the provider's signature, not an API key): a wake-up for the transaction queue's read of the provider"),
         (name = "health", description = "Liveness, readiness and this document"),
     )
 )]

@@ -262,7 +262,13 @@ async fn get_tx(
         return r;
     }
     match app.engine.lock().txs.get(&id) {
-        Some(tx) => Json(tx.json()).into_response(),
+        Some(tx) => {
+            let mut json = tx.json();
+            if tx.lose_hash {
+                json["txHash"] = serde_json::Value::String(String::new());
+            }
+            Json(json).into_response()
+        }
         None => error(StatusCode::NOT_FOUND, 1404, "Transaction not found"),
     }
 }

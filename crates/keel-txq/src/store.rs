@@ -887,6 +887,43 @@ pub(crate) struct ViewRow {
     pub updated_at: chrono::DateTime<chrono::Utc>,
     pub broadcast_at: Option<chrono::DateTime<chrono::Utc>>,
     pub settled_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The latest custody submission (`txq_custody_attempt`), for custody requests.
+    #[sqlx(flatten)]
+    pub custody: CustodyJoin,
+}
+
+/// The latest custody submission's columns of a [`ViewRow`] (all `NULL` otherwise).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct CustodyJoin {
+    pub c_provider: Option<String>,
+    pub c_resubmission: Option<i32>,
+    pub c_external_tx_id: Option<String>,
+    pub c_provider_tx_id: Option<String>,
+    pub c_phase: Option<String>,
+    pub c_status: Option<String>,
+    pub c_sub_status: Option<String>,
+    pub c_tx_hash: Option<Vec<u8>>,
+    pub c_budget_exceeded: Option<bool>,
+    pub c_polls: Option<i32>,
+}
+
+impl CustodyJoin {
+    /// The submission as a [`CustodyViewRow`], when the request has one.
+    pub(crate) fn into_row(self, request_id: Uuid) -> Option<CustodyViewRow> {
+        Some(CustodyViewRow {
+            request_id,
+            provider: self.c_provider?,
+            resubmission: self.c_resubmission?,
+            external_tx_id: self.c_external_tx_id?,
+            provider_tx_id: self.c_provider_tx_id,
+            phase: self.c_phase?,
+            status: self.c_status,
+            sub_status: self.c_sub_status,
+            tx_hash: self.c_tx_hash,
+            budget_exceeded: self.c_budget_exceeded.unwrap_or(false),
+            polls: self.c_polls.unwrap_or(0),
+        })
+    }
 }
 
 /// The requests of `ids` (any chain) in the order of `ids`; unknown ids are left out,
@@ -897,9 +934,17 @@ pub(crate) async fn requests_view(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Resu
                 (SELECT a.tx_hash FROM txq_attempt a WHERE a.request_id = r.id
                   ORDER BY a.attempt DESC LIMIT 1) AS last_hash,
                 r.funding_deadline, r.last_broadcast_error, r.created_at, r.updated_at,
-                r.broadcast_at, r.settled_at
+                r.broadcast_at, r.settled_at,
+                c.provider AS c_provider, c.resubmission AS c_resubmission,
+                c.external_tx_id AS c_external_tx_id, c.provider_tx_id AS c_provider_tx_id,
+                c.phase AS c_phase, c.status AS c_status, c.sub_status AS c_sub_status,
+                c.tx_hash AS c_tx_hash, c.budget_exceeded_at IS NOT NULL AS c_budget_exceeded,
+                c.polls AS c_polls
            FROM unnest($1::uuid[]) WITH ORDINALITY AS q(id, ord)
            JOIN txq_request r ON r.id = q.id
+           LEFT JOIN LATERAL (
+                SELECT * FROM txq_custody_attempt ca WHERE ca.request_id = r.id
+                 ORDER BY ca.resubmission DESC LIMIT 1) c ON true
           ORDER BY q.ord",
     )
     .bind(ids)
@@ -977,6 +1022,8 @@ pub(crate) struct CustodyDueRow {
     /// Seconds since its status last changed.
     pub status_secs: Option<f64>,
     pub budget_exceeded: Option<bool>,
+    /// The last wake-up hint when the row was read.
+    pub woken_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// `queued` requests of `senders` (custody senders) on `chain_id` without a
@@ -994,7 +1041,7 @@ pub(crate) async fn custody_due(
                 a.polls, a.absent_after <= now() AS absent_proven,
                 extract(epoch FROM now() - a.created_at)::float8 AS age_secs,
                 extract(epoch FROM now() - a.status_since)::float8 AS status_secs,
-                a.budget_exceeded_at IS NOT NULL AS budget_exceeded
+                a.budget_exceeded_at IS NOT NULL AS budget_exceeded, a.woken_at
            FROM txq_request r
            LEFT JOIN LATERAL (
                 SELECT * FROM txq_custody_attempt c WHERE c.request_id = r.id
@@ -1099,11 +1146,16 @@ pub(crate) struct CustodyObserved<'a> {
     pub sub_status: Option<&'a str>,
     pub rank: i16,
     pub tx_hash: Option<&'a [u8]>,
+    /// The next read after this many milliseconds (unless woken meanwhile).
+    pub next_ms: i64,
+    /// The row's `woken_at` when it was read.
+    pub woken_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Records a read of the provider (phase `from` → `to`, e.g. `in_doubt` → `submitted`):
 /// the provider id, status, sub-status and rank, the hash once known (kept once set;
-/// `hash_at` on its first write), one more poll, the next read after `next_ms`.
+/// `hash_at` on its first write), one more poll, the next read after `seen.next_ms` — or
+/// at once when a wake-up hint arrived since the row was read (`woken_at` then differs).
 /// Returns whether the row was in phase `from`.
 pub(crate) async fn custody_observed(
     db: impl PgExecutor<'_>,
@@ -1112,7 +1164,6 @@ pub(crate) async fn custody_observed(
     from: &str,
     to: &str,
     seen: &CustodyObserved<'_>,
-    next_ms: i64,
 ) -> Result<bool> {
     Ok(sqlx::query(
         "UPDATE txq_custody_attempt
@@ -1120,7 +1171,9 @@ pub(crate) async fn custody_observed(
                 status_since = CASE WHEN status IS DISTINCT FROM $6 THEN now() ELSE status_since END,
                 hash_at = CASE WHEN tx_hash IS NULL AND $9::bytea IS NOT NULL THEN now() ELSE hash_at END,
                 tx_hash = COALESCE(tx_hash, $9), polls = polls + 1,
-                next_poll_at = now() + make_interval(secs => $10::float8 / 1000), updated_at = now()
+                next_poll_at = CASE WHEN woken_at IS DISTINCT FROM $11 THEN now()
+                                    ELSE now() + make_interval(secs => $10::float8 / 1000) END,
+                updated_at = now()
           WHERE request_id = $1 AND resubmission = $2 AND phase = $3",
     )
     .bind(request_id)
@@ -1132,7 +1185,8 @@ pub(crate) async fn custody_observed(
     .bind(seen.sub_status)
     .bind(seen.rank)
     .bind(seen.tx_hash)
-    .bind(next_ms)
+    .bind(seen.next_ms)
+    .bind(seen.woken_at)
     .execute(db)
     .await?
     .rows_affected()
@@ -1221,7 +1275,8 @@ pub(crate) async fn custody_wake(
     external_tx_id: Option<&str>,
 ) -> Result<u64> {
     Ok(sqlx::query(
-        "UPDATE txq_custody_attempt SET next_poll_at = now(), updated_at = now()
+        "UPDATE txq_custody_attempt SET next_poll_at = now(), woken_at = clock_timestamp(),
+                updated_at = now()
           WHERE phase NOT IN ('superseded', 'done')
             AND (provider_tx_id = $1 OR external_tx_id = $2)",
     )

@@ -5,5 +5,6 @@ mod auth;
 mod harness;
 mod help;
 mod queue;
+mod queue_webhooks;
 mod submit;
 mod webhooks;

@@ -201,6 +201,35 @@ impl TxQueue {
         if cancel.is_cancelled() {
             return Ok(None);
         }
+        // A request a provider's contract call cannot carry (a contract creation, a
+        // value that is no U256) never reaches the provider.
+        let to = row
+            .to_address
+            .as_deref()
+            .and_then(|a| Address::try_from(a).ok());
+        let value: Option<U256> = row.value_wei.parse().ok();
+        let (Some(to), Some(value)) = (to, value) else {
+            let verdict = SettlementVerdict::Failed {
+                code: FailureCode::CustodyRefused,
+                reason: Some("not a contract call".to_owned()),
+                revert_data: None,
+                attempts: Vec::new(),
+            };
+            return Ok(self
+                .settle(sub.id, &verdict)
+                .await?
+                .then_some(Step::Settled));
+        };
+        let call = ContractCall {
+            vault: sender.vault.clone(),
+            asset: sender.asset.clone(),
+            to,
+            calldata: Bytes::from(row.calldata.clone()),
+            value,
+            external_tx_id: ExternalTxId::new(sub.external)
+                .map_err(|_| TxqError::InvalidRequest("external_tx_id"))?,
+            note: format!("keel txq request {}", sub.id),
+        };
         let mut tx = self.db.begin().await?;
         if !store::request_lock_queued(&mut tx, sub.id).await? {
             return Ok(None);
@@ -217,25 +246,6 @@ impl TxQueue {
             return Ok(None);
         }
         tx.commit().await?;
-        let to = row
-            .to_address
-            .as_deref()
-            .and_then(|a| Address::try_from(a).ok())
-            .ok_or(TxqError::InvalidRequest("to"))?;
-        let value: U256 = row
-            .value_wei
-            .parse()
-            .map_err(|_| TxqError::InvalidRequest("value"))?;
-        let call = ContractCall {
-            vault: sender.vault.clone(),
-            asset: sender.asset.clone(),
-            to,
-            calldata: Bytes::from(row.calldata.clone()),
-            value,
-            external_tx_id: ExternalTxId::new(sub.external)
-                .map_err(|_| TxqError::InvalidRequest("external_tx_id"))?,
-            note: format!("keel txq request {}", sub.id),
-        };
         match sender.provider.create_contract_call(&call).await {
             Ok(created) => {
                 metrics::custody_create(self.chain_id, "created");
@@ -245,6 +255,8 @@ impl TxQueue {
                     sub_status: None,
                     rank: i16::from(created.status.rank()),
                     tx_hash: None,
+                    next_ms: ms(sender.poll),
+                    woken_at: row.woken_at,
                 };
                 store::custody_observed(
                     &self.db,
@@ -253,7 +265,6 @@ impl TxQueue {
                     "creating",
                     "submitted",
                     &seen,
-                    ms(sender.poll),
                 )
                 .await?;
                 tracing::info!(target: "keel::txq", request = %sub.id, resubmission = sub.resubmission,
@@ -459,18 +470,10 @@ impl TxQueue {
             sub_status: ptx.sub_status.as_ref().map(|s| s.as_str()),
             rank: i16::from(ptx.status.rank()),
             tx_hash: hash_bytes.as_ref().map(|h| h.as_slice()),
+            next_ms: ms(sender.backoff(polls)),
+            woken_at: row.woken_at,
         };
-        if !store::custody_observed(
-            &self.db,
-            sub.id,
-            sub.resubmission,
-            from,
-            to,
-            &seen,
-            ms(sender.backoff(polls)),
-        )
-        .await?
-        {
+        if !store::custody_observed(&self.db, sub.id, sub.resubmission, from, to, &seen).await? {
             return Ok(None);
         }
         // The chain decides once there is a hash (a FAILED with a hash is a revert).

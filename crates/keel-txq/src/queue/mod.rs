@@ -358,8 +358,9 @@ impl TxQueue {
     /// # Errors
     /// [`TxqError::IdempotencyConflict`] when the key exists with another payload or
     /// other options; [`TxqError::InvalidRequest`] for an empty or over-long key
-    /// (`idempotency_key`), a zero gas limit (`gas_limit`), or a funding pause longer
-    /// than `i64::MAX` milliseconds (`funding_pause`).
+    /// (`idempotency_key`), a zero gas limit (`gas_limit`), a funding pause longer
+    /// than `i64::MAX` milliseconds (`funding_pause`), or a contract creation from a
+    /// custody sender (`to`).
     pub async fn enqueue_with(&self, req: &TxRequest, opts: &EnqueueOptions) -> Result<Uuid> {
         let owned = self.new_request(req, opts)?;
         // Concurrent enqueues of this process share one INSERT (group commit); this
@@ -418,6 +419,10 @@ impl TxQueue {
         let key_len = req.idempotency_key.chars().count();
         if key_len == 0 || key_len > 255 {
             return Err(TxqError::InvalidRequest("idempotency_key"));
+        }
+        if req.to.is_none() && self.custody.contains_key(&req.sender) {
+            // A custody provider's contract call needs a destination.
+            return Err(TxqError::InvalidRequest("to"));
         }
         let gas_limit = match req.gas_limit {
             Some(0) => return Err(TxqError::InvalidRequest("gas_limit")),
