@@ -112,6 +112,35 @@ fn default_skew_secs() -> u64 {
 }
 
 impl CustodySenderConfig {
+    /// Checks the settings; returns the typed vault account and asset ids.
+    ///
+    /// # Errors
+    /// As [`CustodySender::new`].
+    pub(crate) fn validate(&self) -> Result<(VaultAccountId, AssetId)> {
+        let vault =
+            VaultAccountId::new(self.vault_account_id.clone()).map_err(|_| TxqError::Config {
+                key: "vaultAccountId",
+                reason: "must be 1..255 characters of [A-Za-z0-9._:-]",
+            })?;
+        let asset = AssetId::new(self.asset_id.clone()).map_err(|_| TxqError::Config {
+            key: "assetId",
+            reason: "must be 1..255 characters of [A-Za-z0-9._:-]",
+        })?;
+        if self.poll_interval_ms == 0 {
+            return Err(TxqError::Config {
+                key: "pollIntervalMs",
+                reason: "must be at least 1",
+            });
+        }
+        if self.max_poll_interval_ms < self.poll_interval_ms {
+            return Err(TxqError::Config {
+                key: "maxPollIntervalMs",
+                reason: "must be at least pollIntervalMs",
+            });
+        }
+        Ok((vault, asset))
+    }
+
     /// A configuration with the defaults (poll 1 s doubling to 30 s, budget 1 h,
     /// silent drop after 10 min, skew 30 s).
     pub fn new(
@@ -164,27 +193,7 @@ impl CustodySender {
     /// provider id (1..255 of `[A-Za-z0-9._:-]`), a poll interval is 0 or the maximum
     /// is below the first.
     pub fn new(provider: Arc<dyn CustodyProvider>, config: &CustodySenderConfig) -> Result<Self> {
-        let vault =
-            VaultAccountId::new(config.vault_account_id.clone()).map_err(|_| TxqError::Config {
-                key: "vaultAccountId",
-                reason: "must be 1..255 characters of [A-Za-z0-9._:-]",
-            })?;
-        let asset = AssetId::new(config.asset_id.clone()).map_err(|_| TxqError::Config {
-            key: "assetId",
-            reason: "must be 1..255 characters of [A-Za-z0-9._:-]",
-        })?;
-        if config.poll_interval_ms == 0 {
-            return Err(TxqError::Config {
-                key: "pollIntervalMs",
-                reason: "must be at least 1",
-            });
-        }
-        if config.max_poll_interval_ms < config.poll_interval_ms {
-            return Err(TxqError::Config {
-                key: "maxPollIntervalMs",
-                reason: "must be at least pollIntervalMs",
-            });
-        }
+        let (vault, asset) = config.validate()?;
         Ok(Self {
             address: config.address,
             provider,
@@ -206,12 +215,14 @@ impl CustodySender {
     /// The delay before read number `polls + 1`: the first interval doubled per read,
     /// capped at the maximum.
     pub(crate) fn backoff(&self, polls: i32) -> Duration {
-        let shift = u32::try_from(polls.clamp(0, 16)).unwrap_or(0);
-        self.poll
-            .checked_mul(1u32 << shift)
-            .unwrap_or(self.max_poll)
-            .min(self.max_poll)
+        backoff(self.poll, self.max_poll, polls)
     }
+}
+
+/// `first` doubled `polls` times, capped at `max`.
+fn backoff(first: Duration, max: Duration, polls: i32) -> Duration {
+    let shift = u32::try_from(polls.clamp(0, 16)).unwrap_or(0);
+    first.checked_mul(1u32 << shift).unwrap_or(max).min(max)
 }
 
 /// What an operator (and the operation view) sees of a custody request: its latest
@@ -277,4 +288,92 @@ pub async fn custody_wake(
         return Ok(false);
     }
     Ok(store::custody_wake(db, provider_tx_id, external_tx_id).await? > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_reads_camel_case_with_defaults_and_refuses_bad_values() {
+        let c: CustodySenderConfig = serde_json::from_value(serde_json::json!({
+            "vaultAccountId": "7",
+            "assetId": "ETH_TEST5",
+            "address": "0x00000000000000000000000000000000000000aa",
+        }))
+        .unwrap();
+        assert_eq!(
+            c,
+            CustodySenderConfig::new(
+                "7",
+                "ETH_TEST5",
+                "0x00000000000000000000000000000000000000aa"
+                    .parse()
+                    .unwrap()
+            )
+        );
+        assert_eq!(c.silent_drop_after_secs, Some(600));
+        let off: CustodySenderConfig = serde_json::from_value(serde_json::json!({
+            "vaultAccountId": "7", "assetId": "ETH", "address": "0x00000000000000000000000000000000000000aa",
+            "silentDropAfterSecs": null,
+        }))
+        .unwrap();
+        assert_eq!(off.silent_drop_after_secs, None);
+        assert!(
+            serde_json::from_value::<CustodySenderConfig>(serde_json::json!({
+                "vaultAccountId": "7", "assetId": "ETH", "address": "0x00000000000000000000000000000000000000aa",
+                "apiKey": "nope",
+            }))
+            .is_err(),
+            "unknown keys are refused"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_first_interval_up_to_the_maximum() {
+        let (first, max) = (Duration::from_millis(100), Duration::from_millis(1000));
+        let ms: Vec<u128> = (0..6).map(|p| backoff(first, max, p).as_millis()).collect();
+        assert_eq!(ms, [100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(backoff(first, max, i32::MAX), max);
+    }
+
+    #[test]
+    fn invalid_ids_and_intervals_are_refused_naming_the_key() {
+        let c = CustodySenderConfig {
+            poll_interval_ms: 100,
+            max_poll_interval_ms: 1000,
+            ..CustodySenderConfig::new("7", "ETH", Address::ZERO)
+        };
+        assert!(c.validate().is_ok());
+        let bad = CustodySenderConfig {
+            vault_account_id: "7/../8".into(),
+            ..c.clone()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(TxqError::Config {
+                key: "vaultAccountId",
+                ..
+            })
+        ));
+        let bad = CustodySenderConfig {
+            asset_id: String::new(),
+            ..c.clone()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(TxqError::Config { key: "assetId", .. })
+        ));
+        let bad = CustodySenderConfig {
+            max_poll_interval_ms: 10,
+            ..c
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(TxqError::Config {
+                key: "maxPollIntervalMs",
+                ..
+            })
+        ));
+    }
 }

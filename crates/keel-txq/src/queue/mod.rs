@@ -173,8 +173,9 @@ pub struct RequestStatus {
     /// The last failed broadcast (error class, time, count), once one failed; kept
     /// after the request moves on. See [`crate::broadcast_failures`] for many requests.
     pub broadcast_failure: Option<BroadcastFailure>,
-    /// For a custody sender's request: its latest submission at the provider (status,
-    /// provider id, approval wait); `None` otherwise or before the first create.
+    /// For a request of a custody sender registered with this queue: its latest
+    /// submission at the provider (status, provider id, approval wait); `None`
+    /// otherwise or before the first create (see [`crate::custody_views`]).
     pub custody: Option<crate::CustodyView>,
 }
 
@@ -501,7 +502,13 @@ impl TxQueue {
         } else {
             None
         };
-        let custody = crate::custody_views(&self.db, &[id]).await?.pop();
+        let is_custody =
+            Address::try_from(row.sender.as_slice()).is_ok_and(|a| self.custody.contains_key(&a));
+        let custody = if is_custody {
+            crate::custody_views(&self.db, &[id]).await?.pop()
+        } else {
+            None
+        };
         Ok(RequestStatus {
             id,
             state: row.state,

@@ -889,6 +889,57 @@ mod tests {
         assert_eq!(wait.until, Some(deadline));
     }
 
+    /// A custody transaction waiting for an approval at the provider is a wait of kind
+    /// `custody_approval` with the provider's status; once the provider moved on it is a
+    /// transaction wait that still shows the provider's status.
+    #[test]
+    fn a_custody_approval_at_the_provider_is_its_own_wait_kind() {
+        let status = instance(RunStatus::Waiting, Some("tx.mint"));
+        let custody = |st: &str, awaiting: bool| keel_txq::CustodyView {
+            request_id: Uuid::new_v4(),
+            provider: "fireblocks".into(),
+            resubmission: 0,
+            external_tx_id: "keel.x.0".into(),
+            provider_tx_id: Some("p-1".into()),
+            phase: "submitted".into(),
+            status: Some(st.into()),
+            sub_status: None,
+            tx_hash: None,
+            awaiting_approval: awaiting,
+            budget_exceeded: false,
+            polls: 1,
+        };
+        let mut waiting = tx(RequestState::Queued, None);
+        waiting.request.custody = Some(custody("PENDING_AUTHORIZATION", true));
+        let wait = project(&op_row(), Some(&status), vec![waiting], None)
+            .wait
+            .unwrap();
+        assert_eq!(wait.waits_for, WaitFor::CustodyApproval);
+        assert_eq!(wait.link.as_deref(), Some("mint"));
+        let c = wait.custody.unwrap();
+        assert_eq!(c.status.as_deref(), Some("PENDING_AUTHORIZATION"));
+        assert_eq!(c.provider_tx_id.as_deref(), Some("p-1"));
+
+        let mut moving = tx(RequestState::Queued, None);
+        moving.request.custody = Some(custody("CONFIRMING", false));
+        let wait = project(&op_row(), Some(&status), vec![moving], None)
+            .wait
+            .unwrap();
+        assert_eq!(wait.waits_for, WaitFor::Transaction);
+        assert_eq!(wait.custody.unwrap().status.as_deref(), Some("CONFIRMING"));
+
+        // A local-key transaction has no custody detail.
+        let wait = project(
+            &op_row(),
+            Some(&status),
+            vec![tx(RequestState::Signed, None)],
+            None,
+        )
+        .wait
+        .unwrap();
+        assert_eq!(wait.custody, None);
+    }
+
     /// A pending instance blocked by another of its key reads `queued` with the blocking
     /// operation; a pending one that is not blocked reads `running`.
     #[test]
