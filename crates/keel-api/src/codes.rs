@@ -65,16 +65,16 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "The body has a member the schema does not define.",
     ),
     c(
-        "UNAUTHENTICATED",
-        401,
-        "The API key is missing, malformed, unknown or revoked.",
-    ),
-    c(
         "CUSTODY_WEBHOOK_UNVERIFIED",
         401,
         "A custody-provider webhook (`POST /v1/custody/webhooks/fireblocks`) without a valid \
          signature: missing, malformed or wrong `Fireblocks-Webhook-Signature`, an unknown \
          key, or a body that is not a webhook v2 event. Nothing was recorded.",
+    ),
+    c(
+        "UNAUTHENTICATED",
+        401,
+        "The API key is missing, malformed, unknown or revoked.",
     ),
     c(
         "INSUFFICIENT_SCOPE",
