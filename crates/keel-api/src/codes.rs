@@ -65,6 +65,13 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "The body has a member the schema does not define.",
     ),
     c(
+        "CUSTODY_WEBHOOK_UNVERIFIED",
+        401,
+        "A custody-provider webhook (`POST /v1/custody/webhooks/fireblocks`) without a valid \
+         signature: missing, malformed or wrong `Fireblocks-Webhook-Signature`, an unknown \
+         key, or a body that is not a webhook v2 event. Nothing was recorded.",
+    ),
+    c(
         "UNAUTHENTICATED",
         401,
         "The API key is missing, malformed, unknown or revoked.",
@@ -242,6 +249,12 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "INTERNAL",
         500,
         "A bug: a request handler panicked. Never caused by input by design.",
+    ),
+    c(
+        "CUSTODY_KEYS_UNAVAILABLE",
+        503,
+        "The custody provider's webhook keys (JWKS) could not be fetched to verify a \
+         delivery; the provider redelivers later.",
     ),
     c(
         "INDEX_UNAVAILABLE",

@@ -357,6 +357,25 @@ pub enum WaitFor {
     Funding,
     /// A timer.
     Timer,
+    /// A custody sender's transaction waits for an approval at the custody provider
+    /// (decided there, not in Keel); `custody` shows the provider's status.
+    #[serde(rename = "custody_approval")]
+    CustodyApproval,
+}
+
+/// A custody sender's transaction as its wait shows it: the provider's view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CustodyWaitDetail {
+    /// The provider (`fireblocks`).
+    pub provider: String,
+    /// The provider's transaction id, once known.
+    pub provider_tx_id: Option<String>,
+    /// The provider's last status as read (`PENDING_AUTHORIZATION`, `QUEUED`,
+    /// `CONFIRMING`, ...), once read.
+    pub status: Option<String>,
+    /// The provider's last sub-status, when it gave one.
+    pub sub_status: Option<String>,
 }
 
 /// The wait of a `waiting` operation.
@@ -376,6 +395,10 @@ pub struct OperationWait {
     /// accepted (`internal`, `unavailable`, `rate_limited`, `nonce_too_high`, ...), or
     /// null when every broadcast went through so far.
     pub last_broadcast_error: Option<String>,
+    /// For a transaction of a custody sender (`for` is `transaction` or
+    /// `custody_approval`): the provider's view of it. Absent for local-key senders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custody: Option<CustodyWaitDetail>,
 }
 
 /// Accepted → submitted → confirmed → indexed.
@@ -1060,6 +1083,7 @@ impl From<svc::WaitFor> for WaitFor {
             svc::WaitFor::Transaction => Self::Transaction,
             svc::WaitFor::Funding => Self::Funding,
             svc::WaitFor::Timer => Self::Timer,
+            svc::WaitFor::CustodyApproval => Self::CustodyApproval,
         }
     }
 }
@@ -1168,6 +1192,12 @@ impl From<svc::WaitView> for OperationWait {
             until: w.until,
             step: w.link,
             last_broadcast_error: w.last_broadcast_error,
+            custody: w.custody.map(|c| CustodyWaitDetail {
+                provider: c.provider,
+                provider_tx_id: c.provider_tx_id,
+                status: c.status,
+                sub_status: c.sub_status,
+            }),
         }
     }
 }

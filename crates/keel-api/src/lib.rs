@@ -111,6 +111,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod codes;
+pub mod custody;
 pub mod dto;
 pub mod extract;
 mod handlers;
@@ -188,6 +189,8 @@ pub struct ApiState {
     /// The user-operation service (issue 20); without it the bundler and
     /// `/v1/user-operations` routes answer 404.
     user_operations: Option<keel_aa::service::AaService>,
+    /// Inbound custody-provider webhooks (issue 19); without it their route answers 404.
+    custody: Option<custody::CustodyWebhooks>,
 }
 
 impl ApiState {
@@ -201,7 +204,19 @@ impl ApiState {
             config: ApiConfig::default(),
             webhooks: None,
             user_operations: None,
+            custody: None,
         }
+    }
+
+    /// The same state serving `POST /v1/custody/webhooks/fireblocks` through `custody`.
+    pub fn with_custody_webhooks(mut self, custody: custody::CustodyWebhooks) -> Self {
+        self.custody = Some(custody);
+        self
+    }
+
+    /// The inbound custody webhooks, when configured.
+    pub fn custody_webhooks(&self) -> Option<&custody::CustodyWebhooks> {
+        self.custody.as_ref()
     }
 
     /// The same state serving `/v1/webhook-endpoints` through `webhooks`.
@@ -321,6 +336,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/user-operations/{hash}", get(user_ops::get))
         // Platform Status (issue 22): the JSON route; the page is merged below.
         .route("/v1/status", get(status::get_status))
+        .route(
+            "/v1/custody/webhooks/fireblocks",
+            post(custody::fireblocks_webhook),
+        )
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/openapi.json", get(handlers::openapi_json))

@@ -90,6 +90,11 @@ pub fn describe_metrics() {
         Unit::Count,
         "Requests refused with 401 (reason missing, malformed, invalid) or 403 (reason insufficient_scope)."
     );
+    metrics::describe_counter!(
+        "keel_api_custody_webhooks_total",
+        Unit::Count,
+        "Custody-provider webhook deliveries by provider and result (woken, unmatched, refused, too_large, keys_unavailable, error)."
+    );
 }
 
 fn method_label(method: &Method) -> &'static str {

@@ -349,6 +349,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::user_ops::bundler_rpc,
         crate::user_ops::submit,
         crate::user_ops::get,
+        crate::custody::fireblocks_webhook,
         handlers::healthz,
         handlers::readyz,
         handlers::openapi_json,
@@ -365,6 +366,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         dto::OperationState,
         dto::OperationWait,
         dto::WaitFor,
+        dto::CustodyWaitDetail,
         dto::Milestones,
         dto::TxMilestone,
         dto::IndexedMilestone,
@@ -413,6 +415,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::user_ops::UserOperationAccepted,
         crate::user_ops::UserOperationStatus,
         // Platform Status (issue 22).
+        crate::custody::CustodyWebhookAck,
         crate::status::PlatformStatus,
         crate::status::StatusThresholds,
         crate::status::WorkflowsStatus,
@@ -440,6 +443,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         (name = "webhooks", description = "Webhook endpoints: subscriptions, secret rotation, test deliveries, delivery attempts"),
         (name = "user-operations", description = "ERC-4337 user operations: the bundler's JSON-RPC endpoint (ERC-7769) and the REST submission and status"),
         (name = "status", description = "Platform Status for operators (an `admin` key): workflows, queue, index, cluster, jobs, webhooks, from the database"),
+        (name = "custody", description = "Inbound custody-provider webhooks (authenticated by the provider's signature, not an API key): a wake-up for the transaction queue's read of the provider"),
         (name = "health", description = "Liveness, readiness and this document"),
     )
 )]

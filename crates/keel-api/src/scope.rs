@@ -55,6 +55,15 @@ const fn key(method: &'static str, path: &'static str, scope: Scope) -> RouteAcc
     }
 }
 
+/// A public `POST`: the request authenticates itself (a provider webhook's signature).
+const fn public_post(path: &'static str) -> RouteAccess {
+    RouteAccess {
+        method: "post",
+        path,
+        access: Access::Public,
+    }
+}
+
 const fn public(path: &'static str) -> RouteAccess {
     RouteAccess {
         method: "get",
@@ -114,6 +123,8 @@ pub const ROUTES: &[RouteAccess] = &[
     key("post", "/v1/chains/{chain}/bundler", Scope::Operate),
     key("post", "/v1/user-operations", Scope::Operate),
     key("get", "/v1/user-operations/{hash}", Scope::Read),
+    // Authenticated by the provider's webhook signature, not an API key (issue 19).
+    public_post("/v1/custody/webhooks/fireblocks"),
     public("/healthz"),
     public("/readyz"),
     public("/openapi.json"),

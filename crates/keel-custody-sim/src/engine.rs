@@ -62,6 +62,10 @@ pub(crate) struct TxFault {
     /// The create takes effect but its answer is a 502.
     #[serde(default)]
     pub(crate) lose_response: bool,
+    /// Lost hash: reads by provider id never carry the `txHash` (an empty string, even
+    /// once `COMPLETED`); the lookup by external id does.
+    #[serde(default)]
+    pub(crate) lose_hash: bool,
 }
 
 /// Faults on the HTTP surface of `/v1`.
@@ -95,6 +99,8 @@ pub(crate) struct Tx {
     pub(crate) approval: Option<(bool, Option<String>)>,
     pub(crate) cancel_requested: bool,
     pub(crate) control: Arc<Notify>,
+    /// Reads by id omit the hash (the `loseHash` fault).
+    pub(crate) lose_hash: bool,
 }
 
 impl Tx {
@@ -142,6 +148,8 @@ pub(crate) struct State {
     pub(crate) keyed_faults: HashMap<String, TxFault>,
     pub(crate) http: HttpFaults,
     pub(crate) refused_auth: u64,
+    /// Create requests received (counted when the body is in, before any fault delay).
+    pub(crate) creates_received: u64,
 }
 
 /// Settings of the engine.
@@ -282,6 +290,7 @@ impl Engine {
                 approval: None,
                 cancel_requested: false,
                 control: Arc::new(Notify::new()),
+                lose_hash: fault.lose_hash,
             };
             let json = tx.json();
             if let Some(ext) = &new.external_tx_id {

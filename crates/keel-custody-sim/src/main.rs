@@ -54,10 +54,10 @@ STATUS WALK
 ADMIN API (no auth; bind to loopback)
   GET  /admin/vaults/{id}                 {id, address} of a vault account
   GET  /admin/transactions                every transaction, in creation order
-  GET  /admin/stats                       {transactions, refusedAuth}
+  GET  /admin/stats                       {transactions, refusedAuth, createsReceived}
   POST /admin/transactions/{id}/approve   approve one that is PENDING_AUTHORIZATION
   POST /admin/transactions/{id}/reject    {subStatus?} reject it (REJECTED, default REJECTED_BY_USER)
-  POST /admin/faults/transaction          {externalTxId?, behavior, subStatus?, loseResponse?}
+  POST /admin/faults/transaction          {externalTxId?, behavior, subStatus?, loseResponse?, loseHash?}
         for that externalTxId, else for the next create. behavior:
           normal            the full walk
           silent_drop       accept, stay QUEUED forever, never broadcast (cancel still works)
@@ -66,6 +66,8 @@ ADMIN API (no auth; bind to loopback)
           revert            broadcast with too little gas: reverted on chain, FAILED
           require_approval  PENDING_AUTHORIZATION until approve/reject
         loseResponse: true  the transaction is created but the create answers 502
+        loseHash: true      reads by id never carry txHash (empty, even when COMPLETED);
+                            the lookup by externalTxId does
   POST /admin/faults/http                 {kind, count?=1, retryAfterSecs?, status?, delayMs?}
           rate_limit        the next count /v1 requests answer 429 with Retry-After: retryAfterSecs
           server_error      the next count /v1 requests answer status (default 503), nothing done

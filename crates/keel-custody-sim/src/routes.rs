@@ -227,6 +227,7 @@ fn parse_create(body: &[u8]) -> Result<NewTx, String> {
 /// Writes run to completion in their own task, as at a real provider: a client that
 /// hangs up (a timeout) does not undo a create that is already being handled.
 async fn create(State(app): Shared, headers: HeaderMap, uri: Uri, body: Body) -> Response {
+    app.engine.lock().creates_received += 1;
     tokio::spawn(create_inner(app, headers, uri, body))
         .await
         .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, 500, "Internal error"))
@@ -261,7 +262,13 @@ async fn get_tx(
         return r;
     }
     match app.engine.lock().txs.get(&id) {
-        Some(tx) => Json(tx.json()).into_response(),
+        Some(tx) => {
+            let mut json = tx.json();
+            if tx.lose_hash {
+                json["txHash"] = serde_json::Value::String(String::new());
+            }
+            Json(json).into_response()
+        }
         None => error(StatusCode::NOT_FOUND, 1404, "Transaction not found"),
     }
 }
@@ -477,6 +484,10 @@ async fn admin_rotate(State(app): Shared) -> Response {
 
 async fn admin_stats(State(app): Shared) -> Response {
     let state = app.engine.lock();
-    Json(json!({"transactions": state.order.len(), "refusedAuth": state.refused_auth}))
-        .into_response()
+    Json(json!({
+        "transactions": state.order.len(),
+        "refusedAuth": state.refused_auth,
+        "createsReceived": state.creates_received,
+    }))
+    .into_response()
 }

@@ -35,6 +35,9 @@ pub enum TxqError {
     /// Signing failed.
     #[error(transparent)]
     Signer(#[from] crate::signer::SignerError),
+    /// A custody provider call failed (see [`keel_custody::CustodyError::class`]).
+    #[error(transparent)]
+    Custody(#[from] keel_custody::CustodyError),
     /// The [`crate::SettlementSink`] failed; nothing was settled (retrying can succeed).
     #[error(transparent)]
     Sink(#[from] crate::settlement::SettlementSinkError),
@@ -48,6 +51,7 @@ impl TxqError {
             TxqError::Chain(e) => e.is_retryable(),
             TxqError::Signer(e) => e.is_retryable(),
             TxqError::Sink(_) => true,
+            TxqError::Custody(e) => e.is_retryable(),
             _ => false,
         }
     }

@@ -142,6 +142,18 @@
 //! finally without it (`keel_txq_progress_sink_failures_total`, a WARN; see
 //! `progress.rs`).
 //!
+//! ## Custody senders
+//!
+//! A sender registered with [`TxQueue::add_custody_sender`] is a vault account at a
+//! custody provider that signs and broadcasts (`keel_custody::CustodyProvider`). Its
+//! requests keep the queue's promises (idempotent enqueue, at most one effect, a typed
+//! verdict) without a local nonce: see [`CustodySender`] and `custody.rs` for the
+//! submission phases, the in-doubt rule, approvals, rejections (`CUSTODY_*` failure
+//! codes), lost hashes, silent drops and the poll budget (migration 0040,
+//! `txq_custody_attempt`). [`custody_wake`] is the wake-up a verified provider webhook
+//! gives; [`custody_views`] / [`RequestStatus::custody`] / [`RequestView::custody`]
+//! what an operator sees.
+//!
 //! ## Reading requests from other crates
 //!
 //! [`requests`] reads many requests by id as [`RequestView`]s (state, nonce, verdict,
@@ -189,6 +201,12 @@
 //! | `keel_txq_settlement_sink_failures_total` | counter | `chain_id` | settling transactions rolled back because the [`SettlementSink`] failed |
 //! | `keel_txq_progress_sink_failures_total` | counter | `chain_id`, `change` | transactions recording a first broadcast or a funding request (`change`: `broadcast`, `funding`) rolled back because the [`ProgressSink`] failed |
 //! | `keel_txq_enqueue_batch_rows` | histogram | — | rows per group-commit `INSERT` of enqueues |
+//! | `keel_txq_custody_creates_total` | counter | `chain_id`, `outcome` | custody creates: `created`, `in_doubt`, `retry`, `refused`, `config` |
+//! | `keel_txq_custody_status_reads_total` | counter | `chain_id`, `phase` | provider reads by the status phase read |
+//! | `keel_txq_custody_step_failures_total` | counter | `chain_id` | custody steps that failed (the request is deferred) |
+//! | `keel_txq_custody_resubmissions_total` | counter | `chain_id` | silent drops cancelled and resubmitted |
+//! | `keel_txq_custody_poll_budget_exceeded_total` | counter | `chain_id` | submissions that outlived the poll budget (also a WARN and [`CustodyView::budget_exceeded`]) |
+//! | `keel_txq_custody_lost_hash_recovered_total` | counter | `chain_id` | hashes recovered by external id |
 //!
 //! [`TxQueue::run`]'s loops also carry `keel-service`'s metrics
 //! (`keel_service_runs_total`, `keel_service_run_seconds`, `keel_service_items_total`,
@@ -202,6 +220,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod batch;
+mod custody;
 mod error;
 mod failures;
 mod funding;
@@ -216,6 +235,7 @@ mod verdict;
 mod view;
 mod withdraw;
 
+pub use custody::{CustodySender, CustodySenderConfig, CustodyView, custody_views, custody_wake};
 pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
@@ -235,6 +255,36 @@ pub use keel_units::ChainId;
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after
 /// the global metrics recorder is installed.
 pub fn describe_metrics() {
+    ::metrics::describe_counter!(
+        "keel_txq_custody_creates_total",
+        ::metrics::Unit::Count,
+        "Custody creates by outcome (created, in_doubt, retry, refused, config) (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_custody_status_reads_total",
+        ::metrics::Unit::Count,
+        "Custody provider reads by the status phase read (pre_broadcast, awaiting_approval, broadcast, cancelling, completed, rejected, unknown) (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_custody_step_failures_total",
+        ::metrics::Unit::Count,
+        "Custody steps that failed and were deferred (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_custody_resubmissions_total",
+        ::metrics::Unit::Count,
+        "Silently dropped custody transactions cancelled and resubmitted (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_custody_poll_budget_exceeded_total",
+        ::metrics::Unit::Count,
+        "Custody submissions that outlived their poll budget (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_custody_lost_hash_recovered_total",
+        ::metrics::Unit::Count,
+        "Custody hashes recovered by external id after a COMPLETED without one (count)."
+    );
     ::metrics::describe_counter!(
         "keel_txq_broadcast_failures_total",
         ::metrics::Unit::Count,

@@ -107,6 +107,21 @@ pub enum FailureCode {
     Rejected,
     /// Withdrawn before it was signed ([`crate::withdraw_by_key_prefix`]).
     Withdrawn,
+    /// Custody sender: the provider rejected the transaction (Fireblocks `REJECTED`,
+    /// e.g. an approver said no); `reason` holds the provider's sub-status.
+    CustodyRejected,
+    /// Custody sender: the provider's policy blocked it (`BLOCKED`); `reason` holds the
+    /// sub-status.
+    CustodyBlocked,
+    /// Custody sender: cancelled at the provider (`CANCELLED`) by someone other than
+    /// the queue's silent-drop recovery; `reason` holds the sub-status.
+    CustodyCancelled,
+    /// Custody sender: the provider reports `FAILED` without a transaction on chain;
+    /// `reason` holds the sub-status.
+    CustodyFailed,
+    /// Custody sender: the provider refused the create itself (HTTP 4xx other than
+    /// credentials or a duplicate external id): nothing was created.
+    CustodyRefused,
     /// A code this version does not know (written by a newer one); never emitted.
     #[serde(untagged)]
     Unknown(String),
@@ -114,7 +129,7 @@ pub enum FailureCode {
 
 impl FailureCode {
     /// Every code this version emits.
-    pub const KNOWN: [FailureCode; 8] = [
+    pub const KNOWN: [FailureCode; 13] = [
         FailureCode::ExecutionReverted,
         FailureCode::GasRequired,
         FailureCode::FundingDeadlineExpired,
@@ -123,6 +138,11 @@ impl FailureCode {
         FailureCode::ExceedsBlockGasLimit,
         FailureCode::Rejected,
         FailureCode::Withdrawn,
+        FailureCode::CustodyRejected,
+        FailureCode::CustodyBlocked,
+        FailureCode::CustodyCancelled,
+        FailureCode::CustodyFailed,
+        FailureCode::CustodyRefused,
     ];
 
     /// The stored name (`"GAS_REQUIRED"`, ...; an unknown code as stored).
@@ -136,6 +156,11 @@ impl FailureCode {
             FailureCode::ExceedsBlockGasLimit => "EXCEEDS_BLOCK_GAS_LIMIT",
             FailureCode::Rejected => "REJECTED",
             FailureCode::Withdrawn => "WITHDRAWN",
+            FailureCode::CustodyRejected => "CUSTODY_REJECTED",
+            FailureCode::CustodyBlocked => "CUSTODY_BLOCKED",
+            FailureCode::CustodyCancelled => "CUSTODY_CANCELLED",
+            FailureCode::CustodyFailed => "CUSTODY_FAILED",
+            FailureCode::CustodyRefused => "CUSTODY_REFUSED",
             FailureCode::Unknown(s) => s,
         }
     }

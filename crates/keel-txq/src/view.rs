@@ -38,6 +38,10 @@ pub struct RequestView {
     pub broadcast_at: Option<DateTime<Utc>>,
     /// When its verdict was recorded, once `settled`.
     pub settled_at: Option<DateTime<Utc>>,
+    /// For a custody sender's request: its latest submission at the provider (status,
+    /// sub-status, provider id, approval wait, hash); `None` for local-key requests and
+    /// before the first create.
+    pub custody: Option<crate::CustodyView>,
 }
 
 impl TryFrom<ViewRow> for RequestView {
@@ -45,6 +49,10 @@ impl TryFrom<ViewRow> for RequestView {
 
     fn try_from(r: ViewRow) -> Result<Self> {
         let decode = || TxqError::Store(StoreError::Decode);
+        let custody = r
+            .custody
+            .into_row(r.id)
+            .map(store::CustodyViewRow::into_view);
         Ok(Self {
             id: r.id,
             state: r.state,
@@ -58,17 +66,18 @@ impl TryFrom<ViewRow> for RequestView {
                 .map(serde_json::from_value)
                 .transpose()
                 .map_err(|_| decode())?,
-            last_hash: r
-                .last_hash
-                .map(|h| B256::try_from(h.as_slice()))
-                .transpose()
-                .map_err(|_| decode())?,
+            // A custody request has no local attempt: its hash is the provider's.
+            last_hash: match r.last_hash {
+                Some(h) => Some(B256::try_from(h.as_slice()).map_err(|_| decode())?),
+                None => custody.as_ref().and_then(|c| c.tx_hash),
+            },
             funding_deadline: r.funding_deadline,
             last_broadcast_error: r.last_broadcast_error,
             created_at: r.created_at,
             updated_at: r.updated_at,
             broadcast_at: r.broadcast_at,
             settled_at: r.settled_at,
+            custody,
         })
     }
 }

@@ -40,7 +40,10 @@ pub struct Withdrawal {
 /// # Errors
 /// [`TxqError::InvalidRequest`] for an empty prefix or a chain id above `i64::MAX`;
 /// [`TxqError::Store`] when the database fails; [`TxqError::Sink`] when the sink fails.
-/// Nothing is half-written: one statement, one transaction with the sink.
+/// Nothing is half-written: one transaction (the matching rows are locked first, then
+/// settled in one statement, with the sink when there is one). A custody request that
+/// has a submission at its provider is never withdrawn (it may land): it is reported in
+/// `in_flight`.
 pub async fn withdraw_by_key_prefix(
     db: &PgPool,
     chain: ChainId,
@@ -60,11 +63,22 @@ pub async fn withdraw_by_key_prefix(
     let json = serde_json::to_value(&verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
     let rows = match sink {
         None => {
-            store::requests_withdraw_by_key_prefix(db, chain_id, key_prefix, &json, verdict.kind())
-                .await?
+            let mut tx = db.begin().await?;
+            store::requests_lock_by_key_prefix(&mut *tx, chain_id, key_prefix).await?;
+            let rows = store::requests_withdraw_by_key_prefix(
+                &mut *tx,
+                chain_id,
+                key_prefix,
+                &json,
+                verdict.kind(),
+            )
+            .await?;
+            tx.commit().await?;
+            rows
         }
         Some(sink) => {
             let mut tx = db.begin().await?;
+            store::requests_lock_by_key_prefix(&mut *tx, chain_id, key_prefix).await?;
             let rows = store::requests_withdraw_by_key_prefix(
                 &mut *tx,
                 chain_id,

@@ -79,6 +79,7 @@ impl Mark {
                     WaitFor::Transaction => "transaction",
                     WaitFor::Funding => "funding",
                     WaitFor::Timer => "timer",
+                    WaitFor::CustodyApproval => "custody_approval",
                 }
                 .to_owned()
             }),

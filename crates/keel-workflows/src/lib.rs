@@ -65,7 +65,7 @@ pub use ops::read::{
     TemplateView,
 };
 pub use ops::view::{
-    ApprovalRecord, ErrorView, IndexedMilestone, Milestones, OPERATION_SCAN_BATCH,
+    ApprovalRecord, CustodyWait, ErrorView, IndexedMilestone, Milestones, OPERATION_SCAN_BATCH,
     OPERATION_SCAN_BUDGET, OperationAttribution, OperationFilter, OperationKey, OperationList,
     OperationState, OperationView, RecordedBy, TxMilestone, WaitFor, WaitView,
 };

@@ -4,5 +4,7 @@
 mod auth;
 mod harness;
 mod help;
+mod queue;
+mod queue_webhooks;
 mod submit;
 mod webhooks;

@@ -124,3 +124,46 @@ pub(crate) fn signed(chain_id: i64, n: usize) {
     ::metrics::counter!("keel_txq_signed_total", "chain_id" => chain_id.to_string())
         .increment(n as u64);
 }
+
+/// `keel_txq_custody_creates_total{chain_id, outcome}`: custody creates by outcome
+/// (`created`, `in_doubt`, `retry`, `refused`, `config`).
+pub(crate) fn custody_create(chain_id: i64, outcome: &'static str) {
+    ::metrics::counter!("keel_txq_custody_creates_total", "chain_id" => chain_id.to_string(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// `keel_txq_custody_status_reads_total{chain_id, phase}`: provider reads by the status
+/// phase read (`pre_broadcast`, `awaiting_approval`, `broadcast`, `cancelling`,
+/// `completed`, `rejected`, `unknown`).
+pub(crate) fn custody_status(chain_id: i64, phase: &'static str) {
+    ::metrics::counter!("keel_txq_custody_status_reads_total", "chain_id" => chain_id.to_string(), "phase" => phase)
+        .increment(1);
+}
+
+/// `keel_txq_custody_step_failures_total{chain_id}`: custody steps that failed (the
+/// request is deferred).
+pub(crate) fn custody_step_failed(chain_id: i64) {
+    ::metrics::counter!("keel_txq_custody_step_failures_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_custody_resubmissions_total{chain_id}`: silent drops cancelled and
+/// resubmitted.
+pub(crate) fn custody_resubmitted(chain_id: i64) {
+    ::metrics::counter!("keel_txq_custody_resubmissions_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_custody_poll_budget_exceeded_total{chain_id}`: submissions that outlived
+/// their poll budget.
+pub(crate) fn custody_budget_exceeded(chain_id: i64) {
+    ::metrics::counter!("keel_txq_custody_poll_budget_exceeded_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_custody_lost_hash_recovered_total{chain_id}`: hashes recovered by external
+/// id after a `COMPLETED` without one.
+pub(crate) fn custody_lost_hash_recovered(chain_id: i64) {
+    ::metrics::counter!("keel_txq_custody_lost_hash_recovered_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}

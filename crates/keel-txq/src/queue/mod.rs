@@ -21,6 +21,7 @@
 mod attempt;
 mod broadcast;
 mod confirm;
+mod custody;
 pub(crate) mod metrics;
 mod prepare;
 mod recover;
@@ -172,6 +173,10 @@ pub struct RequestStatus {
     /// The last failed broadcast (error class, time, count), once one failed; kept
     /// after the request moves on. See [`crate::broadcast_failures`] for many requests.
     pub broadcast_failure: Option<BroadcastFailure>,
+    /// For a request of a custody sender registered with this queue: its latest
+    /// submission at the provider (status, provider id, approval wait); `None`
+    /// otherwise or before the first create (see [`crate::custody_views`]).
+    pub custody: Option<crate::CustodyView>,
 }
 
 /// The transaction queue of one chain.
@@ -181,6 +186,8 @@ pub struct TxQueue {
     /// The chain id as bound in SQL (`BIGINT`; checked to fit by [`TxQueue::new`]).
     chain_id: i64,
     signers: HashMap<Address, Arc<dyn TxSigner>>,
+    /// Custody senders: their requests go to the provider, never through a nonce.
+    custody: HashMap<Address, crate::CustodySender>,
     config: TxQueueConfig,
     /// Wakes [`TxQueue::run`] when a request is recorded in this process (a stored
     /// permit when the loop is busy, so a request recorded during a pass is picked up
@@ -279,6 +286,7 @@ impl TxQueue {
             chain,
             chain_id,
             signers: HashMap::new(),
+            custody: HashMap::new(),
             config,
             wake: tokio::sync::Notify::new(),
             sink: None,
@@ -289,6 +297,28 @@ impl TxQueue {
     /// Registers the signer of its address.
     pub fn add_signer(&mut self, signer: Arc<dyn TxSigner>) {
         self.signers.insert(signer.address(), signer);
+    }
+
+    /// Registers a custody sender: its requests are submitted to its provider (which
+    /// signs and broadcasts) by the custody pass, never with a local nonce (see
+    /// `crate::custody` and docs/custody.md). An address registered both ways is a
+    /// custody sender.
+    pub fn add_custody_sender(&mut self, sender: crate::CustodySender) {
+        self.signers.remove(&sender.address());
+        self.custody.insert(sender.address(), sender);
+    }
+
+    /// One custody pass: submits every due request of a custody sender, follows its
+    /// provider status, and settles those with a final verdict (the chain's receipt at
+    /// the confirmation depth, or a provider rejection). Returns how many settled.
+    /// [`TxQueue::run`] runs it every `poll_interval` (`txq-custody`).
+    ///
+    /// # Errors
+    /// Store errors of the read of due requests; a failing request is logged (WARN,
+    /// `keel_txq_custody_step_failures_total`), deferred with backoff, and does not hold
+    /// back the others.
+    pub async fn custody_pass(&self) -> Result<usize> {
+        self.custody_round(&CancellationToken::new()).await
     }
 
     /// Sets the [`SettlementSink`] that receives every request this queue settles, in
@@ -329,8 +359,9 @@ impl TxQueue {
     /// # Errors
     /// [`TxqError::IdempotencyConflict`] when the key exists with another payload or
     /// other options; [`TxqError::InvalidRequest`] for an empty or over-long key
-    /// (`idempotency_key`), a zero gas limit (`gas_limit`), or a funding pause longer
-    /// than `i64::MAX` milliseconds (`funding_pause`).
+    /// (`idempotency_key`), a zero gas limit (`gas_limit`), a funding pause longer
+    /// than `i64::MAX` milliseconds (`funding_pause`), or a contract creation from a
+    /// custody sender (`to`).
     pub async fn enqueue_with(&self, req: &TxRequest, opts: &EnqueueOptions) -> Result<Uuid> {
         let owned = self.new_request(req, opts)?;
         // Concurrent enqueues of this process share one INSERT (group commit); this
@@ -389,6 +420,10 @@ impl TxQueue {
         let key_len = req.idempotency_key.chars().count();
         if key_len == 0 || key_len > 255 {
             return Err(TxqError::InvalidRequest("idempotency_key"));
+        }
+        if req.to.is_none() && self.custody.contains_key(&req.sender) {
+            // A custody provider's contract call needs a destination.
+            return Err(TxqError::InvalidRequest("to"));
         }
         let gas_limit = match req.gas_limit {
             Some(0) => return Err(TxqError::InvalidRequest("gas_limit")),
@@ -467,6 +502,13 @@ impl TxQueue {
         } else {
             None
         };
+        let is_custody =
+            Address::try_from(row.sender.as_slice()).is_ok_and(|a| self.custody.contains_key(&a));
+        let custody = if is_custody {
+            crate::custody_views(&self.db, &[id]).await?.pop()
+        } else {
+            None
+        };
         Ok(RequestStatus {
             id,
             state: row.state,
@@ -474,6 +516,7 @@ impl TxQueue {
             verdict,
             funding,
             broadcast_failure,
+            custody,
         })
     }
 
@@ -560,9 +603,11 @@ impl TxQueue {
         let never = CancellationToken::new();
         let senders = self.round(None, true, &never).await;
         let confirm = self.confirm(&never).await;
+        let custody = self.custody_round(&never).await;
         let gauges = self.record_gauges().await;
         senders?;
         confirm?;
+        custody?;
         gauges?;
         Ok(())
     }
@@ -606,6 +651,10 @@ impl TxQueue {
                 continue;
             };
             if only.is_some_and(|o| o != sender) {
+                continue;
+            }
+            if self.custody.contains_key(&sender) {
+                // The custody pass moves these.
                 continue;
             }
             if !self.signers.contains_key(&sender) {

@@ -160,6 +160,41 @@ impl BackgroundService for Confirmation<'_> {
     }
 }
 
+/// The custody pass of one queue, as a [`BackgroundService`] (`txq-custody`): each run
+/// is one custody pass ([`TxQueue::custody_round`]), one run per tick, beside the
+/// rounds (a slow provider never delays local-key senders). Idle without custody
+/// senders.
+pub(super) struct CustodyPasses<'q> {
+    queue: &'q TxQueue,
+    cancel: CancellationToken,
+    cadence: Cadence,
+}
+
+impl<'q> CustodyPasses<'q> {
+    pub(super) fn new(queue: &'q TxQueue, cancel: CancellationToken) -> Self {
+        Self {
+            cadence: Cadence::new(queue.config.poll_interval),
+            queue,
+            cancel,
+        }
+    }
+}
+
+impl BackgroundService for CustodyPasses<'_> {
+    type Error = TxqError;
+
+    fn name(&self) -> &'static str {
+        "txq-custody"
+    }
+
+    async fn run_once(&mut self) -> Result<Report> {
+        self.cadence.start();
+        let settled = self.queue.custody_round(&self.cancel).await?;
+        let settled = u64::try_from(settled).unwrap_or(u64::MAX);
+        Ok(Report::after(settled, self.cadence.remaining()))
+    }
+}
+
 impl TxQueue {
     /// Runs the queue until `cancel` fires: two background services
     /// ([`keel_service::run`]) side by side, in the span `txq{chain_id}`.
@@ -171,6 +206,8 @@ impl TxQueue {
     ///   `poll_interval`, which picks up requests recorded by other processes. Nonce
     ///   recovery ([`TxQueue::recover_nonces`]) runs for every registered sender at start
     ///   and then every `recovery_every_ticks` intervals, between rounds.
+    /// - The custody pass ([`TxQueue::custody_pass`], `txq-custody`) every
+    ///   `poll_interval`, when custody senders are registered.
     /// - The confirmation pass ([`TxQueue::confirm_pass`]) and the queue gauges
     ///   (`txq-confirm`), every `poll_interval`, without waiting for rounds (it only
     ///   reads and settles `broadcast` requests, and replaces stuck ones at their own
@@ -196,10 +233,14 @@ impl TxQueue {
             pacing,
             cancel.clone(),
         );
-        let confirmation =
-            keel_service::run(Confirmation::new(self, cancel.clone()), pacing, cancel);
+        let confirmation = keel_service::run(
+            Confirmation::new(self, cancel.clone()),
+            pacing,
+            cancel.clone(),
+        );
+        let custody = keel_service::run(CustodyPasses::new(self, cancel.clone()), pacing, cancel);
         async {
-            let (_, _): (Exit, Exit) = tokio::join!(rounds, confirmation);
+            let (_, _, _): (Exit, Exit, Exit) = tokio::join!(rounds, confirmation, custody);
         }
         .instrument(tracing::info_span!("txq", chain_id = self.chain_id))
         .await

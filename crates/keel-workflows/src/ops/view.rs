@@ -187,6 +187,9 @@ pub enum WaitFor {
     Funding,
     /// A timer.
     Timer,
+    /// A custody sender's transaction waits for an approval at the custody provider
+    /// (`PENDING_AUTHORIZATION`, third-party manual approval); decided there, not in Keel.
+    CustodyApproval,
 }
 
 /// The wait of a waiting operation.
@@ -204,6 +207,23 @@ pub struct WaitView {
     /// `nonce_too_high`, ...), while the transaction is unsettled; `None` when every
     /// broadcast went through so far.
     pub last_broadcast_error: Option<String>,
+    /// For a transaction of a custody sender: the provider's last status (Fireblocks
+    /// name, `PENDING_AUTHORIZATION`, `QUEUED`, `CONFIRMING`, ...) and sub-status, and
+    /// the provider's transaction id; `None` for local-key senders.
+    pub custody: Option<CustodyWait>,
+}
+
+/// What a wait shows of a custody submission ([`WaitView::custody`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustodyWait {
+    /// The provider's bounded name (`fireblocks`).
+    pub provider: String,
+    /// The provider's transaction id, once known.
+    pub provider_tx_id: Option<String>,
+    /// The provider's last status, once read.
+    pub status: Option<String>,
+    /// The provider's last sub-status, when given.
+    pub sub_status: Option<String>,
 }
 
 /// Accepted → submitted → confirmed → indexed.
@@ -291,6 +311,7 @@ struct Unsettled {
     state: RequestState,
     funding_deadline: Option<DateTime<Utc>>,
     last_broadcast_error: Option<String>,
+    custody: Option<keel_txq::CustodyView>,
 }
 
 /// Projects the view of operation `op` from its instance's `status` (none before the
@@ -348,6 +369,7 @@ pub fn project(
                 state: t.state,
                 funding_deadline: t.funding_deadline,
                 last_broadcast_error: t.last_broadcast_error.clone(),
+                custody: t.custody.clone(),
             });
         }
         let is_confirmed = matches!(verdict, Some(SettlementVerdict::Confirmed { .. }));
@@ -396,21 +418,38 @@ pub fn project(
                     until: w.deadline,
                     link: None,
                     last_broadcast_error: None,
+                    custody: None,
                 }
             } else if let Some(link) = name.strip_prefix(TX_SIGNAL_PREFIX) {
                 let pending = unsettled.as_ref().filter(|u| u.link == link);
+                let custody = pending.and_then(|u| u.custody.as_ref());
+                let custody_wait = custody.map(|c| CustodyWait {
+                    provider: c.provider.clone(),
+                    provider_tx_id: c.provider_tx_id.clone(),
+                    status: c.status.clone(),
+                    sub_status: c.sub_status.clone(),
+                });
                 match pending {
                     Some(u) if u.state == RequestState::WaitingFunding => WaitView {
                         waits_for: WaitFor::Funding,
                         until: u.funding_deadline,
                         link: Some(link.to_owned()),
                         last_broadcast_error: None,
+                        custody: None,
+                    },
+                    _ if custody.is_some_and(|c| c.awaiting_approval) => WaitView {
+                        waits_for: WaitFor::CustodyApproval,
+                        until: w.deadline,
+                        link: Some(link.to_owned()),
+                        last_broadcast_error: None,
+                        custody: custody_wait,
                     },
                     _ => WaitView {
                         waits_for: WaitFor::Transaction,
                         until: w.deadline,
                         link: Some(link.to_owned()),
                         last_broadcast_error: pending.and_then(|u| u.last_broadcast_error.clone()),
+                        custody: custody_wait,
                     },
                 }
             } else {
@@ -419,6 +458,7 @@ pub fn project(
                     until: w.deadline,
                     link: None,
                     last_broadcast_error: None,
+                    custody: None,
                 }
             }
         });
@@ -822,6 +862,7 @@ mod tests {
                 updated_at: Utc::now(),
                 broadcast_at: None,
                 settled_at: (state == RequestState::Settled).then(Utc::now),
+                custody: None,
             },
         }
     }
@@ -846,6 +887,57 @@ mod tests {
         let wait = view.wait.unwrap();
         assert_eq!(wait.waits_for, WaitFor::Funding);
         assert_eq!(wait.until, Some(deadline));
+    }
+
+    /// A custody transaction waiting for an approval at the provider is a wait of kind
+    /// `custody_approval` with the provider's status; once the provider moved on it is a
+    /// transaction wait that still shows the provider's status.
+    #[test]
+    fn a_custody_approval_at_the_provider_is_its_own_wait_kind() {
+        let status = instance(RunStatus::Waiting, Some("tx.mint"));
+        let custody = |st: &str, awaiting: bool| keel_txq::CustodyView {
+            request_id: Uuid::new_v4(),
+            provider: "fireblocks".into(),
+            resubmission: 0,
+            external_tx_id: "keel.x.0".into(),
+            provider_tx_id: Some("p-1".into()),
+            phase: "submitted".into(),
+            status: Some(st.into()),
+            sub_status: None,
+            tx_hash: None,
+            awaiting_approval: awaiting,
+            budget_exceeded: false,
+            polls: 1,
+        };
+        let mut waiting = tx(RequestState::Queued, None);
+        waiting.request.custody = Some(custody("PENDING_AUTHORIZATION", true));
+        let wait = project(&op_row(), Some(&status), vec![waiting], None)
+            .wait
+            .unwrap();
+        assert_eq!(wait.waits_for, WaitFor::CustodyApproval);
+        assert_eq!(wait.link.as_deref(), Some("mint"));
+        let c = wait.custody.unwrap();
+        assert_eq!(c.status.as_deref(), Some("PENDING_AUTHORIZATION"));
+        assert_eq!(c.provider_tx_id.as_deref(), Some("p-1"));
+
+        let mut moving = tx(RequestState::Queued, None);
+        moving.request.custody = Some(custody("CONFIRMING", false));
+        let wait = project(&op_row(), Some(&status), vec![moving], None)
+            .wait
+            .unwrap();
+        assert_eq!(wait.waits_for, WaitFor::Transaction);
+        assert_eq!(wait.custody.unwrap().status.as_deref(), Some("CONFIRMING"));
+
+        // A local-key transaction has no custody detail.
+        let wait = project(
+            &op_row(),
+            Some(&status),
+            vec![tx(RequestState::Signed, None)],
+            None,
+        )
+        .wait
+        .unwrap();
+        assert_eq!(wait.custody, None);
     }
 
     /// A pending instance blocked by another of its key reads `queued` with the blocking

@@ -163,6 +163,13 @@ pub(crate) async fn send(
                             "the operator account was not funded in time; fund it and retry the operation"
                         }
                         FailureCode::ExecutionReverted => "the transaction would revert",
+                        FailureCode::CustodyRejected
+                        | FailureCode::CustodyBlocked
+                        | FailureCode::CustodyCancelled
+                        | FailureCode::CustodyFailed
+                        | FailureCode::CustodyRefused => {
+                            "the custody provider did not sign the transaction (see reason)"
+                        }
                         _ => "the transaction did not take effect",
                     }
                     .to_owned(),

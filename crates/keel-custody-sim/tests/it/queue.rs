@@ -1,0 +1,692 @@
+//! The custody path of the transaction queue (`keel_txq`, custody senders) against the
+//! simulator as a process on a real Anvil and a real PostgreSQL: each fault knob, each
+//! checked on chain (a counter contract incremented once per effect, and the vault's
+//! transaction count), plus a SIGKILL of the queue process while a create is in doubt.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alloy::primitives::{Address, Bytes, U256};
+use alloy::providers::Provider;
+use anvil_tests::TestChain;
+use keel_chain::{UpstreamConfig, UpstreamPool};
+use keel_custody::{CustodyProvider, FireblocksConfig, FireblocksProvider, Secret, SecretSource};
+use keel_store::testing::TestDatabase;
+use keel_txq::{
+    CustodySender, CustodySenderConfig, CustodyView, FailureCode, RequestState, SettlementVerdict,
+    TxQueue, TxQueueConfig, TxRequest,
+};
+use keel_units::{ChainId, Wei};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::harness::{API_KEY, ASSET, Sim, VAULT, sent_count};
+
+/// How long a test waits for a verdict or a state.
+pub(crate) const DEADLINE: Duration = Duration::from_secs(90);
+
+/// Deploys a contract whose every call increments slot 0: the on-chain effect count.
+pub(crate) async fn deploy_counter(chain: &TestChain) -> Address {
+    use alloy::network::TransactionBuilder;
+    use alloy::rpc::types::TransactionRequest;
+    // runtime: PUSH1 0 SLOAD PUSH1 1 ADD PUSH1 0 SSTORE STOP (10 bytes)
+    let runtime = alloy::hex::decode("60005460010160005500").unwrap();
+    let len = u8::try_from(runtime.len()).unwrap();
+    let mut init = vec![
+        0x60, len, 0x60, 0x0c, 0x60, 0x00, 0x39, 0x60, len, 0x60, 0x00, 0xf3,
+    ];
+    init.extend_from_slice(&runtime);
+    let receipt = chain
+        .provider()
+        .send_transaction(TransactionRequest::default().with_deploy_code(Bytes::from(init)))
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    receipt.contract_address.unwrap()
+}
+
+/// The counter's value: how many calls took effect.
+pub(crate) async fn effects(chain: &TestChain, counter: Address) -> U256 {
+    chain
+        .provider()
+        .get_storage_at(counter, U256::ZERO)
+        .await
+        .unwrap()
+}
+
+pub(crate) fn pool(chain: &TestChain) -> Arc<UpstreamPool> {
+    Arc::new(
+        UpstreamPool::new(
+            ChainId(chain.chain_id()),
+            UpstreamConfig::new(vec![chain.endpoint().to_string()]),
+        )
+        .unwrap(),
+    )
+}
+
+/// Test pacing: fast polls, silent-drop recovery off unless a test turns it on.
+pub(crate) fn sender_config(vault: Address) -> CustodySenderConfig {
+    CustodySenderConfig {
+        poll_interval_ms: 50,
+        max_poll_interval_ms: 200,
+        silent_drop_after_secs: None,
+        clock_skew_secs: 1,
+        ..CustodySenderConfig::new(VAULT, ASSET, vault)
+    }
+}
+
+pub(crate) fn queue_with(
+    db_pool: keel_store::PgPool,
+    chain: Arc<UpstreamPool>,
+    provider: Arc<dyn CustodyProvider>,
+    config: &CustodySenderConfig,
+) -> TxQueue {
+    let mut q = TxQueue::new(
+        db_pool,
+        chain,
+        TxQueueConfig {
+            poll_interval: Duration::from_millis(50),
+            ..TxQueueConfig::default()
+        },
+    )
+    .unwrap();
+    q.add_custody_sender(CustodySender::new(provider, config).unwrap());
+    q
+}
+
+/// A chain, a database, the simulator, a funded vault, a counter contract and a queue
+/// with the vault as a custody sender, running in the background.
+struct Rig {
+    chain: TestChain,
+    db: TestDatabase,
+    sim: Sim,
+    vault: Address,
+    counter: Address,
+    queue: Arc<TxQueue>,
+    stop: CancellationToken,
+}
+
+impl Rig {
+    async fn start(tune: impl FnOnce(&mut CustodySenderConfig)) -> Rig {
+        let chain = TestChain::start().await.unwrap();
+        let db = TestDatabase::create().await.unwrap();
+        let sim = Sim::start(&chain).await;
+        let vault = sim.funded_vault(&chain, VAULT).await;
+        let counter = deploy_counter(&chain).await;
+        let mut config = sender_config(vault);
+        tune(&mut config);
+        let queue = Arc::new(queue_with(
+            db.pool().clone(),
+            pool(&chain),
+            Arc::new(sim.provider()),
+            &config,
+        ));
+        let stop = CancellationToken::new();
+        let (q, s) = (queue.clone(), stop.clone());
+        tokio::spawn(async move { q.run(s).await });
+        Rig {
+            chain,
+            db,
+            sim,
+            vault,
+            counter,
+            queue,
+            stop,
+        }
+    }
+
+    async fn enqueue(&self, key: &str) -> Uuid {
+        self.queue
+            .enqueue(&call(self.vault, self.counter, key))
+            .await
+            .unwrap()
+    }
+
+    /// Waits for the request's verdict.
+    async fn verdict(&self, id: Uuid) -> SettlementVerdict {
+        tokio::time::timeout(
+            DEADLINE,
+            self.queue.await_verdict(id, Duration::from_millis(50)),
+        )
+        .await
+        .expect("a verdict in time")
+        .unwrap()
+    }
+
+    /// Waits until the request's custody view satisfies `done`.
+    async fn view_until(&self, id: Uuid, done: impl Fn(&CustodyView) -> bool) -> CustodyView {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = self.queue.status(id).await.unwrap().custody
+                && done(&v)
+            {
+                return v;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "custody view not reached in time"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// A call of the counter from the vault (the calldata carries an ERC-8021-like suffix).
+pub(crate) fn call(vault: Address, counter: Address, key: &str) -> TxRequest {
+    TxRequest {
+        sender: vault,
+        idempotency_key: key.to_owned(),
+        to: Some(counter),
+        value: Wei::new(U256::ZERO),
+        data: Bytes::from(vec![0xde, 0xad, 0x80, 0x21]),
+        gas_limit: None,
+    }
+}
+
+fn external(id: Uuid, resubmission: u32) -> String {
+    format!("keel.{id}.{resubmission}")
+}
+
+pub(crate) fn assert_confirmed(v: &SettlementVerdict) {
+    assert!(
+        matches!(v, SettlementVerdict::Confirmed { .. }),
+        "expected confirmed, got {v:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_custody_request_lands_once_without_a_local_nonce_and_settles_from_the_chain() {
+    let rig = Rig::start(|_| {}).await;
+    let id = rig.enqueue("mint-1").await;
+    let verdict = rig.verdict(id).await;
+    assert_confirmed(&verdict);
+    let status = rig.queue.status(id).await.unwrap();
+    assert_eq!(status.state, RequestState::Settled);
+    assert_eq!(
+        status.nonce, None,
+        "a custody request never takes a local nonce"
+    );
+    let view = status.custody.unwrap();
+    assert_eq!(view.external_tx_id, external(id, 0));
+    assert_eq!(view.phase, "done");
+    // The chain settles it: the receipt at depth may come before the provider's COMPLETED.
+    assert!(
+        matches!(view.status.as_deref(), Some("CONFIRMING" | "COMPLETED")),
+        "{:?}",
+        view.status
+    );
+    assert!(view.provider_tx_id.is_some());
+    let SettlementVerdict::Confirmed { hash, .. } = verdict else {
+        unreachable!()
+    };
+    assert_eq!(view.tx_hash, Some(hash));
+    let receipt = rig
+        .chain
+        .provider()
+        .get_transaction_receipt(hash)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(receipt.from, rig.vault);
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+
+    // The same idempotency key again: the same request, nothing new at the provider.
+    assert_eq!(rig.enqueue("mint-1").await, id);
+    let stats = rig.sim.admin_get("/admin/stats").await;
+    assert_eq!(stats["createsReceived"], 1);
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+}
+
+#[tokio::test]
+async fn a_lost_create_answer_is_looked_up_by_external_id_and_lands_once() {
+    let rig = Rig::start(|_| {}).await;
+    rig.sim
+        .admin("/admin/faults/transaction", json!({"loseResponse": true}))
+        .await;
+    let id = rig.enqueue("mint-lost").await;
+    assert_confirmed(&rig.verdict(id).await);
+    let stats = rig.sim.admin_get("/admin/stats").await;
+    assert_eq!(
+        stats["createsReceived"], 1,
+        "no second create after the lost answer"
+    );
+    assert_eq!(stats["transactions"], 1);
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+}
+
+#[tokio::test]
+async fn a_lost_hash_is_recovered_by_external_id_before_the_request_settles() {
+    let rig = Rig::start(|_| {}).await;
+    rig.sim
+        .admin("/admin/faults/transaction", json!({"loseHash": true}))
+        .await;
+    let id = rig.enqueue("mint-lost-hash").await;
+    let verdict = rig.verdict(id).await;
+    let SettlementVerdict::Confirmed { hash, .. } = verdict else {
+        panic!("expected confirmed, got {verdict:?}")
+    };
+    let view = rig.queue.status(id).await.unwrap().custody.unwrap();
+    assert_eq!(
+        view.status.as_deref(),
+        Some("COMPLETED"),
+        "settled only after COMPLETED"
+    );
+    assert_eq!(view.tx_hash, Some(hash), "the recovered hash is persisted");
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+}
+
+#[tokio::test]
+async fn a_5xx_create_stays_in_doubt_until_absence_is_provable_then_lands_once() {
+    let rig = Rig::start(|c| c.clock_skew_secs = 0).await;
+    rig.sim
+        .admin(
+            "/admin/faults/http",
+            json!({"kind": "server_error", "status": 503}),
+        )
+        .await;
+    let id = rig.enqueue("mint-5xx").await;
+    // The provider did nothing, but Keel cannot know: in doubt, and lookups that find
+    // nothing do not allow a create before the create's JWT has expired.
+    let view = rig
+        .view_until(id, |v| v.phase == "in_doubt" && v.polls == 0)
+        .await;
+    assert_eq!(view.provider_tx_id, None);
+    assert_eq!(
+        rig.sim.admin_get("/admin/stats").await["createsReceived"],
+        1
+    );
+    assert_confirmed(&rig.verdict(id).await);
+    let stats = rig.sim.admin_get("/admin/stats").await;
+    assert_eq!(
+        stats["createsReceived"], 2,
+        "created again once absence was proven"
+    );
+    assert_eq!(stats["transactions"], 1);
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_is_waited_out_and_lands_once() {
+    let rig = Rig::start(|_| {}).await;
+    rig.sim
+        .admin(
+            "/admin/faults/http",
+            json!({"kind": "rate_limit", "count": 2, "retryAfterSecs": 1}),
+        )
+        .await;
+    let id = rig.enqueue("mint-429").await;
+    assert_confirmed(&rig.verdict(id).await);
+    let stats = rig.sim.admin_get("/admin/stats").await;
+    assert_eq!(stats["transactions"], 1);
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+}
+
+#[tokio::test]
+async fn an_approval_wait_at_the_provider_is_visible_and_lands_once_approved() {
+    let rig = Rig::start(|_| {}).await;
+    rig.sim
+        .admin(
+            "/admin/faults/transaction",
+            json!({"behavior": "require_approval"}),
+        )
+        .await;
+    let id = rig.enqueue("mint-approval").await;
+    let view = rig.view_until(id, |v| v.awaiting_approval).await;
+    assert_eq!(view.status.as_deref(), Some("PENDING_AUTHORIZATION"));
+    let status = rig.queue.status(id).await.unwrap();
+    assert_eq!(status.state, RequestState::Queued);
+    assert_eq!(status.verdict, None);
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::ZERO);
+    let pid = view.provider_tx_id.unwrap();
+    rig.sim
+        .admin(&format!("/admin/transactions/{pid}/approve"), json!({}))
+        .await;
+    assert_confirmed(&rig.verdict(id).await);
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+}
+
+#[tokio::test]
+async fn rejections_settle_failed_with_the_provider_reason_and_never_block_other_requests() {
+    let rig = Rig::start(|_| {}).await;
+    // The faults apply to the next create, in order: each request is created before
+    // the next fault is set.
+    let mut failing = Vec::new();
+    for (behavior, sub, key) in [
+        ("reject", "REJECTED_BY_USER", "mint-rejected"),
+        ("block", "BLOCKED_BY_POLICY", "mint-blocked"),
+    ] {
+        rig.sim
+            .admin(
+                "/admin/faults/transaction",
+                json!({"behavior": behavior, "subStatus": sub}),
+            )
+            .await;
+        let id = rig.enqueue(key).await;
+        rig.view_until(id, |v| v.provider_tx_id.is_some()).await;
+        failing.push((id, sub));
+    }
+    rig.sim
+        .admin(
+            "/admin/faults/transaction",
+            json!({"behavior": "require_approval"}),
+        )
+        .await;
+    let waiting = rig.enqueue("mint-approval-rejected").await;
+    let pid = rig
+        .view_until(waiting, |v| v.awaiting_approval)
+        .await
+        .provider_tx_id
+        .unwrap();
+
+    // Another request goes through while one waits for approval and two were refused.
+    let ok = rig.enqueue("mint-ok").await;
+    assert_confirmed(&rig.verdict(ok).await);
+    assert!(
+        rig.queue
+            .status(waiting)
+            .await
+            .unwrap()
+            .custody
+            .unwrap()
+            .awaiting_approval
+    );
+
+    for ((id, sub), code) in failing
+        .into_iter()
+        .zip([FailureCode::CustodyRejected, FailureCode::CustodyBlocked])
+    {
+        match rig.verdict(id).await {
+            SettlementVerdict::Failed {
+                code: got, reason, ..
+            } => {
+                assert_eq!(got, code);
+                assert_eq!(reason.as_deref(), Some(sub), "the provider's sub-status");
+            }
+            other => panic!("expected failed, got {other:?}"),
+        }
+        let view = rig.queue.status(id).await.unwrap().custody.unwrap();
+        assert!(
+            !view.awaiting_approval,
+            "a rejection never sits in an approval wait"
+        );
+        assert_eq!(view.tx_hash, None);
+    }
+
+    // Rejected at the approval step.
+    rig.sim
+        .admin(&format!("/admin/transactions/{pid}/reject"), json!({}))
+        .await;
+    match rig.verdict(waiting).await {
+        SettlementVerdict::Failed { code, .. } => assert_eq!(code, FailureCode::CustodyRejected),
+        other => panic!("expected failed, got {other:?}"),
+    }
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+}
+
+#[tokio::test]
+async fn a_revert_after_broadcast_settles_reverted_from_the_chain() {
+    let rig = Rig::start(|_| {}).await;
+    rig.sim
+        .admin("/admin/faults/transaction", json!({"behavior": "revert"}))
+        .await;
+    let id = rig.enqueue("mint-revert").await;
+    match rig.verdict(id).await {
+        SettlementVerdict::Reverted { hash, .. } => {
+            let receipt = rig
+                .chain
+                .provider()
+                .get_transaction_receipt(hash)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(!receipt.status());
+        }
+        other => panic!("expected reverted, got {other:?}"),
+    }
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::ZERO);
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+}
+
+#[tokio::test]
+async fn a_silent_drop_is_cancelled_confirmed_and_resubmitted_once() {
+    let rig = Rig::start(|c| c.silent_drop_after_secs = Some(1)).await;
+    rig.sim
+        .admin(
+            "/admin/faults/transaction",
+            json!({"behavior": "silent_drop"}),
+        )
+        .await;
+    let id = rig.enqueue("mint-drop").await;
+    assert_confirmed(&rig.verdict(id).await);
+    let view = rig.queue.status(id).await.unwrap().custody.unwrap();
+    assert_eq!(view.resubmission, 1);
+    assert_eq!(view.external_tx_id, external(id, 1));
+    let txs = rig.sim.admin_get("/admin/transactions").await;
+    let statuses: Vec<&str> = txs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["CANCELLED", "COMPLETED"]);
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+}
+
+#[tokio::test]
+async fn a_silent_drop_without_recovery_is_flagged_when_the_poll_budget_runs_out() {
+    let rig = Rig::start(|c| c.poll_budget_secs = 1).await;
+    rig.sim
+        .admin(
+            "/admin/faults/transaction",
+            json!({"behavior": "silent_drop"}),
+        )
+        .await;
+    let id = rig.enqueue("mint-stuck").await;
+    let view = rig.view_until(id, |v| v.budget_exceeded).await;
+    assert_eq!(view.status.as_deref(), Some("QUEUED"));
+    assert_eq!(view.resubmission, 0);
+    let status = rig.queue.status(id).await.unwrap();
+    assert_eq!(status.verdict, None, "it may still land: not failed");
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 0);
+}
+
+#[tokio::test]
+async fn a_submitted_custody_request_is_not_withdrawn() {
+    let rig = Rig::start(|_| {}).await;
+    rig.sim
+        .admin(
+            "/admin/faults/transaction",
+            json!({"behavior": "require_approval"}),
+        )
+        .await;
+    let id = rig.enqueue("op/1/mint").await;
+    let view = rig.view_until(id, |v| v.awaiting_approval).await;
+    let w = keel_txq::withdraw_by_key_prefix(
+        rig.db.pool(),
+        ChainId(rig.chain.chain_id()),
+        "op/1/",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.withdrawn, Vec::<Uuid>::new());
+    assert_eq!(w.in_flight, vec![id]);
+    rig.sim
+        .admin(
+            &format!(
+                "/admin/transactions/{}/approve",
+                view.provider_tx_id.unwrap()
+            ),
+            json!({}),
+        )
+        .await;
+    assert_confirmed(&rig.verdict(id).await);
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+}
+
+// ---- SIGKILL while a create is in doubt ----
+
+const WORKER_ENV: &str = "KEEL_CUSTODY_QUEUE_WORKER";
+
+/// The queue process of `a_kill_9_while_a_create_is_in_doubt_lands_once`: this test
+/// binary re-run with only this test and the worker's settings in the environment.
+#[tokio::test]
+#[ignore = "run as a child process by a_kill_9_while_a_create_is_in_doubt_lands_once"]
+async fn custody_queue_worker_process() {
+    let Ok(settings) = std::env::var(WORKER_ENV) else {
+        // Not a test of its own: the entry point of the queue process that
+        // `a_kill_9_while_a_create_is_in_doubt_lands_once` starts (with its settings).
+        eprintln!("{WORKER_ENV} is not set: nothing to run outside the kill test");
+        return;
+    };
+    let settings: serde_json::Value = serde_json::from_str(&settings).unwrap();
+    let s = |k: &str| settings[k].as_str().unwrap().to_owned();
+    let db = keel_store::connect(&keel_store::StoreConfig::new(s("db")))
+        .await
+        .unwrap();
+    let chain = Arc::new(
+        UpstreamPool::new(
+            ChainId(settings["chainId"].as_u64().unwrap()),
+            UpstreamConfig::new(vec![s("rpc")]),
+        )
+        .unwrap(),
+    );
+    let provider = provider_for(&s("sim"), &s("key"));
+    let config: CustodySenderConfig = serde_json::from_value(settings["sender"].clone()).unwrap();
+    let q = queue_with(db, chain, Arc::new(provider), &config);
+    println!("worker ready");
+    q.run(CancellationToken::new()).await;
+}
+
+fn provider_for(base: &str, private_pem: &str) -> FireblocksProvider {
+    FireblocksProvider::with_secrets(
+        &FireblocksConfig::new(
+            base.to_owned(),
+            SecretSource::Env("UNUSED_IN_TESTS".into()),
+            SecretSource::Env("UNUSED_IN_TESTS".into()),
+        ),
+        Secret::new(API_KEY),
+        &Secret::new(private_pem.to_owned()),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_kill_9_while_a_create_is_in_doubt_lands_once() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let sim = Sim::start(&chain).await;
+    let vault = sim.funded_vault(&chain, VAULT).await;
+    let counter = deploy_counter(&chain).await;
+    let config = sender_config(vault);
+
+    // The provider holds the next request 5 s before handling it (the create, here).
+    sim.admin(
+        "/admin/faults/http",
+        json!({"kind": "slow", "delayMs": 5000}),
+    )
+    .await;
+    let settings = json!({
+        "db": db.url(),
+        "rpc": chain.endpoint().to_string(),
+        "chainId": chain.chain_id(),
+        "sim": sim.base,
+        "key": sim.key.private,
+        "sender": config,
+    });
+    let mut worker = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "queue::custody_queue_worker_process",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(WORKER_ENV, settings.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(worker.stdout.take().unwrap()).lines();
+    loop {
+        let line = tokio::time::timeout(DEADLINE, lines.next_line())
+            .await
+            .expect("the worker starts")
+            .unwrap()
+            .expect("the worker prints its readiness");
+        if line.contains("worker ready") {
+            break;
+        }
+    }
+
+    // A reader queue in this process records the request (it does not run).
+    let reader = queue_with(
+        db.pool().clone(),
+        pool(&chain),
+        Arc::new(sim.provider()),
+        &config,
+    );
+    let id = reader
+        .enqueue(&call(vault, counter, "mint-kill"))
+        .await
+        .unwrap();
+
+    // The dangerous point: the create is at the provider, its answer not recorded.
+    let start = Instant::now();
+    loop {
+        let received = sim.admin_get("/admin/stats").await["createsReceived"].as_u64();
+        if received == Some(1) {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the worker never sent the create"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let view = reader.status(id).await.unwrap().custody.unwrap();
+    assert_eq!(view.phase, "creating");
+    assert_eq!(view.provider_tx_id, None);
+    worker.start_kill().unwrap(); // SIGKILL
+    worker.wait().await.unwrap();
+
+    // A new queue process (here) picks the request up: in doubt, found by external id
+    // once the provider handled the create, never created twice.
+    let restarted = Arc::new(reader);
+    let stop = CancellationToken::new();
+    let (q, s) = (restarted.clone(), stop.clone());
+    tokio::spawn(async move { q.run(s).await });
+    let verdict = tokio::time::timeout(
+        DEADLINE,
+        restarted.await_verdict(id, Duration::from_millis(50)),
+    )
+    .await
+    .expect("a verdict in time")
+    .unwrap();
+    stop.cancel();
+    assert_confirmed(&verdict);
+    let stats = sim.admin_get("/admin/stats").await;
+    assert_eq!(stats["createsReceived"], 1);
+    assert_eq!(stats["transactions"], 1);
+    assert_eq!(effects(&chain, counter).await, U256::from(1));
+    assert_eq!(sent_count(&chain, vault).await, 1);
+}
