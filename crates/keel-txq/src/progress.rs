@@ -41,7 +41,11 @@ pub enum Progress<'a> {
         nonce: u64,
     },
     /// The request opened a funding request (`queued` → `waiting_funding`): its sender
-    /// cannot pay for it (see [`crate::FundingRequest`]).
+    /// cannot pay for it (see [`crate::FundingRequest`]). Offered again, with the
+    /// current shortfall, at every later funding check while the request still waits
+    /// (in the transaction that updates the shortfall), so a sink must treat a repeat
+    /// as the same open request: a first report that failed or that the sink could not
+    /// yet attribute is made on a later check.
     FundingRequested {
         /// The request's id.
         request_id: Uuid,
@@ -76,8 +80,9 @@ impl Progress<'_> {
     }
 }
 
-/// Receives a request's first broadcast and the opening of its funding request inside
-/// the transaction that records them.
+/// Receives a request's first broadcast and the opening of its funding request (again
+/// at every funding check while it stays open, see [`Progress::FundingRequested`])
+/// inside the transaction that records them.
 ///
 /// `record` runs on `conn`, that transaction's connection, after the recording
 /// statement and before the commit. It must not commit or roll back itself, and should

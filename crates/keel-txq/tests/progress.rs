@@ -1,6 +1,7 @@
 //! The progress seam against real PostgreSQL and real Anvil: a request's first
 //! broadcast (hash, nonce) and the opening of its funding request (address, required
-//! wei, deadline) reach the sink once, in the transaction that records them; a sink
+//! wei, deadline) reach the sink in the transaction that records them (a broadcast once,
+//! an open funding request at its opening and at every funding check after); a sink
 //! that fails never holds the queue back (the change is recorded without it, counted).
 
 use alloy::primitives::{Address, B256, Bytes, U256};
@@ -189,7 +190,7 @@ fn mined(v: &SettlementVerdict) -> (B256, u64) {
 }
 
 #[tokio::test]
-async fn first_broadcasts_and_opened_funding_requests_reach_the_sink_once_in_their_transaction() {
+async fn first_broadcasts_reach_the_sink_once_and_open_funding_requests_at_every_check() {
     let f = Fixture::new().await;
     let unfunded = PrivateKeySigner::random();
     let q = f.queue(&unfunded);
@@ -204,16 +205,18 @@ async fn first_broadcasts_and_opened_funding_requests_reach_the_sink_once_in_the
             "one first broadcast, with the accepted attempt's hash and nonce"
         );
     }
-    // The request as opened: the sender, the shortfall then (later checks update the
-    // amount as fees move; the deadline never moves).
+    // The request as opened and as re-offered by each later check: the sender, the
+    // shortfall then (it follows the fees; the deadline never moves).
     let funding = q.status(waiting).await.unwrap().funding.unwrap();
     let records = f.records_of(waiting).await;
-    assert_eq!(records.len(), 1, "{records:?}");
-    let parts: Vec<&str> = records[0].split(' ').collect();
-    assert_eq!(parts[0], "funding");
-    assert_eq!(parts[1], unfunded.address().to_string());
-    assert!(parts[2].parse::<U256>().unwrap() > U256::ZERO);
-    assert_eq!(parts[3], funding.deadline.timestamp_micros().to_string());
+    assert!(!records.is_empty(), "the opening reached the sink");
+    for record in &records {
+        let parts: Vec<&str> = record.split(' ').collect();
+        assert_eq!(parts[0], "funding", "{records:?}");
+        assert_eq!(parts[1], unfunded.address().to_string());
+        assert!(parts[2].parse::<U256>().unwrap() > U256::ZERO);
+        assert_eq!(parts[3], funding.deadline.timestamp_micros().to_string());
+    }
 }
 
 #[test]
@@ -275,12 +278,12 @@ fn a_failing_sink_never_holds_the_queue_back_and_is_counted() {
         })
         .collect();
     failures.sort();
-    // The round's call and `t-2` alone; the funding call (its pass and the ticks after:
-    // the request stays waiting, so it is opened once).
-    assert_eq!(
-        failures,
-        [("broadcast".to_owned(), 2), ("funding".to_owned(), 1)]
-    );
+    // The round's call and `t-2` alone; every funding call: the opening and each check
+    // after it while the request waits (each re-offers it, each fails).
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    assert_eq!(failures[0], ("broadcast".to_owned(), 2));
+    assert_eq!(failures[1].0, "funding");
+    assert!(failures[1].1 >= 1, "{failures:?}");
 }
 
 /// The table sink, failing every funding request.
