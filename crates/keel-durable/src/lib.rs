@@ -41,6 +41,13 @@
 //!   [`Engine::signal_as`], [`Engine::signal_in_as`], [`Engine::cancel_as`],
 //!   [`Engine::retry_as`]), never read from a payload; the engine's own TIMER, recovery
 //!   RETRY and child commands are `SYSTEM`; [`Engine::attribution`] reads them back.
+//! - [`version`]: workflow versioning. A workflow declares [`Workflow::VERSION`] and
+//!   [`Workflow::MIN_VERSION`]; an instance is pinned to the version it started with;
+//!   executors claim only instances of versions they run (the others wait, deferred,
+//!   for a runner that knows their version: [`InstanceStatus::awaiting_runner`],
+//!   [`Engine::version_waits`]); [`WorkflowContext::changed`] and
+//!   [`WorkflowContext::version`] are journaled patch gates; [`Engine::check_versions`]
+//!   refuses a retired version that live instances still pin. See docs/versioning.md.
 //! - [`Retention`]: the retention pass (batched, `SKIP LOCKED`, one short transaction per
 //!   batch) that the cluster's daily cron runs; returns a [`RetentionReport`].
 //!
@@ -171,6 +178,7 @@ mod retention;
 mod status;
 mod store;
 mod terminal;
+pub mod version;
 mod workflow;
 
 pub use actor::{
@@ -193,6 +201,10 @@ pub use status::{
     WaitKind,
 };
 pub use terminal::TERMINAL_CHANNEL;
+pub use version::{
+    DEFAULT_VERSION, DeterminismDetail, PinnedVersion, StepRef, VersionGateDetail, VersionRange,
+    VersionWait, VersionWaitGauge,
+};
 pub use workflow::{
     ChildHandle, ChildOutcome, Interrupt, SignalOutcome, StepError, Workflow, WorkflowFailure,
 };
@@ -224,6 +236,11 @@ pub fn describe_metrics() {
         "keel_durable_open_instances",
         ::metrics::Unit::Count,
         "Workflow instances not yet ended, by workflow and status (pending, running, waiting, suspended), from the database census (instances)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_durable_instances_awaiting_runner",
+        ::metrics::Unit::Count,
+        "Open workflow instances whose version no live runner can run, by workflow; their commands wait for a runner that knows the version (instances)."
     );
     ::metrics::describe_counter!(
         "keel_durable_retention_batches_total",

@@ -158,6 +158,16 @@ pub struct InstanceStatus {
     /// serialization key (a `running`, `suspended` or timer-waiting one first, else the
     /// earliest `pending` one before it). `None` otherwise.
     pub queued_behind: Option<Uuid>,
+    /// The version of its workflow the instance is pinned to (the
+    /// [`crate::Workflow::VERSION`] of the code that started it; 1 for instances started
+    /// before versioning); `None` until its first claim when it was started by name on
+    /// a node that does not run the workflow. See [`crate::version`].
+    pub version: Option<u32>,
+    /// True while the instance is open (not `completed`, `failed` or `cancelled`) and no
+    /// runner seen within [`crate::version::RUNNER_LIVENESS`] can run its version:
+    /// "waiting for a runner that knows version N". Its commands are deferred, not
+    /// failed; a runner whose code covers the version runs them.
+    pub awaiting_runner: bool,
 }
 
 /// One command listed by the probe.

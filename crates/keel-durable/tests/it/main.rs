@@ -14,3 +14,4 @@ mod seams;
 mod signals;
 mod start;
 mod terminal;
+mod versioning;

@@ -804,6 +804,8 @@ mod tests {
             ended_at: None,
             cancel_requested_at: None,
             queued_behind: None,
+            version: Some(1),
+            awaiting_runner: false,
         }
     }
 
