@@ -104,15 +104,18 @@ pub struct WaitDescription {
 /// A failure as shown in the status projection. `message` is value-free.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorInfo {
-    /// Stable code: `WORKFLOW_FAILED`, `DETERMINISM_VIOLATION`, `JOURNAL_INCOMPATIBLE`,
-    /// `INPUT_INCOMPATIBLE`, `ENCODE_FAILED`, `INVALID_NAME`, or (while suspended) the
-    /// step's transient reason code.
+    /// Stable code: `WORKFLOW_FAILED`, `DETERMINISM_VIOLATION` (detail: a
+    /// [`crate::DeterminismDetail`]), `VERSION_UNSUPPORTED` (detail: a
+    /// [`crate::VersionGateDetail`]), `JOURNAL_INCOMPATIBLE`, `INPUT_INCOMPATIBLE`,
+    /// `ENCODE_FAILED`, `INVALID_NAME`, or (while suspended) the step's transient reason
+    /// code.
     pub code: String,
     /// Whether a retry can help.
     pub retryable: bool,
     /// Framework text naming no value.
     pub message: String,
-    /// The workflow's typed error, for `WORKFLOW_FAILED`.
+    /// The workflow's typed error, for `WORKFLOW_FAILED`; the typed detail of a
+    /// `DETERMINISM_VIOLATION` or `VERSION_UNSUPPORTED`.
     pub detail: Option<Value>,
 }
 

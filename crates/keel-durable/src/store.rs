@@ -155,7 +155,9 @@ macro_rules! status_select {
                 i.ended_at, i.cancel_requested_at, i.version,
                 (i.ended_at IS NULL AND NOT EXISTS (
                     SELECT 1 FROM durable_runner_version r
-                     WHERE r.workflow = i.workflow AND r.seen_at > now() - interval '30 seconds'
+                     WHERE r.workflow = i.workflow
+                       -- crate::version::RUNNER_LIVENESS (a unit test keeps them equal)
+                       AND r.seen_at > now() - interval '30 seconds'
                        AND (i.version IS NULL OR i.version BETWEEN r.min_version AND r.max_version)))
                     AS awaiting_runner,
                 CASE WHEN i.status = 'pending' AND i.serialization_key IS NOT NULL THEN

@@ -427,3 +427,27 @@ impl VersionWaitGauge {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_projection_uses_the_runner_liveness_window() {
+        // `store::status_select!` spells the window as a literal interval.
+        assert_eq!(RUNNER_LIVENESS, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_claim_set_is_sorted_by_name_with_parallel_ranges() {
+        let ranges = HashMap::from([
+            ("b.flow", VersionRange { min: 2, max: 3 }),
+            ("a.flow", VersionRange { min: 1, max: 1 }),
+        ]);
+        let set = ClaimSet::new(&ranges);
+        assert_eq!(set.names, ["a.flow", "b.flow"]);
+        assert_eq!((set.min, set.max), (vec![1, 2], vec![1, 3]));
+        assert!(VersionRange { min: 2, max: 3 }.contains(3));
+        assert!(!VersionRange { min: 2, max: 3 }.contains(1));
+    }
+}

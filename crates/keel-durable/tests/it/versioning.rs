@@ -775,3 +775,58 @@ async fn binaries_before_versioning_claim_only_version_1() {
     assert_eq!(claimed, [one.instance_id]);
     assert_eq!(attempts(pool, two.instance_id).await[0].2, 0);
 }
+
+#[test]
+fn the_awaiting_runner_gauge_sums_versions_per_workflow_and_zeroes_emptied_ones() {
+    use keel_durable::VersionWaitGauge;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let read = || {
+        let mut out: Vec<(String, f64)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter_map(|(key, _, _, value)| {
+                let key = key.key();
+                let DebugValue::Gauge(v) = value else {
+                    return None;
+                };
+                (key.name() == "keel_durable_instances_awaiting_runner").then(|| {
+                    let labels: Vec<String> = key
+                        .labels()
+                        .map(|l| format!("{}={}", l.key(), l.value()))
+                        .collect();
+                    (labels.join(","), v.into_inner())
+                })
+            })
+            .collect();
+        out.sort_by(|x, y| x.0.cmp(&y.0));
+        out
+    };
+    let wait = |workflow: &str, version: Option<u32>, instances: u64| VersionWait {
+        workflow: workflow.to_owned(),
+        version,
+        instances,
+        oldest_created_at: chrono::Utc::now(),
+    };
+    metrics::with_local_recorder(&recorder, || {
+        let mut gauge = VersionWaitGauge::new(["w.one"]);
+        gauge.export(&[wait("w.two", Some(2), 3), wait("w.two", Some(3), 1)]);
+        assert_eq!(
+            read(),
+            [
+                ("workflow=w.one".to_owned(), 0.0),
+                ("workflow=w.two".to_owned(), 4.0)
+            ]
+        );
+        gauge.export(&[wait("w.one", None, 2)]);
+        assert_eq!(
+            read(),
+            [
+                ("workflow=w.one".to_owned(), 2.0),
+                ("workflow=w.two".to_owned(), 0.0)
+            ]
+        );
+    });
+}
