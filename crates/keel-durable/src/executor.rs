@@ -712,6 +712,7 @@ async fn heartbeat(pool: sqlx::PgPool, runner: Uuid, names: ClaimSet) {
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
+                m::runner_heartbeat_failed();
                 tracing::warn!(target: "keel::durable::executor", parent: &span,
                     error = %keel_store::StoreError::from(e), "runner heartbeat failed");
                 crate::config::Backoff {

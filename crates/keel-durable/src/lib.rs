@@ -267,6 +267,11 @@ pub fn describe_metrics() {
         ::metrics::Unit::Count,
         "Rows past retention still to delete (rows)."
     );
+    ::metrics::describe_counter!(
+        "keel_durable_runner_heartbeat_failures_total",
+        ::metrics::Unit::Count,
+        "Failed refreshes of an executor's runner version record (durable_runner_version); retried with backoff (count)."
+    );
     ::metrics::describe_histogram!(
         "keel_durable_segment_duration_seconds",
         ::metrics::Unit::Seconds,
