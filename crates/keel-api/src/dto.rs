@@ -245,6 +245,16 @@ pub struct Operation {
     /// of the routes that act on one operation; absent in lists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<OperationAttribution>,
+    /// The code version of the workflow the operation runs under (the release that
+    /// started it pins it; old operations keep their version across upgrades), or null
+    /// before it is pinned. See docs/versioning.md.
+    #[serde(default)]
+    pub workflow_version: Option<u32>,
+    /// True while the operation is not terminal and no live runner knows its
+    /// `workflowVersion`: it waits for a runner that knows that version (deferred,
+    /// not failed) and resumes when one runs.
+    #[serde(default)]
+    pub awaiting_runner: bool,
 }
 
 /// The kind of an actor: `USER` (a person: a key issued to one), `SERVICE` (an API
@@ -1110,6 +1120,8 @@ impl From<svc::OperationView> for Operation {
             completed_at: v.completed_at,
             kind: v.kind,
             attribution: v.attribution.map(Into::into),
+            workflow_version: v.workflow_version,
+            awaiting_runner: v.awaiting_runner,
         }
     }
 }

@@ -249,7 +249,13 @@ fn completed(instance_id: Uuid, token: Uuid, command_id: i64, next: bool) -> Set
             state: None,
             journal: 0,
         },
-        next: next.then(|| Arc::<[String]>::from(vec!["w".to_owned()])),
+        next: next.then(|| {
+            Arc::new(crate::version::ClaimSet {
+                names: vec!["w".to_owned()],
+                min: vec![1],
+                max: vec![1],
+            })
+        }),
     }
 }
 

@@ -72,8 +72,13 @@ impl SegmentFlags {
 #[derive(Debug)]
 pub(crate) enum Halt {
     Blocked(WaitDescription),
-    Suspended { code: &'static str },
-    Determinism,
+    Suspended {
+        code: &'static str,
+    },
+    /// The journal records `journaled` at `position`; the body reached `reached`.
+    Determinism(Box<crate::version::Divergence>),
+    /// A version gate met a recorded decision outside its supported range.
+    VersionUnsupported(Box<crate::version::VersionGateDetail>),
     JournalIncompatible,
     InvalidName,
     Fenced,
@@ -112,6 +117,10 @@ pub struct WorkflowContext {
     pub(crate) step_attempts: u32,
     pub(crate) step_backoff: Backoff,
     pub(crate) command_max_attempts: i32,
+    /// The version the instance is pinned to (`durable_instance.version`).
+    pub(crate) pinned_version: u32,
+    /// The running code's [`crate::Workflow::VERSION`].
+    pub(crate) code_version: u32,
 }
 
 impl std::fmt::Debug for WorkflowContext {
@@ -377,14 +386,14 @@ impl WorkflowContext {
         self.halt(Halt::Cancelled)
     }
 
-    fn halt(&mut self, halt: Halt) -> Interrupt {
+    pub(crate) fn halt(&mut self, halt: Halt) -> Interrupt {
         if self.halt.is_none() {
             self.halt = Some(halt);
         }
         Interrupt(())
     }
 
-    fn check(&mut self) -> Result<(), Interrupt> {
+    pub(crate) fn check(&mut self) -> Result<(), Interrupt> {
         if self.halt.is_some() {
             return Err(Interrupt(()));
         }
@@ -397,7 +406,7 @@ impl WorkflowContext {
         Ok(())
     }
 
-    fn check_name(&mut self, name: &str) -> Result<(), Interrupt> {
+    pub(crate) fn check_name(&mut self, name: &str) -> Result<(), Interrupt> {
         if validate_name("step name", name).is_err() {
             return Err(self.halt(Halt::InvalidName));
         }
@@ -406,7 +415,19 @@ impl WorkflowContext {
 
     /// The journaled result at the cursor, if the journal reaches that far; a kind or
     /// name mismatch is a determinism violation.
+    ///
+    /// A version-gate entry (kind `version`) at the cursor that this call is not (a gate
+    /// that a newer release recorded and this code does not have, or one a later release
+    /// removed) is stepped over: see [`crate::version`].
     fn replay(&mut self, kind: &str, name: &str) -> Result<Option<Value>, Interrupt> {
+        while kind != crate::version::KIND
+            && self
+                .journal
+                .get(self.cursor)
+                .is_some_and(|e| e.kind == crate::version::KIND)
+        {
+            self.cursor += 1;
+        }
         let Some(entry) = self.journal.get(self.cursor) else {
             return Ok(None);
         };
@@ -417,7 +438,12 @@ impl WorkflowContext {
                 position = self.cursor,
                 "determinism violation: the body reached a different step than its journal"
             );
-            return Err(self.halt(Halt::Determinism));
+            let divergence = crate::version::Divergence {
+                position: self.cursor,
+                journaled: (entry.kind.clone(), entry.name.clone()),
+                reached: (kind.to_owned(), name.to_owned()),
+            };
+            return Err(self.halt(Halt::Determinism(Box::new(divergence))));
         }
         let result = entry.result.clone();
         self.cursor += 1;
@@ -454,7 +480,7 @@ impl WorkflowContext {
 
     /// Appends one journal entry under the fence. `result: None` records the database
     /// clock (`{"ok": now()}`).
-    async fn append(
+    pub(crate) async fn append(
         &mut self,
         kind: &'static str,
         name: &str,
@@ -634,7 +660,7 @@ impl WorkflowContext {
         self.decode_ok(v)
     }
 
-    fn decode_ok<T: DeserializeOwned>(&mut self, mut v: Value) -> Result<T, Interrupt> {
+    pub(crate) fn decode_ok<T: DeserializeOwned>(&mut self, mut v: Value) -> Result<T, Interrupt> {
         match v.get_mut("ok") {
             Some(ok) => {
                 let ok = ok.take();
@@ -852,9 +878,19 @@ impl WorkflowContext {
                         what: "child input",
                     }));
                 };
-                match self.record_child(W::NAME, key, &child_key, &value).await {
+                match self
+                    .record_child(W::NAME, W::VERSION.max(1), key, &child_key, &value)
+                    .await
+                {
                     Ok(Some(id)) => id,
-                    Ok(None) => return Err(self.halt(Halt::Determinism)),
+                    Ok(None) => {
+                        let divergence = crate::version::Divergence {
+                            position: self.cursor,
+                            journaled: ("child".to_owned(), key.to_owned()),
+                            reached: ("child".to_owned(), key.to_owned()),
+                        };
+                        return Err(self.halt(Halt::Determinism(Box::new(divergence))));
+                    }
                     Err(DurableError::Fenced) => return Err(self.halt(Halt::Fenced)),
                     Err(e) => return Err(self.fail_infra(e)),
                 }
@@ -871,6 +907,7 @@ impl WorkflowContext {
     async fn record_child(
         &mut self,
         workflow: &str,
+        version: u32,
         key: &str,
         child_key: &str,
         input: &Value,
@@ -888,8 +925,9 @@ impl WorkflowContext {
         };
         let created: Option<Uuid> = sqlx::query_scalar(
             "WITH ins AS (
-                INSERT INTO durable_instance (id, workflow, idempotency_key, input, parent_id)
-                VALUES ($1, $2, $3, $4, $5)
+                INSERT INTO durable_instance (id, workflow, idempotency_key, input, parent_id,
+                                              version)
+                VALUES ($1, $2, $3, $4, $5, $7)
                 ON CONFLICT (workflow, idempotency_key) DO NOTHING
              RETURNING id
              ), cmd AS (
@@ -905,6 +943,7 @@ impl WorkflowContext {
         .bind(input)
         .bind(self.instance_id)
         .bind(self.command_max_attempts)
+        .bind(i32::try_from(version).unwrap_or(i32::MAX))
         .fetch_optional(&mut *tx)
         .await?;
         let id = match created {

@@ -325,7 +325,8 @@ impl Engine {
     ) -> Result<Started> {
         let value =
             serde_json::to_value(input).map_err(|_| DurableError::Json { what: "input" })?;
-        self.start_value(W::NAME, idempotency_key, value, options)
+        let version = i32::try_from(W::VERSION.max(1)).unwrap_or(i32::MAX);
+        self.start_value(W::NAME, idempotency_key, value, options, Some(version))
             .await
     }
 
@@ -343,7 +344,12 @@ impl Engine {
     ) -> Result<Started> {
         validate_name("workflow name", workflow)?;
         let value = validate_payload_str("input", input, self.config.max_payload_bytes)?;
-        self.start_value(workflow, idempotency_key, value, options)
+        // The registered code's version; unregistered here: pinned by its first claim.
+        let version = self
+            .registry
+            .range(workflow)
+            .map(|r| i32::try_from(r.max).unwrap_or(i32::MAX));
+        self.start_value(workflow, idempotency_key, value, options, version)
             .await
     }
 
@@ -354,6 +360,7 @@ impl Engine {
         key: &str,
         input: Value,
         options: StartOptions,
+        version: Option<i32>,
     ) -> Result<Started> {
         validate_name("workflow name", workflow)?;
         validate_name("idempotency key", key)?;
@@ -374,6 +381,7 @@ impl Engine {
                 serialization_key: options.serialization_key.clone(),
                 actor: options.actor.clone(),
                 history_detail: history_detail.clone(),
+                version,
             };
             let created = match self.starts.submit(row).await {
                 Some(answer) => answer?.then_some(id),
@@ -864,6 +872,67 @@ impl Engine {
         query: crate::HealthQuery,
     ) -> Result<crate::WorkflowHealth> {
         crate::health::read(&self.pool, query).await
+    }
+
+    /// Open instances that no live runner can run, by workflow and version ("waiting for
+    /// a runner that knows version N"): instances not yet `completed`, `failed` or
+    /// `cancelled` whose version no executor seen within
+    /// [`crate::version::RUNNER_LIVENESS`] covers (see [`crate::version`]). Their
+    /// commands are deferred, never failed. One statement; value-free.
+    ///
+    /// # Errors
+    /// [`DurableError::Store`].
+    pub async fn version_waits(&self) -> Result<Vec<crate::VersionWait>> {
+        Ok(crate::version::instances_awaiting_runner(&self.pool)
+            .await?
+            .into_iter()
+            .map(|r| crate::VersionWait {
+                workflow: r.workflow,
+                version: r.version.and_then(|v| u32::try_from(v).ok()),
+                instances: u64::try_from(r.instances).unwrap_or(0),
+                oldest_created_at: r.oldest_created_at,
+            })
+            .collect())
+    }
+
+    /// The version ranges of the registered workflows
+    /// ([`crate::Workflow::MIN_VERSION`]`..=`[`crate::Workflow::VERSION`]), by name.
+    pub fn versions(&self) -> Vec<(String, crate::VersionRange)> {
+        let mut v: Vec<(String, crate::VersionRange)> = self
+            .registry
+            .versions
+            .iter()
+            .map(|(k, r)| ((*k).to_owned(), *r))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// The retirement check: refuses when a registered workflow's code has retired a
+    /// version (raised [`crate::Workflow::MIN_VERSION`] above it) while an instance that
+    /// is not `completed` or `cancelled` is still pinned to it (a `failed` one counts: a
+    /// retry replays it). Run it before spawning executors of a release that raises a
+    /// `MIN_VERSION`; such instances would otherwise wait for a runner that knows their
+    /// version. One statement.
+    ///
+    /// # Errors
+    /// [`DurableError::VersionPinned`] naming every retired version still pinned and its
+    /// instance count; [`DurableError::Store`].
+    pub async fn check_versions(&self) -> Result<()> {
+        let rows =
+            crate::version::instances_pinned_below(&self.pool, &self.registry.claim_set()).await?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        Err(DurableError::VersionPinned(
+            rows.into_iter()
+                .map(|r| crate::PinnedVersion {
+                    workflow: r.workflow,
+                    version: u32::try_from(r.version).unwrap_or(0),
+                    instances: u64::try_from(r.instances).unwrap_or(0),
+                })
+                .collect(),
+        ))
     }
 
     /// The status projection of an instance.

@@ -77,9 +77,22 @@ pub enum DurableError {
     /// back (a segment settle: its lease lapses and the segment runs again).
     #[error("the transition hook failed; the change was rolled back")]
     TransitionHook(#[source] crate::hook::TransitionHookError),
+    /// [`crate::Engine::check_versions`]: the code retired versions (raised
+    /// [`crate::Workflow::MIN_VERSION`]) that live instances are still pinned to. Names
+    /// workflows, versions and counts only.
+    #[error("retired workflow versions are still pinned by live instances: {}", pinned_list(.0))]
+    VersionPinned(Vec<crate::PinnedVersion>),
     /// [`crate::Engine::await_idle`] timed out with runnable commands left.
     #[error("not idle: {0}")]
     NotIdle(Box<crate::IdleReport>),
+}
+
+fn pinned_list(pinned: &[crate::PinnedVersion]) -> String {
+    pinned
+        .iter()
+        .map(|p| format!("{} v{} ({} instances)", p.workflow, p.version, p.instances))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl DurableError {

@@ -23,6 +23,7 @@ use crate::error::{DurableError, Result};
 use crate::metrics as m;
 use crate::status::{RunStatus, WaitDescription};
 use crate::store::{self, parse_status};
+use crate::version::ClaimSet;
 use crate::workflow::ErasedOutcome;
 
 /// The notification channel (`pg_notify('keel_durable', '')` on every command insert,
@@ -103,9 +104,13 @@ pub(crate) struct Claimed {
     pub(crate) cancel: bool,
     pub(crate) recovery_attempts: i32,
     pub(crate) db_now: DateTime<Utc>,
+    /// The version the instance is pinned to (the claim pins an unpinned one).
+    pub(crate) version: Option<i32>,
 }
 
-/// Up to `$3` of the oldest available queued commands of registered workflows whose
+/// Up to `$5` of the oldest available queued commands of registered workflows (`$1`,
+/// each with its version range `$2..=$3`: only instances pinned to a version in the
+/// range, or not pinned yet, migration 0058) whose
 /// instance holds no live lease, that no earlier runnable command of their instance
 /// precedes, and (for a START) that no earlier unfinished instance with the same
 /// serialization key precedes: each is set running with attempt + 1 and its instance
@@ -117,8 +122,8 @@ pub(crate) struct Claimed {
 /// key, so its cost does not grow with the backlog and no plan can make it scan the queue.
 const CLAIM: &str = "\
 SELECT command_id, kind, attempt, exhausted, latency, instance_id, workflow, status, input,
-       lease_token, cancel, recovery_attempts, db_now
-  FROM durable_claim($1, $2, $3::int4)";
+       lease_token, cancel, recovery_attempts, db_now, version
+  FROM durable_claim_versions($1, $2, $3, $4, $5::int4)";
 
 /// The segment settle, under the fence: the instance's new state, the command done, the
 /// open commands of an instance that ended, the lease released, and `extra` (the
@@ -271,7 +276,7 @@ pub(crate) struct SettleRow {
     /// (JSON text; `None`: unknown) and the journal entries logged.
     pub(crate) history: crate::history::SettleHistory,
     /// The slot wants its next command, of these workflows, claimed with the segment settle.
-    pub(crate) next: Option<Arc<[String]>>,
+    pub(crate) next: Option<Arc<ClaimSet>>,
 }
 
 /// The answer to a [`SettleRow`].
@@ -451,7 +456,7 @@ impl SettleOp {
         &self,
         conn: &mut sqlx::PgConnection,
         rows: &[SettleRow],
-        names: &[String],
+        names: &ClaimSet,
         want: usize,
     ) -> std::result::Result<(Vec<bool>, Vec<Claimed>, Instant), SettleFail> {
         use sqlx::Connection;
@@ -459,7 +464,9 @@ impl SettleOp {
         let mut tx = conn.begin().await?;
         let settled = self.exec(&mut tx, rows).await?;
         let claimed = sqlx::query_as::<_, Claimed>(CLAIM)
-            .bind(names)
+            .bind(&names.names)
+            .bind(&names.min)
+            .bind(&names.max)
             .bind(self.lease_secs)
             .bind(i32::try_from(want).unwrap_or(i32::MAX))
             .fetch_all(&mut *tx)
@@ -636,12 +643,18 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
             cancel.clone(),
         )))
     });
-    let names = engine.registry.names();
+    let names = engine.registry.claim_set();
+    let runner = Uuid::new_v4();
+    let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(
+        engine.pool.clone(),
+        runner,
+        names.clone(),
+    )));
     let slot = Arc::new(SlotContext {
         engine: engine.clone(),
         renew_every: config.renew_every(&engine.config),
         renew: config.renew_leases,
-        names: names.clone().into(),
+        names: Arc::new(names.clone()),
         cancel: cancel.clone(),
     });
     let slots = Arc::new(Semaphore::new(config.concurrency));
@@ -727,6 +740,40 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
         }
     }
     while segments.join_next().await.is_some() {}
+    drop(_heartbeat);
+    if let Err(e) = crate::version::runner_deregister(&engine.pool, runner).await {
+        tracing::warn!(target: "keel::durable::executor", error = %keel_store::StoreError::from(e),
+            "runner version record not removed; it lapses");
+    }
+}
+
+/// Keeps this executor's row of `durable_runner_version` fresh (see [`crate::version`]).
+async fn heartbeat(pool: sqlx::PgPool, runner: Uuid, names: ClaimSet) {
+    let span = tracing::info_span!(target: "keel::durable::executor", "runner_heartbeat", %runner);
+    let mut failures: u32 = 0;
+    loop {
+        let pause = match crate::version::runner_heartbeat(&pool, runner, &names)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(()) => {
+                failures = 0;
+                crate::version::RUNNER_HEARTBEAT
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                m::runner_heartbeat_failed();
+                tracing::warn!(target: "keel::durable::executor", parent: &span,
+                    error = %keel_store::StoreError::from(e), "runner heartbeat failed");
+                crate::config::Backoff {
+                    base: Duration::from_millis(250),
+                    cap: crate::version::RUNNER_HEARTBEAT,
+                }
+                .delay(failures)
+            }
+        };
+        tokio::time::sleep(pause).await;
+    }
 }
 
 /// Keeps a LISTEN connection; wakes the loop on every notification and after every
@@ -783,9 +830,11 @@ async fn rescue(engine: &Engine) -> u64 {
     }
 }
 
-async fn claim(engine: &Engine, names: &[String], limit: usize) -> Result<Vec<Claimed>> {
+async fn claim(engine: &Engine, names: &ClaimSet, limit: usize) -> Result<Vec<Claimed>> {
     Ok(sqlx::query_as::<_, Claimed>(CLAIM)
-        .bind(names)
+        .bind(&names.names)
+        .bind(&names.min)
+        .bind(&names.max)
         .bind(engine.config.lease.as_secs_f64())
         .bind(i32::try_from(limit).unwrap_or(i32::MAX))
         .fetch_all(&engine.pool)
@@ -833,7 +882,7 @@ struct SlotContext {
     renew_every: Duration,
     renew: bool,
     /// The registered workflows, for claiming the next command with the segment settle.
-    names: Arc<[String]>,
+    names: Arc<ClaimSet>,
     cancel: CancellationToken,
 }
 
@@ -864,7 +913,7 @@ async fn run_segment(
     slot: &SlotContext,
     c: Claimed,
     claimed_at: Instant,
-    want_next: Option<Arc<[String]>>,
+    want_next: Option<Arc<ClaimSet>>,
 ) -> Option<(Claimed, Instant)> {
     let started = Instant::now();
     let span = tracing::info_span!(target: "keel::durable::segment", "segment",
@@ -940,6 +989,18 @@ async fn decide(
     else {
         return Disposition::Release("WORKFLOW_NOT_REGISTERED");
     };
+    let Some(range) = engine.registry.range(name) else {
+        return Disposition::Release("WORKFLOW_NOT_REGISTERED");
+    };
+    // The claim only hands out instances pinned to a version in the range (and pins an
+    // unpinned one); check again rather than run the wrong code.
+    let pinned = c
+        .version
+        .and_then(|v| u32::try_from(v).ok())
+        .unwrap_or(range.max);
+    if !range.contains(pinned) {
+        return Disposition::Release("VERSION_NOT_RUNNABLE");
+    }
     // A START on its first attempt is the instance's first claim ever (every claim
     // spends an attempt, and no other command of the instance can run before its START:
     // it is the instance's first command and precedes the rest while it is runnable),
@@ -1002,6 +1063,8 @@ async fn decide(
         step_attempts: engine.config.step_attempts,
         step_backoff: engine.config.step_backoff,
         command_max_attempts: i32::try_from(engine.config.command_max_attempts).unwrap_or(i32::MAX),
+        pinned_version: pinned,
+        code_version: range.max,
     };
     let input = c.input.clone();
     // The body runs in its own task so that a panic is contained (the command is
@@ -1039,11 +1102,27 @@ async fn decide(
                 )),
                 ..SegmentSettle::new(RunStatus::Suspended, "suspended")
             }),
-            Halt::Determinism => Disposition::Settle(SegmentSettle::failed(
-                "DETERMINISM_VIOLATION",
-                false,
-                "the body reached a different step than its journal records at that position",
-            )),
+            Halt::Determinism(d) => {
+                let detail = d.detail(Some(pinned), range.max);
+                Disposition::Settle(SegmentSettle {
+                    error: Some((
+                        "DETERMINISM_VIOLATION".to_owned(),
+                        false,
+                        "the body reached a different step than its journal records at that position (see detail: the position, both steps and both versions)",
+                        serde_json::to_value(detail).ok(),
+                    )),
+                    ..SegmentSettle::new(RunStatus::Failed, "failed")
+                })
+            }
+            Halt::VersionUnsupported(d) => Disposition::Settle(SegmentSettle {
+                error: Some((
+                    "VERSION_UNSUPPORTED".to_owned(),
+                    false,
+                    "a version gate met a recorded decision this code no longer supports (see detail)",
+                    serde_json::to_value(*d).ok(),
+                )),
+                ..SegmentSettle::new(RunStatus::Failed, "failed")
+            }),
             Halt::JournalIncompatible => Disposition::Settle(SegmentSettle::failed(
                 "JOURNAL_INCOMPATIBLE",
                 false,
@@ -1132,7 +1211,7 @@ async fn finish(
     disposition: Disposition,
     progress: Option<Value>,
     mut trail: crate::history::SegmentTrail,
-    want_next: Option<Arc<[String]>>,
+    want_next: Option<Arc<ClaimSet>>,
 ) -> Result<(&'static str, Option<(Claimed, Instant)>)> {
     let max_attempts = i32::try_from(engine.config.command_max_attempts).unwrap_or(i32::MAX);
     match disposition {

@@ -46,6 +46,13 @@
 //!   cancel, retry), written in the transaction that makes the change, each with its
 //!   actor and the state change as an RFC 6902 patch (or a baseline), redacted before
 //!   writing; [`Engine::history`] reads them with the state at each entry.
+//! - [`version`]: workflow versioning. A workflow declares [`Workflow::VERSION`] and
+//!   [`Workflow::MIN_VERSION`]; an instance is pinned to the version it started with;
+//!   executors claim only instances of versions they run (the others wait, deferred,
+//!   for a runner that knows their version: [`InstanceStatus::awaiting_runner`],
+//!   [`Engine::version_waits`]); [`WorkflowContext::changed`] and
+//!   [`WorkflowContext::version`] are journaled patch gates; [`Engine::check_versions`]
+//!   refuses a retired version that live instances still pin. See docs/versioning.md.
 //! - [`Retention`]: the retention pass (batched, `SKIP LOCKED`, one short transaction per
 //!   batch) that the cluster's daily cron runs; returns a [`RetentionReport`].
 //!
@@ -177,6 +184,7 @@ mod retention;
 mod status;
 mod store;
 mod terminal;
+pub mod version;
 mod workflow;
 
 pub use actor::{
@@ -200,6 +208,10 @@ pub use status::{
     WaitKind,
 };
 pub use terminal::TERMINAL_CHANNEL;
+pub use version::{
+    DEFAULT_VERSION, DeterminismDetail, PinnedVersion, StepRef, VersionGateDetail, VersionRange,
+    VersionWait, VersionWaitGauge,
+};
 pub use workflow::{
     ChildHandle, ChildOutcome, Interrupt, SignalOutcome, StepError, Workflow, WorkflowFailure,
 };
@@ -232,6 +244,11 @@ pub fn describe_metrics() {
         ::metrics::Unit::Count,
         "Workflow instances not yet ended, by workflow and status (pending, running, waiting, suspended), from the database census (instances)."
     );
+    ::metrics::describe_gauge!(
+        "keel_durable_instances_awaiting_runner",
+        ::metrics::Unit::Count,
+        "Open workflow instances whose version no live runner can run, by workflow; their commands wait for a runner that knows the version (instances)."
+    );
     ::metrics::describe_counter!(
         "keel_durable_retention_batches_total",
         ::metrics::Unit::Count,
@@ -256,6 +273,11 @@ pub fn describe_metrics() {
         "keel_durable_retention_remaining_eligible_rows",
         ::metrics::Unit::Count,
         "Rows past retention still to delete (rows)."
+    );
+    ::metrics::describe_counter!(
+        "keel_durable_runner_heartbeat_failures_total",
+        ::metrics::Unit::Count,
+        "Failed refreshes of an executor's runner version record (durable_runner_version); retried with backoff (count)."
     );
     ::metrics::describe_histogram!(
         "keel_durable_segment_duration_seconds",

@@ -10,6 +10,8 @@
 //! | `keel_durable_steps_total` | counter | workflow, outcome | steps: `ok`, `err`, `replayed`, `suspended` |
 //! | `keel_durable_queue_depth` | gauge | — | queued commands (sampled when an executor goes idle) |
 //! | `keel_durable_open_instances` | gauge | workflow, status | instances not yet ended, from the census ([`OpenCensusGauge`]) |
+//! | `keel_durable_instances_awaiting_runner` | gauge | workflow | open instances whose version no live runner can run ([`crate::VersionWaitGauge`]) |
+//! | `keel_durable_runner_heartbeat_failures_total` | counter | — | failed refreshes of an executor's runner version record |
 //! | `keel_durable_transition_hook_failures_total` | counter | kind | transition hook calls that failed (`database`, `other`); their transactions rolled back |
 
 pub(crate) fn settled(workflow: &str, outcome: &'static str) {
@@ -39,6 +41,10 @@ pub(crate) fn step(workflow: &str, outcome: &'static str) {
 
 pub(crate) fn hook_failed(kind: &'static str) {
     metrics::counter!("keel_durable_transition_hook_failures_total", "kind" => kind).increment(1);
+}
+
+pub(crate) fn runner_heartbeat_failed() {
+    metrics::counter!("keel_durable_runner_heartbeat_failures_total").increment(1);
 }
 
 pub(crate) fn queue_depth(depth: i64) {

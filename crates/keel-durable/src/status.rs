@@ -104,15 +104,18 @@ pub struct WaitDescription {
 /// A failure as shown in the status projection. `message` is value-free.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorInfo {
-    /// Stable code: `WORKFLOW_FAILED`, `DETERMINISM_VIOLATION`, `JOURNAL_INCOMPATIBLE`,
-    /// `INPUT_INCOMPATIBLE`, `ENCODE_FAILED`, `INVALID_NAME`, or (while suspended) the
-    /// step's transient reason code.
+    /// Stable code: `WORKFLOW_FAILED`, `DETERMINISM_VIOLATION` (detail: a
+    /// [`crate::DeterminismDetail`]), `VERSION_UNSUPPORTED` (detail: a
+    /// [`crate::VersionGateDetail`]), `JOURNAL_INCOMPATIBLE`, `INPUT_INCOMPATIBLE`,
+    /// `ENCODE_FAILED`, `INVALID_NAME`, or (while suspended) the step's transient reason
+    /// code.
     pub code: String,
     /// Whether a retry can help.
     pub retryable: bool,
     /// Framework text naming no value.
     pub message: String,
-    /// The workflow's typed error, for `WORKFLOW_FAILED`.
+    /// The workflow's typed error, for `WORKFLOW_FAILED`; the typed detail of a
+    /// `DETERMINISM_VIOLATION` or `VERSION_UNSUPPORTED`.
     pub detail: Option<Value>,
 }
 
@@ -158,6 +161,16 @@ pub struct InstanceStatus {
     /// serialization key (a `running`, `suspended` or timer-waiting one first, else the
     /// earliest `pending` one before it). `None` otherwise.
     pub queued_behind: Option<Uuid>,
+    /// The version of its workflow the instance is pinned to (the
+    /// [`crate::Workflow::VERSION`] of the code that started it; 1 for instances started
+    /// before versioning); `None` until its first claim when it was started by name on
+    /// a node that does not run the workflow. See [`crate::version`].
+    pub version: Option<u32>,
+    /// True while the instance is open (not `completed`, `failed` or `cancelled`) and no
+    /// runner seen within [`crate::version::RUNNER_LIVENESS`] can run its version:
+    /// "waiting for a runner that knows version N". Its commands are deferred, not
+    /// failed; a runner whose code covers the version runs them.
+    pub awaiting_runner: bool,
 }
 
 /// One command listed by the probe.

@@ -43,6 +43,8 @@ pub(crate) struct NewInstance {
     /// The detail of its `command_received` history entry (JSON text: the redacted
     /// input copy, see [`crate::history`]).
     pub history_detail: String,
+    /// The workflow version it is pinned to; `None`: pinned by its first claim.
+    pub version: Option<i32>,
 }
 
 /// Starts of concurrent callers in one statement: one instance and its START command
@@ -64,14 +66,15 @@ pub(crate) async fn instances_insert_many(
         "WITH req AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
                                  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
-                                 $12::text[])
+                                 $12::text[], $14::int4[])
                    WITH ORDINALITY AS t(id, workflow, idempotency_key, input, serialization_key,
                                         actor_kind, actor_id, actor_reason, on_behalf_of,
-                                        attribution_status, history_detail, idx)
+                                        attribution_status, history_detail, version, idx)
         ), ins AS (
             INSERT INTO durable_instance (id, workflow, idempotency_key, input, serialization_key,
-                                          history_seq, history_state)
-            SELECT id, workflow, idempotency_key, input::jsonb, serialization_key, 1, $13::jsonb
+                                          history_seq, history_state, version)
+            SELECT id, workflow, idempotency_key, input::jsonb, serialization_key, 1, $13::jsonb,
+                   version
               FROM req ORDER BY idx
             ON CONFLICT (workflow, idempotency_key) DO NOTHING
          RETURNING id
@@ -130,6 +133,7 @@ pub(crate) async fn instances_insert_many(
             .collect::<Vec<_>>(),
     )
     .bind(crate::history::initial_state())
+    .bind(rows.iter().map(|r| r.version).collect::<Vec<_>>())
     .fetch_all(db)
     .await
 }
@@ -168,7 +172,14 @@ macro_rules! status_select {
     () => {
         "SELECT i.id, i.workflow, i.status, i.progress, i.wait, i.output, i.error_code,
                 i.error_retryable, i.error_message, i.error_detail, i.created_at, i.updated_at,
-                i.ended_at, i.cancel_requested_at,
+                i.ended_at, i.cancel_requested_at, i.version,
+                (i.ended_at IS NULL AND NOT EXISTS (
+                    SELECT 1 FROM durable_runner_version r
+                     WHERE r.workflow = i.workflow
+                       -- crate::version::RUNNER_LIVENESS (a unit test keeps them equal)
+                       AND r.seen_at > now() - interval '30 seconds'
+                       AND (i.version IS NULL OR i.version BETWEEN r.min_version AND r.max_version)))
+                    AS awaiting_runner,
                 CASE WHEN i.status = 'pending' AND i.serialization_key IS NOT NULL THEN
                     (SELECT p.id FROM durable_instance p
                       WHERE p.serialization_key = i.serialization_key
@@ -198,6 +209,8 @@ pub(crate) struct StatusRow {
     pub ended_at: Option<DateTime<Utc>>,
     pub cancel_requested_at: Option<DateTime<Utc>>,
     pub queued_behind: Option<Uuid>,
+    pub version: Option<i32>,
+    pub awaiting_runner: Option<bool>,
 }
 
 impl TryFrom<StatusRow> for InstanceStatus {
@@ -229,6 +242,8 @@ impl TryFrom<StatusRow> for InstanceStatus {
             ended_at: r.ended_at,
             cancel_requested_at: r.cancel_requested_at,
             queued_behind: r.queued_behind,
+            version: r.version.and_then(|v| u32::try_from(v).ok()),
+            awaiting_runner: r.awaiting_runner.unwrap_or(false),
         })
     }
 }

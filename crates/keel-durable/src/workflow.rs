@@ -53,6 +53,16 @@ pub trait Workflow: Send + Sync + 'static {
     /// Stable name, e.g. `asset.create` (1 to 255 characters). Renaming it orphans
     /// existing instances.
     const NAME: &'static str;
+    /// The version of this code (at least 1; default 1), recorded on the instances it
+    /// starts: raise it when the body changes the steps it journals, and branch on
+    /// [`WorkflowContext::version`] or [`WorkflowContext::workflow_version`] so that
+    /// instances started by older code keep their recorded path (docs/versioning.md).
+    const VERSION: u32 = 1;
+    /// The oldest version this code can still replay (at least 1, at most
+    /// [`Workflow::VERSION`]; default 1). An executor claims only instances pinned to
+    /// `MIN_VERSION..=VERSION`; raising it retires the versions below, which
+    /// [`crate::Engine::check_versions`] refuses while a live instance is pinned to one.
+    const MIN_VERSION: u32 = 1;
     /// The start input (stored as JSON with the instance).
     type Input: Serialize + DeserializeOwned + Send + 'static;
     /// The result of a completed instance (stored as JSON).
@@ -226,18 +236,35 @@ impl<W: Workflow> ErasedWorkflow for Erased<W> {
     }
 }
 
-/// The workflows an engine's executors can run, by name.
+/// The workflows an engine's executors can run, by name, with their version ranges.
 #[derive(Clone, Default)]
 pub(crate) struct Registry {
     pub(crate) by_name: HashMap<&'static str, Arc<dyn ErasedWorkflow>>,
     /// [`Workflow::HISTORY_REDACT`] of each registered workflow.
     pub(crate) redact: HashMap<&'static str, &'static [&'static str]>,
+    pub(crate) versions: HashMap<&'static str, crate::version::VersionRange>,
 }
 
 impl Registry {
     pub(crate) fn insert<W: Workflow>(&mut self, w: W) {
         self.by_name.insert(W::NAME, Arc::new(Erased(w)));
         self.redact.insert(W::NAME, W::HISTORY_REDACT);
+        // Out-of-range constants are clamped (1 <= min <= max) rather than refused: the
+        // builder cannot fail.
+        let max = W::VERSION.max(1);
+        let min = W::MIN_VERSION.clamp(1, max);
+        self.versions
+            .insert(W::NAME, crate::version::VersionRange { min, max });
+    }
+
+    /// The version range of a registered workflow.
+    pub(crate) fn range(&self, name: &str) -> Option<crate::version::VersionRange> {
+        self.versions.get(name).copied()
+    }
+
+    /// What this registry's executors claim.
+    pub(crate) fn claim_set(&self) -> crate::version::ClaimSet {
+        crate::version::ClaimSet::new(&self.versions)
     }
 
     /// The history redaction pointers of a workflow (none when unregistered).

@@ -299,6 +299,9 @@ pub async fn start_runner(
         }
         nodes.push((node, queue_slot));
     }
+    // A release that retired a workflow version (raised its MIN_VERSION) does not
+    // start while live instances are pinned to it (docs/versioning.md).
+    engine.check_versions().await.context("workflow versions")?;
     let executor = engine
         .spawn_executor(executor_settings)
         .map_err(|e| durable_config_error(&e))
@@ -375,6 +378,7 @@ pub async fn start_runner(
         let service = OpenCensusReport {
             engine: census_engine.clone(),
             gauge: keel_durable::OpenCensusGauge::new(keel_workflows::workflows::WORKFLOWS),
+            waits: keel_durable::VersionWaitGauge::new(keel_workflows::workflows::WORKFLOWS),
         };
         let pacing = keel_service::ServiceConfig::new(OPEN_CENSUS_INTERVAL)
             .with_backoff(OPEN_CENSUS_INTERVAL, OPEN_CENSUS_INTERVAL);
@@ -420,12 +424,17 @@ pub const OPEN_CENSUS_INTERVAL: Duration = Duration::from_secs(15);
 /// The runner's open-instance census as a background service (`open-census`): each run
 /// reads [`Engine::open_census`] (one index-only scan) and sets
 /// `keel_durable_open_instances{workflow, status}` (0 for registered workflows with no
-/// open instance), then idles [`OPEN_CENSUS_INTERVAL`]; a failed read is logged at WARN
+/// open instance) and, from [`Engine::version_waits`],
+/// `keel_durable_instances_awaiting_runner{workflow}` (open instances whose version no
+/// live runner can run), then idles [`OPEN_CENSUS_INTERVAL`]; a failed read is logged at WARN
 /// and retried after the same interval. Every runner reports the same database-wide
 /// numbers, so dashboards aggregate it with `max`, not `sum`.
 struct OpenCensusReport {
     engine: Engine,
     gauge: keel_durable::OpenCensusGauge,
+    /// `keel_durable_instances_awaiting_runner{workflow}` from
+    /// [`Engine::version_waits`], exported with the census.
+    waits: keel_durable::VersionWaitGauge,
 }
 
 impl keel_service::BackgroundService for OpenCensusReport {
@@ -438,6 +447,8 @@ impl keel_service::BackgroundService for OpenCensusReport {
     async fn run_once(&mut self) -> Result<keel_service::Report, Self::Error> {
         let census = self.engine.open_census().await?;
         self.gauge.export(&census);
+        let waits = self.engine.version_waits().await?;
+        self.waits.export(&waits);
         Ok(keel_service::Report::idle(census.len() as u64))
     }
 

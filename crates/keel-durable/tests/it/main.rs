@@ -15,3 +15,4 @@ mod seams;
 mod signals;
 mod start;
 mod terminal;
+mod versioning;

@@ -100,6 +100,14 @@ pub struct OperationView {
     /// [`Ops::operation`] (the single-operation read) from the engine's recorded
     /// commands; `None` in lists and events.
     pub attribution: Option<OperationAttribution>,
+    /// The code version of the workflow the operation's instance is pinned to
+    /// ([`keel_durable::Workflow::VERSION`] of the release that started it); `None`
+    /// before its instance exists or is pinned (docs/versioning.md).
+    pub workflow_version: Option<u32>,
+    /// True while the operation is not terminal and no live runner can run its
+    /// workflow version: it waits, deferred (not failed), for a runner that knows
+    /// version [`OperationView::workflow_version`].
+    pub awaiting_runner: bool,
 }
 
 /// A recorded decision of an operation and who made it.
@@ -530,6 +538,8 @@ pub fn project(
             .and_then(|s| s.ended_at)
             .filter(|_| state.is_terminal()),
         attribution: None,
+        workflow_version: status.and_then(|s| s.version),
+        awaiting_runner: status.is_some_and(|s| s.awaiting_runner),
     }
 }
 
@@ -844,6 +854,8 @@ mod tests {
             ended_at: None,
             cancel_requested_at: None,
             queued_behind: None,
+            version: Some(1),
+            awaiting_runner: false,
         }
     }
 

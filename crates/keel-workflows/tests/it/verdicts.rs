@@ -189,6 +189,14 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         .await
         .unwrap();
     }
+    // ... and the version it pins instances to (migration 0058).
+    for ddl in [
+        "ALTER TABLE durable_instance ADD COLUMN version INTEGER DEFAULT 1",
+        "CREATE TABLE durable_runner_version (runner_id UUID, workflow TEXT,
+            min_version INTEGER, max_version INTEGER, seen_at TIMESTAMPTZ)",
+    ] {
+        sqlx::query(ddl).execute(&pool).await.unwrap();
+    }
     let engine =
         keel_durable::Engine::new(pool.clone(), keel_durable::EngineConfig::default()).unwrap();
     let ops = keel_workflows::Ops::new(pool.clone(), engine.clone());
@@ -259,6 +267,12 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         .execute(&pool)
         .await
         .unwrap();
+    }
+    for ddl in [
+        "ALTER TABLE durable_instance DROP COLUMN version",
+        "DROP TABLE durable_runner_version",
+    ] {
+        sqlx::query(ddl).execute(&pool).await.unwrap();
     }
     keel_store::migrate(&pool).await.unwrap();
 
