@@ -349,7 +349,10 @@ fn main() -> std::process::ExitCode {
     // and report the API's code themselves.
     let cli = match cli.command {
         Command::Ops { command }
-            if !matches!(command, OpsCommand::Cancel { .. } | OpsCommand::History { .. }) =>
+            if !matches!(
+                command,
+                OpsCommand::Cancel { .. } | OpsCommand::History { .. }
+            ) =>
         {
             return api_ops(command);
         }
