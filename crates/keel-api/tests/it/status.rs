@@ -293,7 +293,8 @@ async fn the_status_page_renders_in_headless_chromium() {
     let dom = tokio::task::spawn_blocking({
         let cmd = run(&["--dump-dom"]);
         let out = out.clone();
-        move || bounded_run(cmd, &out, "dom")
+        // A run that exits without printing the DOM (seen under load) is tried again.
+        move || bounded_run(cmd, &out, "dom", |r| !r.stdout.is_empty())
     })
     .await
     .unwrap();
@@ -330,7 +331,8 @@ async fn the_status_page_renders_in_headless_chromium() {
     let status = tokio::task::spawn_blocking({
         let cmd = run(&[&format!("--screenshot={}", shot.display())]);
         let out = out.clone();
-        move || bounded_run(cmd, &out, "screenshot")
+        let shot = shot.clone();
+        move || bounded_run(cmd, &out, "screenshot", |_| shot.exists())
     })
     .await
     .unwrap();
@@ -360,8 +362,14 @@ struct BrowserRun {
 /// outlives the browser cannot hold a pipe open), at most `ATTEMPT` per try. A try that
 /// does not end in time has its whole group killed and is tried again, up to three
 /// times; then the test fails instead of hanging CI (headless Chromium has been seen to
-/// never exit under load).
-fn bounded_run(mut cmd: Command, dir: &std::path::Path, name: &str) -> BrowserRun {
+/// never exit under load). A try that exits without leaving what `left` looks for is
+/// tried again too; the last one is returned for the caller's assertions.
+fn bounded_run(
+    mut cmd: Command,
+    dir: &std::path::Path,
+    name: &str,
+    left: impl Fn(&BrowserRun) -> bool,
+) -> BrowserRun {
     use std::os::unix::process::CommandExt;
     const ATTEMPT: Duration = Duration::from_secs(90);
     let mut log = Vec::new();
@@ -391,11 +399,15 @@ fn bounded_run(mut cmd: Command, dir: &std::path::Path, name: &str) -> BrowserRu
         let _ = child.wait();
         match status {
             Some(status) => {
-                return BrowserRun {
+                let run = BrowserRun {
                     status,
                     stdout: std::fs::read(&stdout).unwrap(),
                     stderr: std::fs::read(&stderr).unwrap(),
                 };
+                if attempt == 3 || (run.status.success() && left(&run)) {
+                    return run;
+                }
+                log.push(format!("attempt {attempt}: exited {status} without its output"));
             }
             None => {
                 log.push(format!(

@@ -238,6 +238,14 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
     ] {
         sqlx::query(ddl).execute(&pool).await.unwrap();
     }
+    // ... the decision log it writes (migration 0056, as it is) and the person a key
+    // is issued to, which it reads for a command's actor (0057, as it is).
+    for migration in [
+        include_str!("../../../../migrations/0056_durable_history.sql"),
+        include_str!("../../../../migrations/0057_api_key_issued_to.sql"),
+    ] {
+        sqlx::raw_sql(migration).execute(&pool).await.unwrap();
+    }
     let engine =
         keel_durable::Engine::new(pool.clone(), keel_durable::EngineConfig::default()).unwrap();
     let ops = keel_workflows::Ops::new(pool.clone(), engine);
@@ -300,6 +308,11 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
     for ddl in [
         "ALTER TABLE durable_instance DROP COLUMN version",
         "DROP TABLE durable_runner_version",
+        "DROP TABLE durable_history",
+        "DROP FUNCTION durable_history_append_only()",
+        "ALTER TABLE durable_instance DROP COLUMN history_seq, DROP COLUMN history_state,
+            DROP COLUMN history_journal",
+        "ALTER TABLE api_key DROP COLUMN issued_to",
     ] {
         sqlx::query(ddl).execute(&pool).await.unwrap();
     }
