@@ -88,12 +88,48 @@ pub struct AaEnv {
     pub db: PgPool,
     /// The served chains, by chain id.
     pub chains: HashMap<u64, AaChain>,
+    /// Chains served later, by chain id: a slot per configured chain, filled once by
+    /// [`AaEnv::serve_later`] when the process starts serving it (e.g. when the chain
+    /// first answers); an empty slot is not served.
+    pub later_chains: HashMap<u64, std::sync::OnceLock<AaChain>>,
 }
 
 impl AaEnv {
-    /// The served chain `chain_id`.
+    /// The served chain `chain_id`: from [`AaEnv::chains`], else its filled slot in
+    /// [`AaEnv::later_chains`].
     pub fn chain(&self, chain_id: u64) -> Option<&AaChain> {
-        self.chains.get(&chain_id)
+        self.chains.get(&chain_id).or_else(|| {
+            self.later_chains
+                .get(&chain_id)
+                .and_then(std::sync::OnceLock::get)
+        })
+    }
+
+    /// Starts serving `chain`, a chain of [`AaEnv::later_chains`]. Returns false when
+    /// the chain has no slot or its slot was already filled (the first chain is kept).
+    pub fn serve_later(&self, chain: AaChain) -> bool {
+        let chain_id = chain.pool.chain().get();
+        self.later_chains
+            .get(&chain_id)
+            .is_some_and(|slot| slot.set(chain).is_ok())
+    }
+
+    /// The ids of the chains served now (both forms), ascending.
+    pub fn served_chain_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self
+            .chains
+            .keys()
+            .copied()
+            .chain(
+                self.later_chains
+                    .iter()
+                    .filter(|(_, slot)| slot.get().is_some())
+                    .map(|(id, _)| *id),
+            )
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 }
 
@@ -599,4 +635,49 @@ async fn end(
 /// Registers the workflow with `engine`.
 pub fn register(engine: Engine, env: Arc<AaEnv>) -> Engine {
     engine.register(UserOperationWorkflow(env))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_chain::UpstreamConfig;
+    use keel_units::ChainId;
+
+    fn chain(db: &PgPool, id: u64) -> AaChain {
+        let pool = Arc::new(
+            UpstreamPool::new(
+                ChainId(id),
+                UpstreamConfig::new(vec!["http://127.0.0.1:1".to_owned()]),
+            )
+            .unwrap(),
+        );
+        let queue = TxQueue::new(db.clone(), pool.clone(), Default::default()).unwrap();
+        AaChain {
+            pool,
+            queue: Arc::new(queue),
+            directory: Address::ZERO,
+            bundler: Address::repeat_byte(1),
+            policy: None,
+        }
+    }
+
+    /// A chain with a later slot is not served until `serve_later` fills it, once; a
+    /// chain without a slot is never served that way.
+    #[tokio::test]
+    async fn later_chain_is_served_once_filled() {
+        let db = PgPool::connect_lazy("postgres://postgres@127.0.0.1:5432/postgres").unwrap();
+        let env = AaEnv {
+            db: db.clone(),
+            chains: HashMap::new(),
+            later_chains: [(7, std::sync::OnceLock::new())].into_iter().collect(),
+        };
+        assert!(env.chain(7).is_none());
+        assert!(env.served_chain_ids().is_empty());
+        assert!(env.serve_later(chain(&db, 7)));
+        assert!(env.chain(7).is_some());
+        assert_eq!(env.served_chain_ids(), vec![7]);
+        assert!(!env.serve_later(chain(&db, 7)), "set once");
+        assert!(!env.serve_later(chain(&db, 8)), "no slot");
+        assert!(env.chain(8).is_none());
+    }
 }

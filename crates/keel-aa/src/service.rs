@@ -262,9 +262,7 @@ impl AaService {
 
     /// The served chain ids.
     pub fn chain_ids(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.env.chains.keys().copied().collect();
-        ids.sort_unstable();
-        ids
+        self.env.served_chain_ids()
     }
 
     /// Pre-checks `op` (the `handleOps` simulation on the resolved EntryPoint) and accepts

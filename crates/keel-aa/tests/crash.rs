@@ -88,6 +88,7 @@ async fn kill_9_between_bundle_enqueue_and_verdict_loses_nothing_and_doubles_not
     )?);
     let env = AaEnv {
         db: db.pool().clone(),
+        later_chains: Default::default(),
         chains: [(
             aa.chain.chain_id(),
             FlowChain {

@@ -62,6 +62,7 @@ impl Flow {
         let queue = Arc::new(queue);
         let env = Arc::new(AaEnv {
             db: db.pool().clone(),
+            later_chains: Default::default(),
             chains: [(
                 aa.chain.chain_id(),
                 FlowChain {

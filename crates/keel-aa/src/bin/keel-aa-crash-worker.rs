@@ -60,6 +60,7 @@ async fn main() -> Result<(), String> {
     let queue = Arc::new(queue);
     let env = Arc::new(AaEnv {
         db: db.clone(),
+        later_chains: Default::default(),
         chains: [(
             chain_id,
             AaChain {

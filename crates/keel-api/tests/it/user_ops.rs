@@ -34,6 +34,7 @@ async fn served() -> (Env, TestChain, anvil_tests::Deployed) {
     );
     let aa = Arc::new(AaEnv {
         db: env.db.pool().clone(),
+        later_chains: Default::default(),
         chains: [(
             chain.chain_id(),
             AaChain {
