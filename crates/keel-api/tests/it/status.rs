@@ -407,7 +407,9 @@ fn bounded_run(
                 if attempt == 3 || (run.status.success() && left(&run)) {
                     return run;
                 }
-                log.push(format!("attempt {attempt}: exited {status} without its output"));
+                log.push(format!(
+                    "attempt {attempt}: exited {status} without its output"
+                ));
             }
             None => {
                 log.push(format!(
