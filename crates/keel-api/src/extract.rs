@@ -354,14 +354,35 @@ impl<T: RequestBody> FromRequest<ApiState> for JsonBody<T> {
             return parse_body::<T>(b"{}").map(Self);
         }
         if is_json != Some(true) {
-            return Err(Problem::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "UNSUPPORTED_MEDIA_TYPE",
-                "the request body must be application/json",
-            ));
+            return Err(unsupported_media_type());
         }
         parse_body::<T>(&bytes).map(Self)
     }
+}
+
+/// Refuses a request whose `Content-Type` is not JSON (`application/json` or
+/// `application/<anything>+json`, parameters allowed; RFC 6839 for the `+json` suffix).
+///
+/// # Errors
+/// `415 UNSUPPORTED_MEDIA_TYPE` when the header is missing or names another type.
+pub fn require_json(headers: &HeaderMap) -> Result<(), Problem> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(is_json_media_type);
+    if is_json {
+        Ok(())
+    } else {
+        Err(unsupported_media_type())
+    }
+}
+
+fn unsupported_media_type() -> Problem {
+    Problem::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "UNSUPPORTED_MEDIA_TYPE",
+        "the request body must be application/json",
+    )
 }
 
 /// `application/json` or `application/<anything>+json`, parameters allowed.

@@ -24,7 +24,7 @@ use crate::problem::Problem;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{RawPathParams, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use keel_aa::service::{AaService, SendError, UserOperationView};
@@ -200,23 +200,7 @@ fn send_problem(e: SendError) -> Problem {
 }
 
 fn json_body(headers: &HeaderMap, bytes: &Bytes) -> Result<serde_json::Value, Problem> {
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .eq_ignore_ascii_case("application/json")
-        });
-    if json != Some(true) {
-        return Err(Problem::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UNSUPPORTED_MEDIA_TYPE",
-            "the request body must be application/json",
-        ));
-    }
+    crate::extract::require_json(headers)?;
     if json_too_deep(bytes, MAX_JSON_DEPTH) {
         return Err(Problem::bad_request(
             "JSON_TOO_DEEP",
@@ -252,23 +236,7 @@ pub(crate) async fn bundler_rpc(
     if !svc.chain_ids().contains(&chain) {
         return Err(Problem::not_found("chain"));
     }
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .eq_ignore_ascii_case("application/json")
-        });
-    if !is_json {
-        return Err(Problem::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UNSUPPORTED_MEDIA_TYPE",
-            "the request body must be application/json",
-        ));
-    }
+    crate::extract::require_json(&headers)?;
     if json_too_deep(&bytes, MAX_JSON_DEPTH) {
         return Err(Problem::bad_request(
             "JSON_TOO_DEEP",

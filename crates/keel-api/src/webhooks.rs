@@ -17,7 +17,7 @@ use crate::problem::Problem;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Query, RawPathParams, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use keel_webhooks::{Endpoint, EndpointInput, WebhookError};
@@ -290,23 +290,7 @@ fn body<T: DeserializeOwned>(
         bytes
     };
     if !(bytes == b"{}" && empty_ok) {
-        let json = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .eq_ignore_ascii_case("application/json")
-            });
-        if json != Some(true) {
-            return Err(Problem::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "UNSUPPORTED_MEDIA_TYPE",
-                "the request body must be application/json",
-            ));
-        }
+        crate::extract::require_json(headers)?;
     }
     if json_too_deep(bytes, MAX_JSON_DEPTH) {
         return Err(Problem::bad_request(
