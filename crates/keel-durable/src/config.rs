@@ -49,6 +49,12 @@ pub struct EngineConfig {
     /// A runnable command older than this is reported as stuck by the probe
     /// (default 300 s).
     pub stuck_after: Duration,
+    /// Whether an executor's segment spans continue the trace recorded with their
+    /// instance (the W3C `traceparent` of the span that started it, see
+    /// [`keel_service::trace`]): one more primary-key read per segment. Default false;
+    /// the binary turns it on with trace export. Starts record the caller's context
+    /// either way (nothing without an installed propagator).
+    pub continue_traces: bool,
 }
 
 impl Default for EngineConfig {
@@ -72,6 +78,7 @@ impl Default for EngineConfig {
                 cap: Duration::from_secs(30),
             },
             stuck_after: Duration::from_secs(300),
+            continue_traces: false,
         }
     }
 }

@@ -926,8 +926,8 @@ impl WorkflowContext {
         let created: Option<Uuid> = sqlx::query_scalar(
             "WITH ins AS (
                 INSERT INTO durable_instance (id, workflow, idempotency_key, input, parent_id,
-                                              version)
-                VALUES ($1, $2, $3, $4, $5, $7)
+                                              version, trace_context)
+                VALUES ($1, $2, $3, $4, $5, $7, $8)
                 ON CONFLICT (workflow, idempotency_key) DO NOTHING
              RETURNING id
              ), cmd AS (
@@ -944,6 +944,8 @@ impl WorkflowContext {
         .bind(self.instance_id)
         .bind(self.command_max_attempts)
         .bind(i32::try_from(version).unwrap_or(i32::MAX))
+        // The child joins the trace of the segment that starts it.
+        .bind(keel_service::trace::current_traceparent())
         .fetch_optional(&mut *tx)
         .await?;
         let id = match created {

@@ -382,6 +382,9 @@ impl Engine {
                 actor: options.actor.clone(),
                 history_detail: history_detail.clone(),
                 version,
+                // The caller's span (the API request): the instance's segments join its
+                // trace (`None` without trace export).
+                trace_context: keel_service::trace::current_traceparent(),
             };
             let created = match self.starts.submit(row).await {
                 Some(answer) => answer?.then_some(id),

@@ -916,10 +916,22 @@ async fn run_segment(
     want_next: Option<Arc<ClaimSet>>,
 ) -> Option<(Claimed, Instant)> {
     let started = Instant::now();
+    let engine = &slot.engine;
+    // The instance's trace (recorded by its start), read before the span is entered.
+    let traceparent = if engine.config.continue_traces {
+        store::instance_trace_context(&engine.pool, c.instance_id)
+            .await
+            .ok()
+            .flatten()
+    } else {
+        None
+    };
     let span = tracing::info_span!(target: "keel::durable::segment", "segment",
         workflow = %c.workflow, instance_id = %c.instance_id, kind = %c.kind, attempt = c.attempt,
         outcome = tracing::field::Empty);
-    let engine = &slot.engine;
+    if let Some(tp) = &traceparent {
+        keel_service::trace::continue_trace(&span, tp);
+    }
     async {
         let token = c.lease_token?;
         let mut trail = crate::history::SegmentTrail::default();

@@ -45,6 +45,8 @@ pub(crate) struct NewInstance {
     pub history_detail: String,
     /// The workflow version it is pinned to; `None`: pinned by its first claim.
     pub version: Option<i32>,
+    /// The W3C `traceparent` of the span that started it (`None`: not tracing).
+    pub trace_context: Option<String>,
 }
 
 /// Starts of concurrent callers in one statement: one instance and its START command
@@ -66,15 +68,16 @@ pub(crate) async fn instances_insert_many(
         "WITH req AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
                                  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
-                                 $12::text[], $14::int4[])
+                                 $12::text[], $14::int4[], $15::text[])
                    WITH ORDINALITY AS t(id, workflow, idempotency_key, input, serialization_key,
                                         actor_kind, actor_id, actor_reason, on_behalf_of,
-                                        attribution_status, history_detail, version, idx)
+                                        attribution_status, history_detail, version,
+                                        trace_context, idx)
         ), ins AS (
             INSERT INTO durable_instance (id, workflow, idempotency_key, input, serialization_key,
-                                          history_seq, history_state, version)
+                                          history_seq, history_state, version, trace_context)
             SELECT id, workflow, idempotency_key, input::jsonb, serialization_key, 1, $13::jsonb,
-                   version
+                   version, trace_context
               FROM req ORDER BY idx
             ON CONFLICT (workflow, idempotency_key) DO NOTHING
          RETURNING id
@@ -134,6 +137,11 @@ pub(crate) async fn instances_insert_many(
     )
     .bind(crate::history::initial_state())
     .bind(rows.iter().map(|r| r.version).collect::<Vec<_>>())
+    .bind(
+        rows.iter()
+            .map(|r| r.trace_context.as_deref())
+            .collect::<Vec<_>>(),
+    )
     .fetch_all(db)
     .await
 }
@@ -773,6 +781,19 @@ pub(crate) async fn commands_listed(
 // `context.rs`, next to the combiners that bind them). Errors are sqlx's, unclassified,
 // as the executor logs or classifies them itself.
 // ---------------------------------------------------------------------------------
+
+/// The W3C `traceparent` recorded with an instance (`None`: none recorded, or no such
+/// instance).
+pub(crate) async fn instance_trace_context(
+    db: impl PgExecutor<'_>,
+    instance_id: Uuid,
+) -> std::result::Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT trace_context FROM durable_instance WHERE id = $1")
+        .bind(instance_id)
+        .fetch_optional(db)
+        .await
+        .map(Option::flatten)
+}
 
 /// The journal of an instance, in journal order.
 pub(crate) async fn journal_entries(

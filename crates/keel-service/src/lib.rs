@@ -49,6 +49,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub mod trace;
+
 const TARGET: &str = "keel::service";
 
 /// What a service wants after one [`BackgroundService::run_once`].

@@ -168,6 +168,47 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
     MIGRATOR.run(pool).await.map_err(StoreError::from_migrate)
 }
 
+/// The embedded migrations of [`MIGRATOR`] not yet applied to `db`, in order, as
+/// `(version, description)`; every one before the first migration ran (no
+/// `_sqlx_migrations` table yet).
+///
+/// # Errors
+/// [`StoreError`] when the database cannot be read.
+pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<(i64, String)>> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    let applied: Vec<i64> = if exists {
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await?
+    } else {
+        Vec::new()
+    };
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+        .map(|m| (m.version, m.description.to_string()))
+        .collect())
+}
+
+/// [`migrate`], one migration at a time: `before(version, description)` is called
+/// before each pending one is applied (a progress report), in order. Same result and
+/// errors as [`migrate`].
+///
+/// # Errors
+/// As [`migrate`], and [`StoreError`] when the applied migrations cannot be read.
+pub async fn migrate_each(pool: &PgPool, mut before: impl FnMut(i64, &str)) -> Result<()> {
+    for (version, description) in pending_migrations(pool).await? {
+        before(version, &description);
+        MIGRATOR
+            .run_to(version, pool)
+            .await
+            .map_err(StoreError::from_migrate)?;
+    }
+    migrate(pool).await
+}
+
 /// Whether every embedded migration of [`MIGRATOR`] is applied to `db` with the same
 /// version and checksum (readiness: a server must not serve a schema it was not built
 /// for). `Ok(false)` when one is missing, failed or was applied with another checksum.

@@ -23,6 +23,9 @@ pub(crate) struct RequestRow {
     pub funding_pause_ms: Option<i64>,
     /// Broadcasts that failed without settling the request (migration 0018).
     pub broadcast_failures: i32,
+    /// The W3C `traceparent` of the span that enqueued it (migration 0059; `None`: not
+    /// tracing).
+    pub trace_context: Option<String>,
 }
 
 /// The open funding request of a `waiting_funding` row.
@@ -70,7 +73,7 @@ pub(crate) struct AttemptRow {
 }
 
 const REQUEST_COLUMNS: &str = "id, sender, to_address, value_wei, calldata, gas_limit, state, nonce, verdict, \
-     funding_pause_ms, broadcast_failures";
+     funding_pause_ms, broadcast_failures, trace_context";
 
 const FUNDING_COLUMNS: &str = "id, chain_id, sender, value_wei, funding_required_wei, funding_gas_limit, \
      funding_max_fee_wei, funding_deadline, idempotency_key, funding_deadline <= now() AS expired, created_at, updated_at";
@@ -85,6 +88,7 @@ pub(crate) struct NewRequest<'a> {
     pub calldata: &'a [u8],
     pub gas_limit: Option<i64>,
     pub funding_pause_ms: Option<i64>,
+    pub trace_context: Option<&'a str>,
 }
 
 /// An owned [`NewRequest`] (queued in the enqueue combiner).
@@ -99,6 +103,8 @@ pub(crate) struct OwnedNewRequest {
     pub calldata: Vec<u8>,
     pub gas_limit: Option<i64>,
     pub funding_pause_ms: Option<i64>,
+    /// The enqueuing span's W3C `traceparent` (`None`: not tracing).
+    pub trace_context: Option<String>,
 }
 
 impl OwnedNewRequest {
@@ -113,6 +119,7 @@ impl OwnedNewRequest {
             calldata: &self.calldata,
             gas_limit: self.gas_limit,
             funding_pause_ms: self.funding_pause_ms,
+            trace_context: self.trace_context.as_deref(),
         }
     }
 }
@@ -136,9 +143,10 @@ pub(crate) async fn requests_insert_many(
     let calldata: Vec<&[u8]> = rows.iter().map(|r| r.calldata.as_slice()).collect();
     let gas: Vec<Option<i64>> = rows.iter().map(|r| r.gas_limit).collect();
     let pauses: Vec<Option<i64>> = rows.iter().map(|r| r.funding_pause_ms).collect();
+    let traces: Vec<Option<&str>> = rows.iter().map(|r| r.trace_context.as_deref()).collect();
     sqlx::query_scalar(
-        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms)
-         SELECT * FROM unnest($1::uuid[], $2::int8[], $3::bytea[], $4::text[], $5::bytea[], $6::text[], $7::bytea[], $8::int8[], $9::int8[])
+        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms, trace_context)
+         SELECT * FROM unnest($1::uuid[], $2::int8[], $3::bytea[], $4::text[], $5::bytea[], $6::text[], $7::bytea[], $8::int8[], $9::int8[], $10::text[])
          ON CONFLICT (chain_id, sender, idempotency_key) DO NOTHING
          RETURNING id",
     )
@@ -151,6 +159,7 @@ pub(crate) async fn requests_insert_many(
     .bind(&calldata)
     .bind(&gas)
     .bind(&pauses)
+    .bind(&traces)
     .fetch_all(db)
     .await
 }
@@ -158,8 +167,8 @@ pub(crate) async fn requests_insert_many(
 /// Inserts a request unless its idempotency key exists; returns whether it inserted.
 pub(crate) async fn request_insert(db: impl PgExecutor<'_>, r: &NewRequest<'_>) -> Result<bool> {
     let done = sqlx::query(
-        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms, trace_context)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          ON CONFLICT (chain_id, sender, idempotency_key) DO NOTHING",
     )
     .bind(r.id)
@@ -171,6 +180,7 @@ pub(crate) async fn request_insert(db: impl PgExecutor<'_>, r: &NewRequest<'_>) 
     .bind(r.calldata)
     .bind(r.gas_limit)
     .bind(r.funding_pause_ms)
+    .bind(r.trace_context)
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)

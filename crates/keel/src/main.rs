@@ -436,9 +436,31 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
             let pool = keel_store::connect(&config.database)
                 .await
                 .context("connecting to the database")?;
-            keel_store::migrate(&pool)
+            // A bar on a terminal's stderr (hidden otherwise: stdout stays one line).
+            let pending = keel_store::pending_migrations(&pool)
                 .await
-                .context("applying migrations")?;
+                .context("reading the applied migrations")?;
+            let bar = indicatif::ProgressBar::new(pending.len() as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "migrating {bar:30} {pos}/{len} {msg} ({elapsed})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            let mut started = false;
+            keel_store::migrate_each(&pool, |version, description| {
+                if started {
+                    bar.inc(1);
+                }
+                started = true;
+                bar.set_message(format!("{version:04} {description}"));
+            })
+            .await
+            .context("applying migrations")?;
+            if started {
+                bar.inc(1);
+            }
+            bar.finish_with_message(format!("{} applied", pending.len()));
             let count = keel_store::MIGRATOR.iter().count();
             tracing::info!(target: "keel::migrate", migrations = count, "database is up to date");
             println!("migrations applied: {count} known, database up to date");
@@ -822,6 +844,16 @@ struct Sponsorship {
     deposit: keel_units::Wei,
 }
 
+/// A bar of `stages` on stderr: drawn on a terminal, hidden otherwise (indicatif).
+fn stage_bar(stages: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(stages);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
 async fn bootstrap(
     config: Config,
     chain_name: &str,
@@ -861,17 +893,23 @@ async fn bootstrap(
     keel_store::migrate(&pool)
         .await
         .context("applying migrations")?;
+    // Stages on a terminal's stderr (hidden otherwise); stdout keeps its lines.
+    let bar = stage_bar(if deploy_erc4337 { 4 } else { 3 });
 
     let entry_point = entry_point.unwrap_or(keel_abi::erc4337::ENTRY_POINT_V08);
     if deploy_erc4337 {
+        bar.set_message("deploying EntryPoint v0.8 and SimpleAccountFactory");
         let root = workspace_root();
         let dir = keel_abi::erc4337::artifacts_dir(&root);
         let d = keel_abi::erc4337::deploy_v08(&provider, admin, &dir).await?;
-        println!("erc4337  EntryPoint v0.8        {}", d.entry_point);
-        println!(
-            "erc4337  SimpleAccountFactory   {}",
-            d.simple_account_factory
-        );
+        bar.suspend(|| {
+            println!("erc4337  EntryPoint v0.8        {}", d.entry_point);
+            println!(
+                "erc4337  SimpleAccountFactory   {}",
+                d.simple_account_factory
+            );
+        });
+        bar.inc(1);
     }
     if provider.get_code_at(entry_point).await?.is_empty() {
         bail!(
@@ -879,7 +917,10 @@ async fn bootstrap(
         );
     }
 
+    bar.set_message("deploying the platform contracts");
     let mut deployment: PlatformDeployment = deploy_platform(&provider, admin, entry_point).await?;
+    bar.inc(1);
+    bar.set_message("deploying the SponsorPaymaster and funding its deposit");
     // The paymaster is bound to the *resolved* EntryPoint, read through keel-aa's
     // resolution boundary from the Directory just written (the only EntryPoint lookup).
     let directory = deployment
@@ -902,6 +943,8 @@ async fn bootstrap(
     )
     .await?;
     deployment.contracts.push(paymaster);
+    bar.inc(1);
+    bar.set_message("recording the contracts and the index scope");
     for c in &deployment.contracts {
         platform_contract_upsert(
             &pool,
@@ -914,7 +957,7 @@ async fn bootstrap(
             },
         )
         .await?;
-        println!("deployed {:<20} {}", c.name, c.address);
+        bar.suspend(|| println!("deployed {:<20} {}", c.name, c.address));
     }
     let chain_id = keel_units::ChainId(deployment.chain_id);
     for c in &deployment.contracts {
@@ -939,6 +982,7 @@ async fn bootstrap(
         .await
         .with_context(|| format!("adding {} to the index scope", c.name))?;
     }
+    bar.finish_and_clear();
     for check in read_back(&provider, &deployment).await? {
         println!("check    {:<20} {}", check.name, check.observed);
     }

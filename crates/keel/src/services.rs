@@ -56,7 +56,8 @@ pub fn upstreams(config: &Config) -> anyhow::Result<Vec<Arc<UpstreamPool>>> {
     Ok(out)
 }
 
-/// The durable engine's settings from `[durable]`.
+/// The durable engine's settings from `[durable]` (and `continue_traces` on when trace
+/// export is, [`crate::traces::enabled`]).
 pub fn engine_config(config: &Config) -> EngineConfig {
     let d = &config.durable;
     EngineConfig {
@@ -65,6 +66,8 @@ pub fn engine_config(config: &Config) -> EngineConfig {
         max_open_signals: d.max_open_signals,
         command_max_attempts: d.command_max_attempts,
         step_attempts: d.step_attempts,
+        // With trace export, segments continue the trace their instance was started in.
+        continue_traces: crate::traces::enabled(&config.telemetry),
         ..EngineConfig::default()
     }
 }

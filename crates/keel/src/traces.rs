@@ -14,10 +14,11 @@
 //!   its request span is a child of the caller's span, so a client's trace contains
 //!   Keel's handling of the request.
 //!
-//! Gap (documented in docs/status.md): the trace context does not yet travel with an
-//! operation through the journal and the transaction-queue rows (there is no column
-//! for it, and the workflow input takes part in idempotency), so the runner's spans of
-//! a workflow segment start their own traces instead of joining the request's.
+//! - One trace per operation, across processes and restarts: the instance row keeps
+//!   the `traceparent` of the request that started it and the queue's request row that
+//!   of the segment that enqueued it (migration 0059, [`keel_service::trace`]); the
+//!   runner's `segment` spans and the queue's `txq.broadcast` / `txq.settle` spans
+//!   continue them (`durable.continueTraces` is implied by export being on).
 
 use crate::config::TelemetryConfig;
 use opentelemetry::KeyValue;

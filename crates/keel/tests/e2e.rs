@@ -5,6 +5,8 @@ mod common;
 use common::{free_port, keel};
 #[path = "../../keel-api/tests/it/doc_check.rs"]
 mod doc_check;
+#[path = "common/otlp.rs"]
+mod otlp;
 use doc_check::DocCheck;
 
 use alloy::primitives::{Address, B256};
@@ -58,6 +60,15 @@ struct TemplateOpts {
 
 impl Stack {
     async fn start(chain: TestChain, template: TemplateOpts) -> Stack {
+        Self::start_with(chain, template, Vec::new()).await
+    }
+
+    /// [`Stack::start`] with `extra` environment variables for every process.
+    async fn start_with(
+        chain: TestChain,
+        template: TemplateOpts,
+        extra: Vec<(String, String)>,
+    ) -> Stack {
         let db = TestDatabase::create().await.unwrap();
         let port = free_port();
         let key0 = format!(
@@ -99,6 +110,7 @@ impl Stack {
             ("KEEL_OPERATOR_KEY".into(), key0.clone()),
             ("KEEL_DEPLOYER_KEY".into(), key0),
         ];
+        let env = env.into_iter().chain(extra).collect::<Vec<_>>();
         let mut stack = Stack {
             chain,
             db,
@@ -2325,4 +2337,137 @@ async fn burns_above_the_threshold_and_role_changes_wait_for_an_approval() {
         .await;
     approved(revoked).await;
     assert!(!token.hasRole(minter, grantee).call().await.unwrap());
+}
+
+/// One trace per operation, carried by the rows: a mint accepted while no runner runs
+/// (the caller's `traceparent` on the request) is executed by a runner started
+/// afterwards, a process that never saw the request; its workflow segments and the
+/// queue's broadcast and settlement of the mint's transaction are spans of the
+/// caller's trace, exported by the runner with its own resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operations_trace_runs_from_the_request_through_a_restarted_runner_to_the_settlement() {
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    let (otlp_port, received) = otlp::receiver().await;
+    let chain = TestChain::start().await.unwrap();
+    let mut stack = Stack::start_with(
+        chain,
+        TemplateOpts::default(),
+        vec![
+            (
+                "KEEL__TELEMETRY__OTLP__ENDPOINT".into(),
+                format!("http://127.0.0.1:{otlp_port}"),
+            ),
+            ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+            ("RUST_LOG".into(), "info".into()),
+        ],
+    )
+    .await;
+    let (create, asset) = stack.create_asset("trace-create", "TRC").await;
+    let view = stack
+        .await_op(&create, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+
+    // No runner: the request is only accepted (its context goes into the rows).
+    stack.kill9("runner");
+    let trace_id = "5af7183fb1d4cf5f8a8e7c1a2b3c4d5e";
+    let caller_span = "b7ad6b7169203331";
+    let holder = stack.chain.account(3).unwrap();
+    let r = stack
+        .http
+        .post(format!("{}/v1/assets/{asset}/mint", stack.api))
+        .bearer_auth(&stack.key_a)
+        .header("Idempotency-Key", "trace-mint")
+        .header("traceparent", format!("00-{trace_id}-{caller_span}-01"))
+        .json(&json!({"recipient": holder.to_string(), "amount": "5"}))
+        .send()
+        .await
+        .unwrap();
+    let (status, accepted) = stack
+        .checked("POST", &format!("/v1/assets/{asset}/mint"), r)
+        .await;
+    assert!(status == 202 || status == 200, "{status} {accepted}");
+    let mint = accepted["id"].as_str().unwrap().to_owned();
+
+    stack.spawn("runner");
+    let view = stack
+        .await_op(&mint, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+
+    // Every span of the caller's trace, with the role of the process that exported it.
+    let want = alloy::hex::decode(trace_id).unwrap();
+    let spans_of_trace = || -> Vec<(String, Span)> {
+        received
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|req| req.resource_spans.iter())
+            .flat_map(|rs| {
+                let role = rs
+                    .resource
+                    .as_ref()
+                    .and_then(|r| otlp::string_attr(&r.attributes, "keel.role"))
+                    .unwrap_or_default()
+                    .to_owned();
+                rs.scope_spans
+                    .iter()
+                    .flat_map(|ss| ss.spans.iter())
+                    .filter(|s| s.trace_id == want)
+                    .map(move |s| (role.clone(), s.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let has = |spans: &[(String, Span)], role: &str, name: &str, outcome: Option<&str>| {
+        spans.iter().any(|(r, s)| {
+            r == role
+                && s.name == name
+                && outcome.is_none_or(|o| otlp::string_attr(&s.attributes, "outcome") == Some(o))
+        })
+    };
+    // The batch processors export within their schedule delay: probe until every
+    // expected span came.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let spans = loop {
+        let spans = spans_of_trace();
+        if has(&spans, "api", "POST /v1/assets/{id}/mint", None)
+            && has(&spans, "runner", "segment", None)
+            && has(&spans, "runner", "txq.broadcast", Some("accepted"))
+            && has(&spans, "runner", "txq.settle", Some("confirmed"))
+        {
+            break spans;
+        }
+        let names: Vec<(String, String)> = spans
+            .iter()
+            .map(|(r, s)| (r.clone(), s.name.clone()))
+            .collect();
+        assert!(
+            Instant::now() < deadline,
+            "the mint's trace is incomplete: {names:?}\nrunner log:\n{}",
+            stack.log("runner")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The request span is the caller's child; every runner span of the trace has a
+    // parent (none starts a trace of its own).
+    let request = spans
+        .iter()
+        .find(|(_, s)| s.name == "POST /v1/assets/{id}/mint")
+        .unwrap();
+    assert_eq!(
+        request.1.parent_span_id,
+        alloy::hex::decode(caller_span).unwrap()
+    );
+    for (role, s) in &spans {
+        if role == "runner" {
+            assert!(!s.parent_span_id.is_empty(), "{} has no parent", s.name);
+        }
+    }
+    // The creation ran before, with no caller trace: none of its spans is in this one.
+    let segments = spans
+        .iter()
+        .filter(|(r, s)| r == "runner" && s.name == "segment")
+        .count();
+    assert!(segments >= 1);
 }

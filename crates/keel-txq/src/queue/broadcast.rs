@@ -89,6 +89,11 @@ impl TxQueue {
         if cancel.is_cancelled() {
             return Ok(0);
         }
+        // Each traced request's broadcast span, from the send to its outcome.
+        let spans: Vec<Option<tracing::Span>> = items
+            .iter()
+            .map(|(req, _)| super::trace::request_span("txq.broadcast", req))
+            .collect();
         // The futures are built up front (no closure over borrowed rows inside the
         // stream), which keeps this future `Send`.
         let results: Vec<Result<Broadcast>> = if self.config.broadcast_batch > 1 {
@@ -137,7 +142,16 @@ impl TxQueue {
         let mut failures = Vec::new();
         let mut moved = 0;
         let mut first_err = None;
-        for ((req, mine), r) in items.iter().zip(results) {
+        for (((req, mine), r), span) in items.iter().zip(results).zip(&spans) {
+            super::trace::record_outcome(
+                span.as_ref(),
+                match &r {
+                    Ok(Broadcast::Accepted) => "accepted",
+                    Ok(Broadcast::Settled) => "settled",
+                    Ok(Broadcast::Retry(_)) => "retry",
+                    Err(_) => "error",
+                },
+            );
             match r {
                 Ok(Broadcast::Accepted) => {
                     if let Some(a) = mine.last() {

@@ -15,6 +15,15 @@ use std::collections::HashMap;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+/// The verdict's kind for a span's `outcome` (`confirmed`, `reverted`, `failed`).
+fn verdict_kind(v: &SettlementVerdict) -> &'static str {
+    match v {
+        SettlementVerdict::Confirmed { .. } => "confirmed",
+        SettlementVerdict::Reverted { .. } => "reverted",
+        _ => "failed",
+    }
+}
+
 /// What the receipt half of the confirmation pass did.
 pub(super) struct Mined<'a> {
     /// Requests settled.
@@ -50,6 +59,7 @@ impl TxQueue {
             .filter_map(|(h, r)| r.map(|r| (*h, r)))
             .collect();
         let mut verdicts: Vec<(Uuid, SettlementVerdict)> = Vec::new();
+        let mut spans: Vec<Option<tracing::Span>> = Vec::new();
         let mut unmined: Vec<(&RequestRow, &[AttemptRow])> = Vec::new();
         let mut unsent: Vec<(&RequestRow, &[AttemptRow])> = Vec::new();
         for req in watched {
@@ -94,12 +104,17 @@ impl TxQueue {
                     attempts: attempt_records(mine),
                 }
             };
+            let span = super::trace::request_span("txq.settle", req);
+            super::trace::record_outcome(span.as_ref(), verdict_kind(&verdict));
+            spans.push(span);
             verdicts.push((req.id, verdict));
         }
         if cancel.is_cancelled() {
             return Ok(None);
         }
         let mut settled = self.settle_many(&verdicts).await?;
+        // The traced requests' settle spans end with the settling statement.
+        drop(spans);
         // `signed` requests without a receipt whose nonce the chain passed: another
         // transaction took it, unless a node knows one of their attempts (mined, its
         // receipt not served yet).

@@ -28,6 +28,7 @@ mod recover;
 mod replace;
 mod service;
 mod sign;
+mod trace;
 
 use self::attempt::{ToSend, WarnLimiter};
 use self::broadcast::BROADCAST_CHUNK;
@@ -445,6 +446,9 @@ impl TxQueue {
             calldata: req.data.to_vec(),
             gas_limit,
             funding_pause_ms,
+            // The enqueuing span (a workflow segment's step): the request's broadcast
+            // and settlement spans join its trace (`None` without trace export).
+            trace_context: keel_service::trace::current_traceparent(),
         };
         Ok(owned)
     }

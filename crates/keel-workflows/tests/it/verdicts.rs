@@ -204,6 +204,9 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         include_str!("../../../../migrations/0040_txq_custody.sql"),
         include_str!("../../../../migrations/0056_durable_history.sql"),
         include_str!("../../../../migrations/0057_api_key_issued_to.sql"),
+        // The trace context it records with instances and requests (0059, as it is:
+        // `IF NOT EXISTS`, so the upgrade applies it again over it).
+        include_str!("../../../../migrations/0059_trace_context.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }
@@ -287,6 +290,8 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
             DROP COLUMN history_journal",
         "ALTER TABLE api_key DROP COLUMN issued_to",
         "DROP TABLE txq_custody_attempt",
+        "ALTER TABLE durable_instance DROP COLUMN trace_context",
+        "ALTER TABLE txq_request DROP COLUMN trace_context",
     ] {
         sqlx::query(ddl).execute(&pool).await.unwrap();
     }
