@@ -422,6 +422,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::status::WorkflowStateCount,
         crate::status::StatusInstance,
         crate::status::StatusDeadLetter,
+        crate::status::StatusVersionWait,
         crate::status::QueueSenderStatus,
         crate::status::FundingStatus,
         crate::status::StatusFundingRequest,

@@ -145,6 +145,27 @@ pub struct WorkflowsStatus {
     pub dead_letters: u64,
     /// The most recent of them.
     pub dead_letter_list: Vec<StatusDeadLetter>,
+    /// Open instances that no live runner can run ("waiting for a runner that knows
+    /// version N"): deferred, never failed; a runner with the version in its range
+    /// resumes them. Empty when every open instance has a runner.
+    pub awaiting_runner: Vec<StatusVersionWait>,
+}
+
+/// Open instances of one workflow pinned to one version no live runner covers.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusVersionWait {
+    /// The workflow.
+    pub workflow: String,
+    /// The code version they are pinned to (`Workflow::VERSION` of the release that
+    /// started them); null: not pinned yet, because no live runner runs the workflow.
+    pub version: Option<u32>,
+    /// How many open instances wait.
+    pub instances: u64,
+    /// When the oldest of them was started.
+    pub oldest_created_at: DateTime<Utc>,
+    /// Seconds since then (database clock).
+    pub oldest_age_seconds: u64,
 }
 
 /// One (chain, sender) of the transaction queue.
@@ -438,6 +459,20 @@ impl From<&View> for PlatformStatus {
                         kind: d.kind.clone(),
                         last_error: d.last_error.clone(),
                         dead_at: d.dead_at,
+                    })
+                    .collect(),
+                awaiting_runner: v
+                    .version_waits
+                    .iter()
+                    .map(|w| StatusVersionWait {
+                        workflow: w.workflow.clone(),
+                        version: w.version,
+                        instances: w.instances,
+                        oldest_created_at: w.oldest_created_at,
+                        oldest_age_seconds: u64::try_from(
+                            (now - w.oldest_created_at).num_seconds().max(0),
+                        )
+                        .unwrap_or(0),
                     })
                     .collect(),
             },
@@ -860,6 +895,24 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
     if !w.oldest.is_empty() {
         o.push_str("<h3>Oldest running / waiting / suspended per workflow</h3>");
         instances_table(&mut o, &w.oldest);
+    }
+    if !w.awaiting_runner.is_empty() {
+        o.push_str("<h3 class=\"bad\">Waiting for a runner that knows their version</h3><table><tr><th>workflow</th><th>version</th><th>instances</th><th>oldest started</th></tr>");
+        for a in &w.awaiting_runner {
+            let version = a
+                .version
+                .map_or_else(|| "none (no runner runs it)".to_owned(), |v| v.to_string());
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} ({} s ago)</td></tr>",
+                esc(&a.workflow),
+                esc(&version),
+                a.instances,
+                ts(Some(a.oldest_created_at)),
+                a.oldest_age_seconds
+            );
+        }
+        o.push_str("</table>");
     }
     if !w.dead_letter_list.is_empty() {
         o.push_str("<h3>Dead letters</h3><table><tr><th>instance</th><th>workflow</th><th>command</th><th>last error</th><th>dead since</th></tr>");

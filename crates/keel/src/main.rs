@@ -200,15 +200,19 @@ enum OpsCommand {
     /// a signed one runs to its verdict (what landed is listed). Prints the operation's
     /// view as JSON; exits non-zero when the operation has ended or does not exist.
     Cancel {
+        #[command(flatten)]
+        api: ApiArgs,
         /// The operation id.
-        id: sqlx::types::Uuid,
+        id: String,
     },
     /// Print an operation's history (the decision log of its workflow, oldest first,
     /// with the actor of each entry and the state after it) as the JSON array
     /// `GET /v1/operations/{id}/history` pages through.
     History {
+        #[command(flatten)]
+        api: ApiArgs,
         /// The operation id.
-        id: sqlx::types::Uuid,
+        id: String,
     },
 }
 
@@ -348,14 +352,7 @@ fn main() -> std::process::ExitCode {
     // The API-backed operator commands need no configuration beyond their arguments,
     // and report the API's code themselves.
     let cli = match cli.command {
-        Command::Ops { command }
-            if !matches!(
-                command,
-                OpsCommand::Cancel { .. } | OpsCommand::History { .. }
-            ) =>
-        {
-            return api_ops(command);
-        }
+        Command::Ops { command } => return api_ops(command),
         command => Cli { command, ..cli },
     };
     let config = match Config::load(cli.config.as_deref()) {
@@ -546,7 +543,9 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
             println!("template {} set (chain {chain_id})", template.id);
             Ok(())
         }
-        Command::Ops { command } => ops_command(&config, command).await,
+        // main() runs every operator command through the Platform API before any
+        // configuration is loaded.
+        Command::Ops { .. } => bail!("operator commands run through the Platform API"),
         Command::Dev { api_address, anvil } => keel_dev(&api_address, anvil).await,
     }
 }
@@ -626,55 +625,6 @@ async fn api_key_command(config: &Config, command: ApiKeyCommand) -> anyhow::Res
         }
     }
     Ok(())
-}
-
-async fn ops_command(config: &Config, command: OpsCommand) -> anyhow::Result<()> {
-    let pool = connect_migrated(config).await?;
-    let engine = keel_durable::Engine::new(pool.clone(), keel::services::engine_config(config))
-        .context("workflow engine configuration")?;
-    let ops = keel_workflows::Ops::new(pool, engine);
-    match command {
-        OpsCommand::Cancel { id } => {
-            let caller = ops
-                .operator_caller(id)
-                .await
-                .with_context(|| format!("operation {id}"))?;
-            let view = ops
-                .cancel_by(caller, id, &keel_durable::Actor::system("operator-cli"))
-                .await
-                .map_err(|e| anyhow::anyhow!("{} ({})", e.detail(), e.code()))?;
-            // The operation as the API serves it (`keel_api::dto` owns the JSON shape).
-            let view = keel_api::dto::Operation::from(view);
-            println!("{}", serde_json::to_string_pretty(&view)?);
-            Ok(())
-        }
-        OpsCommand::History { id } => {
-            let caller = ops
-                .operator_caller(id)
-                .await
-                .with_context(|| format!("operation {id}"))?;
-            let mut entries = Vec::new();
-            let mut after = 0;
-            loop {
-                let page = ops
-                    .operation_history(caller, id, after, 200)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{} ({})", e.detail(), e.code()))?;
-                let Some(last) = page.last().map(|e| e.seq) else {
-                    break;
-                };
-                entries.extend(
-                    page.into_iter()
-                        .map(keel_api::dto::OperationHistoryEntry::from),
-                );
-                after = last;
-            }
-            println!("{}", serde_json::to_string_pretty(&entries)?);
-            Ok(())
-        }
-        // main() runs the API-backed commands before any configuration is loaded.
-        _ => bail!("this operator command runs through the Platform API"),
-    }
 }
 
 async fn connect_migrated(config: &Config) -> anyhow::Result<sqlx::PgPool> {
@@ -1126,8 +1076,11 @@ async fn api_ops_run(command: OpsCommand) -> Result<u8, keel::ops::OpsError> {
             )
             .await
         }
-        OpsCommand::Cancel { .. } | OpsCommand::History { .. } => {
-            Ok(keel::ops::WatchExit::Error.code())
+        OpsCommand::Cancel { api, id } => act(&api, &id, Action::Cancel).await,
+        OpsCommand::History { api, id } => {
+            let entries = client(&api)?.history(&id).await?;
+            print_json(&serde_json::Value::Array(entries), true);
+            Ok(0)
         }
     }
 }

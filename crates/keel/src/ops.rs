@@ -106,15 +106,20 @@ pub enum Action {
     Approve,
     /// `reject` (scope `approve`): the operation then fails `APPROVAL_REJECTED`.
     Reject,
+    /// `cancel` (scope `operate`): before any transaction the operation ends
+    /// `cancelled`; an unsigned transaction is withdrawn; a signed one runs to its
+    /// verdict.
+    Cancel,
 }
 
 impl Action {
-    /// The path segment (`retry`, `approve`, `reject`).
+    /// The path segment (`retry`, `approve`, `reject`, `cancel`).
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Retry => "retry",
             Action::Approve => "approve",
             Action::Reject => "reject",
+            Action::Cancel => "cancel",
         }
     }
 }
@@ -260,6 +265,37 @@ impl ApiClient {
     pub async fn operation_json(&self, id: &str) -> Result<serde_json::Value, OpsError> {
         let url = self.url(&format!("v1/operations/{}", path_segment(id)))?;
         self.send(self.http.get(url)).await
+    }
+
+    /// Every entry of `GET /v1/operations/{id}/history`, oldest first (every page, 200
+    /// entries a request), as the API's JSON objects.
+    ///
+    /// # Errors
+    /// The API's error (`NOT_FOUND` for an unknown id or one of another organization),
+    /// [`OpsError::Decode`] for a malformed page, or [`OpsError::Transport`].
+    pub async fn history(&self, id: &str) -> Result<Vec<serde_json::Value>, OpsError> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut url = self.url(&format!("v1/operations/{}/history", path_segment(id)))?;
+            url.query_pairs_mut()
+                .append_pair("limit", &MAX_PAGE.to_string());
+            if let Some(c) = &cursor {
+                url.query_pairs_mut().append_pair("cursor", c);
+            }
+            let page = self.send(self.http.get(url)).await?;
+            let list: keel_api::dto::OperationHistory = serde_json::from_value(page.clone())
+                .map_err(|_| OpsError::Decode {
+                    what: "OperationHistory",
+                })?;
+            if let Some(items) = page.get("data").and_then(|d| d.as_array()) {
+                out.extend(items.iter().cloned());
+            }
+            match list.next_cursor {
+                Some(next) if list.has_more => cursor = Some(next),
+                _ => return Ok(out),
+            }
+        }
     }
 
     /// `POST /v1/operations/{id}/<action>` (body `{}`); the operation's JSON after it.

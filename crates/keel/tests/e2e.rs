@@ -1492,7 +1492,16 @@ async fn a_cancel_withdraws_an_unsigned_write_and_nothing_of_it_reaches_the_chai
         "the funding deadline: {view}"
     );
     // The operator's command, with the API's semantics.
-    let printed: Value = serde_json::from_str(&stack.cli(&["ops", "cancel", &mint])).unwrap();
+    let printed: Value = serde_json::from_str(&stack.cli(&[
+        "ops",
+        "cancel",
+        "--api-url",
+        &stack.api,
+        "--api-key",
+        &stack.key_a,
+        &mint,
+    ]))
+    .unwrap();
     assert_eq!(printed["id"], mint.as_str(), "{printed}");
     let view = stack
         .await_op(&mint, Duration::from_secs(30), terminal)

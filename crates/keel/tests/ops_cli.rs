@@ -347,6 +347,29 @@ async fn operators_list_show_watch_and_decide_through_the_api() {
     assert_eq!(shown["state"], "completed");
     assert!(shown["attribution"]["startedBy"].is_object(), "{shown}");
 
+    // history: every page through the API, oldest first, with who asked.
+    let out = stack.ops(&stack.reader, &["history", &create_id]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let history: Vec<Value> = serde_json::from_str(&out.stdout).unwrap();
+    let seqs: Vec<i64> = history.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "no gap");
+    assert_eq!(history[0]["kind"], "command_received", "{}", out.stdout);
+    assert_eq!(history[0]["actor"]["kind"], "SERVICE", "{}", out.stdout);
+    assert_eq!(history.last().unwrap()["kind"], "completed");
+    assert!(
+        history.iter().any(|e| e["kind"] == "transaction_enqueued"),
+        "{}",
+        out.stdout
+    );
+    let out = stack
+        .ops(
+            &stack.key_a,
+            &["history", &uuid::Uuid::new_v4().to_string()],
+        )
+        .await;
+    assert_eq!(out.code, Some(1));
+    assert!(out.stderr.contains("NOT_FOUND"), "{}", out.stderr);
+
     // A mint above the threshold waits for an approval.
     let holder = stack.chain.account(4).unwrap().to_string();
     let mint = |idem: &'static str| {

@@ -31,6 +31,13 @@ async fn migrate_applies_schema() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Not a terminal: no bar, one line on stdout.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("migrating"),
+        "a bar was drawn without a terminal"
+    );
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM platform_contract")
         .fetch_one(&pool)
@@ -40,6 +47,61 @@ async fn migrate_applies_schema() {
     pool.close().await;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE {}_m WITH (FORCE)",
+        db.name()
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+}
+
+/// `keel migrate` on a terminal (a pseudo-terminal from util-linux `script`) draws a
+/// progress bar through every pending migration; a second run has none pending.
+#[tokio::test]
+async fn migrate_draws_a_progress_bar_on_a_terminal() {
+    let db = TestDatabase::create().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {}_p",
+        db.name()
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let url = db.url().replace(db.name(), &format!("{}_p", db.name()));
+    let known = keel_store::MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .count();
+    let on_terminal = || {
+        let mut cmd = keel();
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        cmd = Command::new("script");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("KEEL") {
+                cmd.env_remove(k);
+            }
+        }
+        let out = cmd
+            .args(["-qec", &format!("{program} migrate"), "/dev/null"])
+            .env("KEEL__DATABASE__URL", &url)
+            .env("TERM", "xterm")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = on_terminal();
+    assert!(first.contains("migrating"), "{first}");
+    assert!(first.contains(&format!("{known}/{known}")), "{first}");
+    assert!(first.contains(&format!("{known} applied")), "{first}");
+    assert!(first.contains("database up to date"), "{first}");
+    let second = on_terminal();
+    assert!(second.contains("0 applied"), "{second}");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {}_p WITH (FORCE)",
         db.name()
     )))
     .execute(db.pool())

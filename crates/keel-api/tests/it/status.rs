@@ -154,6 +154,16 @@ async fn status_json_reports_the_stuck_operation_the_lagging_index_and_the_overd
         .unwrap();
     assert_eq!(job["verdict"], "overdue", "{b}");
     assert_eq!(b["custody"]["configured"], false);
+    // No runner is alive here: the stuck creation waits, visibly, for one that knows
+    // version 1 (the version the API pinned it to).
+    let waits = b["workflows"]["awaitingRunner"].as_array().unwrap();
+    let wait = waits
+        .iter()
+        .find(|w| w["workflow"] == "asset.create")
+        .unwrap_or_else(|| panic!("{b}"));
+    assert_eq!(wait["instances"], 1, "{b}");
+    assert_eq!(wait["version"], 1, "{b}");
+    assert!(wait["oldestCreatedAt"].is_string(), "{b}");
     // Nothing secret: no token, no key hash column, no payload member.
     let raw = String::from_utf8_lossy(&a.raw);
     assert!(
@@ -207,6 +217,15 @@ async fn the_status_page_refuses_without_an_admin_credential() {
             .starts_with("default-src 'none'")
     );
     assert_eq!(a.header("cache-control"), Some("no-store"));
+    let html = String::from_utf8_lossy(&a.raw);
+    assert!(
+        html.contains("Waiting for a runner that knows their version"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td>asset.create</td><td>1</td><td>1</td>"),
+        "{html}"
+    );
 }
 
 fn chromium() -> Option<PathBuf> {

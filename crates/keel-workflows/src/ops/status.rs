@@ -60,6 +60,9 @@ pub struct PlatformStatus {
     pub query: StatusQuery,
     /// Workflows.
     pub workflows: keel_durable::WorkflowHealth,
+    /// Open instances no live runner can run, by workflow and pinned version ("waiting
+    /// for a runner that knows version N", [`keel_durable::Engine::version_waits`]).
+    pub version_waits: Vec<keel_durable::VersionWait>,
     /// The transaction queue per (chain, sender).
     pub queue: Vec<keel_txq::SenderHealth>,
     /// Open funding requests, oldest first (at most [`StatusQuery::limit`]).
@@ -112,6 +115,7 @@ impl Ops {
                 limit: query.limit,
             })
             .await?;
+        let version_waits = self.engine.version_waits().await?;
         let queue = keel_txq::queue_health(&self.db)
             .await
             .map_err(super::read::txq_err)?;
@@ -148,6 +152,7 @@ impl Ops {
             generated_at,
             query,
             workflows,
+            version_waits,
             queue,
             funding,
             funding_open,
