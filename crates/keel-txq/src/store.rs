@@ -23,7 +23,7 @@ pub(crate) struct RequestRow {
     pub funding_pause_ms: Option<i64>,
     /// Broadcasts that failed without settling the request (migration 0018).
     pub broadcast_failures: i32,
-    /// The W3C `traceparent` of the span that enqueued it (migration 0059; `None`: not
+    /// The W3C `traceparent` of the span that enqueued it (migration 0060; `None`: not
     /// tracing).
     pub trace_context: Option<String>,
 }

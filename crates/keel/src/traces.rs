@@ -16,7 +16,7 @@
 //!
 //! - One trace per operation, across processes and restarts: the instance row keeps
 //!   the `traceparent` of the request that started it and the queue's request row that
-//!   of the segment that enqueued it (migration 0059, [`keel_service::trace`]); the
+//!   of the segment that enqueued it (migration 0060, [`keel_service::trace`]); the
 //!   runner's `segment` spans and the queue's `txq.broadcast` / `txq.settle` spans
 //!   continue them (`durable.continueTraces` is implied by export being on).
 

@@ -1,5 +1,5 @@
 //! Spans of one request that join the trace it was enqueued in (its
-//! `trace_context`, migration 0059; see [`keel_service::trace`]). Requests enqueued
+//! `trace_context`, migration 0060; see [`keel_service::trace`]). Requests enqueued
 //! without trace export get none: the queue's own loop spans cover them.
 
 use crate::store::RequestRow;

@@ -243,9 +243,9 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
     for migration in [
         include_str!("../../../../migrations/0056_durable_history.sql"),
         include_str!("../../../../migrations/0057_api_key_issued_to.sql"),
-        // The trace context it records with instances and requests (0059, as it is:
+        // The trace context it records with instances and requests (0060, as it is:
         // `IF NOT EXISTS`, so the upgrade applies it again over it).
-        include_str!("../../../../migrations/0059_trace_context.sql"),
+        include_str!("../../../../migrations/0060_trace_context.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }
