@@ -411,9 +411,11 @@ fn bounded_run(
             }
             std::thread::sleep(Duration::from_millis(100));
         };
-        // Whatever the browser left running in its group goes with it.
+        // Whatever the browser left running in its group goes with it. The group is
+        // named after `--`: procps-ng 4.0.2's `kill -KILL -<pgid>` calls kill(-1,
+        // SIGKILL), which killed every process of the machine (strace shows it).
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{group}")])
+            .args(["-s", "KILL", "--", &format!("-{group}")])
             .status();
         let _ = child.wait();
         match status {
