@@ -23,10 +23,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod attribution;
+pub mod heads;
 pub mod node_error;
 pub mod upstream;
 
 pub use attribution::AttributionSuffix;
+pub use heads::{HeadWatchConfig, watch_heads};
 pub use node_error::{NodeError, NodeErrorKind, RevertReason};
 pub use upstream::{BlockHeader, UpstreamConfig, UpstreamHealth, UpstreamPool};
 
@@ -99,4 +101,5 @@ pub fn describe_metrics() {
         ::metrics::Unit::Count,
         "JSON-RPC requests sent to chain upstreams (count)."
     );
+    heads::describe_metrics();
 }

@@ -146,7 +146,7 @@ pub use health::{ChainHealth, index_health};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
 pub use read::{IndexedTip, wait_for_block};
 pub use scope::{ScopeEntry, ScopeKind};
-pub use service::{HistoryDrain, TipFollow, follow_tip, work_history};
+pub use service::{HistoryDrain, TipFollow, follow_tip, follow_tip_with_heads, work_history};
 pub use supply::{token_supply, token_supply_at};
 pub use tip::{FollowBackoff, NextRound, RoundOutcome, TipConfig, TipIngest};
 

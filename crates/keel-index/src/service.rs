@@ -14,7 +14,7 @@ use keel_service::{BackgroundService, Report, ServiceConfig};
 use keel_store::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -80,6 +80,8 @@ pub struct TipFollow {
     pace: FollowBackoff,
     state: TipState,
     halted: bool,
+    /// Woken by every new head of a subscription ([`TipFollow::with_head_wake`]).
+    heads: Option<Arc<Notify>>,
 }
 
 impl TipFollow {
@@ -107,7 +109,18 @@ impl TipFollow {
                 health_checked: false,
             },
             halted: false,
+            heads: None,
         }
+    }
+
+    /// Rounds start when `heads` is notified (a new head by subscription,
+    /// [`keel_chain::watch_heads`]) and otherwise every `fallback_poll` once caught up:
+    /// the poll stays as the safety net for a subscription that is down or missed a
+    /// head, at a slower pace than [`TipFollow::new`]'s `poll`.
+    pub fn with_head_wake(mut self, heads: Arc<Notify>, fallback_poll: Duration) -> Self {
+        self.heads = Some(heads);
+        self.poll = fallback_poll;
+        self
     }
 
     /// True once the chain was found degraded, or a round was fatal: the chain must be
@@ -134,6 +147,10 @@ impl BackgroundService for TipFollow {
 
     fn name(&self) -> &'static str {
         "index-tip"
+    }
+
+    fn wake(&self) -> Option<&Notify> {
+        self.heads.as_deref()
     }
 
     async fn run_once(&mut self) -> Result<Report, Self::Error> {
@@ -212,9 +229,38 @@ pub async fn follow_tip(
     poll: Duration,
     stop: CancellationToken,
 ) {
+    follow_tip_with_heads(db, node, config, confirmations, owner_id, poll, None, stop).await;
+}
+
+/// [`follow_tip`], woken by new heads when `heads` is set: a `newHeads` subscription
+/// ([`keel_chain::watch_heads`], run beside the loop until `stop` fires) starts a round
+/// per head, and `poll` is then only the fallback pace (see
+/// [`TipFollow::with_head_wake`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn follow_tip_with_heads(
+    db: PgPool,
+    node: Arc<UpstreamPool>,
+    config: TipConfig,
+    confirmations: u64,
+    owner_id: &str,
+    poll: Duration,
+    heads: Option<keel_chain::HeadWatchConfig>,
+    stop: CancellationToken,
+) {
     let chain = node.chain();
     async move {
         let mut follow = TipFollow::new(db, node, config, confirmations, owner_id, poll);
+        // The subscription lives as long as this loop (a child token of `stop`).
+        let watch_stop = stop.child_token();
+        let _watch_guard = watch_stop.clone().drop_guard();
+        if let Some(h) = heads {
+            let wake = Arc::new(Notify::new());
+            follow = follow.with_head_wake(wake.clone(), poll);
+            tokio::spawn(
+                keel_chain::watch_heads(chain, h, wake, watch_stop)
+                    .instrument(tracing::info_span!("index_heads", chain = %chain)),
+            );
+        }
         let pacing = follow.service_config();
         keel_service::run(&mut follow, pacing, stop.clone()).await;
         if follow.halted() {

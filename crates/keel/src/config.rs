@@ -75,6 +75,13 @@ pub struct ChainConfig {
     /// `finalized` tag (default 1).
     #[serde(default = "default_confirmations")]
     pub confirmations: u64,
+    /// The upstream's WebSocket endpoint for `eth_subscribe("newHeads")` (`ws://` or
+    /// `wss://`; optional, none by default). When set, the indexer's tip loop runs a
+    /// round on every new head and polls only every `index.subscribedPollIntervalMs` as
+    /// the safety net (a closed subscription is reopened with backoff). It may embed a
+    /// provider API key: printed only redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ws_url: Option<String>,
 }
 
 fn default_confirmations() -> u64 {
@@ -575,10 +582,18 @@ pub struct IndexSettings {
     /// `index.history`.
     #[serde(default)]
     pub history: HistorySettings,
+    /// The tip loop's fallback poll interval while a chain's `wsUrl` subscription wakes
+    /// it on every new head, milliseconds (100..=600000; default 5000).
+    #[serde(default = "default_subscribed_poll_interval_ms")]
+    pub subscribed_poll_interval_ms: u64,
 }
 
 fn default_history_fetch_concurrency() -> usize {
     4
+}
+
+fn default_subscribed_poll_interval_ms() -> u64 {
+    5_000
 }
 
 impl Default for IndexSettings {
@@ -589,6 +604,7 @@ impl Default for IndexSettings {
             read_after_write_wait_ms: 30_000,
             history_fetch_concurrency: default_history_fetch_concurrency(),
             history: HistorySettings::default(),
+            subscribed_poll_interval_ms: default_subscribed_poll_interval_ms(),
         }
     }
 }
@@ -666,7 +682,7 @@ fn known_paths() -> Vec<Vec<String>> {
     }
     // Keys that are optional and commented out in the defaults.
     out.push(vec!["role".to_owned()]);
-    for key in ["chainId", "rpcUrls", "confirmations"] {
+    for key in ["chainId", "rpcUrls", "confirmations", "wsUrl"] {
         out.push(vec!["chains".to_owned(), "*".to_owned(), key.to_owned()]);
     }
     out
@@ -819,6 +835,14 @@ impl Config {
                     ));
                 }
             }
+            if let Some(ws) = &chain.ws_url {
+                let ok = ["ws://", "wss://"]
+                    .iter()
+                    .any(|s| ws.starts_with(s) && ws.len() > s.len());
+                if !ok {
+                    return Err(invalid(&key("wsUrl"), "must be ws:// or wss://"));
+                }
+            }
         }
         let mut ids: Vec<u64> = self.chains.values().map(|c| c.chain_id).collect();
         ids.sort_unstable();
@@ -850,6 +874,12 @@ impl Config {
             return Err(invalid(
                 "index.historyFetchConcurrency",
                 "must be within 1..=64",
+            ));
+        }
+        if !(100..=600_000).contains(&self.index.subscribed_poll_interval_ms) {
+            return Err(invalid(
+                "index.subscribedPollIntervalMs",
+                "must be within 100..=600000 milliseconds",
             ));
         }
         if !(50..=60_000).contains(&self.index.poll_interval_ms) {
@@ -1103,6 +1133,9 @@ impl Config {
         for chain in copy.chains.values_mut() {
             for url in &mut chain.rpc_urls {
                 *url = redact_rpc_url(url);
+            }
+            if let Some(ws) = &mut chain.ws_url {
+                *ws = redact_rpc_url(ws);
             }
         }
         toml::to_string_pretty(&copy)

@@ -491,6 +491,19 @@ pub async fn start_indexer(
     for node in upstreams(config)? {
         let chain_id = node.chain().get();
         let tip_config = TipConfig::new(config.index.finality_depth);
+        // With a WebSocket endpoint, new heads wake the loop and the poll is the slower
+        // fallback.
+        let heads = config
+            .chains
+            .values()
+            .find(|c| c.chain_id == chain_id)
+            .and_then(|c| c.ws_url.clone())
+            .map(keel_chain::HeadWatchConfig::new);
+        let poll = if heads.is_some() {
+            Duration::from_millis(config.index.subscribed_poll_interval_ms)
+        } else {
+            poll
+        };
         let confirmations = chain_confirmations(config, chain_id);
         let tip_pool = pool.clone();
         let tip_node = node.clone();
@@ -503,6 +516,7 @@ pub async fn start_indexer(
             let config = tip_config.clone();
             let owner_id = owner_id.clone();
             let critical = critical.clone();
+            let heads = heads.clone();
             async move {
                 let token = lease.token().clone();
                 let inner = token.clone();
@@ -510,13 +524,14 @@ pub async fn start_indexer(
                 // is held idle until the lease's token fires.
                 critical
                     .run(&token, async move {
-                        keel_index::follow_tip(
+                        keel_index::follow_tip_with_heads(
                             pool,
                             node,
                             config,
                             confirmations,
                             &owner_id,
                             poll,
+                            heads,
                             inner,
                         )
                         .await;

@@ -193,11 +193,17 @@ fn print_redacts_secrets() {
             "KEEL__CHAINS__LOCAL__RPCURLS",
             r#"["https://eth.example.com/v2/apikey123", "http://127.0.0.1:8545"]"#,
         ),
+        (
+            "KEEL__CHAINS__LOCAL__WSURL",
+            "wss://eth.example.com/ws/wskey456",
+        ),
     ])
     .unwrap();
     let printed = c.redacted_toml();
     assert!(!printed.contains("hunter2"), "{printed}");
     assert!(!printed.contains("apikey123"), "{printed}");
+    assert!(!printed.contains("wskey456"), "{printed}");
+    assert!(printed.contains("wss://eth.example.com/***"), "{printed}");
     assert!(
         printed.contains("postgres://keel:***@db:5432/keel"),
         "{printed}"
@@ -283,6 +289,16 @@ const RULES: &[(&str, &str, &str)] = &[
         "index.historyFetchConcurrency",
     ),
     ("KEEL__INDEX__POLLINTERVALMS", "1", "index.pollIntervalMs"),
+    (
+        "KEEL__INDEX__SUBSCRIBEDPOLLINTERVALMS",
+        "10",
+        "index.subscribedPollIntervalMs",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__WSURL",
+        "http://127.0.0.1:8545",
+        "chains.local.wsUrl",
+    ),
     (
         "KEEL__INDEX__READAFTERWRITEWAITMS",
         "0",

@@ -1,0 +1,176 @@
+//! New heads by subscription: `eth_subscribe("newHeads")` over WebSocket (the Ethereum
+//! JSON-RPC pubsub API, <https://geth.ethereum.org/docs/interacting-with-geth/rpc/pubsub>),
+//! for a loop that would otherwise poll `eth_blockNumber` to learn of a new block.
+//!
+//! A subscription only says *when* to look: each head wakes the caller's loop, which
+//! reads the chain over its HTTP upstreams as before (so a missed or reordered head
+//! changes nothing: the loop's own reads and its parent-hash walk decide). The caller
+//! keeps a slower poll as the safety net. A closed or failed subscription is
+//! re-established with a capped exponential backoff; while it is down the gauge
+//! `keel_chain_head_subscription_up` reads 0 and a WARN says why.
+//!
+//! ## Metrics (label `chain_id` only)
+//!
+//! | metric | kind | meaning |
+//! |---|---|---|
+//! | `keel_chain_head_subscription_up` | gauge | 1 while a `newHeads` subscription is open, else 0 |
+//! | `keel_chain_head_subscription_heads_total` | counter | heads received (each woke the loop) |
+//! | `keel_chain_head_subscription_reconnects_total` | counter | subscriptions (re)opened after the first |
+
+use alloy::providers::{Provider, ProviderBuilder, WsConnect};
+use keel_units::ChainId;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+const TARGET: &str = "keel::chain::heads";
+
+/// Where and how to subscribe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadWatchConfig {
+    /// The upstream's WebSocket endpoint (`ws://` or `wss://`); not logged (it may
+    /// carry a provider's API key in its path).
+    pub ws_url: String,
+    /// The first wait after a failed or closed subscription (default 500 ms); doubled
+    /// per consecutive failure up to `backoff_max`.
+    pub backoff_initial: Duration,
+    /// The longest wait between attempts (default 30 s).
+    pub backoff_max: Duration,
+}
+
+impl HeadWatchConfig {
+    /// A watch of `ws_url` with the default backoff.
+    pub fn new(ws_url: impl Into<String>) -> Self {
+        Self {
+            ws_url: ws_url.into(),
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Describes the metrics of this module (units in the descriptions); called by the
+/// crate's [`crate::describe_metrics`].
+pub(crate) fn describe_metrics() {
+    metrics::describe_gauge!(
+        "keel_chain_head_subscription_up",
+        "1 while a newHeads subscription to the chain's WebSocket upstream is open, else 0 (boolean)."
+    );
+    metrics::describe_counter!(
+        "keel_chain_head_subscription_heads_total",
+        metrics::Unit::Count,
+        "New heads received by subscription; each woke the tip loop (count)."
+    );
+    metrics::describe_counter!(
+        "keel_chain_head_subscription_reconnects_total",
+        metrics::Unit::Count,
+        "newHeads subscriptions opened again after the first (count)."
+    );
+}
+
+/// Why one subscription ended (value-free: no URL, no payload).
+#[derive(Debug, thiserror::Error)]
+enum SubscriptionEnd {
+    #[error("the WebSocket connection could not be opened ({0})")]
+    Connect(String),
+    #[error("eth_subscribe(newHeads) was refused ({0})")]
+    Subscribe(String),
+    #[error("the subscription closed")]
+    Closed,
+}
+
+/// Keeps a `newHeads` subscription to `config.ws_url` open until `stop` fires, and
+/// calls `wake.notify_one()` for every head (the chain's id `chain` labels the metrics
+/// and logs). Never returns an error: a failure is logged at WARN (once per outage,
+/// then every tenth attempt), counted, and retried after the backoff; run it as a
+/// supervised task beside the loop it wakes.
+pub async fn watch_heads(
+    chain: ChainId,
+    config: HeadWatchConfig,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+) {
+    let labels = [("chain_id", chain.get().to_string())];
+    let up = metrics::gauge!("keel_chain_head_subscription_up", &labels);
+    let heads = metrics::counter!("keel_chain_head_subscription_heads_total", &labels);
+    let reconnects = metrics::counter!("keel_chain_head_subscription_reconnects_total", &labels);
+    up.set(0.0);
+    let mut opened_before = false;
+    let mut failures: u32 = 0;
+    loop {
+        let attempt = async {
+            let provider = ProviderBuilder::new()
+                .connect_ws(WsConnect::new(config.ws_url.clone()))
+                .await
+                .map_err(|e| SubscriptionEnd::Connect(error_kind(&e.to_string())))?;
+            let mut sub = provider
+                .subscribe_blocks()
+                .await
+                .map_err(|e| SubscriptionEnd::Subscribe(error_kind(&e.to_string())))?;
+            if opened_before {
+                reconnects.increment(1);
+            }
+            opened_before = true;
+            up.set(1.0);
+            if failures > 0 {
+                tracing::info!(target: TARGET, chain_id = chain.get(), failures, "newHeads subscription open again");
+            }
+            failures = 0;
+            // A head wakes the loop at once; the loop reads the chain itself.
+            wake.notify_one();
+            while let Ok(header) = sub.recv().await {
+                heads.increment(1);
+                tracing::trace!(target: TARGET, chain_id = chain.get(), number = header.number, "new head");
+                wake.notify_one();
+            }
+            Err::<(), _>(SubscriptionEnd::Closed)
+        };
+        let ended = tokio::select! {
+            () = stop.cancelled() => break,
+            r = attempt => r,
+        };
+        up.set(0.0);
+        failures = failures.saturating_add(1);
+        if let Err(e) = ended
+            && (failures == 1 || failures.is_multiple_of(10))
+        {
+            tracing::warn!(target: TARGET, chain_id = chain.get(), failures, error = %e,
+                "newHeads subscription down; the tip loop polls until it is back");
+        }
+        let exp = failures.saturating_sub(1).min(16);
+        let wait = config
+            .backoff_initial
+            .saturating_mul(1u32 << exp)
+            .min(config.backoff_max);
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+    up.set(0.0);
+}
+
+/// The first line of a transport error, cut to 120 characters, with anything that looks
+/// like a URL removed (an endpoint may hold an API key).
+fn error_kind(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    let cleaned: Vec<&str> = line
+        .split_whitespace()
+        .filter(|w| !w.contains("://"))
+        .collect();
+    cleaned.join(" ").chars().take(120).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_kind;
+
+    #[test]
+    fn error_text_drops_urls() {
+        assert_eq!(
+            error_kind("connection refused at ws://key@host:8546/abc\nmore"),
+            "connection refused at"
+        );
+    }
+}
