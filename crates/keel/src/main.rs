@@ -305,6 +305,11 @@ enum TemplateCommand {
         /// Seconds a funding pause may last.
         #[arg(long, default_value_t = 3_600)]
         funding_deadline_seconds: u64,
+        /// Send the template's assets from this custody vault
+        /// (`chains.<chain>.custody.vaults.<name>`) instead of the operator key; the
+        /// vault becomes the assets' issuer.
+        #[arg(long)]
+        sender: Option<String>,
     },
 }
 
@@ -499,6 +504,7 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
                     approval_ttl_seconds,
                     funding_pause,
                     funding_deadline_seconds,
+                    sender,
                 },
         } => {
             let chain_id = config
@@ -508,6 +514,9 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
                     format!("no chain named `{chain}` in the configuration (chains.*)")
                 })?
                 .chain_id;
+            let sender = sender
+                .map(|vault| config.template_sender(&chain, &vault))
+                .transpose()?;
             let pool = connect_migrated(&config).await?;
             let org = keel_workflows::tenancy::organization_by_name(&pool, &org).await?;
             let template = keel_workflows::tenancy::Template {
@@ -519,9 +528,16 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
                 approval_ttl_seconds,
                 funding_pause,
                 funding_deadline_seconds,
+                sender,
             };
             keel_workflows::tenancy::upsert_template(&pool, org, &template).await?;
-            println!("template {} set (chain {chain_id})", template.id);
+            match &template.sender {
+                Some(s) => println!(
+                    "template {} set (chain {chain_id}, sender vault {} {})",
+                    template.id, s.vault, s.address
+                ),
+                None => println!("template {} set (chain {chain_id})", template.id),
+            }
             Ok(())
         }
         Command::Ops { command } => ops_command(&config, command).await,
@@ -785,6 +801,10 @@ async fn start_api(
             status: config.api.status.to_query(),
             ..keel_api::ApiConfig::default()
         });
+    let state = match keel::services::custody_webhooks(config, pool)? {
+        Some(custody) => state.with_custody_webhooks(custody),
+        None => state,
+    };
     let listener = tokio::net::TcpListener::bind(&config.api.listen_address)
         .await
         .with_context(|| format!("binding api.listenAddress {}", config.api.listen_address))?;
