@@ -962,11 +962,68 @@ async fn bootstrap(
     for check in read_back(&provider, &deployment).await? {
         println!("check    {:<20} {}", check.name, check.observed);
     }
+    grant_custody_roles(chain_name, chain, &provider, &deployment).await?;
     println!(
         "bootstrap of chain `{chain_name}` (chainId {}) complete: {} contracts recorded",
         deployment.chain_id,
         deployment.contracts.len()
     );
+    Ok(())
+}
+
+/// Grants each custody vault of `chains.<chain>.custody.vaults` (issue 19) the platform
+/// roles the asset workflows' writes need when a template sends from it, as the
+/// operator key has them: `DEPLOYER_ROLE` on the AssetFactory (`createAsset`) and
+/// `DEFAULT_ADMIN_ROLE` on the PriceResolver (`setStalenessBound`). Sent by the
+/// deployer (the contracts' admin); a role already held is skipped.
+async fn grant_custody_roles(
+    chain_name: &str,
+    chain: &keel::config::ChainConfig,
+    provider: &alloy::providers::DynProvider,
+    deployment: &PlatformDeployment,
+) -> anyhow::Result<()> {
+    use keel_abi::bindings::{AssetFactory, PriceResolver};
+    use keel_abi::platform::names;
+    let Some(custody) = &chain.custody else {
+        return Ok(());
+    };
+    let factory = deployment
+        .address(names::ASSET_FACTORY)
+        .context("the deployment has no AssetFactory")?;
+    let resolver = deployment
+        .address(names::PRICE_RESOLVER)
+        .context("the deployment has no PriceResolver")?;
+    let factory = AssetFactory::new(factory, provider);
+    let resolver = PriceResolver::new(resolver, provider);
+    let deployer_role = factory.DEPLOYER_ROLE().call().await?;
+    let admin_role = alloy::primitives::B256::ZERO;
+    for (vault, settings) in &custody.vaults {
+        let who = settings.address;
+        if !factory.hasRole(deployer_role, who).call().await? {
+            let receipt = factory
+                .grantRole(deployer_role, who)
+                .send()
+                .await?
+                .get_receipt()
+                .await?;
+            anyhow::ensure!(receipt.status(), "granting DEPLOYER_ROLE to vault `{vault}` reverted");
+        }
+        if !resolver.hasRole(admin_role, who).call().await? {
+            let receipt = resolver
+                .grantRole(admin_role, who)
+                .send()
+                .await?
+                .get_receipt()
+                .await?;
+            anyhow::ensure!(
+                receipt.status(),
+                "granting the PriceResolver's DEFAULT_ADMIN_ROLE to vault `{vault}` reverted"
+            );
+        }
+        println!(
+            "custody  vault {vault:<14} {who} holds DEPLOYER_ROLE (AssetFactory) and DEFAULT_ADMIN_ROLE (PriceResolver) on chain `{chain_name}`"
+        );
+    }
     Ok(())
 }
 

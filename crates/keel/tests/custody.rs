@@ -199,6 +199,13 @@ impl Stack {
             ("KEEL_OPERATOR_KEY".into(), key0.clone()),
             ("KEEL_DEPLOYER_KEY".into(), key0),
         ];
+        // Where the ERC-4337 artifacts are (a worktree without node_modules names them).
+        let mut env = env;
+        for var in ["KEEL_AA_ARTIFACTS", "KEEL_TOOLS"] {
+            if let Ok(v) = std::env::var(var) {
+                env.push((var.into(), v));
+            }
+        }
         let mut stack = Stack {
             chain,
             _db: db,
@@ -215,7 +222,7 @@ impl Stack {
         };
         stack.procs.insert("sim", child);
         stack.cli(&["migrate"]);
-        stack.cli(&["chain", "bootstrap", "--chain", "local"]);
+        stack.cli(&["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"]);
         stack.cli(&["org", "create", "--name", "acme"]);
         stack.key = stack.cli(&["api-key", "create", "--org", "acme", "--label", "a"]);
         let set = stack.cli(&[
