@@ -260,7 +260,8 @@ def follow(op_id, on_phase=None, timeout=180):
             k = ("submitted", m["step"])
             if k not in seen and m.get("txHash"):
                 seen.add(k)
-                say(f"  submitted  {m['step']:<19} tx {m['txHash']} nonce {m.get('nonce')}")
+                how = f"nonce {m['nonce']}" if m.get("nonce") is not None else "(signed and broadcast by the custody provider)"
+                say(f"  submitted  {m['step']:<19} tx {m['txHash']} {how}")
         for m in view["milestones"]["confirmed"]:
             k = ("confirmed", m["step"])
             if k not in seen:

@@ -235,7 +235,10 @@ mod verdict;
 mod view;
 mod withdraw;
 
-pub use custody::{CustodySender, CustodySenderConfig, CustodyView, custody_views, custody_wake};
+pub use custody::{
+    CustodySender, CustodySenderConfig, CustodyView, ORGANIZATION_SCOPED_KEY_PREFIX, custody_views,
+    custody_wake, organization_scoped,
+};
 pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};

@@ -1004,6 +1004,8 @@ pub(crate) async fn senders_health(db: impl PgExecutor<'_>) -> Result<Vec<Sender
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct CustodyDueRow {
     pub id: Uuid,
+    /// The request's idempotency key (an operation's write: `op/…`, organization-scoped).
+    pub idempotency_key: String,
     pub sender: Vec<u8>,
     pub to_address: Option<Vec<u8>>,
     pub value_wei: String,
@@ -1036,7 +1038,7 @@ pub(crate) async fn custody_due(
     limit: i64,
 ) -> Result<Vec<CustodyDueRow>> {
     Ok(sqlx::query_as::<_, CustodyDueRow>(
-        "SELECT r.id, r.sender, r.to_address, r.value_wei, r.calldata,
+        "SELECT r.id, r.idempotency_key, r.sender, r.to_address, r.value_wei, r.calldata,
                 a.resubmission, a.external_tx_id, a.phase, a.provider_tx_id, a.status, a.tx_hash,
                 a.polls, a.absent_after <= now() AS absent_proven,
                 extract(epoch FROM now() - a.created_at)::float8 AS age_secs,

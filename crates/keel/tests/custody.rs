@@ -72,6 +72,7 @@ struct Stack {
     env: Vec<(String, String)>,
     api: String,
     api_metrics: u16,
+    runner_metrics: u16,
     sim: String,
     vault: Address,
     logs: tempfile::TempDir,
@@ -94,7 +95,8 @@ impl Stack {
     async fn start(chain: TestChain) -> Stack {
         let db = TestDatabase::create().await.unwrap();
         let logs = tempfile::tempdir().unwrap();
-        let (api_port, sim_port, api_metrics) = (free_port(), free_port(), free_port());
+        let (api_port, sim_port, api_metrics, runner_metrics) =
+            (free_port(), free_port(), free_port(), free_port());
         let api = format!("http://127.0.0.1:{api_port}");
         let sim = format!("http://127.0.0.1:{sim_port}");
         // The API user's RSA key: the private half for Keel (a `file:` secret), the
@@ -212,6 +214,7 @@ impl Stack {
             env,
             api,
             api_metrics,
+            runner_metrics,
             sim,
             vault,
             logs,
@@ -260,11 +263,13 @@ impl Stack {
             .env("KEEL__CLUSTER__HOST", role)
             .stdout(Stdio::null())
             .stderr(Stdio::from(log));
-        if role == "api" {
-            cmd.env(
-                "KEEL__TELEMETRY__METRICSADDRESS",
-                format!("127.0.0.1:{}", self.api_metrics),
-            );
+        let metrics = match role {
+            "api" => Some(self.api_metrics),
+            "runner" => Some(self.runner_metrics),
+            _ => None,
+        };
+        if let Some(port) = metrics {
+            cmd.env("KEEL__TELEMETRY__METRICSADDRESS", format!("127.0.0.1:{port}"));
         }
         self.procs.insert(role, cmd.spawn().unwrap());
     }
@@ -410,17 +415,20 @@ impl Stack {
             .unwrap()
     }
 
-    /// The api role's `keel_api_custody_webhooks_total` samples, by `result`.
-    async fn webhook_counts(&self) -> HashMap<String, f64> {
-        let text = self
-            .http
-            .get(format!("http://127.0.0.1:{}/metrics", self.api_metrics))
+    async fn scrape(&self, port: u16) -> String {
+        self.http
+            .get(format!("http://127.0.0.1:{port}/metrics"))
             .send()
             .await
             .unwrap()
             .text()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// The api role's `keel_api_custody_webhooks_total` samples, by `result`.
+    async fn webhook_counts(&self) -> HashMap<String, f64> {
+        let text = self.scrape(self.api_metrics).await;
         text.lines()
             .filter(|l| l.starts_with("keel_api_custody_webhooks_total{"))
             .filter_map(|l| {
@@ -574,4 +582,43 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
         "{counts:?}"
     );
     assert_eq!(counts.get("refused").copied().unwrap_or(0.0), 0.0, "{counts:?}");
+
+    // Every custody metric the api and the runner exported is in docs/metrics.md, with
+    // its labels (the scrape test of e2e.rs runs no custody sender).
+    let doc = std::fs::read_to_string(anvil_tests::workspace_root().join("docs/metrics.md"))
+        .unwrap();
+    let mut seen = Vec::new();
+    for port in [stack.api_metrics, stack.runner_metrics] {
+        for line in stack.scrape(port).await.lines() {
+            let Some(name) = line.split(['{', ' ']).next() else {
+                continue;
+            };
+            let name = name.trim_end_matches("_bucket");
+            if line.starts_with('#') || !name.starts_with("keel_") || !name.contains("custody") {
+                continue;
+            }
+            let row = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+                .unwrap_or_else(|| panic!("{name} is not in docs/metrics.md"));
+            let labels = line
+                .split_once('{')
+                .map(|(_, rest)| rest.split('}').next().unwrap_or_default())
+                .unwrap_or_default();
+            for label in labels.split(',').filter_map(|kv| kv.split('=').next()) {
+                if !label.is_empty() && label != "deployment_id" {
+                    assert!(row.contains(&format!("`{label}`")), "{name}: label {label} not in {row}");
+                }
+            }
+            seen.push(name.to_owned());
+        }
+    }
+    for expected in [
+        "keel_api_custody_webhooks_total",
+        "keel_txq_custody_creates_total",
+        "keel_txq_custody_status_reads_total",
+        "keel_custody_requests_total",
+    ] {
+        assert!(seen.iter().any(|n| n == expected), "{expected} not exported: {seen:?}");
+    }
 }

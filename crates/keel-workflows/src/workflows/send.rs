@@ -172,6 +172,9 @@ pub(crate) async fn send(
                         | FailureCode::CustodyRefused => {
                             "the custody provider did not sign the transaction (see reason)"
                         }
+                        FailureCode::CustodyTimedOut => {
+                            "the custody provider never broadcast the transaction; it was cancelled there"
+                        }
                         _ => "the transaction did not take effect",
                     }
                     .to_owned(),
