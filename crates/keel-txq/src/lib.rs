@@ -242,7 +242,7 @@ pub use custody::{
 pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
-pub use health::{SenderHealth, queue_health};
+pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, queue_health};
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
 pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};

@@ -154,6 +154,8 @@ async fn status_json_reports_the_stuck_operation_the_lagging_index_and_the_overd
         .unwrap();
     assert_eq!(job["verdict"], "overdue", "{b}");
     assert_eq!(b["custody"]["configured"], false);
+    assert_eq!(b["custody"]["requests"], json!([]), "{b}");
+    assert_eq!(b["custody"]["oldestPendingApproval"], json!(null), "{b}");
     // Nothing secret: no token, no key hash column, no payload member.
     let raw = String::from_utf8_lossy(&a.raw);
     assert!(

@@ -354,12 +354,27 @@ async fn an_approval_wait_at_the_provider_is_visible_and_lands_once_approved() {
     assert_eq!(status.verdict, None);
     assert_eq!(effects(&rig.chain, rig.counter).await, U256::ZERO);
     let pid = view.provider_tx_id.unwrap();
+    // Platform Status' custody section: the live submission by provider status, and
+    // the oldest approval pending at the provider.
+    let (counts, oldest) = keel_txq::custody_health(rig.db.pool()).await.unwrap();
+    assert_eq!(counts.len(), 1, "{counts:?}");
+    assert_eq!(counts[0].provider, "fireblocks");
+    assert_eq!(counts[0].phase, "submitted");
+    assert_eq!(counts[0].status.as_deref(), Some("PENDING_AUTHORIZATION"));
+    assert_eq!(counts[0].live, 1);
+    let oldest = oldest.expect("an approval is pending");
+    assert_eq!(oldest.request_id, id);
+    assert_eq!(oldest.provider_tx_id.as_deref(), Some(pid.as_str()));
     rig.sim
         .admin(&format!("/admin/transactions/{pid}/approve"), json!({}))
         .await;
     assert_confirmed(&rig.verdict(id).await);
     assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
     assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+    // Settled: nothing live, nothing pending.
+    let (counts, oldest) = keel_txq::custody_health(rig.db.pool()).await.unwrap();
+    assert!(counts.is_empty(), "{counts:?}");
+    assert!(oldest.is_none());
 }
 
 #[tokio::test]
