@@ -769,15 +769,17 @@ fn validate_custody(chain: &str, c: &ChainCustodyConfig) -> Result<(), ConfigErr
         .base_url
         .strip_prefix("https://")
         .or_else(|| c.base_url.strip_prefix("http://"));
-    if !origin.is_some_and(|rest| !rest.is_empty() && !rest.trim_end_matches('/').contains('/'))
-    {
+    if !origin.is_some_and(|rest| !rest.is_empty() && !rest.trim_end_matches('/').contains('/')) {
         return Err(invalid(
             &key("baseUrl"),
             "must be an http:// or https:// origin without a path",
         ));
     }
     if !(1..=10_000).contains(&c.requests_per_second) {
-        return Err(invalid(&key("requestsPerSecond"), "must be within 1..=10000"));
+        return Err(invalid(
+            &key("requestsPerSecond"),
+            "must be within 1..=10000",
+        ));
     }
     if !(1..=10_000).contains(&c.burst) {
         return Err(invalid(&key("burst"), "must be within 1..=10000"));
@@ -910,15 +912,11 @@ pub fn is_known_key(key: &str) -> bool {
     known.push(vec!["chains".to_owned(), "*".to_owned()]);
     known.iter().any(|path| {
         path.len() == segments.len()
-            && path
-                .iter()
-                .zip(&segments)
-                .enumerate()
-                .all(|(i, (k, s))| {
-                    k == s
-                        || (k == "*" && !s.is_empty())
-                        || (i == 1 && path[0] == "chains" && !s.is_empty())
-                })
+            && path.iter().zip(&segments).enumerate().all(|(i, (k, s))| {
+                k == s
+                    || (k == "*" && !s.is_empty())
+                    || (i == 1 && path[0] == "chains" && !s.is_empty())
+            })
     })
 }
 
@@ -928,8 +926,7 @@ pub fn is_known_key(key: &str) -> bool {
 fn env_value(raw: &str) -> toml::Value {
     // An address (`0x` + 40 hex digits) is text, though TOML reads a small one as a
     // hex integer.
-    if raw.len() == 42 && raw.starts_with("0x") && raw[2..].bytes().all(|b| b.is_ascii_hexdigit())
-    {
+    if raw.len() == 42 && raw.starts_with("0x") && raw[2..].bytes().all(|b| b.is_ascii_hexdigit()) {
         return toml::Value::String(raw.to_owned());
     }
     format!("v = {raw}")

@@ -1006,7 +1006,10 @@ async fn grant_custody_roles(
                 .await?
                 .get_receipt()
                 .await?;
-            anyhow::ensure!(receipt.status(), "granting DEPLOYER_ROLE to vault `{vault}` reverted");
+            anyhow::ensure!(
+                receipt.status(),
+                "granting DEPLOYER_ROLE to vault `{vault}` reverted"
+            );
         }
         if !resolver.hasRole(admin_role, who).call().await? {
             let receipt = resolver

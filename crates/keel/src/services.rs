@@ -257,8 +257,9 @@ pub fn custody_senders(
         if settings.silent_drop_after_secs == Some(0) {
             settings.silent_drop_after_secs = None;
         }
-        let sender = keel_txq::CustodySender::new(provider.clone(), &settings)
-            .map_err(|e| format!("configuration section `chains.{name}.custody.vaults.{vault}`: {e}"))?;
+        let sender = keel_txq::CustodySender::new(provider.clone(), &settings).map_err(|e| {
+            format!("configuration section `chains.{name}.custody.vaults.{vault}`: {e}")
+        })?;
         tracing::info!(target: TARGET, chain_id, vault = vault.as_str(), address = %sender.address(),
             "custody sender registered");
         out.push(sender);

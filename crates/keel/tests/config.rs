@@ -641,8 +641,14 @@ fn executor_queue_and_history_settings_come_from_the_configuration() {
 fn custody_env(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
     let mut pairs = vec![
         ("KEEL__CHAINS__LOCAL__CUSTODY__PROVIDER", "fireblocks"),
-        ("KEEL__CHAINS__LOCAL__CUSTODY__BASEURL", "http://127.0.0.1:9"),
-        ("KEEL__CHAINS__LOCAL__CUSTODY__APIKEY", "env:KEEL_FB_API_KEY"),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__BASEURL",
+            "http://127.0.0.1:9",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__APIKEY",
+            "env:KEEL_FB_API_KEY",
+        ),
         (
             "KEEL__CHAINS__LOCAL__CUSTODY__PRIVATEKEY",
             "file:/run/secrets/fb.pem",

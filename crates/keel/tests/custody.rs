@@ -177,7 +177,10 @@ impl Stack {
             (format!("{vault_key_prefix}ADDRESS"), vault.to_string()),
             // Webhooks are the fast path; the polls are only the safety net.
             (format!("{vault_key_prefix}POLLINTERVALMS"), "2000".into()),
-            (format!("{vault_key_prefix}MAXPOLLINTERVALMS"), "5000".into()),
+            (
+                format!("{vault_key_prefix}MAXPOLLINTERVALMS"),
+                "5000".into(),
+            ),
             (
                 "KEEL__CUSTODY__WEBHOOKJWKSURL".into(),
                 format!("{sim}/.well-known/jwks.json"),
@@ -269,7 +272,10 @@ impl Stack {
             _ => None,
         };
         if let Some(port) = metrics {
-            cmd.env("KEEL__TELEMETRY__METRICSADDRESS", format!("127.0.0.1:{port}"));
+            cmd.env(
+                "KEEL__TELEMETRY__METRICSADDRESS",
+                format!("127.0.0.1:{port}"),
+            );
         }
         self.procs.insert(role, cmd.spawn().unwrap());
     }
@@ -496,7 +502,11 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
         stack.vault.to_checksum(None),
         "{asset_view}"
     );
-    let token: Address = asset_view["tokenAddress"].as_str().unwrap().parse().unwrap();
+    let token: Address = asset_view["tokenAddress"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let created = stack
         .chain
         .provider()
@@ -538,7 +548,10 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
     let provider_id = custody["providerTxId"].as_str().unwrap().to_owned();
     assert!(stack.mints_of(token).await.is_empty(), "nothing minted yet");
     stack
-        .admin(&format!("/admin/transactions/{provider_id}/approve"), json!({}))
+        .admin(
+            &format!("/admin/transactions/{provider_id}/approve"),
+            json!({}),
+        )
         .await;
     let view = stack
         .await_op(&mint, Duration::from_secs(60), terminal)
@@ -581,12 +594,16 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
         counts.get("woken").copied().unwrap_or(0.0) >= 1.0,
         "{counts:?}"
     );
-    assert_eq!(counts.get("refused").copied().unwrap_or(0.0), 0.0, "{counts:?}");
+    assert_eq!(
+        counts.get("refused").copied().unwrap_or(0.0),
+        0.0,
+        "{counts:?}"
+    );
 
     // Every custody metric the api and the runner exported is in docs/metrics.md, with
     // its labels (the scrape test of e2e.rs runs no custody sender).
-    let doc = std::fs::read_to_string(anvil_tests::workspace_root().join("docs/metrics.md"))
-        .unwrap();
+    let doc =
+        std::fs::read_to_string(anvil_tests::workspace_root().join("docs/metrics.md")).unwrap();
     let mut seen = Vec::new();
     for port in [stack.api_metrics, stack.runner_metrics] {
         for line in stack.scrape(port).await.lines() {
@@ -607,7 +624,10 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
                 .unwrap_or_default();
             for label in labels.split(',').filter_map(|kv| kv.split('=').next()) {
                 if !label.is_empty() && label != "deployment_id" {
-                    assert!(row.contains(&format!("`{label}`")), "{name}: label {label} not in {row}");
+                    assert!(
+                        row.contains(&format!("`{label}`")),
+                        "{name}: label {label} not in {row}"
+                    );
                 }
             }
             seen.push(name.to_owned());
@@ -619,6 +639,9 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
         "keel_txq_custody_status_reads_total",
         "keel_custody_requests_total",
     ] {
-        assert!(seen.iter().any(|n| n == expected), "{expected} not exported: {seen:?}");
+        assert!(
+            seen.iter().any(|n| n == expected),
+            "{expected} not exported: {seen:?}"
+        );
     }
 }

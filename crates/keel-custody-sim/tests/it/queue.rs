@@ -526,8 +526,7 @@ async fn a_silent_drop_without_recovery_is_flagged_when_the_poll_budget_runs_out
 }
 
 #[tokio::test]
-async fn a_platform_scoped_silent_drop_is_not_resubmitted_and_fails_typed_after_the_poll_budget()
-{
+async fn a_platform_scoped_silent_drop_is_not_resubmitted_and_fails_typed_after_the_poll_budget() {
     // Recovery is on for the sender, but this write is platform-scoped (not an
     // operation's `op/…` key): it is never resubmitted; past the poll budget it is
     // cancelled at the provider and, once the cancel is confirmed, fails typed.
