@@ -314,7 +314,7 @@ async fn the_status_page_renders_in_headless_chromium() {
         "Ledger Index",
         "overdue",
         "status-test/never-run",
-        "Custody providers are not built yet",
+        "No approval pending at a provider",
     ] {
         assert!(
             html.contains(needle),
@@ -396,7 +396,7 @@ fn bounded_run(
         };
         // Whatever the browser left running in its group goes with it.
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{group}")])
+            .args(["-s", "KILL", "--", &format!("-{group}")])
             .status();
         let _ = child.wait();
         match status {
