@@ -602,8 +602,8 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
 
     // Every custody metric the api and the runner exported is in docs/metrics.md, with
     // its labels (the scrape test of e2e.rs runs no custody sender).
-    let doc =
-        std::fs::read_to_string(anvil_tests::workspace_root().join("docs/metrics.md")).unwrap();
+    let doc_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
+    let doc = std::fs::read_to_string(doc_path).unwrap();
     let mut seen = Vec::new();
     for port in [stack.api_metrics, stack.runner_metrics] {
         for line in stack.scrape(port).await.lines() {
@@ -617,7 +617,7 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
             let row = doc
                 .lines()
                 .find(|l| l.starts_with(&format!("| `{name}` |")))
-                .unwrap_or_else(|| panic!("{name} is not in docs/metrics.md"));
+                .unwrap_or_else(|| panic!("{name} is not in {doc_path}"));
             let labels = line
                 .split_once('{')
                 .map(|(_, rest)| rest.split('}').next().unwrap_or_default())
