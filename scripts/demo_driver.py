@@ -5,12 +5,16 @@ processes, creates and mints an asset through the HTTP API, shows its holders at
 record date and now (Ledger read API), transfers from its issuer, kills the runner
 (SIGKILL) in the middle of a second asset's feed phase, restarts it, checks the chain,
 lists assets, operations (page by page) and templates, and stops
-everything with SIGTERM. It also registers a webhook endpoint served by a tiny receiver
+everything with SIGTERM. A custody leg starts keel-custody-sim (a local Fireblocks-compatible
+provider) as a fourth process, creates an asset through a template whose sender is the
+simulator's vault account, and mints once through it: the mint waits for an approval at
+the provider, is approved through the simulator's admin call and completes via its
+signed webhook. It also registers a webhook endpoint served by a tiny receiver
 it starts, verifies every delivery's Standard Webhooks signature, and prints the events
 of the first asset's operation in the order they arrived. Standard library only.
 
-Environment: KEEL_BIN, KEEL_API_URL, KEEL_API_KEY, KEEL_RPC_URL, KEEL_LOG_DIR, and the
-KEEL__* configuration the roles read.
+Environment: KEEL_BIN, KEEL_API_URL, KEEL_API_KEY, KEEL_RPC_URL, KEEL_LOG_DIR, KEEL_SIM_BIN,
+KEEL_SIM_URL, KEEL_SIM_ARGS, and the KEEL__* configuration the roles read.
 """
 
 import base64
@@ -19,6 +23,8 @@ import hmac
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import json
 import os
+import shlex
+import socket
 import threading
 import signal
 import subprocess
@@ -32,6 +38,13 @@ API = os.environ["KEEL_API_URL"]
 KEY = os.environ["KEEL_API_KEY"]
 RPC = os.environ["KEEL_RPC_URL"]
 LOGS = os.environ["KEEL_LOG_DIR"]
+SIM_BIN = os.environ["KEEL_SIM_BIN"]
+SIM = os.environ["KEEL_SIM_URL"]
+SIM_ARGS = shlex.split(os.environ["KEEL_SIM_ARGS"])
+TRANSFER = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"  # Transfer(address,address,uint256)
+ZERO_TOPIC = "0x" + "0" * 64
+# The custody vault's address (Anvil's dev account 5, held by the simulator's vault 7).
+VAULT = "0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc"
 
 # keccak256 of the event signatures (topic 0), from abi/src.
 ASSET_CREATED = "0xdc647a4f8dd581a4b6e212975dc926f303bfc702ad2276f4f1c25ea6573b634b"  # AssetCreated(bytes32,address,string,uint8)
@@ -100,20 +113,72 @@ def say(msg):
     print(f"demo: {msg}", flush=True)
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# The api role's Prometheus endpoint (the custody leg reads its webhook counter).
+API_METRICS = f"127.0.0.1:{free_port()}"
+
+
 def spawn(role):
     log = open(os.path.join(LOGS, f"{role}.log"), "a")
+    env = dict(os.environ)
+    if role == "api":
+        env["KEEL__TELEMETRY__METRICSADDRESS"] = API_METRICS
     procs[role] = subprocess.Popen(
         [KEEL, "run", "--role", role, "--termination-grace-seconds", "10"],
         stdout=subprocess.DEVNULL,
         stderr=log,
+        env=env,
     )
     say(f"started {role:<7} (pid {procs[role].pid})")
+
+
+def spawn_sim():
+    """keel-custody-sim, the fourth process: the custody provider of the vault sender."""
+    log = open(os.path.join(LOGS, "sim.log"), "a")
+    listen = SIM.removeprefix("http://")
+    p = subprocess.Popen(
+        [SIM_BIN, "--listen", listen, "--rpc-url", RPC, "--webhook-url", f"{API}/v1/custody/webhooks/fireblocks",
+         *SIM_ARGS],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    procs["sim"] = p
+    line = p.stdout.readline().strip()
+    if line != f"keel-custody-sim listening on {SIM}":
+        fail(f"keel-custody-sim did not start: {line!r}")
+    say(f"started sim     (pid {p.pid}) keel-custody-sim on {SIM}, webhooks to the api")
+
+
+def sim_admin(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(SIM + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read() or b"null")
+
+
+def custody_webhooks_counted():
+    """keel_api_custody_webhooks_total by result, from the api role's metrics."""
+    with urllib.request.urlopen(f"http://{API_METRICS}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("keel_api_custody_webhooks_total{") and 'result="' in line:
+            result = line.split('result="')[1].split('"')[0]
+            out[result] = out.get(result, 0) + float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def stop_all():
     for role, p in procs.items():
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            # The simulator stops gracefully on SIGINT; the roles on SIGTERM.
+            p.send_signal(signal.SIGINT if role == "sim" else signal.SIGTERM)
     for role, p in procs.items():
         try:
             code = p.wait(timeout=30)
@@ -195,7 +260,8 @@ def follow(op_id, on_phase=None, timeout=180):
             k = ("submitted", m["step"])
             if k not in seen and m.get("txHash"):
                 seen.add(k)
-                say(f"  submitted  {m['step']:<19} tx {m['txHash']} nonce {m['nonce']}")
+                how = f"nonce {m['nonce']}" if m.get("nonce") is not None else "(signed and broadcast by the custody provider)"
+                say(f"  submitted  {m['step']:<19} tx {m['txHash']} {how}")
         for m in view["milestones"]["confirmed"]:
             k = ("confirmed", m["step"])
             if k not in seen:
@@ -210,11 +276,11 @@ def follow(op_id, on_phase=None, timeout=180):
     fail(f"operation {op_id} did not end within {timeout} s")
 
 
-def create_asset(idem, name, symbol):
+def create_asset(idem, name, symbol, template="standard"):
     status, view = http(
         "POST",
         "/v1/assets",
-        {"name": name, "symbol": symbol, "decimals": 6, "templateId": "standard", "initialPrice": "101.25"},
+        {"name": name, "symbol": symbol, "decimals": 6, "templateId": template, "initialPrice": "101.25"},
         idem,
     )
     if status not in (200, 202):
@@ -255,10 +321,11 @@ def print_holders(label, block, finalized, rows, supply):
 
 
 def main():
+    spawn_sim()
     for role in ("indexer", "runner", "api"):
         spawn(role)
     wait_ready()
-    say("all three roles are up; the api is ready")
+    say("all three roles and the custody simulator are up; the api is ready")
 
     say("0. register a webhook endpoint served by a receiver this driver runs")
     url = start_receiver()
@@ -422,7 +489,51 @@ def main():
     if len(assets["data"]) != 2 or len(ops) != 8 or len(done["data"]) != 4:
         fail("the lists do not show what was created")
 
-    say("6. stop every role with SIGTERM")
+    say("6. custody: an asset whose template sends from vault 'treasury' at keel-custody-sim")
+    custody = create_asset("demo-asset-3", "Gamma Custody Fund", "GMMA", template="custody")
+    view = follow(custody["id"])
+    if view["state"] != "completed":
+        fail(f"the custody asset ended {view['state']}: {view.get('error')}")
+    status, g = http("GET", f"/v1/assets/{custody['assetId']}")
+    say(f"asset      {g['symbol']} token {g['tokenAddress']} issuer {g['issuerAddress']} (the vault: every write signed and broadcast by the provider)")
+    if g["issuerAddress"].lower() != VAULT.lower():
+        fail("the custody asset's issuer is not the vault")
+    sim_admin("POST", "/admin/faults/transaction", {"behavior": "require_approval"})
+    say("  the provider's policy now asks for an approval of the next transaction")
+    status, m = http("POST", f"/v1/assets/{custody['assetId']}/mint", {"recipient": HOLDER, "amount": "250"}, "demo-mint-custody")
+    if status not in (200, 202):
+        fail(f"the custody mint answered {status}: {m}")
+    deadline = time.time() + 60
+    while True:
+        status, view = http("GET", f"/v1/operations/{m['id']}")
+        wait = view.get("wait") or {}
+        if wait.get("for") == "custody_approval":
+            break
+        if view["state"] in ("completed", "failed", "cancelled") or time.time() > deadline:
+            fail(f"the custody mint never waited for the provider's approval: {view}")
+        time.sleep(0.1)
+    provider_tx = wait["custody"]["providerTxId"]
+    say(f"  waiting    for custody_approval: provider {wait['custody']['provider']} transaction {provider_tx} status {wait['custody']['status']}")
+    minted_before = len(logs(g["tokenAddress"], TRANSFER, ZERO_TOPIC))
+    if minted_before != 0:
+        fail("something was minted before the approval")
+    counted_before = custody_webhooks_counted().get("woken", 0)
+    sim_admin("POST", f"/admin/transactions/{provider_tx}/approve", {})
+    say(f"  approved   at the provider (POST {SIM}/admin/transactions/{provider_tx}/approve)")
+    view = follow(m["id"])
+    if view["state"] != "completed":
+        fail(f"the custody mint ended {view['state']}: {view.get('error')}")
+    custody_mints = logs(g["tokenAddress"], TRANSFER, ZERO_TOPIC)
+    woken = custody_webhooks_counted().get("woken", 0) - counted_before
+    events = [e for e in sim_admin("GET", "/admin/webhooks/events") if e["resourceId"] == provider_tx]
+    say(f"  completed  block {view['result']['block']}; mints on chain: {len(custody_mints)}; provider webhooks for it:"
+        f" {len(events)} sent, {int(woken)} verified by the api and woke the queue")
+    if len(custody_mints) != 1:
+        fail("the custody mint did not land exactly once")
+    if woken < 1:
+        fail("no verified provider webhook woke the queue after the approval")
+
+    say("7. stop every role with SIGTERM (the simulator with SIGINT)")
     stop_all()
     print()
     print("Summary")
@@ -431,6 +542,9 @@ def main():
     print("              100 minted to its issuer, 10.5 transferred from the issuer to the holder")
     print(f"  asset BETA  created although the runner was killed during '{killed[0]}'; the chain holds")
     print("              exactly one token, one feed, one observation, one bound and one unpause for it")
+    print(f"  asset GMMA  created through custody vault 'treasury' (keel-custody-sim); one mint of 250 waited")
+    print(f"              for the provider's approval, was approved through the simulator's admin call and")
+    print(f"              completed via its signed webhook ({int(woken)} verified); exactly {len(custody_mints)} mint on chain")
     print(f"  webhooks    {len(received)} distinct events delivered, every signature verified")
     print(f"  logs        {LOGS}")
 

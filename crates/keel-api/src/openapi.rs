@@ -433,6 +433,8 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::status::SingletonInfo,
         crate::status::JobInfo,
         crate::status::CustodyInfo,
+        crate::status::CustodyRequestCount,
+        crate::status::CustodyPendingApproval,
         crate::status::WebhooksInfo,
         crate::status::DisabledEndpointInfo,
     )),

@@ -330,14 +330,55 @@ pub struct JobInfo {
     pub verdict: String,
 }
 
-/// Custody providers: not built yet (issue 19). Provider requests by status, the
-/// oldest in-doubt create and the provider webhook verified / refused counts will be
-/// reported here.
+/// Custody providers (issue 19): the queue's live custody submissions by provider
+/// status, and the oldest approval pending at a provider. Webhook verified / refused
+/// counts are metrics (`keel_api_custody_webhooks_total`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CustodyInfo {
-    /// Whether a custody provider is configured (false until custody exists).
+    /// Whether any custody submission is live (a custody sender is at work).
     pub configured: bool,
+    /// Live submissions (not settled, not superseded) by chain, provider, phase and
+    /// provider status.
+    pub requests: Vec<CustodyRequestCount>,
+    /// The submission waiting longest for an approval at its provider; null when none
+    /// waits.
+    pub oldest_pending_approval: Option<CustodyPendingApproval>,
+}
+
+/// Live custody submissions of one (chain, provider, phase, status).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CustodyRequestCount {
+    /// EIP-155 chain id.
+    pub chain_id: u64,
+    /// The provider (`fireblocks`).
+    pub provider: String,
+    /// The submission phase: `ready`, `creating`, `in_doubt`, `submitted`,
+    /// `cancelling`.
+    pub phase: String,
+    /// The provider's last status (Fireblocks name); null before the first read.
+    pub status: Option<String>,
+    /// How many submissions.
+    pub count: u64,
+}
+
+/// A custody approval pending at a provider.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CustodyPendingApproval {
+    /// The queue request.
+    pub request_id: Uuid,
+    /// EIP-155 chain id.
+    pub chain_id: u64,
+    /// The provider (`fireblocks`).
+    pub provider: String,
+    /// The provider's transaction id.
+    pub provider_tx_id: Option<String>,
+    /// `PENDING_AUTHORIZATION` or `PENDING_3RD_PARTY_MANUAL_APPROVAL`.
+    pub status: Option<String>,
+    /// Since when it has waited (RFC 3339, database clock).
+    pub since: DateTime<Utc>,
 }
 
 /// A disabled webhook endpoint.
@@ -583,6 +624,28 @@ impl From<&View> for PlatformStatus {
                 .collect(),
             custody: CustodyInfo {
                 configured: v.custody.configured,
+                requests: v
+                    .custody
+                    .requests
+                    .iter()
+                    .map(|c| CustodyRequestCount {
+                        chain_id: c.chain_id.get(),
+                        provider: c.provider.clone(),
+                        phase: c.phase.clone(),
+                        status: c.status.clone(),
+                        count: c.live,
+                    })
+                    .collect(),
+                oldest_pending_approval: v.custody.oldest_pending_approval.as_ref().map(|p| {
+                    CustodyPendingApproval {
+                        request_id: p.request_id,
+                        chain_id: p.chain_id.get(),
+                        provider: p.provider.clone(),
+                        provider_tx_id: p.provider_tx_id.clone(),
+                        status: p.status.clone(),
+                        since: p.since,
+                    }
+                }),
             },
             webhooks: WebhooksInfo {
                 healthy: v.webhooks.healthy,
@@ -1076,7 +1139,39 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
     }
 
     // Custody
-    o.push_str("<h2 id=\"custody\">Custody</h2><p class=\"muted\">Custody providers are not built yet: provider requests by status, the oldest in-doubt create and provider webhook verified / refused counts will appear here.</p>");
+    let c = &s.custody;
+    o.push_str("<h2 id=\"custody\">Custody</h2>");
+    match &c.oldest_pending_approval {
+        Some(p) => {
+            let _ = write!(
+                o,
+                "<p class=\"warn\">Oldest approval pending at a provider: {} transaction <code>{}</code> ({}, chain {}) since {}.</p>",
+                esc(&p.provider),
+                opt(p.provider_tx_id.as_deref()),
+                opt(p.status.as_deref()),
+                p.chain_id,
+                ts(Some(p.since))
+            );
+        }
+        None => o.push_str("<p>No approval pending at a provider.</p>"),
+    }
+    if c.requests.is_empty() {
+        o.push_str("<p class=\"muted\">No live custody submission.</p>");
+    } else {
+        o.push_str("<table><tr><th>chain</th><th>provider</th><th>phase</th><th>provider status</th><th>submissions</th></tr>");
+        for r in &c.requests {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                r.chain_id,
+                esc(&r.provider),
+                esc(&r.phase),
+                opt(r.status.as_deref()),
+                r.count
+            );
+        }
+        o.push_str("</table>");
+    }
 
     // Webhooks
     let h = &s.webhooks;

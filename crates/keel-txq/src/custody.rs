@@ -36,12 +36,17 @@
 //!   in a reorg leaves the request in flight.
 //! - Lost hash: `COMPLETED` without a hash is looked up again by external id; the hash
 //!   is persisted before anything settles.
-//! - Silent drop: a submission still pre-broadcast (no hash) past
+//! - Silent drop: an organization-scoped submission ([`organization_scoped`]: an
+//!   operation's write) still pre-broadcast (no hash) past
 //!   [`CustodySenderConfig::silent_drop_after_secs`] is cancelled at the provider; only
 //!   once a read shows `CANCELLED` is it superseded by resubmission n + 1 (a new
 //!   external id, the same calldata). With the setting off, the submission keeps
-//!   polling and runs into the poll budget.
-//! - Poll budget: a submission not settled after
+//!   polling and runs into the poll budget. A platform-scoped write is never
+//!   resubmitted automatically: still pre-broadcast without a hash past the poll
+//!   budget, it is cancelled, and once the cancel is confirmed it fails
+//!   `CUSTODY_TIMED_OUT` (nothing reached the chain; a declined cancel keeps it
+//!   followed).
+//! - Poll budget: any other submission not settled after
 //!   [`CustodySenderConfig::poll_budget_secs`] (an approval wait excepted) is flagged
 //!   once: [`CustodyView::budget_exceeded`], a WARN and
 //!   `keel_txq_custody_poll_budget_exceeded_total`; it keeps polling at the slowest
@@ -159,6 +164,20 @@ impl CustodySenderConfig {
             clock_skew_secs: default_skew_secs(),
         }
     }
+}
+
+/// The idempotency-key prefix of an operation's writes (`op/<operation id>/<write>`,
+/// keel-workflows): every operation belongs to an organization, so these requests are
+/// **organization-scoped**; any other key is a platform-scoped write.
+pub const ORGANIZATION_SCOPED_KEY_PREFIX: &str = "op/";
+
+/// Whether a request with this idempotency key is an organization-scoped write (see
+/// [`ORGANIZATION_SCOPED_KEY_PREFIX`]). Only those get the automatic silent-drop
+/// recovery (cancel, confirm, resubmit); a platform-scoped write that stays
+/// pre-broadcast past the poll budget is cancelled and fails
+/// [`crate::FailureCode::CustodyTimedOut`].
+pub fn organization_scoped(idempotency_key: &str) -> bool {
+    idempotency_key.starts_with(ORGANIZATION_SCOPED_KEY_PREFIX)
 }
 
 /// A registered custody sender: the provider and the checked settings.

@@ -55,3 +55,75 @@ pub async fn queue_health(db: &keel_store::PgPool) -> Result<Vec<SenderHealth>> 
         })
         .collect()
 }
+
+/// Live custody submissions of one (chain, provider, phase, provider status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustodyCount {
+    /// The chain.
+    pub chain_id: ChainId,
+    /// The provider's bounded name (`fireblocks`).
+    pub provider: String,
+    /// The submission phase (`ready`, `creating`, `in_doubt`, `submitted`,
+    /// `cancelling`).
+    pub phase: String,
+    /// The provider's last status (Fireblocks name); `None` before the first read.
+    pub status: Option<String>,
+    /// How many submissions.
+    pub live: u64,
+}
+
+/// The custody submission that waits longest for an approval at its provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingApproval {
+    /// The queue request.
+    pub request_id: uuid::Uuid,
+    /// The chain.
+    pub chain_id: ChainId,
+    /// The provider's bounded name.
+    pub provider: String,
+    /// The provider's transaction id.
+    pub provider_tx_id: Option<String>,
+    /// `PENDING_AUTHORIZATION` or `PENDING_3RD_PARTY_MANUAL_APPROVAL`.
+    pub status: Option<String>,
+    /// Since when it has had that status (database clock).
+    pub since: DateTime<Utc>,
+}
+
+/// Custody health for Platform Status: live submissions (not settled, not superseded)
+/// by chain, provider, phase and provider status, and the oldest pending approval. Two
+/// statements; no provider is asked.
+///
+/// # Errors
+/// [`TxqError::Store`] when the database fails or a row does not decode.
+pub async fn custody_health(
+    db: &keel_store::PgPool,
+) -> Result<(Vec<CustodyCount>, Option<PendingApproval>)> {
+    let decode = |_| TxqError::Store(StoreError::Decode);
+    let counts = store::custody_counts(db)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(CustodyCount {
+                chain_id: ChainId(u64::try_from(r.chain_id).map_err(decode)?),
+                provider: r.provider,
+                phase: r.phase,
+                status: r.status,
+                live: u64::try_from(r.live).map_err(decode)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let oldest = store::custody_oldest_approval(db)
+        .await?
+        .map(|r| {
+            Ok::<_, TxqError>(PendingApproval {
+                request_id: r.request_id,
+                chain_id: ChainId(u64::try_from(r.chain_id).map_err(decode)?),
+                provider: r.provider,
+                provider_tx_id: r.provider_tx_id,
+                status: r.status,
+                since: r.since,
+            })
+        })
+        .transpose()?;
+    Ok((counts, oldest))
+}

@@ -235,11 +235,14 @@ mod verdict;
 mod view;
 mod withdraw;
 
-pub use custody::{CustodySender, CustodySenderConfig, CustodyView, custody_views, custody_wake};
+pub use custody::{
+    CustodySender, CustodySenderConfig, CustodyView, ORGANIZATION_SCOPED_KEY_PREFIX, custody_views,
+    custody_wake, organization_scoped,
+};
 pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
-pub use health::{SenderHealth, queue_health};
+pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, queue_health};
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
 pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};

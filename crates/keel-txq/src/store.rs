@@ -975,6 +975,60 @@ pub(crate) struct SenderHealthRow {
     pub next_nonce: i64,
 }
 
+/// Live custody submissions (not `done`, not `superseded`) counted by chain, provider,
+/// phase and provider status.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct CustodyCountRow {
+    pub chain_id: i64,
+    pub provider: String,
+    pub phase: String,
+    pub status: Option<String>,
+    pub live: i64,
+}
+
+/// [`CustodyCountRow`]s, ordered by chain, provider, phase, status (the partial index
+/// `txq_custody_attempt_live` of migration 0040 covers the live rows).
+pub(crate) async fn custody_counts(db: impl PgExecutor<'_>) -> Result<Vec<CustodyCountRow>> {
+    Ok(sqlx::query_as::<_, CustodyCountRow>(
+        "SELECT r.chain_id, a.provider, a.phase, a.status, count(*)::int8 AS live
+           FROM txq_custody_attempt a JOIN txq_request r ON r.id = a.request_id
+          WHERE a.phase NOT IN ('done', 'superseded')
+          GROUP BY r.chain_id, a.provider, a.phase, a.status
+          ORDER BY r.chain_id, a.provider, a.phase, a.status NULLS FIRST",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+/// The live custody submission waiting longest for an approval at its provider.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct CustodyApprovalRow {
+    pub request_id: Uuid,
+    pub chain_id: i64,
+    pub provider: String,
+    pub provider_tx_id: Option<String>,
+    pub status: Option<String>,
+    pub since: chrono::DateTime<chrono::Utc>,
+}
+
+/// The oldest live submission whose provider status is an approval wait
+/// (`PENDING_AUTHORIZATION`, `PENDING_3RD_PARTY_MANUAL_APPROVAL`), by `status_since`.
+pub(crate) async fn custody_oldest_approval(
+    db: impl PgExecutor<'_>,
+) -> Result<Option<CustodyApprovalRow>> {
+    Ok(sqlx::query_as::<_, CustodyApprovalRow>(
+        "SELECT a.request_id, r.chain_id, a.provider, a.provider_tx_id, a.status,
+                a.status_since AS since
+           FROM txq_custody_attempt a JOIN txq_request r ON r.id = a.request_id
+          WHERE a.phase NOT IN ('done', 'superseded')
+            AND a.status IN ('PENDING_AUTHORIZATION', 'PENDING_3RD_PARTY_MANUAL_APPROVAL')
+          ORDER BY a.status_since, a.request_id
+          LIMIT 1",
+    )
+    .fetch_optional(db)
+    .await?)
+}
+
 /// Every sender of `txq_sender` with its unsettled requests (depth, waiting funding,
 /// in flight, oldest unsettled) and its replacements (attempts above the first) in the
 /// last hour of the database clock (indexes of `migrations/0051_txq_status.sql`).
@@ -1014,6 +1068,8 @@ pub(crate) async fn senders_health(db: impl PgExecutor<'_>) -> Result<Vec<Sender
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct CustodyDueRow {
     pub id: Uuid,
+    /// The request's idempotency key (an operation's write: `op/…`, organization-scoped).
+    pub idempotency_key: String,
     pub sender: Vec<u8>,
     pub to_address: Option<Vec<u8>>,
     pub value_wei: String,
@@ -1046,7 +1102,7 @@ pub(crate) async fn custody_due(
     limit: i64,
 ) -> Result<Vec<CustodyDueRow>> {
     Ok(sqlx::query_as::<_, CustodyDueRow>(
-        "SELECT r.id, r.sender, r.to_address, r.value_wei, r.calldata,
+        "SELECT r.id, r.idempotency_key, r.sender, r.to_address, r.value_wei, r.calldata,
                 a.resubmission, a.external_tx_id, a.phase, a.provider_tx_id, a.status, a.tx_hash,
                 a.polls, a.absent_after <= now() AS absent_proven,
                 extract(epoch FROM now() - a.created_at)::float8 AS age_secs,

@@ -122,6 +122,12 @@ pub enum FailureCode {
     /// Custody sender: the provider refused the create itself (HTTP 4xx other than
     /// credentials or a duplicate external id): nothing was created.
     CustodyRefused,
+    /// Custody sender, a platform-scoped request (not an operation's write): its
+    /// submission stayed pre-broadcast without a hash past the poll budget (a silent
+    /// drop, which is recovered automatically only for organization-scoped writes); it
+    /// was cancelled at the provider, the cancel confirmed, and nothing reached the
+    /// chain.
+    CustodyTimedOut,
     /// A code this version does not know (written by a newer one); never emitted.
     #[serde(untagged)]
     Unknown(String),
@@ -129,7 +135,7 @@ pub enum FailureCode {
 
 impl FailureCode {
     /// Every code this version emits.
-    pub const KNOWN: [FailureCode; 13] = [
+    pub const KNOWN: [FailureCode; 14] = [
         FailureCode::ExecutionReverted,
         FailureCode::GasRequired,
         FailureCode::FundingDeadlineExpired,
@@ -143,6 +149,7 @@ impl FailureCode {
         FailureCode::CustodyCancelled,
         FailureCode::CustodyFailed,
         FailureCode::CustodyRefused,
+        FailureCode::CustodyTimedOut,
     ];
 
     /// The stored name (`"GAS_REQUIRED"`, ...; an unknown code as stored).
@@ -161,6 +168,7 @@ impl FailureCode {
             FailureCode::CustodyCancelled => "CUSTODY_CANCELLED",
             FailureCode::CustodyFailed => "CUSTODY_FAILED",
             FailureCode::CustodyRefused => "CUSTODY_REFUSED",
+            FailureCode::CustodyTimedOut => "CUSTODY_TIMED_OUT",
             FailureCode::Unknown(s) => s,
         }
     }

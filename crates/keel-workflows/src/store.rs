@@ -353,6 +353,11 @@ pub struct AssetTemplateRow {
     pub funding_pause: bool,
     /// Funding pause deadline, seconds.
     pub funding_deadline_seconds: i64,
+    /// The custody vault the template's assets send from (migration 0059), or none:
+    /// the operator key.
+    pub sender_vault: Option<String>,
+    /// That vault's address (20 bytes), set with `sender_vault`.
+    pub sender_address: Option<Vec<u8>>,
 }
 
 /// Inserts or replaces template `t.id` of `organization_id`.
@@ -367,8 +372,8 @@ pub async fn asset_template_upsert(
     sqlx::query(
         "INSERT INTO asset_template (organization_id, id, chain_id, price_decimals,
              staleness_bound_seconds, mint_approval_threshold, approval_ttl_seconds,
-             funding_pause, funding_deadline_seconds)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             funding_pause, funding_deadline_seconds, sender_vault, sender_address)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (organization_id, id) DO UPDATE SET
              chain_id = EXCLUDED.chain_id, price_decimals = EXCLUDED.price_decimals,
              staleness_bound_seconds = EXCLUDED.staleness_bound_seconds,
@@ -376,6 +381,8 @@ pub async fn asset_template_upsert(
              approval_ttl_seconds = EXCLUDED.approval_ttl_seconds,
              funding_pause = EXCLUDED.funding_pause,
              funding_deadline_seconds = EXCLUDED.funding_deadline_seconds,
+             sender_vault = EXCLUDED.sender_vault,
+             sender_address = EXCLUDED.sender_address,
              updated_at = now()",
     )
     .bind(organization_id)
@@ -387,6 +394,8 @@ pub async fn asset_template_upsert(
     .bind(t.approval_ttl_seconds)
     .bind(t.funding_pause)
     .bind(t.funding_deadline_seconds)
+    .bind(t.sender_vault.as_deref())
+    .bind(t.sender_address.as_deref())
     .execute(db)
     .await?;
     Ok(())
@@ -403,7 +412,8 @@ pub async fn asset_template_get(
 ) -> StoreResult<Option<AssetTemplateRow>> {
     Ok(sqlx::query_as(
         "SELECT id, chain_id, price_decimals, staleness_bound_seconds, mint_approval_threshold,
-                approval_ttl_seconds, funding_pause, funding_deadline_seconds
+                approval_ttl_seconds, funding_pause, funding_deadline_seconds, sender_vault,
+                sender_address
            FROM asset_template WHERE organization_id = $1 AND id = $2",
     )
     .bind(organization_id)
@@ -437,8 +447,8 @@ pub async fn asset_template_list(
 ) -> StoreResult<Vec<AssetTemplateListRow>> {
     Ok(sqlx::query_as(
         "SELECT id, chain_id, price_decimals, staleness_bound_seconds, mint_approval_threshold,
-                approval_ttl_seconds, funding_pause, funding_deadline_seconds, created_at,
-                updated_at
+                approval_ttl_seconds, funding_pause, funding_deadline_seconds, sender_vault,
+                sender_address, created_at, updated_at
            FROM asset_template
           WHERE organization_id = $1 AND ($2::text IS NULL OR id > $2)
           ORDER BY id LIMIT $3",

@@ -272,6 +272,21 @@ pub struct Template {
     pub funding_pause: bool,
     /// How long a funding pause may last, seconds.
     pub funding_deadline_seconds: u64,
+    /// The sender of the template's assets: a custody vault of its chain (issue 19);
+    /// `None`: the local operator key. The workflows do not change, only who sends
+    /// (and so becomes the asset's issuer).
+    pub sender: Option<TemplateSender>,
+}
+
+/// A template's custody sender: the vault's name in the configuration
+/// (`chains.<name>.custody.vaults.<vault>`) and its address there when the template
+/// was set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateSender {
+    /// The vault's name (`^[a-z0-9][a-z0-9._-]{0,63}$`).
+    pub vault: String,
+    /// The vault account's address on the template's chain.
+    pub address: alloy::primitives::Address,
 }
 
 impl TryFrom<store::AssetTemplateRow> for Template {
@@ -289,6 +304,14 @@ impl TryFrom<store::AssetTemplateRow> for Template {
             approval_ttl_seconds: u64::try_from(r.approval_ttl_seconds).map_err(decode)?,
             funding_pause: r.funding_pause,
             funding_deadline_seconds: u64::try_from(r.funding_deadline_seconds).map_err(decode)?,
+            sender: match (r.sender_vault, r.sender_address) {
+                (Some(vault), Some(a)) if a.len() == 20 => Some(TemplateSender {
+                    vault,
+                    address: alloy::primitives::Address::from_slice(&a),
+                }),
+                (None, None) => None,
+                _ => return Err(OpsError::Store(keel_store::StoreError::Decode)),
+            },
         })
     }
 }
@@ -637,6 +660,14 @@ pub async fn upsert_template(db: &PgPool, organization_id: Uuid, t: &Template) -
             reason: "bounds and deadlines must be positive",
         });
     }
+    if let Some(sender) = &t.sender
+        && (!valid_template_id(&sender.vault) || sender.address.is_zero())
+    {
+        return Err(OpsError::InvalidField {
+            field: "sender",
+            reason: "a vault name must match ^[a-z0-9][a-z0-9._-]{0,63}$ and its address must not be zero",
+        });
+    }
     if let Some(th) = &t.mint_approval_threshold {
         parse_units(
             th,
@@ -660,6 +691,8 @@ pub async fn upsert_template(db: &PgPool, organization_id: Uuid, t: &Template) -
         approval_ttl_seconds: i64_of(t.approval_ttl_seconds, "approvalTtlSeconds")?,
         funding_pause: t.funding_pause,
         funding_deadline_seconds: i64_of(t.funding_deadline_seconds, "fundingDeadlineSeconds")?,
+        sender_vault: t.sender.as_ref().map(|s| s.vault.clone()),
+        sender_address: t.sender.as_ref().map(|s| s.address.to_vec()),
     };
     store::asset_template_upsert(db, organization_id, &row).await?;
     Ok(())

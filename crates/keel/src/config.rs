@@ -37,6 +37,17 @@ pub enum ConfigError {
         /// The rule it breaks.
         reason: String,
     },
+    /// A template names a sender vault the chain's custody section does not configure
+    /// (`keel template set --sender`).
+    #[error(
+        "unknown sender `{vault}`: no vault `chains.{chain}.custody.vaults.{vault}` in the configuration"
+    )]
+    UnknownSender {
+        /// The chain's name.
+        chain: String,
+        /// The vault name asked for.
+        vault: String,
+    },
 }
 
 /// The process role. There is no combined role (see docs/architecture.md).
@@ -82,10 +93,117 @@ pub struct ChainConfig {
     /// provider API key: printed only redacted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ws_url: Option<String>,
+    /// `[chains.<name>.custody]`: a custody provider account whose vault accounts send
+    /// this chain's transactions for the templates that name them (absent: local keys
+    /// only). See docs/custody.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custody: Option<ChainCustodyConfig>,
 }
 
 fn default_confirmations() -> u64 {
     1
+}
+
+/// The custody platform of a `[chains.<name>.custody]` section.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CustodyProviderKind {
+    /// Fireblocks (REST API v1, webhooks v2), or `keel-custody-sim`.
+    Fireblocks,
+}
+
+/// `[chains.<name>.custody]`: one provider account (workspace API user) and its vault
+/// accounts (`vaults.<name>`), the senders a template can choose. Holds secret
+/// *sources* (`env:NAME`, `file:PATH`), never secret values, so it may be printed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChainCustodyConfig {
+    /// The provider (`fireblocks`).
+    pub provider: CustodyProviderKind,
+    /// The API origin without a path (`https://api.fireblocks.io`, or the simulator's).
+    pub base_url: String,
+    /// The API key (`env:NAME` or `file:PATH`).
+    pub api_key: keel_custody::SecretSource,
+    /// The API user's RSA private key, PEM (`env:NAME` or `file:PATH`).
+    pub private_key: keel_custody::SecretSource,
+    /// Sustained request rate of the account, requests per second (1..=10000;
+    /// default 20).
+    #[serde(default = "default_custody_rps")]
+    pub requests_per_second: u32,
+    /// Burst above the sustained rate, requests (default 20).
+    #[serde(default = "default_custody_rps")]
+    pub burst: u32,
+    /// Timeout of one provider request, milliseconds (100..=600000; default 10000).
+    #[serde(default = "default_custody_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// The vault accounts, by name (the name a template's `--sender` gives). Each one
+    /// is a sender of this chain: `vaultAccountId` (a string: quote it in an
+    /// environment override, `'"7"'`), `assetId`, `address`, and the poll, budget,
+    /// silent-drop (`silentDropAfterSecs = 0`: never) and clock-skew settings of
+    /// `keel_txq::CustodySenderConfig`.
+    #[serde(default)]
+    pub vaults: BTreeMap<String, keel_txq::CustodySenderConfig>,
+}
+
+fn default_custody_rps() -> u32 {
+    20
+}
+fn default_custody_timeout_ms() -> u64 {
+    10_000
+}
+
+impl Config {
+    /// The custody vault `vault` of chain `chain` as a template's sender (its name and
+    /// configured address).
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownSender`] when the chain has no such vault (or no custody
+    /// section).
+    pub fn template_sender(
+        &self,
+        chain: &str,
+        vault: &str,
+    ) -> Result<keel_workflows::tenancy::TemplateSender, ConfigError> {
+        self.chains
+            .get(chain)
+            .and_then(|c| c.custody.as_ref())
+            .and_then(|c| c.vaults.get(vault))
+            .map(|v| keel_workflows::tenancy::TemplateSender {
+                vault: vault.to_owned(),
+                address: v.address,
+            })
+            .ok_or_else(|| ConfigError::UnknownSender {
+                chain: chain.to_owned(),
+                vault: vault.to_owned(),
+            })
+    }
+}
+
+impl ChainCustodyConfig {
+    /// The adapter's configuration (the other adapter settings at their defaults).
+    pub fn fireblocks(&self) -> keel_custody::FireblocksConfig {
+        keel_custody::FireblocksConfig {
+            requests_per_second: self.requests_per_second,
+            burst: self.burst,
+            request_timeout_ms: self.request_timeout_ms,
+            ..keel_custody::FireblocksConfig::new(
+                self.base_url.clone(),
+                self.api_key.clone(),
+                self.private_key.clone(),
+            )
+        }
+    }
+}
+
+/// `[custody]`: inbound provider webhooks (role `api`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CustodySettings {
+    /// The JWKS URL the webhooks of `POST /v1/custody/webhooks/fireblocks` are verified
+    /// against (Fireblocks: `https://keys.fireblocks.io/.well-known/jwks.json`; the
+    /// simulator: `<base>/.well-known/jwks.json`). Empty (default): the route answers
+    /// 404.
+    pub webhook_jwks_url: String,
 }
 
 /// `[durable]`.
@@ -654,6 +772,87 @@ pub struct Config {
     /// `[webhooks]`.
     #[serde(default)]
     pub webhooks: WebhookSettings,
+    /// `[custody]`: inbound custody-provider webhooks (the providers themselves are
+    /// per chain: `chains.<name>.custody`).
+    #[serde(default)]
+    pub custody: CustodySettings,
+}
+
+/// The rules of `[chains.<chain>.custody]` and its vaults (keys named in full).
+fn validate_custody(chain: &str, c: &ChainCustodyConfig) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("chains.{chain}.custody.{k}");
+    let origin = c
+        .base_url
+        .strip_prefix("https://")
+        .or_else(|| c.base_url.strip_prefix("http://"));
+    if !origin.is_some_and(|rest| !rest.is_empty() && !rest.trim_end_matches('/').contains('/')) {
+        return Err(invalid(
+            &key("baseUrl"),
+            "must be an http:// or https:// origin without a path",
+        ));
+    }
+    if !(1..=10_000).contains(&c.requests_per_second) {
+        return Err(invalid(
+            &key("requestsPerSecond"),
+            "must be within 1..=10000",
+        ));
+    }
+    if !(1..=10_000).contains(&c.burst) {
+        return Err(invalid(&key("burst"), "must be within 1..=10000"));
+    }
+    if !(100..=600_000).contains(&c.request_timeout_ms) {
+        return Err(invalid(
+            &key("requestTimeoutMs"),
+            "must be within 100..=600000 milliseconds",
+        ));
+    }
+    let mut addresses = std::collections::BTreeSet::new();
+    for (name, v) in &c.vaults {
+        let vkey = |k: &str| format!("chains.{chain}.custody.vaults.{name}.{k}");
+        if !keel_workflows::tenancy::valid_template_id(name) {
+            return Err(invalid(
+                &format!("chains.{chain}.custody.vaults.{name}"),
+                "a vault's name must match ^[a-z0-9][a-z0-9._-]{0,63}$",
+            ));
+        }
+        if keel_custody::VaultAccountId::new(v.vault_account_id.clone()).is_err() {
+            return Err(invalid(
+                &vkey("vaultAccountId"),
+                "must be 1..255 characters of [A-Za-z0-9._:-]",
+            ));
+        }
+        if keel_custody::AssetId::new(v.asset_id.clone()).is_err() {
+            return Err(invalid(
+                &vkey("assetId"),
+                "must be 1..255 characters of [A-Za-z0-9._:-]",
+            ));
+        }
+        if v.address.is_zero() {
+            return Err(invalid(&vkey("address"), "must not be the zero address"));
+        }
+        if !addresses.insert(v.address) {
+            return Err(invalid(&vkey("address"), "two vaults share an address"));
+        }
+        if v.poll_interval_ms == 0 || v.poll_interval_ms > 3_600_000 {
+            return Err(invalid(
+                &vkey("pollIntervalMs"),
+                "must be within 1..=3600000 milliseconds",
+            ));
+        }
+        if v.max_poll_interval_ms < v.poll_interval_ms || v.max_poll_interval_ms > 3_600_000 {
+            return Err(invalid(
+                &vkey("maxPollIntervalMs"),
+                "must be at least pollIntervalMs and at most 3600000 milliseconds",
+            ));
+        }
+        if v.poll_budget_secs == 0 {
+            return Err(invalid(&vkey("pollBudgetSecs"), "must be at least 1"));
+        }
+        if v.clock_skew_secs > 3_600 {
+            return Err(invalid(&vkey("clockSkewSecs"), "must be within 0..=3600"));
+        }
+    }
+    Ok(())
 }
 
 fn invalid(key: &str, reason: &str) -> ConfigError {
@@ -682,8 +881,41 @@ fn known_paths() -> Vec<Vec<String>> {
     }
     // Keys that are optional and commented out in the defaults.
     out.push(vec!["role".to_owned()]);
-    for key in ["chainId", "rpcUrls", "confirmations", "wsUrl"] {
+    for key in ["chainId", "rpcUrls", "confirmations", "wsUrl", "custody"] {
         out.push(vec!["chains".to_owned(), "*".to_owned(), key.to_owned()]);
+    }
+    out.extend(custody_paths());
+    out
+}
+
+/// The optional custody keys (`chains.<name>.custody.…`, `custody.…`), for environment
+/// overrides; a vault's name is any segment (`*`).
+fn custody_paths() -> Vec<Vec<String>> {
+    let path = |p: &[&str]| p.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let mut out = vec![path(&["custody"]), path(&["custody", "webhookJwksUrl"])];
+    for key in [
+        "provider",
+        "baseUrl",
+        "apiKey",
+        "privateKey",
+        "requestsPerSecond",
+        "burst",
+        "requestTimeoutMs",
+        "vaults",
+    ] {
+        out.push(path(&["chains", "*", "custody", key]));
+    }
+    for key in [
+        "vaultAccountId",
+        "assetId",
+        "address",
+        "pollIntervalMs",
+        "maxPollIntervalMs",
+        "pollBudgetSecs",
+        "silentDropAfterSecs",
+        "clockSkewSecs",
+    ] {
+        out.push(path(&["chains", "*", "custody", "vaults", "*", key]));
     }
     out
 }
@@ -696,17 +928,23 @@ pub fn is_known_key(key: &str) -> bool {
     known.push(vec!["chains".to_owned(), "*".to_owned()]);
     known.iter().any(|path| {
         path.len() == segments.len()
-            && path
-                .iter()
-                .zip(&segments)
-                .enumerate()
-                .all(|(i, (k, s))| k == s || (i == 1 && path[0] == "chains" && !s.is_empty()))
+            && path.iter().zip(&segments).enumerate().all(|(i, (k, s))| {
+                k == s
+                    || (k == "*" && !s.is_empty())
+                    || (i == 1 && path[0] == "chains" && !s.is_empty())
+            })
     })
 }
 
 /// An environment value as TOML when it parses as one (`500`, `true`,
-/// `["http://a", "http://b"]`, `"quoted"`), else as the plain string.
+/// `["http://a", "http://b"]`, `"quoted"`), else as the plain string; an address
+/// (`0x` + 40 hex digits) is always the string.
 fn env_value(raw: &str) -> toml::Value {
+    // An address (`0x` + 40 hex digits) is text, though TOML reads a small one as a
+    // hex integer.
+    if raw.len() == 42 && raw.starts_with("0x") && raw[2..].bytes().all(|b| b.is_ascii_hexdigit()) {
+        return toml::Value::String(raw.to_owned());
+    }
     format!("v = {raw}")
         .parse::<toml::Table>()
         .ok()
@@ -843,6 +1081,18 @@ impl Config {
                     return Err(invalid(&key("wsUrl"), "must be ws:// or wss://"));
                 }
             }
+        }
+        for (name, chain) in &self.chains {
+            if let Some(custody) = &chain.custody {
+                validate_custody(name, custody)?;
+            }
+        }
+        let jwks = &self.custody.webhook_jwks_url;
+        if !(jwks.is_empty() || jwks.starts_with("http://") || jwks.starts_with("https://")) {
+            return Err(invalid(
+                "custody.webhookJwksUrl",
+                "must be an http:// or https:// URL, or empty to disable",
+            ));
         }
         let mut ids: Vec<u64> = self.chains.values().map(|c| c.chain_id).collect();
         ids.sort_unstable();

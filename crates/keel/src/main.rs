@@ -309,6 +309,11 @@ enum TemplateCommand {
         /// Seconds a funding pause may last.
         #[arg(long, default_value_t = 3_600)]
         funding_deadline_seconds: u64,
+        /// Send the template's assets from this custody vault
+        /// (`chains.<chain>.custody.vaults.<name>`) instead of the operator key; the
+        /// vault becomes the assets' issuer.
+        #[arg(long)]
+        sender: Option<String>,
     },
 }
 
@@ -518,6 +523,7 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
                     approval_ttl_seconds,
                     funding_pause,
                     funding_deadline_seconds,
+                    sender,
                 },
         } => {
             let chain_id = config
@@ -527,6 +533,9 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
                     format!("no chain named `{chain}` in the configuration (chains.*)")
                 })?
                 .chain_id;
+            let sender = sender
+                .map(|vault| config.template_sender(&chain, &vault))
+                .transpose()?;
             let pool = connect_migrated(&config).await?;
             let org = keel_workflows::tenancy::organization_by_name(&pool, &org).await?;
             let template = keel_workflows::tenancy::Template {
@@ -538,9 +547,16 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
                 approval_ttl_seconds,
                 funding_pause,
                 funding_deadline_seconds,
+                sender,
             };
             keel_workflows::tenancy::upsert_template(&pool, org, &template).await?;
-            println!("template {} set (chain {chain_id})", template.id);
+            match &template.sender {
+                Some(s) => println!(
+                    "template {} set (chain {chain_id}, sender vault {} {})",
+                    template.id, s.vault, s.address
+                ),
+                None => println!("template {} set (chain {chain_id})", template.id),
+            }
             Ok(())
         }
         // main() runs every operator command through the Platform API before any
@@ -757,6 +773,10 @@ async fn start_api(
             status: config.api.status.to_query(),
             ..keel_api::ApiConfig::default()
         });
+    let state = match keel::services::custody_webhooks(config, pool)? {
+        Some(custody) => state.with_custody_webhooks(custody),
+        None => state,
+    };
     let listener = tokio::net::TcpListener::bind(&config.api.listen_address)
         .await
         .with_context(|| format!("binding api.listenAddress {}", config.api.listen_address))?;
@@ -936,11 +956,71 @@ async fn bootstrap(
     for check in read_back(&provider, &deployment).await? {
         println!("check    {:<20} {}", check.name, check.observed);
     }
+    grant_custody_roles(chain_name, chain, &provider, &deployment).await?;
     println!(
         "bootstrap of chain `{chain_name}` (chainId {}) complete: {} contracts recorded",
         deployment.chain_id,
         deployment.contracts.len()
     );
+    Ok(())
+}
+
+/// Grants each custody vault of `chains.<chain>.custody.vaults` (issue 19) the platform
+/// roles the asset workflows' writes need when a template sends from it, as the
+/// operator key has them: `DEPLOYER_ROLE` on the AssetFactory (`createAsset`) and
+/// `DEFAULT_ADMIN_ROLE` on the PriceResolver (`setStalenessBound`). Sent by the
+/// deployer (the contracts' admin); a role already held is skipped.
+async fn grant_custody_roles(
+    chain_name: &str,
+    chain: &keel::config::ChainConfig,
+    provider: &alloy::providers::DynProvider,
+    deployment: &PlatformDeployment,
+) -> anyhow::Result<()> {
+    use keel_abi::bindings::{AssetFactory, PriceResolver};
+    use keel_abi::platform::names;
+    let Some(custody) = &chain.custody else {
+        return Ok(());
+    };
+    let factory = deployment
+        .address(names::ASSET_FACTORY)
+        .context("the deployment has no AssetFactory")?;
+    let resolver = deployment
+        .address(names::PRICE_RESOLVER)
+        .context("the deployment has no PriceResolver")?;
+    let factory = AssetFactory::new(factory, provider);
+    let resolver = PriceResolver::new(resolver, provider);
+    let deployer_role = factory.DEPLOYER_ROLE().call().await?;
+    let admin_role = alloy::primitives::B256::ZERO;
+    for (vault, settings) in &custody.vaults {
+        let who = settings.address;
+        if !factory.hasRole(deployer_role, who).call().await? {
+            let receipt = factory
+                .grantRole(deployer_role, who)
+                .send()
+                .await?
+                .get_receipt()
+                .await?;
+            anyhow::ensure!(
+                receipt.status(),
+                "granting DEPLOYER_ROLE to vault `{vault}` reverted"
+            );
+        }
+        if !resolver.hasRole(admin_role, who).call().await? {
+            let receipt = resolver
+                .grantRole(admin_role, who)
+                .send()
+                .await?
+                .get_receipt()
+                .await?;
+            anyhow::ensure!(
+                receipt.status(),
+                "granting the PriceResolver's DEFAULT_ADMIN_ROLE to vault `{vault}` reverted"
+            );
+        }
+        println!(
+            "custody  vault {vault:<14} {who} holds DEPLOYER_ROLE (AssetFactory) and DEFAULT_ADMIN_ROLE (PriceResolver) on chain `{chain_name}`"
+        );
+    }
     Ok(())
 }
 

@@ -208,6 +208,9 @@ async fn serve_runner_chain(
     let mut queue = TxQueue::new(pool.clone(), node.clone(), queue_config(config, chain_id))
         .map_err(|e| format!("transaction queue: {e}"))?;
     queue.add_signer(signer.clone());
+    for sender in custody_senders(config, chain_id)? {
+        queue.add_custody_sender(sender);
+    }
     queue.set_settlement_sink(sinks.settlement.clone());
     queue.set_progress_sink(sinks.progress.clone());
     let queue = Arc::new(queue);
@@ -219,6 +222,76 @@ async fn serve_runner_chain(
         contracts,
     });
     Ok(())
+}
+
+/// The custody senders of chain `chain_id`: one per vault of `chains.<name>.custody`,
+/// all sharing one provider adapter (one rate limit per provider account). Secrets are
+/// read here (from their `env:`/`file:` sources); an error names the source and the
+/// configuration key, never a secret's value.
+///
+/// # Errors
+/// An unreadable secret, an invalid adapter setting or an invalid vault.
+pub fn custody_senders(
+    config: &Config,
+    chain_id: u64,
+) -> Result<Vec<keel_txq::CustodySender>, String> {
+    let Some((name, custody)) = config
+        .chains
+        .iter()
+        .find(|(_, c)| c.chain_id == chain_id)
+        .and_then(|(n, c)| c.custody.as_ref().map(|cu| (n, cu)))
+    else {
+        return Ok(Vec::new());
+    };
+    if custody.vaults.is_empty() {
+        return Ok(Vec::new());
+    }
+    let provider = match custody.provider {
+        crate::config::CustodyProviderKind::Fireblocks => {
+            keel_custody::FireblocksProvider::new(&custody.fireblocks())
+                .map_err(|e| format!("configuration section `chains.{name}.custody`: {e}"))?
+        }
+    };
+    let provider: Arc<dyn keel_custody::CustodyProvider> = Arc::new(provider);
+    let mut out = Vec::new();
+    for (vault, settings) in &custody.vaults {
+        let mut settings = settings.clone();
+        // `silentDropAfterSecs = 0` (TOML has no null): never.
+        if settings.silent_drop_after_secs == Some(0) {
+            settings.silent_drop_after_secs = None;
+        }
+        let sender = keel_txq::CustodySender::new(provider.clone(), &settings).map_err(|e| {
+            format!("configuration section `chains.{name}.custody.vaults.{vault}`: {e}")
+        })?;
+        tracing::info!(target: TARGET, chain_id, vault = vault.as_str(), address = %sender.address(),
+            "custody sender registered");
+        out.push(sender);
+    }
+    Ok(out)
+}
+
+/// The api role's inbound custody webhooks (`POST /v1/custody/webhooks/fireblocks`),
+/// verified against `custody.webhookJwksUrl`; `None` when it is empty (the route
+/// answers 404).
+///
+/// # Errors
+/// When the verifier's HTTP client cannot be built.
+pub fn custody_webhooks(
+    config: &Config,
+    pool: &PgPool,
+) -> anyhow::Result<Option<keel_api::custody::CustodyWebhooks>> {
+    let url = &config.custody.webhook_jwks_url;
+    if url.is_empty() {
+        return Ok(None);
+    }
+    let verifier =
+        keel_custody::WebhookVerifier::new(keel_custody::WebhookVerifierConfig::new(url.clone()))
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("configuration key `custody.webhookJwksUrl`")?;
+    Ok(Some(keel_api::custody::CustodyWebhooks::new(
+        Arc::new(verifier),
+        pool.clone(),
+    )))
 }
 
 /// Starts the runner's work on `owner`'s shards, every task under `supervisor`.

@@ -652,3 +652,146 @@ fn executor_queue_and_history_settings_come_from_the_configuration() {
     assert_eq!(h.max_span, 500);
     assert_eq!(h.lease, std::time::Duration::from_secs(9));
 }
+
+/// A custody section of chain `local` (issue 19) with one vault, from the environment.
+fn custody_env(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+    let mut pairs = vec![
+        ("KEEL__CHAINS__LOCAL__CUSTODY__PROVIDER", "fireblocks"),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__BASEURL",
+            "http://127.0.0.1:9",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__APIKEY",
+            "env:KEEL_FB_API_KEY",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__PRIVATEKEY",
+            "file:/run/secrets/fb.pem",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__VAULTS__TREASURY__VAULTACCOUNTID",
+            "\"7\"",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__VAULTS__TREASURY__ASSETID",
+            "ETH_TEST",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__VAULTS__TREASURY__ADDRESS",
+            "0x00000000000000000000000000000000000000aa",
+        ),
+        (
+            "KEEL__CUSTODY__WEBHOOKJWKSURL",
+            "http://127.0.0.1:9/.well-known/jwks.json",
+        ),
+    ];
+    pairs.extend_from_slice(extra);
+    pairs
+}
+
+#[test]
+fn a_custody_section_loads_from_the_environment_and_prints_only_secret_sources() {
+    let c = load(&custody_env(&[(
+        "KEEL__CHAINS__LOCAL__CUSTODY__VAULTS__TREASURY__SILENTDROPAFTERSECS",
+        "120",
+    )]))
+    .unwrap();
+    let custody = c.chains["local"].custody.as_ref().unwrap();
+    assert_eq!(custody.base_url, "http://127.0.0.1:9");
+    assert_eq!(custody.api_key.to_string(), "env:KEEL_FB_API_KEY");
+    let vault = &custody.vaults["treasury"];
+    assert_eq!(vault.vault_account_id, "7");
+    assert_eq!(vault.asset_id, "ETH_TEST");
+    assert_eq!(vault.silent_drop_after_secs, Some(120));
+    assert_eq!(vault.poll_interval_ms, 1000, "defaults apply");
+    assert_eq!(
+        c.custody.webhook_jwks_url,
+        "http://127.0.0.1:9/.well-known/jwks.json"
+    );
+    let sender = c.template_sender("local", "treasury").unwrap();
+    assert_eq!(sender.address, vault.address);
+    assert!(matches!(
+        c.template_sender("local", "nope"),
+        Err(ConfigError::UnknownSender { .. })
+    ));
+    assert!(matches!(
+        c.template_sender("other", "treasury"),
+        Err(ConfigError::UnknownSender { .. })
+    ));
+    // The printed configuration names where the secrets are, never a value (the
+    // configuration never holds one).
+    let printed = c.redacted_toml();
+    assert!(printed.contains("env:KEEL_FB_API_KEY"), "{printed}");
+    assert!(printed.contains("file:/run/secrets/fb.pem"), "{printed}");
+    // Without a chain's custody section nothing of it is printed.
+    assert!(
+        !load(&[])
+            .unwrap()
+            .redacted_toml()
+            .contains("chains.local.custody")
+    );
+}
+
+#[test]
+fn custody_errors_name_their_key() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__BASEURL",
+            "http://127.0.0.1:9/v1",
+            "chains.local.custody.baseUrl",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__BASEURL",
+            "ftp://x",
+            "chains.local.custody.baseUrl",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__REQUESTSPERSECOND",
+            "0",
+            "chains.local.custody.requestsPerSecond",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__VAULTS__TREASURY__VAULTACCOUNTID",
+            "\"7/../8\"",
+            "chains.local.custody.vaults.treasury.vaultAccountId",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__VAULTS__TREASURY__ADDRESS",
+            "0x0000000000000000000000000000000000000000",
+            "chains.local.custody.vaults.treasury.address",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__VAULTS__TREASURY__MAXPOLLINTERVALMS",
+            "10",
+            "chains.local.custody.vaults.treasury.maxPollIntervalMs",
+        ),
+        (
+            "KEEL__CUSTODY__WEBHOOKJWKSURL",
+            "keys.example/jwks.json",
+            "custody.webhookJwksUrl",
+        ),
+        (
+            "KEEL__CHAINS__LOCAL__CUSTODY__APIKEY",
+            "the-key-itself",
+            "chains.local.custody.apiKey",
+        ),
+    ];
+    for (var, value, key) in cases {
+        let result = load(&custody_env(&[(var, value)]));
+        let err = result.as_ref().map(|_| ()).unwrap_err().to_string();
+        assert!(
+            !err.contains("the-key-itself"),
+            "an error never echoes a value: {err}"
+        );
+        assert_eq!(invalid_key(result), *key, "{var}={value}");
+    }
+    // An unknown key of a vault is refused, naming it.
+    let err = load(&custody_env(&[(
+        "KEEL__CHAINS__LOCAL__CUSTODY__VAULTS__TREASURY__APISECRET",
+        "x",
+    )]))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("apisecret"), "{err}");
+}

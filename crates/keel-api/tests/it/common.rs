@@ -66,6 +66,7 @@ fn template(id: &str) -> Template {
         approval_ttl_seconds: 600,
         funding_pause: false,
         funding_deadline_seconds: 3600,
+        sender: None,
     }
 }
 

@@ -500,6 +500,7 @@ async fn templates_are_listed_by_id_with_their_timestamps() {
         approval_ttl_seconds: 60,
         funding_pause: true,
         funding_deadline_seconds: 60,
+        sender: None,
     };
     for id in ["zeta", "alpha", "mid.1"] {
         upsert_template(env.db.pool(), org_a, &t(id)).await.unwrap();

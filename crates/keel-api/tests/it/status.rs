@@ -164,6 +164,8 @@ async fn status_json_reports_the_stuck_operation_the_lagging_index_and_the_overd
     assert_eq!(wait["instances"], 1, "{b}");
     assert_eq!(wait["version"], 1, "{b}");
     assert!(wait["oldestCreatedAt"].is_string(), "{b}");
+    assert_eq!(b["custody"]["requests"], json!([]), "{b}");
+    assert_eq!(b["custody"]["oldestPendingApproval"], json!(null), "{b}");
     // Nothing secret: no token, no key hash column, no payload member.
     let raw = String::from_utf8_lossy(&a.raw);
     assert!(
@@ -331,7 +333,7 @@ async fn the_status_page_renders_in_headless_chromium() {
         "Ledger Index",
         "overdue",
         "status-test/never-run",
-        "Custody providers are not built yet",
+        "No approval pending at a provider",
     ] {
         assert!(
             html.contains(needle),

@@ -354,12 +354,27 @@ async fn an_approval_wait_at_the_provider_is_visible_and_lands_once_approved() {
     assert_eq!(status.verdict, None);
     assert_eq!(effects(&rig.chain, rig.counter).await, U256::ZERO);
     let pid = view.provider_tx_id.unwrap();
+    // Platform Status' custody section: the live submission by provider status, and
+    // the oldest approval pending at the provider.
+    let (counts, oldest) = keel_txq::custody_health(rig.db.pool()).await.unwrap();
+    assert_eq!(counts.len(), 1, "{counts:?}");
+    assert_eq!(counts[0].provider, "fireblocks");
+    assert_eq!(counts[0].phase, "submitted");
+    assert_eq!(counts[0].status.as_deref(), Some("PENDING_AUTHORIZATION"));
+    assert_eq!(counts[0].live, 1);
+    let oldest = oldest.expect("an approval is pending");
+    assert_eq!(oldest.request_id, id);
+    assert_eq!(oldest.provider_tx_id.as_deref(), Some(pid.as_str()));
     rig.sim
         .admin(&format!("/admin/transactions/{pid}/approve"), json!({}))
         .await;
     assert_confirmed(&rig.verdict(id).await);
     assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
     assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
+    // Settled: nothing live, nothing pending.
+    let (counts, oldest) = keel_txq::custody_health(rig.db.pool()).await.unwrap();
+    assert!(counts.is_empty(), "{counts:?}");
+    assert!(oldest.is_none());
 }
 
 #[tokio::test]
@@ -474,7 +489,8 @@ async fn a_silent_drop_is_cancelled_confirmed_and_resubmitted_once() {
             json!({"behavior": "silent_drop"}),
         )
         .await;
-    let id = rig.enqueue("mint-drop").await;
+    // An operation's write (`op/…`): organization-scoped, so recovered automatically.
+    let id = rig.enqueue("op/drop/mint").await;
     assert_confirmed(&rig.verdict(id).await);
     let view = rig.queue.status(id).await.unwrap().custody.unwrap();
     assert_eq!(view.resubmission, 1);
@@ -500,12 +516,53 @@ async fn a_silent_drop_without_recovery_is_flagged_when_the_poll_budget_runs_out
             json!({"behavior": "silent_drop"}),
         )
         .await;
-    let id = rig.enqueue("mint-stuck").await;
+    let id = rig.enqueue("op/stuck/mint").await;
     let view = rig.view_until(id, |v| v.budget_exceeded).await;
     assert_eq!(view.status.as_deref(), Some("QUEUED"));
     assert_eq!(view.resubmission, 0);
     let status = rig.queue.status(id).await.unwrap();
     assert_eq!(status.verdict, None, "it may still land: not failed");
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 0);
+}
+
+#[tokio::test]
+async fn a_platform_scoped_silent_drop_is_not_resubmitted_and_fails_typed_after_the_poll_budget() {
+    // Recovery is on for the sender, but this write is platform-scoped (not an
+    // operation's `op/…` key): it is never resubmitted; past the poll budget it is
+    // cancelled at the provider and, once the cancel is confirmed, fails typed.
+    let rig = Rig::start(|c| {
+        c.silent_drop_after_secs = Some(1);
+        c.poll_budget_secs = 2;
+    })
+    .await;
+    rig.sim
+        .admin(
+            "/admin/faults/transaction",
+            json!({"behavior": "silent_drop"}),
+        )
+        .await;
+    let id = rig.enqueue("platform/directory-update").await;
+    assert!(!keel_txq::organization_scoped("platform/directory-update"));
+    match rig.verdict(id).await {
+        SettlementVerdict::Failed { code, reason, .. } => {
+            assert_eq!(code, keel_txq::FailureCode::CustodyTimedOut);
+            assert_eq!(code.to_string(), "CUSTODY_TIMED_OUT");
+            assert_eq!(reason.as_deref(), Some("POLL_BUDGET_EXCEEDED"));
+        }
+        other => panic!("expected CUSTODY_TIMED_OUT, got {other:?}"),
+    }
+    let view = rig.queue.status(id).await.unwrap().custody.unwrap();
+    assert_eq!(view.resubmission, 0, "never resubmitted");
+    assert!(view.budget_exceeded);
+    let txs = rig.sim.admin_get("/admin/transactions").await;
+    let statuses: Vec<&str> = txs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["CANCELLED"], "one create, cancelled");
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::ZERO);
     assert_eq!(sent_count(&rig.chain, rig.vault).await, 0);
 }
 

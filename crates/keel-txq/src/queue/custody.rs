@@ -485,9 +485,27 @@ impl TxQueue {
         {
             return self.custody_chain(sender, row, sub, h).await;
         }
+        let organization_scoped = crate::organization_scoped(&row.idempotency_key);
         match phase {
-            StatusPhase::Rejected if from == "cancelling" && ptx.status == TxStatus::Cancelled => {
+            StatusPhase::Rejected
+                if from == "cancelling"
+                    && ptx.status == TxStatus::Cancelled
+                    && organization_scoped =>
+            {
                 self.custody_resubmit(sender, sub).await
+            }
+            StatusPhase::Rejected if from == "cancelling" && ptx.status == TxStatus::Cancelled => {
+                // A platform-scoped write cancelled after its poll budget ran out: the
+                // cancel is confirmed, nothing reached the chain, and it fails typed.
+                let verdict = SettlementVerdict::Failed {
+                    code: FailureCode::CustodyTimedOut,
+                    reason: Some("POLL_BUDGET_EXCEEDED".to_owned()),
+                    revert_data: None,
+                    attempts: Vec::new(),
+                };
+                tracing::warn!(target: "keel::txq", request = %sub.id,
+                    "platform-scoped custody transaction never broadcast within its poll budget; cancelled, failing it");
+                self.custody_settle(sub, &verdict).await
             }
             StatusPhase::Rejected => {
                 let verdict = SettlementVerdict::Failed {
@@ -502,10 +520,22 @@ impl TxQueue {
             }
             StatusPhase::PreBroadcast
                 if to == "submitted"
+                    && organization_scoped
                     && sender
                         .silent_drop_after
                         .is_some_and(|d| row.status_secs.unwrap_or(0.0) >= d.as_secs_f64()) =>
             {
+                self.custody_cancel_dropped(sub, &ptx.id, sender).await
+            }
+            // A platform-scoped write is not recovered automatically: past the poll
+            // budget, still pre-broadcast without a hash, it is cancelled at the
+            // provider and (once the cancel is confirmed) fails `CUSTODY_TIMED_OUT`.
+            StatusPhase::PreBroadcast
+                if to == "submitted"
+                    && !organization_scoped
+                    && row.age_secs.unwrap_or(0.0) >= sender.budget.as_secs_f64() =>
+            {
+                self.custody_check_budget(sender, row, sub).await?;
                 self.custody_cancel_dropped(sub, &ptx.id, sender).await
             }
             StatusPhase::AwaitingApproval => Ok(Some(Step::Moved)),

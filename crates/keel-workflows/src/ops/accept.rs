@@ -272,6 +272,7 @@ impl Ops {
             price_answer: answer.to_string(),
             staleness_bound_seconds: t.staleness_bound_seconds,
             funding_deadline_seconds: t.funding_pause.then_some(t.funding_deadline_seconds),
+            sender: t.sender.as_ref().map(|s| s.address),
         };
         self.start::<AssetCreate>(operation_id, &input, None, caller)
             .await?;
@@ -397,6 +398,9 @@ impl Ops {
             action,
             approval_ttl_seconds: needs_approval.then_some(t.approval_ttl_seconds),
             funding_deadline_seconds: t.funding_pause.then_some(t.funding_deadline_seconds),
+            // A custody template's assets are sent by their issuer (the vault that
+            // created them); the others by the operator key, as before.
+            sender: t.sender.as_ref().and(asset.issuer),
         };
         let serialization = Some(format!("asset:{asset_id}"));
         let _instance = match req {

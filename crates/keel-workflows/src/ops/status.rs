@@ -42,13 +42,17 @@ impl Default for StatusQuery {
     }
 }
 
-/// Custody providers' health. Custody providers do not exist yet (issue 19): this is
-/// where provider requests by status, the oldest in-doubt create and the provider
-/// webhook verified / refused counts will be reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Custody providers' health (issue 19), from the queue's custody submissions
+/// ([`keel_txq::custody_health`]). Provider webhook counts are metrics
+/// (`keel_api_custody_webhooks_total`), not persisted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CustodyStatus {
-    /// Whether a custody provider is configured (always false today).
+    /// Whether any custody submission is live (a custody sender is at work).
     pub configured: bool,
+    /// Live submissions by chain, provider, phase and provider status.
+    pub requests: Vec<keel_txq::CustodyCount>,
+    /// The submission that waits longest for an approval at its provider.
+    pub oldest_pending_approval: Option<keel_txq::PendingApproval>,
 }
 
 /// The whole platform's state ([`Ops::platform_status`]).
@@ -76,7 +80,7 @@ pub struct PlatformStatus {
     pub cluster: keel_cluster::ClusterStatus,
     /// Scheduled jobs.
     pub jobs: Vec<keel_cluster::JobStatus>,
-    /// Custody (a placeholder until custody providers exist).
+    /// Custody submissions at their providers.
     pub custody: CustodyStatus,
     /// Webhooks.
     pub webhooks: keel_webhooks::WebhookHealth,
@@ -145,6 +149,14 @@ impl Ops {
         let jobs = keel_cluster::jobs_status(&self.db)
             .await
             .map_err(cluster_err)?;
+        let (requests, oldest_pending_approval) = keel_txq::custody_health(&self.db)
+            .await
+            .map_err(super::read::txq_err)?;
+        let custody = CustodyStatus {
+            configured: !requests.is_empty(),
+            requests,
+            oldest_pending_approval,
+        };
         let webhooks = keel_webhooks::webhook_health(&self.db, query.limit)
             .await
             .map_err(webhook_err)?;
@@ -159,7 +171,7 @@ impl Ops {
             index,
             cluster,
             jobs,
-            custody: CustodyStatus::default(),
+            custody,
             webhooks,
         })
     }

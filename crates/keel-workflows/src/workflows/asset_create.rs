@@ -50,6 +50,9 @@ impl Workflow for AssetCreate {
         let c = chain.contracts;
         let op = input.operation_id;
         let funding = input.funding_deadline_seconds;
+        // The template's custody vault, or the operator key: the sender of every write
+        // and the asset's issuer.
+        let issuer = input.sender.unwrap_or(p.operator);
         let answer = I256::from_dec_str(&input.price_answer).map_err(|_| {
             WorkflowFailure::Failed(OpFailure::new(
                 "INVALID_INPUT",
@@ -62,8 +65,8 @@ impl Workflow for AssetCreate {
         let call = PriceFeedFactory::createFeedCall {
             decimals: input.price_decimals,
             description: format!("{} / price", input.symbol),
-            admin: p.operator,
-            updater: p.operator,
+            admin: issuer,
+            updater: issuer,
         }
         .abi_encode();
         let landed = send(
@@ -75,6 +78,7 @@ impl Workflow for AssetCreate {
                 name: "create-feed",
                 contract: c.price_feed_factory,
                 funding_deadline: funding,
+                sender: issuer,
             },
             call,
         )
@@ -94,7 +98,7 @@ impl Workflow for AssetCreate {
             name: input.name.clone(),
             symbol: input.symbol.clone(),
             decimals: input.decimals,
-            tokenAdmin: p.operator,
+            tokenAdmin: issuer,
             priceFeed: feed,
         }
         .abi_encode();
@@ -107,6 +111,7 @@ impl Workflow for AssetCreate {
                 name: "deploy-token",
                 contract: c.asset_factory,
                 funding_deadline: funding,
+                sender: issuer,
             },
             call,
         )
@@ -117,14 +122,14 @@ impl Workflow for AssetCreate {
                     read_event::<AssetFactory::AssetCreated>(chain, landed, c.asset_factory)
                         .await?
                         .token;
-                // The operator sent every write of the asset and administers its
+                // The issuer sent every write of the asset and administers its
                 // token and feed: the asset's issuer.
                 store::asset_addresses_set(
                     &p.db,
                     input.asset_id,
                     token.as_slice(),
                     feed.as_slice(),
-                    p.operator.as_slice(),
+                    issuer.as_slice(),
                 )
                 .await
                 .map_err(|_| StepError::transient("DATABASE_UNAVAILABLE"))?;
@@ -144,6 +149,7 @@ impl Workflow for AssetCreate {
                 name: "submit-observation",
                 contract: feed,
                 funding_deadline: funding,
+                sender: issuer,
             },
             call,
         )
@@ -164,6 +170,7 @@ impl Workflow for AssetCreate {
                 name: "set-bound",
                 contract: c.price_resolver,
                 funding_deadline: funding,
+                sender: issuer,
             },
             call,
         )
@@ -180,6 +187,7 @@ impl Workflow for AssetCreate {
                 name: "unpause",
                 contract: token,
                 funding_deadline: funding,
+                sender: issuer,
             },
             call,
         )

@@ -102,6 +102,11 @@ pub struct AssetCreateInput {
     pub staleness_bound_seconds: u64,
     /// Funding pause deadline, seconds, when the template enables the pause.
     pub funding_deadline_seconds: Option<u64>,
+    /// The sender of every write and the asset's issuer (its token's and feed's admin):
+    /// the template's custody vault (issue 19); absent: the operator key. Absent from
+    /// inputs written before it existed, which therefore run as they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<Address>,
 }
 
 /// Output of `asset.create`.
@@ -258,6 +263,11 @@ pub struct TokenOpInput {
     pub approval_ttl_seconds: Option<u64>,
     /// Funding pause deadline, seconds, when the template enables the pause.
     pub funding_deadline_seconds: Option<u64>,
+    /// The sender of the write: the asset's issuer when its template sends through a
+    /// custody vault (issue 19); absent: the operator key (as for inputs written before
+    /// it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<Address>,
 }
 
 /// Output of the token operations.

@@ -63,6 +63,8 @@ pub(crate) struct Write<'a> {
     pub(crate) contract: Address,
     /// The funding pause deadline, seconds, when the template enables the pause.
     pub(crate) funding_deadline: Option<u64>,
+    /// The sender: the operator key's address, or the template's custody vault.
+    pub(crate) sender: Address,
 }
 
 /// Sends `write` with calldata `call` and waits for its verdict (delivered as the
@@ -96,7 +98,7 @@ pub(crate) async fn send(
         };
         let signal = format!("{TX_SIGNAL_PREFIX}{link}");
         let request = TxRequest {
-            sender: p.operator,
+            sender: write.sender,
             idempotency_key: key,
             to: Some(write.contract),
             value: Wei::ZERO,
@@ -169,6 +171,9 @@ pub(crate) async fn send(
                         | FailureCode::CustodyFailed
                         | FailureCode::CustodyRefused => {
                             "the custody provider did not sign the transaction (see reason)"
+                        }
+                        FailureCode::CustodyTimedOut => {
+                            "the custody provider never broadcast the transaction; it was cancelled there"
                         }
                         _ => "the transaction did not take effect",
                     }
@@ -501,6 +506,7 @@ mod tests {
             approval_ttl_seconds: 60,
             funding_pause: false,
             funding_deadline_seconds: 60,
+            sender: None,
         };
         crate::tenancy::upsert_template(&pool, org, &template)
             .await

@@ -98,6 +98,7 @@ async fn write_token_op<'a>(
             name: write,
             contract: input.token,
             funding_deadline: input.funding_deadline_seconds,
+            sender: input.sender.unwrap_or(p.operator),
         },
         calldata(&input.action),
     )

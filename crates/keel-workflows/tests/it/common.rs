@@ -33,6 +33,7 @@ pub(crate) fn template(chain_id: u64) -> Template {
         approval_ttl_seconds: 600,
         funding_pause: false,
         funding_deadline_seconds: 3600,
+        sender: None,
     }
 }
 

@@ -238,14 +238,16 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
     ] {
         sqlx::query(ddl).execute(&pool).await.unwrap();
     }
-    // ... the decision log it writes (migration 0056, as it is) and the person a key
-    // is issued to, which it reads for a command's actor (0057, as it is).
+    // ... the decision log it writes (migration 0056, as it is), the person a key is
+    // issued to, which it reads for a command's actor (0057, as it is), and a
+    // template's sender, which it reads with the template (0059, as it is).
     for migration in [
         include_str!("../../../../migrations/0056_durable_history.sql"),
         include_str!("../../../../migrations/0057_api_key_issued_to.sql"),
         // The trace context it records with instances and requests (0060, as it is:
         // `IF NOT EXISTS`, so the upgrade applies it again over it).
         include_str!("../../../../migrations/0060_trace_context.sql"),
+        include_str!("../../../../migrations/0059_template_sender.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }
@@ -318,6 +320,7 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
         "ALTER TABLE api_key DROP COLUMN issued_to",
         "ALTER TABLE durable_instance DROP COLUMN trace_context",
         "ALTER TABLE txq_request DROP COLUMN trace_context",
+        "ALTER TABLE asset_template DROP COLUMN sender_vault, DROP COLUMN sender_address",
     ] {
         sqlx::query(ddl).execute(&pool).await.unwrap();
     }

@@ -198,8 +198,9 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         sqlx::query(ddl).execute(&pool).await.unwrap();
     }
     // ... the decision log it writes (migration 0056, as it is), the person a key is
-    // issued to, which it reads for a command's actor (0057, as it is), and the custody
-    // attempts a withdrawal locks (0040, as it is).
+    // issued to, which it reads for a command's actor (0057, as it is), the custody
+    // attempts a withdrawal locks (0040, as it is), and a template's sender, which it
+    // reads with the template (0059, as it is).
     for migration in [
         include_str!("../../../../migrations/0040_txq_custody.sql"),
         include_str!("../../../../migrations/0056_durable_history.sql"),
@@ -207,6 +208,7 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         // The trace context it records with instances and requests (0060, as it is:
         // `IF NOT EXISTS`, so the upgrade applies it again over it).
         include_str!("../../../../migrations/0060_trace_context.sql"),
+        include_str!("../../../../migrations/0059_template_sender.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }
@@ -289,6 +291,7 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         "ALTER TABLE durable_instance DROP COLUMN history_seq, DROP COLUMN history_state,
             DROP COLUMN history_journal",
         "ALTER TABLE api_key DROP COLUMN issued_to",
+        "ALTER TABLE asset_template DROP COLUMN sender_vault, DROP COLUMN sender_address",
         "DROP TABLE txq_custody_attempt",
         "ALTER TABLE durable_instance DROP COLUMN trace_context",
         "ALTER TABLE txq_request DROP COLUMN trace_context",
