@@ -66,9 +66,62 @@ pub struct AaChain {
     pub directory: Address,
     /// The bundler's sender: sends `handleOps` through the queue and is its beneficiary.
     pub bundler: Address,
-    /// The sponsorship policy applied to operations that name an organization; `None`:
-    /// none (the paymaster's signature is the only gate).
+    /// The sponsorship policy applied to operations that name an organization without a
+    /// policy of its own in [`AaChain::organization_policies`]; `None`: none (the
+    /// paymaster's signature is the only gate).
     pub policy: Option<SponsorshipPolicy>,
+    /// Sponsorship policies of single organizations (they replace [`AaChain::policy`]
+    /// for that organization's operations).
+    pub organization_policies: HashMap<Uuid, SponsorshipPolicy>,
+    /// The `handleOps` beneficiary (receives the bundles' gas refunds); `None`: the
+    /// bundler's sender.
+    pub beneficiary: Option<Address>,
+    /// Keel's SponsorPaymaster and its sponsor key (the ERC-7677 `pm_*` methods sign
+    /// with it); `None`: those methods answer that no paymaster is configured.
+    pub sponsor: Option<Sponsor>,
+}
+
+impl AaChain {
+    /// The policy that applies to an operation of `organization_id` (its own, else the
+    /// chain's default); `None` without an organization or a policy.
+    pub fn policy_for(&self, organization_id: Option<Uuid>) -> Option<&SponsorshipPolicy> {
+        let org = organization_id?;
+        self.organization_policies
+            .get(&org)
+            .or(self.policy.as_ref())
+    }
+
+    /// The `handleOps` beneficiary: [`AaChain::beneficiary`], else the bundler's sender.
+    pub fn beneficiary(&self) -> Address {
+        self.beneficiary.unwrap_or(self.bundler)
+    }
+}
+
+/// Keel's paymaster on one chain as the ERC-7677 methods use it.
+#[derive(Clone)]
+pub struct Sponsor {
+    /// The SponsorPaymaster (platform contract `sponsorPaymaster`).
+    pub paymaster: Address,
+    /// The sponsor key the paymaster verifies (`verifyingSigner`).
+    pub signer: Arc<alloy::signers::local::PrivateKeySigner>,
+    /// How long a signed sponsorship stays valid (`validUntil` = now + this), seconds.
+    pub validity_secs: u64,
+    /// `paymasterVerificationGasLimit` filled in when the operation has none, gas units.
+    pub verification_gas_limit: u128,
+    /// `paymasterPostOpGasLimit` filled in when the operation has none, gas units
+    /// (the SponsorPaymaster has no `postOp`: 0 is enough).
+    pub post_op_gas_limit: u128,
+}
+
+impl std::fmt::Debug for Sponsor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is never printed; its address is public.
+        f.debug_struct("Sponsor")
+            .field("paymaster", &self.paymaster)
+            .field("signer", &self.signer.address())
+            .field("validity_secs", &self.validity_secs)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for AaChain {
@@ -569,7 +622,10 @@ async fn make_ready(
         code: "DATABASE_UNAVAILABLE",
     })?;
     let mut sponsored = None;
-    if let (Some(policy), Some(org)) = (&chain.policy, input.organization_id) {
+    if let (Some(policy), Some(org)) = (
+        chain.policy_for(input.organization_id),
+        input.organization_id,
+    ) {
         // The day's row is locked by the upsert below; read it first under that lock
         // by adding zero, so two operations of one organization are not both granted
         // against the same spent amount.
@@ -658,6 +714,9 @@ mod tests {
             directory: Address::ZERO,
             bundler: Address::repeat_byte(1),
             policy: None,
+            organization_policies: HashMap::new(),
+            beneficiary: None,
+            sponsor: None,
         }
     }
 
