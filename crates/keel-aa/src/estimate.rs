@@ -14,8 +14,8 @@
 //! | `preVerificationGas` | the operation's share of the bundle transaction: 21000 (a bundle of one) + 16 gas per non-zero and 4 per zero byte of its ABI encoding + 18300 fixed + 4 per 32-byte word (the rundler formula) | — |
 //! | `paymasterVerificationGasLimit`, `paymasterPostOpGasLimit` | Keel's paymaster (the operation names it or none): the configured values; another paymaster: the operation's | — |
 //!
-//! Gas fields, fees and the signature may be absent in the request (zero, and the
-//! 65-byte stub signature). A call that reverts answers `-32521` (execution reverted)
+//! Gas fields, fees and the signature may be absent in the request (zero, and a
+//! well-formed 65-byte ECDSA signature by a throwaway key). A call that reverts answers `-32521` (execution reverted)
 //! or, for the validation, `-32500` with the revert as `data.revert`.
 //!
 //! ## Paymaster
@@ -235,12 +235,18 @@ pub async fn estimate_user_operation_gas(
     })
 }
 
-/// A 65-byte ECDSA-shaped stub signature (what estimation signs with when the request
-/// has none).
+/// The signature estimation uses when the request has none: a well-formed ECDSA
+/// signature (low `s`, of a fixed hash by a fixed, public throwaway key), so an ECDSA
+/// account recovers *some* address and answers "invalid signature" instead of
+/// reverting on a malformed one (OpenZeppelin's `ECDSA.recover` reverts on those).
 fn stub_signature() -> Bytes {
-    let mut sig = vec![0xff; 64];
-    sig.push(0x1c);
-    sig.into()
+    use alloy::signers::SignerSync;
+    let key = B256::repeat_byte(0x11);
+    alloy::signers::local::PrivateKeySigner::from_bytes(&key)
+        .ok()
+        .and_then(|k| k.sign_hash_sync(&B256::repeat_byte(0x22)).ok())
+        .map(|sig| Bytes::from(sig.as_bytes().to_vec()))
+        .unwrap_or_default()
 }
 
 async fn sender_creator(

@@ -55,7 +55,8 @@ pub struct AaSettings {
     /// Seconds between watchdog checks (1..=3600; default 30).
     pub watchdog_interval_secs: u64,
     /// The paymaster's EntryPoint deposit below which a funding request is open, wei
-    /// (decimal string; default 0.1 ether).
+    /// (decimal string, or an integer; default 0.1 ether).
+    #[serde(deserialize_with = "decimal_string")]
     pub runway_minimum_wei: String,
     /// Seconds between deposit runway checks (1..=86400; default 60).
     pub runway_interval_secs: u64,
@@ -106,7 +107,8 @@ pub struct PolicySettings {
     pub targets: Vec<TargetSettings>,
     /// Ceiling of an operation's total gas (its five gas fields), gas units.
     pub max_gas_per_operation: u64,
-    /// Budget of maximum costs per UTC day, wei (decimal string).
+    /// Budget of maximum costs per UTC day, wei (decimal string, or an integer).
+    #[serde(deserialize_with = "decimal_string")]
     pub daily_budget_wei: String,
 }
 
@@ -119,6 +121,24 @@ pub struct TargetSettings {
     /// Allowed 4-byte selectors (`0xa9059cbb`); absent: every call.
     #[serde(default)]
     pub selectors: Option<Vec<String>>,
+}
+
+/// A wei amount written as a decimal string or as an integer (an environment
+/// override `KEEL__AA__RUNWAYMINIMUMWEI=100` reads as an integer).
+fn decimal_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Text(String),
+        Int(u64),
+        Signed(i64),
+    }
+    Ok(match Raw::deserialize(d)? {
+        Raw::Text(s) => s,
+        Raw::Int(n) => n.to_string(),
+        // Negative: kept as written, refused by validation with the key.
+        Raw::Signed(n) => n.to_string(),
+    })
 }
 
 fn invalid(key: &str, reason: &str) -> ConfigError {

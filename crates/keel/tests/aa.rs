@@ -91,6 +91,12 @@ impl Stack {
             // The bootstrap's sponsor signer is the deployer.
             ("KEEL_SPONSOR_KEY".into(), key0),
         ];
+        let mut env = env;
+        // `keel()` clears KEEL* variables: pass the artifacts' location on (a worktree
+        // without tools/node_modules).
+        if let Ok(dir) = std::env::var("KEEL_AA_ARTIFACTS") {
+            env.push(("KEEL_AA_ARTIFACTS".into(), dir));
+        }
         let mut stack = Stack {
             chain,
             _db: db,
