@@ -181,10 +181,7 @@ pub async fn estimate_user_operation_gas(
         op.signature = stub_signature();
     }
     let packed = op.pack()?;
-    let creates = op
-        .factory
-        .filter(|f| *f != crate::EIP7702_MARKER)
-        .is_some();
+    let creates = op.factory.filter(|f| *f != crate::EIP7702_MARKER).is_some();
     let verification = if let (true, Some(factory)) = (creates, op.factory) {
         let sender_creator = sender_creator(pool, ep).await?;
         let created = measure(
@@ -429,9 +426,10 @@ pub(crate) async fn paymaster_data_rpc(
     }
     if let (Some(policy), Some(org)) = (chain.policy_for(organization_id), organization_id) {
         let today = chrono::Utc::now().date_naive();
-        let spent = crate::store::sponsorship_spend_get(&env.db, org, chain_id_i64(chain_id), today)
-            .await
-            .map_err(|_| CallError::internal())?;
+        let spent =
+            crate::store::sponsorship_spend_get(&env.db, org, chain_id_i64(chain_id), today)
+                .await
+                .map_err(|_| CallError::internal())?;
         let spent = spent
             .parse::<U256>()
             .map(keel_units::Wei::new)

@@ -486,9 +486,7 @@ impl AaService {
                     "receipt": receipt,
                 }))
             }
-            "eth_estimateUserOperationGas" => {
-                crate::estimate::estimate_rpc(chain, params).await
-            }
+            "eth_estimateUserOperationGas" => crate::estimate::estimate_rpc(chain, params).await,
             "pm_getPaymasterStubData" => {
                 crate::estimate::paymaster_stub_rpc(chain, chain_id, params).await
             }
@@ -556,8 +554,8 @@ impl AaService {
         &self,
         chain_id: Option<u64>,
     ) -> Result<Vec<DepositRequestView>, ReadError> {
-        let rows = store::deposit_requests_open(&self.env.db, chain_id.map(flow::chain_id_i64))
-            .await?;
+        let rows =
+            store::deposit_requests_open(&self.env.db, chain_id.map(flow::chain_id_i64)).await?;
         Ok(rows
             .into_iter()
             .filter_map(|r| {

@@ -860,7 +860,11 @@ async fn estimated_gas_and_erc_7677_paymaster_data_land_a_fresh_account_s_transf
         )
         .await;
     let stub = &stub["result"];
-    assert_eq!(stub["paymaster"], f.aa.paymaster.to_checksum(None), "{stub}");
+    assert_eq!(
+        stub["paymaster"],
+        f.aa.paymaster.to_checksum(None),
+        "{stub}"
+    );
     assert_eq!(stub["isFinal"], false);
     assert_eq!(stub["paymasterVerificationGasLimit"], "0x186a0");
     let obj = partial.as_object_mut().unwrap();
@@ -876,13 +880,22 @@ async fn estimated_gas_and_erc_7677_paymaster_data_land_a_fresh_account_s_transf
         .rpc(
             chain,
             None,
-            &rpc_call("eth_estimateUserOperationGas", serde_json::json!([partial, ep])),
+            &rpc_call(
+                "eth_estimateUserOperationGas",
+                serde_json::json!([partial, ep]),
+            ),
         )
         .await;
     let est = est["result"].clone();
     for k in ["preVerificationGas", "verificationGasLimit", "callGasLimit"] {
-        assert!(est[k].as_str().is_some_and(|v| v.starts_with("0x")), "{est}");
-        partial.as_object_mut().unwrap().insert(k.to_owned(), est[k].clone());
+        assert!(
+            est[k].as_str().is_some_and(|v| v.starts_with("0x")),
+            "{est}"
+        );
+        partial
+            .as_object_mut()
+            .unwrap()
+            .insert(k.to_owned(), est[k].clone());
     }
     let data = svc
         .rpc(
@@ -895,7 +908,11 @@ async fn estimated_gas_and_erc_7677_paymaster_data_land_a_fresh_account_s_transf
         )
         .await;
     let data = &data["result"];
-    assert_eq!(data["paymaster"], f.aa.paymaster.to_checksum(None), "{data}");
+    assert_eq!(
+        data["paymaster"],
+        f.aa.paymaster.to_checksum(None),
+        "{data}"
+    );
     let obj = partial.as_object_mut().unwrap();
     obj.insert("paymasterData".into(), data["paymasterData"].clone());
     obj.insert("signature".into(), serde_json::json!("0x"));
@@ -1007,12 +1024,19 @@ async fn estimation_and_paymaster_methods_refuse_with_typed_erc_7769_errors() ->
             ),
         )
         .await;
-    assert_eq!(r["result"]["paymaster"], f.aa.paymaster.to_checksum(None), "{r}");
+    assert_eq!(
+        r["result"]["paymaster"],
+        f.aa.paymaster.to_checksum(None),
+        "{r}"
+    );
     let r = svc
         .rpc(
             chain,
             None,
-            &rpc_call("eth_estimateUserOperationGas", serde_json::json!([ok_op, reference])),
+            &rpc_call(
+                "eth_estimateUserOperationGas",
+                serde_json::json!([ok_op, reference]),
+            ),
         )
         .await;
     assert!(r["result"]["callGasLimit"].is_string(), "{r}");
@@ -1052,7 +1076,10 @@ async fn estimation_and_paymaster_methods_refuse_with_typed_erc_7769_errors() ->
         )
         .await;
     assert_eq!(r["error"]["code"], -32501, "{r}");
-    assert_eq!(r["error"]["data"]["reason"], "SPONSOR_TARGET_NOT_ALLOWED", "{r}");
+    assert_eq!(
+        r["error"]["data"]["reason"], "SPONSOR_TARGET_NOT_ALLOWED",
+        "{r}"
+    );
     // Another organization (no policy of its own, no default): signed.
     let r = strict_svc
         .rpc(
@@ -1078,7 +1105,10 @@ async fn estimation_and_paymaster_methods_refuse_with_typed_erc_7769_errors() ->
         )
         .await;
     assert_eq!(r["error"]["code"], -32501, "{r}");
-    assert_eq!(r["error"]["data"]["reason"], "SPONSOR_NOT_CONFIGURED", "{r}");
+    assert_eq!(
+        r["error"]["data"]["reason"], "SPONSOR_NOT_CONFIGURED",
+        "{r}"
+    );
     f.shutdown().await;
     Ok(())
 }

@@ -237,7 +237,10 @@ impl AaSettings {
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.sponsor_key_env.is_empty() {
-            return Err(invalid("aa.sponsorKeyEnv", "must name an environment variable"));
+            return Err(invalid(
+                "aa.sponsorKeyEnv",
+                "must name an environment variable",
+            ));
         }
         self.beneficiary()?;
         in_range(
@@ -272,7 +275,12 @@ impl AaSettings {
             3_600,
         )?;
         parse_wei("aa.runwayMinimumWei", &self.runway_minimum_wei)?;
-        in_range("aa.runwayIntervalSecs", self.runway_interval_secs, 1, 86_400)?;
+        in_range(
+            "aa.runwayIntervalSecs",
+            self.runway_interval_secs,
+            1,
+            86_400,
+        )?;
         self.policies()?;
         Ok(())
     }
@@ -355,7 +363,10 @@ pub fn env(pool: &PgPool, chain_ids: impl IntoIterator<Item = u64>) -> Arc<AaEnv
     Arc::new(AaEnv {
         db: pool.clone(),
         chains: HashMap::new(),
-        later_chains: chain_ids.into_iter().map(|id| (id, OnceLock::new())).collect(),
+        later_chains: chain_ids
+            .into_iter()
+            .map(|id| (id, OnceLock::new()))
+            .collect(),
     })
 }
 
@@ -447,18 +458,14 @@ pub async fn run_bundler(
     chain_id: u64,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let bundler = match keel_aa::bundler::Bundler::new(
-        env,
-        engine,
-        chain_id,
-        settings.bundler_config(),
-    ) {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::warn!(target: TARGET, chain_id, error = %e, "bundler not started");
-            return;
-        }
-    };
+    let bundler =
+        match keel_aa::bundler::Bundler::new(env, engine, chain_id, settings.bundler_config()) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(target: TARGET, chain_id, error = %e, "bundler not started");
+                return;
+            }
+        };
     tracing::info!(target: TARGET, chain_id, "bundler owned");
     let poll = Duration::from_millis(settings.bundler_poll_ms);
     keel_service::run(

@@ -673,9 +673,17 @@ fn known_paths() -> Vec<Vec<String>> {
         out.push(vec!["chains".to_owned(), "*".to_owned(), key.to_owned()]);
     }
     // `[aa.sponsorship]` policies (optional tables, commented out in the defaults).
-    for table in [vec!["aa", "sponsorship", "default"], vec!["aa", "sponsorship", "organizations", "*"]] {
+    for table in [
+        vec!["aa", "sponsorship", "default"],
+        vec!["aa", "sponsorship", "organizations", "*"],
+    ] {
         let table: Vec<String> = table.into_iter().map(str::to_owned).collect();
-        for key in ["accounts", "targets", "maxGasPerOperation", "dailyBudgetWei"] {
+        for key in [
+            "accounts",
+            "targets",
+            "maxGasPerOperation",
+            "dailyBudgetWei",
+        ] {
             let mut path = table.clone();
             path.push(key.to_owned());
             out.push(path);

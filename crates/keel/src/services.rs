@@ -198,7 +198,10 @@ async fn serve_runner_chain(
     queue_slot: &OnceLock<Arc<TxQueue>>,
 ) -> Result<(), String> {
     let chain_id = node.chain().get();
-    let aa_served = sinks.aa.as_ref().is_none_or(|aa| aa.env.chain(chain_id).is_some());
+    let aa_served = sinks
+        .aa
+        .as_ref()
+        .is_none_or(|aa| aa.env.chain(chain_id).is_some());
     if env.chain(ChainId(chain_id)).is_some() && queue_slot.get().is_some() && aa_served {
         return Ok(());
     }
@@ -363,7 +366,9 @@ pub async fn start_runner(
         });
         tasks.push(("txq", supervisor.watch("txq", handle)));
         if let Some(aa) = &aa {
-            tasks.extend(aa_chain_tasks(aa, &engine, owner, chains, supervisor, chain_id));
+            tasks.extend(aa_chain_tasks(
+                aa, &engine, owner, chains, supervisor, chain_id,
+            ));
         }
 
         let (config, pool, env, signer, sinks, chains, node, stop) = (
@@ -485,7 +490,12 @@ fn aa_chain_tasks(
         &format!("aa-runway/{chain_id}"),
         chains.subscribe(chain_id),
         move |lease| {
-            crate::aa::run_runway(settings.clone(), env.clone(), chain_id, lease.token().clone())
+            crate::aa::run_runway(
+                settings.clone(),
+                env.clone(),
+                chain_id,
+                lease.token().clone(),
+            )
         },
     );
     vec![

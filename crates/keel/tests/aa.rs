@@ -189,7 +189,11 @@ impl Stack {
             {
                 return;
             }
-            assert!(Instant::now() < deadline, "api not ready: {}", self.log("api"));
+            assert!(
+                Instant::now() < deadline,
+                "api not ready: {}",
+                self.log("api")
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -377,12 +381,14 @@ impl Stack {
 
     /// Waits for `eth_getUserOperationReceipt` to answer a receipt.
     async fn receipt(&self, hash: B256) -> Value {
-        self.until(Duration::from_secs(120), "the user operation receipt", || async {
-            let r = self
-                .rpc("eth_getUserOperationReceipt", json!([hash]))
-                .await;
-            (!r["result"].is_null()).then(|| r["result"].clone())
-        })
+        self.until(
+            Duration::from_secs(120),
+            "the user operation receipt",
+            || async {
+                let r = self.rpc("eth_getUserOperationReceipt", json!([hash])).await;
+                (!r["result"].is_null()).then(|| r["result"].clone())
+            },
+        )
         .await
     }
 }
@@ -494,19 +500,23 @@ async fn a_sponsored_transfer_from_a_fresh_smart_account_lands_once_even_across_
         .await;
     assert_eq!(sent["result"], json!(hash2), "{sent}");
     stack
-        .until(Duration::from_secs(60), "the bundle in the mempool", || async {
-            let (_, v) = stack.get(&format!("/v1/user-operations/{hash2}")).await;
-            let pool: Value = provider
-                .raw_request("txpool_status".into(), ())
-                .await
-                .ok()?;
-            let pending = pool["pending"]
-                .as_str()
-                .and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok())
-                .or_else(|| pool["pending"].as_u64())
-                .unwrap_or(0);
-            (v["state"] == "bundled" && pending > 0).then_some(())
-        })
+        .until(
+            Duration::from_secs(60),
+            "the bundle in the mempool",
+            || async {
+                let (_, v) = stack.get(&format!("/v1/user-operations/{hash2}")).await;
+                let pool: Value = provider
+                    .raw_request("txpool_status".into(), ())
+                    .await
+                    .ok()?;
+                let pending = pool["pending"]
+                    .as_str()
+                    .and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok())
+                    .or_else(|| pool["pending"].as_u64())
+                    .unwrap_or(0);
+                (v["state"] == "bundled" && pending > 0).then_some(())
+            },
+        )
         .await;
     stack.kill9("runner");
     stack.spawn("runner");
@@ -520,7 +530,11 @@ async fn a_sponsored_transfer_from_a_fresh_smart_account_lands_once_even_across_
         .unwrap();
     let receipt = stack.receipt(hash2).await;
     assert_eq!(receipt["success"], true, "{receipt}");
-    assert_eq!(stack.user_op_events(hash2).await, 1, "exactly one inclusion");
+    assert_eq!(
+        stack.user_op_events(hash2).await,
+        1,
+        "exactly one inclusion"
+    );
     assert_eq!(stack.ep_nonce(sender).await, U256::from(2));
     assert_eq!(
         token_of.balanceOf(bob).call().await.unwrap(),
@@ -536,14 +550,22 @@ async fn a_sponsored_transfer_from_a_fresh_smart_account_lands_once_even_across_
     // 3. The paymaster's deposit (1 ETH less the two operations) is below the runway
     // minimum (2 ETH): a funding request naming the EntryPoint deposit.
     let list = stack
-        .until(Duration::from_secs(60), "the deposit funding request", || async {
-            let (status, v) = stack.get("/v1/funding-requests").await;
-            assert_eq!(status, 200, "{v}");
-            (!v["entryPointDeposits"].as_array()?.is_empty()).then_some(v)
-        })
+        .until(
+            Duration::from_secs(60),
+            "the deposit funding request",
+            || async {
+                let (status, v) = stack.get("/v1/funding-requests").await;
+                assert_eq!(status, 200, "{v}");
+                (!v["entryPointDeposits"].as_array()?.is_empty()).then_some(v)
+            },
+        )
         .await;
     let d = &list["entryPointDeposits"][0];
-    assert_eq!(d["entryPoint"], stack.entry_point().to_checksum(None), "{d}");
+    assert_eq!(
+        d["entryPoint"],
+        stack.entry_point().to_checksum(None),
+        "{d}"
+    );
     assert_eq!(d["paymaster"], stack.paymaster.to_checksum(None), "{d}");
     assert_eq!(d["minimumWei"], "2000000000000000000", "{d}");
     let deposit: U256 = IEntryPointV08::new(stack.entry_point(), provider.clone())
@@ -551,5 +573,8 @@ async fn a_sponsored_transfer_from_a_fresh_smart_account_lands_once_even_across_
         .call()
         .await
         .unwrap();
-    assert!(deposit < U256::from(1_000_000_000_000_000_000u128), "the operations were paid from the deposit");
+    assert!(
+        deposit < U256::from(1_000_000_000_000_000_000u128),
+        "the operations were paid from the deposit"
+    );
 }
