@@ -76,10 +76,12 @@ pub fn describe_metrics() {
     );
     ::metrics::describe_gauge!(
         "keel_aa_paymaster_deposit_wei",
+        ::metrics::Unit::Count,
         "The SponsorPaymaster's deposit at the EntryPoint at the last runway check, by chain (wei)."
     );
     ::metrics::describe_gauge!(
         "keel_aa_deposit_funding_request_open",
+        ::metrics::Unit::Count,
         "1 while a funding request of the SponsorPaymaster's EntryPoint deposit is open, by chain (flag)."
     );
 }

@@ -1439,6 +1439,21 @@ impl From<svc::FundingRequestView> for FundingRequest {
     }
 }
 
+impl From<keel_aa::service::DepositRequestView> for EntryPointDepositRequest {
+    fn from(d: keel_aa::service::DepositRequestView) -> Self {
+        Self {
+            chain_id: d.chain_id.to_string(),
+            entry_point: d.entry_point.to_checksum(None),
+            paymaster: d.paymaster.to_checksum(None),
+            deposit_wei: d.deposit_wei,
+            minimum_wei: d.minimum_wei,
+            required_wei: d.required_wei,
+            opened_at: d.opened_at,
+            updated_at: d.updated_at,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1512,17 +1527,3 @@ mod tests {
     }
 }
 
-impl From<keel_aa::service::DepositRequestView> for EntryPointDepositRequest {
-    fn from(d: keel_aa::service::DepositRequestView) -> Self {
-        Self {
-            chain_id: d.chain_id.to_string(),
-            entry_point: d.entry_point.to_checksum(None),
-            paymaster: d.paymaster.to_checksum(None),
-            deposit_wei: d.deposit_wei,
-            minimum_wei: d.minimum_wei,
-            required_wei: d.required_wei,
-            opened_at: d.opened_at,
-            updated_at: d.updated_at,
-        }
-    }
-}
