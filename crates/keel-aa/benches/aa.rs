@@ -9,7 +9,8 @@
 //! transfer), `KEEL_AA_BENCH_REPEAT` rounds (default 1). Not part of `scripts/test`.
 //!
 //! - **keel**: every operation accepted with [`flow::submit`] (the workflow
-//!   `aa.user-operation`: resolve, record, validate by `handleOps` simulation, ready),
+//!   `aa.user-operation`: resolve, record, validate by `handleOps` simulation, ready;
+//!   32 submissions in flight, as concurrent wallets),
 //!   bundled by the [`Bundler`] (up to 32 per bundle) onto the transaction queue,
 //!   settled at the queue's verdict; the clock runs from the first acceptance to the
 //!   last instance's completion.
@@ -19,7 +20,12 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, U256};
+use alloy::providers::Provider;
+use alloy::rpc::types::TransactionRequest;
+use alloy::sol_types::SolCall;
+use anvil_tests::keel_abi::erc4337::IEntryPointV08;
 use alloy::signers::local::PrivateKeySigner;
 use common::{AaChain, ETHER};
 use keel_aa::bundler::{Bundler, BundlerConfig};
@@ -118,13 +124,24 @@ async fn keel_case(n: usize) -> anyhow::Result<f64> {
     ));
     let ep = aa.ep().address();
     let started = Instant::now();
+    // Clients submit concurrently (32 in flight), as wallets do.
     let mut ids = Vec::with_capacity(n);
+    let mut pending = tokio::task::JoinSet::new();
     for op in ops {
-        ids.push(
+        if pending.len() >= 32
+            && let Some(r) = pending.join_next().await
+        {
+            ids.push(r??);
+        }
+        let (env, engine) = (env.clone(), engine.clone());
+        pending.spawn(async move {
             flow::submit(&env, &engine, chain_id, ep, op, None)
-                .await?
-                .instance_id,
-        );
+                .await
+                .map(|s| s.instance_id)
+        });
+    }
+    while let Some(r) = pending.join_next().await {
+        ids.push(r??);
     }
     for id in ids {
         let st = loop {
@@ -135,6 +152,16 @@ async fn keel_case(n: usize) -> anyhow::Result<f64> {
         anyhow::ensure!(st.status == RunStatus::Completed, "{st:?}");
     }
     let elapsed = started.elapsed();
+    let (bundles, largest): (i64, Option<i32>) = sqlx::query_as(
+        "SELECT count(*), max(array_length(user_op_hashes, 1)) FROM aa_bundle WHERE state = 'included'",
+    )
+    .fetch_one(db.pool())
+    .await?;
+    println!(
+        "  keel: {n} operations in {bundles} bundles (largest {}), {:.2} s",
+        largest.unwrap_or(0),
+        elapsed.as_secs_f64()
+    );
     cancel.cancel();
     executor.shutdown().await;
     Ok(n as f64 / elapsed.as_secs_f64())
@@ -144,9 +171,26 @@ async fn ceiling_case(n: usize) -> anyhow::Result<f64> {
     let aa = AaChain::start().await?;
     let ops = operations(&aa, n).await?;
     let packed: Vec<PackedUserOperation> = ops.iter().map(|o| o.pack()).collect::<Result<_, _>>()?;
+    let bundler = aa.chain.provider_for(1)?;
+    let from = aa.chain.account(1)?;
     let started = Instant::now();
     for chunk in packed.chunks(32) {
-        aa.handle_ops(chunk).await?;
+        let call = IEntryPointV08::handleOpsCall {
+            ops: chunk.iter().map(PackedUserOperation::to_sol).collect(),
+            beneficiary: from,
+        };
+        // The operations' limits plus the EntryPoint's overhead, as Keel's bundler sets it.
+        let gas: u64 = chunk
+            .iter()
+            .map(|_| 860_000u64)
+            .fold(200_000, u64::saturating_add);
+        let tx = TransactionRequest::default()
+            .with_from(from)
+            .with_to(aa.ep().address())
+            .with_input(call.abi_encode())
+            .with_gas_limit(gas);
+        let receipt = bundler.send_transaction(tx).await?.get_receipt().await?;
+        anyhow::ensure!(receipt.status(), "handleOps reverted");
     }
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }

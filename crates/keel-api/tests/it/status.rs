@@ -394,7 +394,7 @@ fn bounded_run(
         };
         // Whatever the browser left running in its group goes with it.
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{group}")])
+            .args(["-s", "KILL", "--", &format!("-{group}")])
             .status();
         let _ = child.wait();
         match status {
