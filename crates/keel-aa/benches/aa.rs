@@ -24,9 +24,9 @@ use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
 use alloy::rpc::types::TransactionRequest;
+use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::SolCall;
 use anvil_tests::keel_abi::erc4337::IEntryPointV08;
-use alloy::signers::local::PrivateKeySigner;
 use common::{AaChain, ETHER};
 use keel_aa::bundler::{Bundler, BundlerConfig};
 use keel_aa::flow::{self, AaChain as FlowChain, AaEnv};
@@ -116,7 +116,12 @@ async fn keel_case(n: usize) -> anyhow::Result<f64> {
     let q = queue.clone();
     let c = cancel.clone();
     tokio::spawn(async move { q.run(c).await });
-    let bundler = Bundler::new(env.clone(), engine.clone(), chain_id, BundlerConfig::default())?;
+    let bundler = Bundler::new(
+        env.clone(),
+        engine.clone(),
+        chain_id,
+        BundlerConfig::default(),
+    )?;
     tokio::spawn(keel_service::run(
         bundler,
         keel_service::ServiceConfig::new(Duration::from_millis(20)),
@@ -170,7 +175,8 @@ async fn keel_case(n: usize) -> anyhow::Result<f64> {
 async fn ceiling_case(n: usize) -> anyhow::Result<f64> {
     let aa = AaChain::start().await?;
     let ops = operations(&aa, n).await?;
-    let packed: Vec<PackedUserOperation> = ops.iter().map(|o| o.pack()).collect::<Result<_, _>>()?;
+    let packed: Vec<PackedUserOperation> =
+        ops.iter().map(|o| o.pack()).collect::<Result<_, _>>()?;
     let bundler = aa.chain.provider_for(1)?;
     let from = aa.chain.account(1)?;
     let started = Instant::now();
@@ -199,7 +205,9 @@ async fn ceiling_case(n: usize) -> anyhow::Result<f64> {
 async fn main() -> anyhow::Result<()> {
     let n = env_usize("KEEL_AA_BENCH_N", 256);
     let repeat = env_usize("KEEL_AA_BENCH_REPEAT", 1).max(1);
-    println!("keel-aa bench: {n} sponsored operations from fresh accounts per case, {repeat} round(s)");
+    println!(
+        "keel-aa bench: {n} sponsored operations from fresh accounts per case, {repeat} round(s)"
+    );
     for round in 1..=repeat {
         let ceiling = ceiling_case(n).await?;
         let keel = keel_case(n).await?;

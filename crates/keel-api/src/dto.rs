@@ -1526,4 +1526,3 @@ mod tests {
         assert_eq!(v["tokenAddress"], address_text(token));
     }
 }
-

@@ -270,9 +270,21 @@ const RULES: &[(&str, &str, &str)] = &[
     ("KEEL__DEPLOYMENTID", "bad id!", "deploymentId"),
     ("KEEL__AA__BUNDLERPOLLMS", "5", "aa.bundlerPollMs"),
     ("KEEL__AA__BENEFICIARY", "nope", "aa.beneficiary"),
-    ("KEEL__AA__RUNWAYMINIMUMWEI", "\"1e18\"", "aa.runwayMinimumWei"),
-    ("KEEL__AA__SPONSORSHIPVALIDITYSECS", "1", "aa.sponsorshipValiditySecs"),
-    ("KEEL__AA__MAXOPERATIONSPERBUNDLE", "0", "aa.maxOperationsPerBundle"),
+    (
+        "KEEL__AA__RUNWAYMINIMUMWEI",
+        "\"1e18\"",
+        "aa.runwayMinimumWei",
+    ),
+    (
+        "KEEL__AA__SPONSORSHIPVALIDITYSECS",
+        "1",
+        "aa.sponsorshipValiditySecs",
+    ),
+    (
+        "KEEL__AA__MAXOPERATIONSPERBUNDLE",
+        "0",
+        "aa.maxOperationsPerBundle",
+    ),
     ("KEEL__AA__SPONSORKEYENV", "\"\"", "aa.sponsorKeyEnv"),
     ("KEEL__CHAINS__LOCAL__CHAINID", "0", "chains.local.chainId"),
     ("KEEL__CHAINS__LOCAL__RPCURLS", "[]", "chains.local.rpcUrls"),
@@ -668,7 +680,10 @@ fn aa_sponsorship_policies_load_from_a_file_and_errors_name_their_key() {
     assert_eq!(default.targets.len(), 1);
     let own = &p.organizations[&org.parse::<uuid::Uuid>().unwrap()];
     assert_eq!(own.daily_budget.get(), alloy::primitives::U256::from(5));
-    assert!(matches!(own.accounts, keel_aa::policy::AccountRule::Only(_)));
+    assert!(matches!(
+        own.accounts,
+        keel_aa::policy::AccountRule::Only(_)
+    ));
 
     std::fs::write(
         &path,
