@@ -403,6 +403,33 @@ pub async fn submit(
                 SubmitError::Misconfigured(e)
             }
         })?;
+    submit_resolved(
+        env,
+        engine,
+        chain_id,
+        entry_point,
+        op,
+        organization_id,
+        &resolution,
+    )
+    .await
+}
+
+/// [`submit`] with the chain's EntryPoint already resolved (by the caller, just before:
+/// [`crate::service::AaService::send`] resolves once for its pre-check and the
+/// acceptance). The workflow's `resolve` step still resolves and journals on its own.
+///
+/// # Errors
+/// [`SubmitError`].
+pub(crate) async fn submit_resolved(
+    env: &AaEnv,
+    engine: &Engine,
+    chain_id: u64,
+    entry_point: Address,
+    op: UserOperation,
+    organization_id: Option<Uuid>,
+    resolution: &Resolution,
+) -> Result<Submitted, SubmitError> {
     if !resolution.accepts_for_submission(entry_point) {
         return Err(if entry_point == resolution.configured {
             SubmitError::ReferenceAddress
@@ -428,7 +455,7 @@ pub async fn submit(
         )
         .await
         .map_err(SubmitError::Engine)?;
-    insert_row(&env.db, &input, &resolution, started.instance_id)
+    insert_row(&env.db, &input, resolution, started.instance_id)
         .await
         .map_err(SubmitError::Store)?;
     Ok(Submitted {

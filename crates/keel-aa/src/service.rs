@@ -270,7 +270,7 @@ impl AaService {
     }
 
     /// Pre-checks `op` (the `handleOps` simulation on the resolved EntryPoint) and accepts
-    /// it ([`flow::submit`]). A resend of an accepted operation is not simulated again
+    /// it ([`flow::submit`], over the same resolution). A resend of an accepted operation is not simulated again
     /// (its nonce may be used by its own inclusion): it answers the same hash.
     ///
     /// # Errors
@@ -328,13 +328,14 @@ impl AaService {
                 }
             }
         }
-        Ok(flow::submit(
+        Ok(flow::submit_resolved(
             &self.env,
             &self.engine,
             chain_id,
             entry_point,
             op,
             organization_id,
+            &resolution,
         )
         .await?)
     }
