@@ -6,10 +6,12 @@
 //! is `aa:<chainId>:<hash>`, so a resend joins the existing instance and returns the
 //! same hash, never a second inclusion. Its steps:
 //!
-//! 1. `resolve`: [`resolve_entry_point`], journaled (a retryable [`crate::ResolveError`]
-//!    retries the step; a replay reads the journaled [`Resolution`], so a directory change
-//!    after acceptance does not change the address this operation uses). The operation
-//!    must hash to its key against the resolved address.
+//! 1. `resolve`: the [`Resolution`] acceptance recorded with the operation's row (the one
+//!    [`submit`] hashed it over), else [`resolve_entry_point`]; journaled (a retryable
+//!    [`crate::ResolveError`] retries the step; a replay reads the journaled
+//!    [`Resolution`], so a directory change after acceptance does not change the address
+//!    this operation uses). The operation must hash to its key against the resolved
+//!    address.
 //! 2. `record`: the `aa_user_operation` row (state `accepted`).
 //! 3. `validate`: `handleOps([op], bundler)` simulated through `eth_call` on the resolved
 //!    EntryPoint from the bundler's sender ([`simulate_handle_ops`]). Chosen here over
@@ -532,6 +534,18 @@ impl Workflow for UserOperationWorkflow {
         // 1. resolve, journaled.
         let resolution: Result<Resolution, AaFailure> = ctx
             .step("resolve", || async {
+                // The resolution acceptance recorded with the row (the one the operation
+                // was hashed over, moments ago); the chain only when there is none.
+                if let Ok(Some(row)) = store::user_operation_get(
+                    &env.db,
+                    chain_id_i64(chain_id),
+                    input.user_op_hash.as_slice(),
+                )
+                .await
+                    && let Ok(recorded) = serde_json::from_value::<Resolution>(row.resolution)
+                {
+                    return Ok(recorded);
+                }
                 resolve_entry_point(&chain.pool, chain.directory)
                     .await
                     .map_err(|e| {
