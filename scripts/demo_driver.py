@@ -4,8 +4,9 @@ organization and an API key: starts the api, runner and indexer roles as separat
 processes, creates and mints an asset through the HTTP API, shows its holders at a
 record date and now (Ledger read API), transfers from its issuer, kills the runner
 (SIGKILL) in the middle of a second asset's feed phase, restarts it, checks the chain,
-lists assets, operations (page by page) and templates, and stops
-everything with SIGTERM. A custody leg starts keel-custody-sim (a local Fireblocks-compatible
+lists assets, operations (page by page) and templates, sends one ERC-4337 transfer from a
+smart account with no ETH that Keel sponsors (bundler route: paymaster stub, gas estimate,
+paymaster data, eth_sendUserOperation, receipt), and stops everything with SIGTERM. A custody leg starts keel-custody-sim (a local Fireblocks-compatible
 provider) as a fourth process, creates an asset through a template whose sender is the
 simulator's vault account, and mints once through it: the mint waits for an approval at
 the provider, is approved through the simulator's admin call and completes via its
@@ -59,6 +60,9 @@ HOLDER = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
 HOLDER2 = "0x90F79bf6EB2c4f870365E785982E1f101E93b906"
 HOLDER3 = "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65"
 OPERATOR = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+# Dev account 5: owner of the demo's smart account (it signs; the account holds no ETH).
+AA_OWNER = "0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc"
+USER_OPERATION_EVENT = "UserOperationEvent(bytes32,address,address,uint256,bool,uint256,uint256)"
 
 procs = {}
 
@@ -216,6 +220,106 @@ def rpc(method, params):
 def logs(address, topic0, topic1=None):
     topics = [topic0] if topic1 is None else [topic0, topic1]
     return rpc("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": address, "topics": topics}])
+
+
+def bundler(method, params):
+    """One JSON-RPC call of Keel's bundler route (ERC-7769 / ERC-7677); the result."""
+    status, r = http("POST", "/v1/chains/31337/bundler", {"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    if status != 200 or "error" in r:
+        fail(f"{method} answered {status}: {r}")
+    return r["result"]
+
+
+def selector(signature):
+    return rpc("web3_sha3", ["0x" + signature.encode().hex()])[:10]
+
+
+def word(address):
+    return address[2:].lower().rjust(64, "0")
+
+
+def uint(n):
+    return format(n, "064x")
+
+
+def aa_leg(asset, token, recipient, base_units):
+    """A fresh SimpleAccount of dev account 5 (created by the operation's initCode, no
+    ETH) receives 10 ACME, then transfers `base_units` of them to `recipient` in a user
+    operation Keel sponsors: paymaster stub, gas estimate, paymaster data, the owner's
+    EIP-712 signature (through Anvil), eth_sendUserOperation, the receipt. Returns the
+    account, the operation hash and its receipt."""
+    factory = json.loads(os.environ["KEEL_CONTRACTS"])["simpleAccountFactory"]
+    ep = bundler("eth_supportedEntryPoints", [])[0]
+    account = "0x" + rpc("eth_call", [{"to": factory, "data": selector("getAddress(address,uint256)") + word(AA_OWNER) + uint(0)}, "latest"])[-40:]
+    token_op(asset, "mint", {"recipient": account, "amount": "10"}, "demo-mint-aa")
+    if int(rpc("eth_getBalance", [account, "latest"]), 16) != 0 or rpc("eth_getCode", [account, "latest"]) != "0x":
+        fail("the smart account is not fresh (it has ETH or code)")
+    say(f"account    {account}: a SimpleAccount of {AA_OWNER} not deployed yet, 0 ETH, 10 ACME")
+    transfer = (selector("transfer(address,uint256)") + word(recipient) + uint(base_units))[2:]
+    call_data = (selector("execute(address,uint256,bytes)") + word(token) + uint(0) + uint(96)
+                 + uint(len(transfer) // 2) + transfer.ljust((len(transfer) + 63) // 64 * 64, "0"))
+    op = {
+        "sender": account,
+        "nonce": "0x0",
+        "factory": factory,
+        "factoryData": selector("createAccount(address,uint256)") + word(AA_OWNER) + uint(0),
+        "callData": call_data,
+        "maxFeePerGas": hex(int(rpc("eth_gasPrice", []), 16) * 2 + 10**9),
+        "maxPriorityFeePerGas": hex(10**9),
+    }
+    chain = "0x7a69"
+    op.update({k: v for k, v in bundler("pm_getPaymasterStubData", [op, ep, chain, {}]).items()
+               if k in ("paymaster", "paymasterData", "paymasterVerificationGasLimit", "paymasterPostOpGasLimit")})
+    gas = bundler("eth_estimateUserOperationGas", [op, ep])
+    op.update({k: gas[k] for k in ("preVerificationGas", "verificationGasLimit", "callGasLimit")})
+    op["paymasterData"] = bundler("pm_getPaymasterData", [op, ep, chain, {}])["paymasterData"]
+    say(f"sponsor    paymaster {op['paymaster']} signed the operation (gas: verification {int(op['verificationGasLimit'], 16)},"
+        f" call {int(op['callGasLimit'], 16)}, pre-verification {int(op['preVerificationGas'], 16)})")
+
+    def h128(a, b):
+        return "0x" + format(int(a, 16), "032x") + format(int(b, 16), "032x")
+
+    packed = {
+        "sender": account,
+        "nonce": "0",
+        "initCode": op["factory"] + op["factoryData"][2:],
+        "callData": op["callData"],
+        "accountGasLimits": h128(op["verificationGasLimit"], op["callGasLimit"]),
+        "preVerificationGas": str(int(op["preVerificationGas"], 16)),
+        "gasFees": h128(op["maxPriorityFeePerGas"], op["maxFeePerGas"]),
+        "paymasterAndData": op["paymaster"] + format(int(op["paymasterVerificationGasLimit"], 16), "032x")
+        + format(int(op["paymasterPostOpGasLimit"], 16), "032x") + op["paymasterData"][2:],
+    }
+    typed = {
+        "types": {
+            "EIP712Domain": [{"name": "name", "type": "string"}, {"name": "version", "type": "string"},
+                             {"name": "chainId", "type": "uint256"}, {"name": "verifyingContract", "type": "address"}],
+            "PackedUserOperation": [{"name": n, "type": t} for n, t in (
+                ("sender", "address"), ("nonce", "uint256"), ("initCode", "bytes"), ("callData", "bytes"),
+                ("accountGasLimits", "bytes32"), ("preVerificationGas", "uint256"), ("gasFees", "bytes32"),
+                ("paymasterAndData", "bytes"))],
+        },
+        "primaryType": "PackedUserOperation",
+        "domain": {"name": "ERC4337", "version": "1", "chainId": 31337, "verifyingContract": ep},
+        "message": packed,
+    }
+    op["signature"] = rpc("eth_signTypedData_v4", [AA_OWNER, json.dumps(typed)])
+    user_op_hash = bundler("eth_sendUserOperation", [op, ep])
+    say(f"userOp     {user_op_hash} accepted by the bundler route")
+    deadline = time.time() + 120
+    receipt = None
+    while time.time() < deadline and receipt is None:
+        receipt = bundler("eth_getUserOperationReceipt", [user_op_hash])
+        if receipt is None:
+            time.sleep(0.5)
+    if receipt is None:
+        fail("the user operation was not included within 120 s")
+    events = logs(ep, rpc("web3_sha3", ["0x" + USER_OPERATION_EVENT.encode().hex()]), user_op_hash)
+    if not receipt["success"] or len(events) != 1:
+        fail(f"the user operation did not land exactly once: {receipt['success']}, {len(events)} events")
+    if int(rpc("eth_getBalance", [account, "latest"]), 16) != 0:
+        fail("the smart account paid gas")
+    return account, user_op_hash, receipt
 
 
 def wait_ready():
@@ -489,6 +593,15 @@ def main():
     if len(assets["data"]) != 2 or len(ops) != 8 or len(done["data"]) != 4:
         fail("the lists do not show what was created")
 
+    say("5b. ERC-4337: a sponsored transfer of 2.5 ACME from a smart account with no ETH")
+    account, user_op_hash, receipt = aa_leg(asset, a["tokenAddress"], HOLDER3, 2_500_000)
+    block = int(receipt["receipt"]["blockNumber"], 16)
+    status, bal = http("GET", f"/v1/assets/{asset}/balances/{HOLDER3}?minBlock={block}")
+    say(f"included   bundle tx {receipt['receipt']['transactionHash']} block {block}: success, paid"
+        f" {int(receipt['actualGasCost'], 16)} wei from the paymaster's deposit; {HOLDER3} holds {bal['balance']} ACME")
+    if bal["balance"] != "122.5":
+        fail("the indexed balance does not include the sponsored transfer")
+
     say("6. custody: an asset whose template sends from vault 'treasury' at keel-custody-sim")
     custody = create_asset("demo-asset-3", "Gamma Custody Fund", "GMMA", template="custody")
     view = follow(custody["id"])
@@ -545,6 +658,8 @@ def main():
     print(f"  asset GMMA  created through custody vault 'treasury' (keel-custody-sim); one mint of 250 waited")
     print(f"              for the provider's approval, was approved through the simulator's admin call and")
     print(f"              completed via its signed webhook ({int(woken)} verified); exactly {len(custody_mints)} mint on chain")
+    print(f"  ERC-4337    one sponsored transfer (2.5 ACME) from smart account {account}, which holds no ETH:")
+    print(f"              user operation {user_op_hash} included once, gas paid by Keel's paymaster")
     print(f"  webhooks    {len(received)} distinct events delivered, every signature verified")
     print(f"  logs        {LOGS}")
 

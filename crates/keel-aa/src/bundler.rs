@@ -525,7 +525,7 @@ impl Bundler {
             idempotency_key: format!("aa-bundle:{id}"),
             to: Some(ep.address()),
             value: Wei::ZERO,
-            data: handle_ops_calldata(&packed, chain.bundler),
+            data: handle_ops_calldata(&packed, chain.beneficiary()),
             gas_limit: Some(gas),
         };
         let chain_id = chain_id_i64(self.chain_id);

@@ -6,10 +6,12 @@
 //! is `aa:<chainId>:<hash>`, so a resend joins the existing instance and returns the
 //! same hash, never a second inclusion. Its steps:
 //!
-//! 1. `resolve`: [`resolve_entry_point`], journaled (a retryable [`crate::ResolveError`]
-//!    retries the step; a replay reads the journaled [`Resolution`], so a directory change
-//!    after acceptance does not change the address this operation uses). The operation
-//!    must hash to its key against the resolved address.
+//! 1. `resolve`: the [`Resolution`] acceptance recorded with the operation's row (the one
+//!    [`submit`] hashed it over), else [`resolve_entry_point`]; journaled (a retryable
+//!    [`crate::ResolveError`] retries the step; a replay reads the journaled
+//!    [`Resolution`], so a directory change after acceptance does not change the address
+//!    this operation uses). The operation must hash to its key against the resolved
+//!    address.
 //! 2. `record`: the `aa_user_operation` row (state `accepted`).
 //! 3. `validate`: `handleOps([op], bundler)` simulated through `eth_call` on the resolved
 //!    EntryPoint from the bundler's sender ([`simulate_handle_ops`]). Chosen here over
@@ -66,9 +68,62 @@ pub struct AaChain {
     pub directory: Address,
     /// The bundler's sender: sends `handleOps` through the queue and is its beneficiary.
     pub bundler: Address,
-    /// The sponsorship policy applied to operations that name an organization; `None`:
-    /// none (the paymaster's signature is the only gate).
+    /// The sponsorship policy applied to operations that name an organization without a
+    /// policy of its own in [`AaChain::organization_policies`]; `None`: none (the
+    /// paymaster's signature is the only gate).
     pub policy: Option<SponsorshipPolicy>,
+    /// Sponsorship policies of single organizations (they replace [`AaChain::policy`]
+    /// for that organization's operations).
+    pub organization_policies: HashMap<Uuid, SponsorshipPolicy>,
+    /// The `handleOps` beneficiary (receives the bundles' gas refunds); `None`: the
+    /// bundler's sender.
+    pub beneficiary: Option<Address>,
+    /// Keel's SponsorPaymaster and its sponsor key (the ERC-7677 `pm_*` methods sign
+    /// with it); `None`: those methods answer that no paymaster is configured.
+    pub sponsor: Option<Sponsor>,
+}
+
+impl AaChain {
+    /// The policy that applies to an operation of `organization_id` (its own, else the
+    /// chain's default); `None` without an organization or a policy.
+    pub fn policy_for(&self, organization_id: Option<Uuid>) -> Option<&SponsorshipPolicy> {
+        let org = organization_id?;
+        self.organization_policies
+            .get(&org)
+            .or(self.policy.as_ref())
+    }
+
+    /// The `handleOps` beneficiary: [`AaChain::beneficiary`], else the bundler's sender.
+    pub fn beneficiary(&self) -> Address {
+        self.beneficiary.unwrap_or(self.bundler)
+    }
+}
+
+/// Keel's paymaster on one chain as the ERC-7677 methods use it.
+#[derive(Clone)]
+pub struct Sponsor {
+    /// The SponsorPaymaster (platform contract `sponsorPaymaster`).
+    pub paymaster: Address,
+    /// The sponsor key the paymaster verifies (`verifyingSigner`).
+    pub signer: Arc<alloy::signers::local::PrivateKeySigner>,
+    /// How long a signed sponsorship stays valid (`validUntil` = now + this), seconds.
+    pub validity_secs: u64,
+    /// `paymasterVerificationGasLimit` filled in when the operation has none, gas units.
+    pub verification_gas_limit: u128,
+    /// `paymasterPostOpGasLimit` filled in when the operation has none, gas units
+    /// (the SponsorPaymaster has no `postOp`: 0 is enough).
+    pub post_op_gas_limit: u128,
+}
+
+impl std::fmt::Debug for Sponsor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is never printed; its address is public.
+        f.debug_struct("Sponsor")
+            .field("paymaster", &self.paymaster)
+            .field("signer", &self.signer.address())
+            .field("validity_secs", &self.validity_secs)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for AaChain {
@@ -350,6 +405,33 @@ pub async fn submit(
                 SubmitError::Misconfigured(e)
             }
         })?;
+    submit_resolved(
+        env,
+        engine,
+        chain_id,
+        entry_point,
+        op,
+        organization_id,
+        &resolution,
+    )
+    .await
+}
+
+/// [`submit`] with the chain's EntryPoint already resolved (by the caller, just before:
+/// [`crate::service::AaService::send`] resolves once for its pre-check and the
+/// acceptance). The workflow's `resolve` step still resolves and journals on its own.
+///
+/// # Errors
+/// [`SubmitError`].
+pub(crate) async fn submit_resolved(
+    env: &AaEnv,
+    engine: &Engine,
+    chain_id: u64,
+    entry_point: Address,
+    op: UserOperation,
+    organization_id: Option<Uuid>,
+    resolution: &Resolution,
+) -> Result<Submitted, SubmitError> {
     if !resolution.accepts_for_submission(entry_point) {
         return Err(if entry_point == resolution.configured {
             SubmitError::ReferenceAddress
@@ -375,7 +457,7 @@ pub async fn submit(
         )
         .await
         .map_err(SubmitError::Engine)?;
-    insert_row(&env.db, &input, &resolution, started.instance_id)
+    insert_row(&env.db, &input, resolution, started.instance_id)
         .await
         .map_err(SubmitError::Store)?;
     Ok(Submitted {
@@ -452,6 +534,18 @@ impl Workflow for UserOperationWorkflow {
         // 1. resolve, journaled.
         let resolution: Result<Resolution, AaFailure> = ctx
             .step("resolve", || async {
+                // The resolution acceptance recorded with the row (the one the operation
+                // was hashed over, moments ago); the chain only when there is none.
+                if let Ok(Some(row)) = store::user_operation_get(
+                    &env.db,
+                    chain_id_i64(chain_id),
+                    input.user_op_hash.as_slice(),
+                )
+                .await
+                    && let Ok(recorded) = serde_json::from_value::<Resolution>(row.resolution)
+                {
+                    return Ok(recorded);
+                }
                 resolve_entry_point(&chain.pool, chain.directory)
                     .await
                     .map_err(|e| {
@@ -569,7 +663,10 @@ async fn make_ready(
         code: "DATABASE_UNAVAILABLE",
     })?;
     let mut sponsored = None;
-    if let (Some(policy), Some(org)) = (&chain.policy, input.organization_id) {
+    if let (Some(policy), Some(org)) = (
+        chain.policy_for(input.organization_id),
+        input.organization_id,
+    ) {
         // The day's row is locked by the upsert below; read it first under that lock
         // by adding zero, so two operations of one organization are not both granted
         // against the same spent amount.
@@ -658,6 +755,9 @@ mod tests {
             directory: Address::ZERO,
             bundler: Address::repeat_byte(1),
             policy: None,
+            organization_policies: HashMap::new(),
+            beneficiary: None,
+            sponsor: None,
         }
     }
 

@@ -24,16 +24,20 @@
 //!   workflow `aa.user-operation` (resolve, record, validate, sponsor, await the outcome).
 //! - [`bundler`]: the `aa-bundler` service packing ready operations into `handleOps`
 //!   transactions on the transaction queue and reporting each outcome once.
+//! - [`estimate`]: `eth_estimateUserOperationGas` and the ERC-7677 paymaster methods.
+//! - [`runway`]: the paymaster's EntryPoint deposit runway (funding requests).
 //! - [`service`]: what the Platform API calls (the ERC-7769 JSON-RPC methods, REST reads).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod bundler;
 pub mod entry_point;
+pub mod estimate;
 pub mod flow;
 pub mod paymaster;
 pub mod policy;
 pub mod receipt;
 pub mod rejection;
+pub mod runway;
 pub mod service;
 pub mod store;
 pub mod user_op;
@@ -69,5 +73,15 @@ pub fn describe_metrics() {
         "keel_aa_stale_user_operations",
         ::metrics::Unit::Count,
         "User operations still accepted, ready or bundled after the watchdog's threshold, by chain and state (operations)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_aa_paymaster_deposit_wei",
+        ::metrics::Unit::Count,
+        "The SponsorPaymaster's deposit at the EntryPoint at the last runway check, by chain (wei)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_aa_deposit_funding_request_open",
+        ::metrics::Unit::Count,
+        "1 while a funding request of the SponsorPaymaster's EntryPoint deposit is open, by chain (flag)."
     );
 }

@@ -13,10 +13,14 @@
 //! | `eth_sendUserOperation` | `[userOperation, entryPoint]` | the operation hash; the resolved address only |
 //! | `eth_getUserOperationByHash` | `[hash]` | `{userOperation, entryPoint, blockNumber, blockHash, transactionHash}` or `null` |
 //! | `eth_getUserOperationReceipt` | `[hash]` | `{userOpHash, entryPoint, sender, nonce, paymaster, actualGasCost, actualGasUsed, success, reason, logs, receipt}` or `null` (until included at the queue's depth) |
+//! | `eth_estimateUserOperationGas` | `[userOperation, entryPoint]` (configured or resolved; gas fields and signature may be absent) | `{preVerificationGas, verificationGasLimit, callGasLimit, paymasterVerificationGasLimit, paymasterPostOpGasLimit}` (see [`crate::estimate`]) |
+//! | `pm_getPaymasterStubData` (ERC-7677) | `[userOperation, entryPoint, chainId, context]` | `{paymaster, paymasterData, paymasterVerificationGasLimit, paymasterPostOpGasLimit, sponsor, isFinal: false}` |
+//! | `pm_getPaymasterData` (ERC-7677) | `[userOperation, entryPoint, chainId, context]` | `{paymaster, paymasterData}`: signed by the sponsor key after the sponsorship policy |
 //!
 //! Errors (`error.code`): `-32700` parse error, `-32600` invalid request, `-32601` method
-//! not found (also `eth_estimateUserOperationGas`, `pm_getPaymasterStubData` and
-//! `pm_getPaymasterData`, not served yet), `-32602` invalid params (including the
+//! not found, `-32501` paymaster (no paymaster configured on the chain, or the
+//! sponsorship policy refused: `data.reason` names the rule, `SPONSOR_…`), `-32602`
+//! invalid params (a `chainId` that is not the route's, an unsupported EntryPoint, including the
 //! configured reference named for submission: rebuild and re-sign against the resolved
 //! EntryPoint), the EntryPoint's refusal in the pre-check with its ERC-7769 code
 //! (`-32500`, `-32501`, `-32503`, `-32507`, `-32508`; `data.reason` holds the `AAxx`
@@ -184,14 +188,14 @@ fn rpc_result(id: &Value, result: Value) -> Value {
 }
 
 /// A JSON-RPC call's failure.
-struct CallError {
-    code: i32,
-    message: &'static str,
-    data: Option<Value>,
+pub(crate) struct CallError {
+    pub(crate) code: i32,
+    pub(crate) message: &'static str,
+    pub(crate) data: Option<Value>,
 }
 
 impl CallError {
-    fn invalid_params(message: &'static str) -> Self {
+    pub(crate) fn invalid_params(message: &'static str) -> Self {
         Self {
             code: -32602,
             message,
@@ -199,7 +203,7 @@ impl CallError {
         }
     }
 
-    fn internal() -> Self {
+    pub(crate) fn internal() -> Self {
         Self {
             code: -32603,
             message: "internal error; retry",
@@ -266,7 +270,7 @@ impl AaService {
     }
 
     /// Pre-checks `op` (the `handleOps` simulation on the resolved EntryPoint) and accepts
-    /// it ([`flow::submit`]). A resend of an accepted operation is not simulated again
+    /// it ([`flow::submit`], over the same resolution). A resend of an accepted operation is not simulated again
     /// (its nonce may be used by its own inclusion): it answers the same hash.
     ///
     /// # Errors
@@ -324,13 +328,14 @@ impl AaService {
                 }
             }
         }
-        Ok(flow::submit(
+        Ok(flow::submit_resolved(
             &self.env,
             &self.engine,
             chain_id,
             entry_point,
             op,
             organization_id,
+            &resolution,
         )
         .await?)
     }
@@ -482,6 +487,20 @@ impl AaService {
                     "receipt": receipt,
                 }))
             }
+            "eth_estimateUserOperationGas" => crate::estimate::estimate_rpc(chain, params).await,
+            "pm_getPaymasterStubData" => {
+                crate::estimate::paymaster_stub_rpc(chain, chain_id, params).await
+            }
+            "pm_getPaymasterData" => {
+                crate::estimate::paymaster_data_rpc(
+                    &self.env,
+                    chain,
+                    chain_id,
+                    organization_id,
+                    params,
+                )
+                .await
+            }
             _ => Err(CallError {
                 code: -32601,
                 message: "method not found",
@@ -501,5 +520,57 @@ impl AaService {
                 .await
                 .map_err(|_| CallError::internal())?;
         Ok(row.filter(|r| organization_id.is_none() || r.organization_id == organization_id))
+    }
+}
+
+/// An open funding request of a paymaster's EntryPoint deposit
+/// ([`crate::runway`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DepositRequestView {
+    /// The chain.
+    pub chain_id: u64,
+    /// The resolved EntryPoint holding the deposit.
+    pub entry_point: Address,
+    /// The paymaster whose deposit it is.
+    pub paymaster: Address,
+    /// The deposit at the last check, wei (decimal).
+    pub deposit_wei: String,
+    /// The configured minimum, wei (decimal).
+    pub minimum_wei: String,
+    /// `minimum - deposit`, wei (decimal).
+    pub required_wei: String,
+    /// When it opened.
+    pub opened_at: chrono::DateTime<chrono::Utc>,
+    /// The last check.
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl AaService {
+    /// The open funding requests of paymaster deposits (of `chain_id` when given),
+    /// oldest first.
+    ///
+    /// # Errors
+    /// [`ReadError::Store`].
+    pub async fn deposit_requests(
+        &self,
+        chain_id: Option<u64>,
+    ) -> Result<Vec<DepositRequestView>, ReadError> {
+        let rows =
+            store::deposit_requests_open(&self.env.db, chain_id.map(flow::chain_id_i64)).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                Some(DepositRequestView {
+                    chain_id: u64::try_from(r.chain_id).ok()?,
+                    entry_point: Address::try_from(r.entry_point.as_slice()).ok()?,
+                    paymaster: Address::try_from(r.paymaster.as_slice()).ok()?,
+                    deposit_wei: r.deposit_wei,
+                    minimum_wei: r.minimum_wei,
+                    required_wei: r.required_wei,
+                    opened_at: r.opened_at,
+                    updated_at: r.updated_at,
+                })
+            })
+            .collect())
     }
 }

@@ -97,6 +97,9 @@ async fn kill_9_between_bundle_enqueue_and_verdict_loses_nothing_and_doubles_not
                 directory: aa.deployed.directory,
                 bundler: aa.chain.account(1)?,
                 policy: None,
+                organization_policies: Default::default(),
+                beneficiary: None,
+                sponsor: None,
             },
         )]
         .into_iter()

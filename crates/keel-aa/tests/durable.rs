@@ -71,6 +71,15 @@ impl Flow {
                     directory: aa.deployed.directory,
                     bundler: aa.chain.account(1)?,
                     policy,
+                    organization_policies: Default::default(),
+                    beneficiary: None,
+                    sponsor: Some(keel_aa::flow::Sponsor {
+                        paymaster: aa.paymaster,
+                        signer: Arc::new(aa.sponsor.clone()),
+                        validity_secs: 600,
+                        verification_gas_limit: 100_000,
+                        post_op_gas_limit: 0,
+                    }),
                 },
             )]
             .into_iter()
@@ -797,6 +806,365 @@ async fn the_watchdog_reports_operations_pending_past_the_threshold() -> anyhow:
     f.start_queue_and_bundler()?;
     assert_eq!(f.settled(id, false).await?.status, RunStatus::Completed);
     assert!(strict.check().await?.is_empty());
+    f.shutdown().await;
+    Ok(())
+}
+
+/// A JSON-RPC request body.
+fn rpc_call(method: &str, params: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": method, "params": params
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn estimated_gas_and_erc_7677_paymaster_data_land_a_fresh_account_s_transfer()
+-> anyhow::Result<()> {
+    let f = Flow::start(1).await?;
+    f.start_queue_and_bundler()?;
+    let chain = f.chain_id();
+    let svc = keel_aa::service::AaService::new(f.env.clone(), f.engine.clone());
+    let ep = f.aa.ep().address();
+    let recipient = Address::with_last_byte(0x7a);
+    let (owner, sender) = f.account(10).await?;
+    assert_eq!(f.aa.provider().get_balance(sender).await?, U256::ZERO);
+    // The operation as a wallet first sends it: no gas fields, no paymaster, no
+    // signature.
+    let op = f.aa.transfer_op(
+        owner.address(),
+        sender,
+        0,
+        true,
+        recipient,
+        U256::from(3) * U256::from(ETHER),
+    );
+    let mut partial = serde_json::to_value(&op)?;
+    for k in [
+        "callGasLimit",
+        "verificationGasLimit",
+        "preVerificationGas",
+        "signature",
+    ] {
+        partial.as_object_mut().unwrap().remove(k);
+    }
+    let chain_hex = format!("{chain:#x}");
+    let stub = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "pm_getPaymasterStubData",
+                serde_json::json!([partial, ep, chain_hex, {}]),
+            ),
+        )
+        .await;
+    let stub = &stub["result"];
+    assert_eq!(
+        stub["paymaster"],
+        f.aa.paymaster.to_checksum(None),
+        "{stub}"
+    );
+    assert_eq!(stub["isFinal"], false);
+    assert_eq!(stub["paymasterVerificationGasLimit"], "0x186a0");
+    let obj = partial.as_object_mut().unwrap();
+    for k in [
+        "paymaster",
+        "paymasterData",
+        "paymasterVerificationGasLimit",
+        "paymasterPostOpGasLimit",
+    ] {
+        obj.insert(k.to_owned(), stub[k].clone());
+    }
+    let est = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "eth_estimateUserOperationGas",
+                serde_json::json!([partial, ep]),
+            ),
+        )
+        .await;
+    let est = est["result"].clone();
+    for k in ["preVerificationGas", "verificationGasLimit", "callGasLimit"] {
+        assert!(
+            est[k].as_str().is_some_and(|v| v.starts_with("0x")),
+            "{est}"
+        );
+        partial
+            .as_object_mut()
+            .unwrap()
+            .insert(k.to_owned(), est[k].clone());
+    }
+    let data = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "pm_getPaymasterData",
+                serde_json::json!([partial, ep, chain_hex, {}]),
+            ),
+        )
+        .await;
+    let data = &data["result"];
+    assert_eq!(
+        data["paymaster"],
+        f.aa.paymaster.to_checksum(None),
+        "{data}"
+    );
+    let obj = partial.as_object_mut().unwrap();
+    obj.insert("paymasterData".into(), data["paymasterData"].clone());
+    obj.insert("signature".into(), serde_json::json!("0x"));
+    let mut op: UserOperation = serde_json::from_value(partial)?;
+    let hash = op.hash_v08(f.aa.ep())?;
+    op.signature = alloy::signers::SignerSync::sign_hash_sync(&owner, &hash)?
+        .as_bytes()
+        .to_vec()
+        .into();
+    let sent = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call("eth_sendUserOperation", serde_json::json!([op, ep])),
+        )
+        .await;
+    assert_eq!(sent["result"], serde_json::json!(hash), "{sent}");
+    let id = f.row(hash).await?.instance_id;
+    let st = f.settled(id, false).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    assert_eq!(output(&st).success, Some(true));
+    assert_eq!(f.events_of(hash).await?, 1);
+    assert_eq!(f.ep_nonce(sender).await?, U256::from(1));
+    assert_eq!(
+        f.aa.token_balance(recipient).await?,
+        U256::from(3) * U256::from(ETHER)
+    );
+    assert_eq!(f.aa.provider().get_balance(sender).await?, U256::ZERO);
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn estimation_and_paymaster_methods_refuse_with_typed_erc_7769_errors() -> anyhow::Result<()>
+{
+    let f = Flow::start(1).await?;
+    let chain = f.chain_id();
+    let svc = keel_aa::service::AaService::new(f.env.clone(), f.engine.clone());
+    let ep = f.aa.ep().address();
+    let (owner, sender) = f.account(1).await?;
+    let chain_hex = format!("{chain:#x}");
+    // More than the account holds: the call reverts, -32521.
+    let op = f.aa.transfer_op(
+        owner.address(),
+        sender,
+        0,
+        true,
+        Address::with_last_byte(0x7b),
+        U256::from(5) * U256::from(ETHER),
+    );
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call("eth_estimateUserOperationGas", serde_json::json!([op, ep])),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32521, "{r}");
+    // A chainId that is not the route's, an unknown EntryPoint: -32602.
+    let ok_op = f.aa.transfer_op(
+        owner.address(),
+        sender,
+        0,
+        true,
+        Address::with_last_byte(0x7b),
+        U256::from(1),
+    );
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "pm_getPaymasterData",
+                serde_json::json!([ok_op, ep, "0x1", {}]),
+            ),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "pm_getPaymasterStubData",
+                serde_json::json!([ok_op, Address::with_last_byte(9), chain_hex, {}]),
+            ),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    // The configured reference is accepted for estimation and sponsorship (not for
+    // submission): the Directory names the EntryPointReference.
+    let dir = anvil_tests::keel_abi::bindings::Directory::new(
+        f.aa.deployed.directory,
+        f.aa.provider().clone(),
+    );
+    anvil_tests::confirm(&dir.set(
+        anvil_tests::keel_abi::directory_key(anvil_tests::keel_abi::platform::names::ENTRY_POINT),
+        f.aa.deployed.entry_point_reference,
+    ))
+    .await?;
+    let reference = f.aa.deployed.entry_point_reference;
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "pm_getPaymasterStubData",
+                serde_json::json!([ok_op, reference, chain_hex, {}]),
+            ),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["paymaster"],
+        f.aa.paymaster.to_checksum(None),
+        "{r}"
+    );
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "eth_estimateUserOperationGas",
+                serde_json::json!([ok_op, reference]),
+            ),
+        )
+        .await;
+    assert!(r["result"]["callGasLimit"].is_string(), "{r}");
+    // A policy that does not list the target: -32501 naming the rule.
+    let org = Uuid::new_v4();
+    let mut strict = f.env.chains[&chain].clone();
+    strict.organization_policies.insert(
+        org,
+        SponsorshipPolicy {
+            accounts: AccountRule::Any,
+            targets: vec![TargetRule {
+                target: Address::with_last_byte(0x01),
+                selectors: None,
+            }],
+            max_gas_per_operation: 10_000_000,
+            daily_budget: keel_units::Wei::new(U256::from(ETHER)),
+        },
+    );
+    let mut bare = strict.clone();
+    bare.sponsor = None;
+    let env = |c: FlowChain| {
+        Arc::new(AaEnv {
+            db: f.db.pool().clone(),
+            later_chains: Default::default(),
+            chains: [(chain, c)].into_iter().collect(),
+        })
+    };
+    let strict_svc = keel_aa::service::AaService::new(env(strict), f.engine.clone());
+    let r = strict_svc
+        .rpc(
+            chain,
+            Some(org),
+            &rpc_call(
+                "pm_getPaymasterData",
+                serde_json::json!([ok_op, ep, chain_hex, {}]),
+            ),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32501, "{r}");
+    assert_eq!(
+        r["error"]["data"]["reason"], "SPONSOR_TARGET_NOT_ALLOWED",
+        "{r}"
+    );
+    // Another organization (no policy of its own, no default): signed.
+    let r = strict_svc
+        .rpc(
+            chain,
+            Some(Uuid::new_v4()),
+            &rpc_call(
+                "pm_getPaymasterData",
+                serde_json::json!([ok_op, ep, chain_hex, {}]),
+            ),
+        )
+        .await;
+    assert!(r["result"]["paymasterData"].is_string(), "{r}");
+    // No sponsor configured: -32501 SPONSOR_NOT_CONFIGURED.
+    let bare_svc = keel_aa::service::AaService::new(env(bare), f.engine.clone());
+    let r = bare_svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "pm_getPaymasterStubData",
+                serde_json::json!([ok_op, ep, chain_hex, {}]),
+            ),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32501, "{r}");
+    assert_eq!(
+        r["error"]["data"]["reason"], "SPONSOR_NOT_CONFIGURED",
+        "{r}"
+    );
+    f.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_depleted_paymaster_deposit_opens_a_funding_request_for_the_entry_point_deposit()
+-> anyhow::Result<()> {
+    let aa = AaChain::start().await?;
+    let empty = anvil_tests::keel_abi::platform::deploy_sponsor_paymaster(
+        aa.provider(),
+        aa.deployed.directory,
+        aa.ep().address(),
+        aa.sponsor.address(),
+        U256::ZERO,
+    )
+    .await?;
+    let f = Flow::on(aa, 1, None).await?;
+    let chain = f.chain_id();
+    let minimum = keel_units::Wei::new(U256::from(ETHER / 10));
+    let check = keel_aa::runway::RunwayCheck::new(
+        f.env.clone(),
+        chain,
+        empty.address,
+        minimum,
+        Duration::from_secs(60),
+    );
+    let svc = keel_aa::service::AaService::new(f.env.clone(), f.engine.clone());
+    let s = check.check().await?;
+    assert!(s.open && s.opened, "{s:?}");
+    assert_eq!(s.deposit, U256::ZERO);
+    let open = svc.deposit_requests(Some(chain)).await?;
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0].paymaster, empty.address);
+    // It names the EntryPoint deposit, not the paymaster's address.
+    assert_eq!(open[0].entry_point, f.aa.ep().address());
+    assert_eq!(open[0].required_wei, (ETHER / 10).to_string());
+    // The funded paymaster of the chain has no request.
+    let funded = keel_aa::runway::RunwayCheck::new(
+        f.env.clone(),
+        chain,
+        f.aa.paymaster,
+        minimum,
+        Duration::from_secs(60),
+    );
+    assert!(!funded.check().await?.open);
+    // Checked again while depleted: still the one request, not opened again.
+    let again = check.check().await?;
+    assert!(again.open && !again.opened);
+    assert_eq!(svc.deposit_requests(None).await?.len(), 1);
+    // Funded through the EntryPoint deposit: closed at the next check.
+    let ep = IEntryPointV08::new(f.aa.ep().address(), f.aa.provider().clone());
+    anvil_tests::confirm(&ep.depositTo(empty.address).value(U256::from(ETHER))).await?;
+    let closed = check.check().await?;
+    assert!(!closed.open, "{closed:?}");
+    assert_eq!(closed.deposit, U256::from(ETHER));
+    assert!(svc.deposit_requests(Some(chain)).await?.is_empty());
     f.shutdown().await;
     Ok(())
 }

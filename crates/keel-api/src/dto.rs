@@ -896,6 +896,41 @@ pub struct FundingRequest {
 pub struct FundingRequestList {
     /// The caller's open funding requests, oldest first.
     pub funding_requests: Vec<FundingRequest>,
+    /// Open funding requests of Keel's SponsorPaymaster deposit at the EntryPoint (the
+    /// paymaster deposit runway, docs/aa.md), oldest first; the platform's, the same for
+    /// every organization.
+    #[serde(default)]
+    pub entry_point_deposits: Vec<EntryPointDepositRequest>,
+}
+
+/// A funding request of the SponsorPaymaster's **EntryPoint deposit**: its deposit
+/// (`EntryPoint.balanceOf(paymaster)`) is below the configured minimum
+/// (`aa.runwayMinimumWei`). Fund it with `EntryPoint.depositTo(paymaster)` (value =
+/// at least `requiredWei`); ETH sent to the paymaster's address does not count. Closed
+/// by the next check that sees the deposit at the minimum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EntryPointDepositRequest {
+    /// EIP-155 chain id (decimal string).
+    #[schema(example = "31337")]
+    pub chain_id: String,
+    /// Where the funds go: the EntryPoint (resolved address, EIP-55 checksummed),
+    /// credited to `paymaster` with `depositTo(paymaster)`.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub entry_point: String,
+    /// The deposit's owner: Keel's SponsorPaymaster (EIP-55 checksummed).
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub paymaster: String,
+    /// The deposit at the last check, wei (decimal string).
+    pub deposit_wei: String,
+    /// The configured minimum, wei (decimal string).
+    pub minimum_wei: String,
+    /// `minimumWei - depositWei` at the last check, wei (decimal string).
+    pub required_wei: String,
+    /// When the deposit was first seen below the minimum (RFC 3339, UTC).
+    pub opened_at: DateTime<Utc>,
+    /// The last check (RFC 3339, UTC).
+    pub updated_at: DateTime<Utc>,
 }
 
 /// `GET /healthz` and `GET /readyz` when healthy.
@@ -1400,6 +1435,21 @@ impl From<svc::FundingRequestView> for FundingRequest {
             value_wei: r.value_wei.to_string(),
             created_at: r.created_at,
             updated_at: r.updated_at,
+        }
+    }
+}
+
+impl From<keel_aa::service::DepositRequestView> for EntryPointDepositRequest {
+    fn from(d: keel_aa::service::DepositRequestView) -> Self {
+        Self {
+            chain_id: d.chain_id.to_string(),
+            entry_point: d.entry_point.to_checksum(None),
+            paymaster: d.paymaster.to_checksum(None),
+            deposit_wei: d.deposit_wei,
+            minimum_wei: d.minimum_wei,
+            required_wei: d.required_wei,
+            opened_at: d.opened_at,
+            updated_at: d.updated_at,
         }
     }
 }

@@ -1099,8 +1099,16 @@ pub(crate) async fn funding_requests(
     let q = query(q)?;
     int64_query(q.chain_id)?;
     let open = state.ops().funding_requests(caller, q.chain_id).await?;
+    let deposits = match state.user_operations() {
+        Some(aa) => aa
+            .deposit_requests(q.chain_id)
+            .await
+            .map_err(|_| crate::user_ops::unavailable())?,
+        None => Vec::new(),
+    };
     Ok(Json(FundingRequestList {
         funding_requests: open.into_iter().map(Into::into).collect(),
+        entry_point_deposits: deposits.into_iter().map(Into::into).collect(),
     })
     .into_response())
 }

@@ -392,6 +392,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::ledger::Supply,
         dto::FundingRequest,
         dto::FundingRequestList,
+        dto::EntryPointDepositRequest,
         dto::Health,
         dto::ApiKeyScope,
         dto::CreateApiKeyRequest,

@@ -158,7 +158,7 @@ fn service(state: &ApiState) -> Result<&AaService, Problem> {
         .ok_or_else(|| Problem::not_found("route"))
 }
 
-fn unavailable() -> Problem {
+pub(crate) fn unavailable() -> Problem {
     Problem::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "SERVICE_UNAVAILABLE",

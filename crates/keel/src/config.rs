@@ -772,6 +772,9 @@ pub struct Config {
     /// `[webhooks]`.
     #[serde(default)]
     pub webhooks: WebhookSettings,
+    /// `[aa]` (ERC-4337, see [`crate::aa`]).
+    #[serde(default)]
+    pub aa: crate::aa::AaSettings,
     /// `[custody]`: inbound custody-provider webhooks (the providers themselves are
     /// per chain: `chains.<name>.custody`).
     #[serde(default)]
@@ -883,6 +886,24 @@ fn known_paths() -> Vec<Vec<String>> {
     out.push(vec!["role".to_owned()]);
     for key in ["chainId", "rpcUrls", "confirmations", "wsUrl", "custody"] {
         out.push(vec!["chains".to_owned(), "*".to_owned(), key.to_owned()]);
+    }
+    // `[aa.sponsorship]` policies (optional tables, commented out in the defaults).
+    for table in [
+        vec!["aa", "sponsorship", "default"],
+        vec!["aa", "sponsorship", "organizations", "*"],
+    ] {
+        let table: Vec<String> = table.into_iter().map(str::to_owned).collect();
+        for key in [
+            "accounts",
+            "targets",
+            "maxGasPerOperation",
+            "dailyBudgetWei",
+        ] {
+            let mut path = table.clone();
+            path.push(key.to_owned());
+            out.push(path);
+        }
+        out.push(table);
     }
     out.extend(custody_paths());
     out
@@ -1360,6 +1381,7 @@ impl Config {
                 "must be at least 60, or a divisor of 60 below it",
             ));
         }
+        self.aa.validate()?;
         self.telemetry.metrics_socket()?;
         let otlp = &self.telemetry.otlp.endpoint;
         if !(otlp.is_empty() || otlp.starts_with("http://") || otlp.starts_with("https://")) {

@@ -13,11 +13,13 @@
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`roles`]: what `keel run --role` runs: shard ownership for runner and indexer,
 //!   the runner's daily retention job and job-health reporting, and the orderly stop.
+//! - [`aa`]: ERC-4337 (`[aa]`, keel-aa) in the roles.
 //! - [`services`]: the work of each role; [`chains`]: which chains a process serves
 //!   (retried with backoff while unreachable); [`supervise`]: restarts of critical
 //!   tasks, or a non-zero exit naming the task.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod aa;
 pub mod chains;
 pub mod config;
 pub mod ops;

@@ -764,9 +764,17 @@ async fn start_api(
         engine.clone(),
         keel_api::webhooks::operation_renderer(),
     );
+    // ERC-4337 (issue 20): user operations, when `aa.enabled`.
+    let user_operations = keel::aa::api_service(config, pool, engine.clone(), &supervisor)
+        .await
+        .context("account abstraction")?;
     let ops = keel_workflows::Ops::new(pool.clone(), engine).with_events(events);
     let webhooks = keel_webhooks::Webhooks::new(pool.clone(), config.webhooks.to_config());
-    let state = keel_api::ApiState::new(ops, ready)
+    let mut state = keel_api::ApiState::new(ops, ready);
+    if let Some(service) = user_operations {
+        state = state.with_user_operations(service);
+    }
+    let state = state
         .with_webhooks(webhooks)
         .with_config(keel_api::ApiConfig {
             max_body_bytes: config.api.body_limit_bytes,

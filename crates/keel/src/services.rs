@@ -173,11 +173,19 @@ pub struct RunnerServices {
 
 /// What a runner's queue hands to keel-workflows in its transactions: every verdict
 /// (the settlement sink) and every first broadcast and opened funding request (the
-/// progress sink).
+/// progress sink); and the account-abstraction slots a served chain also fills.
 #[derive(Clone)]
 struct QueueSinks {
     settlement: Arc<dyn SettlementSink>,
     progress: Arc<dyn ProgressSink>,
+    aa: Option<Arc<AaWiring>>,
+}
+
+/// The runner's account-abstraction side (`aa.enabled`, see [`crate::aa`]).
+struct AaWiring {
+    settings: crate::aa::AaSettings,
+    env: Arc<keel_aa::flow::AaEnv>,
+    parts: crate::aa::ChainParts,
 }
 
 /// Makes a served chain of the runner: its platform contracts, the queue with the
@@ -193,7 +201,11 @@ async fn serve_runner_chain(
     queue_slot: &OnceLock<Arc<TxQueue>>,
 ) -> Result<(), String> {
     let chain_id = node.chain().get();
-    if env.chain(ChainId(chain_id)).is_some() && queue_slot.get().is_some() {
+    let aa_served = sinks
+        .aa
+        .as_ref()
+        .is_none_or(|aa| aa.env.chain(chain_id).is_some());
+    if env.chain(ChainId(chain_id)).is_some() && queue_slot.get().is_some() && aa_served {
         return Ok(());
     }
     let contracts = PlatformAddresses::load(pool, chain_id)
@@ -215,6 +227,9 @@ async fn serve_runner_chain(
     queue.set_progress_sink(sinks.progress.clone());
     let queue = Arc::new(queue);
     let queue = Arc::clone(queue_slot.get_or_init(|| queue));
+    if let Some(aa) = &sinks.aa {
+        crate::aa::serve_chain(&aa.settings, pool, &aa.env, node, &queue, &aa.parts).await?;
+    }
     env.serve_later(ChainContext {
         chain_id: ChainId(chain_id),
         node: node.clone(),
@@ -313,12 +328,30 @@ pub async fn start_runner(
         .map_err(|e| durable_config_error(&e))
         .context("durable engine")?;
     let engine = keel_workflows::workflows::register_all(engine, env.clone());
+    // ERC-4337 (issue 20): the user-operation workflow, with a slot per chain.
+    let aa = config.aa.enabled.then(|| {
+        Arc::new(AaWiring {
+            settings: config.aa.clone(),
+            env: crate::aa::env(pool, config.chains.values().map(|c| c.chain_id)),
+            parts: crate::aa::ChainParts {
+                bundler: env.operator,
+                sponsor_key: None,
+            },
+        })
+    });
+    let engine = match &aa {
+        Some(aa) => keel_aa::flow::register(engine, aa.env.clone()),
+        None => engine,
+    };
     // Startup assertion: every workflow the API can start is executed here, so no
     // accepted operation can wait forever for an executor that does not know it.
     let registered = engine.registered();
+    let aa_workflows = aa.as_ref().map(|_| keel_aa::flow::WORKFLOW);
     if let Some(missing) = keel_workflows::workflows::WORKFLOWS
         .iter()
-        .find(|w| !registered.iter().any(|r| r == *w))
+        .copied()
+        .chain(aa_workflows)
+        .find(|w| !registered.iter().any(|r| r == w))
     {
         anyhow::bail!("workflow `{missing}` can be started by the API but is not registered");
     }
@@ -338,6 +371,7 @@ pub async fn start_runner(
     let sinks = QueueSinks {
         settlement: sink,
         progress,
+        aa: aa.clone(),
     };
     let executor_settings = executor_config(config);
     executor_settings
@@ -407,6 +441,11 @@ pub async fn start_runner(
             }
         });
         tasks.push(("txq", supervisor.watch("txq", handle)));
+        if let Some(aa) = &aa {
+            tasks.extend(aa_chain_tasks(
+                aa, &engine, owner, chains, supervisor, chain_id,
+            ));
+        }
 
         let (config, pool, env, signer, sinks, chains, node, stop) = (
             config.clone(),
@@ -448,6 +487,13 @@ pub async fn start_runner(
         });
         tasks.push(("chain-health", health));
     }
+    if let Some(aa) = &aa {
+        let (settings, pool) = (aa.settings.clone(), pool.clone());
+        let handle = owner.singleton("aa-watchdog", move |lease| {
+            crate::aa::run_watchdog(settings.clone(), pool.clone(), lease.token().clone())
+        });
+        tasks.push(("aa-watchdog", supervisor.watch("aa-watchdog", handle)));
+    }
     let census_engine = engine.clone();
     let census_stop = stop.clone();
     let census = supervisor.spawn("open-census", move || {
@@ -488,6 +534,50 @@ pub async fn start_runner(
     tracing::info!(target: TARGET, chains = config.chains.len(), operator = %env.operator,
         "runner services started");
     Ok(RunnerServices { executor, tasks })
+}
+
+/// The account-abstraction singletons of `chain_id` (declined while the chain is not
+/// served): the bundler `aa-bundler/<chainId>` and the paymaster's deposit runway check
+/// `aa-runway/<chainId>`.
+fn aa_chain_tasks(
+    aa: &Arc<AaWiring>,
+    engine: &Engine,
+    owner: &ShardOwner,
+    chains: &ChainSet,
+    supervisor: &Supervisor,
+    chain_id: u64,
+) -> Vec<(&'static str, JoinHandle<()>)> {
+    let (settings, env, engine_b) = (aa.settings.clone(), aa.env.clone(), engine.clone());
+    let bundler = owner.singleton_while(
+        &format!("aa-bundler/{chain_id}"),
+        chains.subscribe(chain_id),
+        move |lease| {
+            crate::aa::run_bundler(
+                settings.clone(),
+                env.clone(),
+                engine_b.clone(),
+                chain_id,
+                lease.token().clone(),
+            )
+        },
+    );
+    let (settings, env) = (aa.settings.clone(), aa.env.clone());
+    let runway = owner.singleton_while(
+        &format!("aa-runway/{chain_id}"),
+        chains.subscribe(chain_id),
+        move |lease| {
+            crate::aa::run_runway(
+                settings.clone(),
+                env.clone(),
+                chain_id,
+                lease.token().clone(),
+            )
+        },
+    );
+    vec![
+        ("aa-bundler", supervisor.watch("aa-bundler", bundler)),
+        ("aa-runway", supervisor.watch("aa-runway", runway)),
+    ]
 }
 
 /// The webhook dispatcher's idle delay (it is also woken by `NOTIFY keel_webhooks`

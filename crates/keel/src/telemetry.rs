@@ -403,6 +403,7 @@ pub fn serve_endpoint(
 }
 
 fn describe_metrics() {
+    keel_aa::describe_metrics();
     keel_api::metrics::describe_metrics();
     keel_chain::describe_metrics();
     keel_cluster::describe_metrics();

@@ -274,6 +274,24 @@ fn cluster_and_retention_keys_load_override_and_validate() {
 /// can set it) and be the key the override set.
 const RULES: &[(&str, &str, &str)] = &[
     ("KEEL__DEPLOYMENTID", "bad id!", "deploymentId"),
+    ("KEEL__AA__BUNDLERPOLLMS", "5", "aa.bundlerPollMs"),
+    ("KEEL__AA__BENEFICIARY", "nope", "aa.beneficiary"),
+    (
+        "KEEL__AA__RUNWAYMINIMUMWEI",
+        "\"1e18\"",
+        "aa.runwayMinimumWei",
+    ),
+    (
+        "KEEL__AA__SPONSORSHIPVALIDITYSECS",
+        "1",
+        "aa.sponsorshipValiditySecs",
+    ),
+    (
+        "KEEL__AA__MAXOPERATIONSPERBUNDLE",
+        "0",
+        "aa.maxOperationsPerBundle",
+    ),
+    ("KEEL__AA__SPONSORKEYENV", "\"\"", "aa.sponsorKeyEnv"),
     ("KEEL__CHAINS__LOCAL__CHAINID", "0", "chains.local.chainId"),
     ("KEEL__CHAINS__LOCAL__RPCURLS", "[]", "chains.local.rpcUrls"),
     (
@@ -794,4 +812,60 @@ fn custody_errors_name_their_key() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("apisecret"), "{err}");
+}
+
+/// `[aa.sponsorship]` policies from a file: the default one and one per organization;
+/// errors name the policy's key, and the sponsor key's variable is never printed.
+#[test]
+fn aa_sponsorship_policies_load_from_a_file_and_errors_name_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keel.toml");
+    let org = "7d1f3c2a-0000-4000-8000-000000000001";
+    std::fs::write(
+        &path,
+        format!(
+            "[aa.sponsorship.default]\nmaxGasPerOperation = 2000000\ndailyBudgetWei = \"1000000000000000000\"\n\
+             targets = [{{ target = \"0x00000000000000000000000000000000000000aa\", selectors = [\"0xa9059cbb\"] }}]\n\
+             [aa.sponsorship.organizations.\"{org}\"]\naccounts = [\"0x00000000000000000000000000000000000000bb\"]\n\
+             maxGasPerOperation = 1000000\ndailyBudgetWei = 5\n"
+        ),
+    )
+    .unwrap();
+    let c = Config::load_with_env(Some(&path), env(&[])).unwrap();
+    assert!(c.aa.enabled);
+    let p = c.aa.policies().unwrap();
+    let default = p.default.unwrap();
+    assert_eq!(default.max_gas_per_operation, 2_000_000);
+    assert_eq!(default.targets.len(), 1);
+    let own = &p.organizations[&org.parse::<uuid::Uuid>().unwrap()];
+    assert_eq!(own.daily_budget.get(), alloy::primitives::U256::from(5));
+    assert!(matches!(
+        own.accounts,
+        keel_aa::policy::AccountRule::Only(_)
+    ));
+
+    std::fs::write(
+        &path,
+        "[aa.sponsorship.organizations.acme]\nmaxGasPerOperation = 1\ndailyBudgetWei = \"1\"\n",
+    )
+    .unwrap();
+    let key = invalid_key(Config::load_with_env(Some(&path), env(&[])));
+    assert_eq!(key, "aa.sponsorship.organizations.acme");
+    std::fs::write(
+        &path,
+        "[aa.sponsorship.default]\nmaxGasPerOperation = 1\ndailyBudgetWei = \"1\"\n\
+         targets = [{ target = \"0x01\" }]\n",
+    )
+    .unwrap();
+    let key = invalid_key(Config::load_with_env(Some(&path), env(&[])));
+    assert_eq!(key, "aa.sponsorship.default.targets");
+    // A sponsor key variable holding no key is refused naming the variable only.
+    let mut settings = keel::aa::AaSettings {
+        sponsor_key_env: "KEEL_TEST_SPONSOR_KEY_CONFIG".to_owned(),
+        ..Default::default()
+    };
+    assert!(keel::aa::sponsor_key(&settings).unwrap().is_none());
+    settings.sponsor_key_env = "PATH".to_owned();
+    let e = keel::aa::sponsor_key(&settings).unwrap_err().to_string();
+    assert!(e.contains("PATH") && !e.contains("/usr"), "{e}");
 }

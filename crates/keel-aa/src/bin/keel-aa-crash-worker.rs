@@ -69,6 +69,9 @@ async fn main() -> Result<(), String> {
                 directory,
                 bundler,
                 policy: None,
+                organization_policies: Default::default(),
+                beneficiary: None,
+                sponsor: None,
             },
         )]
         .into_iter()

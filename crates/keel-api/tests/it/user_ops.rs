@@ -43,6 +43,9 @@ async fn served() -> (Env, TestChain, anvil_tests::Deployed) {
                 directory: deployed.directory,
                 bundler: chain.account(1).unwrap(),
                 policy: None,
+                organization_policies: Default::default(),
+                beneficiary: None,
+                sponsor: None,
             },
         )]
         .into_iter()
