@@ -747,3 +747,158 @@ async fn a_kill_9_while_a_create_is_in_doubt_lands_once() {
     assert_eq!(effects(&chain, counter).await, U256::from(1));
     assert_eq!(sent_count(&chain, vault).await, 1);
 }
+
+// ---- a reorg after the provider's COMPLETED ----
+
+/// Waits until the proxy has forwarded at least two more receipt reads than `seen`:
+/// a whole pass of the queue (head, then receipt) has then read the chain after the
+/// moment `seen` was taken.
+async fn two_more_receipt_reads(proxy: &anvil_tests::proxy::RpcProxy, seen: u64) {
+    let start = Instant::now();
+    while proxy.count("eth_getTransactionReceipt") < seen + 2 {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the queue stopped reading the receipt"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_reorg_after_the_providers_completed_puts_the_request_back_in_flight_and_it_lands_once() {
+    use alloy::providers::ext::AnvilApi;
+    use alloy::rpc::types::anvil::{ReorgOptions, TransactionData};
+
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    // The simulator (its own connection to Anvil) says COMPLETED at 1 confirmation; the
+    // queue settles at 3 and reads the chain through a proxy that counts its reads.
+    let sim = Sim::start(&chain).await;
+    let vault = sim.funded_vault(&chain, VAULT).await;
+    let counter = deploy_counter(&chain).await;
+    let proxy = anvil_tests::proxy::RpcProxy::start(chain.endpoint())
+        .await
+        .unwrap();
+    let upstream = Arc::new(
+        UpstreamPool::new(
+            ChainId(chain.chain_id()),
+            UpstreamConfig::new(vec![proxy.url().to_string()]),
+        )
+        .unwrap(),
+    );
+    let mut q = TxQueue::new(
+        db.pool().clone(),
+        upstream,
+        TxQueueConfig {
+            poll_interval: Duration::from_millis(50),
+            confirmations: 3,
+            ..TxQueueConfig::default()
+        },
+    )
+    .unwrap();
+    q.add_custody_sender(
+        CustodySender::new(Arc::new(sim.provider()), &sender_config(vault)).unwrap(),
+    );
+    let queue = Arc::new(q);
+    let stop = CancellationToken::new();
+    let (q, s) = (queue.clone(), stop.clone());
+    tokio::spawn(async move { q.run(s).await });
+    let _stop = stop.drop_guard();
+
+    let id = queue
+        .enqueue(&call(vault, counter, "op/reorg/mint"))
+        .await
+        .unwrap();
+
+    // The queue has read COMPLETED with the hash; the receipt is 1 block deep: in flight.
+    let start = Instant::now();
+    let hash = loop {
+        if let Some(v) = queue.status(id).await.unwrap().custody
+            && v.status.as_deref() == Some("COMPLETED")
+            && let Some(hash) = v.tx_hash
+        {
+            break hash;
+        }
+        assert!(start.elapsed() < DEADLINE, "COMPLETED not read in time");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let p = chain.provider();
+    let old = p.get_transaction_receipt(hash).await.unwrap().unwrap();
+    let old_block = old.block_number.unwrap();
+    assert_eq!(p.get_block_number().await.unwrap(), old_block);
+    // One more block: 2 deep, still short of 3.
+    chain.mine().await.unwrap();
+    two_more_receipt_reads(&proxy, proxy.count("eth_getTransactionReceipt")).await;
+    let status = queue.status(id).await.unwrap();
+    assert_ne!(status.state, RequestState::Settled, "{status:?}");
+    assert_eq!(status.verdict, None);
+    assert_eq!(effects(&chain, counter).await, U256::from(1));
+
+    // Reorg away both blocks (the one holding the transaction and the one above it).
+    // Anvil 1.7.1 drops the transactions of reorged-out blocks (no receipt, not in its
+    // pool, the sender's nonce back): it does not come back by itself. A real network's
+    // mempool would re-include it, so the reorg does: in the second new block, one
+    // height above where it was.
+    let raw = p.get_raw_transaction_by_hash(hash).await.unwrap().unwrap();
+    p.anvil_reorg(ReorgOptions {
+        depth: 2,
+        tx_block_pairs: vec![(TransactionData::Raw(raw), 1)],
+    })
+    .await
+    .unwrap();
+    let new = p.get_transaction_receipt(hash).await.unwrap().unwrap();
+    let new_block = new.block_number.unwrap();
+    assert_eq!(new_block, old_block + 1);
+    assert_ne!(new.block_hash, old.block_hash);
+    assert_eq!(p.get_block_number().await.unwrap(), new_block);
+
+    // Right after the reorg: still in flight (1 block deep again).
+    let status = queue.status(id).await.unwrap();
+    assert_ne!(status.state, RequestState::Settled, "{status:?}");
+    assert_eq!(status.verdict, None);
+    // One block: the old receipt would now be 3 deep, the new one is 2: not settled.
+    chain.mine().await.unwrap();
+    two_more_receipt_reads(&proxy, proxy.count("eth_getTransactionReceipt")).await;
+    let status = queue.status(id).await.unwrap();
+    assert_eq!(
+        status.verdict, None,
+        "settled on the reorged-out receipt: {status:?}"
+    );
+    // One more: the new receipt is 3 deep and settles.
+    chain.mine().await.unwrap();
+    let verdict =
+        tokio::time::timeout(DEADLINE, queue.await_verdict(id, Duration::from_millis(50)))
+            .await
+            .expect("a verdict in time")
+            .unwrap();
+    match verdict {
+        SettlementVerdict::Confirmed {
+            block, hash: got, ..
+        } => {
+            assert_eq!(block, new_block, "settled from the receipt after the reorg");
+            assert_eq!(got, hash);
+        }
+        other => panic!("expected confirmed, got {other:?}"),
+    }
+    let status = queue.status(id).await.unwrap();
+    assert_eq!(status.state, RequestState::Settled);
+    let view = status.custody.unwrap();
+    assert_eq!(view.phase, "done");
+    assert_eq!(view.resubmission, 0);
+    assert_eq!(view.external_tx_id, external(id, 0));
+
+    // Exactly one effect, one transaction from the vault, one create at the provider.
+    assert_eq!(effects(&chain, counter).await, U256::from(1));
+    assert_eq!(sent_count(&chain, vault).await, 1);
+    let stats = sim.admin_get("/admin/stats").await;
+    assert_eq!(stats["createsReceived"], 1);
+    assert_eq!(stats["transactions"], 1);
+    let txs = sim.admin_get("/admin/transactions").await;
+    let statuses: Vec<&str> = txs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["COMPLETED"]);
+}
