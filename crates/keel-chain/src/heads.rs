@@ -55,6 +55,7 @@ impl HeadWatchConfig {
 pub(crate) fn describe_metrics() {
     metrics::describe_gauge!(
         "keel_chain_head_subscription_up",
+        metrics::Unit::Count,
         "1 while a newHeads subscription to the chain's WebSocket upstream is open, else 0 (boolean)."
     );
     metrics::describe_counter!(
