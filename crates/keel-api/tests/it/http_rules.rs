@@ -880,7 +880,10 @@ async fn tenants_see_only_their_own_resources() {
     assert_eq!(env.counts().await, before);
     let f = env.get(&env.key_b, "/v1/funding-requests").await;
     assert_eq!(f.status, StatusCode::OK);
-    assert_eq!(f.body, json!({"fundingRequests": [], "entryPointDeposits": []}));
+    assert_eq!(
+        f.body,
+        json!({"fundingRequests": [], "entryPointDeposits": []})
+    );
 }
 
 #[tokio::test]
@@ -965,7 +968,10 @@ async fn approval_and_readiness_rules_without_a_chain() {
         .get(&env.key_a, "/v1/funding-requests?chainId=31337")
         .await;
     assert_eq!(f.status, StatusCode::OK);
-    assert_eq!(f.body, json!({"fundingRequests": [], "entryPointDeposits": []}));
+    assert_eq!(
+        f.body,
+        json!({"fundingRequests": [], "entryPointDeposits": []})
+    );
 }
 
 /// Issue 18 §4: the bodies of burn, grant-role and revoke-role are checked before
