@@ -387,13 +387,28 @@ enum Follow {
     /// [`TipIngest::wait_for_new_head`]: `eth_blockNumber` every `head` until a new
     /// block appears, at most the poll interval.
     WatchHead(Duration),
+    /// A `newHeads` subscription over the chain's WebSocket ([`keel_chain::watch_heads`],
+    /// what `keel run`'s indexer does with `chains.<name>.wsUrl`): wait for a head, at
+    /// most the poll interval (then the fallback poll).
+    Subscribe,
 }
+
+/// The JSON-RPC methods the tip loop sends (counted through the proxy).
+const TIP_METHODS: &[&str] = &[
+    "eth_blockNumber",
+    "eth_getBlockByNumber",
+    "eth_getBlockByHash",
+    "eth_getLogs",
+    "eth_getBlockReceipts",
+    "eth_chainId",
+];
 
 /// Tip latency at 1 s block time on `chain` (an Anvil with `--block-time 1`, the
 /// emitter at `emitter`): a tip loop rounds and then waits per `follow`; the bench
 /// watches the head every 2 ms, sends a transaction of `events` events as each block
 /// appears (so the next block carries them), and times block seen → `wait_for_block`
-/// returns (read-after-write through LISTEN/NOTIFY). Milliseconds, sorted.
+/// returns (read-after-write through LISTEN/NOTIFY). Milliseconds, sorted, and the tip
+/// loop's JSON-RPC requests over HTTP per block (counted by a proxy in front of Anvil).
 async fn tip_latency(
     chain: &TestChain,
     emitter: Address,
@@ -401,9 +416,21 @@ async fn tip_latency(
     events: u64,
     poll: Duration,
     follow: Follow,
-) -> anyhow::Result<Vec<f64>> {
+) -> anyhow::Result<(Vec<f64>, f64)> {
     let db = TestDatabase::create().await?;
     let chain_id = ChainId(chain.chain_id());
+    let proxy = anvil_tests::proxy::RpcProxy::start(chain.endpoint()).await?;
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let watch_stop = tokio_util::sync::CancellationToken::new();
+    if matches!(follow, Follow::Subscribe) {
+        let ws = format!("ws://127.0.0.1:{}", chain.port());
+        tokio::spawn(keel_chain::watch_heads(
+            chain_id,
+            keel_chain::HeadWatchConfig::new(ws),
+            wake.clone(),
+            watch_stop.clone(),
+        ));
+    }
     let start = chain.block_number().await? + 1;
     scope::add_scope(
         db.pool(),
@@ -418,7 +445,7 @@ async fn tip_latency(
     .await?;
     let ingest = TipIngest::take_ownership(
         db.pool().clone(),
-        node(chain.endpoint().as_str(), chain.chain_id())?,
+        node(proxy.url().as_str(), chain.chain_id())?,
         TipConfig {
             start_block: Some(start),
             ..TipConfig::new(12)
@@ -429,6 +456,7 @@ async fn tip_latency(
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
         let stop = stop.clone();
+        let wake = wake.clone();
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let out = ingest.round().await?;
@@ -439,6 +467,9 @@ async fn tip_latency(
                     Follow::Poll => tokio::time::sleep(poll).await,
                     Follow::WatchHead(every) => {
                         ingest.wait_for_new_head(out.tip, poll, every).await?;
+                    }
+                    Follow::Subscribe => {
+                        let _ = tokio::time::timeout(poll, wake.notified()).await;
                     }
                 }
             }
@@ -451,6 +482,7 @@ async fn tip_latency(
     let mut seen = chain.block_number().await?;
     let mut out = Vec::new();
     let mut carrying = false;
+    let mut counted_from: Option<(u64, u64)> = None;
     while (out.len() as u64) < blocks {
         let head = chain.block_number().await?;
         if head == seen {
@@ -479,19 +511,27 @@ async fn tip_latency(
         if carrying {
             out.push(mined.elapsed().as_secs_f64() * 1_000.0);
         }
+        let calls: u64 = TIP_METHODS.iter().map(|m| proxy.count(m)).sum();
+        counted_from.get_or_insert((head, calls));
         // Events for the next block, sent once this one is visible (outside the clock).
         let _pending = p.send_transaction(tx).await?;
         nonce += 1;
         carrying = true;
     }
+    let calls: u64 = TIP_METHODS.iter().map(|m| proxy.count(m)).sum();
+    let head = chain.block_number().await?;
+    let per_block = counted_from.map_or(0.0, |(first, before)| {
+        (calls - before) as f64 / (head.saturating_sub(first).max(1)) as f64
+    });
     stop.store(true, Ordering::Relaxed);
+    watch_stop.cancel();
     looping.await??;
     let indexed: i64 = sqlx::query_scalar("SELECT count(*) FROM index_transfer")
         .fetch_one(db.pool())
         .await?;
     anyhow::ensure!(indexed > 0, "the latency blocks carried no indexed events");
     out.sort_by(f64::total_cmp);
-    Ok(out)
+    Ok((out, per_block))
 }
 
 /// A second Anvil mining a block every second, with the emitter deployed.
@@ -642,8 +682,9 @@ async fn main() -> anyhow::Result<()> {
         for follow in [
             Follow::Poll,
             Follow::WatchHead(Duration::from_millis(head_ms)),
+            Follow::Subscribe,
         ] {
-            let ms = tip_latency(
+            let (ms, calls_per_block) = tip_latency(
                 &bt_chain,
                 emitter,
                 latency_blocks,
@@ -659,13 +700,17 @@ async fn main() -> anyhow::Result<()> {
                     format!("round, watch head every {} ms", d.as_millis()),
                     format!("poll{poll}_head{}", d.as_millis()),
                 ),
+                Follow::Subscribe => (
+                    "round, wait for a newHeads head, poll as fallback".to_owned(),
+                    format!("poll{poll}_subscribed"),
+                ),
             };
             println!(
-                "latency  poll={poll} ms ({label})  {latency_blocks} blocks at --block-time 1, 100 events each: p50 {p50:.1} ms  p99 {p99:.1} ms  max {:.1} ms",
+                "latency  poll={poll} ms ({label})  {latency_blocks} blocks at --block-time 1, 100 events each: p50 {p50:.1} ms  p99 {p99:.1} ms  max {:.1} ms  HTTP RPC calls per block {calls_per_block:.1}",
                 ms.last().copied().unwrap_or(0.0)
             );
             latency.push(format!(
-                "latency_p50_ms_{key}={p50:.1} latency_p99_ms_{key}={p99:.1}"
+                "latency_p50_ms_{key}={p50:.1} latency_p99_ms_{key}={p99:.1} rpc_per_block_{key}={calls_per_block:.1}"
             ));
         }
     }
