@@ -53,31 +53,14 @@ impl Stack {
             "0x{}",
             alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
         );
-        let env: Vec<(String, String)> = vec![
-            ("KEEL__DATABASE__URL".into(), db.url().to_owned()),
-            (
-                "KEEL__CHAINS__LOCAL__CHAINID".into(),
-                chain.chain_id().to_string(),
-            ),
-            (
-                "KEEL__CHAINS__LOCAL__RPCURLS".into(),
-                format!("[\"{}\"]", chain.endpoint()),
-            ),
-            (
-                "KEEL__API__LISTENADDRESS".into(),
-                format!("127.0.0.1:{port}"),
-            ),
-            ("KEEL__TELEMETRY__METRICSADDRESS".into(), String::new()),
-            ("KEEL__TELEMETRY__LOGFORMAT".into(), "json".into()),
-            ("KEEL__DURABLE__SHARDING__SHARDS".into(), "4".into()),
-            ("KEEL__DURABLE__LEASEMS".into(), "3000".into()),
-            (
-                "KEEL__DURABLE__CONFIRMATIONWATCHER__INTERVALMS".into(),
-                "100".into(),
-            ),
-            ("KEEL__CLUSTER__REFRESHINTERVALMS".into(), "200".into()),
-            ("KEEL__CLUSTER__LIVENESSWINDOWMS".into(), "1000".into()),
-            ("KEEL__INDEX__POLLINTERVALMS".into(), "100".into()),
+        let base = common::stack_env(
+            db.url(),
+            chain.chain_id(),
+            chain.endpoint().as_str(),
+            port,
+            &key0,
+        );
+        let specific: Vec<(String, String)> = vec![
             ("KEEL__AA__BUNDLERPOLLMS".into(), "100".into()),
             // The bootstrap funds the paymaster's deposit with 1 ETH: below 2 ETH the
             // runway check (every second) opens a funding request.
@@ -86,17 +69,11 @@ impl Stack {
                 "2000000000000000000".into(),
             ),
             ("KEEL__AA__RUNWAYINTERVALSECS".into(), "1".into()),
-            ("KEEL_OPERATOR_KEY".into(), key0.clone()),
-            ("KEEL_DEPLOYER_KEY".into(), key0.clone()),
             // The bootstrap's sponsor signer is the deployer.
             ("KEEL_SPONSOR_KEY".into(), key0),
         ];
-        let mut env = env;
-        // `keel()` clears KEEL* variables: pass the artifacts' location on (a worktree
-        // without tools/node_modules).
-        if let Ok(dir) = std::env::var("KEEL_AA_ARTIFACTS") {
-            env.push(("KEEL_AA_ARTIFACTS".into(), dir));
-        }
+        let mut env = base;
+        env.extend(specific);
         let mut stack = Stack {
             chain,
             _db: db,

@@ -152,16 +152,14 @@ impl Stack {
         );
         let custody = "KEEL__CHAINS__LOCAL__CUSTODY__";
         let vault_key_prefix = format!("{custody}VAULTS__{}__", VAULT.to_uppercase());
-        let env: Vec<(String, String)> = vec![
-            ("KEEL__DATABASE__URL".into(), db.url().to_owned()),
-            (
-                "KEEL__CHAINS__LOCAL__CHAINID".into(),
-                chain.chain_id().to_string(),
-            ),
-            (
-                "KEEL__CHAINS__LOCAL__RPCURLS".into(),
-                format!("[\"{}\"]", chain.endpoint()),
-            ),
+        let base = common::stack_env(
+            db.url(),
+            chain.chain_id(),
+            chain.endpoint().as_str(),
+            api_port,
+            &key0,
+        );
+        let specific: Vec<(String, String)> = vec![
             (format!("{custody}PROVIDER"), "fireblocks".into()),
             (format!("{custody}BASEURL"), sim.clone()),
             (format!("{custody}APIKEY"), format!("env:{API_KEY_ENV}")),
@@ -186,31 +184,9 @@ impl Stack {
                 format!("{sim}/.well-known/jwks.json"),
             ),
             (API_KEY_ENV.into(), API_KEY.into()),
-            (
-                "KEEL__API__LISTENADDRESS".into(),
-                format!("127.0.0.1:{api_port}"),
-            ),
-            ("KEEL__TELEMETRY__METRICSADDRESS".into(), String::new()),
-            ("KEEL__TELEMETRY__LOGFORMAT".into(), "json".into()),
-            ("KEEL__DURABLE__SHARDING__SHARDS".into(), "4".into()),
-            ("KEEL__DURABLE__LEASEMS".into(), "3000".into()),
-            (
-                "KEEL__DURABLE__CONFIRMATIONWATCHER__INTERVALMS".into(),
-                "100".into(),
-            ),
-            ("KEEL__CLUSTER__REFRESHINTERVALMS".into(), "200".into()),
-            ("KEEL__CLUSTER__LIVENESSWINDOWMS".into(), "1000".into()),
-            ("KEEL__INDEX__POLLINTERVALMS".into(), "100".into()),
-            ("KEEL_OPERATOR_KEY".into(), key0.clone()),
-            ("KEEL_DEPLOYER_KEY".into(), key0),
         ];
-        // Where the ERC-4337 artifacts are (a worktree without node_modules names them).
-        let mut env = env;
-        for var in ["KEEL_AA_ARTIFACTS", "KEEL_TOOLS"] {
-            if let Ok(v) = std::env::var(var) {
-                env.push((var.into(), v));
-            }
-        }
+        let mut env = base;
+        env.extend(specific);
         let mut stack = Stack {
             chain,
             _db: db,

@@ -75,31 +75,14 @@ impl Stack {
             "0x{}",
             alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
         );
-        let env: Vec<(String, String)> = vec![
-            ("KEEL__DATABASE__URL".into(), db.url().to_owned()),
-            (
-                "KEEL__CHAINS__LOCAL__CHAINID".into(),
-                chain.chain_id().to_string(),
-            ),
-            (
-                "KEEL__CHAINS__LOCAL__RPCURLS".into(),
-                format!("[\"{}\"]", chain.endpoint()),
-            ),
-            (
-                "KEEL__API__LISTENADDRESS".into(),
-                format!("127.0.0.1:{port}"),
-            ),
-            ("KEEL__TELEMETRY__METRICSADDRESS".into(), String::new()),
-            ("KEEL__TELEMETRY__LOGFORMAT".into(), "json".into()),
-            ("KEEL__DURABLE__SHARDING__SHARDS".into(), "4".into()),
-            ("KEEL__DURABLE__LEASEMS".into(), "3000".into()),
-            (
-                "KEEL__DURABLE__CONFIRMATIONWATCHER__INTERVALMS".into(),
-                "100".into(),
-            ),
-            ("KEEL__CLUSTER__REFRESHINTERVALMS".into(), "200".into()),
-            ("KEEL__CLUSTER__LIVENESSWINDOWMS".into(), "1000".into()),
-            ("KEEL__INDEX__POLLINTERVALMS".into(), "100".into()),
+        let base = common::stack_env(
+            db.url(),
+            chain.chain_id(),
+            chain.endpoint().as_str(),
+            port,
+            &key0,
+        );
+        let specific: Vec<(String, String)> = vec![
             // Webhook endpoints served by a receiver in the test (loopback, http).
             ("KEEL__WEBHOOKS__ALLOWHTTP".into(), "true".into()),
             (
@@ -107,10 +90,10 @@ impl Stack {
                 "true".into(),
             ),
             ("KEEL__WEBHOOKS__RETRYINITIALMS".into(), "200".into()),
-            ("KEEL_OPERATOR_KEY".into(), key0.clone()),
-            ("KEEL_DEPLOYER_KEY".into(), key0),
         ];
-        let env = env.into_iter().chain(extra).collect::<Vec<_>>();
+        let mut env = base;
+        env.extend(specific);
+        env.extend(extra);
         let mut stack = Stack {
             chain,
             db,

@@ -50,37 +50,13 @@ impl Stack {
             "0x{}",
             alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
         );
-        let mut env: Vec<(String, String)> = vec![
-            ("KEEL__DATABASE__URL".into(), db.url().to_owned()),
-            (
-                "KEEL__CHAINS__LOCAL__CHAINID".into(),
-                chain.chain_id().to_string(),
-            ),
-            (
-                "KEEL__CHAINS__LOCAL__RPCURLS".into(),
-                format!("[\"{}\"]", chain.endpoint()),
-            ),
-            (
-                "KEEL__API__LISTENADDRESS".into(),
-                format!("127.0.0.1:{port}"),
-            ),
-            ("KEEL__TELEMETRY__METRICSADDRESS".into(), String::new()),
-            ("KEEL__TELEMETRY__LOGFORMAT".into(), "json".into()),
-            ("KEEL__DURABLE__SHARDING__SHARDS".into(), "4".into()),
-            (
-                "KEEL__DURABLE__CONFIRMATIONWATCHER__INTERVALMS".into(),
-                "100".into(),
-            ),
-            ("KEEL__CLUSTER__REFRESHINTERVALMS".into(), "200".into()),
-            ("KEEL__CLUSTER__LIVENESSWINDOWMS".into(), "1000".into()),
-            ("KEEL__INDEX__POLLINTERVALMS".into(), "100".into()),
-            ("KEEL_OPERATOR_KEY".into(), key0.clone()),
-            ("KEEL_DEPLOYER_KEY".into(), key0),
-        ];
-        // A worktree without tools/node_modules names the ERC-4337 artifacts elsewhere.
-        if let Ok(dir) = std::env::var("KEEL_AA_ARTIFACTS") {
-            env.push(("KEEL_AA_ARTIFACTS".into(), dir));
-        }
+        let env = common::stack_env(
+            db.url(),
+            chain.chain_id(),
+            chain.endpoint().as_str(),
+            port,
+            &key0,
+        );
         let mut stack = Stack {
             chain,
             _db: db,
