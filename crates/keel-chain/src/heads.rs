@@ -2,10 +2,12 @@
 //! JSON-RPC pubsub API, <https://geth.ethereum.org/docs/interacting-with-geth/rpc/pubsub>),
 //! for a loop that would otherwise poll `eth_blockNumber` to learn of a new block.
 //!
-//! A subscription only says *when* to look: each head wakes the caller's loop, which
-//! reads the chain over its HTTP upstreams as before (so a missed or reordered head
-//! changes nothing: the loop's own reads and its parent-hash walk decide). The caller
-//! keeps a slower poll as the safety net. A closed or failed subscription is
+//! Each head is published on a [`HeadSignal`]: it wakes the caller's loop and hands it
+//! the announced header (number, hash, parent hash, timestamp), so the loop need not ask
+//! the node for the head or that block's header again. The loop still reads everything
+//! else (logs, blocks it missed) over its HTTP upstreams, and its parent-hash walk
+//! decides what is canonical: a missed, stale or reordered head changes nothing but
+//! when the loop looks. The caller keeps a slower poll as the safety net. A closed or failed subscription is
 //! re-established with a capped exponential backoff; while it is down the gauge
 //! `keel_chain_head_subscription_up` reads 0 and a WARN says why.
 //!
@@ -17,11 +19,12 @@
 //! | `keel_chain_head_subscription_heads_total` | counter | heads received (each woke the loop) |
 //! | `keel_chain_head_subscription_reconnects_total` | counter | subscriptions (re)opened after the first |
 
+use crate::BlockHeader;
+use alloy::primitives::U256;
 use alloy::providers::{Provider, ProviderBuilder, WsConnect};
-use keel_units::ChainId;
-use std::sync::Arc;
+use keel_units::{ChainId, GasPrice};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 const TARGET: &str = "keel::chain::heads";
@@ -47,6 +50,52 @@ impl HeadWatchConfig {
             backoff_initial: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
         }
+    }
+}
+
+/// Where a head subscription publishes: a wake-up for the loop that follows the chain
+/// and the newest head announced since that loop last took one.
+///
+/// [`watch_heads`] calls [`HeadSignal::publish`] per head; the loop waits on
+/// [`HeadSignal::notify`] and then calls [`HeadSignal::take`]. Heads that arrive while
+/// the loop is busy collapse into the newest one (the loop reads any blocks it skipped
+/// by number), and a wake-up without a head (the subscription just opened) makes the
+/// loop ask the node for the head itself.
+#[derive(Debug, Default)]
+pub struct HeadSignal {
+    wake: tokio::sync::Notify,
+    latest: Mutex<Option<BlockHeader>>,
+}
+
+impl HeadSignal {
+    /// An empty signal (no head announced, no wake-up pending).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The wake-up: notified once per [`HeadSignal::publish`] or
+    /// [`HeadSignal::wake_up`] (a permit is kept when nobody waits).
+    pub fn notify(&self) -> &tokio::sync::Notify {
+        &self.wake
+    }
+
+    /// Records `header` as the newest head (replacing one not yet taken: the node's
+    /// latest announcement is its current view, even a lower block after a reorg to a
+    /// shorter chain) and wakes the loop.
+    pub fn publish(&self, header: BlockHeader) {
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(header);
+        self.wake.notify_one();
+    }
+
+    /// Wakes the loop without a head (it then reads the head from the node).
+    pub fn wake_up(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The newest head announced since the last call, if any (each head is handed out
+    /// once: a round without one reads the node's head itself).
+    pub fn take(&self) -> Option<BlockHeader> {
+        self.latest.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 
@@ -82,19 +131,20 @@ enum SubscriptionEnd {
 }
 
 /// Keeps a `newHeads` subscription to `config.ws_url` open until `stop` fires, and
-/// calls `wake.notify_one()` for every head (the chain's id `chain` labels the metrics
-/// and logs). Never returns an error: a failure is logged at WARN (once per outage,
+/// publishes every head on `heads` ([`HeadSignal::publish`]; a bare wake-up when a
+/// subscription opens). The chain's id `chain` labels the metrics and logs and types
+/// the heads' base fee. Never returns an error: a failure is logged at WARN (once per outage,
 /// then every tenth attempt), counted, and retried after the backoff; run it as a
 /// supervised task beside the loop it wakes.
 pub async fn watch_heads(
     chain: ChainId,
     config: HeadWatchConfig,
-    wake: Arc<Notify>,
+    heads: Arc<HeadSignal>,
     stop: CancellationToken,
 ) {
     let labels = [("chain_id", chain.get().to_string())];
     let up = metrics::gauge!("keel_chain_head_subscription_up", &labels);
-    let heads = metrics::counter!("keel_chain_head_subscription_heads_total", &labels);
+    let received = metrics::counter!("keel_chain_head_subscription_heads_total", &labels);
     let reconnects = metrics::counter!("keel_chain_head_subscription_reconnects_total", &labels);
     up.set(0.0);
     let mut opened_before = false;
@@ -118,12 +168,21 @@ pub async fn watch_heads(
                 tracing::info!(target: TARGET, chain_id = chain.get(), failures, "newHeads subscription open again");
             }
             failures = 0;
-            // A head wakes the loop at once; the loop reads the chain itself.
-            wake.notify_one();
+            // Heads may have been missed while no subscription was open: the loop asks
+            // the node for the head once.
+            heads.wake_up();
             while let Ok(header) = sub.recv().await {
-                heads.increment(1);
+                received.increment(1);
                 tracing::trace!(target: TARGET, chain_id = chain.get(), number = header.number, "new head");
-                wake.notify_one();
+                heads.publish(BlockHeader {
+                    number: header.number,
+                    hash: header.hash,
+                    parent_hash: header.parent_hash,
+                    timestamp: header.timestamp,
+                    base_fee_per_gas: header
+                        .base_fee_per_gas
+                        .map(|w| GasPrice::new(chain, U256::from(w))),
+                });
             }
             Err::<(), _>(SubscriptionEnd::Closed)
         };
@@ -165,7 +224,34 @@ fn error_kind(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::error_kind;
+    use super::{BlockHeader, HeadSignal, error_kind};
+    use alloy::primitives::B256;
+
+    fn head(number: u64) -> BlockHeader {
+        BlockHeader {
+            number,
+            hash: B256::with_last_byte(number as u8),
+            parent_hash: B256::with_last_byte(number.saturating_sub(1) as u8),
+            timestamp: number,
+            base_fee_per_gas: None,
+        }
+    }
+
+    #[test]
+    fn heads_collapse_into_the_newest_and_are_taken_once() {
+        let s = HeadSignal::new();
+        assert_eq!(s.take(), None);
+        s.publish(head(5));
+        s.publish(head(7));
+        assert_eq!(s.take(), Some(head(7)));
+        // The latest announcement wins, even a lower block (a reorg to a shorter chain).
+        s.publish(head(9));
+        s.publish(head(8));
+        assert_eq!(s.take(), Some(head(8)));
+        assert_eq!(s.take(), None, "a head is handed out once");
+        s.wake_up();
+        assert_eq!(s.take(), None, "a bare wake-up carries no head");
+    }
 
     #[test]
     fn error_text_drops_urls() {

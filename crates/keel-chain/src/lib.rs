@@ -28,7 +28,7 @@ pub mod node_error;
 pub mod upstream;
 
 pub use attribution::AttributionSuffix;
-pub use heads::{HeadWatchConfig, watch_heads};
+pub use heads::{HeadSignal, HeadWatchConfig, watch_heads};
 pub use node_error::{NodeError, NodeErrorKind, RevertReason};
 pub use upstream::{BlockHeader, UpstreamConfig, UpstreamHealth, UpstreamPool};
 

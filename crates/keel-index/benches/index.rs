@@ -389,8 +389,11 @@ enum Follow {
     WatchHead(Duration),
     /// A `newHeads` subscription over the chain's WebSocket ([`keel_chain::watch_heads`],
     /// what `keel run`'s indexer does with `chains.<name>.wsUrl`): wait for a head, at
-    /// most the poll interval (then the fallback poll).
-    Subscribe,
+    /// most the poll interval (then the fallback poll). With `hand_head` the round gets
+    /// the announced header ([`TipIngest::round_at`], what `keel run` does); without, the
+    /// head only wakes a plain [`TipIngest::round`] (the loop before issue 25's second
+    /// step, kept for comparison).
+    Subscribe { hand_head: bool },
 }
 
 /// The JSON-RPC methods the tip loop sends (counted through the proxy).
@@ -420,9 +423,9 @@ async fn tip_latency(
     let db = TestDatabase::create().await?;
     let chain_id = ChainId(chain.chain_id());
     let proxy = anvil_tests::proxy::RpcProxy::start(chain.endpoint()).await?;
-    let wake = Arc::new(tokio::sync::Notify::new());
+    let wake = Arc::new(keel_chain::HeadSignal::new());
     let watch_stop = tokio_util::sync::CancellationToken::new();
-    if matches!(follow, Follow::Subscribe) {
+    if matches!(follow, Follow::Subscribe { .. }) {
         let ws = format!("ws://127.0.0.1:{}", chain.port());
         tokio::spawn(keel_chain::watch_heads(
             chain_id,
@@ -459,7 +462,11 @@ async fn tip_latency(
         let wake = wake.clone();
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let out = ingest.round().await?;
+                let announced = match follow {
+                    Follow::Subscribe { hand_head: true } => wake.take(),
+                    _ => None,
+                };
+                let out = ingest.round_at(announced).await?;
                 if out.tip.is_some_and(|t| t < out.head) {
                     continue;
                 }
@@ -468,8 +475,8 @@ async fn tip_latency(
                     Follow::WatchHead(every) => {
                         ingest.wait_for_new_head(out.tip, poll, every).await?;
                     }
-                    Follow::Subscribe => {
-                        let _ = tokio::time::timeout(poll, wake.notified()).await;
+                    Follow::Subscribe { .. } => {
+                        let _ = tokio::time::timeout(poll, wake.notify().notified()).await;
                     }
                 }
             }
@@ -682,7 +689,8 @@ async fn main() -> anyhow::Result<()> {
         for follow in [
             Follow::Poll,
             Follow::WatchHead(Duration::from_millis(head_ms)),
-            Follow::Subscribe,
+            Follow::Subscribe { hand_head: false },
+            Follow::Subscribe { hand_head: true },
         ] {
             let (ms, calls_per_block) = tip_latency(
                 &bt_chain,
@@ -700,8 +708,12 @@ async fn main() -> anyhow::Result<()> {
                     format!("round, watch head every {} ms", d.as_millis()),
                     format!("poll{poll}_head{}", d.as_millis()),
                 ),
-                Follow::Subscribe => (
-                    "round, wait for a newHeads head, poll as fallback".to_owned(),
+                Follow::Subscribe { hand_head: false } => (
+                    "newHeads head wakes a plain round, poll as fallback".to_owned(),
+                    format!("poll{poll}_subscribed_wake"),
+                ),
+                Follow::Subscribe { hand_head: true } => (
+                    "newHeads head handed to the round, poll as fallback".to_owned(),
                     format!("poll{poll}_subscribed"),
                 ),
             };

@@ -9,7 +9,7 @@ use crate::history::settled_height;
 use crate::read::indexed_tip;
 use crate::tip::publish_health;
 use crate::{FollowBackoff, HistoryWorker, IndexError, NextRound, TipConfig, TipIngest};
-use keel_chain::UpstreamPool;
+use keel_chain::{HeadSignal, UpstreamPool};
 use keel_service::{BackgroundService, Report, ServiceConfig};
 use keel_store::PgPool;
 use std::sync::Arc;
@@ -80,8 +80,9 @@ pub struct TipFollow {
     pace: FollowBackoff,
     state: TipState,
     halted: bool,
-    /// Woken by every new head of a subscription ([`TipFollow::with_head_wake`]).
-    heads: Option<Arc<Notify>>,
+    /// Woken by every new head of a subscription, which hands the round its header
+    /// ([`TipFollow::with_head_wake`]).
+    heads: Option<Arc<HeadSignal>>,
 }
 
 impl TipFollow {
@@ -114,10 +115,12 @@ impl TipFollow {
     }
 
     /// Rounds start when `heads` is notified (a new head by subscription,
-    /// [`keel_chain::watch_heads`]) and otherwise every `fallback_poll` once caught up:
-    /// the poll stays as the safety net for a subscription that is down or missed a
-    /// head, at a slower pace than [`TipFollow::new`]'s `poll`.
-    pub fn with_head_wake(mut self, heads: Arc<Notify>, fallback_poll: Duration) -> Self {
+    /// [`keel_chain::watch_heads`]) and run up to the announced head
+    /// ([`TipIngest::round_at`]: no `eth_blockNumber`, no re-read of that block's
+    /// header), and otherwise every `fallback_poll` once caught up: the poll stays as
+    /// the safety net for a subscription that is down or missed a head, at a slower pace
+    /// than [`TipFollow::new`]'s `poll`.
+    pub fn with_head_wake(mut self, heads: Arc<HeadSignal>, fallback_poll: Duration) -> Self {
         self.heads = Some(heads);
         self.poll = fallback_poll;
         self
@@ -150,7 +153,7 @@ impl BackgroundService for TipFollow {
     }
 
     fn wake(&self) -> Option<&Notify> {
-        self.heads.as_deref()
+        self.heads.as_deref().map(HeadSignal::notify)
     }
 
     async fn run_once(&mut self) -> Result<Report, Self::Error> {
@@ -193,7 +196,8 @@ impl BackgroundService for TipFollow {
                 }
             }
             TipState::Following(ingest) => {
-                let result = ingest.round().await;
+                let announced = self.heads.as_deref().and_then(HeadSignal::take);
+                let result = ingest.round_at(announced).await;
                 let (blocks, caught_up) = match &result {
                     Ok(out) => (
                         out.blocks,
@@ -254,7 +258,7 @@ pub async fn follow_tip_with_heads(
         let watch_stop = stop.child_token();
         let _watch_guard = watch_stop.clone().drop_guard();
         if let Some(h) = heads {
-            let wake = Arc::new(Notify::new());
+            let wake = Arc::new(HeadSignal::new());
             follow = follow.with_head_wake(wake.clone(), poll);
             tokio::spawn(
                 keel_chain::watch_heads(chain, h, wake, watch_stop)

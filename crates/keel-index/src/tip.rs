@@ -31,6 +31,12 @@ pub struct TipConfig {
     pub start_block: Option<u64>,
     /// Upper bound of blocks ingested by one [`TipIngest::round`] (default 1000).
     pub max_blocks_per_round: u64,
+    /// The node's `finalized` block is read again (one `eth_getBlockByNumber`) by a
+    /// round that commits a block only once the head has moved this many blocks since
+    /// the last read (default 8, minimum 1 = every round). The recorded finalized height
+    /// is a lower bound, so reading it less often only delays a block's `finalized`
+    /// flag by up to this many blocks; it never marks a block final too early.
+    pub finalized_refresh_blocks: u64,
 }
 
 impl TipConfig {
@@ -41,13 +47,15 @@ impl TipConfig {
             hash_window: finality_depth.saturating_mul(2).max(1),
             start_block: None,
             max_blocks_per_round: 1_000,
+            finalized_refresh_blocks: 8,
         }
     }
 
     /// Checks the settings.
     ///
     /// # Errors
-    /// [`IndexError::Config`] naming `hashWindow` or `maxBlocksPerRound`.
+    /// [`IndexError::Config`] naming `hashWindow`, `maxBlocksPerRound` or
+    /// `finalizedRefreshBlocks`.
     pub fn validate(&self) -> Result<()> {
         if self.hash_window < self.finality_depth.max(1) {
             return Err(IndexError::Config {
@@ -58,6 +66,12 @@ impl TipConfig {
         if self.max_blocks_per_round == 0 {
             return Err(IndexError::Config {
                 key: "maxBlocksPerRound",
+                reason: "must be at least 1",
+            });
+        }
+        if self.finalized_refresh_blocks == 0 {
+            return Err(IndexError::Config {
+                key: "finalizedRefreshBlocks",
                 reason: "must be at least 1",
             });
         }
@@ -106,6 +120,9 @@ pub struct TipIngest {
     /// The last (head, tip) recorded in `index_chain` and when: the head observation is
     /// written when either changes, else at most every [`HEAD_RECORD_EVERY`].
     recorded: Arc<std::sync::Mutex<Option<HeadRecord>>>,
+    /// The head at the last read of the node's `finalized` block
+    /// ([`TipConfig::finalized_refresh_blocks`]).
+    finalized_read_at: Arc<std::sync::Mutex<Option<u64>>>,
 }
 
 /// The last recorded (head, tip) and when.
@@ -142,6 +159,7 @@ impl TipIngest {
             epoch,
             config,
             recorded: Arc::default(),
+            finalized_read_at: Arc::default(),
         })
     }
 
@@ -158,18 +176,42 @@ impl TipIngest {
     /// One ingest pass: reads the head, verifies the stored tip is still canonical
     /// (rolling back a reorg if not), then ingests up to `max_blocks_per_round` new
     /// blocks, each in its own fenced transaction with its logs, projections and the
-    /// checkpoint.
+    /// checkpoint. [`TipIngest::round_at`] without an announced head.
     ///
     /// # Errors
     /// [`IndexError::Fenced`] (stop: another owner took over), [`IndexError::ReorgTooDeep`]
     /// (stop: operator needed), retryable [`IndexError::Chain`], [`IndexError::Store`],
     /// [`IndexError::Inconsistent`].
-    #[tracing::instrument(target = "keel::index::tip", skip_all, fields(chain = %self.chain, epoch = self.epoch))]
     pub async fn round(&self) -> Result<RoundOutcome> {
-        let mut conn = self.db.acquire().await?;
-        self.check_epoch(&mut conn).await?;
-        drop(conn);
-        let head = self.node.block_number().await?;
+        self.round_at(None).await
+    }
+
+    /// [`TipIngest::round`] up to a head the node announced (a `newHeads` subscription,
+    /// [`keel_chain::HeadSignal`]), or up to the node's head read with `eth_blockNumber`
+    /// when `announced` is `None`.
+    ///
+    /// The announced header stands in for two reads: the head number, and the header of
+    /// that block (its logs are still fetched by its hash, EIP-234). When it is the
+    /// child of the stored tip (its parent hash is the tip's hash) or the tip itself, it
+    /// also proves the tip canonical, so the tip's header is not read again. Anything
+    /// else (blocks between the tip and the head, a parent that differs: a reorg) is read
+    /// from the node as in [`TipIngest::round`]. With one new block per head, a round
+    /// then costs one `eth_getLogs`, plus a `finalized` read every
+    /// [`TipConfig::finalized_refresh_blocks`] blocks.
+    ///
+    /// # Errors
+    /// As [`TipIngest::round`].
+    #[tracing::instrument(target = "keel::index::tip", skip_all, fields(chain = %self.chain, epoch = self.epoch, announced = announced.map(|h| h.number)))]
+    pub async fn round_at(&self, announced: Option<BlockHeader>) -> Result<RoundOutcome> {
+        // One plain read: still the owner, not degraded, and the stored checkpoint. (The
+        // writes below check the epoch again under the row lock.)
+        let mut tip = self.fence_and_checkpoint().await?;
+        // Dropped once it proves useless (its block turned out orphaned).
+        let mut announced = announced;
+        let head = match announced {
+            Some(h) => h.number,
+            None => self.node.block_number().await?,
+        };
         self.observed_head(head);
         let mut out = RoundOutcome {
             head,
@@ -179,9 +221,16 @@ impl TipIngest {
 
         // Verify the stored tip before building on it (catches same-height reorgs and
         // reorgs that happened while no owner was running).
-        let mut tip = self.checkpoint().await?;
         if let Some((number, hash)) = tip {
-            let node_hash = self.header(number).await?.map(|h| h.hash);
+            let proven = announced.is_some_and(|h| {
+                (h.number == number.saturating_add(1) && h.parent_hash == hash)
+                    || (h.number == number && h.hash == hash)
+            });
+            let node_hash = if proven {
+                Some(hash)
+            } else {
+                self.header(number).await?.map(|h| h.hash)
+            };
             if node_hash != Some(hash) {
                 tip = Some(self.handle_reorg(number).await?);
                 out.reorgs += 1;
@@ -199,7 +248,12 @@ impl TipIngest {
             if next > head {
                 break;
             }
-            let Some(header) = self.header(next).await? else {
+            let from_announcement = announced.is_some_and(|h| h.number == next);
+            let header = match announced.filter(|_| from_announcement) {
+                Some(h) => Some(h),
+                None => self.header(next).await?,
+            };
+            let Some(header) = header else {
                 // The node reports a head at or above `next` but has no block there (a
                 // hole while it applies a reorg, or the head moved back): the next round
                 // re-verifies, after a backoff.
@@ -216,21 +270,37 @@ impl TipIngest {
             if let Some((n, hash)) = tip
                 && header.parent_hash != hash
             {
+                if from_announcement {
+                    // A stale announcement (its branch was replaced since) or a reorg
+                    // below it: read the block by number, whose parent decides.
+                    announced = None;
+                    continue;
+                }
                 tip = Some(self.handle_reorg(n).await?);
                 out.reorgs += 1;
                 continue;
             }
             match self.fetch_logs(&header, &scope).await? {
-                Fetch::Orphaned => continue,
+                Fetch::Orphaned => {
+                    // Re-read the block by number (the announced one is gone).
+                    announced = None;
+                    continue;
+                }
                 Fetch::Ready(mut logs, discovered) => {
                     for log in &mut logs {
                         log.block_timestamp.get_or_insert(header.timestamp);
                     }
                     if finalized.is_none() {
-                        // Once per round that commits a block: the node's finalized
-                        // block, recorded with the block for readers (snapshots flag
-                        // blocks above it). Unknown when the node cannot say.
-                        finalized = Some(self.finalized().await.ok().flatten().map(|h| h.number));
+                        // At most once per round that commits a block, and only every
+                        // `finalized_refresh_blocks` of head movement: the node's
+                        // finalized block, recorded with the block for readers
+                        // (snapshots flag blocks above it). Unknown when the node cannot
+                        // say (the recorded height then stays as it was).
+                        finalized = Some(if self.finalized_due(head) {
+                            self.finalized().await.ok().flatten().map(|h| h.number)
+                        } else {
+                            None
+                        });
                     }
                     if !self
                         .commit_block(&header, &logs, &scope, &discovered, finalized.flatten())
@@ -292,6 +362,21 @@ impl TipIngest {
         }
     }
 
+    /// True when the node's `finalized` block should be read again at `head`
+    /// ([`TipConfig::finalized_refresh_blocks`]); records `head` as the read's if so.
+    fn finalized_due(&self, head: u64) -> bool {
+        let mut at = self
+            .finalized_read_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let due = at
+            .is_none_or(|last| head < last || head - last >= self.config.finalized_refresh_blocks);
+        if due {
+            *at = Some(head);
+        }
+        due
+    }
+
     /// Exports the node's head as last seen (`keel_index_chain_head_block`), so the
     /// index lag is `chain_head_block - tip_block` per chain.
     fn observed_head(&self, head: u64) {
@@ -343,9 +428,14 @@ impl TipIngest {
             .unwrap_or(head)
     }
 
-    /// The stored checkpoint `(tip_number, tip_hash)`.
-    async fn checkpoint(&self) -> Result<Option<(u64, B256)>> {
-        let row = chain_row::chain_checkpoint(&self.db, chain_i64(self.chain)).await?;
+    /// Checks (without a lock) that this owner still holds the chain and that it is not
+    /// degraded, and returns the stored checkpoint `(tip_number, tip_hash)`.
+    async fn fence_and_checkpoint(&self) -> Result<Option<(u64, B256)>> {
+        let row = chain_row::chain_fence_checkpoint(&self.db, chain_i64(self.chain)).await?;
+        self.judge_fence(row.as_ref().map(|r| chain_row::ChainFenceRow {
+            owner_epoch: r.owner_epoch,
+            degraded: r.degraded,
+        }))?;
         let Some(row) = row else { return Ok(None) };
         Ok(match (row.tip_number, row.tip_hash) {
             (Some(n), Some(h)) if h.len() == 32 => {
@@ -436,6 +526,12 @@ impl TipIngest {
     /// that the chain is not marked degraded ([`IndexError::Degraded`]).
     async fn check_epoch(&self, conn: &mut PgConnection) -> Result<()> {
         let row = chain_row::chain_lock_fence(&mut *conn, chain_i64(self.chain)).await?;
+        self.judge_fence(row)
+    }
+
+    /// [`IndexError::Degraded`] or [`IndexError::Fenced`] (counted and logged) for a
+    /// chain row read with another epoch or marked degraded; `None` is fenced too.
+    fn judge_fence(&self, row: Option<chain_row::ChainFenceRow>) -> Result<()> {
         let epoch = row.map(|r| r.owner_epoch);
         if row.is_some_and(|r| r.degraded) && epoch == Some(self.epoch) {
             return Err(IndexError::Degraded { chain: self.chain });
@@ -474,7 +570,15 @@ impl TipIngest {
             return Ok(false);
         }
 
-        block::block_upsert(&mut *tx, chain, number, hash, header.parent_hash.as_slice()).await?;
+        block::block_upsert_and_prune(
+            &mut *tx,
+            chain,
+            number,
+            hash,
+            header.parent_hash.as_slice(),
+            number.saturating_sub(to_i64(self.config.hash_window)),
+        )
+        .await?;
 
         if !logs.is_empty() {
             let mut kinds: HashMap<Address, ScopeKind> =
@@ -494,17 +598,15 @@ impl TipIngest {
             .await?;
         }
 
-        chain_row::chain_set_checkpoint(&mut *tx, chain, number, hash).await?;
-        if let Some(f) = finalized {
-            chain_row::chain_raise_finalized(&mut *tx, chain, to_i64(f)).await?;
-        }
-        block::blocks_delete_at_or_below(
+        chain_row::chain_advance_tip(
             &mut *tx,
             chain,
-            number.saturating_sub(to_i64(self.config.hash_window)),
+            number,
+            hash,
+            finalized.map(to_i64),
+            TIP_CHANNEL,
         )
         .await?;
-        chain_row::chain_notify_tip(&mut *tx, TIP_CHANNEL, chain, number).await?;
         tx.commit().await?;
         Ok(true)
     }

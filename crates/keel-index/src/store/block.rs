@@ -12,16 +12,21 @@ pub(crate) struct BlockRow {
     pub hash: Vec<u8>,
 }
 
-/// Stores (or replaces) the block at `number`.
-pub(crate) async fn block_upsert(
+/// Stores block `number` (`hash`, `parent_hash`; replacing a stored block of that
+/// number) and deletes the blocks at or below `prune_at_or_below` (the hash window's
+/// lower end), in one statement. `prune_at_or_below` must be below `number`.
+pub(crate) async fn block_upsert_and_prune(
     db: impl PgExecutor<'_>,
     chain: i64,
     number: i64,
     hash: &[u8],
     parent_hash: &[u8],
+    prune_at_or_below: i64,
 ) -> Result<()> {
     sqlx::query(
-        "INSERT INTO index_block (chain_id, number, hash, parent_hash) VALUES ($1, $2, $3, $4)
+        "WITH pruned AS (
+           DELETE FROM index_block WHERE chain_id = $1 AND number <= $5)
+         INSERT INTO index_block (chain_id, number, hash, parent_hash) VALUES ($1, $2, $3, $4)
          ON CONFLICT (chain_id, number) DO UPDATE
            SET hash = EXCLUDED.hash, parent_hash = EXCLUDED.parent_hash",
     )
@@ -29,22 +34,9 @@ pub(crate) async fn block_upsert(
     .bind(number)
     .bind(hash)
     .bind(parent_hash)
+    .bind(prune_at_or_below)
     .execute(db)
     .await?;
-    Ok(())
-}
-
-/// Deletes the blocks at or below `number` (the window's lower edge).
-pub(crate) async fn blocks_delete_at_or_below(
-    db: impl PgExecutor<'_>,
-    chain: i64,
-    number: i64,
-) -> Result<()> {
-    sqlx::query("DELETE FROM index_block WHERE chain_id = $1 AND number <= $2")
-        .bind(chain)
-        .bind(number)
-        .execute(db)
-        .await?;
     Ok(())
 }
 

@@ -18,6 +18,32 @@ pub(crate) struct CheckpointRow {
     pub tip_hash: Option<Vec<u8>>,
 }
 
+/// The fencing state and the checkpoint of a chain row, read without a lock.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct FenceCheckpointRow {
+    pub owner_epoch: i64,
+    pub degraded: bool,
+    pub tip_number: Option<i64>,
+    pub tip_hash: Option<Vec<u8>>,
+}
+
+/// Reads the epoch, the degraded marker and the checkpoint in one plain read (no row
+/// lock, so no write transaction): a tip round's opening check. Writes still check the
+/// epoch under [`chain_lock_fence`] in their own transaction. `None` when the chain has
+/// no row.
+pub(crate) async fn chain_fence_checkpoint(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+) -> Result<Option<FenceCheckpointRow>> {
+    Ok(sqlx::query_as(
+        "SELECT owner_epoch, degraded_at IS NOT NULL AS degraded, tip_number, tip_hash
+           FROM index_chain WHERE chain_id = $1",
+    )
+    .bind(chain)
+    .fetch_optional(db)
+    .await?)
+}
+
 /// Takes ownership: increments `owner_epoch` (creating the row at epoch 1) and records
 /// `owner_id`. Returns the new epoch.
 pub(crate) async fn chain_take_ownership(
@@ -53,19 +79,6 @@ pub(crate) async fn chain_lock_fence(
     .await?)
 }
 
-/// The stored checkpoint; `None` when the chain has no row.
-pub(crate) async fn chain_checkpoint(
-    db: impl PgExecutor<'_>,
-    chain: i64,
-) -> Result<Option<CheckpointRow>> {
-    Ok(
-        sqlx::query_as("SELECT tip_number, tip_hash FROM index_chain WHERE chain_id = $1")
-            .bind(chain)
-            .fetch_optional(db)
-            .await?,
-    )
-}
-
 /// Moves the checkpoint to (`number`, `hash`). The caller holds the fenced row lock.
 pub(crate) async fn chain_set_checkpoint(
     db: impl PgExecutor<'_>,
@@ -85,18 +98,34 @@ pub(crate) async fn chain_set_checkpoint(
     Ok(())
 }
 
-/// Raises the recorded finalized block of the chain to `number` (never lowers it).
-pub(crate) async fn chain_raise_finalized(
+/// A committed tip block's update of the chain row, in one statement: moves the
+/// checkpoint to (`number`, `hash`), raises the recorded finalized block to `finalized`
+/// when known (never lowers it), and queues `pg_notify(channel, "<chain>:<number>")`
+/// (delivered at commit). The caller holds the fenced row lock.
+pub(crate) async fn chain_advance_tip(
     db: impl PgExecutor<'_>,
     chain: i64,
     number: i64,
+    hash: &[u8],
+    finalized: Option<i64>,
+    channel: &str,
 ) -> Result<()> {
     sqlx::query(
-        "UPDATE index_chain SET finalized_number = GREATEST(COALESCE(finalized_number, $2), $2)
-         WHERE chain_id = $1",
+        "WITH moved AS (
+           UPDATE index_chain
+              SET tip_number = $2, tip_hash = $3, updated_at = now(),
+                  finalized_number = CASE WHEN $4::bigint IS NULL THEN finalized_number
+                                          ELSE GREATEST(COALESCE(finalized_number, $4), $4) END
+            WHERE chain_id = $1
+           RETURNING chain_id)
+         SELECT pg_notify($5, $6) FROM moved",
     )
     .bind(chain)
     .bind(number)
+    .bind(hash)
+    .bind(finalized)
+    .bind(channel)
+    .bind(format!("{chain}:{number}"))
     .execute(db)
     .await?;
     Ok(())
@@ -155,22 +184,6 @@ pub(crate) async fn chain_tip_for_share(
             .await?
             .flatten(),
     )
-}
-
-/// `pg_notify(channel, "<chain>:<number>")`, delivered when the caller's transaction
-/// commits (the checkpoint advance of [`crate::tip::TIP_CHANNEL`]).
-pub(crate) async fn chain_notify_tip(
-    db: impl PgExecutor<'_>,
-    channel: &str,
-    chain: i64,
-    number: i64,
-) -> Result<()> {
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(channel)
-        .bind(format!("{chain}:{number}"))
-        .execute(db)
-        .await?;
-    Ok(())
 }
 
 /// A chain row's checkpoint and degraded marker.

@@ -4,6 +4,7 @@ mod common;
 mod converge;
 mod fencing;
 mod follow;
+mod heads;
 mod history;
 mod ledger;
 mod measure;
