@@ -303,7 +303,14 @@ impl TipIngest {
                         });
                     }
                     if !self
-                        .commit_block(&header, &logs, &scope, &discovered, finalized.flatten())
+                        .commit_block(
+                            &header,
+                            &logs,
+                            &scope,
+                            &discovered,
+                            finalized.flatten(),
+                            head,
+                        )
                         .await?
                     {
                         // The scope changed under us (history discovered a contract, an
@@ -548,8 +555,8 @@ impl TipIngest {
         Ok(())
     }
 
-    /// Writes one block, its logs, projections, discovered scope and the checkpoint in
-    /// one fenced transaction. Returns false (nothing committed) when the live scope in
+    /// Writes one block, its logs, projections, discovered scope, the checkpoint and the
+    /// head observation (`head`) in one fenced transaction. Returns false (nothing committed) when the live scope in
     /// the database no longer matches `scope`: history and `add_scope` writers change
     /// the scope, and the chain-row lock taken here orders them against this commit.
     async fn commit_block(
@@ -559,6 +566,7 @@ impl TipIngest {
         scope: &HashMap<Address, (ScopeKind, u64)>,
         discovered: &[(Address, ScopeKind)],
         finalized: Option<u64>,
+        head: u64,
     ) -> Result<bool> {
         let chain = chain_i64(self.chain);
         let number = to_i64(header.number);
@@ -604,10 +612,15 @@ impl TipIngest {
             number,
             hash,
             finalized.map(to_i64),
+            to_i64(head),
             TIP_CHANNEL,
         )
         .await?;
         tx.commit().await?;
+        // The head observation rode along: the round's closing record_head need not
+        // write it again.
+        *self.recorded.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((head, Some(header.number), std::time::Instant::now()));
         Ok(true)
     }
 

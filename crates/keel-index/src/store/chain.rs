@@ -100,14 +100,18 @@ pub(crate) async fn chain_set_checkpoint(
 
 /// A committed tip block's update of the chain row, in one statement: moves the
 /// checkpoint to (`number`, `hash`), raises the recorded finalized block to `finalized`
-/// when known (never lowers it), and queues `pg_notify(channel, "<chain>:<number>")`
-/// (delivered at commit). The caller holds the fenced row lock.
+/// when known (never lowers it), records the node's `head` as observed now (as
+/// [`chain_observe_head`] does: `behind_since` kept while `number` is below it, cleared
+/// once it is not), and queues `pg_notify(channel, "<chain>:<number>")` (delivered at
+/// commit). The caller holds the fenced row lock.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn chain_advance_tip(
     db: impl PgExecutor<'_>,
     chain: i64,
     number: i64,
     hash: &[u8],
     finalized: Option<i64>,
+    head: i64,
     channel: &str,
 ) -> Result<()> {
     sqlx::query(
@@ -115,7 +119,9 @@ pub(crate) async fn chain_advance_tip(
            UPDATE index_chain
               SET tip_number = $2, tip_hash = $3, updated_at = now(),
                   finalized_number = CASE WHEN $4::bigint IS NULL THEN finalized_number
-                                          ELSE GREATEST(COALESCE(finalized_number, $4), $4) END
+                                          ELSE GREATEST(COALESCE(finalized_number, $4), $4) END,
+                  head_number = $7, head_observed_at = now(),
+                  behind_since = CASE WHEN $2 < $7 THEN coalesce(behind_since, now()) END
             WHERE chain_id = $1
            RETURNING chain_id)
          SELECT pg_notify($5, $6) FROM moved",
@@ -126,6 +132,7 @@ pub(crate) async fn chain_advance_tip(
     .bind(finalized)
     .bind(channel)
     .bind(format!("{chain}:{number}"))
+    .bind(head)
     .execute(db)
     .await?;
     Ok(())
