@@ -203,21 +203,24 @@ impl TipIngest {
     /// As [`TipIngest::round`].
     #[tracing::instrument(target = "keel::index::tip", skip_all, fields(chain = %self.chain, epoch = self.epoch, announced = announced.map(|h| h.number)))]
     pub async fn round_at(&self, announced: Option<BlockHeader>) -> Result<RoundOutcome> {
-        // One plain read: still the owner, not degraded, and the stored checkpoint. (The
-        // writes below check the epoch again under the row lock.)
-        let mut tip = self.fence_and_checkpoint().await?;
+        // Side by side: one plain read for "still the owner, not degraded" and the
+        // stored checkpoint (the writes below check the epoch again under the row lock),
+        // the live scope, and the head unless it was announced.
+        let head = async {
+            Ok::<_, IndexError>(match announced {
+                Some(h) => h.number,
+                None => self.node.block_number().await?,
+            })
+        };
+        let (mut tip, mut scope, head) =
+            tokio::try_join!(self.fence_and_checkpoint(), self.load_scope(), head)?;
         // Dropped once it proves useless (its block turned out orphaned).
         let mut announced = announced;
-        let head = match announced {
-            Some(h) => h.number,
-            None => self.node.block_number().await?,
-        };
         self.observed_head(head);
         let mut out = RoundOutcome {
             head,
             ..RoundOutcome::default()
         };
-        let mut scope = self.load_scope().await?;
 
         // Verify the stored tip before building on it (catches same-height reorgs and
         // reorgs that happened while no owner was running).
