@@ -559,9 +559,10 @@ impl TipIngest {
     }
 
     /// Writes one block, its logs, projections, discovered scope, the checkpoint and the
-    /// head observation (`head`) in one fenced transaction. Returns false (nothing committed) when the live scope in
-    /// the database no longer matches `scope`: history and `add_scope` writers change
-    /// the scope, and the chain-row lock taken here orders them against this commit.
+    /// head observation (`head`) in one fenced transaction. Returns false (nothing
+    /// committed) when the live scope in the database no longer matches `scope`: history
+    /// and `add_scope` writers change the scope, and the chain-row lock taken here orders
+    /// them against this commit.
     async fn commit_block(
         &self,
         header: &BlockHeader,
