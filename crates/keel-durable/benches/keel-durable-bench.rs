@@ -377,6 +377,61 @@ async fn run(args: &Args, admin: &mut PgConnection, db: &str, url: &str) -> Resu
     for (why, count, attempts) in &retried {
         println!("keel: {count} command(s) retried ({why}), up to {attempts} attempts");
     }
+    // Where an instance's start → completion goes (database clock, per instance):
+    // queued = created → its first journal entry (the START waits for a slot and is
+    // claimed); start segment = first journal entry → the START's settle (the steps and
+    // the sleep's deadline entry); timer = the START's settle (the TIMER's creation) →
+    // completion (the TIMER waits for a slot, is claimed, replays and settles).
+    let phases: Vec<(f64, f64, f64)> = sqlx::query_as(
+        "SELECT extract(epoch FROM j.first - i.created_at)::float8 * 1000,
+                extract(epoch FROM s.completed_at - j.first)::float8 * 1000,
+                extract(epoch FROM i.ended_at - s.completed_at)::float8 * 1000
+           FROM durable_instance i
+           JOIN durable_command s ON s.instance_id = i.id AND s.kind = 'start'
+           JOIN LATERAL (SELECT min(recorded_at) AS first FROM durable_journal
+                          WHERE instance_id = i.id) j ON true",
+    )
+    .fetch_all(&pool)
+    .await?;
+    let mut cols: [Vec<f64>; 3] = Default::default();
+    for (a, b, c) in phases {
+        cols[0].push(a);
+        cols[1].push(b);
+        cols[2].push(c);
+    }
+    for c in &mut cols {
+        c.sort_by(f64::total_cmp);
+    }
+    println!(
+        "keel: phases p50/p99 ms: queued (created -> first journal entry) {:.0}/{:.0}, \
+         start segment {:.0}/{:.0}, timer (start settled -> completed) {:.0}/{:.0}",
+        percentile(&cols[0], 50.0),
+        percentile(&cols[0], 99.0),
+        percentile(&cols[1], 50.0),
+        percentile(&cols[1], 99.0),
+        percentile(&cols[2], 50.0),
+        percentile(&cols[2], 99.0)
+    );
+    // Whether the executors keep pace with the burst: completions while the starts
+    // arrive (first → last creation) and after.
+    let (burst_s, during, rest_s): (f64, i64, f64) = sqlx::query_as(
+        "WITH w AS (SELECT min(created_at) AS a, max(created_at) AS b, max(ended_at) AS e
+                      FROM durable_instance)
+         SELECT extract(epoch FROM w.b - w.a)::float8,
+                (SELECT count(*) FROM durable_instance WHERE ended_at <= w.b),
+                extract(epoch FROM w.e - w.b)::float8
+           FROM w",
+    )
+    .fetch_one(&pool)
+    .await?;
+    println!(
+        "keel: starts arrived over {burst_s:.2}s ({:.0}/s); {during} completed meanwhile ({:.0}/s), \
+         the other {} in the {rest_s:.2}s after ({:.0}/s)",
+        args.workflows as f64 / burst_s.max(1e-3),
+        during as f64 / burst_s.max(1e-3),
+        args.workflows as i64 - during,
+        (args.workflows as i64 - during) as f64 / rest_s.max(1e-3)
+    );
     pool.close().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = stats(admin, db).await?;
