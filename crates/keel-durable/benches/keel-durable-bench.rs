@@ -45,10 +45,13 @@ struct Args {
     /// Executor processes (1 or 2).
     #[arg(long, default_value_t = 1)]
     executors: u32,
-    /// Concurrent segments per executor process.
-    #[arg(long, default_value_t = 16)]
+    /// Concurrent segments per executor process. A segment holds no connection while it
+    /// waits (its writes go through the group-commit flushers), so this bounds the
+    /// workflows in flight, not the connections.
+    #[arg(long, default_value_t = 256)]
     concurrency: usize,
-    /// Pooled connections per executor process (default: concurrency + 4).
+    /// Pooled connections per executor process (default 10: the production pool,
+    /// `database.maxConnections`, and DBOS's default).
     #[arg(long)]
     max_connections: Option<u32>,
     /// Concurrent starter tasks in the parent.
@@ -95,6 +98,9 @@ struct Args {
     bench: bool,
 }
 
+/// Pooled connections per executor process unless `--max-connections` says otherwise.
+const DEFAULT_EXECUTOR_CONNECTIONS: u32 = 10;
+
 /// The benchmark workflow: three journaled no-op steps and a zero-length durable sleep.
 struct Noop;
 
@@ -130,7 +136,7 @@ async fn pool(url: &str, max_connections: u32, ping: bool) -> Result<PgPool, Box
 async fn executor_only(args: &Args) -> Result<(), BoxError> {
     let max = args
         .max_connections
-        .unwrap_or(u32::try_from(args.concurrency)?.saturating_add(4));
+        .unwrap_or(DEFAULT_EXECUTOR_CONNECTIONS);
     let pool = pool(&args.database_url, max, !args.no_ping).await?;
     let engine = Engine::new(pool.clone(), EngineConfig::default())?.register(Noop);
     let executor = engine.spawn_executor(ExecutorConfig {
@@ -338,8 +344,9 @@ async fn run(args: &Args, admin: &mut PgConnection, db: &str, url: &str) -> Resu
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let wall = wall.elapsed();
-    let pg_cpu: f64 = backend_cpu(admin, db)
-        .await?
+    let backends_after = backend_cpu(admin, db).await?;
+    let backends = backends_after.len();
+    let pg_cpu: f64 = backends_after
         .into_iter()
         .map(|(pid, ms)| ms - pg_cpu_before.get(&pid).copied().unwrap_or(0.0))
         .sum();
@@ -450,7 +457,7 @@ async fn run(args: &Args, admin: &mut PgConnection, db: &str, url: &str) -> Resu
     let (pg_cpu, engine_cpu) = (pg_cpu / n, engine_cpu / n);
     println!(
         "keel: CPU per workflow: PostgreSQL backends {pg_cpu:.2} ms, Keel processes {engine_cpu:.2} ms \
-         ({:.2} cores busy over the run)",
+         ({:.2} cores busy over the run; {backends} backends connected at the end, the parent's included)",
         (pg_cpu + engine_cpu) * n / 1000.0 / wall.as_secs_f64()
     );
     println!(
