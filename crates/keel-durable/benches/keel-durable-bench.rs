@@ -134,9 +134,7 @@ async fn pool(url: &str, max_connections: u32, ping: bool) -> Result<PgPool, Box
 
 /// The child: an executor on the bench database until stdin closes.
 async fn executor_only(args: &Args) -> Result<(), BoxError> {
-    let max = args
-        .max_connections
-        .unwrap_or(DEFAULT_EXECUTOR_CONNECTIONS);
+    let max = args.max_connections.unwrap_or(DEFAULT_EXECUTOR_CONNECTIONS);
     let pool = pool(&args.database_url, max, !args.no_ping).await?;
     let engine = Engine::new(pool.clone(), EngineConfig::default())?.register(Noop);
     let executor = engine.spawn_executor(ExecutorConfig {
