@@ -702,10 +702,12 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
         }
         let wanted = permits.len();
         let claimed_at = Instant::now();
-        let claimed = claim(&engine, &names, wanted).await;
-        if let Ok(batch) = &claimed {
+        let mut claim_at = None;
+        let claimed = claim(&engine, &names, wanted).await.map(|(batch, at)| {
+            claim_at = at;
             slot.backlog.store(batch.len() >= wanted, Ordering::Release);
-        }
+            batch
+        });
         match claimed {
             Ok(batch) if !batch.is_empty() => {
                 let full = batch.len() >= wanted;
@@ -736,7 +738,7 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
             }
         }
         let mut pause = config.poll_interval;
-        match store::queue_next_due(&engine.pool).await {
+        match store::queue_next_due(&engine.pool, claim_at).await {
             Ok(store::NextDue { next, lease, depth }) => {
                 m::queue_depth(depth);
                 let now = Instant::now();
@@ -858,15 +860,80 @@ async fn rescue(engine: &Engine) -> u64 {
     }
 }
 
-async fn claim(engine: &Engine, names: &ClaimSet, limit: usize) -> Result<Vec<Claimed>> {
-    Ok(sqlx::query_as::<_, Claimed>(CLAIM)
+/// [`CLAIM`] with the database time it compared `available_at` with (`now()`, the same
+/// inside the claim function), on one row even when nothing was claimed: the next-due
+/// query counts every command that was not yet due for this claim, so one that fell due
+/// since is not skipped.
+const CLAIM_TIMED: &str = "\
+SELECT t.claim_now, c.command_id, c.kind, c.attempt, c.exhausted, c.latency, c.instance_id,
+       c.workflow, c.status, c.input, c.lease_token, c.cancel, c.recovery_attempts, c.db_now,
+       c.version
+  FROM (SELECT now() AS claim_now) t
+  LEFT JOIN LATERAL durable_claim_versions($1, $2, $3, $4, $5::int4) c ON true";
+
+/// A row of [`CLAIM_TIMED`]: the claim's time, and a claimed command unless none was.
+#[derive(Debug, sqlx::FromRow)]
+struct TimedClaimRow {
+    claim_now: DateTime<Utc>,
+    command_id: Option<i64>,
+    kind: Option<String>,
+    attempt: Option<i32>,
+    exhausted: Option<bool>,
+    latency: Option<f64>,
+    instance_id: Option<Uuid>,
+    workflow: Option<String>,
+    status: Option<String>,
+    input: Option<Value>,
+    lease_token: Option<Uuid>,
+    cancel: Option<bool>,
+    recovery_attempts: Option<i32>,
+    db_now: Option<DateTime<Utc>>,
+    version: Option<i32>,
+}
+
+impl TimedClaimRow {
+    /// The claimed command; `None` on the row of an empty claim.
+    fn claimed(self) -> Option<Claimed> {
+        Some(Claimed {
+            command_id: self.command_id?,
+            kind: self.kind?,
+            attempt: self.attempt?,
+            exhausted: self.exhausted?,
+            latency: self.latency?,
+            instance_id: self.instance_id?,
+            workflow: self.workflow?,
+            status: self.status?,
+            input: self.input?,
+            lease_token: self.lease_token,
+            cancel: self.cancel?,
+            recovery_attempts: self.recovery_attempts?,
+            db_now: self.db_now?,
+            version: self.version,
+        })
+    }
+}
+
+/// The loop's claim: the claimed commands and the claim's database time.
+async fn claim(
+    engine: &Engine,
+    names: &ClaimSet,
+    limit: usize,
+) -> Result<(Vec<Claimed>, Option<DateTime<Utc>>)> {
+    let rows = sqlx::query_as::<_, TimedClaimRow>(CLAIM_TIMED)
         .bind(&names.names)
         .bind(&names.min)
         .bind(&names.max)
         .bind(engine.config.lease.as_secs_f64())
         .bind(i32::try_from(limit).unwrap_or(i32::MAX))
         .fetch_all(&engine.pool)
-        .await?)
+        .await?;
+    let at = rows.first().map(|r| r.claim_now);
+    Ok((
+        rows.into_iter()
+            .filter_map(TimedClaimRow::claimed)
+            .collect(),
+        at,
+    ))
 }
 
 /// How a segment ends: what its segment settle writes.
