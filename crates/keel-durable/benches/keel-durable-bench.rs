@@ -45,10 +45,13 @@ struct Args {
     /// Executor processes (1 or 2).
     #[arg(long, default_value_t = 1)]
     executors: u32,
-    /// Concurrent segments per executor process.
-    #[arg(long, default_value_t = 16)]
+    /// Concurrent segments per executor process. A segment holds no connection while it
+    /// waits (its writes go through the group-commit flushers), so this bounds the
+    /// workflows in flight, not the connections.
+    #[arg(long, default_value_t = 256)]
     concurrency: usize,
-    /// Pooled connections per executor process (default: concurrency + 4).
+    /// Pooled connections per executor process (default 10: the production pool,
+    /// `database.maxConnections`, and DBOS's default).
     #[arg(long)]
     max_connections: Option<u32>,
     /// Concurrent starter tasks in the parent.
@@ -95,6 +98,9 @@ struct Args {
     bench: bool,
 }
 
+/// Pooled connections per executor process unless `--max-connections` says otherwise.
+const DEFAULT_EXECUTOR_CONNECTIONS: u32 = 10;
+
 /// The benchmark workflow: three journaled no-op steps and a zero-length durable sleep.
 struct Noop;
 
@@ -128,9 +134,7 @@ async fn pool(url: &str, max_connections: u32, ping: bool) -> Result<PgPool, Box
 
 /// The child: an executor on the bench database until stdin closes.
 async fn executor_only(args: &Args) -> Result<(), BoxError> {
-    let max = args
-        .max_connections
-        .unwrap_or(u32::try_from(args.concurrency)?.saturating_add(4));
+    let max = args.max_connections.unwrap_or(DEFAULT_EXECUTOR_CONNECTIONS);
     let pool = pool(&args.database_url, max, !args.no_ping).await?;
     let engine = Engine::new(pool.clone(), EngineConfig::default())?.register(Noop);
     let executor = engine.spawn_executor(ExecutorConfig {
@@ -338,8 +342,9 @@ async fn run(args: &Args, admin: &mut PgConnection, db: &str, url: &str) -> Resu
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let wall = wall.elapsed();
-    let pg_cpu: f64 = backend_cpu(admin, db)
-        .await?
+    let backends_after = backend_cpu(admin, db).await?;
+    let backends = backends_after.len();
+    let pg_cpu: f64 = backends_after
         .into_iter()
         .map(|(pid, ms)| ms - pg_cpu_before.get(&pid).copied().unwrap_or(0.0))
         .sum();
@@ -377,6 +382,61 @@ async fn run(args: &Args, admin: &mut PgConnection, db: &str, url: &str) -> Resu
     for (why, count, attempts) in &retried {
         println!("keel: {count} command(s) retried ({why}), up to {attempts} attempts");
     }
+    // Where an instance's start → completion goes (database clock, per instance):
+    // queued = created → its first journal entry (the START waits for a slot and is
+    // claimed); start segment = first journal entry → the START's settle (the steps and
+    // the sleep's deadline entry); timer = the START's settle (the TIMER's creation) →
+    // completion (the TIMER waits for a slot, is claimed, replays and settles).
+    let phases: Vec<(f64, f64, f64)> = sqlx::query_as(
+        "SELECT extract(epoch FROM j.first - i.created_at)::float8 * 1000,
+                extract(epoch FROM s.completed_at - j.first)::float8 * 1000,
+                extract(epoch FROM i.ended_at - s.completed_at)::float8 * 1000
+           FROM durable_instance i
+           JOIN durable_command s ON s.instance_id = i.id AND s.kind = 'start'
+           JOIN LATERAL (SELECT min(recorded_at) AS first FROM durable_journal
+                          WHERE instance_id = i.id) j ON true",
+    )
+    .fetch_all(&pool)
+    .await?;
+    let mut cols: [Vec<f64>; 3] = Default::default();
+    for (a, b, c) in phases {
+        cols[0].push(a);
+        cols[1].push(b);
+        cols[2].push(c);
+    }
+    for c in &mut cols {
+        c.sort_by(f64::total_cmp);
+    }
+    println!(
+        "keel: phases p50/p99 ms: queued (created -> first journal entry) {:.0}/{:.0}, \
+         start segment {:.0}/{:.0}, timer (start settled -> completed) {:.0}/{:.0}",
+        percentile(&cols[0], 50.0),
+        percentile(&cols[0], 99.0),
+        percentile(&cols[1], 50.0),
+        percentile(&cols[1], 99.0),
+        percentile(&cols[2], 50.0),
+        percentile(&cols[2], 99.0)
+    );
+    // Whether the executors keep pace with the burst: completions while the starts
+    // arrive (first → last creation) and after.
+    let (burst_s, during, rest_s): (f64, i64, f64) = sqlx::query_as(
+        "WITH w AS (SELECT min(created_at) AS a, max(created_at) AS b, max(ended_at) AS e
+                      FROM durable_instance)
+         SELECT extract(epoch FROM w.b - w.a)::float8,
+                (SELECT count(*) FROM durable_instance WHERE ended_at <= w.b),
+                extract(epoch FROM w.e - w.b)::float8
+           FROM w",
+    )
+    .fetch_one(&pool)
+    .await?;
+    println!(
+        "keel: starts arrived over {burst_s:.2}s ({:.0}/s); {during} completed meanwhile ({:.0}/s), \
+         the other {} in the {rest_s:.2}s after ({:.0}/s)",
+        args.workflows as f64 / burst_s.max(1e-3),
+        during as f64 / burst_s.max(1e-3),
+        args.workflows as i64 - during,
+        (args.workflows as i64 - during) as f64 / rest_s.max(1e-3)
+    );
     pool.close().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = stats(admin, db).await?;
@@ -395,7 +455,7 @@ async fn run(args: &Args, admin: &mut PgConnection, db: &str, url: &str) -> Resu
     let (pg_cpu, engine_cpu) = (pg_cpu / n, engine_cpu / n);
     println!(
         "keel: CPU per workflow: PostgreSQL backends {pg_cpu:.2} ms, Keel processes {engine_cpu:.2} ms \
-         ({:.2} cores busy over the run)",
+         ({:.2} cores busy over the run; {backends} backends connected at the end, the parent's included)",
         (pg_cpu + engine_cpu) * n / 1000.0 / wall.as_secs_f64()
     );
     println!(

@@ -3,7 +3,7 @@
 //! a timer for the earliest future command, and a poll fallback.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -139,7 +139,8 @@ SELECT command_id, kind, attempt, exhausted, latency, instance_id, workflow, sta
 /// executor: the instance has another queued command (in the statement's snapshot), or
 /// may get one concurrently (open signals, a cancel request: both are read from the row
 /// version this update wrote, which is the latest), or it holds a serialization key (a
-/// later START may now run). The executor that ran the segment claims again anyway.
+/// later START may now run). The executor that ran the segment hears it too; it claims
+/// again by itself only while its queue is backlogged (see `SlotContext::backlog`).
 macro_rules! settle {
     ($extra:literal) => {
         concat!(
@@ -287,6 +288,9 @@ pub(crate) struct SettleAnswer {
     /// The slot's next command, claimed in the same transaction, and when that
     /// transaction was begun (no later than the lease's start).
     pub(crate) next: Option<(Claimed, Instant)>,
+    /// The row asked for its slot's next command and the claim in the settle's
+    /// transaction came back short (the queue was drained as of that claim).
+    pub(crate) drained: bool,
 }
 
 /// The plain segment settles of one engine's segments, combined into [`SETTLE_BATCH`]
@@ -364,6 +368,7 @@ fn answer(settled: bool) -> SettleAnswer {
     SettleAnswer {
         settled,
         next: None,
+        drained: false,
     }
 }
 
@@ -581,8 +586,16 @@ impl BatchOp for SettleOp {
             .map(|settled| SettleAnswer {
                 settled,
                 next: None,
+                drained: false,
             })
             .collect();
+        if claimed.len() < takers.len() {
+            for &i in &takers {
+                if let Some(a) = answers.get_mut(i) {
+                    a.drained = true;
+                }
+            }
+        }
         let mut takers = takers.into_iter();
         for c in claimed {
             if c.exhausted {
@@ -656,6 +669,8 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
         renew: config.renew_leases,
         names: Arc::new(names.clone()),
         cancel: cancel.clone(),
+        listen: config.listen,
+        backlog: AtomicBool::new(true),
     });
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let mut segments: JoinSet<()> = JoinSet::new();
@@ -687,7 +702,13 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
         }
         let wanted = permits.len();
         let claimed_at = Instant::now();
-        match claim(&engine, &names, wanted).await {
+        let mut claim_at = None;
+        let claimed = claim(&engine, &names, wanted).await.map(|(batch, at)| {
+            claim_at = at;
+            slot.backlog.store(batch.len() >= wanted, Ordering::Release);
+            batch
+        });
+        match claimed {
             Ok(batch) if !batch.is_empty() => {
                 let full = batch.len() >= wanted;
                 for c in batch {
@@ -717,7 +738,7 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
             }
         }
         let mut pause = config.poll_interval;
-        match store::queue_next_due(&engine.pool).await {
+        match store::queue_next_due(&engine.pool, claim_at).await {
             Ok(store::NextDue { next, lease, depth }) => {
                 m::queue_depth(depth);
                 let now = Instant::now();
@@ -732,11 +753,20 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
                 tracing::warn!(target: "keel::durable::executor", error = %e, "next-due query failed")
             }
         }
-        tokio::select! {
-            () = wake.notified() => {}
-            () = tokio::time::sleep(pause) => {}
-            Some(_) = segments.join_next() => {}
-            () = cancel.cancelled() => break,
+        // Wait for work: a notification, the next due command or lapsing lease (or the
+        // poll interval), or a segment whose end may have made work (see `segment`).
+        // Without a listener, every segment end is a reason to claim again.
+        let until = tokio::time::Instant::now() + pause;
+        let stop = loop {
+            tokio::select! {
+                () = wake.notified() => break false,
+                () = tokio::time::sleep_until(until) => break false,
+                Some(_) = segments.join_next() => if !config.listen { break false },
+                () = cancel.cancelled() => break true,
+            }
+        };
+        if stop {
+            break;
         }
     }
     while segments.join_next().await.is_some() {}
@@ -830,15 +860,80 @@ async fn rescue(engine: &Engine) -> u64 {
     }
 }
 
-async fn claim(engine: &Engine, names: &ClaimSet, limit: usize) -> Result<Vec<Claimed>> {
-    Ok(sqlx::query_as::<_, Claimed>(CLAIM)
+/// [`CLAIM`] with the database time it compared `available_at` with (`now()`, the same
+/// inside the claim function), on one row even when nothing was claimed: the next-due
+/// query counts every command that was not yet due for this claim, so one that fell due
+/// since is not skipped.
+const CLAIM_TIMED: &str = "\
+SELECT t.claim_now, c.command_id, c.kind, c.attempt, c.exhausted, c.latency, c.instance_id,
+       c.workflow, c.status, c.input, c.lease_token, c.cancel, c.recovery_attempts, c.db_now,
+       c.version
+  FROM (SELECT now() AS claim_now) t
+  LEFT JOIN LATERAL durable_claim_versions($1, $2, $3, $4, $5::int4) c ON true";
+
+/// A row of [`CLAIM_TIMED`]: the claim's time, and a claimed command unless none was.
+#[derive(Debug, sqlx::FromRow)]
+struct TimedClaimRow {
+    claim_now: DateTime<Utc>,
+    command_id: Option<i64>,
+    kind: Option<String>,
+    attempt: Option<i32>,
+    exhausted: Option<bool>,
+    latency: Option<f64>,
+    instance_id: Option<Uuid>,
+    workflow: Option<String>,
+    status: Option<String>,
+    input: Option<Value>,
+    lease_token: Option<Uuid>,
+    cancel: Option<bool>,
+    recovery_attempts: Option<i32>,
+    db_now: Option<DateTime<Utc>>,
+    version: Option<i32>,
+}
+
+impl TimedClaimRow {
+    /// The claimed command; `None` on the row of an empty claim.
+    fn claimed(self) -> Option<Claimed> {
+        Some(Claimed {
+            command_id: self.command_id?,
+            kind: self.kind?,
+            attempt: self.attempt?,
+            exhausted: self.exhausted?,
+            latency: self.latency?,
+            instance_id: self.instance_id?,
+            workflow: self.workflow?,
+            status: self.status?,
+            input: self.input?,
+            lease_token: self.lease_token,
+            cancel: self.cancel?,
+            recovery_attempts: self.recovery_attempts?,
+            db_now: self.db_now?,
+            version: self.version,
+        })
+    }
+}
+
+/// The loop's claim: the claimed commands and the claim's database time.
+async fn claim(
+    engine: &Engine,
+    names: &ClaimSet,
+    limit: usize,
+) -> Result<(Vec<Claimed>, Option<DateTime<Utc>>)> {
+    let rows = sqlx::query_as::<_, TimedClaimRow>(CLAIM_TIMED)
         .bind(&names.names)
         .bind(&names.min)
         .bind(&names.max)
         .bind(engine.config.lease.as_secs_f64())
         .bind(i32::try_from(limit).unwrap_or(i32::MAX))
         .fetch_all(&engine.pool)
-        .await?)
+        .await?;
+    let at = rows.first().map(|r| r.claim_now);
+    Ok((
+        rows.into_iter()
+            .filter_map(TimedClaimRow::claimed)
+            .collect(),
+        at,
+    ))
 }
 
 /// How a segment ends: what its segment settle writes.
@@ -884,6 +979,25 @@ struct SlotContext {
     /// The registered workflows, for claiming the next command with the segment settle.
     names: Arc<ClaimSet>,
     cancel: CancellationToken,
+    /// The executor listens for notifications ([`ExecutorConfig::listen`]).
+    listen: bool,
+    /// The last claim (the loop's, or a segment settle's) got every command it asked
+    /// for, so more may be queued: segment settles then claim their slot's next command.
+    /// Once a claim comes back short, the queue was drained as of that claim; work that
+    /// arrives later notifies (every command insert does, and every settle that may
+    /// make a queued command claimable), so until then a segment settle claims nothing
+    /// and a segment that ends does not send the loop to claim again (each would be an
+    /// empty claim per settle batch and per segment: under a burst that the executor
+    /// keeps pace with, most of its claims). Without a listener, always true in effect.
+    backlog: AtomicBool,
+}
+
+impl SlotContext {
+    /// Whether a segment settle should claim the slot's next command, and a segment end
+    /// wake the loop: more work may be queued, or no notification would say so.
+    fn expect_work(&self) -> bool {
+        !self.listen || self.backlog.load(Ordering::Acquire)
+    }
 }
 
 /// A segment slot: runs the claimed command's segment, and then the commands claimed
@@ -897,24 +1011,42 @@ async fn segment(
     wake: Arc<Notify>,
 ) {
     let mut next = Some((c, claimed_at));
+    // A segment that ended other than by a plain settle (a release with a backoff, a
+    // fenced or failed settle whose lease lapses, a command settled alone) sends the
+    // loop round: its next-due query sees the released command or the lapsing lease.
+    let mut plain = true;
     while let Some((c, claimed_at)) = next.take() {
-        let want_next = (!slot.cancel.is_cancelled()).then(|| slot.names.clone());
-        next = run_segment(&slot, c, claimed_at, want_next).await;
+        let want_next =
+            (!slot.cancel.is_cancelled() && slot.expect_work()).then(|| slot.names.clone());
+        let (outcome, got, drained) = run_segment(&slot, c, claimed_at, want_next).await;
+        plain = PLAIN_SETTLES.contains(&outcome);
+        if drained {
+            // The settle's claim came back short: the queue is drained as of it.
+            slot.backlog.store(false, Ordering::Release);
+        }
+        next = got;
         if let Some((c, _)) = &next {
             m::claim_latency(&c.workflow, c.latency);
         }
     }
     drop(permit);
-    wake.notify_one();
+    if !plain || slot.expect_work() {
+        wake.notify_one();
+    }
 }
 
-/// One segment; returns the next command when its segment settle claimed one for this slot.
+/// The outcomes of a segment settled by [`finish`]'s plain settle statements (the
+/// batch, or the single statements with a TIMER or RETRY, whose inserts notify).
+const PLAIN_SETTLES: &[&str] = &["completed", "failed", "cancelled", "waiting", "suspended"];
+
+/// One segment; returns its outcome and the next command when its segment settle claimed
+/// one for this slot.
 async fn run_segment(
     slot: &SlotContext,
     c: Claimed,
     claimed_at: Instant,
     want_next: Option<Arc<ClaimSet>>,
-) -> Option<(Claimed, Instant)> {
+) -> (&'static str, Option<(Claimed, Instant)>, bool) {
     let started = Instant::now();
     let engine = &slot.engine;
     // The instance's trace (recorded by its start), read before the span is entered.
@@ -933,7 +1065,9 @@ async fn run_segment(
         keel_service::trace::continue_trace(&span, tp);
     }
     async {
-        let token = c.lease_token?;
+        let Some(token) = c.lease_token else {
+            return ("no_token", None, false);
+        };
         let mut trail = crate::history::SegmentTrail::default();
         let disposition = decide(
             engine,
@@ -946,17 +1080,17 @@ async fn run_segment(
         )
         .await;
         let progress = trail.progress.take();
-        let (outcome, next) = match finish(engine, &c, token, disposition, progress, trail, want_next).await {
+        let (outcome, next, drained) = match finish(engine, &c, token, disposition, progress, trail, want_next).await {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(target: "keel::durable::segment", error = %e, "segment settle failed; the lease will lapse");
-                ("settle_failed", None)
+                ("settle_failed", None, false)
             }
         };
         tracing::Span::current().record("outcome", outcome);
         m::settled(&c.workflow, outcome);
         m::segment_duration(&c.workflow, started.elapsed().as_secs_f64());
-        next
+        (outcome, next, drained)
     }
     .instrument(span)
     .await
@@ -1224,10 +1358,10 @@ async fn finish(
     progress: Option<Value>,
     mut trail: crate::history::SegmentTrail,
     want_next: Option<Arc<ClaimSet>>,
-) -> Result<(&'static str, Option<(Claimed, Instant)>)> {
+) -> Result<(&'static str, Option<(Claimed, Instant)>, bool)> {
     let max_attempts = i32::try_from(engine.config.command_max_attempts).unwrap_or(i32::MAX);
     match disposition {
-        Disposition::Abandon => Ok(("fenced", None)),
+        Disposition::Abandon => Ok(("fenced", None, false)),
         Disposition::SettleCommand(outcome) => {
             let settled = store::command_settle_alone(
                 &engine.pool,
@@ -1237,7 +1371,7 @@ async fn finish(
                 outcome,
             )
             .await?;
-            Ok((if settled { outcome } else { "fenced" }, None))
+            Ok((if settled { outcome } else { "fenced" }, None, false))
         }
         Disposition::Release(code) => {
             let attempt = u32::try_from(c.attempt).unwrap_or(1);
@@ -1251,7 +1385,7 @@ async fn finish(
                 code,
             )
             .await?;
-            Ok(("released", None))
+            Ok(("released", None, false))
         }
         Disposition::Settle(s) => {
             let recovery = engine
@@ -1339,7 +1473,7 @@ async fn finish(
                         }
                     };
                     let outcome = if answer.settled { s.outcome } else { "fenced" };
-                    return Ok((outcome, answer.next));
+                    return Ok((outcome, answer.next, answer.drained));
                 }
             };
             let mut tx = engine.pool.begin().await?;
@@ -1373,7 +1507,7 @@ async fn finish(
                 crate::hook::run(&engine.hook, &mut tx, &t).await?;
             }
             tx.commit().await?;
-            Ok((if settled == 1 { s.outcome } else { "fenced" }, None))
+            Ok((if settled == 1 { s.outcome } else { "fenced" }, None, false))
         }
     }
 }

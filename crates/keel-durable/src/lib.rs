@@ -88,9 +88,11 @@
 //! fence (a row whose token no longer matches is refused and its segment stops, exactly
 //! as alone), and each caller waits for the commit of the statement holding its row:
 //! a step's result is durable before the body continues. A batch that the server
-//! rejects is retried row by row, so one failing row never fails another. A segment settle
-//! that frees a segment slot also claims the slot's next command in the same
-//! transaction (settle-and-claim-next).
+//! rejects is retried row by row, so one failing row never fails another. While an
+//! executor's queue is backlogged (its last claim got every command it asked for), a
+//! segment settle that frees a segment slot also claims the slot's next command in the
+//! same transaction (settle-and-claim-next); once a claim comes back short, the executor
+//! claims again on a notification (or its timers) rather than after every segment.
 //!
 //! Executors wake on `LISTEN keel_durable` (a trigger notifies on every recorded command;
 //! a segment settle notifies when its release may make a command claimable for another

@@ -929,7 +929,8 @@ RETURNING cancel_requested_at IS NOT NULL",
 /// What the executor loop waits for (database clock).
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct NextDue {
-    /// Seconds to the earliest future queued command.
+    /// Seconds to the earliest queued command that was not due at the given time (zero
+    /// or negative: due since).
     pub next: Option<f64>,
     /// Seconds to the earliest lease expiry (negative when one has lapsed).
     pub lease: Option<f64>,
@@ -937,17 +938,24 @@ pub(crate) struct NextDue {
     pub depth: i64,
 }
 
-/// Seconds to the earliest future queued command and to the earliest lease expiry,
-/// and the queue depth.
-pub(crate) async fn queue_next_due(db: impl PgExecutor<'_>) -> Result<NextDue> {
+/// Seconds to the earliest queued command that was not due at `after` (the database
+/// time of the executor's last claim; `None`: now), to the earliest lease expiry, and
+/// the queue depth. A command that fell due between that claim and this query was not
+/// seen by the claim: it comes back as due (zero or negative), not skipped.
+pub(crate) async fn queue_next_due(
+    db: impl PgExecutor<'_>,
+    after: Option<DateTime<Utc>>,
+) -> Result<NextDue> {
     Ok(sqlx::query_as(
         "\
 SELECT extract(epoch FROM (SELECT min(available_at) FROM durable_command
-                            WHERE state = 'queued' AND available_at > now()) - now())::float8 AS next,
+                            WHERE state = 'queued' AND available_at > coalesce($1, now()))
+                       - now())::float8 AS next,
        extract(epoch FROM (SELECT min(lease_expires_at) FROM durable_instance
                             WHERE lease_expires_at IS NOT NULL) - now())::float8 AS lease,
        (SELECT count(*) FROM durable_command WHERE state = 'queued') AS depth",
     )
+    .bind(after)
     .fetch_one(db)
     .await?)
 }

@@ -181,6 +181,110 @@ async fn work_flows_after_the_listen_connection_is_terminated() {
     ex.shutdown().await;
 }
 
+/// Once a claim comes back short, the executor stops claiming on every segment end and
+/// waits for a notification (issue 25): every kind of new work must still wake it. The
+/// poll interval and the lease are far beyond the test's patience, so only notifications
+/// (and the next-due timer of a released command) can.
+#[tokio::test]
+async fn a_drained_executor_is_woken_by_every_kind_of_new_work_without_the_poll() {
+    let db = database().await;
+    let mut config = fast_config();
+    config.command_max_attempts = 3;
+    // Nor the lapse of a lease (the next-due query also times the earliest expiry).
+    config.lease = Duration::from_secs(3600);
+    let engine = engine(db.pool(), config);
+    let ex = engine
+        .spawn_executor(ExecutorConfig {
+            poll_interval: Duration::from_secs(3600),
+            ..executor_config()
+        })
+        .unwrap();
+    let counter = |tag: &str| CounterInput {
+        tag: tag.to_owned(),
+        steps: 2,
+    };
+    // A backlog (more instances than the 4 slots): settles chain the next commands.
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let tag = format!("burst{i}");
+        ids.push(
+            engine
+                .start::<Counter>(&tag, &counter(&tag), opts())
+                .await
+                .unwrap()
+                .instance_id,
+        );
+    }
+    for id in &ids {
+        until_status(&engine, *id, RunStatus::Completed).await;
+    }
+    engine
+        .await_idle(TIMEOUT)
+        .await
+        .expect("the backlog drained");
+    // Drained: new starts are claimed on their notification.
+    let mut later = Vec::new();
+    for i in 0..3 {
+        let tag = format!("later{i}");
+        later.push(
+            engine
+                .start::<Counter>(&tag, &counter(&tag), opts())
+                .await
+                .unwrap()
+                .instance_id,
+        );
+    }
+    for id in &later {
+        until_status(&engine, *id, RunStatus::Completed).await;
+    }
+    // A signal to a waiting instance, and a timer (its TIMER notifies; the next-due
+    // query times its claim).
+    let waiting = engine
+        .start::<Waiter>(
+            "w",
+            &WaiterInput {
+                signal: "go".into(),
+                deadline_ms: None,
+                sleep_ms: None,
+            },
+            opts(),
+        )
+        .await
+        .unwrap();
+    let sleeping = engine
+        .start::<Waiter>(
+            "s",
+            &WaiterInput {
+                signal: "go".into(),
+                deadline_ms: None,
+                sleep_ms: Some(50),
+            },
+            opts(),
+        )
+        .await
+        .unwrap();
+    for id in [waiting.instance_id, sleeping.instance_id] {
+        until_status(&engine, id, RunStatus::Waiting).await;
+        engine
+            .await_idle(TIMEOUT)
+            .await
+            .expect("idle while waiting");
+        engine.signal(id, "go", "go-1", &json!(1)).await.unwrap();
+        until_status(&engine, id, RunStatus::Completed).await;
+    }
+    // A released command (a panic) is due again after its backoff, with no notification:
+    // the segment's end sends the loop round to its next-due query, which times the
+    // claim; the third attempt's release is followed by the dead-lettering claim.
+    engine.start::<Panics>("p", &(), opts()).await.unwrap();
+    until_db(
+        db.pool(),
+        "the panicking command dead-lettered after its released attempts",
+        "SELECT EXISTS (SELECT 1 FROM durable_command WHERE state = 'dead' AND attempt = 3)",
+    )
+    .await;
+    ex.shutdown().await;
+}
+
 #[tokio::test]
 async fn shutdown_within_aborts_a_hung_segment_and_another_executor_takes_over() {
     let db = database().await;
