@@ -30,7 +30,9 @@
 //!   ([`RoundOutcome::missing`]); the loop then backs off exponentially (capped), and
 //!   counts and logs it (rate-limited), instead of running another round at once.
 //! - Projections (all rows carry chain, block number, block hash, tx hash, log index;
-//!   inserts are idempotent on `(chain_id, block_hash, log_index)`; bulk rows of a
+//!   inserts are idempotent on `(chain_id, block_hash, log_index)`, keyed as
+//!   `(chain_id, block_number, log_index, block_hash)` in `index_log` and
+//!   `index_transfer` (migration `0063`); bulk rows of a
 //!   history range or a big block are written with binary `COPY`, straight into the
 //!   tables or, when some are already stored, through temporary staging tables and one
 //!   `INSERT … SELECT … ON CONFLICT DO NOTHING` per table; small batches with one

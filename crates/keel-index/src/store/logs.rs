@@ -7,10 +7,12 @@
 //! it runs where the logs are fetched, off the writer's path), streamed with `COPY`
 //! into per-connection temporary staging tables (`keel_stage_log`,
 //! `keel_stage_transfer`, `ON COMMIT DELETE ROWS`) and moved into the real tables with
-//! one `INSERT … SELECT … ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING`
-//! per table, inside the caller's transaction. Every write is therefore idempotent on
-//! `(chain_id, block_hash, log_index)`: a block written twice (tip and history
-//! meeting, a range redone after a lease expiry) is stored once.
+//! one `INSERT … SELECT … ON CONFLICT (chain_id, block_number, log_index, block_hash)
+//! DO NOTHING` per table, inside the caller's transaction. Every write is therefore
+//! idempotent on the log's position `(chain_id, block_hash, log_index)` (the unique key
+//! of `index_log` and `index_transfer` also carries the block number, which the hash
+//! determines, first, so rows land in block order: migration `0063`): a block written
+//! twice (tip and history meeting, a range redone after a lease expiry) is stored once.
 //!
 //! The rare projections (assets, observations, directory entries, pauses, staleness
 //! bounds) are inserted row by row after the bulk rows.
@@ -20,8 +22,6 @@ use crate::scope::{ScopeKind, to_i64};
 use crate::{IndexError, Result};
 use alloy::primitives::{Address, B256, U256};
 use alloy::rpc::types::Log;
-use alloy::sol_types::SolEvent;
-use keel_abi::bindings::Directory;
 use sqlx::postgres::PgArgumentBuffer;
 use sqlx::types::chrono::{DateTime, Utc};
 use sqlx::{Encode, PgConnection, Postgres};
@@ -321,7 +321,7 @@ pub(crate) async fn logs_insert(
              FROM unnest($2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6::bytea[],
                          $7::bytea[], $8::bytea[])
                   AS u(block_number, block_hash, log_index, tx_hash, address, topics, data)
-             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
+             ON CONFLICT (chain_id, block_number, log_index, block_hash) DO NOTHING",
         )
         .bind(chain)
         .bind(&block_number)
@@ -369,7 +369,7 @@ pub(crate) async fn logs_insert(
              FROM unnest($2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6::bytea[],
                          $7::bytea[], $8::bytea[], $9::text[], $10::timestamptz[])
                   AS u(n, h, i, t, token, f, r, v, bt)
-             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
+             ON CONFLICT (chain_id, block_number, log_index, block_hash) DO NOTHING",
         )
         .bind(chain)
         .bind(&transfers.block_number)
@@ -489,7 +489,7 @@ async fn copy_staged(tx: &mut PgConnection, batch: &Batch) -> Result<()> {
             "INSERT INTO index_log (chain_id, block_number, block_hash, log_index, tx_hash, address, topics, data)
              SELECT chain_id, block_number, block_hash, log_index, tx_hash, address, topics, data
              FROM keel_stage_log
-             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
+             ON CONFLICT (chain_id, block_number, log_index, block_hash) DO NOTHING",
         )
         .execute(&mut *tx)
         .await?;
@@ -508,7 +508,7 @@ async fn copy_staged(tx: &mut PgConnection, batch: &Batch) -> Result<()> {
              SELECT chain_id, block_number, block_hash, log_index, tx_hash,
                 token, from_address, to_address, value, block_time
              FROM keel_stage_transfer
-             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING",
+             ON CONFLICT (chain_id, block_number, log_index, block_hash) DO NOTHING",
         )
         .execute(&mut *tx)
         .await?;
@@ -618,6 +618,19 @@ async fn write_others(tx: &mut PgConnection, chain: i64, others: &[Other]) -> Re
     Ok(())
 }
 
+/// The restamp of a directory entry. Topic 0 is `EntryChanged` or `EntryRemoved`,
+/// written as constants (the `index_log_directory` partial index of migration `0063`
+/// covers exactly these logs, and the planner uses it only when the query names the
+/// same constants); a test checks them against the ABI.
+const RESTAMP_ENTRY: &str = r"UPDATE index_directory_entry e SET removed_at_block = (
+         SELECT min(l.block_number) FROM index_log l
+         WHERE l.chain_id = e.chain_id AND l.address = e.directory
+           AND l.topics[1] IN ('\xc7f8d9196dd6481775e957c53a7e9211ac545058e9470a1f8049025c4a88ac0c'::bytea,
+                               '\x66b649bb39237366330e060ff5a6055c1499853e2949219ae0f53ed5585b8108'::bytea)
+           AND l.topics[2] = e.name
+           AND (l.block_number, l.log_index) > (e.block_number, e.log_index))
+     WHERE e.chain_id = $1 AND e.directory = $2 AND e.name = $3";
+
 /// Recomputes `removed_at_block` of every row of directory entry `name` from the raw
 /// logs: a row is removed (or replaced) at the block of the next `EntryChanged` or
 /// `EntryRemoved` of the same name. Deriving it from stored logs makes the stamp
@@ -628,23 +641,12 @@ async fn restamp_entry(
     directory: Address,
     name: B256,
 ) -> Result<()> {
-    sqlx::query(
-        "UPDATE index_directory_entry e SET removed_at_block = (
-             SELECT min(l.block_number) FROM index_log l
-             WHERE l.chain_id = e.chain_id AND l.address = e.directory
-               AND l.topics[1] = ANY($4::bytea[]) AND l.topics[2] = e.name
-               AND (l.block_number, l.log_index) > (e.block_number, e.log_index))
-         WHERE e.chain_id = $1 AND e.directory = $2 AND e.name = $3",
-    )
-    .bind(chain)
-    .bind(directory.as_slice())
-    .bind(name.as_slice())
-    .bind(vec![
-        Directory::EntryChanged::SIGNATURE_HASH.to_vec(),
-        Directory::EntryRemoved::SIGNATURE_HASH.to_vec(),
-    ])
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query(RESTAMP_ENTRY)
+        .bind(chain)
+        .bind(directory.as_slice())
+        .bind(name.as_slice())
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 
@@ -734,7 +736,8 @@ pub(crate) async fn projections_delete_above(
 mod tests {
     use super::*;
     use alloy::primitives::{LogData, address, b256};
-    use keel_abi::bindings::AssetToken;
+    use alloy::sol_types::SolEvent;
+    use keel_abi::bindings::{AssetToken, Directory};
     use keel_store::testing::TestDatabase;
 
     const TOKEN: Address = address!("0x00000000000000000000000000000000000000aa");
@@ -812,6 +815,42 @@ mod tests {
         ];
         v.extend((0..40).map(|i| U256::from(7_u64).pow(U256::from(i))));
         v
+    }
+
+    #[test]
+    fn the_restamp_names_the_directory_topics_of_the_abi() {
+        for topic in [
+            Directory::EntryChanged::SIGNATURE_HASH,
+            Directory::EntryRemoved::SIGNATURE_HASH,
+        ] {
+            let literal = format!("'\\x{}'::bytea", alloy::hex::encode(topic));
+            assert!(RESTAMP_ENTRY.contains(&literal), "{literal} missing");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_restamp_reads_the_partial_directory_index() -> anyhow::Result<()> {
+        let db = TestDatabase::create().await?;
+        let mut tx = db.pool().begin().await?;
+        // Without statistics and with sequential scans priced out, the plan shows
+        // whether the partial index's predicate is provable from the query.
+        sqlx::raw_sql("SET LOCAL enable_seqscan = off")
+            .execute(&mut *tx)
+            .await?;
+        let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN {}",
+            RESTAMP_ENTRY
+                .replace("$1", "1")
+                .replace("$2", "'\\x01'::bytea")
+                .replace("$3", "'\\x02'::bytea")
+        )))
+        .fetch_all(&mut *tx)
+        .await?;
+        assert!(
+            plan.iter().any(|l| l.contains("index_log_directory")),
+            "{plan:#?}"
+        );
+        Ok(())
     }
 
     #[tokio::test]
