@@ -157,7 +157,8 @@ impl WorkerArgs {
 
 /// `--history-worker`: one indexer process's history worker. Connects (own pool, own
 /// upstream pool), prints `ready`, waits for a line on stdin, drains every claimable
-/// range with the pipelined worker, prints `done ranges=R logs=L` and exits.
+/// range with the pipelined worker, prints `done ranges=R logs=L cpu_s=S`, and exits
+/// at the next line on stdin.
 async fn history_worker_process(args: WorkerArgs) -> anyhow::Result<()> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(u32::try_from(args.writers)? + 3)
@@ -294,7 +295,10 @@ async fn transfers(db: &TestDatabase) -> anyhow::Result<i64> {
 /// Historical catch-up of `[0, head]` with `workers` indexer processes (this
 /// executable with `--history-worker`), each with its own database pool and upstream
 /// pool. The clock runs from the start signal (every process connected and ready) to
-/// the last process exiting. Returns (seconds, transfers indexed, ranges).
+/// the last process reporting its ranges done; the CPU time of the database's server
+/// backends is then read (the processes keep their pools open until told to exit) and
+/// printed per event beside the processes' own. Returns (seconds, transfers indexed,
+/// ranges).
 async fn history(
     w: &Workload,
     head: u64,
