@@ -16,7 +16,8 @@
 -- log_index, block_hash) DO NOTHING`.
 --
 -- On a large existing index this migration builds the new indexes (locking writes of
--- the two tables while it runs).
+-- the two tables while it runs). Indexer replicas of earlier releases name the old key
+-- in their `ON CONFLICT` and fail against this schema: stop them before migrating.
 CREATE UNIQUE INDEX index_log_position
     ON index_log (chain_id, block_number, log_index, block_hash);
 ALTER TABLE index_log DROP CONSTRAINT index_log_chain_id_block_hash_log_index_key;
