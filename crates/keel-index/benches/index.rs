@@ -157,7 +157,8 @@ impl WorkerArgs {
 
 /// `--history-worker`: one indexer process's history worker. Connects (own pool, own
 /// upstream pool), prints `ready`, waits for a line on stdin, drains every claimable
-/// range with the pipelined worker, prints `done ranges=R logs=L` and exits.
+/// range with the pipelined worker, prints `done ranges=R logs=L cpu_s=S`, and exits
+/// at the next line on stdin.
 async fn history_worker_process(args: WorkerArgs) -> anyhow::Result<()> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(u32::try_from(args.writers)? + 3)
@@ -178,10 +179,9 @@ async fn history_worker_process(args: WorkerArgs) -> anyhow::Result<()> {
     .with_fetch_concurrency(usize::try_from(args.concurrency)?)
     .with_write_concurrency(usize::try_from(args.writers)?);
     println!("ready");
+    let mut stdin = BufReader::new(tokio::io::stdin());
     let mut line = String::new();
-    BufReader::new(tokio::io::stdin())
-        .read_line(&mut line)
-        .await?;
+    stdin.read_line(&mut line).await?;
     let done = worker.drain().await?;
     println!(
         "done ranges={} logs={} cpu_s={:.2}",
@@ -189,6 +189,10 @@ async fn history_worker_process(args: WorkerArgs) -> anyhow::Result<()> {
         done.iter().map(|d| d.logs).sum::<u64>(),
         own_cpu_seconds()
     );
+    // Keep the pool (and its server backends) until the driver has read the backends'
+    // CPU time.
+    line.clear();
+    stdin.read_line(&mut line).await?;
     Ok(())
 }
 
@@ -291,7 +295,10 @@ async fn transfers(db: &TestDatabase) -> anyhow::Result<i64> {
 /// Historical catch-up of `[0, head]` with `workers` indexer processes (this
 /// executable with `--history-worker`), each with its own database pool and upstream
 /// pool. The clock runs from the start signal (every process connected and ready) to
-/// the last process exiting. Returns (seconds, transfers indexed, ranges).
+/// the last process reporting its ranges done; the CPU time of the database's server
+/// backends is then read (the processes keep their pools open until told to exit) and
+/// printed per event beside the processes' own. Returns (seconds, transfers indexed,
+/// ranges).
 async fn history(
     w: &Workload,
     head: u64,
@@ -343,18 +350,57 @@ async fn history(
         stdin.flush().await?;
     }
     let mut reports = Vec::new();
-    for (mut child, mut lines) in children {
-        let status = child.wait().await?;
-        let mut last = String::new();
+    for (_, lines) in &mut children {
+        let mut report = None;
         while let Some(l) = lines.next_line().await? {
-            last = l;
+            if l.starts_with("done ") {
+                report = Some(l);
+                break;
+            }
         }
-        anyhow::ensure!(status.success(), "worker process failed: {status}");
-        reports.push(last);
+        reports.push(report.ok_or_else(|| anyhow::anyhow!("a worker process failed"))?);
     }
     let secs = started.elapsed().as_secs_f64();
+    // The server backends of this case's database (the workers' pools, still open):
+    // their CPU time is PostgreSQL's share of the catch-up.
+    let pg_cpu = backends_cpu_seconds(&db).await?;
+    for (mut child, _) in children {
+        if let Some(stdin) = child.stdin.as_mut() {
+            stdin.write_all(b"exit\n").await?;
+            stdin.flush().await?;
+        }
+        let status = child.wait().await?;
+        anyhow::ensure!(status.success(), "worker process failed: {status}");
+    }
+    let worker_cpu: f64 = reports
+        .iter()
+        .filter_map(|r| r.split("cpu_s=").nth(1)?.parse::<f64>().ok())
+        .sum();
     println!("         processes: {}", reports.join("; "));
-    Ok((secs, transfers(&db).await?, ranges))
+    let events = transfers(&db).await?;
+    let per = |s: f64| s * 1e6 / (events.max(1) as f64);
+    println!(
+        "         cpu: postgres backends {pg_cpu:.2} s ({:.1} us/event), workers {worker_cpu:.2} s ({:.1} us/event), wall {secs:.2} s",
+        per(pg_cpu),
+        per(worker_cpu)
+    );
+    Ok((secs, events, ranges))
+}
+
+/// CPU seconds (user + system) of the client backends connected to `db`'s database,
+/// read from `/proc/<pid>/stat` (the server runs on this machine); 0 for a backend
+/// whose stat cannot be read.
+async fn backends_cpu_seconds(db: &TestDatabase) -> anyhow::Result<f64> {
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND backend_type = 'client backend'",
+    )
+    .fetch_all(db.pool())
+    .await?;
+    Ok(pids
+        .into_iter()
+        .map(|p| cpu_seconds_of(&format!("/proc/{p}/stat")))
+        .sum())
 }
 
 /// Tip ingest from block 0 to `head`, one transaction per block.
@@ -741,7 +787,12 @@ async fn main() -> anyhow::Result<()> {
 /// CPU time (user + system) of this process so far, from `/proc/self/stat` (clock
 /// ticks of 10 ms); 0 where unavailable.
 fn own_cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    cpu_seconds_of("/proc/self/stat")
+}
+
+/// User + system CPU seconds of the process whose `stat` file is `path`.
+fn cpu_seconds_of(path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0.0;
     };
     // Fields after the command name (which is in parentheses): utime is the 12th.
