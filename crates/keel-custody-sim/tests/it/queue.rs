@@ -495,13 +495,24 @@ async fn a_silent_drop_is_cancelled_confirmed_and_resubmitted_once() {
     let view = rig.queue.status(id).await.unwrap().custody.unwrap();
     assert_eq!(view.resubmission, 1);
     assert_eq!(view.external_tx_id, external(id, 1));
-    let txs = rig.sim.admin_get("/admin/transactions").await;
-    let statuses: Vec<&str> = txs
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["status"].as_str().unwrap())
-        .collect();
+    // Keel settles from the chain's receipt; the provider moves its own record from
+    // CONFIRMING to COMPLETED on its own clock, so its view is probed until it settles.
+    let start = Instant::now();
+    let statuses = loop {
+        let txs = rig.sim.admin_get("/admin/transactions").await;
+        let statuses: Vec<String> = txs
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["status"].as_str().unwrap().to_owned())
+            .collect();
+        if statuses.last().is_none_or(|s| s != "CONFIRMING")
+            || start.elapsed() > Duration::from_secs(30)
+        {
+            break statuses;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(statuses, ["CANCELLED", "COMPLETED"]);
     assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
     assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
