@@ -198,6 +198,21 @@ fn external(id: Uuid, resubmission: u32) -> String {
     format!("keel.{id}.{resubmission}")
 }
 
+/// The request's status once its custody submission is marked `done`, which the queue
+/// does right after the settlement in a statement of its own (a caller that saw the
+/// verdict may read between the two), or as it is after 30 s.
+async fn status_once_done(queue: &TxQueue, id: Uuid) -> keel_txq::RequestStatus {
+    let start = Instant::now();
+    loop {
+        let status = queue.status(id).await.unwrap();
+        let done = status.custody.as_ref().is_some_and(|c| c.phase == "done");
+        if done || start.elapsed() > Duration::from_secs(30) {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub(crate) fn assert_confirmed(v: &SettlementVerdict) {
     assert!(
         matches!(v, SettlementVerdict::Confirmed { .. }),
@@ -211,7 +226,7 @@ async fn a_custody_request_lands_once_without_a_local_nonce_and_settles_from_the
     let id = rig.enqueue("mint-1").await;
     let verdict = rig.verdict(id).await;
     assert_confirmed(&verdict);
-    let status = rig.queue.status(id).await.unwrap();
+    let status = status_once_done(&rig.queue, id).await;
     assert_eq!(status.state, RequestState::Settled);
     assert_eq!(
         status.nonce, None,
@@ -891,7 +906,7 @@ async fn a_reorg_after_the_providers_completed_puts_the_request_back_in_flight_a
         }
         other => panic!("expected confirmed, got {other:?}"),
     }
-    let status = queue.status(id).await.unwrap();
+    let status = status_once_done(&queue, id).await;
     assert_eq!(status.state, RequestState::Settled);
     let view = status.custody.unwrap();
     assert_eq!(view.phase, "done");
