@@ -6,7 +6,7 @@
 //! ends equal to a fresh re-index.
 
 use crate::common::{Env, catch_up, config, env, fingerprint, reindex};
-use crate::reorg::transfer_request;
+use crate::reorg::{assert_branch_replaced, transfer_request};
 use alloy::eips::BlockNumberOrTag;
 use alloy::providers::ext::AnvilApi;
 use alloy::rpc::types::anvil::ReorgOptions;
@@ -173,21 +173,7 @@ async fn a_head_announced_before_a_reorg_is_rolled_back_by_the_next_head() -> an
         let out = ingest.round_at(Some(next)).await?;
         assert_eq!(out.tip, Some(next.number), "depth {depth}");
 
-        let t = read::transfers(env.db.pool(), env.chain_id, Some(asset.token)).await?;
-        assert!(
-            !t.iter().any(|t| t.to == a1),
-            "depth {depth}: orphaned transfer kept: {t:?}"
-        );
-        assert!(
-            t.iter()
-                .any(|t| t.to == a2 && t.value == (100 + depth).to_string()),
-            "depth {depth}: replacement transfer missing: {t:?}"
-        );
-        assert_eq!(
-            fingerprint(&env.db, env.chain_id, &env.deployed).await?,
-            reindex(&env).await?,
-            "depth {depth}"
-        );
+        assert_branch_replaced(&env, asset.token, a1, a2, depth).await?;
     }
     Ok(())
 }

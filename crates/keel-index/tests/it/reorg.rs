@@ -1,7 +1,7 @@
 //! Reorgs at the tip: derived rows of orphaned blocks are rolled back and the new
 //! branch is ingested; the result equals a fresh re-index.
 
-use crate::common::{catch_up, config, env, env_on, fingerprint, reindex};
+use crate::common::{Env, catch_up, config, env, env_on, fingerprint, reindex};
 use alloy::network::TransactionBuilder;
 use alloy::primitives::U256;
 use alloy::providers::ext::AnvilApi;
@@ -23,6 +23,34 @@ pub(crate) fn transfer_request(
         .with_from(from)
         .with_gas_limit(200_000);
     TransactionData::JSON(req)
+}
+
+/// After a reorg of `depth` blocks that replaced a transfer to `orphaned` by one of
+/// `100 + depth` to `replacement`: the orphaned transfer is gone, the replacement is
+/// there, and the index equals a fresh re-index.
+pub(crate) async fn assert_branch_replaced(
+    env: &Env,
+    token: alloy::primitives::Address,
+    orphaned: alloy::primitives::Address,
+    replacement: alloy::primitives::Address,
+    depth: u64,
+) -> anyhow::Result<()> {
+    let t = read::transfers(env.db.pool(), env.chain_id, Some(token)).await?;
+    assert!(
+        !t.iter().any(|t| t.to == orphaned),
+        "depth {depth}: orphaned transfer kept: {t:?}"
+    );
+    assert!(
+        t.iter()
+            .any(|t| t.to == replacement && t.value == (100 + depth).to_string()),
+        "depth {depth}: replacement transfer missing: {t:?}"
+    );
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(env).await?,
+        "depth {depth}"
+    );
+    Ok(())
 }
 
 #[tokio::test]
@@ -66,21 +94,7 @@ async fn anvil_reorg_rolls_back_orphaned_transfers_and_ingests_the_new_branch() 
         let reorgs = catch_up(&ingest).await?;
         assert!(reorgs >= 1, "depth {depth}: no reorg detected");
 
-        let t = read::transfers(env.db.pool(), env.chain_id, Some(asset.token)).await?;
-        assert!(
-            !t.iter().any(|t| t.to == a1),
-            "depth {depth}: orphaned transfer kept: {t:?}"
-        );
-        assert!(
-            t.iter()
-                .any(|t| t.to == a2 && t.value == (100 + depth).to_string()),
-            "depth {depth}: replacement transfer missing: {t:?}"
-        );
-        assert_eq!(
-            fingerprint(&env.db, env.chain_id, &env.deployed).await?,
-            reindex(&env).await?,
-            "depth {depth}"
-        );
+        assert_branch_replaced(&env, asset.token, a1, a2, depth).await?;
     }
     Ok(())
 }
