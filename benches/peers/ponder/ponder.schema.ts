@@ -1,4 +1,4 @@
-import { onchainTable } from "ponder";
+import { onchainTable, primaryKey } from "ponder";
 
 // The same columns Keel's index_transfer keeps for a Transfer.
 export const transfer = onchainTable("transfer", (t) => ({
@@ -12,3 +12,15 @@ export const transfer = onchainTable("transfer", (t) => ({
   txHash: t.hex().notNull(),
   logIndex: t.integer().notNull(),
 }));
+
+// Holder balances per token, as Keel's index keeps them (written only with
+// PONDER_BALANCES=1; see src/index.ts).
+export const balance = onchainTable(
+  "balance",
+  (t) => ({
+    token: t.hex().notNull(),
+    holder: t.hex().notNull(),
+    amount: t.bigint().notNull(),
+  }),
+  (table) => ({ pk: primaryKey({ columns: [table.token, table.holder] }) }),
+);

@@ -3,8 +3,9 @@
 //
 // Environment: PONDER_RPC_URL, PONDER_CHAIN_ID, PONDER_ADDRESS (the emitter),
 // PONDER_EXPECTED (events), DATABASE_URL (a fresh database), optional PONDER_TIMEOUT_S
-// (default 3600). Prints progress to stderr and a last line
-// `RESULT events=N events_per_s=X total_s=T startup_s=S first_row_s=F`, where the rate
+// (default 3600), optional PONDER_BALANCES=1 (also keep holder balances; see
+// src/index.ts). Prints progress to stderr and a last line
+// `RESULT events=N events_per_s=X total_s=T startup_s=S first_row_s=F [balance_rows=B]`, where the rate
 // is N over the window from Ponder's HTTP server answering /health (build and start-up
 // done, sync about to begin) to the last row being visible.
 import { spawn } from "node:child_process";
@@ -90,6 +91,11 @@ while (performance.now() - started < timeoutMs) {
   }
   await sleep(100);
 }
+let balances = "";
+if (done !== null && process.env.PONDER_BALANCES === "1") {
+  const r = await client.query(`SELECT count(*)::bigint AS n FROM ${schema}.balance`);
+  balances = ` balance_rows=${r.rows[0].n}`;
+}
 await client.end();
 stop();
 if (done === null) {
@@ -100,6 +106,7 @@ const from = health ?? started;
 const rate = expected / ((done - from) / 1000);
 console.log(
   `RESULT events=${expected} events_per_s=${rate.toFixed(0)} total_s=${secs(done).toFixed(2)} ` +
-    `startup_s=${secs(from).toFixed(2)} first_row_s=${firstRow === null ? "n/a" : secs(firstRow).toFixed(2)}`,
+    `startup_s=${secs(from).toFixed(2)} first_row_s=${firstRow === null ? "n/a" : secs(firstRow).toFixed(2)}` +
+    balances,
 );
 process.exit(0);
