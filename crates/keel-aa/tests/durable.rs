@@ -215,12 +215,17 @@ impl Flow {
 
     /// How many `UserOperationEvent`s of `hash` the canonical chain holds.
     async fn events_of(&self, hash: B256) -> anyhow::Result<usize> {
+        Ok(self.events(hash).await?.len())
+    }
+
+    /// The canonical `UserOperationEvent` logs of the operation `hash`.
+    async fn events(&self, hash: B256) -> anyhow::Result<Vec<alloy::rpc::types::Log>> {
         let filter = Filter::new()
             .address(self.aa.ep().address())
             .event_signature(IEntryPointV08::UserOperationEvent::SIGNATURE_HASH)
             .topic1(hash)
             .from_block(0);
-        Ok(self.aa.provider().get_logs(&filter).await?.len())
+        Ok(self.aa.provider().get_logs(&filter).await?)
     }
 
     async fn row(&self, hash: B256) -> anyhow::Result<store::UserOperationRow> {
@@ -453,13 +458,7 @@ async fn a_reorg_of_the_bundle_block_is_recovered_and_reported_once() -> anyhow:
     let first = loop {
         let found = f.events_of(hash).await?;
         if found == 1 {
-            let filter = Filter::new()
-                .address(f.aa.ep().address())
-                .event_signature(IEntryPointV08::UserOperationEvent::SIGNATURE_HASH)
-                .topic1(hash)
-                .from_block(0);
-            let log = f.aa.provider().get_logs(&filter).await?.remove(0);
-            break log;
+            break f.events(hash).await?.remove(0);
         }
         f.engine.await_idle(Duration::from_millis(200)).await.ok();
     };
@@ -493,14 +492,8 @@ async fn a_reorg_of_the_bundle_block_is_recovered_and_reported_once() -> anyhow:
         replaced.header.hash, first_block_hash,
         "the reorg replaced the bundle's block"
     );
-    let filter = Filter::new()
-        .address(f.aa.ep().address())
-        .event_signature(IEntryPointV08::UserOperationEvent::SIGNATURE_HASH)
-        .topic1(hash)
-        .from_block(0);
     assert!(
-        f.aa.provider()
-            .get_logs(&filter)
+        f.events(hash)
             .await?
             .iter()
             .all(|l| l.block_hash != Some(first_block_hash)),
