@@ -670,6 +670,10 @@ pub struct Asset {
     /// reorganized below its finalized block; ingest stopped): the index state shown
     /// may include orphaned blocks until an operator re-indexes the chain.
     pub index_degraded: bool,
+    /// True while an operator's re-index rebuilds the chain's Ledger Index (`keel index
+    /// reindex`, `POST /v1/chains/{chain}/index/reindex`): rows may be missing until
+    /// it is done.
+    pub index_rebuilding: bool,
     /// The issuer (EIP-55 checksummed): the account that sends every transaction of the
     /// asset and administers its token and feed. `transfer` moves tokens from this
     /// account's balance, so mint to it first. Null until the token is deployed.
@@ -854,6 +858,10 @@ pub struct Balance {
     /// True when the Ledger Index of the asset's chain is degraded: the balance may
     /// include orphaned blocks until an operator re-indexes the chain.
     pub index_degraded: bool,
+    /// True while an operator's re-index rebuilds the chain's Ledger Index (`keel index
+    /// reindex`, `POST /v1/chains/{chain}/index/reindex`): rows may be missing until
+    /// it is done.
+    pub index_rebuilding: bool,
 }
 
 /// An open funding request: an operation's transaction waits until its sender holds
@@ -1348,6 +1356,7 @@ impl From<svc::AssetView> for Asset {
             latest_observation: a.latest_observation.map(Into::into),
             indexed_block: a.indexed_block,
             index_degraded: a.index_degraded,
+            index_rebuilding: a.index_rebuilding,
             issuer_address: a.issuer_address.map(address_text),
             created_at: a.created_at,
             updated_at: a.updated_at,
@@ -1415,6 +1424,7 @@ impl From<svc::BalanceView> for Balance {
             balance_base_units: b.balance_base_units,
             indexed_block: b.indexed_block,
             index_degraded: b.index_degraded,
+            index_rebuilding: b.index_rebuilding,
         }
     }
 }

@@ -67,6 +67,10 @@ pub struct HolderList {
     /// True when the Ledger Index of the asset's chain is degraded: balances may
     /// include orphaned blocks until an operator re-indexes the chain.
     pub index_degraded: bool,
+    /// True while an operator's re-index rebuilds the chain's Ledger Index (`keel index
+    /// reindex`, `POST /v1/chains/{chain}/index/reindex`): rows may be missing until
+    /// it is done.
+    pub index_rebuilding: bool,
 }
 
 /// One ERC-20 `Transfer` of an asset's token (a mint comes from the zero address, a
@@ -118,6 +122,10 @@ pub struct TokenTransferList {
     pub indexed_block: u64,
     /// True when the Ledger Index of the asset's chain is degraded.
     pub index_degraded: bool,
+    /// True while an operator's re-index rebuilds the chain's Ledger Index (`keel index
+    /// reindex`, `POST /v1/chains/{chain}/index/reindex`): rows may be missing until
+    /// it is done.
+    pub index_rebuilding: bool,
 }
 
 /// `GET /v1/assets/{id}/supply`: the total supply as of one block.
@@ -132,6 +140,10 @@ pub struct Supply {
     pub finalized: bool,
     /// True when the Ledger Index of the asset's chain is degraded.
     pub index_degraded: bool,
+    /// True while an operator's re-index rebuilds the chain's Ledger Index (`keel index
+    /// reindex`, `POST /v1/chains/{chain}/index/reindex`): rows may be missing until
+    /// it is done.
+    pub index_rebuilding: bool,
     /// Mints minus burns at or below `block`, token units (decimal string).
     #[schema(pattern = r"^[0-9]+(\.[0-9]+)?$")]
     pub supply: String,
@@ -227,6 +239,7 @@ impl From<SupplyView> for Supply {
             block: s.block,
             finalized: s.finalized,
             index_degraded: s.index_degraded,
+            index_rebuilding: s.index_rebuilding,
             supply: s.supply,
             supply_base_units: s.supply_base_units.to_string(),
         }
@@ -288,6 +301,7 @@ pub(crate) async fn holders(
         block,
         finalized: view.finalized,
         index_degraded: view.index_degraded,
+        index_rebuilding: view.index_rebuilding,
     })
     .into_response())
 }
@@ -322,6 +336,7 @@ async fn transfer_list(
         asset_id: view.asset_id,
         indexed_block: view.indexed_block,
         index_degraded: view.index_degraded,
+        index_rebuilding: view.index_rebuilding,
     })
     .into_response())
 }

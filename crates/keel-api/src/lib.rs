@@ -34,6 +34,7 @@
 //! | `POST /v1/user-operations` | `AaService::send` | `202` `{userOpHash, operationId, created}` |
 //! | `GET /v1/user-operations/{hash}` | `AaService::user_operation` | state, bundle transaction, outcome |
 //! | `GET /v1/status` (an `admin` key) | `Ops::platform_status` | Platform Status, from the database only ([`status`]) |
+//! | `POST /v1/chains/{chain}/index/reindex` (an `admin` key; `{"fromBlock": N}` optional) | `Ops::reindex_chain` | `202`: the chain's Ledger Index re-index started ([`index`]) |
 //! | `GET /status` (+ `POST /status/login`, `/status/logout`) | `Ops::platform_status` | the status page (HTML; bearer or the login form's cookie; [`status`]) |
 //! | `GET /healthz`, `GET /readyz`, `GET /openapi.json` | —, `Ops::check_ready`, — | liveness, readiness, [`openapi`] |
 //!
@@ -115,6 +116,7 @@ pub mod custody;
 pub mod dto;
 pub mod extract;
 mod handlers;
+pub mod index;
 mod keys;
 pub mod ledger;
 pub mod metrics;
@@ -165,6 +167,8 @@ pub struct ApiConfig {
     /// no-mutation thresholds and the list limit (default
     /// [`keel_workflows::ops::status::StatusQuery::default`]).
     pub status: keel_workflows::ops::status::StatusQuery,
+    /// How the status judges each indexed chain ([`IndexStatusConfig`]).
+    pub index_status: IndexStatusConfig,
 }
 
 impl Default for ApiConfig {
@@ -173,6 +177,34 @@ impl Default for ApiConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             min_block_wait: DEFAULT_MIN_BLOCK_WAIT,
             status: keel_workflows::ops::status::StatusQuery::default(),
+            index_status: IndexStatusConfig::default(),
+        }
+    }
+}
+
+/// How Platform Status judges an indexed chain (issue 32 §7): it reads the chain's head
+/// from the node itself (not only the tip owner's last observation, which stops when
+/// the owner stops) and marks the chain red when it is degraded, has no live tip owner,
+/// has no fresh head, or lags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexStatusConfig {
+    /// How long one head read of a chain's node may take (default 2 s); a read that
+    /// fails or times out leaves the owner's observation as the only head.
+    pub head_read_timeout: Duration,
+    /// An owner observation older than this (default 30 s; a live owner re-records every
+    /// 5 s) means no live owner; with no node read either, the head is stale.
+    pub stale_after: Duration,
+    /// Blocks of lag still green (default 2: a block may arrive between the tip's commit
+    /// and the status read).
+    pub lag_tolerance_blocks: u64,
+}
+
+impl Default for IndexStatusConfig {
+    fn default() -> Self {
+        Self {
+            head_read_timeout: Duration::from_secs(2),
+            stale_after: Duration::from_secs(30),
+            lag_tolerance_blocks: 2,
         }
     }
 }
@@ -191,6 +223,9 @@ pub struct ApiState {
     user_operations: Option<keel_aa::service::AaService>,
     /// Inbound custody-provider webhooks (issue 19); without it their route answers 404.
     custody: Option<custody::CustodyWebhooks>,
+    /// The chains' nodes Platform Status reads heads from (by chain id), independently
+    /// of the index's tip owner.
+    chain_heads: Arc<std::collections::HashMap<u64, Arc<keel_chain::UpstreamPool>>>,
 }
 
 impl ApiState {
@@ -205,7 +240,23 @@ impl ApiState {
             webhooks: None,
             user_operations: None,
             custody: None,
+            chain_heads: Arc::default(),
         }
+    }
+
+    /// The same state reading chain heads for Platform Status from `nodes` (one per
+    /// chain; [`IndexStatusConfig`]).
+    pub fn with_chain_heads(
+        mut self,
+        nodes: impl IntoIterator<Item = Arc<keel_chain::UpstreamPool>>,
+    ) -> Self {
+        self.chain_heads = Arc::new(nodes.into_iter().map(|n| (n.chain().get(), n)).collect());
+        self
+    }
+
+    /// The node of `chain` Platform Status reads heads from, when configured.
+    pub fn chain_head_node(&self, chain: u64) -> Option<&Arc<keel_chain::UpstreamPool>> {
+        self.chain_heads.get(&chain)
     }
 
     /// The same state serving `POST /v1/custody/webhooks/fireblocks` through `custody`.
@@ -336,6 +387,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/user-operations/{hash}", get(user_ops::get))
         // Platform Status (issue 22): the JSON route; the page is merged below.
         .route("/v1/status", get(status::get_status))
+        .route("/v1/chains/{chain}/index/reindex", post(index::reindex))
         .route(
             "/v1/custody/webhooks/fireblocks",
             post(custody::fireblocks_webhook),

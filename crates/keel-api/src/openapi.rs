@@ -57,6 +57,7 @@ impl Modify for Fixups {
                 "/revoke",
                 "/rotate",
                 "/rotate-secret",
+                "/reindex",
             ]
             .iter()
             .any(|suffix| path.ends_with(suffix));
@@ -345,6 +346,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::webhooks::test,
         crate::webhooks::deliveries,
         crate::status::get_status,
+        crate::index::reindex,
         // ERC-4337 user operations (issue 20).
         crate::user_ops::bundler_rpc,
         crate::user_ops::submit,
@@ -357,6 +359,8 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
     components(schemas(
         Problem,
         dto::CreateAssetRequest,
+        crate::index::ReindexRequest,
+        crate::index::ReindexAccepted,
         dto::TokenAmountRequest,
         dto::BurnRequest,
         dto::RoleRequest,
@@ -438,6 +442,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::status::CustodyPendingApproval,
         crate::status::WebhooksInfo,
         crate::status::DisabledEndpointInfo,
+        crate::status::UnhealthyEndpointInfo,
     )),
     modifiers(&Fixups),
     tags(

@@ -3,8 +3,8 @@
 //! generated from.
 //!
 //! Rules: `GET` routes need `read`; operation-creating `POST`s, retry and cancel need
-//! `operate`; approve and reject need `approve`; the `/v1/api-keys` routes need
-//! `admin`. `/healthz`, `/readyz` and `/openapi.json` are public.
+//! `operate`; approve and reject need `approve`; the `/v1/api-keys`,
+//! `/v1/webhook-endpoints`, `/v1/status` and re-index routes need `admin`. `/healthz`, `/readyz` and `/openapi.json` are public.
 //!
 //! ## Adding a route
 //! Add its line to [`ROUTES`] — method, the route template exactly as given to
@@ -119,6 +119,7 @@ pub const ROUTES: &[RouteAccess] = &[
     key("post", "/v1/webhook-endpoints/{id}/test", Scope::Admin),
     key("get", "/v1/webhook-endpoints/{id}/deliveries", Scope::Admin),
     key("get", "/v1/status", Scope::Admin),
+    key("post", "/v1/chains/{chain}/index/reindex", Scope::Admin),
     // ERC-4337 user operations (issue 20).
     key("post", "/v1/chains/{chain}/bundler", Scope::Operate),
     key("post", "/v1/user-operations", Scope::Operate),
@@ -238,6 +239,7 @@ mod tests {
                         let expected = if path.starts_with("/v1/api-keys")
                             || path.starts_with("/v1/webhook-endpoints")
                             || path == "/v1/status"
+                            || path.ends_with("/index/reindex")
                         {
                             Scope::Admin
                         } else if method == Method::GET {

@@ -246,12 +246,34 @@ pub struct IndexChainStatus {
     pub head_observed_at: Option<DateTime<Utc>>,
     /// Its age, seconds (re-recorded every few seconds while an owner runs).
     pub head_observed_age_seconds: Option<u64>,
-    /// Blocks the tip is below the observed head.
+    /// The chain's head read from its node by this status read (independently of the
+    /// tip owner, with a short timeout); null when it could not be read.
+    pub node_head: Option<u64>,
+    /// Where the head the lag is measured against comes from: `node` (read now; the
+    /// higher of it and the owner's observation), `owner` (the node could not be read)
+    /// or `unknown`.
+    pub head_source: String,
+    /// Blocks the tip is below that head (all of it with no tip).
     pub lag_blocks: u64,
-    /// Seconds the tip has been below the observed head (0: caught up).
+    /// Seconds the tip has been behind (since the owner saw it behind, else since the
+    /// owner's last observation); 0 when not behind.
     pub lag_seconds: u64,
+    /// True when the tip owner recorded an observation recently (a live owner
+    /// re-records every 5 s).
+    pub owner_live: bool,
+    /// True when no fresh head is known (no node read, an old owner observation).
+    pub stale: bool,
+    /// Red: degraded, no live owner, a stale head, or lagging beyond the tolerance.
+    pub red: bool,
+    /// Why it is red: `degraded`, `no_live_owner`, `stale_head`, `lagging`.
+    pub red_reasons: Vec<String>,
     /// The degraded marker's reason, if the chain is degraded.
     pub degraded_reason: Option<String>,
+    /// Since when an operator's re-index rebuilds the chain (null: none running).
+    pub rebuilding_since: Option<DateTime<Utc>>,
+    /// The route that re-indexes the chain (`POST`, an `admin` key): the way back from a
+    /// degraded chain (`keel index reindex --chain NAME` does the same).
+    pub reindex_url: String,
     /// History ranges by state.
     pub ranges: RangeCounts,
 }
@@ -395,6 +417,25 @@ pub struct DisabledEndpointInfo {
     pub since: DateTime<Utc>,
 }
 
+/// An enabled webhook endpoint whose deliveries fail, or whose breaker is open.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnhealthyEndpointInfo {
+    /// Endpoint id.
+    pub id: Uuid,
+    /// Its organization.
+    pub organization_id: Uuid,
+    /// True while its circuit breaker is open (deliveries held until
+    /// `breakerOpenUntil`); false: failing, breaker closed.
+    pub breaker_open: bool,
+    /// Since when its deliveries fail.
+    pub failing_since: Option<DateTime<Utc>>,
+    /// Failed deliveries in a row.
+    pub consecutive_failures: u32,
+    /// Until when the open breaker holds deliveries.
+    pub breaker_open_until: Option<DateTime<Utc>>,
+}
+
 /// Webhooks.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -413,6 +454,9 @@ pub struct WebhooksInfo {
     pub oldest_undelivered_at: Option<DateTime<Utc>>,
     /// Disabled endpoints.
     pub disabled_endpoints: Vec<DisabledEndpointInfo>,
+    /// The failing and breaker-open endpoints by id (breaker open first), at most the
+    /// list limit.
+    pub unhealthy_endpoints: Vec<UnhealthyEndpointInfo>,
 }
 
 /// The platform's state, from the database only.
@@ -456,7 +500,89 @@ fn instance(now: DateTime<Utc>, i: &HealthInstance) -> StatusInstance {
     }
 }
 
+/// The index part of the status: each chain judged against the head read from its
+/// node (`heads`, by chain id; absent when not read) with `cfg`.
+fn index_status(
+    v: &View,
+    heads: &std::collections::HashMap<u64, u64>,
+    cfg: crate::IndexStatusConfig,
+) -> Vec<IndexChainStatus> {
+    let now = v.generated_at;
+    v.index
+        .iter()
+        .map(|c| {
+            let node_head = heads.get(&c.chain_id.get()).copied();
+            let verdict = c.judge(now, node_head, cfg.stale_after, cfg.lag_tolerance_blocks);
+            IndexChainStatus {
+                chain_id: c.chain_id.get().to_string(),
+                owner_epoch: c.owner_epoch,
+                tip: c.tip,
+                head: c.head,
+                head_observed_at: c.head_observed_at,
+                head_observed_age_seconds: c.head_observed_at.map(|t| age(now, t)),
+                node_head,
+                head_source: verdict.head_source.as_str().to_owned(),
+                lag_blocks: verdict.lag_blocks,
+                lag_seconds: verdict.lag_seconds,
+                owner_live: verdict.owner_live,
+                stale: verdict.stale,
+                red: verdict.red,
+                red_reasons: verdict.reasons.iter().map(|r| (*r).to_owned()).collect(),
+                degraded_reason: c.degraded_reason.clone(),
+                rebuilding_since: c.rebuilding_since,
+                reindex_url: format!("/v1/chains/{}/index/reindex", c.chain_id.get()),
+                ranges: RangeCounts {
+                    pending: c.ranges_pending,
+                    leased: c.ranges_leased,
+                    done: c.ranges_done,
+                },
+            }
+        })
+        .collect()
+}
+
+/// Reads each indexed chain's head from its node (those the state has a node for),
+/// side by side, each bounded by `timeout`; a failed or late read is left out.
+async fn read_heads(
+    state: &ApiState,
+    v: &View,
+    timeout: Duration,
+) -> std::collections::HashMap<u64, u64> {
+    let reads = v.index.iter().filter_map(|c| {
+        let chain = c.chain_id.get();
+        let node = state.chain_head_node(chain)?.clone();
+        Some(async move {
+            match tokio::time::timeout(timeout, node.block_number()).await {
+                Ok(Ok(head)) => Some((chain, head)),
+                _ => {
+                    tracing::warn!(target: "keel::api::status", chain, "reading the chain head for the status failed or timed out");
+                    None
+                }
+            }
+        })
+    });
+    futures::future::join_all(reads)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+impl PlatformStatus {
+    /// The status of `v`, the index judged against `heads` with `cfg`.
+    fn of(
+        v: &View,
+        heads: &std::collections::HashMap<u64, u64>,
+        cfg: crate::IndexStatusConfig,
+    ) -> Self {
+        let mut s = Self::from(v);
+        s.index = index_status(v, heads, cfg);
+        s
+    }
+}
+
 impl From<&View> for PlatformStatus {
+    /// The status without the index chains (see [`PlatformStatus::of`]).
     fn from(v: &View) -> Self {
         let now = v.generated_at;
         let w = &v.workflows;
@@ -546,30 +672,7 @@ impl From<&View> for PlatformStatus {
                     })
                     .collect(),
             },
-            index: v
-                .index
-                .iter()
-                .map(|c| IndexChainStatus {
-                    chain_id: c.chain_id.get().to_string(),
-                    owner_epoch: c.owner_epoch,
-                    tip: c.tip,
-                    head: c.head,
-                    head_observed_at: c.head_observed_at,
-                    head_observed_age_seconds: c.head_observed_at.map(|t| age(now, t)),
-                    lag_blocks: c.lag_blocks,
-                    lag_seconds: if c.lag_blocks == 0 {
-                        0
-                    } else {
-                        c.behind_since.map_or(0, |t| age(now, t))
-                    },
-                    degraded_reason: c.degraded_reason.clone(),
-                    ranges: RangeCounts {
-                        pending: c.ranges_pending,
-                        leased: c.ranges_leased,
-                        done: c.ranges_done,
-                    },
-                })
-                .collect(),
+            index: Vec::new(),
             cluster: ClusterInfo {
                 shards: v.cluster.shards,
                 replicas: v
@@ -665,6 +768,19 @@ impl From<&View> for PlatformStatus {
                         since: d.since,
                     })
                     .collect(),
+                unhealthy_endpoints: v
+                    .webhooks
+                    .unhealthy_list
+                    .iter()
+                    .map(|u| UnhealthyEndpointInfo {
+                        id: u.id,
+                        organization_id: u.organization_id,
+                        breaker_open: u.breaker_open,
+                        failing_since: u.failing_since,
+                        consecutive_failures: u.consecutive_failures,
+                        breaker_open_until: u.breaker_open_until,
+                    })
+                    .collect(),
             },
         }
     }
@@ -683,8 +799,11 @@ pub(crate) enum StatusErrors {
     Unavailable(Problem),
 }
 
-async fn read(state: &ApiState) -> Result<View, OpsError> {
-    state.ops().platform_status(state.config().status).await
+async fn read(state: &ApiState) -> Result<PlatformStatus, OpsError> {
+    let view = state.ops().platform_status(state.config().status).await?;
+    let cfg = state.config().index_status;
+    let heads = read_heads(state, &view, cfg.head_read_timeout).await;
+    Ok(PlatformStatus::of(&view, &heads, cfg))
 }
 
 /// `GET /v1/status`: the Platform Status ([`PlatformStatus`]) from the database.
@@ -695,8 +814,7 @@ pub(crate) async fn get_status(
     State(state): State<ApiState>,
     Authed(_): Authed,
 ) -> Result<Json<PlatformStatus>, Problem> {
-    let view = read(&state).await?;
-    Ok(Json(PlatformStatus::from(&view)))
+    Ok(Json(read(&state).await?))
 }
 
 // -------------------------------------------------------------------------------------
@@ -827,9 +945,7 @@ pub(crate) async fn page(State(state): State<ApiState>, headers: HeaderMap) -> R
         return login_page(status, refusal);
     }
     match read(&state).await {
-        Ok(view) => {
-            page_headers((StatusCode::OK, render(&PlatformStatus::from(&view))).into_response())
-        }
+        Ok(status) => page_headers((StatusCode::OK, render(&status)).into_response()),
         Err(e) => {
             tracing::warn!(target: "keel::api::status", code = e.code(), "platform status read failed");
             page_headers(
@@ -1042,15 +1158,35 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
     if s.index.is_empty() {
         o.push_str("<p class=\"muted\">No chain is indexed yet.</p>");
     } else {
-        o.push_str("<table><tr><th>chain</th><th>indexed tip</th><th>chain head (observed)</th><th>lag</th><th>head observed</th><th>history ranges pending / leased / done</th><th>owner epoch</th></tr>");
+        o.push_str("<table><tr><th>chain</th><th>state</th><th>indexed tip</th><th>chain head</th><th>lag</th><th>owner's head observed</th><th>history ranges pending / leased / done</th><th>owner epoch</th></tr>");
         for c in &s.index {
-            let lag_class = if c.lag_blocks == 0 { "ok" } else { "bad" };
+            let (class, state) = if c.red {
+                ("bad", format!("red: {}", c.red_reasons.join(", ")))
+            } else {
+                ("ok", "green".to_owned())
+            };
+            let head = match (c.node_head, c.head) {
+                (Some(n), _) => format!("{n} (node)"),
+                (None, Some(h)) => format!("{h} (owner's observation)"),
+                (None, None) => "—".to_owned(),
+            };
+            let lag_class = if c.red_reasons.iter().any(|r| r == "lagging") { "bad" } else { "ok" };
+            let extra = match (&c.degraded_reason, c.rebuilding_since) {
+                (Some(r), _) => format!(
+                    " <span class=\"bad\">degraded: {}</span> — re-index: <code>keel index reindex --chain NAME</code> or <code>POST {}</code>",
+                    esc(r),
+                    esc(&c.reindex_url)
+                ),
+                (None, Some(since)) => format!(" <span class=\"warn\">rebuilding since {}</span>", ts(Some(since))),
+                (None, None) => String::new(),
+            };
             let _ = write!(
                 o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{lag_class}\">{} blocks, {}</td><td>{}</td><td>{} / {} / {}</td><td>{}{}</td></tr>",
+                "<tr><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td><td class=\"{lag_class}\">{} blocks, {}</td><td>{}</td><td>{} / {} / {}</td><td>{}{}</td></tr>",
                 esc(&c.chain_id),
+                esc(&state),
                 opt(c.tip),
-                opt(c.head),
+                esc(&head),
                 c.lag_blocks,
                 dur(c.lag_seconds),
                 c.head_observed_age_seconds
@@ -1059,12 +1195,7 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
                 c.ranges.leased,
                 c.ranges.done,
                 c.owner_epoch,
-                c.degraded_reason
-                    .as_deref()
-                    .map_or_else(String::new, |r| format!(
-                        " <span class=\"bad\">degraded: {}</span>",
-                        esc(r)
-                    ))
+                extra
             );
         }
         o.push_str("</table>");
@@ -1187,6 +1318,28 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
         h.undelivered,
         ts(h.oldest_undelivered_at)
     );
+    if !h.unhealthy_endpoints.is_empty() {
+        o.push_str(
+            "<table><tr><th>failing endpoint</th><th>organization</th><th>state</th><th>failing since</th><th>failures in a row</th></tr>",
+        );
+        for u in &h.unhealthy_endpoints {
+            let state = if u.breaker_open {
+                format!("breaker open until {}", ts(u.breaker_open_until))
+            } else {
+                "failing".to_owned()
+            };
+            let _ = write!(
+                o,
+                "<tr><td><code>{}</code></td><td><code>{}</code></td><td class=\"bad\">{}</td><td>{}</td><td>{}</td></tr>",
+                u.id,
+                u.organization_id,
+                esc(&state),
+                ts(u.failing_since),
+                u.consecutive_failures
+            );
+        }
+        o.push_str("</table>");
+    }
     if !h.disabled_endpoints.is_empty() {
         o.push_str(
             "<table><tr><th>endpoint</th><th>organization</th><th>reason</th><th>since</th></tr>",

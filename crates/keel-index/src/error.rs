@@ -25,24 +25,26 @@ pub enum IndexError {
         /// The epoch this owner held.
         epoch: i64,
     },
-    /// A reorg replaced a block at or below the chain's finalized block (a reorg
-    /// deeper than the hash window but above the finalized block is rolled back to the
-    /// finalized block instead): derived rows cannot be rolled back safely. The chain is
-    /// marked degraded ([`crate::read::chain_health`]); fatal for the chain (an
-    /// operator must re-index it); counted in `keel_index_reorg_too_deep_total`.
+    /// A reorg replaced a block at or below the block Keel recorded as finalized
+    /// (`index_chain.finalized_number`), or below every stored block hash (a reorg
+    /// above the recorded finalized block is rolled back to its true common ancestor
+    /// instead, however deep): Keel served those rows as final. The chain is marked
+    /// degraded ([`crate::read::chain_health`]); fatal for the chain (an operator must
+    /// re-index it, `keel index reindex`); counted in `keel_index_reorg_too_deep_total`.
     #[error(
-        "chain {chain}: reorg below the finalized block (tip {tip}, no canonical block down to {oldest})"
+        "chain {chain}: reorg below the block recorded as finalized (tip {tip}, block {oldest} replaced)"
     )]
     ReorgTooDeep {
         /// The chain.
         chain: ChainId,
         /// The indexed tip when the reorg was found.
         tip: u64,
-        /// The lowest stored block compared with the node (none canonical at or above it).
+        /// The lowest block known replaced (the fork is below it).
         oldest: u64,
     },
-    /// The chain is marked degraded (an earlier reorg below its finalized block): its
-    /// tip ingest writes nothing until an operator re-indexes it. Fatal for the chain.
+    /// The chain is marked degraded (an earlier reorg below the block Keel recorded as
+    /// finalized): its tip ingest writes nothing until an operator re-indexes it. Fatal
+    /// for the chain.
     #[error("chain {chain}: the index is degraded; ingest stopped until it is re-indexed")]
     Degraded {
         /// The chain.

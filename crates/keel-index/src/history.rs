@@ -187,7 +187,20 @@ pub struct HistoryWorker {
     fetch_concurrency: usize,
     write_concurrency: usize,
     target_logs: u64,
+    /// First hold of a range refused as unsettled, doubling per refusal up to the cap.
+    unsettled_backoff: (Duration, Duration),
+    /// Unsettled refusals since the last WARN, and when that was (one WARN per
+    /// [`UNSETTLED_WARN_EVERY`] per worker).
+    unsettled_warn: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
 }
+
+/// Default first hold of a range refused as unsettled
+/// ([`HistoryWorker::with_unsettled_backoff`]).
+pub const DEFAULT_UNSETTLED_BACKOFF: Duration = Duration::from_millis(250);
+/// Default longest hold of a range refused as unsettled.
+pub const DEFAULT_UNSETTLED_BACKOFF_CAP: Duration = Duration::from_secs(5);
+/// At most one WARN per this interval per worker for unsettled ranges.
+const UNSETTLED_WARN_EVERY: Duration = Duration::from_secs(30);
 
 /// Most writers [`HistoryWorker::drain`] runs at once.
 pub const MAX_WRITE_CONCURRENCY: usize = 4;
@@ -225,12 +238,32 @@ impl HistoryWorker {
             fetch_concurrency: 1,
             write_concurrency: 1,
             target_logs: DEFAULT_TARGET_LOGS_PER_REQUEST,
+            unsettled_backoff: (DEFAULT_UNSETTLED_BACKOFF, DEFAULT_UNSETTLED_BACKOFF_CAP),
+            unsettled_warn: std::sync::Mutex::new((None, 0)),
         })
+    }
+
+    /// A range refused as unsettled ([`IndexError::Unsettled`]: its answer held a block
+    /// the index does not hold as canonical yet) is not claimed again before `base`,
+    /// doubling with each refusal of that range, at most `cap` (defaults
+    /// [`DEFAULT_UNSETTLED_BACKOFF`], [`DEFAULT_UNSETTLED_BACKOFF_CAP`]; `base` at least
+    /// 1 ms, `cap` at least `base`). The cap bounds how long a range waits once the tip
+    /// has reached its blocks.
+    #[must_use]
+    pub fn with_unsettled_backoff(mut self, base: Duration, cap: Duration) -> Self {
+        let base = base.max(Duration::from_millis(1));
+        self.unsettled_backoff = (base, cap.max(base));
+        self
     }
 
     /// The chain this worker's node serves.
     pub fn chain(&self) -> ChainId {
         self.node.chain()
+    }
+
+    /// The database this worker writes to.
+    pub fn db(&self) -> &PgPool {
+        &self.db
     }
 
     /// Up to `n` `eth_getLogs` requests of one range in flight at once (default 1;
@@ -593,14 +626,51 @@ impl HistoryWorker {
     }
 
     /// A fetched range held a row of block `number` that is not the block the index
-    /// holds as canonical: puts the range back to pending (guarded by the attempt) so it
-    /// is fetched again at once, counts it and returns [`IndexError::Unsettled`].
+    /// holds as canonical: puts the range back to pending (guarded by the attempt),
+    /// held back per range ([`HistoryWorker::with_unsettled_backoff`]: not claimed again
+    /// at once), counts it (`keel_index_history_unsettled_total`), logs a WARN at most
+    /// every 30 s per worker (with the refusals since the last one; DEBUG otherwise) and
+    /// returns [`IndexError::Unsettled`].
     async fn unsettled(&self, lease: &RangeLease, number: u64) -> IndexError {
         metrics::counter!("keel_index_history_unsettled_total", "chain_id" => lease.chain.get().to_string()).increment(1);
-        tracing::warn!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, to = lease.to_block, block = number, "range answer holds a block the index does not hold as canonical (a reorg since the fetch); nothing written, the range is fetched again");
-        let released = range::range_release(&self.db, lease.id, lease.attempt).await;
-        if let Err(e) = released {
-            tracing::warn!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, error = %e, "releasing the range failed; its lease will lapse");
+        let (base, cap) = self.unsettled_backoff;
+        let released = range::range_release_unsettled(
+            &self.db,
+            lease.id,
+            lease.attempt,
+            base.as_secs_f64(),
+            cap.as_secs_f64(),
+        )
+        .await;
+        let hold_ms = match &released {
+            Ok(hold) => hold.map(|h| (h * 1_000.0) as u64),
+            Err(e) => {
+                tracing::warn!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, error = %e, "releasing the range failed; its lease will lapse");
+                None
+            }
+        };
+        let warn = {
+            let mut w = self
+                .unsettled_warn
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            w.1 += 1;
+            let now = std::time::Instant::now();
+            if w.0.is_none_or(|t| now.duration_since(t) >= UNSETTLED_WARN_EVERY) {
+                let occurrences = w.1;
+                *w = (Some(now), 0);
+                Some(occurrences)
+            } else {
+                None
+            }
+        };
+        match warn {
+            Some(occurrences) => {
+                tracing::warn!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, to = lease.to_block, block = number, occurrences, ?hold_ms, "range answer holds a block the index does not hold as canonical yet (above the indexed tip, or a reorg since the fetch); nothing written, the range is fetched again after a backoff");
+            }
+            None => {
+                tracing::debug!(target: "keel::index::history", chain = %lease.chain, from = lease.from_block, to = lease.to_block, block = number, ?hold_ms, "range unsettled; backing off");
+            }
         }
         IndexError::Unsettled {
             chain: lease.chain,

@@ -14,17 +14,34 @@
 //!   ([`IndexError::Fenced`]). Each block's parent hash is checked against the stored
 //!   predecessor, its logs are fetched **by block hash** and checked to belong to it,
 //!   and the block, its raw logs, projections and the checkpoint are written in one
-//!   transaction. A mismatch is a reorg: the common ancestor is found in the hash
-//!   window (`index_block`, at least `finality_depth` deep) and every derived row
-//!   above it is deleted before re-ingesting. A reorg deeper than the window but above
-//!   the chain's finalized block (the node's `finalized` tag, else head −
-//!   `finality_depth`) is rolled back to the finalized block and re-ingested. A reorg
-//!   that replaced a block at or below the finalized block is
-//!   [`IndexError::ReorgTooDeep`] once (fatal, ERROR log, metric
+//!   transaction. A mismatch is a reorg: the stored hashes (`index_block`) are
+//!   compared with the node's, by bisection, to find the highest stored block still
+//!   canonical — the true common ancestor — and every derived row above it is deleted
+//!   before re-ingesting. `index_block` keeps the hash of every block from the tip down
+//!   to the lower of `hash_window` below the tip and the block Keel recorded as
+//!   finalized (`index_chain.finalized_number`, read from the node's `finalized` tag,
+//!   else head − `finality_depth`), that block included. So a reorg deeper than the
+//!   window but above recorded finality is repaired exactly (the node's *current*
+//!   `finalized` block is never trusted for it: after a deep reorg it is on the new
+//!   branch). Why not every block's hash or sparse checkpoints below it: a fork at or
+//!   below a block Keel recorded as final cannot be repaired by the tip whatever its
+//!   exact depth (rows were served as final), so the hashes there would only say how
+//!   deep the damage goes; the operator's re-index rebuilds from a block they choose.
+//!   Storage stays bounded by the distance between the tip and recorded finality
+//!   (about 64-95 blocks on an Ethereum-like chain; it grows while finality stalls).
+//!   A reorg that replaced a block at or below the recorded finalized block (or below
+//!   every stored hash) is [`IndexError::ReorgTooDeep`] once (fatal, ERROR log, metric
 //!   `keel_index_reorg_too_deep_total`): the chain is marked degraded (migration
 //!   `0017`, [`read::chain_health`], [`read::degraded_chains`], gauge
 //!   `keel_index_chain_degraded`) and every later write of any owner fails with
 //!   [`IndexError::Degraded`] until an operator re-indexes the chain.
+//! - [`reindex()`]: an operator's re-index of a chain (`keel index reindex --chain NAME
+//!   [--from-block N]`, `POST /v1/admin/index/chains/{chainId}/reindex`): one
+//!   transaction takes a new epoch (fencing the live owner), deletes the rows at and
+//!   above the first block with ordinary deletes (the balance triggers follow),
+//!   recomputes the chain's holder balances, clears the checkpoint and the degraded
+//!   marker; the indexer role then rebuilds (history planned from the first block, the
+//!   tip above it) while reads say `indexRebuilding`.
 //! - [`FollowBackoff`]: the pacing of a tip follow loop. A round that finds the node
 //!   reporting a head above a block it answers `null` for stops there
 //!   ([`RoundOutcome::missing`]); the loop then backs off exponentially (capped), and
@@ -56,7 +73,7 @@
 //! `keel_index_blocks_total`, `keel_index_logs_total` (counters, label `chain_id`),
 //! `keel_index_tip_block`, `keel_index_chain_head_block` (gauges), `keel_index_reorgs_total`,
 //! `keel_index_reorg_depth_blocks` (histogram, blocks), `keel_index_reorg_too_deep_total`,
-//! `keel_index_reorg_beyond_window_total` (rolled back to the finalized block),
+//! `keel_index_reorg_beyond_window_total` (rolled back deeper than the hash window),
 //! `keel_index_fenced_total`, `keel_index_chain_degraded` (gauge, 1 degraded),
 //! `keel_index_tip_missing_block_total`, `keel_index_tip_round_errors_total`.
 //!
@@ -77,7 +94,9 @@
 //!   row's block hash is checked against `index_block`, and a range whose answer holds
 //!   an orphaned block (a reorg after the fetch) or a block above the indexed tip
 //!   writes nothing and goes back to pending ([`IndexError::Unsettled`],
-//!   `keel_index_history_unsettled_total`). Ranges are not fetched above the indexed
+//!   `keel_index_history_unsettled_total`), held back per range (250 ms doubling per
+//!   refusal up to 5 s, migration `0063`, [`HistoryWorker::with_unsettled_backoff`]) and
+//!   warned about at most every 30 s per worker. Ranges are not fetched above the indexed
 //!   tip (the tip writes those blocks itself, with the scope it then has).
 //!   Contracts discovered inside a range get address-only ranges for the spans that will
 //!   not see the new scope (ranges above already claimed or completed, tip blocks above
@@ -117,7 +136,6 @@
 //! ## Not yet built
 //! - The tip loop ([`follow_tip`]) is paced by [`FollowBackoff`] but does not use
 //!   [`TipIngest::wait_for_new_head`] between rounds yet.
-//! - Clearing a degraded marker (an operator's re-index) has no command yet.
 //! - Whether the ≥ 10× Ponder target holds depends on the run; see
 //!   `benches/README.md`.
 //!
@@ -135,6 +153,7 @@ mod error;
 mod health;
 pub mod history;
 pub mod read;
+pub mod reindex;
 pub mod scope;
 pub mod service;
 mod store;
@@ -142,9 +161,10 @@ mod supply;
 pub mod tip;
 
 pub use error::{IndexError, Result};
-pub use health::{ChainHealth, index_health};
+pub use health::{ChainHealth, HeadSource, IndexVerdict, index_health};
 pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_history};
 pub use read::{IndexedTip, wait_for_block};
+pub use reindex::{Reindexed, reindex};
 pub use scope::{ScopeEntry, ScopeKind};
 pub use service::{HistoryDrain, TipFollow, follow_tip, follow_tip_with_heads, work_history};
 pub use supply::{token_supply, token_supply_at};
@@ -212,6 +232,11 @@ pub fn describe_metrics() {
         "keel_index_reorg_too_deep_total",
         ::metrics::Unit::Count,
         "Reorgs below the finalized block that degraded the chain (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_reindex_total",
+        ::metrics::Unit::Count,
+        "Operator re-indexes of a chain started (count)."
     );
     ::metrics::describe_counter!(
         "keel_index_reorgs_total",

@@ -163,12 +163,21 @@ pub struct ChainHealth {
     /// finalized block: rows may belong to orphaned blocks until an operator re-indexes
     /// the chain. Readers should say the index is degraded.
     pub degraded: Option<Degraded>,
+    /// `Some(since)` while an operator's re-index ([`crate::reindex()`]) rebuilds the
+    /// chain's index: rows above the re-index's first block are being written again,
+    /// so reads may miss some until it is done. Readers should say so.
+    pub rebuilding_since: Option<DateTime<Utc>>,
 }
 
 impl ChainHealth {
     /// True when the index of the chain is degraded.
     pub fn is_degraded(&self) -> bool {
         self.degraded.is_some()
+    }
+
+    /// True while a re-index rebuilds the chain's index.
+    pub fn is_rebuilding(&self) -> bool {
+        self.rebuilding_since.is_some()
     }
 }
 
@@ -184,9 +193,20 @@ pub async fn chain_health(db: impl PgExecutor<'_>, chain: ChainId) -> Result<Cha
             chain,
             tip: None,
             degraded: None,
+            rebuilding_since: None,
         });
     };
     Ok(health_of(chain, r))
+}
+
+/// True when `chain` has an `index_chain` row (an indexer took it, or a re-index ran).
+///
+/// # Errors
+/// [`IndexError::Store`].
+pub async fn chain_known(db: impl PgExecutor<'_>, chain: ChainId) -> Result<bool> {
+    Ok(chain_row::chain_health_of(db, chain_i64(chain))
+        .await?
+        .is_some())
 }
 
 /// Every indexed chain whose index is degraded, by chain id.
@@ -219,6 +239,7 @@ fn health_of(chain: ChainId, r: chain_row::ChainHealthRow) -> ChainHealth {
         chain,
         tip,
         degraded,
+        rebuilding_since: r.rebuild_started_at,
     }
 }
 

@@ -222,8 +222,11 @@ impl BackgroundService for TipFollow {
 }
 
 /// Runs [`TipFollow`] for `node`'s chain until `stop` fires (in the span
-/// `index_tip{chain}`). A fenced round (a newer owner) returns at once; a degraded
-/// chain is held idle until `stop` fires, rather than owned again in a loop.
+/// `index_tip{chain}`). A round fenced by a newer owner returns at once, unless that
+/// owner is an operator's re-index ([`crate::reindex()`]): the loop then starts over
+/// (plans the re-index's history and takes a new epoch). A degraded chain is held idle,
+/// rather than owned again in a loop, until a re-index clears the marker (re-read
+/// every poll interval, at least every second) or `stop` fires.
 pub async fn follow_tip(
     db: PgPool,
     node: Arc<UpstreamPool>,
@@ -253,26 +256,71 @@ pub async fn follow_tip_with_heads(
 ) {
     let chain = node.chain();
     async move {
-        let mut follow = TipFollow::new(db, node, config, confirmations, owner_id, poll);
         // The subscription lives as long as this loop (a child token of `stop`).
         let watch_stop = stop.child_token();
         let _watch_guard = watch_stop.clone().drop_guard();
-        if let Some(h) = heads {
+        let wake = heads.map(|h| {
             let wake = Arc::new(HeadSignal::new());
-            follow = follow.with_head_wake(wake.clone(), poll);
             tokio::spawn(
-                keel_chain::watch_heads(chain, h, wake, watch_stop)
+                keel_chain::watch_heads(chain, h, wake.clone(), watch_stop)
                     .instrument(tracing::info_span!("index_heads", chain = %chain)),
             );
-        }
-        let pacing = follow.service_config();
-        keel_service::run(&mut follow, pacing, stop.clone()).await;
-        if follow.halted() {
-            stop.cancelled().await;
+            wake
+        });
+        loop {
+            let mut follow =
+                TipFollow::new(db.clone(), node.clone(), config.clone(), confirmations, owner_id, poll);
+            if let Some(wake) = &wake {
+                follow = follow.with_head_wake(wake.clone(), poll);
+            }
+            let pacing = follow.service_config();
+            keel_service::run(&mut follow, pacing, stop.clone()).await;
+            if stop.is_cancelled() {
+                return;
+            }
+            if follow.halted() {
+                // Degraded: hold the chain idle (no ownership loop) until an operator's
+                // re-index clears the marker, then start over.
+                if !hold_while_degraded(&db, chain, poll, &stop).await {
+                    return;
+                }
+                tracing::info!(target: TARGET, "the chain's degraded marker was cleared (re-index); tip ingest starts over");
+                continue;
+            }
+            // Fenced. By a re-index: start over (plan its history, take a new epoch); by
+            // another replica's owner (a handoff): this loop ends.
+            match crate::reindex::owned_by_reindex(&db, chain).await {
+                Ok(true) => {
+                    tracing::info!(target: TARGET, "fenced by a re-index; tip ingest starts over");
+                }
+                _ => return,
+            }
         }
     }
     .instrument(tracing::info_span!("index_tip", chain = %chain))
     .await;
+}
+
+/// Waits, re-reading the chain's health every `poll` (at least 1 s), until its degraded
+/// marker is cleared (true) or `stop` fires (false).
+async fn hold_while_degraded(
+    db: &PgPool,
+    chain: keel_units::ChainId,
+    poll: Duration,
+    stop: &CancellationToken,
+) -> bool {
+    let every = poll.max(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return false,
+            () = tokio::time::sleep(every) => {}
+        }
+        if let Ok(h) = publish_health(db, chain).await
+            && !h.is_degraded()
+        {
+            return true;
+        }
+    }
 }
 
 /// A replica's history worker loop for one chain, as a [`BackgroundService`]

@@ -20,11 +20,14 @@ pub use crate::read::TIP_CHANNEL;
 /// Settings of one chain's tip ingest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TipConfig {
-    /// Blocks after which a block is considered final on this chain (e.g. 64 on an
-    /// Ethereum-like chain). Reorgs deeper than the hash window are fatal.
+    /// Blocks after which a block is considered final on this chain when the node has
+    /// no `finalized` tag (e.g. 64 on an Ethereum-like chain).
     pub finality_depth: u64,
-    /// Blocks kept in `index_block` below the tip for reorg detection; at least
-    /// `finality_depth` (default `2 × finality_depth`, minimum 1).
+    /// Blocks kept in `index_block` below the tip for reorg detection at least; at
+    /// least `finality_depth` (default `2 × finality_depth`, minimum 1). Blocks above
+    /// the block Keel recorded as finalized are kept too, whatever the window, so a
+    /// reorg deeper than the window but above recorded finality is still repaired
+    /// exactly.
     pub hash_window: u64,
     /// First block to ingest when the chain has no checkpoint yet; `None` starts at
     /// the lowest `from_block` of the live scope, or at the head if the scope is empty.
@@ -589,6 +592,7 @@ impl TipIngest {
             hash,
             header.parent_hash.as_slice(),
             number.saturating_sub(to_i64(self.config.hash_window)),
+            finalized.map(to_i64),
         )
         .await?;
 
@@ -630,68 +634,117 @@ impl TipIngest {
 
     /// Finds the common ancestor below the stored block `from` and rolls back to it.
     /// Returns the new checkpoint.
+    ///
+    /// `index_block` holds every block from the tip down to the lower of the hash
+    /// window's end and the block Keel recorded as finalized (`finalized_number`), so
+    /// the stored hashes are compared with the node's (a bisection: a block is canonical
+    /// exactly when every stored block below it is, the hashes being chained) to find the
+    /// highest stored block still canonical, the true common ancestor. When it is at or
+    /// above the recorded finalized block, everything above it is rolled back and
+    /// re-ingested, however deep that is. When no stored block is canonical, or a block
+    /// at or below the recorded finalized block was replaced, finality as Keel recorded
+    /// it was broken: the chain is marked degraded and [`IndexError::ReorgTooDeep`]
+    /// returned. The node's *current* `finalized` block is not trusted for this: after
+    /// a deep reorg it is already on the new branch.
     async fn handle_reorg(&self, from: u64) -> Result<(u64, B256)> {
         let label = self.chain.get().to_string();
-        let stored =
-            block::blocks_at_or_below(&self.db, chain_i64(self.chain), to_i64(from)).await?;
-        // The lowest block whose stored hash was compared with the node's (none
-        // canonical down to it); blocks below it are unverified.
-        let mut lowest_checked = from.saturating_add(1);
-        let mut expected = from;
+        let chain = chain_i64(self.chain);
+        let stored = block::blocks_at_or_below(&self.db, chain, to_i64(from)).await?;
+        // The contiguous run of stored blocks from `from` down (highest first): a hole
+        // cannot be proven continuous, so the search stops above it.
+        let mut run: Vec<(u64, B256)> = Vec::with_capacity(stored.len());
+        let mut expected = Some(from);
         for block::BlockRow { number, hash } in stored {
             let number = u64::try_from(number).unwrap_or(0);
-            if number != expected {
-                break; // a hole in the window: cannot prove continuity below it
+            if Some(number) != expected {
+                break;
             }
-            lowest_checked = number;
-            expected = number.saturating_sub(1);
             let hash = B256::try_from(&hash[..]).map_err(|_| IndexError::Inconsistent {
                 chain: self.chain,
                 number,
                 reason: "stored block hash is not 32 bytes",
             })?;
-            if self.is_canonical(number, hash).await? {
-                let depth = from - number;
-                self.rollback_to(number, hash).await?;
-                metrics::counter!("keel_index_reorgs_total", "chain_id" => label.clone())
-                    .increment(1);
-                metrics::histogram!("keel_index_reorg_depth_blocks", "chain_id" => label)
-                    .record(depth as f64);
-                tracing::warn!(target: "keel::index::tip", chain = %self.chain, ancestor = number, depth, "reorg rolled back");
-                return Ok((number, hash));
-            }
+            run.push((number, hash));
+            expected = number.checked_sub(1);
         }
-        // Deeper than the window. Blocks at or below the chain's finalized block cannot
-        // be reorged: if the finalized block is below every block found orphaned, the
-        // common ancestor is at or above it, so rolling back to it and re-ingesting is
-        // safe whatever the window. If a block at or below it was found orphaned (or the
-        // finalized block is above the stored tip), finality itself was broken.
-        let finalized = self.finalized().await?;
-        if let Some(f) = &finalized {
-            let number = f.number;
-            if number < lowest_checked && number <= from {
-                let depth = from - number;
-                self.rollback_to(number, f.hash).await?;
-                metrics::counter!("keel_index_reorgs_total", "chain_id" => label.clone())
-                    .increment(1);
+        let recorded_final = chain_row::chain_finalized(&self.db, chain)
+            .await?
+            .and_then(|f| u64::try_from(f).ok());
+        let ancestor = self.highest_canonical(&run).await?;
+        let lowest_stored = run.last().map_or(from, |(n, _)| *n);
+        if let Some((number, hash)) = ancestor
+            && recorded_final.is_none_or(|f| number >= f)
+        {
+            let depth = from - number;
+            self.rollback_to(number, hash).await?;
+            metrics::counter!("keel_index_reorgs_total", "chain_id" => label.clone()).increment(1);
+            if depth > self.config.hash_window {
                 metrics::counter!("keel_index_reorg_beyond_window_total", "chain_id" => label.clone())
                     .increment(1);
-                metrics::histogram!("keel_index_reorg_depth_blocks", "chain_id" => label)
-                    .record(depth as f64);
-                tracing::warn!(target: "keel::index::tip", chain = %self.chain, tip = from, lowest_checked, finalized = number, depth, "reorg deeper than the hash window but above the finalized block: rolled back to the finalized block, re-ingesting");
-                return Ok((number, f.hash));
             }
+            metrics::histogram!("keel_index_reorg_depth_blocks", "chain_id" => label)
+                .record(depth as f64);
+            tracing::warn!(target: "keel::index::tip", chain = %self.chain, ancestor = number, depth, window = self.config.hash_window, ?recorded_final, "reorg rolled back to the common ancestor (its stored hash is canonical; no block Keel recorded as finalized was replaced)");
+            return Ok((number, hash));
         }
-        let finalized = finalized.map(|f| f.number);
+        // The lowest block known replaced: the ancestor's child, else (no stored block is
+        // canonical) the lowest stored one, and the fork is somewhere below it.
+        let replaced = ancestor.map_or(lowest_stored, |(n, _)| n + 1);
         metrics::counter!("keel_index_reorg_too_deep_total", "chain_id" => label).increment(1);
-        self.mark_degraded(from, "reorg below the finalized block")
+        self.mark_degraded(from, "reorg replaced a block Keel recorded as finalized")
             .await?;
-        tracing::error!(target: "keel::index::tip", chain = %self.chain, tip = from, lowest_checked, ?finalized, "reorg replaced a block at or below the finalized block; the chain is marked degraded and its ingest stops until it is re-indexed");
+        tracing::error!(target: "keel::index::tip", chain = %self.chain, tip = from, replaced, ancestor = ?ancestor.map(|a| a.0), lowest_stored, ?recorded_final, "a reorg replaced a block at or below the block Keel recorded as finalized (or below every stored block hash); the chain is marked degraded and its ingest stops until it is re-indexed (`keel index reindex`)");
         Err(IndexError::ReorgTooDeep {
             chain: self.chain,
             tip: from,
-            oldest: lowest_checked,
+            oldest: replaced,
         })
+    }
+
+    /// The highest block of `run` (stored blocks, contiguous, highest first) whose
+    /// stored hash is the node's canonical one; `None` when even the lowest is not.
+    /// Bisects: a stored block is canonical exactly when every stored block below it is
+    /// (each is the parent of the next), so about log2(len) + 1 headers are read.
+    ///
+    /// # Errors
+    /// [`IndexError::Inconsistent`] (retryable) when the node has no header at a height
+    /// at or below its head (a hole while it applies a reorg): the search is not trusted
+    /// with it, the round is retried after a backoff.
+    async fn highest_canonical(&self, run: &[(u64, B256)]) -> Result<Option<(u64, B256)>> {
+        let Some(&lowest) = run.last() else {
+            return Ok(None);
+        };
+        let head = self.node.block_number().await?;
+        if !self.canonical_at(lowest, head).await? {
+            return Ok(None);
+        }
+        // Invariant: run[hi] is canonical; every index below lo is not.
+        let (mut lo, mut hi) = (0usize, run.len() - 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.canonical_at(run[mid], head).await? {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Ok(Some(run[hi]))
+    }
+
+    /// True when the stored `(number, hash)` is the node's canonical block; a block
+    /// above the node's `head` is not (the chain got shorter).
+    async fn canonical_at(&self, (number, hash): (u64, B256), head: u64) -> Result<bool> {
+        if number > head {
+            return Ok(false);
+        }
+        match self.header(number).await? {
+            Some(h) => Ok(h.hash == hash),
+            None => Err(IndexError::Inconsistent {
+                chain: self.chain,
+                number,
+                reason: "the node has no header at a height below its head while a reorg is searched",
+            }),
+        }
     }
 
     /// The chain's finalized block: the node's `finalized` tag, else (a node without
@@ -755,6 +808,10 @@ pub enum NextRound {
 pub const DEFAULT_BACKOFF_BASE: std::time::Duration = std::time::Duration::from_millis(100);
 /// Default longest backoff of [`FollowBackoff`].
 pub const DEFAULT_BACKOFF_CAP: std::time::Duration = std::time::Duration::from_secs(30);
+/// Default longest backoff after a node hole ([`RoundOutcome::missing`]): a hole closes
+/// by itself (the node finishes applying a reorg), and catch-up must start within this
+/// of it closing, however long it lasted.
+pub const DEFAULT_HOLE_BACKOFF_CAP: std::time::Duration = std::time::Duration::from_secs(1);
 /// At most one warning per this interval per chain for repeated node holes or errors.
 const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -763,7 +820,10 @@ const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 ///
 /// A round that stopped at a block the node answered `null` for while reporting a head
 /// above it ([`RoundOutcome::missing`]), and a failed round, wait an exponential
-/// backoff (`base`, doubling, at most `cap`), are counted
+/// backoff (`base`, doubling, at most `cap`; a node hole at most `hole_cap`, default
+/// [`DEFAULT_HOLE_BACKOFF_CAP`], so catch-up starts within a second of the hole
+/// closing however long it lasted: each retry costs one `eth_blockNumber` and one
+/// header read), are counted
 /// (`keel_index_tip_missing_block_total`, `keel_index_tip_round_errors_total`, label
 /// `chain_id`) and logged at WARN at most once per 30 s (with the number of
 /// occurrences since the last warning). A round that made progress resets the backoff.
@@ -773,6 +833,7 @@ pub struct FollowBackoff {
     poll: std::time::Duration,
     base: std::time::Duration,
     cap: std::time::Duration,
+    hole_cap: std::time::Duration,
     failures: u32,
     last_warn: Option<std::time::Instant>,
     unwarned: u64,
@@ -787,6 +848,7 @@ impl FollowBackoff {
             poll,
             base: DEFAULT_BACKOFF_BASE,
             cap: DEFAULT_BACKOFF_CAP,
+            hole_cap: DEFAULT_HOLE_BACKOFF_CAP,
             failures: 0,
             last_warn: None,
             unwarned: 0,
@@ -798,6 +860,13 @@ impl FollowBackoff {
     pub fn with_backoff(mut self, base: std::time::Duration, cap: std::time::Duration) -> Self {
         self.base = base.max(std::time::Duration::from_millis(1));
         self.cap = cap.max(self.base);
+        self
+    }
+
+    /// The longest backoff after a node hole (at least `base`).
+    #[must_use]
+    pub fn with_hole_backoff_cap(mut self, cap: std::time::Duration) -> Self {
+        self.hole_cap = cap.max(self.base);
         self
     }
 
@@ -813,7 +882,7 @@ impl FollowBackoff {
             Ok(out) if out.missing.is_some() => {
                 metrics::counter!("keel_index_tip_missing_block_total", "chain_id" => label())
                     .increment(1);
-                let wait = self.fail();
+                let wait = self.fail().min(self.hole_cap.max(self.base));
                 if self.should_warn() {
                     tracing::warn!(target: "keel::index::tip", chain = %self.chain, head = out.head, missing = ?out.missing, occurrences = self.unwarned, backoff_ms = wait.as_millis() as u64, "the node reports a head above a block it has no header for; backing off");
                     self.unwarned = 0;

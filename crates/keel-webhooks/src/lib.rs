@@ -42,7 +42,7 @@ pub use endpoints::{Delivery, Endpoint, EndpointInput, Webhooks};
 pub use error::{Result, WebhookError};
 pub use event::{EVENT_TYPES, NewEvent, emit_in};
 pub use guard::UrlPolicy;
-pub use health::{DisabledEndpoint, WebhookHealth, webhook_health};
+pub use health::{DisabledEndpoint, UnhealthyEndpoint, WebhookHealth, webhook_health};
 pub use retention::{WebhookRetentionReport, retention_pass};
 
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after

@@ -687,3 +687,38 @@ pub(crate) async fn endpoints_disabled(
     .fetch_all(db)
     .await?)
 }
+
+/// An enabled endpoint that fails or whose breaker is open.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct UnhealthyRow {
+    pub id: Uuid,
+    pub organization_id: Uuid,
+    pub breaker_open: bool,
+    pub failing_since: Option<DateTime<Utc>>,
+    pub consecutive_failures: i32,
+    pub breaker_open_until: Option<DateTime<Utc>>,
+}
+
+/// The enabled endpoints that fail or whose breaker is open, at most `limit`: breaker
+/// open first, then by how long they fail. The URL is not read.
+pub(crate) async fn endpoints_unhealthy(
+    db: impl PgExecutor<'_>,
+    limit: i64,
+) -> Result<Vec<UnhealthyRow>> {
+    Ok(sqlx::query_as(
+        "SELECT id, organization_id,
+                coalesce(breaker_open_until > now(), false) AS breaker_open,
+                failing_since, consecutive_failures,
+                CASE WHEN breaker_open_until > now() THEN breaker_open_until END
+                  AS breaker_open_until
+           FROM webhook_endpoint
+          WHERE deleted_at IS NULL AND enabled
+            AND (failing_since IS NOT NULL OR breaker_open_until > now())
+          ORDER BY coalesce(breaker_open_until > now(), false) DESC,
+                   failing_since NULLS LAST, id
+          LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}

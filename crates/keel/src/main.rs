@@ -52,6 +52,11 @@ enum Command {
         #[command(subcommand)]
         command: ChainCommand,
     },
+    /// Ledger Index operator commands.
+    Index {
+        #[command(subcommand)]
+        command: IndexCommand,
+    },
     /// Organization commands (tenants of the Platform API).
     Org {
         #[command(subcommand)]
@@ -324,6 +329,27 @@ enum ConfigCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum IndexCommand {
+    /// Re-index a chain's Ledger Index (the way back from a degraded chain, no SQL):
+    /// takes a new owner epoch (the running indexer's tip owner is fenced and starts
+    /// over), deletes every row at and above the first block (balances follow and are
+    /// recomputed), clears the degraded marker; the indexer role then rebuilds the
+    /// chain while reads say `indexRebuilding`. Safe while the indexer runs.
+    Reindex {
+        /// The chain's name in the configuration (`[chains.<name>]`).
+        #[arg(long)]
+        chain: String,
+        /// The first block to rebuild (default: the lowest `from_block` of the scope).
+        #[arg(long)]
+        from_block: Option<u64>,
+        /// Wait until the rebuild is done (the chain has a tip again and every history
+        /// range is completed), at most this many seconds; 0 returns at once.
+        #[arg(long, default_value_t = 0)]
+        wait_seconds: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum ChainCommand {
     /// Deploy Keel's platform contracts to a configured chain, register them in its
     /// Directory, record them in the database, and read each back.
@@ -502,6 +528,14 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
             .await
         }
         Command::Config { .. } => Ok(()),
+        Command::Index {
+            command:
+                IndexCommand::Reindex {
+                    chain,
+                    from_block,
+                    wait_seconds,
+                },
+        } => reindex_command(&config, &chain, from_block, wait_seconds).await,
         Command::Org {
             command: OrgCommand::Create { name },
         } => {
@@ -643,6 +677,55 @@ async fn api_key_command(config: &Config, command: ApiKeyCommand) -> anyhow::Res
     Ok(())
 }
 
+/// `keel index reindex`: starts the re-index, prints what it did, and optionally waits
+/// for the rebuild.
+async fn reindex_command(
+    config: &Config,
+    chain: &str,
+    from_block: Option<u64>,
+    wait_seconds: u64,
+) -> anyhow::Result<()> {
+    let chain_id = config
+        .chains
+        .get(chain)
+        .with_context(|| format!("no chain named `{chain}` in the configuration (chains.*)"))?
+        .chain_id;
+    let chain_id = keel_units::ChainId(chain_id);
+    let pool = connect_migrated(config).await?;
+    let done = keel_index::reindex(&pool, chain_id, from_block, "cli")
+        .await
+        .context("starting the re-index")?;
+    println!(
+        "chain {chain} ({chain_id}): re-index from block {} started (epoch {}, {}, {} history ranges replanned); the indexer role rebuilds it",
+        done.from_block,
+        done.epoch,
+        if done.was_degraded {
+            "degraded marker cleared"
+        } else {
+            "was not degraded"
+        },
+        done.ranges_cut
+    );
+    if wait_seconds == 0 {
+        return Ok(());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_seconds);
+    loop {
+        let health = keel_index::read::chain_health(&pool, chain_id).await?;
+        if !health.is_rebuilding() {
+            let tip = health.tip.map(|t| t.number);
+            println!("chain {chain} ({chain_id}): rebuilt, indexed tip {tip:?}");
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "chain {chain}: still rebuilding after {wait_seconds} s (is an indexer role running?)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 async fn connect_migrated(config: &Config) -> anyhow::Result<sqlx::PgPool> {
     let pool = keel_store::connect(&config.database)
         .await
@@ -770,7 +853,10 @@ async fn start_api(
         .context("account abstraction")?;
     let ops = keel_workflows::Ops::new(pool.clone(), engine).with_events(events);
     let webhooks = keel_webhooks::Webhooks::new(pool.clone(), config.webhooks.to_config());
-    let mut state = keel_api::ApiState::new(ops, ready);
+    // Platform Status reads each chain's head itself (issue 32 §7), independently of the
+    // index's tip owner.
+    let mut state = keel_api::ApiState::new(ops, ready)
+        .with_chain_heads(keel::services::upstreams(config)?);
     if let Some(service) = user_operations {
         state = state.with_user_operations(service);
     }

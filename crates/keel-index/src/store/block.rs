@@ -1,6 +1,9 @@
-//! `index_block`: the hash window of a chain (block number → hash, parent hash), at
-//! least `finality_depth` blocks below the tip, used to find reorgs' common ancestors
-//! and to check history rows against canonical blocks.
+//! `index_block`: the hash window of a chain (block number → hash, parent hash), used to
+//! find reorgs' common ancestors and to check history rows against canonical blocks.
+//! It is contiguous from the tip down to the lower of `hash_window` blocks below the tip
+//! and the block Keel recorded as finalized (`index_chain.finalized_number`): every
+//! block above what Keel recorded as final is kept, and the final block itself, so a
+//! fork anywhere above it is found exactly and a fork at or below it is proven.
 
 use crate::Result;
 use sqlx::PgExecutor;
@@ -14,7 +17,10 @@ pub(crate) struct BlockRow {
 
 /// Stores block `number` (`hash`, `parent_hash`; replacing a stored block of that
 /// number) and deletes the blocks at or below `prune_at_or_below` (the hash window's
-/// lower end), in one statement. `prune_at_or_below` must be below `number`.
+/// lower end) that are also below the chain's finalized block — the higher of the
+/// recorded `finalized_number` and `finalized` (this commit's reading); with neither
+/// known, the window alone decides — in one statement. `prune_at_or_below` must be
+/// below `number`.
 pub(crate) async fn block_upsert_and_prune(
     db: impl PgExecutor<'_>,
     chain: i64,
@@ -22,10 +28,15 @@ pub(crate) async fn block_upsert_and_prune(
     hash: &[u8],
     parent_hash: &[u8],
     prune_at_or_below: i64,
+    finalized: Option<i64>,
 ) -> Result<()> {
     sqlx::query(
         "WITH pruned AS (
-           DELETE FROM index_block WHERE chain_id = $1 AND number <= $5)
+           DELETE FROM index_block WHERE chain_id = $1 AND number <= $5
+              AND number < coalesce(
+                    greatest((SELECT finalized_number FROM index_chain WHERE chain_id = $1),
+                             $6::bigint),
+                    $5 + 1))
          INSERT INTO index_block (chain_id, number, hash, parent_hash) VALUES ($1, $2, $3, $4)
          ON CONFLICT (chain_id, number) DO UPDATE
            SET hash = EXCLUDED.hash, parent_hash = EXCLUDED.parent_hash",
@@ -35,6 +46,7 @@ pub(crate) async fn block_upsert_and_prune(
     .bind(hash)
     .bind(parent_hash)
     .bind(prune_at_or_below)
+    .bind(finalized)
     .execute(db)
     .await?;
     Ok(())
@@ -95,4 +107,13 @@ pub(crate) async fn blocks_between(
     .bind(to)
     .fetch_all(db)
     .await?)
+}
+
+/// Deletes every stored block of the chain (a re-index starts a new hash window).
+pub(crate) async fn blocks_delete_all(db: impl PgExecutor<'_>, chain: i64) -> Result<()> {
+    sqlx::query("DELETE FROM index_block WHERE chain_id = $1")
+        .bind(chain)
+        .execute(db)
+        .await?;
+    Ok(())
 }

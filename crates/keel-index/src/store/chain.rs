@@ -202,6 +202,7 @@ pub(crate) struct ChainHealthRow {
     pub degraded_at: Option<sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>>,
     pub degraded_reason: Option<String>,
     pub degraded_block: Option<i64>,
+    pub rebuild_started_at: Option<sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>>,
 }
 
 /// The checkpoint when the chain has a tip (`tip_number` set).
@@ -217,8 +218,8 @@ pub(crate) async fn chain_tip(
     .await?)
 }
 
-const HEALTH_COLUMNS: &str =
-    "chain_id, tip_number, tip_hash, degraded_at, degraded_reason, degraded_block";
+const HEALTH_COLUMNS: &str = "chain_id, tip_number, tip_hash, degraded_at, degraded_reason, \
+     degraded_block, rebuild_started_at";
 
 /// The health columns of the chain's row; `None` when the chain has no row.
 pub(crate) async fn chain_health_of(
@@ -256,7 +257,9 @@ pub(crate) async fn chain_finalized(db: impl PgExecutor<'_>, chain: i64) -> Resu
 
 /// Records the node's head as observed by the owner holding `epoch` (migration 0050):
 /// `head_number`, `head_observed_at = now()`, and `behind_since` (kept while the
-/// stored tip is below the head, cleared once it is not). Returns false when the epoch
+/// stored tip is below the head, cleared once it is not); clears a re-index's
+/// `rebuild_started_at` (migration 0062) once the chain has a tip and no history range
+/// of it is open. Returns false when the epoch
 /// no longer matches (fenced: nothing written).
 pub(crate) async fn chain_observe_head(
     db: impl PgExecutor<'_>,
@@ -268,7 +271,12 @@ pub(crate) async fn chain_observe_head(
         "UPDATE index_chain
             SET head_number = $3, head_observed_at = now(),
                 behind_since = CASE WHEN tip_number IS NULL OR tip_number < $3
-                                    THEN coalesce(behind_since, now()) END
+                                    THEN coalesce(behind_since, now()) END,
+                rebuild_started_at = CASE
+                    WHEN rebuild_started_at IS NOT NULL AND tip_number IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM index_range r
+                                      WHERE r.chain_id = $1 AND r.state <> 'completed')
+                    THEN NULL ELSE rebuild_started_at END
           WHERE chain_id = $1 AND owner_epoch = $2",
     )
     .bind(chain)
@@ -291,15 +299,62 @@ pub(crate) struct ChainStatusRow {
     pub behind_since: Option<chrono::DateTime<chrono::Utc>>,
     pub degraded_at: Option<chrono::DateTime<chrono::Utc>>,
     pub degraded_reason: Option<String>,
+    pub rebuild_started_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Every `index_chain` row by chain id (the owner id is not read: it names a process).
 pub(crate) async fn chains_status(db: impl PgExecutor<'_>) -> Result<Vec<ChainStatusRow>> {
     Ok(sqlx::query_as(
         "SELECT chain_id, owner_epoch, tip_number, head_number, head_observed_at, behind_since,
-                degraded_at, degraded_reason
+                degraded_at, degraded_reason, rebuild_started_at
            FROM index_chain ORDER BY chain_id",
     )
     .fetch_all(db)
     .await?)
+}
+
+/// The owner id recorded by the last ownership change; `None` when the chain has no
+/// row or none was recorded.
+pub(crate) async fn chain_owner_id(db: impl PgExecutor<'_>, chain: i64) -> Result<Option<String>> {
+    Ok(
+        sqlx::query_scalar("SELECT owner_id FROM index_chain WHERE chain_id = $1")
+            .bind(chain)
+            .fetch_optional(db)
+            .await?
+            .flatten(),
+    )
+}
+
+/// The degraded marker (`degraded_at`) of a chain row locked by the caller.
+pub(crate) async fn chain_degraded_at(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+) -> Result<Option<sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>>> {
+    Ok(
+        sqlx::query_scalar("SELECT degraded_at FROM index_chain WHERE chain_id = $1")
+            .bind(chain)
+            .fetch_optional(db)
+            .await?
+            .flatten(),
+    )
+}
+
+/// A re-index's reset of the chain row (migration 0062): no checkpoint (the next owner
+/// plans history from `from` and starts a new tip), no recorded finalized block, the
+/// degraded marker cleared, `rebuild_started_at = now()`, `rebuild_from_block = from`.
+/// The caller holds the row locked (it took a new epoch in the same transaction).
+pub(crate) async fn chain_start_rebuild(db: impl PgExecutor<'_>, chain: i64, from: i64) -> Result<()> {
+    sqlx::query(
+        "UPDATE index_chain
+            SET tip_number = NULL, tip_hash = NULL, finalized_number = NULL,
+                behind_since = NULL,
+                degraded_at = NULL, degraded_reason = NULL, degraded_block = NULL,
+                rebuild_started_at = now(), rebuild_from_block = $2, updated_at = now()
+          WHERE chain_id = $1",
+    )
+    .bind(chain)
+    .bind(from)
+    .execute(db)
+    .await?;
+    Ok(())
 }

@@ -164,3 +164,28 @@ pub(crate) async fn supply_at(
     .fetch_one(db)
     .await?)
 }
+
+/// Recomputes every holder balance of the chain from its transfers (a re-index: the
+/// kept balances equal the sums again even if the table was damaged, e.g. by a
+/// `TRUNCATE index_transfer`, which fires no trigger). The caller holds the chain row
+/// locked, so no transfer of the chain is written meanwhile.
+pub(crate) async fn balances_recompute(db: &mut sqlx::PgConnection, chain: i64) -> Result<()> {
+    sqlx::query("DELETE FROM index_holder_balance WHERE chain_id = $1")
+        .bind(chain)
+        .execute(&mut *db)
+        .await?;
+    sqlx::query(
+        "INSERT INTO index_holder_balance (chain_id, token, holder, balance)
+         SELECT $1, token, holder, sum(delta)
+         FROM (SELECT token, to_address AS holder, value AS delta FROM index_transfer
+                WHERE chain_id = $1
+               UNION ALL
+               SELECT token, from_address, -value FROM index_transfer WHERE chain_id = $1) d
+         GROUP BY token, holder
+         ORDER BY token, holder",
+    )
+    .bind(chain)
+    .execute(&mut *db)
+    .await?;
+    Ok(())
+}

@@ -25,12 +25,15 @@ pub(crate) struct RangeSpanRow {
 }
 
 /// Where planning continues: after the last planned whole-scope range, or the first
-/// time at the lowest `from_block` of the live scope; `None` with neither.
+/// time at the lowest `from_block` of the live scope (not below the block a re-index
+/// starts at, `index_chain.rebuild_from_block`, migration 0062); `None` with neither.
 pub(crate) async fn range_plan_start(db: impl PgExecutor<'_>, chain: i64) -> Result<Option<i64>> {
     Ok(sqlx::query_scalar(
         "SELECT COALESCE(
             (SELECT max(to_block) + 1 FROM index_range WHERE chain_id = $1 AND address IS NULL),
-            (SELECT min(from_block) FROM index_scope WHERE chain_id = $1 AND removed_at IS NULL))",
+            (SELECT greatest(
+                (SELECT min(from_block) FROM index_scope WHERE chain_id = $1 AND removed_at IS NULL),
+                (SELECT rebuild_from_block FROM index_chain WHERE chain_id = $1))))",
     )
     .bind(chain)
     .fetch_one(db)
@@ -97,9 +100,10 @@ pub(crate) async fn ranges_open_count(db: impl PgExecutor<'_>, chain: i64) -> Re
     .await?)
 }
 
-/// Claims the lowest claimable range (pending, or running with an expired lease) in
-/// one statement (`FOR UPDATE SKIP LOCKED`): state `running`, attempt + 1, lease owner
-/// and expiry `lease_secs` from now.
+/// Claims the lowest claimable range (pending and not backing off after an unsettled
+/// answer, or running with an expired lease) in one statement (`FOR UPDATE SKIP
+/// LOCKED`): state `running`, attempt + 1, lease owner and expiry `lease_secs` from
+/// now.
 pub(crate) async fn range_claim(
     db: impl PgExecutor<'_>,
     chain: i64,
@@ -110,7 +114,8 @@ pub(crate) async fn range_claim(
         "WITH next AS (
             SELECT id FROM index_range
             WHERE chain_id = $1
-              AND (state = 'pending' OR (state = 'running' AND lease_expires_at < now()))
+              AND ((state = 'pending' AND (retry_after IS NULL OR retry_after <= now()))
+                   OR (state = 'running' AND lease_expires_at < now()))
             ORDER BY from_block, id
             LIMIT 1
             FOR UPDATE SKIP LOCKED)
@@ -167,17 +172,32 @@ pub(crate) async fn range_renew(
     Ok(renewed.rows_affected() == 1)
 }
 
-/// Puts the range back to pending if `attempt` still holds it (guarded).
-pub(crate) async fn range_release(db: impl PgExecutor<'_>, id: i64, attempt: i32) -> Result<()> {
-    sqlx::query(
-        "UPDATE index_range SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
-          WHERE id = $1 AND attempt = $2 AND state = 'running'",
+/// Puts a range whose answer was unsettled back to pending (guarded by `attempt`),
+/// counts the refusal and holds the range back for `base_secs × 2^(refusals so far)`,
+/// at most `cap_secs` (migration 0063). Returns the hold, seconds (`None` when the
+/// attempt no longer held the range).
+pub(crate) async fn range_release_unsettled(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    attempt: i32,
+    base_secs: f64,
+    cap_secs: f64,
+) -> Result<Option<f64>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE index_range
+            SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,
+                unsettled_count = unsettled_count + 1,
+                retry_after = now() + make_interval(
+                    secs => least($3 * power(2, least(unsettled_count, 30)), $4))
+          WHERE id = $1 AND attempt = $2 AND state = 'running'
+          RETURNING least($3 * power(2, least(unsettled_count - 1, 30)), $4)::float8",
     )
     .bind(id)
     .bind(attempt)
-    .execute(db)
-    .await?;
-    Ok(())
+    .bind(base_secs)
+    .bind(cap_secs)
+    .fetch_optional(db)
+    .await?)
 }
 
 /// The whole-scope ranges starting above `block`, locked (`FOR UPDATE`), by first
@@ -206,4 +226,36 @@ pub(crate) async fn range_state_counts(db: impl PgExecutor<'_>) -> Result<Vec<(i
     )
     .fetch_all(db)
     .await?)
+}
+
+/// Locks every range row of the chain (`FOR UPDATE`): a re-index takes these locks
+/// before the chain row's, in the order a history completion takes them (its range
+/// row, then the chain row), so the two cannot deadlock.
+pub(crate) async fn ranges_lock_all(db: impl PgExecutor<'_>, chain: i64) -> Result<()> {
+    sqlx::query("SELECT 1 FROM index_range WHERE chain_id = $1 ORDER BY id FOR UPDATE")
+        .bind(chain)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// A re-index from block `from`: deletes every range (whole-scope or address-only)
+/// reaching `from` or above (a worker holding one of them then completes nothing:
+/// [`range_complete`] finds no row) and plans again, pending, the part below `from` of
+/// those that started below it. Returns the ranges deleted.
+pub(crate) async fn ranges_cut_at(db: impl PgExecutor<'_>, chain: i64, from: i64) -> Result<u64> {
+    let cut: i64 = sqlx::query_scalar(
+        "WITH gone AS (
+           DELETE FROM index_range WHERE chain_id = $1 AND to_block >= $2
+           RETURNING address, from_block),
+         kept AS (
+           INSERT INTO index_range (chain_id, address, from_block, to_block)
+           SELECT $1, address, from_block, $2 - 1 FROM gone WHERE from_block < $2)
+         SELECT count(*) FROM gone",
+    )
+    .bind(chain)
+    .bind(from)
+    .fetch_one(db)
+    .await?;
+    Ok(u64::try_from(cut).unwrap_or(0))
 }

@@ -113,3 +113,18 @@ pub(crate) async fn scopes_delete_discovered_above(
         .await?;
     Ok(())
 }
+
+/// The lowest `from_block` of the live scope entries an operator added (not
+/// discovered); `None` when there is none.
+pub(crate) async fn scope_configured_start(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+) -> Result<Option<i64>> {
+    Ok(sqlx::query_scalar(
+        "SELECT min(from_block) FROM index_scope
+          WHERE chain_id = $1 AND removed_at IS NULL AND discovered_at_block IS NULL",
+    )
+    .bind(chain)
+    .fetch_one(db)
+    .await?)
+}

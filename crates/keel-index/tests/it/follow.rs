@@ -104,3 +104,51 @@ async fn a_head_above_a_block_the_node_has_no_header_for_backs_off_instead_of_sp
     assert_eq!(pace.failures(), 0);
     Ok(())
 }
+
+/// Issue 32 §8: a node hole (a block answered `null` under the reported head) backs
+/// off at most [`keel_index::tip::DEFAULT_HOLE_BACKOFF_CAP`] however long it lasts, so
+/// catch-up starts within that of the hole closing (it grew to 30 s before); failed
+/// rounds still back off to the longer cap; a round with progress resets both.
+#[test]
+fn a_node_hole_backs_off_at_most_the_hole_cap_however_long_it_lasts() {
+    use keel_index::tip::{DEFAULT_BACKOFF_CAP, DEFAULT_HOLE_BACKOFF_CAP};
+    use keel_index::{FollowBackoff, IndexError, NextRound, RoundOutcome};
+    let chain = keel_units::ChainId(1);
+    let mut pace = FollowBackoff::new(chain, Duration::from_secs(5));
+    let hole = Ok(RoundOutcome {
+        head: 100,
+        tip: Some(50),
+        missing: Some(51),
+        ..RoundOutcome::default()
+    });
+    // 15 s of holes at the grown backoff is far more than 30 rounds.
+    let waits: Vec<Duration> = (0..30)
+        .map(|_| match pace.after(&hole) {
+            NextRound::Wait(d) => d,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(
+        waits.iter().all(|d| *d <= DEFAULT_HOLE_BACKOFF_CAP),
+        "{waits:?}"
+    );
+    assert_eq!(waits.last(), Some(&DEFAULT_HOLE_BACKOFF_CAP));
+    // Progress resets the backoff.
+    let progress = Ok(RoundOutcome {
+        head: 100,
+        tip: Some(60),
+        blocks: 10,
+        ..RoundOutcome::default()
+    });
+    assert_eq!(pace.after(&progress), NextRound::Now);
+    assert_eq!(pace.failures(), 0);
+    // Errors keep their longer cap.
+    let failed: keel_index::Result<RoundOutcome> = Err(IndexError::Interrupted);
+    let last = (0..30)
+        .map(|_| match pace.after(&failed) {
+            NextRound::Wait(d) => d,
+            other => panic!("{other:?}"),
+        })
+        .last();
+    assert_eq!(last, Some(DEFAULT_BACKOFF_CAP));
+}

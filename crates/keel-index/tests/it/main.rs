@@ -2,6 +2,7 @@
 
 mod common;
 mod converge;
+mod deep_reorg;
 mod fencing;
 mod follow;
 mod heads;
@@ -9,6 +10,7 @@ mod history;
 mod ledger;
 mod measure;
 mod projections;
+mod reindex;
 mod reorg;
 mod service;
 mod supply;

@@ -141,62 +141,6 @@ async fn a_reorg_while_no_owner_ran_is_rolled_back_by_the_next_owner() -> anyhow
     Ok(())
 }
 
-/// A reorg deeper than the hash window but above the chain's finalized block (Anvil's
-/// default `finalized` is head − 64, here block 0) is rolled back to the finalized
-/// block and re-ingested, whatever the window: no fatal error, no degraded marker, and
-/// the index equals a fresh re-index.
-#[tokio::test]
-async fn a_reorg_deeper_than_the_hash_window_above_finality_rolls_back_to_the_finalized_block()
--> anyhow::Result<()> {
-    let env = env().await?;
-    let asset = env.mintable("DEEP").await?;
-    let (a0, a1, a2) = (
-        env.chain.account(0)?,
-        env.chain.account(1)?,
-        env.chain.account(2)?,
-    );
-    env.mint(asset.token, a0, 5).await?;
-    env.transfer(asset.token, a1, 2).await?;
-    for _ in 0..4 {
-        env.chain.mine().await?;
-    }
-    let cfg = TipConfig {
-        hash_window: 3,
-        ..config(3)
-    };
-    let ingest = env.owner(cfg, "a").await?;
-    catch_up(&ingest).await?;
-    let window: i64 = sqlx::query_scalar("SELECT count(*) FROM index_block")
-        .fetch_one(env.db.pool())
-        .await?;
-    assert_eq!(window, 3);
-
-    // Replaces the a1 transfer's block and the 4 empty ones: 2 blocks below the window.
-    let p = env.chain.provider();
-    p.anvil_reorg(ReorgOptions {
-        depth: 5,
-        tx_block_pairs: vec![(transfer_request(asset.token, a0, a2, 3, p), 0)],
-    })
-    .await?;
-    let reorgs = catch_up(&ingest).await?;
-    assert!(reorgs >= 1);
-    let health = read::chain_health(env.db.pool(), env.chain_id).await?;
-    assert!(!health.is_degraded(), "{health:?}");
-    assert_eq!(
-        read::balance(env.db.pool(), env.chain_id, asset.token, a1).await?,
-        "0"
-    );
-    assert_eq!(
-        read::balance(env.db.pool(), env.chain_id, asset.token, a2).await?,
-        "3"
-    );
-    assert_eq!(
-        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
-        reindex(&env).await?
-    );
-    Ok(())
-}
-
 /// With `--slots-in-an-epoch 1` Anvil's `finalized` is head − 2: a reorg of 5 blocks
 /// replaces finalized blocks. The round fails once with the typed fatal error, the chain
 /// is marked degraded (readable through `read::chain_health`), nothing is rolled back

@@ -34,16 +34,26 @@ pub(crate) async fn assert_balances_match_chain(
     Ok(())
 }
 
-/// Drains every claimable range, retrying ranges put back as unsettled.
+/// Drains every range of the worker's chain, retrying ranges put back as unsettled
+/// once their backoff has passed (polling every 50 ms, for at most 60 s).
 pub(crate) async fn drain_history(w: &HistoryWorker) -> anyhow::Result<()> {
-    for _ in 0..20 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
         match w.run_once().await {
             Ok(Some(_)) | Err(IndexError::Unsettled { .. }) => {}
-            Ok(None) => return Ok(()),
+            Ok(None) => {
+                if pending_ranges(w.db(), w.chain()).await? == 0 {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             Err(e) => return Err(e.into()),
         }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "history did not drain"
+        );
     }
-    anyhow::bail!("history did not drain")
 }
 
 #[tokio::test]
@@ -141,5 +151,75 @@ async fn a_backfill_answer_given_before_a_reorg_writes_no_row_of_the_orphaned_bl
         fingerprint(&env.db, env.chain_id, &env.deployed).await?,
         reindex(&env).await?
     );
+    Ok(())
+}
+
+/// Issue 32 §8: a range refused as unsettled (its answer holds a block above the
+/// indexed tip) is not claimed and fetched again at once: the next claim finds nothing
+/// (no `eth_getLogs` through the proxy) until its per-range backoff passed; once the
+/// tip is past its blocks it completes.
+#[tokio::test]
+async fn a_range_refused_as_unsettled_is_held_back_instead_of_fetched_again_at_once()
+-> anyhow::Result<()> {
+    let env = env().await?;
+    let tip = env.owner(config(64), "tip").await?;
+    catch_up(&tip).await?;
+    // Logs above the indexed tip: an asset created after the tip stopped.
+    let asset = env.mintable("HOLD").await?;
+    let head = env.chain.block_number().await?;
+    assert_eq!(
+        plan_history(env.db.pool(), env.chain_id, head, 1_000_000).await?,
+        1
+    );
+    let proxy = RpcProxy::start(env.chain.endpoint()).await?;
+    let node = Arc::new(UpstreamPool::new(
+        env.chain_id,
+        UpstreamConfig::new(vec![proxy.url().to_string()]),
+    )?);
+    let worker = HistoryWorker::new(
+        env.db.pool().clone(),
+        node,
+        "w",
+        HistoryConfig::default(),
+    )?
+    .with_unsettled_backoff(Duration::from_secs(30), Duration::from_secs(30));
+    let refused = worker.run_once().await;
+    assert!(
+        matches!(refused, Err(IndexError::Unsettled { .. })),
+        "{refused:?}"
+    );
+    let fetched = proxy.count("eth_getLogs");
+    assert!(fetched >= 1);
+    // Claimed again at once: nothing to claim, nothing fetched.
+    for _ in 0..5 {
+        let again = worker.run_once().await;
+        assert!(matches!(again, Ok(None)), "{again:?}");
+    }
+    assert_eq!(proxy.count("eth_getLogs"), fetched, "the range was fetched again at once");
+    let (count, held): (i32, bool) = sqlx::query_as(
+        "SELECT unsettled_count, retry_after > now() FROM index_range WHERE chain_id = $1",
+    )
+    .bind(env.chain_id.get() as i64)
+    .fetch_one(env.db.pool())
+    .await?;
+    assert_eq!((count, held), (1, true));
+
+    // The tip passes the range's blocks; with a short backoff the range completes.
+    catch_up(&tip).await?;
+    let worker = HistoryWorker::new(
+        env.db.pool().clone(),
+        env.node.clone(),
+        "w2",
+        HistoryConfig::default(),
+    )?
+    .with_unsettled_backoff(Duration::from_millis(10), Duration::from_millis(10));
+    sqlx::query("UPDATE index_range SET retry_after = now() WHERE chain_id = $1")
+        .bind(env.chain_id.get() as i64)
+        .execute(env.db.pool())
+        .await?;
+    drain_history(&worker).await?;
+    assert_eq!(pending_ranges(env.db.pool(), env.chain_id).await?, 0);
+    let a0 = env.chain.account(0)?;
+    assert_balances_match_chain(&env, asset.token, &[a0]).await?;
     Ok(())
 }

@@ -41,6 +41,9 @@ pub struct HoldersView {
     /// True when the Ledger Index of the asset's chain is degraded (see
     /// [`crate::AssetView::index_degraded`]).
     pub index_degraded: bool,
+    /// True while a re-index rebuilds the chain's index (see
+    /// [`crate::AssetView::index_rebuilding`]).
+    pub index_rebuilding: bool,
     /// Holders by balance descending, then address ascending (as many as asked).
     pub holders: Vec<HolderView>,
 }
@@ -77,6 +80,8 @@ pub struct TransfersView {
     pub indexed_block: u64,
     /// True when the Ledger Index of the asset's chain is degraded.
     pub index_degraded: bool,
+    /// True while a re-index rebuilds the chain's index.
+    pub index_rebuilding: bool,
     /// Transfers by `(block number, log index)` descending (as many as asked).
     pub transfers: Vec<TransferView>,
 }
@@ -92,6 +97,8 @@ pub struct SupplyView {
     pub finalized: bool,
     /// True when the Ledger Index of the asset's chain is degraded.
     pub index_degraded: bool,
+    /// True while a re-index rebuilds the chain's index.
+    pub index_rebuilding: bool,
     /// Token units (decimal string with the token's decimals).
     pub supply: String,
     /// Base units.
@@ -103,6 +110,7 @@ struct Snapshot {
     block: u64,
     finalized: bool,
     degraded: bool,
+    rebuilding: bool,
 }
 
 /// Resolves `at_block` (or the indexed tip) inside the caller's snapshot transaction.
@@ -124,13 +132,12 @@ async fn snapshot(
     let finalized = keel_index::read::finalized_block(&mut *tx, chain)
         .await?
         .is_some_and(|f| block <= f);
-    let degraded = keel_index::read::chain_health(&mut *tx, chain)
-        .await?
-        .is_degraded();
+    let health = keel_index::read::chain_health(&mut *tx, chain).await?;
     Ok(Snapshot {
         block,
         finalized,
-        degraded,
+        degraded: health.is_degraded(),
+        rebuilding: health.is_rebuilding(),
     })
 }
 
@@ -178,6 +185,7 @@ impl Ops {
             block: s.block,
             finalized: s.finalized,
             index_degraded: s.degraded,
+            index_rebuilding: s.rebuilding,
             holders,
         })
     }
@@ -203,9 +211,7 @@ impl Ops {
         let mut tx = self.db.begin().await?;
         store::transaction_snapshot(&mut *tx).await?;
         let tip = keel_index::read::indexed_tip(&mut *tx, chain).await?;
-        let degraded = keel_index::read::chain_health(&mut *tx, chain)
-            .await?
-            .is_degraded();
+        let health = keel_index::read::chain_health(&mut *tx, chain).await?;
         let rows =
             keel_index::read::transfer_page(&mut *tx, chain, token, holder, before, limit).await?;
         tx.commit().await?;
@@ -228,7 +234,8 @@ impl Ops {
         Ok(TransfersView {
             asset_id: id,
             indexed_block: tip.map(|t| t.number).unwrap_or(0),
-            index_degraded: degraded,
+            index_degraded: health.is_degraded(),
+            index_rebuilding: health.is_rebuilding(),
             transfers,
         })
     }
@@ -256,6 +263,7 @@ impl Ops {
             block: s.block,
             finalized: s.finalized,
             index_degraded: s.degraded,
+            index_rebuilding: s.rebuilding,
             supply: format_amount(supply, r.decimals)?,
             supply_base_units: supply,
         })

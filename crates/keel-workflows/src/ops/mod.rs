@@ -32,6 +32,7 @@ pub mod history;
 pub mod keys;
 pub mod ledger;
 pub mod read;
+pub mod reindex;
 pub mod status;
 pub mod view;
 

@@ -65,6 +65,10 @@ pub struct AssetView {
     /// above (supply, paused, observation) may reflect orphaned blocks until an operator
     /// re-indexes the chain.
     pub index_degraded: bool,
+    /// True while an operator's re-index rebuilds the Ledger Index of the asset's
+    /// chain (`keel index reindex`): the index state above may miss rows until it is
+    /// done.
+    pub index_rebuilding: bool,
     /// The issuer: the account that sends the asset's transactions and administers its
     /// token and feed (Keel's operator on the chain). Mints go to any recipient;
     /// `transfer` moves tokens from this account's balance. Recorded by `asset.create`
@@ -125,6 +129,9 @@ pub struct BalanceView {
     /// True when the Ledger Index of the asset's chain is degraded (see
     /// [`AssetView::index_degraded`]): the balance may reflect orphaned blocks.
     pub index_degraded: bool,
+    /// True while a re-index rebuilds the chain's index (see
+    /// [`AssetView::index_rebuilding`]).
+    pub index_rebuilding: bool,
 }
 
 /// An open funding request of one of the caller's operations.
@@ -302,6 +309,7 @@ impl Ops {
             balance_base_units: base,
             indexed_block: tip.map(|t| t.number).unwrap_or(0),
             index_degraded: health.is_degraded(),
+            index_rebuilding: health.is_rebuilding(),
         })
     }
 
@@ -403,6 +411,7 @@ impl Ops {
             latest_observation: None,
             indexed_block: None,
             index_degraded: false,
+            index_rebuilding: false,
             issuer_address: r.issuer,
             created_at: r.created_at,
             updated_at: r.updated_at,
@@ -412,9 +421,9 @@ impl Ops {
         view.indexed_block = keel_index::read::indexed_tip(&mut *tx, chain)
             .await?
             .map(|t| t.number);
-        view.index_degraded = keel_index::read::chain_health(&mut *tx, chain)
-            .await?
-            .is_degraded();
+        let health = keel_index::read::chain_health(&mut *tx, chain).await?;
+        view.index_degraded = health.is_degraded();
+        view.index_rebuilding = health.is_rebuilding();
         if let Some(token) = r.token {
             let supply = keel_index::token_supply(&mut *tx, chain, token).await?;
             view.supply = Some(format_amount(supply, r.decimals)?);

@@ -290,6 +290,22 @@ pub struct ErrorView {
     pub reason: Option<String>,
 }
 
+/// What the operator must do for a suspension code that needs one, in place of the
+/// engine's generic "recovery is scheduled": `INDEX_DEGRADED` (the read-after-write
+/// waits for a chain whose Ledger Index is marked degraded).
+fn operator_detail(code: &str) -> Option<&'static str> {
+    match code {
+        "INDEX_DEGRADED" => Some(
+            "the chain's Ledger Index is degraded (a reorg replaced a block Keel had recorded \
+             as finalized) and will not reach this operation's block until an operator \
+             re-indexes the chain: `keel index reindex --chain NAME` or \
+             `POST /v1/admin/index/chains/{chainId}/reindex`; the operation then resumes by \
+             itself (or retry it)",
+        ),
+        _ => None,
+    }
+}
+
 /// The view state of an instance status.
 fn view_state(s: RunStatus) -> OperationState {
     match s {
@@ -493,9 +509,9 @@ pub fn project(
                 reason: f.reason,
             },
             None => ErrorView {
+                detail: operator_detail(&e.code).unwrap_or(&e.message).to_owned(),
                 code: e.code.clone(),
                 retryable: e.retryable,
-                detail: e.message.clone(),
                 reason: None,
             },
         }

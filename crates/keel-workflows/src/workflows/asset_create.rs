@@ -6,7 +6,9 @@ use crate::store;
 use crate::workflows::contract::{
     AssetCreateInput, AssetCreateOutput, Failure, OpFailure, onchain_asset_id,
 };
-use crate::workflows::send::{Write, chain_of, read_event, send, step_ok, wait_indexed};
+use crate::workflows::send::{
+    Write, chain_of, index_wait_code, read_event, send, step_ok, wait_indexed,
+};
 use alloy::primitives::{I256, U256};
 use alloy::sol_types::SolCall;
 use keel_abi::bindings::{AssetFactory, AssetToken, PriceFeed, PriceFeedFactory, PriceResolver};
@@ -206,7 +208,7 @@ impl Workflow for AssetCreate {
                 if shown {
                     Ok(tip)
                 } else {
-                    Err(StepError::transient("INDEX_BEHIND"))
+                    Err(StepError::transient(index_wait_code(p, chain_id).await))
                 }
             })
             .await?,

@@ -400,13 +400,16 @@ pub(crate) async fn find_events<E: SolEvent>(
 }
 
 /// Waits (bounded by `index_wait`) until the index has committed `block`; returns the
-/// indexed tip.
+/// indexed tip. When the wait runs out, the step's transient code says why:
+/// `INDEX_DEGRADED` when the chain's index is marked degraded (it will not reach the
+/// block until an operator re-indexes the chain, see [`index_wait_code`]), else
+/// `INDEX_BEHIND`.
 pub(crate) async fn wait_indexed(
     p: &WorkflowEnv,
     chain: ChainId,
     block: u64,
 ) -> Result<u64, StepError<OpFailure>> {
-    keel_index::wait_for_block(
+    match keel_index::wait_for_block(
         &p.db,
         chain,
         block,
@@ -414,8 +417,19 @@ pub(crate) async fn wait_indexed(
         Duration::from_millis(200),
     )
     .await
-    .map(|tip| tip.number)
-    .map_err(|_| StepError::transient("INDEX_BEHIND"))
+    {
+        Ok(tip) => Ok(tip.number),
+        Err(_) => Err(StepError::transient(index_wait_code(p, chain).await)),
+    }
+}
+
+/// The transient code of a read-after-write that did not see its block:
+/// `INDEX_DEGRADED` when the chain's index is marked degraded, else `INDEX_BEHIND`.
+pub(crate) async fn index_wait_code(p: &WorkflowEnv, chain: ChainId) -> &'static str {
+    match keel_index::read::chain_health(&p.db, chain).await {
+        Ok(h) if h.is_degraded() => "INDEX_DEGRADED",
+        _ => "INDEX_BEHIND",
+    }
 }
 
 /// A journaled step's typed failure fails the workflow.
