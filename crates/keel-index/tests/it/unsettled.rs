@@ -154,19 +154,38 @@ async fn a_backfill_answer_given_before_a_reorg_writes_no_row_of_the_orphaned_bl
     Ok(())
 }
 
-/// Issue 32 §8: a range refused as unsettled (its answer holds a block above the
-/// indexed tip) is not claimed and fetched again at once: the next claim finds nothing
-/// (no `eth_getLogs` through the proxy) until its per-range backoff passed; once the
-/// tip is past its blocks it completes.
+/// Issue 32 §8: a range refused as unsettled (its answer holds a block the index does
+/// not hold as canonical: here the tip's stored hash of the block announcing an asset
+/// is made to differ, as while the tip is on another branch) is not claimed and
+/// fetched again at once: the next claims find nothing (no `eth_getLogs` through the
+/// proxy) until its per-range backoff passed; once the index holds the block again, it
+/// completes.
 #[tokio::test]
 async fn a_range_refused_as_unsettled_is_held_back_instead_of_fetched_again_at_once()
 -> anyhow::Result<()> {
     let env = env().await?;
+    let asset = env.mintable("HOLD").await?;
     let tip = env.owner(config(64), "tip").await?;
     catch_up(&tip).await?;
-    // Logs above the indexed tip: an asset created after the tip stopped.
-    let asset = env.mintable("HOLD").await?;
     let head = env.chain.block_number().await?;
+    let chain = env.chain_id.get() as i64;
+    let announced: i64 =
+        sqlx::query_scalar("SELECT block_number FROM index_asset WHERE chain_id = $1")
+            .bind(chain)
+            .fetch_one(env.db.pool())
+            .await?;
+    let real: Vec<u8> =
+        sqlx::query_scalar("SELECT hash FROM index_block WHERE chain_id = $1 AND number = $2")
+            .bind(chain)
+            .bind(announced)
+            .fetch_one(env.db.pool())
+            .await?;
+    sqlx::query("UPDATE index_block SET hash = $3 WHERE chain_id = $1 AND number = $2")
+        .bind(chain)
+        .bind(announced)
+        .bind(vec![0xee_u8; 32])
+        .execute(env.db.pool())
+        .await?;
     assert_eq!(
         plan_history(env.db.pool(), env.chain_id, head, 1_000_000).await?,
         1
@@ -195,26 +214,28 @@ async fn a_range_refused_as_unsettled_is_held_back_instead_of_fetched_again_at_o
         let again = worker.run_once().await;
         assert!(matches!(again, Ok(None)), "{again:?}");
     }
-    assert_eq!(proxy.count("eth_getLogs"), fetched, "the range was fetched again at once");
+    assert_eq!(
+        proxy.count("eth_getLogs"),
+        fetched,
+        "the range was fetched again at once"
+    );
     let (count, held): (i32, bool) = sqlx::query_as(
         "SELECT unsettled_count, retry_after > now() FROM index_range WHERE chain_id = $1",
     )
-    .bind(env.chain_id.get() as i64)
+    .bind(chain)
     .fetch_one(env.db.pool())
     .await?;
     assert_eq!((count, held), (1, true));
 
-    // The tip passes the range's blocks; with a short backoff the range completes.
-    catch_up(&tip).await?;
-    let worker = HistoryWorker::new(
-        env.db.pool().clone(),
-        env.node.clone(),
-        "w2",
-        HistoryConfig::default(),
-    )?
-    .with_unsettled_backoff(Duration::from_millis(10), Duration::from_millis(10));
+    // The index holds the block again; once its hold is over the range completes.
+    sqlx::query("UPDATE index_block SET hash = $3 WHERE chain_id = $1 AND number = $2")
+        .bind(chain)
+        .bind(announced)
+        .bind(real)
+        .execute(env.db.pool())
+        .await?;
     sqlx::query("UPDATE index_range SET retry_after = now() WHERE chain_id = $1")
-        .bind(env.chain_id.get() as i64)
+        .bind(chain)
         .execute(env.db.pool())
         .await?;
     drain_history(&worker).await?;
