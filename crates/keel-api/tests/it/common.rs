@@ -133,6 +133,21 @@ impl Env {
         }
     }
 
+    /// From now on, Platform Status reads chain heads from `nodes` (issue 32 §7), with
+    /// `config`.
+    pub(crate) fn serve_chain_heads(
+        &mut self,
+        config: ApiConfig,
+        nodes: Vec<Arc<keel_chain::UpstreamPool>>,
+    ) {
+        let ops = Ops::new(self.db.pool().clone(), self.engine.clone());
+        self.app = router(
+            ApiState::new(ops, self.ready.clone())
+                .with_config(config)
+                .with_chain_heads(nodes),
+        );
+    }
+
     /// Serves the user-operation routes (issue 20) through `service` from now on.
     pub(crate) fn serve_user_operations(&mut self, service: keel_aa::service::AaService) {
         let ops = Ops::new(self.db.pool().clone(), self.engine.clone());

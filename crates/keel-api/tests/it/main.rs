@@ -8,6 +8,8 @@ mod common;
 mod doc_check;
 mod fuzz_regressions;
 mod http_rules;
+// Issue 32 §2, §7: re-index route, independent index lag, unhealthy webhook endpoints.
+mod index_admin;
 mod keys;
 mod ledger;
 mod lists;

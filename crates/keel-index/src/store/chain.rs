@@ -102,7 +102,8 @@ pub(crate) async fn chain_set_checkpoint(
 /// checkpoint to (`number`, `hash`), raises the recorded finalized block to `finalized`
 /// when known (never lowers it), records the node's `head` as observed now (as
 /// [`chain_observe_head`] does: `behind_since` kept while `number` is below it, cleared
-/// once it is not), and queues `pg_notify(channel, "<chain>:<number>")` (delivered at
+/// once it is not; a re-index's `rebuild_started_at` cleared once no history range is
+/// open), and queues `pg_notify(channel, "<chain>:<number>")` (delivered at
 /// commit). The caller holds the fenced row lock.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn chain_advance_tip(
@@ -121,7 +122,12 @@ pub(crate) async fn chain_advance_tip(
                   finalized_number = CASE WHEN $4::bigint IS NULL THEN finalized_number
                                           ELSE GREATEST(COALESCE(finalized_number, $4), $4) END,
                   head_number = $7, head_observed_at = now(),
-                  behind_since = CASE WHEN $2 < $7 THEN coalesce(behind_since, now()) END
+                  behind_since = CASE WHEN $2 < $7 THEN coalesce(behind_since, now()) END,
+                  rebuild_started_at = CASE
+                      WHEN rebuild_started_at IS NOT NULL
+                       AND NOT EXISTS (SELECT 1 FROM index_range r
+                                        WHERE r.chain_id = $1 AND r.state <> 'completed')
+                      THEN NULL ELSE rebuild_started_at END
             WHERE chain_id = $1
            RETURNING chain_id)
          SELECT pg_notify($5, $6) FROM moved",
