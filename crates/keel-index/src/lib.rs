@@ -36,7 +36,7 @@
 //!   `keel_index_chain_degraded`) and every later write of any owner fails with
 //!   [`IndexError::Degraded`] until an operator re-indexes the chain.
 //! - [`reindex()`]: an operator's re-index of a chain (`keel index reindex --chain NAME
-//!   [--from-block N]`, `POST /v1/admin/index/chains/{chainId}/reindex`): one
+//!   [--from-block N]`, `POST /v1/chains/{chainId}/index/reindex`): one
 //!   transaction takes a new epoch (fencing the live owner), deletes the rows at and
 //!   above the first block with ordinary deletes (the balance triggers follow),
 //!   recomputes the chain's holder balances, clears the checkpoint and the degraded

@@ -299,7 +299,7 @@ fn operator_detail(code: &str) -> Option<&'static str> {
             "the chain's Ledger Index is degraded (a reorg replaced a block Keel had recorded \
              as finalized) and will not reach this operation's block until an operator \
              re-indexes the chain: `keel index reindex --chain NAME` or \
-             `POST /v1/admin/index/chains/{chainId}/reindex`; the operation then resumes by \
+             `POST /v1/chains/{chainId}/index/reindex`; the operation then resumes by \
              itself (or retry it)",
         ),
         _ => None,
@@ -838,6 +838,16 @@ impl Ops {
 mod tests {
     use super::*;
     use keel_durable::{WaitDescription, WaitKind};
+
+    /// Issue 32 §2: an operation suspended on a degraded chain's index says what the
+    /// operator must do, not the engine's "recovery is scheduled".
+    #[test]
+    fn index_degraded_says_what_the_operator_must_do() {
+        let detail = operator_detail("INDEX_DEGRADED").unwrap();
+        assert!(detail.contains("keel index reindex"), "{detail}");
+        assert!(detail.contains("/index/reindex"), "{detail}");
+        assert_eq!(operator_detail("INDEX_BEHIND"), None);
+    }
 
     fn op_row() -> OperationRow {
         OperationRow {

@@ -625,4 +625,49 @@ mod tests {
         assert_eq!(names, ["retried w 2", "retried w#2 3", "retried w#3 2"]);
         executor.shutdown().await;
     }
+
+    /// Issue 32 §2: a read-after-write that does not see its block says
+    /// `INDEX_DEGRADED` when the chain's index is marked degraded (it will not get there
+    /// without an operator), `INDEX_BEHIND` otherwise.
+    #[tokio::test]
+    async fn a_wait_on_a_degraded_chain_says_index_degraded() {
+        let db = keel_store::testing::TestDatabase::create().await.unwrap();
+        let pool = db.pool().clone();
+        keel_store::migrate(&pool).await.unwrap();
+        let env = WorkflowEnv {
+            db: pool.clone(),
+            operator: Address::ZERO,
+            suffix: keel_chain::AttributionSuffix::new(&["keel"]).unwrap(),
+            chains: Default::default(),
+            later_chains: Default::default(),
+            index_wait: Duration::from_millis(50),
+        };
+        let code = |r: Result<u64, StepError<OpFailure>>| match r {
+            Err(StepError::Transient { code }) => code,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            code(wait_indexed(&env, ChainId(7), 10).await),
+            "INDEX_BEHIND"
+        );
+        // The tip ingest's degraded marker (index_chain, migration 0017).
+        sqlx::query(
+            "INSERT INTO index_chain (chain_id, tip_number, tip_hash, degraded_at,
+                degraded_reason, degraded_block)
+             VALUES (7, 5, '\\x0000000000000000000000000000000000000000000000000000000000000005',
+                     now(), 'reorg', 5)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            code(wait_indexed(&env, ChainId(7), 10).await),
+            "INDEX_DEGRADED"
+        );
+        // Another chain is merely behind.
+        assert_eq!(
+            code(wait_indexed(&env, ChainId(8), 10).await),
+            "INDEX_BEHIND"
+        );
+    }
 }
