@@ -1170,14 +1170,21 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
                 (None, Some(h)) => format!("{h} (owner's observation)"),
                 (None, None) => "—".to_owned(),
             };
-            let lag_class = if c.red_reasons.iter().any(|r| r == "lagging") { "bad" } else { "ok" };
+            let lag_class = if c.red_reasons.iter().any(|r| r == "lagging") {
+                "bad"
+            } else {
+                "ok"
+            };
             let extra = match (&c.degraded_reason, c.rebuilding_since) {
                 (Some(r), _) => format!(
                     " <span class=\"bad\">degraded: {}</span> — re-index: <code>keel index reindex --chain NAME</code> or <code>POST {}</code>",
                     esc(r),
                     esc(&c.reindex_url)
                 ),
-                (None, Some(since)) => format!(" <span class=\"warn\">rebuilding since {}</span>", ts(Some(since))),
+                (None, Some(since)) => format!(
+                    " <span class=\"warn\">rebuilding since {}</span>",
+                    ts(Some(since))
+                ),
                 (None, None) => String::new(),
             };
             let _ = write!(

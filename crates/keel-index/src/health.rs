@@ -127,7 +127,9 @@ impl ChainHealth {
             (Some(h), None) => h,
             _ => 0,
         };
-        let secs = |at: DateTime<Utc>| u64::try_from(now.signed_duration_since(at).num_seconds()).unwrap_or(0);
+        let secs = |at: DateTime<Utc>| {
+            u64::try_from(now.signed_duration_since(at).num_seconds()).unwrap_or(0)
+        };
         let lag_seconds = if lag_blocks == 0 {
             0
         } else {

@@ -656,7 +656,9 @@ impl HistoryWorker {
                 .unwrap_or_else(|e| e.into_inner());
             w.1 += 1;
             let now = std::time::Instant::now();
-            if w.0.is_none_or(|t| now.duration_since(t) >= UNSETTLED_WARN_EVERY) {
+            if w.0
+                .is_none_or(|t| now.duration_since(t) >= UNSETTLED_WARN_EVERY)
+            {
                 let occurrences = w.1;
                 *w = (Some(now), 0);
                 Some(occurrences)

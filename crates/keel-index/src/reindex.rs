@@ -29,9 +29,9 @@
 //! the order a history completion takes them, so the re-index and a completing worker
 //! cannot deadlock.
 
+use crate::Result;
 use crate::scope::{chain_i64, to_i64};
 use crate::store::{block, chain as chain_row, ledger, logs, range, scope as scope_rows};
-use crate::Result;
 use keel_store::PgPool;
 use keel_units::ChainId;
 

@@ -855,8 +855,8 @@ async fn start_api(
     let webhooks = keel_webhooks::Webhooks::new(pool.clone(), config.webhooks.to_config());
     // Platform Status reads each chain's head itself (issue 32 §7), independently of the
     // index's tip owner.
-    let mut state = keel_api::ApiState::new(ops, ready)
-        .with_chain_heads(keel::services::upstreams(config)?);
+    let mut state =
+        keel_api::ApiState::new(ops, ready).with_chain_heads(keel::services::upstreams(config)?);
     if let Some(service) = user_operations {
         state = state.with_user_operations(service);
     }

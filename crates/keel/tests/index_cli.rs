@@ -76,7 +76,13 @@ async fn keel_index_reindex_repairs_a_degraded_chain_while_the_indexer_runs() {
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("indexer.log");
     let mut indexer = keel()
-        .args(["run", "--role", "indexer", "--termination-grace-seconds", "5"])
+        .args([
+            "run",
+            "--role",
+            "indexer",
+            "--termination-grace-seconds",
+            "5",
+        ])
         .envs(env.clone())
         .env("KEEL__CLUSTER__HOST", "indexer")
         .stdout(Stdio::null())
@@ -133,7 +139,10 @@ async fn keel_index_reindex_repairs_a_degraded_chain_while_the_indexer_runs() {
     // The index's raw logs equal the chain's logs of the scope up to the indexed tip.
     p.anvil_mine(Some(1), None).await.unwrap();
     let head = p.get_block_number().await.unwrap();
-    until("the tip follows again", &log, async || tip().await >= head as i64).await;
+    until("the tip follows again", &log, async || {
+        tip().await >= head as i64
+    })
+    .await;
     let tip = tip().await;
     let scope: Vec<Vec<u8>> =
         sqlx::query_scalar("SELECT address FROM index_scope WHERE removed_at IS NULL")
@@ -161,13 +170,12 @@ async fn keel_index_reindex_repairs_a_degraded_chain_while_the_indexer_runs() {
             )
         })
         .collect();
-    let mut indexed: Vec<(Vec<u8>, i64)> = sqlx::query_as(
-        "SELECT block_hash, log_index FROM index_log WHERE block_number <= $1",
-    )
-    .bind(tip)
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+    let mut indexed: Vec<(Vec<u8>, i64)> =
+        sqlx::query_as("SELECT block_hash, log_index FROM index_log WHERE block_number <= $1")
+            .bind(tip)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     on_chain.sort();
     indexed.sort();
     assert!(!on_chain.is_empty());

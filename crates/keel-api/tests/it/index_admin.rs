@@ -55,12 +55,12 @@ async fn catch_up(ingest: &TipIngest) -> u64 {
     panic!("ingest did not catch up")
 }
 
-fn index_chain<'a>(status: &'a Value, chain: u64) -> &'a Value {
+fn index_chain(status: &Value, chain: u64) -> &Value {
     status["index"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["chainId"] == chain.to_string())
+        .find(|c| c["chainId"].as_str() == Some(chain.to_string().as_str()))
         .unwrap_or_else(|| panic!("chain {chain} missing: {status}"))
 }
 
@@ -154,7 +154,13 @@ async fn status_lists_failing_and_breaker_open_webhook_endpoints_by_id() {
             )
             .await;
         assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
-        ids.push(a.body["endpoint"]["id"].as_str().unwrap().parse::<Uuid>().unwrap());
+        ids.push(
+            a.body["endpoint"]["id"]
+                .as_str()
+                .unwrap()
+                .parse::<Uuid>()
+                .unwrap(),
+        );
     }
     // The delivery worker's record of a failing endpoint and of a tripped breaker.
     sqlx::query(
@@ -177,7 +183,11 @@ async fn status_lists_failing_and_breaker_open_webhook_endpoints_by_id() {
     let a = env.get(&admin, "/v1/status").await;
     assert_eq!(a.status, StatusCode::OK, "{:?}", a.body);
     let w = &a.body["webhooks"];
-    assert_eq!((w["failing"].clone(), w["breakerOpen"].clone()), (json!(1), json!(1)), "{w}");
+    assert_eq!(
+        (w["failing"].clone(), w["breakerOpen"].clone()),
+        (json!(1), json!(1)),
+        "{w}"
+    );
     let listed: Vec<(String, bool, u64)> = w["unhealthyEndpoints"]
         .as_array()
         .unwrap()
@@ -205,7 +215,10 @@ async fn status_lists_failing_and_breaker_open_webhook_endpoints_by_id() {
     let html = String::from_utf8(page.raw).unwrap();
     assert!(html.contains(&ids[0].to_string()), "{html}");
     assert!(html.contains(&ids[1].to_string()), "{html}");
-    assert!(!html.contains(&ids[2].to_string()), "a healthy endpoint is not listed");
+    assert!(
+        !html.contains(&ids[2].to_string()),
+        "a healthy endpoint is not listed"
+    );
 }
 
 /// A degraded chain (a reorg of 5 blocks under Anvil's `--slots-in-an-epoch 1`
@@ -292,14 +305,23 @@ async fn the_reindex_route_clears_a_degraded_chain_and_reads_say_rebuilding() {
     let b = env.get(&env.key_a, &balance).await;
     assert_eq!(b.status, StatusCode::OK, "{:?}", b.body);
     assert_eq!(
-        (b.body["indexDegraded"].clone(), b.body["indexRebuilding"].clone()),
+        (
+            b.body["indexDegraded"].clone(),
+            b.body["indexRebuilding"].clone()
+        ),
         (json!(true), json!(false))
     );
     let status = env.get(&admin, "/v1/status").await;
     let c = index_chain(&status.body, chain_id.get());
     let route = format!("/v1/chains/{}/index/reindex", chain_id.get());
     assert_eq!(c["reindexUrl"], route.as_str(), "{c}");
-    assert!(c["redReasons"].as_array().unwrap().contains(&json!("degraded")), "{c}");
+    assert!(
+        c["redReasons"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("degraded")),
+        "{c}"
+    );
 
     // Refused without the admin scope, for an unknown chain, and for a bad body.
     let reader = keel_workflows::tenancy::create_api_key_with_scopes(
@@ -330,7 +352,10 @@ async fn the_reindex_route_clears_a_degraded_chain_and_reads_say_rebuilding() {
     assert_eq!(done.body["fromBlock"], 0, "{:?}", done.body);
     let b = env.get(&env.key_a, &balance).await;
     assert_eq!(
-        (b.body["indexDegraded"].clone(), b.body["indexRebuilding"].clone()),
+        (
+            b.body["indexDegraded"].clone(),
+            b.body["indexRebuilding"].clone()
+        ),
         (json!(false), json!(true)),
         "{:?}",
         b.body
@@ -344,7 +369,10 @@ async fn the_reindex_route_clears_a_degraded_chain_and_reads_say_rebuilding() {
     catch_up(&rebuild).await;
     let b = env.get(&env.key_a, &balance).await;
     assert_eq!(
-        (b.body["indexDegraded"].clone(), b.body["indexRebuilding"].clone()),
+        (
+            b.body["indexDegraded"].clone(),
+            b.body["indexRebuilding"].clone()
+        ),
         (json!(false), json!(false)),
         "{:?}",
         b.body
@@ -354,5 +382,10 @@ async fn the_reindex_route_clears_a_degraded_chain_and_reads_say_rebuilding() {
         .call()
         .await
         .unwrap();
-    assert_eq!(b.body["balanceBaseUnits"], on_chain.to_string(), "{:?}", b.body);
+    assert_eq!(
+        b.body["balanceBaseUnits"],
+        on_chain.to_string(),
+        "{:?}",
+        b.body
+    );
 }

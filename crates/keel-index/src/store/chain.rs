@@ -349,7 +349,11 @@ pub(crate) async fn chain_degraded_at(
 /// plans history from `from` and starts a new tip), no recorded finalized block, the
 /// degraded marker cleared, `rebuild_started_at = now()`, `rebuild_from_block = from`.
 /// The caller holds the row locked (it took a new epoch in the same transaction).
-pub(crate) async fn chain_start_rebuild(db: impl PgExecutor<'_>, chain: i64, from: i64) -> Result<()> {
+pub(crate) async fn chain_start_rebuild(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    from: i64,
+) -> Result<()> {
     sqlx::query(
         "UPDATE index_chain
             SET tip_number = NULL, tip_hash = NULL, finalized_number = NULL,

@@ -114,7 +114,9 @@ async fn reorgs_above_recorded_finality_are_repaired_exactly_on_both_sides_of_th
 /// (Keel records finality at about X − 44), then the chain moves 70 blocks without the
 /// indexer (the node's `finalized` passes Keel's tip) and a reorg replaces everything
 /// from X up, X holding a transfer to a2 instead. Returns (token, a1, a2, Keel's tip).
-async fn fork_below_the_nodes_finality(env: &Env) -> anyhow::Result<(Address, Address, Address, u64)> {
+async fn fork_below_the_nodes_finality(
+    env: &Env,
+) -> anyhow::Result<(Address, Address, Address, u64)> {
     let asset = env.mintable("MOVED").await?;
     let (a0, a1, a2) = (
         env.chain.account(0)?,
@@ -216,7 +218,10 @@ async fn an_owner_killed_mid_repair_leaves_an_index_the_next_owner_completes_exa
         .await?
         .map(|t| t.number)
         .unwrap_or_default();
-    assert!(at_kill < tip, "killed mid-repair ({rolled_back} .. {at_kill} < {tip})");
+    assert!(
+        at_kill < tip,
+        "killed mid-repair ({rolled_back} .. {at_kill} < {tip})"
+    );
 
     let next = env.owner(shallow_window(), "next").await?;
     catch_up(&next).await?;

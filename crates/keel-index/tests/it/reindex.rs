@@ -108,8 +108,14 @@ async fn a_degraded_chain_is_rebuilt_exactly_by_a_reindex_while_the_indexer_runs
     let _stop_guard = stop.clone().drop_guard();
     start_indexer(&env, &stop)?;
     let head = env.chain.block_number().await?;
-    read::wait_for_block(env.db.pool(), env.chain_id, head, Duration::from_secs(60), POLL)
-        .await?;
+    read::wait_for_block(
+        env.db.pool(),
+        env.chain_id,
+        head,
+        Duration::from_secs(60),
+        POLL,
+    )
+    .await?;
 
     // A reorg below the block Keel recorded as final: the running indexer marks the
     // chain degraded and holds it.
@@ -144,8 +150,7 @@ async fn a_degraded_chain_is_rebuilt_exactly_by_a_reindex_while_the_indexer_runs
 }
 
 #[tokio::test]
-async fn a_reindex_from_a_block_fences_the_live_owner_and_rebuilds_exactly() -> anyhow::Result<()>
-{
+async fn a_reindex_from_a_block_fences_the_live_owner_and_rebuilds_exactly() -> anyhow::Result<()> {
     let env = env().await?;
     let asset = env.mintable("LIVE").await?;
     let (a0, a1, a2) = (
@@ -164,8 +169,14 @@ async fn a_reindex_from_a_block_fences_the_live_owner_and_rebuilds_exactly() -> 
     let _stop_guard = stop.clone().drop_guard();
     start_indexer(&env, &stop)?;
     let head = env.chain.block_number().await?;
-    read::wait_for_block(env.db.pool(), env.chain_id, head, Duration::from_secs(60), POLL)
-        .await?;
+    read::wait_for_block(
+        env.db.pool(),
+        env.chain_id,
+        head,
+        Duration::from_secs(60),
+        POLL,
+    )
+    .await?;
     let live_epoch: i64 =
         sqlx::query_scalar("SELECT owner_epoch FROM index_chain WHERE chain_id = $1")
             .bind(env.chain_id.get() as i64)

@@ -195,13 +195,8 @@ async fn a_range_refused_as_unsettled_is_held_back_instead_of_fetched_again_at_o
         env.chain_id,
         UpstreamConfig::new(vec![proxy.url().to_string()]),
     )?);
-    let worker = HistoryWorker::new(
-        env.db.pool().clone(),
-        node,
-        "w",
-        HistoryConfig::default(),
-    )?
-    .with_unsettled_backoff(Duration::from_secs(30), Duration::from_secs(30));
+    let worker = HistoryWorker::new(env.db.pool().clone(), node, "w", HistoryConfig::default())?
+        .with_unsettled_backoff(Duration::from_secs(30), Duration::from_secs(30));
     let refused = worker.run_once().await;
     assert!(
         matches!(refused, Err(IndexError::Unsettled { .. })),

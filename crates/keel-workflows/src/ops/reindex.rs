@@ -26,6 +26,12 @@ impl Ops {
         if !keel_index::read::chain_known(&self.db, chain).await? {
             return Err(OpsError::NotFound { what: "chain" });
         }
-        Ok(keel_index::reindex(&self.db, chain, from_block, &format!("api-key:{}", caller.api_key_id)).await?)
+        Ok(keel_index::reindex(
+            &self.db,
+            chain,
+            from_block,
+            &format!("api-key:{}", caller.api_key_id),
+        )
+        .await?)
     }
 }
