@@ -683,8 +683,9 @@ pub async fn start_indexer(
             async move {
                 let token = lease.token().clone();
                 let inner = token.clone();
-                // A fenced owner's loop ends (a handoff, not a failure); a degraded chain
-                // is held idle until the lease's token fires.
+                // A fenced owner's loop ends (a handoff, not a failure) unless a re-index
+                // fenced it (it starts over); a degraded chain is held idle until a
+                // re-index clears it or the lease's token fires.
                 critical
                     .run(&token, async move {
                         keel_index::follow_tip_with_heads(
