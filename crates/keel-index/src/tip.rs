@@ -101,6 +101,15 @@ pub struct RoundOutcome {
     pub missing: Option<u64>,
 }
 
+/// What a reorg search found.
+enum Reorg {
+    /// Rolled back to this common ancestor (the new checkpoint).
+    RolledBack((u64, B256)),
+    /// The node has no header at this height below its head (a hole): nothing was
+    /// decided; the round stops there ([`RoundOutcome::missing`]).
+    Hole(u64),
+}
+
 /// Why fetching one block's data stopped.
 enum Fetch {
     Ready(Vec<Log>, Vec<(Address, ScopeKind)>),
@@ -237,14 +246,28 @@ impl TipIngest {
             } else {
                 self.header(number).await?.map(|h| h.hash)
             };
-            if node_hash != Some(hash) {
-                tip = Some(self.handle_reorg(number).await?);
-                out.reorgs += 1;
+            match node_hash {
+                Some(h) if h == hash => {}
+                // No header at the stored tip's height, at or below the node's head: a
+                // hole (the node is applying a reorg), not a proof of one. The round stops
+                // and says so; the follow loop backs off briefly and re-verifies.
+                None if number <= head => out.missing = Some(number),
+                _ => match self.handle_reorg(number).await? {
+                    Reorg::RolledBack(to) => {
+                        tip = Some(to);
+                        out.reorgs += 1;
+                    }
+                    Reorg::Hole(at) => out.missing = Some(at),
+                },
             }
         }
 
         let mut finalized: Option<Option<u64>> = None;
-        let mut budget = self.config.max_blocks_per_round;
+        let mut budget = if out.missing.is_some() {
+            0
+        } else {
+            self.config.max_blocks_per_round
+        };
         while budget > 0 {
             budget -= 1;
             let next = match tip {
@@ -282,9 +305,17 @@ impl TipIngest {
                     announced = None;
                     continue;
                 }
-                tip = Some(self.handle_reorg(n).await?);
-                out.reorgs += 1;
-                continue;
+                match self.handle_reorg(n).await? {
+                    Reorg::RolledBack(to) => {
+                        tip = Some(to);
+                        out.reorgs += 1;
+                        continue;
+                    }
+                    Reorg::Hole(at) => {
+                        out.missing = Some(at);
+                        break;
+                    }
+                }
             }
             match self.fetch_logs(&header, &scope).await? {
                 Fetch::Orphaned => {
@@ -646,7 +677,7 @@ impl TipIngest {
     /// it was broken: the chain is marked degraded and [`IndexError::ReorgTooDeep`]
     /// returned. The node's *current* `finalized` block is not trusted for this: after
     /// a deep reorg it is already on the new branch.
-    async fn handle_reorg(&self, from: u64) -> Result<(u64, B256)> {
+    async fn handle_reorg(&self, from: u64) -> Result<Reorg> {
         let label = self.chain.get().to_string();
         let chain = chain_i64(self.chain);
         let stored = block::blocks_at_or_below(&self.db, chain, to_i64(from)).await?;
@@ -670,7 +701,13 @@ impl TipIngest {
         let recorded_final = chain_row::chain_finalized(&self.db, chain)
             .await?
             .and_then(|f| u64::try_from(f).ok());
-        let ancestor = self.highest_canonical(&run).await?;
+        let ancestor = match self.highest_canonical(&run).await? {
+            Ok(a) => a,
+            Err(hole) => {
+                tracing::debug!(target: "keel::index::tip", chain = %self.chain, tip = from, hole, "the node has no header at a height below its head while a reorg is searched; retrying after a backoff");
+                return Ok(Reorg::Hole(hole));
+            }
+        };
         let lowest_stored = run.last().map_or(from, |(n, _)| *n);
         if let Some((number, hash)) = ancestor
             && recorded_final.is_none_or(|f| number >= f)
@@ -685,7 +722,7 @@ impl TipIngest {
             metrics::histogram!("keel_index_reorg_depth_blocks", "chain_id" => label)
                 .record(depth as f64);
             tracing::warn!(target: "keel::index::tip", chain = %self.chain, ancestor = number, depth, window = self.config.hash_window, ?recorded_final, "reorg rolled back to the common ancestor (its stored hash is canonical; no block Keel recorded as finalized was replaced)");
-            return Ok((number, hash));
+            return Ok(Reorg::RolledBack((number, hash)));
         }
         // The lowest block known replaced: the ancestor's child, else (no stored block is
         // canonical) the lowest stored one, and the fork is somewhere below it.
@@ -705,46 +742,42 @@ impl TipIngest {
     /// stored hash is the node's canonical one; `None` when even the lowest is not.
     /// Bisects: a stored block is canonical exactly when every stored block below it is
     /// (each is the parent of the next), so about log2(len) + 1 headers are read.
-    ///
-    /// # Errors
-    /// [`IndexError::Inconsistent`] (retryable) when the node has no header at a height
-    /// at or below its head (a hole while it applies a reorg): the search is not trusted
-    /// with it, the round is retried after a backoff.
-    async fn highest_canonical(&self, run: &[(u64, B256)]) -> Result<Option<(u64, B256)>> {
+    /// `Err(number)` (inner) when the node has no header at a height at or below its
+    /// head (a hole while it applies a reorg): the search is not trusted with it.
+    async fn highest_canonical(
+        &self,
+        run: &[(u64, B256)],
+    ) -> Result<std::result::Result<Option<(u64, B256)>, u64>> {
         let Some(&lowest) = run.last() else {
-            return Ok(None);
+            return Ok(Ok(None));
         };
         let head = self.node.block_number().await?;
-        if !self.canonical_at(lowest, head).await? {
-            return Ok(None);
+        match self.canonical_at(lowest, head).await? {
+            Some(true) => {}
+            Some(false) => return Ok(Ok(None)),
+            None => return Ok(Err(lowest.0)),
         }
         // Invariant: run[hi] is canonical; every index below lo is not.
         let (mut lo, mut hi) = (0usize, run.len() - 1);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.canonical_at(run[mid], head).await? {
-                hi = mid;
-            } else {
-                lo = mid + 1;
+            match self.canonical_at(run[mid], head).await? {
+                Some(true) => hi = mid,
+                Some(false) => lo = mid + 1,
+                None => return Ok(Err(run[mid].0)),
             }
         }
-        Ok(Some(run[hi]))
+        Ok(Ok(Some(run[hi])))
     }
 
-    /// True when the stored `(number, hash)` is the node's canonical block; a block
-    /// above the node's `head` is not (the chain got shorter).
-    async fn canonical_at(&self, (number, hash): (u64, B256), head: u64) -> Result<bool> {
+    /// Whether the stored `(number, hash)` is the node's canonical block: a block above
+    /// the node's `head` is not (the chain got shorter); `None` when the node has no
+    /// header at a height at or below its head (a hole).
+    async fn canonical_at(&self, (number, hash): (u64, B256), head: u64) -> Result<Option<bool>> {
         if number > head {
-            return Ok(false);
+            return Ok(Some(false));
         }
-        match self.header(number).await? {
-            Some(h) => Ok(h.hash == hash),
-            None => Err(IndexError::Inconsistent {
-                chain: self.chain,
-                number,
-                reason: "the node has no header at a height below its head while a reorg is searched",
-            }),
-        }
+        Ok(self.header(number).await?.map(|h| h.hash == hash))
     }
 
     /// The chain's finalized block: the node's `finalized` tag, else (a node without

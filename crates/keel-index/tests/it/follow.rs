@@ -152,3 +152,59 @@ fn a_node_hole_backs_off_at_most_the_hole_cap_however_long_it_lasts() {
         .last();
     assert_eq!(last, Some(DEFAULT_BACKOFF_CAP));
 }
+
+/// A node that answers `null` for the stored tip's header (and every other block) while
+/// reporting its head is a hole, not a proof of a reorg: the round says so
+/// (`missing`), nothing is rolled back or marked degraded (before, the search treated
+/// every missing header as replaced and marked the chain degraded), the pacing backs off
+/// at most the hole cap, and once the node answers again the round goes on.
+#[tokio::test]
+async fn a_null_header_at_the_stored_tip_is_a_hole_not_a_reorg() -> anyhow::Result<()> {
+    use anvil_tests::proxy::{RpcProxy, Rule};
+    use keel_chain::{UpstreamConfig, UpstreamPool};
+    use keel_index::tip::DEFAULT_HOLE_BACKOFF_CAP;
+    use keel_index::{FollowBackoff, NextRound, TipIngest, read};
+    use std::sync::Arc;
+
+    let env = env().await?;
+    let proxy = RpcProxy::start(env.chain.endpoint()).await?;
+    let node = Arc::new(UpstreamPool::new(
+        env.chain_id,
+        UpstreamConfig::new(vec![proxy.url().to_string()]),
+    )?);
+    let ingest = TipIngest::take_ownership(env.db.pool().clone(), node, config(64), "a").await?;
+    catch_up(&ingest).await?;
+    let tip = read::indexed_tip(env.db.pool(), env.chain_id).await?;
+    let before = crate::common::fingerprint(&env.db, env.chain_id, &env.deployed).await?;
+    env.chain.mine().await?;
+    proxy.add_rule(Rule::result(
+        "eth_getBlockByNumber",
+        serde_json::Value::Null,
+    ));
+    let mut pace = FollowBackoff::new(env.chain_id, Duration::from_millis(500));
+    for _ in 0..3 {
+        let result = ingest.round().await;
+        let out = result.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+        assert_eq!(out.reorgs, 0, "{out:?}");
+        assert_eq!(out.missing, tip.map(|t| t.number), "{out:?}");
+        match pace.after(&result) {
+            NextRound::Wait(d) => assert!(d <= DEFAULT_HOLE_BACKOFF_CAP, "{d:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        !read::chain_health(env.db.pool(), env.chain_id)
+            .await?
+            .is_degraded()
+    );
+    assert_eq!(tip, read::indexed_tip(env.db.pool(), env.chain_id).await?);
+    assert_eq!(
+        before,
+        crate::common::fingerprint(&env.db, env.chain_id, &env.deployed).await?
+    );
+    proxy.clear_rules();
+    let out = ingest.round().await?;
+    assert_eq!((out.missing, out.reorgs), (None, 0), "{out:?}");
+    assert_eq!(out.tip, Some(out.head));
+    Ok(())
+}
