@@ -21,7 +21,6 @@
 use crate::ApiState;
 use crate::problem::Problem;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -92,7 +91,7 @@ fn count(result: &'static str) {
 pub(crate) async fn fireblocks_webhook(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    body: Bytes,
+    crate::extract::RawBody(body): crate::extract::RawBody,
 ) -> Result<Response, Problem> {
     let Some(custody) = state.custody_webhooks() else {
         return Err(Problem::not_found("route"));
