@@ -282,12 +282,19 @@ fn declare_request_answers(doc: &mut utoipa::openapi::OpenApi) {
         for op in ops.into_iter().flatten() {
             let with_body = op.request_body.is_some();
             let answers = &mut op.responses.responses;
-            answers.entry("400".to_owned()).or_insert_with(|| {
-                problem_answer(
-                    "`UNKNOWN_QUERY_PARAMETER`: the query string names a parameter this route \
-                     does not declare.",
-                )
-            });
+            let unknown = "`UNKNOWN_QUERY_PARAMETER`: the query string names a parameter this \
+                           route does not declare.";
+            match answers.get_mut("400") {
+                Some(utoipa::openapi::RefOr::T(answer))
+                    if !answer.description.contains("UNKNOWN_QUERY_PARAMETER") =>
+                {
+                    answer.description = format!("{} {unknown}", answer.description.trim_end());
+                }
+                Some(_) => {}
+                None => {
+                    answers.insert("400".to_owned(), problem_answer(unknown));
+                }
+            }
             answers.entry("405".to_owned()).or_insert_with(|| {
                 problem_answer(
                     "`METHOD_NOT_ALLOWED`: the path exists but not with this method (the \

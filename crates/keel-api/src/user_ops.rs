@@ -32,9 +32,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoResponses, ToSchema};
 use uuid::Uuid;
 
-/// `POST /v1/user-operations`. Read by the shared body parser
-/// ([`crate::extract::parse_body`]); `userOperation` is kept as its raw text and read
-/// by the user operation's own deserializer (no generic JSON tree of the body).
+/// `POST /v1/user-operations`: a JSON object with exactly these members (each once).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubmitUserOperationRequest {
@@ -50,6 +48,8 @@ pub struct SubmitUserOperationRequest {
     pub user_operation: Box<serde_json::value::RawValue>,
 }
 
+// Read by the shared body parser (`crate::extract::parse_body`): `userOperation` is
+// kept as its raw text for the user operation's own deserializer, never as a tree.
 impl crate::extract::RequestBody for SubmitUserOperationRequest {
     const FIELDS: &'static [crate::extract::Field] = &[
         crate::extract::Field {
@@ -74,7 +74,8 @@ impl crate::extract::RequestBody for SubmitUserOperationRequest {
 /// alone, a quantity over its width), and with `422 USER_OPERATION_REJECTED` when the
 /// EntryPoint's simulation refuses it (its signature, nonce, gas or deposit): rules no
 /// schema can state.
-#[derive(Debug, Clone, ToSchema)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[allow(dead_code)]
 pub(crate) struct UserOperationJson {
     /// The smart account.
@@ -127,7 +128,8 @@ pub(crate) struct UserOperationJson {
 }
 
 /// An EIP-7702 authorization of a user operation (hex quantities).
-#[derive(Debug, Clone, ToSchema)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[allow(dead_code)]
 pub(crate) struct Eip7702AuthJson {
     /// EIP-155 chain id of the authorization (0 = any chain).

@@ -285,9 +285,11 @@ const ENDPOINT_FIELDS: &[Field] = &[
         name: "url",
         kind: FieldKind::Text,
     },
+    // The service refuses more than 32 event types with `422 INVALID_FIELD` (a rule,
+    // as an unknown type); the parser only bounds how many strings it keeps.
     Field {
         name: "eventTypes",
-        kind: FieldKind::TextList { max_items: 32 },
+        kind: FieldKind::TextList { max_items: 256 },
     },
     Field {
         name: "description",
