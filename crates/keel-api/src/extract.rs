@@ -1044,6 +1044,41 @@ mod tests {
         }
     }
 
+    /// Booleans and object members (webhook endpoints, user operations) are judged by
+    /// the same pass: a wrong JSON type names the field, an object member is handed on
+    /// as its raw text, and duplicates are refused whatever they hold.
+    #[test]
+    fn booleans_and_objects_are_checked_by_kind() {
+        use crate::user_ops::SubmitUserOperationRequest;
+        use crate::webhooks::CreateWebhookEndpointRequest;
+        let p = parse_body::<CreateWebhookEndpointRequest>(
+            br#"{"url":"https://x","eventTypes":["*"],"enabled":"yes"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(p.code, "INVALID_FIELD");
+        assert!(p.detail.contains("`enabled`"), "{p:?}");
+        let ok = parse_body::<CreateWebhookEndpointRequest>(
+            br#"{"url":"https://x","eventTypes":["*"],"enabled":false,"description":null}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.enabled, Some(false));
+        let op = br#"{"chainId":1,"entryPoint":"e","userOperation":{"a": [1, {"b":2}]}}"#;
+        let r = parse_body::<SubmitUserOperationRequest>(op).unwrap();
+        assert_eq!(r.user_operation.get(), r#"{"a": [1, {"b":2}]}"#);
+        for bad in [
+            &br#"{"chainId":1,"entryPoint":"e","userOperation":[1]}"#[..],
+            br#"{"chainId":1,"entryPoint":"e","userOperation":null}"#,
+            br#"{"chainId":1,"entryPoint":"e","userOperation":"x"}"#,
+        ] {
+            let p = parse_body::<SubmitUserOperationRequest>(bad).unwrap_err();
+            assert_eq!(p.code, "INVALID_FIELD");
+            assert!(p.detail.contains("`userOperation`"), "{p:?}");
+        }
+        let dup = br#"{"chainId":1,"entryPoint":"e","userOperation":{},"userOperation":{}}"#;
+        let p = parse_body::<SubmitUserOperationRequest>(dup).unwrap_err();
+        assert!(p.detail.contains("`userOperation`: appears more than once"));
+    }
+
     #[test]
     fn optional_members_may_be_absent_or_null() {
         use crate::dto::RotateApiKeyRequest;

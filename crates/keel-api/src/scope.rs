@@ -368,6 +368,30 @@ mod tests {
         );
     }
 
+    /// A parameter the document declares passes; any other is named (when plain) and
+    /// its value never appears; a name that is not plain text is not echoed.
+    #[test]
+    fn unknown_query_parameters_are_named_never_their_values() {
+        let balance = "/v1/assets/{id}/balances/{address}";
+        assert!(check_query(&Method::GET, balance, Some("atBlock=20&minBlock=3")).is_ok());
+        assert!(check_query(&Method::GET, balance, None).is_ok());
+        let p = check_query(&Method::GET, balance, Some("atBlock=1&fromBlock=SECRET")).unwrap_err();
+        assert_eq!(
+            (p.status, p.code.as_str()),
+            (400, "UNKNOWN_QUERY_PARAMETER")
+        );
+        assert!(p.detail.contains("`fromBlock`"), "{p:?}");
+        assert!(p.detail.contains("atBlock"), "{p:?}");
+        assert!(!p.detail.contains("SECRET"), "{p:?}");
+        let p = check_query(&Method::GET, "/healthz", Some("%3Cb%3E=1")).unwrap_err();
+        assert!(!p.detail.contains("<b>"), "{p:?}");
+        let long = format!("{}=1", "a".repeat(65));
+        let p = check_query(&Method::GET, "/healthz", Some(&long)).unwrap_err();
+        assert!(!p.detail.contains(&"a".repeat(65)), "{p:?}");
+        // HEAD reads what GET reads.
+        assert!(check_query(&Method::HEAD, balance, Some("atBlock=1")).is_ok());
+    }
+
     #[test]
     fn head_needs_what_get_needs() {
         assert_eq!(

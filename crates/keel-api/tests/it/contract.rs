@@ -293,3 +293,59 @@ async fn every_amount_route_refuses_digits_beyond_the_decimals() {
         assert_eq!(a.status.as_u16(), want, "{path} {exact}: {:?}", a.body);
     }
 }
+
+/// Every operation that declares a required header refuses a request without it with
+/// one of the answers a missing header calls for (400, 401, 403, 406, 415 or 422, as
+/// schemathesis's ST203 check), never a 404 — also where the route's service is not
+/// configured. (Before: the custody webhook route answered 404 to an unsigned delivery
+/// when no custody provider was configured.)
+#[tokio::test]
+async fn a_missing_required_header_is_refused_on_every_route() {
+    let env = Env::new().await;
+    let key = all_scopes(&env).await;
+    let auth = format!("Bearer {key}");
+    let document: Value = serde_json::from_str(&keel_api::openapi_json()).unwrap();
+    let mut checked = 0;
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (m, op) in item.as_object().unwrap() {
+            let required: Vec<&str> = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "header" && p["required"] == true)
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            for header in required {
+                let label = format!("{m} {path} without {header}");
+                let mut headers = vec![("authorization", auth.as_str())];
+                if !header.eq_ignore_ascii_case("idempotency-key") {
+                    headers.push(("idempotency-key", "contract-header"));
+                }
+                let a = env
+                    .send(
+                        method(m),
+                        &concrete(path),
+                        &headers,
+                        Some(("application/json", b"{}".to_vec())),
+                    )
+                    .await;
+                assert!(
+                    [400, 401, 403, 406, 415, 422].contains(&a.status.as_u16()),
+                    "{label}: {} {:?}",
+                    a.status,
+                    a.body
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 9, "only {checked} required headers");
+    // The custody route without a provider: unsigned → 401, signed → 404 (declared).
+    let uri = "/v1/custody/webhooks/fireblocks";
+    let json = Some(("application/json", b"{}".to_vec()));
+    let a = env.send(Method::POST, uri, &[], json.clone()).await;
+    assert_problem(&a, 401, "CUSTODY_WEBHOOK_UNVERIFIED", "unsigned");
+    let signed = [("fireblocks-webhook-signature", "e30..c2ln")];
+    let a = env.send(Method::POST, uri, &signed, json).await;
+    assert_problem(&a, 404, "NOT_FOUND", "signed, not configured");
+}

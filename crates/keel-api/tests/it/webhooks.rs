@@ -86,21 +86,36 @@ async fn webhook_endpoints_lifecycle() {
     // (The shared body parser: an unknown member is `UNKNOWN_FIELD`, a missing or
     // wrongly typed one `INVALID_FIELD` naming it, as on every route.)
     for (body, status, code, names) in [
-        (json!({"url": "ftp://x", "eventTypes": ["*"]}), 422, "INVALID_FIELD", "`url`"),
+        (
+            json!({"url": "ftp://x", "eventTypes": ["*"]}),
+            422,
+            "INVALID_FIELD",
+            "`url`",
+        ),
         (
             json!({"url": "http://127.0.0.1:9/x", "eventTypes": ["nope"]}),
             422,
             "INVALID_FIELD",
             "`eventTypes`",
         ),
-        (json!({"url": "http://127.0.0.1:9/x"}), 400, "INVALID_FIELD", "`eventTypes`"),
+        (
+            json!({"url": "http://127.0.0.1:9/x"}),
+            400,
+            "INVALID_FIELD",
+            "`eventTypes`",
+        ),
         (
             json!({"url": "http://127.0.0.1:9/x", "eventTypes": ["*"], "extra": 1}),
             400,
             "UNKNOWN_FIELD",
             "accepted: url, eventTypes, description, enabled",
         ),
-        (json!({"url": 7, "eventTypes": ["*"]}), 400, "INVALID_FIELD", "`url`"),
+        (
+            json!({"url": 7, "eventTypes": ["*"]}),
+            400,
+            "INVALID_FIELD",
+            "`url`",
+        ),
         (
             json!({"url": "http://127.0.0.1:9/x", "eventTypes": ["*"], "enabled": "yes"}),
             400,
