@@ -746,15 +746,11 @@ fn check_field(f: &Field, seen: Seen) -> Result<Member, Problem> {
     let name = f.name;
     match (f.kind, seen) {
         (FieldKind::Object, Seen::Object(raw)) if raw.get().trim_start().starts_with('{') => {
-            return Ok(Member::Raw(raw));
+            Ok(Member::Raw(raw))
         }
-        (FieldKind::Object, _) => {
-            return Err(invalid(format!("field `{name}`: must be a JSON object")));
-        }
-        (FieldKind::Bool, Seen::Bool(b)) => return Ok(Member::Json(b.to_string())),
-        (FieldKind::Bool, _) => {
-            return Err(invalid(format!("field `{name}`: must be true or false")));
-        }
+        (FieldKind::Object, _) => Err(invalid(format!("field `{name}`: must be a JSON object"))),
+        (FieldKind::Bool, Seen::Bool(b)) => Ok(Member::Json(b.to_string())),
+        (FieldKind::Bool, _) => Err(invalid(format!("field `{name}`: must be true or false"))),
         (_, seen) => check_scalar(f, seen).map(|v| Member::Json(v.to_string())),
     }
 }

@@ -243,30 +243,9 @@ async fn every_amount_route_refuses_digits_beyond_the_decimals() {
     for (i, (m, path, member)) in routes.iter().enumerate() {
         assert_eq!(m, "post");
         let uri = path.replace("{id}", &asset.to_string());
-        // (decimals of the value's unit, the body with `value` in `member`)
-        let (decimals, body): (usize, Box<dyn Fn(&str) -> Value>) = match *member {
-            "initialPrice" => (
-                8,
-                Box::new(|v: &str| {
-                    let mut b = crate::common::asset_body("Alpha");
-                    b["initialPrice"] = Value::from(v);
-                    b
-                }),
-            ),
-            _ => (
-                6,
-                Box::new(
-                    |v: &str| serde_json::json!({"recipient": crate::common::RECIPIENT, "amount": v}),
-                ),
-            ),
-        };
-        let body = |v: &str| {
-            let mut b = body(v);
-            if path.ends_with("/burn") {
-                b.as_object_mut().unwrap().remove("recipient");
-            }
-            b
-        };
+        // The decimals of the value's unit: the asset's 6, the template's 8 price decimals.
+        let decimals = if *member == "initialPrice" { 8 } else { 6 };
+        let body = |v: &str| amount_body(member, path, v);
         for (j, refused) in [
             format!("1.{}", "0".repeat(decimals + 1)),
             format!("1.{}1", "0".repeat(decimals)),
@@ -348,4 +327,18 @@ async fn a_missing_required_header_is_refused_on_every_route() {
     let signed = [("fireblocks-webhook-signature", "e30..c2ln")];
     let a = env.send(Method::POST, uri, &signed, json).await;
     assert_problem(&a, 404, "NOT_FOUND", "signed, not configured");
+}
+
+/// A body of `path` with `value` as its `member` (`amount` or `initialPrice`).
+fn amount_body(member: &str, path: &str, value: &str) -> Value {
+    if member == "initialPrice" {
+        let mut b = crate::common::asset_body("Alpha");
+        b["initialPrice"] = Value::from(value);
+        return b;
+    }
+    if path.ends_with("/burn") {
+        serde_json::json!({"amount": value})
+    } else {
+        serde_json::json!({"recipient": crate::common::RECIPIENT, "amount": value})
+    }
 }
