@@ -65,6 +65,13 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "The body has a member the schema does not define.",
     ),
     c(
+        "UNKNOWN_QUERY_PARAMETER",
+        400,
+        "The query string names a parameter the route does not declare in this document \
+         (every route refuses them rather than ignore them); `detail` names the parameter, \
+         never its value, and lists the accepted ones.",
+    ),
+    c(
         "CUSTODY_WEBHOOK_UNVERIFIED",
         401,
         "A custody-provider webhook (`POST /v1/custody/webhooks/fireblocks`) without a valid \
@@ -186,7 +193,8 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "AMOUNT_PRECISION_LOSS",
         422,
         "An amount has more fractional digits than the token's decimals (or a price more \
-         than the template's price decimals).",
+         than the template's price decimals), trailing zeros included: `1.0000000` of a \
+         6-decimals token is refused, never trimmed or rounded.",
     ),
     c(
         "AMOUNT_TOO_MANY_DIGITS",
@@ -354,6 +362,9 @@ mod tests {
             "src/keys.rs",
             "src/page.rs",
             "src/ledger.rs",
+            "src/webhooks.rs",
+            "src/user_ops.rs",
+            "src/custody.rs",
             "../keel-workflows/src/error.rs",
             "../keel-units/src/error.rs",
         ];

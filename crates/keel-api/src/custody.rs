@@ -21,7 +21,6 @@
 use crate::ApiState;
 use crate::problem::Problem;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -68,6 +67,15 @@ fn count(result: &'static str) {
         .increment(1);
 }
 
+/// `401 CUSTODY_WEBHOOK_UNVERIFIED`.
+fn unverified() -> Problem {
+    Problem::new(
+        StatusCode::UNAUTHORIZED,
+        "CUSTODY_WEBHOOK_UNVERIFIED",
+        "the webhook signature could not be verified",
+    )
+}
+
 /// Receives a Fireblocks webhook v2 delivery: verified by its detached JWS
 /// (`Fireblocks-Webhook-Signature`, RS512, the provider's JWKS) over the raw body; a
 /// verified event wakes the queue's read of its transaction at the provider (the body
@@ -84,7 +92,7 @@ fn count(result: &'static str) {
     responses(
         (status = 200, description = "Verified and acknowledged.", body = CustodyWebhookAck),
         (status = 401, description = "`CUSTODY_WEBHOOK_UNVERIFIED`: missing, malformed or wrong signature, unknown key, or not a webhook v2 event; nothing recorded.", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`NOT_FOUND`: custody webhooks are not configured.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`NOT_FOUND`: custody webhooks are not configured (a signed delivery; an unsigned one is 401 whether or not they are).", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body exceeds the limit.", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`CUSTODY_KEYS_UNAVAILABLE`: the provider's keys could not be fetched; redeliver later.", body = Problem, content_type = "application/problem+json"),
     )
@@ -92,12 +100,18 @@ fn count(result: &'static str) {
 pub(crate) async fn fireblocks_webhook(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    body: Bytes,
+    crate::extract::RawBody(body): crate::extract::RawBody,
 ) -> Result<Response, Problem> {
+    let signature = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
+    // An unsigned delivery is refused as such whether or not the route is configured
+    // (the header is required by the document; schemathesis ST203).
+    if signature.is_none_or(str::is_empty) {
+        count("refused");
+        return Err(unverified());
+    }
     let Some(custody) = state.custody_webhooks() else {
         return Err(Problem::not_found("route"));
     };
-    let signature = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
     let event = match custody.verifier.verify(signature, &body).await {
         Ok(event) => event,
         Err(WebhookError::BodyTooLarge) => {
@@ -119,11 +133,7 @@ pub(crate) async fn fireblocks_webhook(
         Err(e) => {
             count("refused");
             tracing::info!(target: "keel::api", reason = e.code(), "custody webhook refused");
-            return Err(Problem::new(
-                StatusCode::UNAUTHORIZED,
-                "CUSTODY_WEBHOOK_UNVERIFIED",
-                "the webhook signature could not be verified",
-            ));
+            return Err(unverified());
         }
     };
     let tx = event.transaction().ok();

@@ -49,7 +49,8 @@ pub struct CreateAssetRequest {
     /// Initial price in quote units per token, as a **decimal string** (JSON numbers
     /// are refused): greater than zero, at most 78 digits before and after the point
     /// (the pattern). Two more rules depend on the named template and answer `422`:
-    /// at most its price decimals of fractional digits (`AMOUNT_PRECISION_LOSS`), and
+    /// at most its price decimals of fractional digits, trailing zeros included
+    /// (`AMOUNT_PRECISION_LOSS`), and
     /// the price in base units (times 10^price decimals) at most 2^127-1, the largest
     /// answer the feed holds (`INVALID_FIELD`).
     #[schema(
@@ -92,7 +93,8 @@ pub struct TokenAmountRequest {
     /// Token units as a **decimal string** (JSON numbers are refused): greater than
     /// zero, at most 78 digits before and after the point (the pattern). Two more rules
     /// depend on the asset and answer `422`: at most the token's decimals of fractional
-    /// digits (`AMOUNT_PRECISION_LOSS`), and at most 2^256-1 base units
+    /// digits, trailing zeros included (`AMOUNT_PRECISION_LOSS`: `"1.0000000"` of a
+    /// 6-decimals token is refused), and at most 2^256-1 base units
     /// (`AMOUNT_OVERFLOW`).
     #[schema(
         pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$",
@@ -112,7 +114,8 @@ pub struct BurnRequest {
     /// Token units as a **decimal string** (JSON numbers are refused): greater than
     /// zero, at most 78 digits before and after the point (the pattern). Two more rules
     /// depend on the asset and answer `422`: at most the token's decimals of fractional
-    /// digits (`AMOUNT_PRECISION_LOSS`), and at most 2^256-1 base units
+    /// digits, trailing zeros included (`AMOUNT_PRECISION_LOSS`: `"1.0000000"` of a
+    /// 6-decimals token is refused), and at most 2^256-1 base units
     /// (`AMOUNT_OVERFLOW`).
     #[schema(
         pattern = r"^(?=[0-9.]*[1-9])[0-9]{1,78}(\.[0-9]{1,78})?$",
@@ -853,8 +856,14 @@ pub struct Balance {
     pub balance: String,
     /// Base units (decimal integer string).
     pub balance_base_units: String,
-    /// The index block this balance reflects.
+    /// The indexed tip when the balance was read (0 when nothing is indexed yet).
     pub indexed_block: u64,
+    /// The block the balance reflects: `atBlock` when given (every canonical transfer
+    /// at or below it), else the indexed tip.
+    pub block: u64,
+    /// True when `block` is at or below the chain's finalized block: the balance can
+    /// no longer change. False: a reorg may still replace blocks up to `block`.
+    pub finalized: bool,
     /// True when the Ledger Index of the asset's chain is degraded: the balance may
     /// include orphaned blocks until an operator re-indexes the chain.
     pub index_degraded: bool,
@@ -1423,6 +1432,8 @@ impl From<svc::BalanceView> for Balance {
             balance: b.balance,
             balance_base_units: b.balance_base_units,
             indexed_block: b.indexed_block,
+            block: b.block,
+            finalized: b.finalized,
             index_degraded: b.index_degraded,
             index_rebuilding: b.index_rebuilding,
         }

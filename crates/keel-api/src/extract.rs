@@ -185,6 +185,12 @@ pub enum FieldKind {
         /// The most elements accepted.
         max_items: usize,
     },
+    /// `true` or `false`.
+    Bool,
+    /// A JSON object whose members the handler reads itself (kept as its raw text,
+    /// copied once, never as a tree of values; e.g. a user operation, whose own
+    /// deserializer refuses its unknown and duplicate members).
+    Object,
 }
 
 impl FieldKind {
@@ -335,21 +341,7 @@ impl<T: RequestBody> FromRequest<ApiState> for JsonBody<T> {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(is_json_media_type);
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                crate::metrics::body_too_large();
-                Problem::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "PAYLOAD_TOO_LARGE",
-                    format!(
-                        "the request body exceeds {} bytes",
-                        state.config().max_body_bytes
-                    ),
-                )
-            } else {
-                Problem::bad_request("MALFORMED_BODY", "the request body could not be read")
-            }
-        })?;
+        let RawBody(bytes) = RawBody::from_request(req, state).await?;
         if bytes.is_empty() && T::EMPTY_ALLOWED {
             return parse_body::<T>(b"{}").map(Self);
         }
@@ -358,6 +350,41 @@ impl<T: RequestBody> FromRequest<ApiState> for JsonBody<T> {
         }
         parse_body::<T>(&bytes).map(Self)
     }
+}
+
+/// A request body as bytes, read within the body limit: over
+/// [`crate::ApiConfig::max_body_bytes`] → `413 PAYLOAD_TOO_LARGE` (a problem, as every
+/// other refusal), unreadable → `400 MALFORMED_BODY`. [`JsonBody`] reads through it;
+/// routes whose body is not a JSON object of a schema (a JSON-RPC request, a signed
+/// provider webhook verified over its raw bytes) take it directly.
+#[derive(Debug, Clone)]
+pub struct RawBody(pub Bytes);
+
+impl FromRequest<ApiState> for RawBody {
+    type Rejection = Problem;
+
+    async fn from_request(req: Request, state: &ApiState) -> Result<Self, Problem> {
+        Bytes::from_request(req, state)
+            .await
+            .map(Self)
+            .map_err(|e| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    crate::metrics::body_too_large();
+                    payload_too_large(state.config().max_body_bytes)
+                } else {
+                    Problem::bad_request("MALFORMED_BODY", "the request body could not be read")
+                }
+            })
+    }
+}
+
+/// `413 PAYLOAD_TOO_LARGE` for a body over `limit` bytes.
+pub fn payload_too_large(limit: usize) -> Problem {
+    Problem::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "PAYLOAD_TOO_LARGE",
+        format!("the request body exceeds {limit} bytes"),
+    )
 }
 
 /// Refuses a request whose `Content-Type` is not JSON (`application/json` or
@@ -424,6 +451,10 @@ enum Seen {
     Text(String),
     /// An array of strings within the field's bound, for a field that takes one.
     TextList(Vec<String>),
+    /// A boolean.
+    Bool(bool),
+    /// A member's raw text, for a field that takes an object.
+    Object(Box<serde_json::value::RawValue>),
     /// Any other value (skipped without being kept).
     Other,
 }
@@ -476,6 +507,16 @@ impl<'de> serde::de::Visitor<'de> for TopVisitor<'_> {
                 Some(i) if scan.slots[i].is_some() => {
                     scan.repeated[i] = true;
                     map.next_value::<IgnoredAny>()?;
+                }
+                Some(i) if scan.fields[i].kind == FieldKind::Object => {
+                    // The raw text of the member (any JSON value); its kind is judged
+                    // after the pass.
+                    let raw = map.next_value::<Box<serde_json::value::RawValue>>()?;
+                    scan.slots[i] = Some(if raw.get() == "null" {
+                        Seen::Null
+                    } else {
+                        Seen::Object(raw)
+                    });
                 }
                 Some(i) => {
                     let seen = map.next_value_seed(ValueSeed(scan.fields[i].kind))?;
@@ -569,8 +610,12 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed {
         Ok(Seen::Null)
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Seen, E> {
-        Ok(Seen::Other)
+    fn visit_bool<E>(self, b: bool) -> Result<Seen, E> {
+        Ok(if self.0 == FieldKind::Bool {
+            Seen::Bool(b)
+        } else {
+            Seen::Other
+        })
     }
 
     fn visit_i64<E>(self, n: i64) -> Result<Seen, E> {
@@ -679,9 +724,38 @@ impl<'de> serde::de::Visitor<'de> for ListItemSeed {
     }
 }
 
+/// What `T`'s `Deserialize` is given for one member, as JSON text: a checked small
+/// value, or the raw text of an object member.
+enum Member {
+    Json(String),
+    Raw(Box<serde_json::value::RawValue>),
+}
+
+impl Member {
+    fn text(&self) -> &str {
+        match self {
+            Self::Json(t) => t,
+            Self::Raw(raw) => raw.get(),
+        }
+    }
+}
+
 /// Checks one present member against its field's kind; the value, when it passes, as
-/// the JSON value `T`'s `Deserialize` is given.
-fn check_field(f: &Field, seen: Seen) -> Result<Value, Problem> {
+/// `T`'s `Deserialize` is given it.
+fn check_field(f: &Field, seen: Seen) -> Result<Member, Problem> {
+    let name = f.name;
+    match (f.kind, seen) {
+        (FieldKind::Object, Seen::Object(raw)) if raw.get().trim_start().starts_with('{') => {
+            Ok(Member::Raw(raw))
+        }
+        (FieldKind::Object, _) => Err(invalid(format!("field `{name}`: must be a JSON object"))),
+        (FieldKind::Bool, Seen::Bool(b)) => Ok(Member::Json(b.to_string())),
+        (FieldKind::Bool, _) => Err(invalid(format!("field `{name}`: must be true or false"))),
+        (_, seen) => check_scalar(f, seen).map(|v| Member::Json(v.to_string())),
+    }
+}
+
+fn check_scalar(f: &Field, seen: Seen) -> Result<Value, Problem> {
     let name = f.name;
     match (f.kind, seen) {
         (FieldKind::Text | FieldKind::Decimal | FieldKind::Address, Seen::Text(s)) => {
@@ -726,6 +800,10 @@ fn check_field(f: &Field, seen: Seen) -> Result<Value, Problem> {
         (FieldKind::TextList { max_items }, _) => Err(invalid(format!(
             "field `{name}`: must be an array of at most {max_items} strings"
         ))),
+        // Judged by `check_field`.
+        (FieldKind::Bool | FieldKind::Object, _) => {
+            Err(invalid(format!("field `{name}`: has the wrong JSON type")))
+        }
     }
 }
 
@@ -789,18 +867,36 @@ pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, Problem> {
             f.name
         )));
     }
-    let mut members = serde_json::Map::new();
+    // The checked members as one small JSON text (an object member's raw text is
+    // spliced in, not parsed into a tree), read by `T`'s `Deserialize`.
+    let mut members = Vec::with_capacity(T::FIELDS.len());
     for (f, slot) in T::FIELDS.iter().zip(scan.slots) {
         let optional = T::OPTIONAL.contains(&f.name);
-        match slot {
-            None | Some(Seen::Null) if optional => {}
+        let member = match slot {
+            None | Some(Seen::Null) if optional => continue,
             None => return Err(invalid(format!("field `{}`: is required", f.name))),
-            Some(seen) => {
-                members.insert(f.name.to_owned(), check_field(f, seen)?);
-            }
-        }
+            Some(seen) => check_field(f, seen)?,
+        };
+        members.push((f.name, member));
     }
-    serde_json::from_value(Value::Object(members))
+    // Sized once: a raw member is copied into it exactly once.
+    let size: usize = members
+        .iter()
+        .map(|(name, m)| name.len() + 4 + m.text().len())
+        .sum();
+    let mut text = String::with_capacity(size + 2);
+    text.push('{');
+    for (name, member) in members {
+        if text.len() > 1 {
+            text.push(',');
+        }
+        text.push('"');
+        text.push_str(name);
+        text.push_str("\":");
+        text.push_str(member.text());
+    }
+    text.push('}');
+    serde_json::from_str(&text)
         .map_err(|_| invalid("the request body does not match the schema".to_owned()))
 }
 
@@ -942,6 +1038,41 @@ mod tests {
         for body in &u {
             assert_eq!(answer::<CreateAssetRequest>(body).code, "UNKNOWN_FIELD");
         }
+    }
+
+    /// Booleans and object members (webhook endpoints, user operations) are judged by
+    /// the same pass: a wrong JSON type names the field, an object member is handed on
+    /// as its raw text, and duplicates are refused whatever they hold.
+    #[test]
+    fn booleans_and_objects_are_checked_by_kind() {
+        use crate::user_ops::SubmitUserOperationRequest;
+        use crate::webhooks::CreateWebhookEndpointRequest;
+        let p = parse_body::<CreateWebhookEndpointRequest>(
+            br#"{"url":"https://x","eventTypes":["*"],"enabled":"yes"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(p.code, "INVALID_FIELD");
+        assert!(p.detail.contains("`enabled`"), "{p:?}");
+        let ok = parse_body::<CreateWebhookEndpointRequest>(
+            br#"{"url":"https://x","eventTypes":["*"],"enabled":false,"description":null}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.enabled, Some(false));
+        let op = br#"{"chainId":1,"entryPoint":"e","userOperation":{"a": [1, {"b":2}]}}"#;
+        let r = parse_body::<SubmitUserOperationRequest>(op).unwrap();
+        assert_eq!(r.user_operation.get(), r#"{"a": [1, {"b":2}]}"#);
+        for bad in [
+            &br#"{"chainId":1,"entryPoint":"e","userOperation":[1]}"#[..],
+            br#"{"chainId":1,"entryPoint":"e","userOperation":null}"#,
+            br#"{"chainId":1,"entryPoint":"e","userOperation":"x"}"#,
+        ] {
+            let p = parse_body::<SubmitUserOperationRequest>(bad).unwrap_err();
+            assert_eq!(p.code, "INVALID_FIELD");
+            assert!(p.detail.contains("`userOperation`"), "{p:?}");
+        }
+        let dup = br#"{"chainId":1,"entryPoint":"e","userOperation":{},"userOperation":{}}"#;
+        let p = parse_body::<SubmitUserOperationRequest>(dup).unwrap_err();
+        assert!(p.detail.contains("`userOperation`: appears more than once"));
     }
 
     #[test]

@@ -94,7 +94,8 @@ pub(crate) enum TokenOpAnswers {
 pub(crate) enum ReadErrors {
     /// `INVALID_QUERY`: a query parameter is malformed (an integer outside its range, an
     /// unknown `state` or `kind`, a malformed `assetId` or RFC 3339 time, a `limit`
-    /// outside 1 to 200); `INVALID_CURSOR`: a `cursor` this list did not return.
+    /// outside 1 to 200); `UNKNOWN_QUERY_PARAMETER`: a parameter the route does not
+    /// declare; `INVALID_CURSOR`: a `cursor` this list did not return.
     #[response(status = 400, content_type = "application/problem+json")]
     BadRequest(Problem),
     /// `UNAUTHENTICATED`: missing or invalid API key.
@@ -105,7 +106,8 @@ pub(crate) enum ReadErrors {
     NotFound(Problem),
     /// `ASSET_NOT_READY`: the asset's token does not exist yet (balances);
     /// `INDEX_BEHIND` (retryable, with `Retry-After`): the Ledger Index did not reach
-    /// `minBlock` within `waitSeconds`.
+    /// `minBlock` within `waitSeconds`; `BLOCK_NOT_INDEXED`: `atBlock` (balances) is
+    /// above the indexed tip.
     #[response(status = 409, content_type = "application/problem+json")]
     Conflict(Problem),
     /// `INVALID_ADDRESS` (balances).
@@ -1043,7 +1045,7 @@ pub(crate) async fn asset(
     params(
         ("id" = Uuid, Path, description = "Asset id"),
         ("address" = String, Path, description = "Holder: `0x` + 40 hex digits"),
-        MinBlockQuery,
+        BalanceQuery,
     ),
     responses(
         (status = 200, description = "The balance.", body = Balance),
@@ -1055,16 +1057,41 @@ pub(crate) async fn balance(
     State(state): State<ApiState>,
     Authed(caller): Authed,
     RawPath((id, address)): RawPath<(String, String)>,
-    q: Result<Query<MinBlockQuery>, QueryRejection>,
+    q: Result<Query<BalanceQuery>, QueryRejection>,
 ) -> Result<Response, Problem> {
-    let q = block_query(q)?;
+    let q = query(q)?;
+    int64_query(q.min_block)?;
+    int64_query(q.wait_seconds)?;
+    int64_query(q.at_block)?;
+    let wait = MinBlockQuery {
+        min_block: q.min_block,
+        wait_seconds: q.wait_seconds,
+    }
+    .wait(&state);
     let id = parse_id(&id, "asset")?;
     let holder = parse_address(&address, "address")?;
     let view = state
         .ops()
-        .balance(caller, id, holder, q.min_block, q.wait(&state))
+        .balance(caller, id, holder, q.at_block, q.min_block, wait)
         .await?;
     Ok(Json(Balance::from(view)).into_response())
+}
+
+/// Query of the balance read: read-after-write (`minBlock`, `waitSeconds`) and the
+/// record date (`atBlock`).
+#[derive(Debug, Clone, Copy, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct BalanceQuery {
+    /// Wait until the Ledger Index has committed this block before reading
+    /// (`409 INDEX_BEHIND`, retryable, when it does not within the wait).
+    min_block: Option<u64>,
+    /// How long to wait for `minBlock`, seconds (default 10, capped at 60).
+    wait_seconds: Option<u64>,
+    /// The record date: the balance as of this block (every canonical transfer at or
+    /// below it), as `GET /v1/assets/{id}/holders?atBlock=N`. Default: the indexed tip.
+    /// Above the indexed tip: `409 BLOCK_NOT_INDEXED`.
+    at_block: Option<u64>,
 }
 
 /// Filter of the funding requests.

@@ -21,7 +21,7 @@
 //! | `GET /v1/assets` (`?limit=&cursor=`) | `Ops::assets` | page of assets, oldest first |
 //! | `GET /v1/assets/{id}` (`?minBlock=N&waitSeconds=S`) | `Ops::asset` | asset |
 //! | `GET /v1/templates` (`?limit=&cursor=`) | `Ops::templates` | page of asset templates, by id |
-//! | `GET /v1/assets/{id}/balances/{address}` (same query) | `Ops::balance` | balance |
+//! | `GET /v1/assets/{id}/balances/{address}` (same query, and `?atBlock=N`: the balance as of a block) | `Ops::balance` | balance |
 //! | `GET /v1/assets/{id}/holders` (`?atBlock=N&limit=&cursor=`) | `Ops::holders` | holders as of a block ([`ledger`]) |
 //! | `GET /v1/assets/{id}/transfers`, `GET /v1/assets/{id}/holders/{address}/transfers` (`?limit=&cursor=`) | `Ops::transfers` | transfers, newest first |
 //! | `GET /v1/assets/{id}/supply` (`?atBlock=N`) | `Ops::supply` | supply as of a block |
@@ -93,10 +93,16 @@
 //! any order) → `400 INVALID_FIELD` naming it; missing members, wrong types and JSON
 //! numbers where decimal strings are expected → `400 INVALID_FIELD`; bad addresses → `422 INVALID_ADDRESS`;
 //! unknown role names → `422 UNKNOWN_ROLE`; malformed path ids → `404 NOT_FOUND`; bad query values (integers, `limit`, list
-//! filters) → `400 INVALID_QUERY`; a cursor a list did not issue → `400 INVALID_CURSOR`;
+//! filters) → `400 INVALID_QUERY`; a query parameter the route does not declare →
+//! `400 UNKNOWN_QUERY_PARAMETER` on every route ([`scope::check_query`], the accepted
+//! names read from this document); a cursor a list did not issue → `400 INVALID_CURSOR`;
 //! unknown routes → `404`, wrong methods → `405 METHOD_NOT_ALLOWED`; a panicking
 //! handler → `500 INTERNAL` (a bug; never caused by input by design).
 //!
+//! Every route with a JSON-object body (webhook endpoints and user operations
+//! included) reads it with [`extract::JsonBody`]; the two whose body is not such an
+//! object (the bundler's JSON-RPC, a signed custody-provider webhook) read it with
+//! [`extract::RawBody`] — both answer an oversized body with the `413` problem.
 //! Bodies are validated in one streaming pass straight from the bytes
 //! ([`extract::parse_body`]): no `serde_json::Value` of the body is built, so what a
 //! body costs in memory is bounded by the schema plus one copy of its string members —

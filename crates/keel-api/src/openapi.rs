@@ -58,6 +58,7 @@ impl Modify for Fixups {
                 "/rotate",
                 "/rotate-secret",
                 "/reindex",
+                "/test",
             ]
             .iter()
             .any(|suffix| path.ends_with(suffix));
@@ -72,9 +73,11 @@ impl Modify for Fixups {
         }
         constrain_parameters(doc);
         declare_scopes(doc);
+        declare_request_answers(doc);
         let components = doc.components.get_or_insert_with(Default::default);
         enumerate_kinds(components);
         merge_operation_accepted(components);
+        name_result_kinds(components);
         unique_scopes(components);
         enumerate_event_types(components);
         list_error_codes(components);
@@ -241,6 +244,175 @@ fn declare_scopes(doc: &mut utoipa::openapi::OpenApi) {
                 });
         }
     }
+}
+
+/// A `problem+json` answer described by `description`.
+fn problem_answer(description: &str) -> utoipa::openapi::RefOr<utoipa::openapi::Response> {
+    use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                crate::problem::PROBLEM_JSON,
+                ContentBuilder::new()
+                    .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                        "Problem",
+                    ))))
+                    .build(),
+            )
+            .build(),
+    )
+}
+
+/// Declares the answers every request can get before its handler runs, on every
+/// operation that lacks them: `400` (`UNKNOWN_QUERY_PARAMETER`: every route refuses
+/// undeclared query parameters, [`crate::scope::check_query`]), `405
+/// METHOD_NOT_ALLOWED` (the path exists, the method does not), and on every operation
+/// with a request body `413 PAYLOAD_TOO_LARGE` and `415 UNSUPPORTED_MEDIA_TYPE` (the
+/// shared body extractors, [`crate::extract::RawBody`] and
+/// [`crate::extract::JsonBody`]).
+fn declare_request_answers(doc: &mut utoipa::openapi::OpenApi) {
+    for item in doc.paths.paths.values_mut() {
+        let ops = [
+            item.get.as_mut(),
+            item.post.as_mut(),
+            item.put.as_mut(),
+            item.patch.as_mut(),
+            item.delete.as_mut(),
+        ];
+        for op in ops.into_iter().flatten() {
+            let with_body = op.request_body.is_some();
+            let answers = &mut op.responses.responses;
+            let unknown = "`UNKNOWN_QUERY_PARAMETER`: the query string names a parameter this \
+                           route does not declare.";
+            match answers.get_mut("400") {
+                Some(utoipa::openapi::RefOr::T(answer))
+                    if !answer.description.contains("UNKNOWN_QUERY_PARAMETER") =>
+                {
+                    answer.description = format!("{} {unknown}", answer.description.trim_end());
+                }
+                Some(_) => {}
+                None => {
+                    answers.insert("400".to_owned(), problem_answer(unknown));
+                }
+            }
+            answers.entry("405".to_owned()).or_insert_with(|| {
+                problem_answer(
+                    "`METHOD_NOT_ALLOWED`: the path exists but not with this method (the \
+                     answer's `Allow` header lists the methods it has).",
+                )
+            });
+            if with_body {
+                answers.entry("413".to_owned()).or_insert_with(|| {
+                    problem_answer(
+                        "`PAYLOAD_TOO_LARGE`: the body exceeds the limit (default 256 KiB).",
+                    )
+                });
+                answers.entry("415".to_owned()).or_insert_with(|| {
+                    problem_answer("`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.")
+                });
+            }
+        }
+    }
+}
+
+/// The schema name of the result of operation kind `kind`: `asset.grant-role` →
+/// `AssetGrantRoleOperationResult`.
+fn result_schema_name(kind: &str) -> String {
+    let mut name = String::new();
+    for part in kind.split(['.', '-']) {
+        let mut chars = part.chars();
+        if let Some(first) = chars.next() {
+            name.extend(first.to_uppercase());
+            name.push_str(chars.as_str());
+        }
+    }
+    name.push_str("OperationResult");
+    name
+}
+
+/// Replaces `OperationResult`'s inline `oneOf` of `allOf[$ref, {kind}]` (which
+/// generators such as openapi-python-client cannot read) with one named, closed object
+/// per kind (`AssetMintOperationResult`, ...: the kind's result members plus `kind`,
+/// whose only value is the kind) and a `oneOf` of their references with a
+/// `discriminator` on `kind`. The wire shape is unchanged.
+fn name_result_kinds(components: &mut utoipa::openapi::Components) {
+    use serde_json::Value;
+    use utoipa::openapi::schema::{
+        AdditionalProperties, Discriminator, ObjectBuilder, OneOfBuilder, Type,
+    };
+    use utoipa::openapi::{Ref, RefOr, Schema};
+    // Read the generated `oneOf` (as JSON: which base schema and which kind per item).
+    let Some(result) = components
+        .schemas
+        .get("OperationResult")
+        .and_then(|s| serde_json::to_value(s).ok())
+    else {
+        return;
+    };
+    let Some(items) = result.get("oneOf").and_then(Value::as_array) else {
+        return;
+    };
+    let mut kinds = Vec::new();
+    for item in items {
+        let parts = item.get("allOf").and_then(Value::as_array);
+        let base = parts
+            .and_then(|p| p.iter().find_map(|s| s.get("$ref")))
+            .and_then(Value::as_str)
+            .and_then(|r| r.rsplit('/').next());
+        let kind = parts
+            .and_then(|p| p.iter().find_map(|s| s.pointer("/properties/kind/enum/0")))
+            .and_then(Value::as_str);
+        let (Some(base), Some(kind)) = (base, kind) else {
+            return;
+        };
+        let description = item
+            .get("description")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        kinds.push((base.to_owned(), kind.to_owned(), description));
+    }
+    let mut one_of = OneOfBuilder::new();
+    let mut mapping = Vec::new();
+    for (base, kind, description) in kinds {
+        let Some(RefOr::T(Schema::Object(mut object))) = components.schemas.get(&base).cloned()
+        else {
+            return;
+        };
+        object.properties.insert(
+            "kind".to_owned(),
+            RefOr::T(Schema::Object(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some([kind.as_str()]))
+                    .description(Some("The operation kind (repeats the operation's `kind`)."))
+                    .build(),
+            )),
+        );
+        object.required.insert(0, "kind".to_owned());
+        object.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+        if description.is_some() {
+            object.description = description;
+        }
+        let name = result_schema_name(&kind);
+        components
+            .schemas
+            .insert(name.clone(), RefOr::T(Schema::Object(object)));
+        one_of = one_of.item(RefOr::Ref(Ref::from_schema_name(&name)));
+        mapping.push((kind, format!("#/components/schemas/{name}")));
+    }
+    let description = result
+        .get("description")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let one_of = one_of
+        .description(description)
+        .discriminator(Some(Discriminator::with_mapping("kind", mapping)))
+        .build();
+    components.schemas.insert(
+        "OperationResult".to_owned(),
+        RefOr::T(Schema::OneOf(one_of)),
+    );
 }
 
 /// Every operation kind ([`dto::OperationResult::KINDS`]) as JSON values.
@@ -417,6 +589,8 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::webhooks::WebhookDeliveryList,
         // ERC-4337 user operations (issue 20).
         crate::user_ops::SubmitUserOperationRequest,
+        crate::user_ops::UserOperationJson,
+        crate::user_ops::Eip7702AuthJson,
         crate::user_ops::UserOperationAccepted,
         crate::user_ops::UserOperationStatus,
         // Platform Status (issue 22).

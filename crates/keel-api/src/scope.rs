@@ -11,7 +11,9 @@
 //! `Router::route`, and its [`Access`] — next to the `.route(...)` call in
 //! [`crate::router`]. Nothing else: the layer authenticates the key (`401
 //! UNAUTHENTICATED`), refuses a key without the scope (`403 INSUFFICIENT_SCOPE`,
-//! before any extractor or handler runs), and hands the handler the caller
+//! before any extractor or handler runs), refuses a query parameter the route's
+//! document entry does not declare (`400 UNKNOWN_QUERY_PARAMETER`, naming it, never
+//! its value; [`check_query`]), and hands the handler the caller
 //! ([`crate::extract::Authed`], [`crate::extract::Authorized`]); the document gets the
 //! route's `security` and its `403` answer. A served route missing from the table
 //! answers `500 INTERNAL` to every request (fail closed), and the test
@@ -24,6 +26,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use keel_workflows::{Credential, Scope};
+use std::sync::LazyLock;
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +147,92 @@ pub fn access(method: &Method, path: &str) -> Option<Access> {
         .map(|r| r.access)
 }
 
+/// The query parameters each documented operation declares: (method, route template,
+/// parameter names), read once from the OpenAPI document, so what a route accepts
+/// and what the document says it accepts are one list.
+static QUERY_PARAMETERS: LazyLock<Vec<(String, String, Vec<String>)>> = LazyLock::new(|| {
+    use utoipa::openapi::path::ParameterIn;
+    let doc = crate::openapi();
+    let mut out = Vec::new();
+    for (path, item) in &doc.paths.paths {
+        let ops = [
+            ("get", item.get.as_ref()),
+            ("post", item.post.as_ref()),
+            ("put", item.put.as_ref()),
+            ("patch", item.patch.as_ref()),
+            ("delete", item.delete.as_ref()),
+        ];
+        for (method, op) in ops {
+            let Some(op) = op else { continue };
+            let names = op
+                .parameters
+                .iter()
+                .flatten()
+                .filter(|p| p.parameter_in == ParameterIn::Query)
+                .map(|p| p.name.clone())
+                .collect();
+            out.push((method.to_owned(), path.clone(), names));
+        }
+    }
+    out
+});
+
+/// The query parameter names the document declares for `method` on route template
+/// `path` (`HEAD` as `GET`); `None` for an undocumented route.
+pub fn query_parameters(method: &Method, path: &str) -> Option<&'static [String]> {
+    let method = if method == Method::HEAD {
+        Method::GET.as_str()
+    } else {
+        method.as_str()
+    };
+    QUERY_PARAMETERS
+        .iter()
+        .find(|(m, p, _)| m.eq_ignore_ascii_case(method) && p == path)
+        .map(|(_, _, names)| names.as_slice())
+}
+
+/// A parameter name short and plain enough to be named in a problem's `detail`
+/// (a name is the client's text too: anything else is only counted, never echoed).
+fn nameable(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'[' | b']'))
+}
+
+/// Refuses a query string naming a parameter the route does not declare: `400
+/// UNKNOWN_QUERY_PARAMETER`, naming the parameter (when its name is plain text of at
+/// most 64 characters) and the accepted ones, never a value. A query that cannot be
+/// decoded at all is `400 INVALID_QUERY`. An undocumented route accepts nothing.
+///
+/// # Errors
+/// The problem above.
+pub fn check_query(method: &Method, template: &str, query: Option<&str>) -> Result<(), Problem> {
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        return Ok(());
+    };
+    let accepted = query_parameters(method, template).unwrap_or(&[]);
+    let malformed = || Problem::bad_request("INVALID_QUERY", "the query string is malformed");
+    let uri: axum::http::Uri = format!("/?{query}").parse().map_err(|_| malformed())?;
+    let axum::extract::Query(pairs) =
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+            .map_err(|_| malformed())?;
+    let Some((name, _)) = pairs.iter().find(|(n, _)| !accepted.contains(n)) else {
+        return Ok(());
+    };
+    let listed = if accepted.is_empty() {
+        "this route accepts no query parameters".to_owned()
+    } else {
+        format!("accepted: {}", accepted.join(", "))
+    };
+    let detail = if nameable(name) {
+        format!("query parameter `{name}` is not accepted by this route ({listed})")
+    } else {
+        format!("a query parameter is not accepted by this route ({listed})")
+    };
+    Err(Problem::bad_request("UNKNOWN_QUERY_PARAMETER", detail))
+}
+
 /// `403 INSUFFICIENT_SCOPE` for a key without `scope`.
 pub fn insufficient_scope(scope: Scope) -> Problem {
     Problem::new(
@@ -197,10 +286,23 @@ pub async fn authorize(State(state): State<ApiState>, mut req: Request, next: Ne
         );
         return Problem::internal().into_response();
     };
+    let query_ok = |req: &Request| {
+        check_query(
+            req.method(),
+            template.as_deref().unwrap_or(""),
+            req.uri().query(),
+        )
+    };
     match access {
-        Access::Public => next.run(req).await,
+        Access::Public => match query_ok(&req) {
+            Ok(()) => next.run(req).await,
+            Err(p) => p.into_response(),
+        },
         Access::Key(scope) => match authenticate(req.headers(), &state).await {
             Ok(credential) if credential.scopes.contains(scope) => {
+                if let Err(p) = query_ok(&req) {
+                    return p.into_response();
+                }
                 req.extensions_mut().insert(credential);
                 next.run(req).await
             }
@@ -266,6 +368,30 @@ mod tests {
             ROUTES.len(),
             "a line of ROUTES is not documented"
         );
+    }
+
+    /// A parameter the document declares passes; any other is named (when plain) and
+    /// its value never appears; a name that is not plain text is not echoed.
+    #[test]
+    fn unknown_query_parameters_are_named_never_their_values() {
+        let balance = "/v1/assets/{id}/balances/{address}";
+        assert!(check_query(&Method::GET, balance, Some("atBlock=20&minBlock=3")).is_ok());
+        assert!(check_query(&Method::GET, balance, None).is_ok());
+        let p = check_query(&Method::GET, balance, Some("atBlock=1&fromBlock=SECRET")).unwrap_err();
+        assert_eq!(
+            (p.status, p.code.as_str()),
+            (400, "UNKNOWN_QUERY_PARAMETER")
+        );
+        assert!(p.detail.contains("`fromBlock`"), "{p:?}");
+        assert!(p.detail.contains("atBlock"), "{p:?}");
+        assert!(!p.detail.contains("SECRET"), "{p:?}");
+        let p = check_query(&Method::GET, "/healthz", Some("%3Cb%3E=1")).unwrap_err();
+        assert!(!p.detail.contains("<b>"), "{p:?}");
+        let long = format!("{}=1", "a".repeat(65));
+        let p = check_query(&Method::GET, "/healthz", Some(&long)).unwrap_err();
+        assert!(!p.detail.contains(&"a".repeat(65)), "{p:?}");
+        // HEAD reads what GET reads.
+        assert!(check_query(&Method::HEAD, balance, Some("atBlock=1")).is_ok());
     }
 
     #[test]

@@ -19,10 +19,9 @@
 //!   fields or the refusal; operations of other organizations answer `404`.
 
 use crate::ApiState;
-use crate::extract::{Authed, MAX_JSON_DEPTH, json_too_deep};
+use crate::extract::{Authed, JsonBody, MAX_JSON_DEPTH, RawBody, json_too_deep};
 use crate::problem::Problem;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{RawPathParams, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -33,8 +32,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoResponses, ToSchema};
 use uuid::Uuid;
 
-/// `POST /v1/user-operations`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+/// `POST /v1/user-operations`: a JSON object with exactly these members (each once).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubmitUserOperationRequest {
     /// The chain id.
@@ -45,8 +44,112 @@ pub struct SubmitUserOperationRequest {
     pub entry_point: String,
     /// The user operation in its ERC-7769 JSON-RPC form (v0.7/v0.8 unpacked fields,
     /// every number a `0x` hex quantity).
-    #[schema(value_type = Object)]
-    pub user_operation: serde_json::Value,
+    #[schema(value_type = UserOperationJson)]
+    pub user_operation: Box<serde_json::value::RawValue>,
+}
+
+// Read by the shared body parser (`crate::extract::parse_body`): `userOperation` is
+// kept as its raw text for the user operation's own deserializer, never as a tree.
+impl crate::extract::RequestBody for SubmitUserOperationRequest {
+    const FIELDS: &'static [crate::extract::Field] = &[
+        crate::extract::Field {
+            name: "chainId",
+            kind: crate::extract::FieldKind::UnsignedInteger,
+        },
+        crate::extract::Field {
+            name: "entryPoint",
+            kind: crate::extract::FieldKind::Text,
+        },
+        crate::extract::Field {
+            name: "userOperation",
+            kind: crate::extract::FieldKind::Object,
+        },
+    ];
+}
+
+/// A user operation in the ERC-7769 JSON-RPC form of EntryPoint v0.7/v0.8 (unpacked
+/// fields; every number a `0x` hex quantity, every byte string `0x` hex). `factory` and
+/// `factoryData` come together or not at all, likewise `paymaster` and its three
+/// members. Refused with `422 INVALID_FIELD` when it does not pack (a paired member
+/// alone, a quantity over its width), and with `422 USER_OPERATION_REJECTED` when the
+/// EntryPoint's simulation refuses it (its signature, nonce, gas or deposit): rules no
+/// schema can state.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)]
+pub(crate) struct UserOperationJson {
+    /// The smart account.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    sender: String,
+    /// The account nonce (key ‖ sequence), a hex quantity of at most 256 bits.
+    #[schema(pattern = "^0[xX][0-9a-fA-F]{1,64}$")]
+    nonce: String,
+    /// The factory creating the account (or `0x7702`, the EIP-7702 marker).
+    #[schema(pattern = "^0x([0-9a-fA-F]{40}|7702)$")]
+    factory: Option<String>,
+    /// The factory's calldata.
+    #[schema(pattern = "^0x([0-9a-fA-F]{2})*$")]
+    factory_data: Option<String>,
+    /// The account's calldata.
+    #[schema(pattern = "^0x([0-9a-fA-F]{2})*$")]
+    call_data: String,
+    /// Gas of the execution call (at most 128 bits).
+    #[schema(pattern = "^0[xX](?=[0-9a-fA-F]{1,64}$)0*[0-9a-fA-F]{1,32}$")]
+    call_gas_limit: String,
+    /// Gas of account creation plus `validateUserOp` (at most 128 bits).
+    #[schema(pattern = "^0[xX](?=[0-9a-fA-F]{1,64}$)0*[0-9a-fA-F]{1,32}$")]
+    verification_gas_limit: String,
+    /// Gas paid for bundle overhead and calldata.
+    #[schema(pattern = "^0[xX][0-9a-fA-F]{1,64}$")]
+    pre_verification_gas: String,
+    /// EIP-1559 fee cap, wei per gas (at most 128 bits).
+    #[schema(pattern = "^0[xX](?=[0-9a-fA-F]{1,64}$)0*[0-9a-fA-F]{1,32}$")]
+    max_fee_per_gas: String,
+    /// EIP-1559 priority fee, wei per gas (at most 128 bits).
+    #[schema(pattern = "^0[xX](?=[0-9a-fA-F]{1,64}$)0*[0-9a-fA-F]{1,32}$")]
+    max_priority_fee_per_gas: String,
+    /// The paymaster, when one pays.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    paymaster: Option<String>,
+    /// Gas of `validatePaymasterUserOp` (at most 128 bits).
+    #[schema(pattern = "^0[xX](?=[0-9a-fA-F]{1,64}$)0*[0-9a-fA-F]{1,32}$")]
+    paymaster_verification_gas_limit: Option<String>,
+    /// Gas of `postOp` (at most 128 bits).
+    #[schema(pattern = "^0[xX](?=[0-9a-fA-F]{1,64}$)0*[0-9a-fA-F]{1,32}$")]
+    paymaster_post_op_gas_limit: Option<String>,
+    /// The paymaster's data.
+    #[schema(pattern = "^0x([0-9a-fA-F]{2})*$")]
+    paymaster_data: Option<String>,
+    /// The account's signature over the operation hash.
+    #[schema(pattern = "^0x([0-9a-fA-F]{2})*$")]
+    signature: String,
+    /// The EIP-7702 authorization (7702 accounts only).
+    eip7702_auth: Option<Eip7702AuthJson>,
+}
+
+/// An EIP-7702 authorization of a user operation (hex quantities).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)]
+pub(crate) struct Eip7702AuthJson {
+    /// EIP-155 chain id of the authorization (0 = any chain).
+    #[schema(pattern = "^0[xX][0-9a-fA-F]{1,64}$")]
+    chain_id: String,
+    /// The delegate contract.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    address: String,
+    /// The authority's account nonce.
+    #[schema(pattern = "^0[xX][0-9a-fA-F]{1,64}$")]
+    nonce: String,
+    /// Signature parity.
+    #[schema(pattern = "^0[xX][0-9a-fA-F]{1,64}$")]
+    y_parity: String,
+    /// Signature `r`.
+    #[schema(pattern = "^0[xX][0-9a-fA-F]{1,64}$")]
+    r: String,
+    /// Signature `s`.
+    #[schema(pattern = "^0[xX][0-9a-fA-F]{1,64}$")]
+    s: String,
 }
 
 /// An accepted user operation.
@@ -199,18 +302,6 @@ fn send_problem(e: SendError) -> Problem {
     }
 }
 
-fn json_body(headers: &HeaderMap, bytes: &Bytes) -> Result<serde_json::Value, Problem> {
-    crate::extract::require_json(headers)?;
-    if json_too_deep(bytes, MAX_JSON_DEPTH) {
-        return Err(Problem::bad_request(
-            "JSON_TOO_DEEP",
-            format!("the request body is nested deeper than {MAX_JSON_DEPTH} levels"),
-        ));
-    }
-    serde_json::from_slice(bytes)
-        .map_err(|_| Problem::bad_request("MALFORMED_JSON", "the request body is not valid JSON"))
-}
-
 /// The bundler's JSON-RPC 2.0 endpoint of a chain (ERC-7769): `eth_chainId`,
 /// `eth_supportedEntryPoints`, `eth_sendUserOperation`, `eth_getUserOperationByHash`,
 /// `eth_getUserOperationReceipt`. Always HTTP 200 with a JSON-RPC response; errors carry
@@ -225,7 +316,7 @@ pub(crate) async fn bundler_rpc(
     Authed(caller): Authed,
     params: RawPathParams,
     headers: HeaderMap,
-    bytes: Bytes,
+    RawBody(bytes): RawBody,
 ) -> Result<Response, Problem> {
     let svc = service(&state)?;
     let chain: u64 = params
@@ -255,24 +346,16 @@ pub(crate) async fn bundler_rpc(
 pub(crate) async fn submit(
     State(state): State<ApiState>,
     Authed(caller): Authed,
-    headers: HeaderMap,
-    bytes: Bytes,
+    JsonBody(req): JsonBody<SubmitUserOperationRequest>,
 ) -> Result<Response, Problem> {
     let svc = service(&state)?;
-    let value = json_body(&headers, &bytes)?;
-    let req: SubmitUserOperationRequest = serde_json::from_value(value).map_err(|_| {
-        Problem::bad_request(
-            "INVALID_FIELD",
-            "the request body has an unknown member, a missing member or a member of the wrong JSON type",
-        )
-    })?;
     let entry_point = req.entry_point.parse().map_err(|_| {
         unprocessable(
             "INVALID_ADDRESS",
             "field `entryPoint` is not a 20-byte hex address",
         )
     })?;
-    let op: UserOperation = serde_json::from_value(req.user_operation).map_err(|_| {
+    let op: UserOperation = serde_json::from_str(req.user_operation.get()).map_err(|_| {
         unprocessable(
             "INVALID_FIELD",
             "field `userOperation` is not an ERC-7769 user operation (hex quantities, paired paymaster and factory fields)",

@@ -11,6 +11,8 @@
 
 use keel_api::dto::{CreateApiKeyRequest, CreateAssetRequest, TokenAmountRequest};
 use keel_api::extract::{RequestBody, parse_body};
+use keel_api::user_ops::SubmitUserOperationRequest;
+use keel_api::webhooks::CreateWebhookEndpointRequest;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -138,6 +140,15 @@ fn maximal_bodies_are_validated_in_bounded_memory() {
     let asset_tail = r#"","symbol":"A","decimals":6,"templateId":"t","initialPrice":"1"}"#;
     let long_name = repeat_fit(r#"{"name":""#, "a", asset_tail);
     let escaped_name = repeat_fit(r#"{"name":""#, "\\u0061", asset_tail);
+    // Webhook endpoints and user operations (issue 32 §9: their routes built a
+    // `serde_json::Value` of the body; a 16 MiB body raised the api's RSS by 460 MiB).
+    let wide_url = fill(r#"{"url":{"#, |i| format!("\"k{i}\":0"), "}}");
+    let many_event_types = fill(r#"{"eventTypes":["#, |_| "0".to_owned(), "]}");
+    let wide_user_op = fill(
+        r#"{"chainId":1,"entryPoint":"e","userOperation":{"#,
+        |i| format!("\"k{i}\":0"),
+        "}}",
+    );
     for b in [
         &many_numbers,
         &wide_object,
@@ -146,6 +157,9 @@ fn maximal_bodies_are_validated_in_bounded_memory() {
         &scopes_list,
         &long_name,
         &escaped_name,
+        &wide_url,
+        &many_event_types,
+        &wide_user_op,
     ] {
         assert!(
             b.len() > MAX_BODY - 64 && b.len() <= MAX_BODY,
@@ -155,7 +169,15 @@ fn maximal_bodies_are_validated_in_bounded_memory() {
     }
 
     // Bodies of many small values: a constant, small cost.
-    let small: [(&str, (String, usize)); 5] = [
+    let small: [(&str, (String, usize)); 7] = [
+        (
+            "1.4M members in a webhook url",
+            measure::<CreateWebhookEndpointRequest>(&wide_url),
+        ),
+        (
+            "8M numbers in webhook eventTypes",
+            measure::<CreateWebhookEndpointRequest>(&many_event_types),
+        ),
         (
             "8M numbers in a string field",
             measure::<CreateAssetRequest>(&many_numbers),
@@ -182,6 +204,18 @@ fn maximal_bodies_are_validated_in_bounded_memory() {
         assert_ne!(code, "ok", "{label}");
         assert!(*peak < MIB, "{label}: {peak} bytes");
     }
+
+    // A user operation is kept as its raw text for its own deserializer: one copy.
+    let (code, peak) = measure::<SubmitUserOperationRequest>(&wide_user_op);
+    println!(
+        "16 MiB user operation: {code}, peak extra heap {:.3} MiB",
+        mib(peak)
+    );
+    assert_eq!(code, "ok");
+    assert!(
+        peak <= 3 * wide_user_op.len() + MIB,
+        "user operation: {peak} bytes"
+    );
 
     // One long string member: copied once (plus the unescaping buffer when escaped).
     for (label, body) in [

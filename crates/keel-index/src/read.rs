@@ -284,6 +284,32 @@ pub async fn balance(
     Ok(v.unwrap_or_else(|| "0".to_owned()))
 }
 
+/// The balance of `holder` in `token` on `chain` as of block `at_block` — every
+/// indexed `Transfer` at or below it — in base units. Exact for any block at or below
+/// the indexed tip ([`indexed_tip`]; read both in one `REPEATABLE READ` transaction), as
+/// [`holders_at`]: the kept balance corrected by the holder's transfers above the
+/// block. Zero for a holder that had received nothing by then.
+///
+/// # Errors
+/// [`IndexError::Store`] (a negative or unreadable result is `StoreError::Decode`).
+pub async fn balance_at(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    token: Address,
+    holder: Address,
+    at_block: u64,
+) -> Result<U256> {
+    let v = ledger::balance_at(
+        db,
+        chain_i64(chain),
+        token.as_slice(),
+        holder.as_slice(),
+        to_i64(at_block),
+    )
+    .await?;
+    U256::from_str_radix(&v, 10).map_err(|_| decode_err())
+}
+
 /// Every nonzero balance of `token` on `chain`, by holder.
 ///
 /// # Errors

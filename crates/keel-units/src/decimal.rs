@@ -68,7 +68,10 @@ impl<'de> Deserialize<'de> for Decimals {
 /// Amounts are never negative, so "down" and "toward zero" coincide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rounding {
-    /// Fail with [`UnitsError::PrecisionLoss`] if any dropped digit is non-zero.
+    /// Fail with [`UnitsError::PrecisionLoss`] when the input has more fractional
+    /// digits than the unit's decimals, whatever they are (`"1.0000000"` of a 6-decimals
+    /// token is refused like `"1.0000001"`): a string that claims more precision than
+    /// the unit has is refused, never rounded or trimmed.
     Exact,
     /// Truncate extra digits (toward zero).
     Down,
@@ -100,7 +103,8 @@ fn push_digit(acc: U256, digit: u8) -> Result<U256> {
 /// [`UnitsError::TooManyDigits`] if either part has more than [`MAX_DIGITS`]
 /// digits (checked before any arithmetic); [`UnitsError::Overflow`] if the
 /// scaled value exceeds `U256::MAX`; [`UnitsError::PrecisionLoss`] with
-/// [`Rounding::Exact`] when non-zero digits would be dropped.
+/// [`Rounding::Exact`] when the input has more fractional digits than `decimals`
+/// (zeros included: `"1.50"` with 1 decimal is refused).
 pub fn parse_units(s: &str, decimals: Decimals, rounding: Rounding) -> Result<U256> {
     if s.starts_with('-') {
         return Err(UnitsError::Negative);
@@ -139,7 +143,7 @@ pub fn parse_units(s: &str, decimals: Decimals, rounding: Rounding) -> Result<U2
 
     let dropped_nonzero = dropped.bytes().any(|b| b != b'0');
     let round_up = match rounding {
-        Rounding::Exact if dropped_nonzero => {
+        Rounding::Exact if !dropped.is_empty() => {
             return Err(UnitsError::PrecisionLoss {
                 decimals: decimals.get(),
             });

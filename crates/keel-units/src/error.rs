@@ -19,8 +19,8 @@ pub enum UnitsError {
     /// The input had a leading `-`. Amounts are unsigned. Code `AMOUNT_NEGATIVE`.
     #[error("amount must not be negative")]
     Negative,
-    /// Rounding mode was [`crate::Rounding::Exact`] and the input had non-zero
-    /// digits beyond the token's decimals. Code `AMOUNT_PRECISION_LOSS`.
+    /// Rounding mode was [`crate::Rounding::Exact`] and the input had more
+    /// fractional digits than the token's decimals (zeros included). Code `AMOUNT_PRECISION_LOSS`.
     #[error("amount has more fractional digits than the token's {decimals} decimals")]
     PrecisionLoss {
         /// The decimals of the unit the value was scaled to.

@@ -91,11 +91,12 @@ impl TokenAmount {
         parse_units(s, token.decimals, rounding).map(|v| Self::from_base_units(token, v))
     }
 
-    /// Converts a `rust_decimal::Decimal` in display units.
+    /// Converts a `rust_decimal::Decimal` in display units (its value: a scale
+    /// beyond the token's decimals made of trailing zeros is not precision).
     /// Errors: [`UnitsError::Negative`], [`UnitsError::PrecisionLoss`] (with
     /// `Exact`), [`UnitsError::Overflow`].
     pub fn from_decimal(value: Decimal, token: TokenRef, rounding: Rounding) -> Result<Self> {
-        Self::from_decimal_str(&value.to_string(), token, rounding)
+        Self::from_decimal_str(&value.normalize().to_string(), token, rounding)
     }
 
     /// The token this amount is denominated in.

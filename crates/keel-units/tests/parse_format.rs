@@ -64,7 +64,8 @@ proptest! {
         let lossy = frac.len() > usize::from(dec) && frac.bytes().skip(usize::from(dec)).any(|b| b != b'0');
         prop_assert_eq!(up, if lossy { down + U256::from(1) } else { down });
         prop_assert!(half == down || half == up);
-        prop_assert_eq!(parse(&s, dec, Rounding::Exact).is_err(), lossy);
+        // Exact refuses every fractional digit beyond the decimals, zeros included.
+        prop_assert_eq!(parse(&s, dec, Rounding::Exact).is_err(), frac.len() > usize::from(dec));
     }
 }
 
@@ -99,9 +100,14 @@ fn parses_known_values() {
     );
     assert_eq!(parse("007", 0, Rounding::Exact).unwrap(), U256::from(7u64));
     assert_eq!(
-        parse("1.500000000", 6, Rounding::Exact).unwrap(),
+        parse("1.500000", 6, Rounding::Exact).unwrap(),
         U256::from(1_500_000u64),
-        "zero tail is exact"
+        "zeros up to the decimals are exact"
+    );
+    assert_eq!(
+        parse("1.500000000", 6, Rounding::Down).unwrap(),
+        U256::from(1_500_000u64),
+        "a zero tail rounds to itself"
     );
     assert_eq!(parse(U256_MAX_DEC, 0, Rounding::Exact).unwrap(), U256::MAX);
 }

@@ -377,3 +377,57 @@ async fn index_behind_is_a_documented_409() {
         assert!(conflict.contains("INDEX_BEHIND"), "{path}: {conflict}");
     }
 }
+
+/// schemathesis found `POST /v1/user-operations` refusing schema-valid input: the
+/// document declared `userOperation` as a bare object, so `{}` was valid yet refused
+/// (422). The document now declares the ERC-7769 shape (`UserOperationJson`): a real
+/// user operation, and keel-aa's own serialization of it, are schema-valid; an empty
+/// or partial one and a decimal quantity are schema-invalid, and the server's
+/// deserializer (whose refusal the route answers `422 INVALID_FIELD`) refuses them too.
+#[test]
+fn user_operation_shape_agrees_with_the_document() {
+    let doc: Value = serde_json::from_str(&keel_api::openapi_json()).unwrap();
+    let op_schema = &doc["components"]["schemas"]["UserOperationJson"];
+    assert!(
+        op_schema["required"].as_array().unwrap().len() >= 8,
+        "{op_schema}"
+    );
+    let op = json!({
+        "sender": "0x70997970c51812dc3a010c7d01b50e0d17dc79c8",
+        "nonce": "0x0",
+        "callData": "0x",
+        "callGasLimit": "0x186a0",
+        "verificationGasLimit": "0x186a0",
+        "preVerificationGas": "0xc350",
+        "maxFeePerGas": "0x3b9aca00",
+        "maxPriorityFeePerGas": "0x3b9aca00",
+        "signature": "0x00"
+    });
+    let parsed: keel_aa::UserOperation = serde_json::from_value(op.clone()).unwrap();
+    let round = serde_json::to_value(&parsed).unwrap();
+    let body = |op: Value| {
+        json!({
+            "chainId": 31337,
+            "entryPoint": "0x4337084d9e255ff0702461cf8895ce9e3b5ff108",
+            "userOperation": op
+        })
+    };
+    let schema = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(&json!({
+            "$ref": "#/components/schemas/SubmitUserOperationRequest",
+            "components": doc["components"].clone()
+        }))
+        .unwrap();
+    assert!(schema.is_valid(&body(op.clone())), "a real user operation");
+    assert!(schema.is_valid(&body(round)), "keel-aa's own serialization");
+    let mut decimal = op.clone();
+    decimal["nonce"] = json!("12");
+    for bad in [json!({}), json!({"sender": op["sender"]}), decimal] {
+        assert!(!schema.is_valid(&body(bad.clone())), "schema-valid: {bad}");
+        assert!(
+            serde_json::from_value::<keel_aa::UserOperation>(bad.clone()).is_err(),
+            "the server reads {bad}"
+        );
+    }
+}

@@ -470,3 +470,113 @@ async fn transfer_pages_and_tenancy() {
         .await;
     assert_problem(&a, 409, "ASSET_NOT_READY", "pending asset");
 }
+
+/// `GET /v1/assets/{id}/balances/{address}?atBlock=N` (issue 32 §9): for every block
+/// of the chain and every account (holders, a sender that emptied itself, one that
+/// never held), the balance equals the token's `balanceOf` at block N, also after a
+/// reorg above a block that orphans a transfer; `block` says which block it reflects;
+/// above the indexed tip it is `409 BLOCK_NOT_INDEXED`; without `atBlock` it is the
+/// tip's. (Before, `atBlock` was ignored and the latest balance answered `200`.)
+#[tokio::test]
+async fn balance_at_a_block_equals_balance_of_at_that_block() {
+    let l = Ledger::start().await;
+    let id = l.id;
+    let accounts: Vec<Address> = (0..7).map(|i| l.account(i)).collect();
+    let start = l.chain.block_number().await.unwrap();
+    l.mint(accounts[0], 1_000).await;
+    l.mint(accounts[1], 300).await;
+    l.transfer(accounts[2], 250).await;
+    l.transfer(accounts[3], 750).await; // account 0 is empty now
+    l.mint(accounts[0], 7).await;
+    l.catch_up().await;
+    // A transfer that a reorg orphans, replaced by another.
+    l.transfer(accounts[4], 5).await;
+    l.catch_up().await;
+    let p = l.chain.provider();
+    p.anvil_reorg(ReorgOptions {
+        depth: 1,
+        tx_block_pairs: vec![(
+            transfer_request(l.asset.token, accounts[0], accounts[5], 6, p),
+            0,
+        )],
+    })
+    .await
+    .unwrap();
+    assert!(l.catch_up().await >= 1, "no reorg detected");
+    let tip = l.chain.block_number().await.unwrap();
+
+    let mut compared = 0;
+    for block in start..=tip {
+        for a in &accounts {
+            let want = l
+                .token()
+                .balanceOf(*a)
+                .block(BlockId::number(block))
+                .call()
+                .await
+                .unwrap();
+            let got = l
+                .env
+                .get(
+                    &l.env.key_a,
+                    &format!("/v1/assets/{id}/balances/{a}?atBlock={block}"),
+                )
+                .await;
+            assert_eq!(got.status, StatusCode::OK, "{block} {a}: {:?}", got.body);
+            assert_eq!(
+                got.body["balanceBaseUnits"],
+                want.to_string(),
+                "balance of {a} at block {block}"
+            );
+            assert_eq!(got.body["block"].as_u64(), Some(block));
+            assert_eq!(got.body["indexedBlock"].as_u64(), Some(tip));
+            compared += 1;
+        }
+    }
+    assert!(compared >= 7 * 6, "only {compared} comparisons");
+    // The orphaned transfer counts nowhere, its replacement does.
+    let orphan = l
+        .env
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/balances/{}?atBlock={tip}", accounts[4]),
+        )
+        .await;
+    assert_eq!(orphan.body["balanceBaseUnits"], "0");
+    // Without atBlock: the tip's balance, `block` = the tip.
+    let now = l
+        .env
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/balances/{}", accounts[5]),
+        )
+        .await;
+    assert_eq!(now.body["balanceBaseUnits"], "6");
+    assert_eq!(now.body["block"].as_u64(), Some(tip));
+    assert_eq!(now.body["finalized"], false);
+    // Above the indexed tip: refused, never the latest balance.
+    let above = l
+        .env
+        .get(
+            &l.env.key_a,
+            &format!(
+                "/v1/assets/{id}/balances/{}?atBlock={}",
+                accounts[1],
+                tip + 1
+            ),
+        )
+        .await;
+    assert_problem(&above, 409, "BLOCK_NOT_INDEXED", "balance above the tip");
+    // 70 blocks later (Anvil's finalized block is head − 64) an old block is final.
+    p.anvil_mine(Some(70), None).await.unwrap();
+    l.catch_up().await;
+    let old = l
+        .env
+        .get(
+            &l.env.key_a,
+            &format!("/v1/assets/{id}/balances/{}?atBlock={tip}", accounts[1]),
+        )
+        .await;
+    assert_eq!(old.body["finalized"], true, "{:?}", old.body);
+    assert_eq!(old.body["balanceBaseUnits"], "300");
+}

@@ -612,8 +612,8 @@ fn the_document_check_refuses_lowercase_addresses() {
         // `Balance` holds an address; its schema admits both cases.
         let body = json!({
             "assetId": Uuid::nil(), "address": addr, "balance": "1",
-            "balanceBaseUnits": "1", "indexedBlock": 1, "indexDegraded": false,
-            "indexRebuilding": false
+            "balanceBaseUnits": "1", "indexedBlock": 1, "block": 1, "finalized": false,
+            "indexDegraded": false, "indexRebuilding": false
         });
         doc.check(
             "GET",

@@ -5,6 +5,7 @@
 
 mod bodies;
 mod common;
+mod contract;
 mod doc_check;
 mod fuzz_regressions;
 mod http_rules;

@@ -83,29 +83,58 @@ async fn webhook_endpoints_lifecycle() {
         404
     );
     // Bad input.
-    for (body, status) in [
-        (json!({"url": "ftp://x", "eventTypes": ["*"]}), 422),
+    // (The shared body parser: an unknown member is `UNKNOWN_FIELD`, a missing or
+    // wrongly typed one `INVALID_FIELD` naming it, as on every route.)
+    for (body, status, code, names) in [
+        (
+            json!({"url": "ftp://x", "eventTypes": ["*"]}),
+            422,
+            "INVALID_FIELD",
+            "`url`",
+        ),
         (
             json!({"url": "http://127.0.0.1:9/x", "eventTypes": ["nope"]}),
             422,
+            "INVALID_FIELD",
+            "`eventTypes`",
         ),
-        (json!({"url": "http://127.0.0.1:9/x"}), 400),
+        (
+            json!({"url": "http://127.0.0.1:9/x"}),
+            400,
+            "INVALID_FIELD",
+            "`eventTypes`",
+        ),
         (
             json!({"url": "http://127.0.0.1:9/x", "eventTypes": ["*"], "extra": 1}),
             400,
+            "UNKNOWN_FIELD",
+            "accepted: url, eventTypes, description, enabled",
         ),
-        (json!({"url": 7, "eventTypes": ["*"]}), 400),
+        (
+            json!({"url": 7, "eventTypes": ["*"]}),
+            400,
+            "INVALID_FIELD",
+            "`url`",
+        ),
+        (
+            json!({"url": "http://127.0.0.1:9/x", "eventTypes": ["*"], "enabled": "yes"}),
+            400,
+            "INVALID_FIELD",
+            "`enabled`",
+        ),
     ] {
         let a = call(
             &env,
             &env.key_a,
             Method::POST,
             "/v1/webhook-endpoints",
-            Some(body),
+            Some(body.clone()),
         )
         .await;
-        assert_eq!(a.status, status);
-        assert_eq!(a.code(), "INVALID_FIELD");
+        assert_eq!(a.status, status, "{body}: {:?}", a.body);
+        assert_eq!(a.code(), code, "{body}");
+        let detail = a.body["detail"].as_str().unwrap();
+        assert!(detail.contains(names), "{body}: {detail}");
     }
     // Change, rotate, test, deliveries.
     let changed = call(

@@ -90,6 +90,35 @@ pub(crate) async fn holders_at(
     .await?)
 }
 
+/// The balance of `holder` in `token` as of block `at` (decimal text): its kept balance
+/// (`index_holder_balance`) minus what it received and plus what it sent in the
+/// transfers above `at` (a transfer to itself cancels out). Two index range scans of
+/// the holder's transfers above `at` (`…_to_position`, `…_from_position`).
+pub(crate) async fn balance_at(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    token: &[u8],
+    holder: &[u8],
+    at: i64,
+) -> Result<String> {
+    Ok(sqlx::query_scalar(
+        "SELECT (COALESCE((SELECT balance FROM index_holder_balance
+                            WHERE chain_id = $1 AND token = $2 AND holder = $3), 0)
+                 - COALESCE((SELECT sum(value) FROM index_transfer
+                              WHERE chain_id = $1 AND token = $2 AND to_address = $3
+                                AND block_number > $4), 0)
+                 + COALESCE((SELECT sum(value) FROM index_transfer
+                              WHERE chain_id = $1 AND token = $2 AND from_address = $3
+                                AND block_number > $4), 0))::text",
+    )
+    .bind(chain)
+    .bind(token)
+    .bind(holder)
+    .bind(at)
+    .fetch_one(db)
+    .await?)
+}
+
 /// Transfers of `token` (of `holder` as sender or receiver when given), newest first
 /// by `(block_number, log_index)`, strictly before the keyset `(before_block,
 /// before_log)`, at most `limit` rows. One index range scan per branch

@@ -124,8 +124,14 @@ pub struct BalanceView {
     pub balance: String,
     /// Base units (decimal integer string).
     pub balance_base_units: String,
-    /// The index block this balance reflects.
+    /// The indexed tip when the balance was read (0 when nothing is indexed yet).
     pub indexed_block: u64,
+    /// The block the balance reflects: `at_block` when asked, else the indexed tip
+    /// (0 when nothing is indexed yet).
+    pub block: u64,
+    /// True when `block` is at or below the chain's finalized block as the index last
+    /// recorded it (the balance cannot change any more).
+    pub finalized: bool,
     /// True when the Ledger Index of the asset's chain is degraded (see
     /// [`AssetView::index_degraded`]): the balance may reflect orphaned blocks.
     pub index_degraded: bool,
@@ -276,16 +282,20 @@ impl Ops {
     }
 
     /// The balance of `holder` in asset `id`, from the index (optionally after waiting
-    /// for `min_block` as in [`Ops::asset`]).
+    /// for `min_block` as in [`Ops::asset`]): at the indexed tip, or as of `at_block`
+    /// (every canonical transfer at or below it, as [`Ops::holders`] reads a record
+    /// date).
     ///
     /// # Errors
     /// [`OpsError::NotFound`]; [`OpsError::AssetNotReady`] before the token exists;
-    /// [`OpsError::IndexBehind`]; [`OpsError::Store`] / [`OpsError::Index`].
+    /// [`OpsError::IndexBehind`]; [`OpsError::BlockNotIndexed`] when `at_block` is above
+    /// the indexed tip or nothing is indexed; [`OpsError::Store`] / [`OpsError::Index`].
     pub async fn balance(
         &self,
         caller: Caller,
         id: Uuid,
         holder: Address,
+        at_block: Option<u64>,
         min_block: Option<u64>,
         wait: Duration,
     ) -> Result<BalanceView> {
@@ -297,17 +307,43 @@ impl Ops {
         let chain = r.chain_id;
         let mut tx = self.db.begin().await?;
         store::transaction_snapshot(&mut *tx).await?;
-        let tip = keel_index::read::indexed_tip(&mut *tx, chain).await?;
-        let base = keel_index::read::balance(&mut *tx, chain, token, holder).await?;
+        let tip = keel_index::read::indexed_tip(&mut *tx, chain)
+            .await?
+            .map(|t| t.number);
+        let (block, base_u) = match at_block {
+            None => {
+                let base = keel_index::read::balance(&mut *tx, chain, token, holder).await?;
+                (
+                    tip.unwrap_or(0),
+                    U256::from_str_radix(&base, 10).map_err(decode_err)?,
+                )
+            }
+            Some(at) => {
+                match tip {
+                    None => return Err(OpsError::BlockNotIndexed { indexed: None }),
+                    Some(t) if at > t => {
+                        return Err(OpsError::BlockNotIndexed { indexed: Some(t) });
+                    }
+                    Some(_) => {}
+                }
+                let base = keel_index::read::balance_at(&mut *tx, chain, token, holder, at).await?;
+                (at, base)
+            }
+        };
+        let finalized = tip.is_some()
+            && keel_index::read::finalized_block(&mut *tx, chain)
+                .await?
+                .is_some_and(|f| block <= f);
         let health = keel_index::read::chain_health(&mut *tx, chain).await?;
         tx.commit().await?;
-        let base_u = U256::from_str_radix(&base, 10).map_err(decode_err)?;
         Ok(BalanceView {
             asset_id: id,
             address: holder,
             balance: format_amount(base_u, r.decimals)?,
-            balance_base_units: base,
-            indexed_block: tip.map(|t| t.number).unwrap_or(0),
+            balance_base_units: base_u.to_string(),
+            indexed_block: tip.unwrap_or(0),
+            block,
+            finalized,
             index_degraded: health.is_degraded(),
             index_rebuilding: health.is_rebuilding(),
         })
