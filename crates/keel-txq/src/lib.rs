@@ -37,10 +37,14 @@
 //! - **Broadcast** happens after the commit, outside any transaction, in JSON-RPC
 //!   batches that each hold one sender's consecutive nonces. A crash between
 //!   the two leaves a `signed` request whose exact bytes the next pass re-broadcasts.
-//!   "Already known" is success. "Nonce too low" is resolved by looking for a receipt
-//!   of any attempt of that nonce: ours mined means broadcast; none mined (after
-//!   confirming that the chain's nonce passed ours) means another transaction took
-//!   the nonce: the request settles `failed` with `NONCE_CONSUMED_EXTERNALLY`.
+//!   "Already known" is success. "Nonce too low" is resolved by looking for any
+//!   attempt of the request: ours known (mined) means broadcast; none known while the
+//!   sender's nonce **at the final block** ([`TxQueueConfig::finality`]) passed ours
+//!   means another transaction took the nonce for good, so none of the request's
+//!   attempts can ever be mined: the request is **re-signed at a fresh nonce**
+//!   (persisted before its broadcast; `keel_txq_resigned_total`), never failed — its
+//!   effect never happened (issue 32 §3, `queue/resign.rs`). Until that transaction is
+//!   final the request stays in flight as a failed broadcast.
 //!   Only a node's verdict on the transaction is final for a broadcast: an internal
 //!   error, a gateway's error or unknown text makes the upstream pool ask the chain's
 //!   other upstreams (`keel-chain`), and an answer that is no verdict leaves the request
@@ -55,8 +59,8 @@
 //!   whose answer was lost) are fetched in one batch; a receipt at least
 //!   `confirmations` blocks deep settles the request (`confirmed`, or `reverted` with
 //!   the decoded reason). A `signed` request with failed broadcasts and no receipt
-//!   whose nonce the chain passed while no node knows any of its attempts settles
-//!   `NONCE_CONSUMED_EXTERNALLY`. A receipt that disappears
+//!   whose nonce the final chain passed while no node knows any of its attempts is
+//!   re-signed at a fresh nonce, as above. A receipt that disappears
 //!   in a reorg before that depth leaves the request in flight, and the same signed
 //!   bytes are re-broadcast when the node no longer knows the transaction.
 //! - A caller (a workflow step) reads the verdict with [`TxQueue::status`] or waits for
@@ -76,7 +80,15 @@
 //!
 //! - **Nonce recovery** ([`TxQueue::recover_nonces`], at start and periodically):
 //!   adopts a nonce advanced outside Keel and fills gaps left by requests that failed
-//!   after signing with zero-value self-transfers.
+//!   after signing with zero-value self-transfers (never a nonce held by a live request
+//!   or by a request settled `confirmed` or `reverted`: a reorg may have freed it, and
+//!   only its own signed bytes may fill it).
+//! - **Nonce drift before signing** (issue 32 §3): a sender with nothing in flight
+//!   (idle) is reconciled with the chain before it signs: a `pending` nonce above
+//!   Keel's (a transaction sent from the key outside Keel) is adopted, one below it (a
+//!   nonce Keel assigned that no node holds) is filled by nonce recovery at once. Keel
+//!   never lowers its counter (a lower nonce could collide with an attempt of its own
+//!   still in some pool); a busy sender's drift is resolved per request as above.
 //!
 //! ## Funding pauses
 //!
@@ -198,6 +210,7 @@
 //! | `keel_txq_funding_resumed_total` | counter | `chain_id` | waiting requests resumed after funding |
 //! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
 //! | `keel_txq_nonce_gaps_filled_total` | counter | `chain_id` | gaps filled with zero-value self-transfers |
+//! | `keel_txq_resigned_total` | counter | `chain_id` | requests re-signed at a fresh nonce after another transaction took theirs for good |
 //! | `keel_txq_settlement_sink_failures_total` | counter | `chain_id` | settling transactions rolled back because the [`SettlementSink`] failed |
 //! | `keel_txq_progress_sink_failures_total` | counter | `chain_id`, `change` | transactions recording a first broadcast or a funding request (`change`: `broadcast`, `funding`) rolled back because the [`ProgressSink`] failed |
 //! | `keel_txq_enqueue_batch_rows` | histogram | — | rows per group-commit `INSERT` of enqueues |
@@ -244,7 +257,7 @@ pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
 pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, queue_health};
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
-pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
+pub use queue::{EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
 pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
 pub use state::{RequestState, UnknownRequestState};

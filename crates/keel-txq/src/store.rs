@@ -611,7 +611,10 @@ pub(crate) async fn request_lock_broadcast(db: impl PgExecutor<'_>, id: Uuid) ->
     )
 }
 
-/// Nonces held by live (`signed` or `broadcast`) requests of a sender in `[from, to)`.
+/// Nonces of a sender in `[from, to)` that a gap filler must never take: those held by
+/// live (`signed` or `broadcast`) requests, and those of requests settled `confirmed`
+/// or `reverted` (mined there once: when such a nonce is free again a reorg took the
+/// transaction back, and its own signed bytes are what may fill it, issue 32 §10).
 pub(crate) async fn live_nonces(
     db: impl PgExecutor<'_>,
     chain_id: i64,
@@ -622,7 +625,13 @@ pub(crate) async fn live_nonces(
     let rows = sqlx::query(
         "SELECT nonce FROM txq_request
           WHERE chain_id = $1 AND sender = $2 AND state IN ('signed', 'broadcast')
-            AND nonce >= $3 AND nonce < $4 ORDER BY nonce",
+            AND nonce >= $3 AND nonce < $4
+         UNION
+         SELECT nonce FROM txq_request
+          WHERE chain_id = $1 AND sender = $2 AND state = 'settled'
+            AND verdict_kind IN ('confirmed', 'reverted')
+            AND nonce >= $3 AND nonce < $4
+         ORDER BY nonce",
     )
     .bind(chain_id)
     .bind(sender)
@@ -657,6 +666,106 @@ pub(crate) async fn sender_raise_next(
     row.map(|r| r.try_get::<i64, _>(0))
         .transpose()
         .map_err(Into::into)
+}
+
+/// Of `senders`, those with a nonce row and no `signed` or `broadcast` request (idle:
+/// nothing of theirs can be in a node's pool), with their next nonce.
+pub(crate) async fn senders_idle(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    senders: &[&[u8]],
+) -> Result<Vec<(Vec<u8>, i64)>> {
+    let rows = sqlx::query(
+        "SELECT s.sender, s.next_nonce FROM txq_sender s
+          WHERE s.chain_id = $1 AND s.sender = ANY($2)
+            AND NOT EXISTS (SELECT 1 FROM txq_request r
+                             WHERE r.chain_id = $1 AND r.sender = s.sender
+                               AND r.state IN ('signed', 'broadcast'))",
+    )
+    .bind(chain_id)
+    .bind(senders)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get::<Vec<u8>, _>(0)?, r.try_get::<i64, _>(1)?)))
+        .collect()
+}
+
+/// Locks the sender's nonce row (the lock every nonce assignment takes) and returns
+/// its next nonce; `None` without a row.
+pub(crate) async fn sender_lock(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+) -> Result<Option<i64>> {
+    let row = sqlx::query(
+        "SELECT next_nonce FROM txq_sender WHERE chain_id = $1 AND sender = $2 FOR UPDATE",
+    )
+    .bind(chain_id)
+    .bind(sender)
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| r.try_get::<i64, _>(0))
+        .transpose()
+        .map_err(Into::into)
+}
+
+/// Locks a request still in flight (`signed` or `broadcast`) at `nonce` and returns its
+/// highest attempt number; `None` when it moved meanwhile (settled, or re-signed by
+/// another pass).
+pub(crate) async fn request_lock_at_nonce(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+    nonce: i64,
+) -> Result<Option<i32>> {
+    let locked = sqlx::query(
+        "SELECT 1 FROM txq_request
+          WHERE id = $1 AND state IN ('signed', 'broadcast') AND nonce = $2 FOR UPDATE",
+    )
+    .bind(id)
+    .bind(nonce)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if locked.is_none() {
+        return Ok(None);
+    }
+    let max: Option<i32> =
+        sqlx::query_scalar("SELECT max(attempt) FROM txq_attempt WHERE request_id = $1")
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(Some(max.unwrap_or(0)))
+}
+
+/// A re-signed request (issue 32 §3): `signed` again at its new `nonce` (its new
+/// attempt is inserted beside), its broadcast failures cleared (they were about the
+/// old nonce); and the sender's next nonce moved past it.
+pub(crate) async fn request_resigned(
+    conn: &mut sqlx::PgConnection,
+    chain_id: i64,
+    sender: &[u8],
+    id: Uuid,
+    nonce: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE txq_request SET state = 'signed', nonce = $2, broadcast_failures = 0,
+                updated_at = now()
+          WHERE id = $1",
+    )
+    .bind(id)
+    .bind(nonce)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE txq_sender SET next_nonce = greatest(next_nonce, $3 + 1), updated_at = now()
+          WHERE chain_id = $1 AND sender = $2",
+    )
+    .bind(chain_id)
+    .bind(sender)
+    .bind(nonce)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// The sender's next nonce, if its row exists.

@@ -97,7 +97,9 @@ pub enum FailureCode {
     GasRequired,
     /// The request waited in `waiting_funding` past its deadline; no nonce was used.
     FundingDeadlineExpired,
-    /// Another transaction took the request's nonce.
+    /// Another transaction took the request's nonce. Written by earlier versions only:
+    /// this one re-signs such a request at a fresh nonce once the other transaction is
+    /// final (issue 32 §3); kept so their verdicts still read.
     NonceConsumedExternally,
     /// A node refused the transaction: intrinsic gas too low.
     IntrinsicGasTooLow,

@@ -240,3 +240,84 @@ async fn kill_mid_pass_then_restart() {
     let verdicts = await_settled(&q, &ids).await;
     assert_exactly_once(&db, &chain, sender, &verdicts, 60).await;
 }
+
+/// Issue 32 §3, the dangerous point of a re-sign: a request is signed (killed before
+/// its broadcast), a transaction sent outside Keel takes its nonce, and the next
+/// process re-signs it at a fresh nonce, persists the new attempt and is killed before
+/// broadcasting it. A third process sends the persisted new bytes: the request confirms
+/// with them and takes effect exactly once.
+#[tokio::test]
+async fn kill_between_persisting_a_re_signed_attempt_and_its_broadcast() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let sender = chain.account(4).unwrap();
+    let q = reader(&db, &chain);
+    let ids = enqueue_n(&q, sender, 1).await;
+
+    let mut w = Worker::start(&db, &chain, 4, "sign-only", 1);
+    w.wait_for("signed");
+    w.kill();
+    // Nonce 0 is taken by a transaction from the same key, outside Keel.
+    let other = alloy::rpc::types::TransactionRequest::default()
+        .from(sender)
+        .to(Address::repeat_byte(0x99))
+        .value(U256::from(5u64))
+        .nonce(0);
+    chain
+        .provider_for(4)
+        .unwrap()
+        .send_transaction(other)
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+
+    let mut w = Worker::start(&db, &chain, 4, "pass-once", 1);
+    w.wait_for("passed");
+    w.kill();
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM txq_attempt").await,
+        2,
+        "the re-signed attempt is persisted"
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM txq_request WHERE state = 'signed' AND nonce = 1"
+        )
+        .await,
+        1
+    );
+    let p = chain.provider();
+    assert_eq!(
+        p.get_transaction_count(sender).await.unwrap(),
+        1,
+        "only the outside transaction: the new attempt was not broadcast"
+    );
+    let recipient = Address::repeat_byte(0x24);
+    assert_eq!(p.get_balance(recipient).await.unwrap(), U256::ZERO);
+
+    let _w = Worker::start(&db, &chain, 4, "run", 1);
+    let verdicts = await_settled(&q, &ids).await;
+    let persisted: Vec<u8> =
+        sqlx::query_scalar("SELECT tx_hash FROM txq_attempt WHERE attempt = 2")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    match &verdicts[0] {
+        SettlementVerdict::Confirmed { attempts, hash, .. } => {
+            assert_eq!(attempts.len(), 2, "no third signature");
+            assert_eq!(hash.as_slice(), persisted.as_slice(), "the persisted bytes mined");
+            assert_eq!(attempts[1].nonce, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 2);
+    assert_eq!(
+        p.get_balance(recipient).await.unwrap(),
+        U256::from(1000u64),
+        "exactly one effect"
+    );
+    assert_eq!(count(&db, "SELECT count(*) FROM txq_attempt").await, 2);
+}

@@ -148,6 +148,7 @@ impl TxQueue {
                 match &r {
                     Ok(Broadcast::Accepted) => "accepted",
                     Ok(Broadcast::Settled) => "settled",
+                    Ok(Broadcast::Resigned) => "resigned",
                     Ok(Broadcast::Retry(_)) => "retry",
                     Err(_) => "error",
                 },
@@ -158,7 +159,7 @@ impl TxQueue {
                         accepted.push(Accepted::of(req.id, a));
                     }
                 }
-                Ok(Broadcast::Settled) => moved += 1,
+                Ok(Broadcast::Settled | Broadcast::Resigned) => moved += 1,
                 Ok(Broadcast::Retry(Some(class))) => failures.push((req.id, class)),
                 Ok(Broadcast::Retry(None)) => {}
                 Err(e) => {

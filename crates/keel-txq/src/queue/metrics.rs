@@ -167,3 +167,9 @@ pub(crate) fn custody_lost_hash_recovered(chain_id: i64) {
     ::metrics::counter!("keel_txq_custody_lost_hash_recovered_total", "chain_id" => chain_id.to_string())
         .increment(1);
 }
+
+/// `keel_txq_resigned_total{chain_id}`: a request re-signed at a fresh nonce after
+/// another transaction took its nonce for good (issue 32 §3).
+pub(crate) fn resigned(chain_id: i64) {
+    ::metrics::counter!("keel_txq_resigned_total", "chain_id" => chain_id.to_string()).increment(1);
+}
