@@ -1315,3 +1315,161 @@ async fn of_a_senders_stuck_transactions_only_the_lowest_nonce_is_replaced() {
     );
     assert_eq!(p.get_transaction_count(sender).await.unwrap(), 3);
 }
+
+/// The signed EIP-2718 bytes of a plain transfer from dev account `idx` at `nonce`,
+/// for a replacement branch of `anvil_reorg`.
+async fn outside_raw(f: &Fixture, idx: usize, nonce: u64) -> Bytes {
+    use alloy::eips::Encodable2718;
+    use keel_txq::TxSigner;
+    let signer = LocalSigner::new(f.chain.signer(idx).unwrap().clone());
+    let tx = alloy::consensus::TxEip1559 {
+        chain_id: f.chain.chain_id(),
+        nonce,
+        gas_limit: 21_000,
+        max_fee_per_gas: 100_000_000_000,
+        max_priority_fee_per_gas: 1_000_000_000,
+        to: alloy::primitives::TxKind::Call(Address::repeat_byte(0x99)),
+        value: U256::from(5u64),
+        access_list: Default::default(),
+        input: Bytes::new(),
+    };
+    Bytes::from(signer.sign(tx).await.unwrap().encoded_2718())
+}
+
+/// `final_at IS NOT NULL` and `reorgs` of request `id` (migration 0065).
+async fn watch_state(f: &Fixture, id: Uuid) -> (bool, i32) {
+    sqlx::query_as("SELECT final_at IS NOT NULL, reorgs FROM txq_request WHERE id = $1")
+        .bind(id)
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap()
+}
+
+/// Issue 32 §10: a reorg after the verdict takes the transaction out and its nonce is
+/// still free. The settled request is still watched (its block is not final): the same
+/// signed bytes go out again, the transaction lands in a new block, and the verdict
+/// stands with that block. Once the block is final the watch ends. One effect.
+#[tokio::test]
+async fn a_verdict_reorged_out_with_its_nonce_free_lands_again_with_the_same_bytes() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(7).unwrap();
+    let q = f.queue_with(
+        &[7],
+        TxQueueConfig {
+            finality: Finality::Depth(3),
+            ..TxQueueConfig::default()
+        },
+    );
+    let id = q.enqueue(&transfer(sender, "mint", 1)).await.unwrap();
+    let (first_block, hash) = match &settle_all(&q, &[id]).await[0] {
+        SettlementVerdict::Confirmed { block, hash, .. } => (*block, *hash),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(watch_state(&f, id).await, (false, 0), "watched until final");
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("anvil_reorg".into(), (1u64, Vec::<(Bytes, u64)>::new()))
+        .await
+        .unwrap();
+    assert!(p.get_transaction_receipt(hash).await.unwrap().is_none());
+    assert_eq!(received(&f).await, U256::ZERO, "the effect is gone for now");
+    assert_eq!(
+        q.recover_nonces(sender).await.unwrap(),
+        (false, 0),
+        "a nonce a reorg freed is never filled with a gap transfer while our attempt exists"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let block = loop {
+        q.tick().await.unwrap();
+        if let Some(SettlementVerdict::Confirmed { block, hash: h, .. }) =
+            q.status(id).await.unwrap().verdict
+            && block != first_block
+        {
+            assert_eq!(h, hash, "the same signed bytes");
+            break block;
+        }
+        assert!(Instant::now() < deadline, "never re-included");
+    };
+    let receipt = p.get_transaction_receipt(hash).await.unwrap().unwrap();
+    assert_eq!(receipt.block_number, Some(block));
+    assert_eq!(watch_state(&f, id).await, (false, 1));
+    for _ in 0..3 {
+        f.chain.mine().await.unwrap();
+    }
+    q.tick().await.unwrap();
+    assert_eq!(watch_state(&f, id).await, (true, 1), "final: the watch ended");
+    assert_eq!(received(&f).await, U256::from(1u64), "exactly one effect");
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
+}
+
+/// Issue 32 §10: a reorg after the verdict replaces the block with one where another
+/// transaction of the sender takes the request's nonce. The verdict becomes
+/// `REORGED_OUT` (no effect on chain), the queue sends nothing more for it and nonce
+/// recovery fills nothing: the chain keeps zero effects of the request.
+#[tokio::test]
+async fn a_verdict_whose_nonce_another_transaction_took_in_a_reorg_is_reorged_out() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(8).unwrap();
+    let q = f.queue(&[8]);
+    let id = q.enqueue(&transfer(sender, "mint", 1)).await.unwrap();
+    let hash = match &settle_all(&q, &[id]).await[0] {
+        SettlementVerdict::Confirmed { hash, attempts, .. } => {
+            assert_eq!(attempts[0].nonce, 0);
+            *hash
+        }
+        other => panic!("{other:?}"),
+    };
+    let other = outside_raw(&f, 8, 0).await;
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("anvil_reorg".into(), (1u64, vec![(other, 0u64)]))
+        .await
+        .unwrap();
+    assert!(p.get_transaction_receipt(hash).await.unwrap().is_none());
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
+    let mut verdict = None;
+    for _ in 0..10 {
+        q.tick().await.unwrap();
+        verdict = q.status(id).await.unwrap().verdict;
+        if matches!(verdict, Some(SettlementVerdict::Failed { .. })) {
+            break;
+        }
+    }
+    match verdict {
+        Some(SettlementVerdict::Failed { code, attempts, .. }) => {
+            assert_eq!(code, FailureCode::ReorgedOut);
+            assert_eq!(attempts.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(watch_state(&f, id).await, (true, 1));
+    // Nothing more is sent for it, and no gap transfer takes anything.
+    for _ in 0..5 {
+        q.tick().await.unwrap();
+    }
+    assert_eq!(q.recover_nonces(sender).await.unwrap(), (false, 0));
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
+    assert_eq!(received(&f).await, U256::ZERO, "no effect, and no second one");
+}
+
+/// Issue 32 §10: a reorg re-includes the settled transaction itself (same height, new
+/// block): the verdict stands and the watch ends once final.
+#[tokio::test]
+async fn a_verdict_whose_transaction_the_reorg_re_includes_stands() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(9).unwrap();
+    let q = f.queue(&[9]);
+    let id = q.enqueue(&transfer(sender, "mint", 1)).await.unwrap();
+    let before = settle_all(&q, &[id]).await.remove(0);
+    let raw: Vec<u8> = sqlx::query_scalar("SELECT raw FROM txq_attempt WHERE request_id = $1")
+        .bind(id)
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("anvil_reorg".into(), (1u64, vec![(Bytes::from(raw), 0u64)]))
+        .await
+        .unwrap();
+    q.tick().await.unwrap();
+    assert_eq!(q.status(id).await.unwrap().verdict, Some(before));
+    assert_eq!(watch_state(&f, id).await, (true, 0), "depth 0: final at once");
+    assert_eq!(received(&f).await, U256::from(1u64));
+}

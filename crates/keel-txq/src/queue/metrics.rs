@@ -173,3 +173,15 @@ pub(crate) fn custody_lost_hash_recovered(chain_id: i64) {
 pub(crate) fn resigned(chain_id: i64) {
     ::metrics::counter!("keel_txq_resigned_total", "chain_id" => chain_id.to_string()).increment(1);
 }
+
+/// `keel_txq_reorged_total{chain_id}`: a settled transaction found out of the chain
+/// after a reorg (issue 32 §10), once per reorg.
+pub(crate) fn reorged(chain_id: i64) {
+    ::metrics::counter!("keel_txq_reorged_total", "chain_id" => chain_id.to_string()).increment(1);
+}
+
+/// `keel_txq_reorged_out_total{chain_id}`: a settled verdict replaced by `REORGED_OUT`.
+pub(crate) fn reorged_out(chain_id: i64) {
+    ::metrics::counter!("keel_txq_reorged_out_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}

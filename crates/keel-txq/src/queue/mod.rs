@@ -30,6 +30,7 @@ mod resign;
 mod service;
 mod sign;
 mod trace;
+mod watch;
 
 use self::attempt::{ToSend, WarnLimiter};
 use self::broadcast::BROADCAST_CHUNK;
@@ -234,6 +235,9 @@ pub struct TxQueue {
     initialized: std::sync::Mutex<std::collections::HashSet<Address>>,
     /// The WARN rate limit of failed broadcasts.
     warned: std::sync::Mutex<WarnLimiter>,
+    /// The head hash, final block and number of watched requests at the last watch
+    /// pass that looked (`watch.rs`): an unchanged chain is not looked at again.
+    watched_at: std::sync::Mutex<Option<(alloy::primitives::B256, u64, usize)>>,
     /// Receives every settlement in the transaction that settles it
     /// ([`TxQueue::set_settlement_sink`]); `None`: settles are plain statements.
     sink: Option<Arc<dyn SettlementSink>>,
@@ -313,6 +317,7 @@ impl TxQueue {
             initialized: Default::default(),
             progress: Default::default(),
             warned: Default::default(),
+            watched_at: Default::default(),
             db,
             chain,
             chain_id,
@@ -903,6 +908,11 @@ impl TxQueue {
     async fn confirm(&self, cancel: &CancellationToken) -> Result<usize> {
         if cancel.is_cancelled() {
             return Ok(0);
+        }
+        // Settled writes stay watched until their block is final (issue 32 §10); a
+        // failure here is logged and looked at again next pass.
+        if let Err(e) = self.watch_settled(cancel).await {
+            tracing::warn!(target: "keel::txq", error = %e, "watching settled transactions failed; retrying next pass");
         }
         let in_flight = store::requests_in_flight(&self.db, self.chain_id, None, None).await?;
         if in_flight.is_empty() {
