@@ -63,6 +63,14 @@
 //!   re-signed at a fresh nonce, as above. A receipt that disappears
 //!   in a reorg before that depth leaves the request in flight, and the same signed
 //!   bytes are re-broadcast when the node no longer knows the transaction.
+//! - **Watched until final** (issue 32 §10, migration 0065, `queue/watch.rs`): a request
+//!   settled `confirmed` or `reverted` stays watched until its verdict's block is final
+//!   ([`TxQueueConfig::finality`]). Re-included after a reorg: the verdict stands with the
+//!   new block. Out of the chain with its nonce free: the verdict's exact bytes are
+//!   broadcast again. Out with its nonce taken by another transaction on the final
+//!   chain: the verdict becomes `Failed { code: REORGED_OUT }`, handed to
+//!   [`SettlementSink::reorged`] in that transaction; the queue re-sends nothing
+//!   (`keel_txq_reorged_total`, `keel_txq_reorged_out_total`).
 //! - A caller (a workflow step) reads the verdict with [`TxQueue::status`] or waits for
 //!   it with [`TxQueue::await_verdict`].
 //!
@@ -211,6 +219,8 @@
 //! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
 //! | `keel_txq_nonce_gaps_filled_total` | counter | `chain_id` | gaps filled with zero-value self-transfers |
 //! | `keel_txq_resigned_total` | counter | `chain_id` | requests re-signed at a fresh nonce after another transaction took theirs for good |
+//! | `keel_txq_reorged_total` | counter | `chain_id` | settled transactions found out of the chain after a reorg (once per reorg) |
+//! | `keel_txq_reorged_out_total` | counter | `chain_id` | settled verdicts replaced by `REORGED_OUT` |
 //! | `keel_txq_settlement_sink_failures_total` | counter | `chain_id` | settling transactions rolled back because the [`SettlementSink`] failed |
 //! | `keel_txq_progress_sink_failures_total` | counter | `chain_id`, `change` | transactions recording a first broadcast or a funding request (`change`: `broadcast`, `funding`) rolled back because the [`ProgressSink`] failed |
 //! | `keel_txq_enqueue_batch_rows` | histogram | — | rows per group-commit `INSERT` of enqueues |
@@ -271,6 +281,21 @@ pub use keel_units::ChainId;
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after
 /// the global metrics recorder is installed.
 pub fn describe_metrics() {
+    ::metrics::describe_counter!(
+        "keel_txq_resigned_total",
+        ::metrics::Unit::Count,
+        "Requests re-signed at a fresh nonce after another transaction took theirs on the final chain (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_reorged_total",
+        ::metrics::Unit::Count,
+        "Settled transactions found out of the chain after a reorg, once per reorg (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_reorged_out_total",
+        ::metrics::Unit::Count,
+        "Settled verdicts replaced by REORGED_OUT: another transaction took the nonce on the final chain (count)."
+    );
     ::metrics::describe_counter!(
         "keel_txq_custody_creates_total",
         ::metrics::Unit::Count,

@@ -25,8 +25,21 @@ impl Worker {
         mode: &str,
         confirmations: u64,
     ) -> Self {
+        Self::start_final_at(db, chain, key_index, mode, confirmations, 0)
+    }
+
+    /// As [`Worker::start`], a block being final `finality_depth` blocks below the head.
+    fn start_final_at(
+        db: &TestDatabase,
+        chain: &TestChain,
+        key_index: usize,
+        mode: &str,
+        confirmations: u64,
+        finality_depth: u64,
+    ) -> Self {
         let key = chain.signer(key_index).unwrap().to_bytes();
         let child = Command::new(env!("CARGO_BIN_EXE_keel-txq-crash-worker"))
+            .env("KEEL_TXQ_FINALITY_DEPTH", finality_depth.to_string())
             .env("KEEL_TXQ_DB", db.url())
             .env("KEEL_TXQ_RPC", chain.endpoint().to_string())
             .env("KEEL_TXQ_CHAIN_ID", chain.chain_id().to_string())
@@ -320,4 +333,52 @@ async fn kill_between_persisting_a_re_signed_attempt_and_its_broadcast() {
         "exactly one effect"
     );
     assert_eq!(count(&db, "SELECT count(*) FROM txq_attempt").await, 2);
+}
+
+/// Issue 32 §10, durability of the watch: the queue process settles a request and is
+/// killed; a reorg then takes the transaction out while no queue runs (its nonce stays
+/// free). The next process finds the settled request still watched (the watch lives in
+/// the database, not in memory), sends the same signed bytes again, and the verdict
+/// stands with the new block: one effect.
+#[tokio::test]
+async fn kill_after_the_verdict_then_a_reorg_while_down() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let sender = chain.account(5).unwrap();
+    let q = reader(&db, &chain);
+    let ids = enqueue_n(&q, sender, 1).await;
+
+    let w = Worker::start_final_at(&db, &chain, 5, "run", 1, 1_000);
+    let (block, hash) = match &await_settled(&q, &ids).await[0] {
+        SettlementVerdict::Confirmed { block, hash, .. } => (*block, *hash),
+        other => panic!("{other:?}"),
+    };
+    w.kill();
+    let p = chain.provider();
+    p.raw_request::<_, ()>("anvil_reorg".into(), (1u64, Vec::<(Bytes, u64)>::new()))
+        .await
+        .unwrap();
+    assert!(p.get_transaction_receipt(hash).await.unwrap().is_none());
+
+    let _w = Worker::start_final_at(&db, &chain, 5, "run", 1, 1_000);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(SettlementVerdict::Confirmed { block: b, hash: h, .. }) =
+            q.status(ids[0]).await.unwrap().verdict
+            && b != block
+        {
+            assert_eq!(h, hash, "the same signed bytes");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never re-included");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(p.get_transaction_receipt(hash).await.unwrap().is_some());
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
+    assert_eq!(
+        p.get_balance(Address::repeat_byte(0x24)).await.unwrap(),
+        U256::from(1000u64),
+        "exactly one effect"
+    );
+    assert_eq!(count(&db, "SELECT count(*) FROM txq_attempt").await, 1);
 }
