@@ -54,6 +54,11 @@
 //!   0018; [`RequestStatus::broadcast_failure`], [`broadcast_failures`]), counted in
 //!   `keel_txq_broadcast_failures_total{chain_id, class}` and logged as a WARN at most
 //!   once per class every 30 s with the number of failures since the previous one.
+//!   Such a request **backs off** (issue 32 §8): after its second failed broadcast the
+//!   next one waits min(60 s, 0.5 s × 2^(failures − 2)) from the last failure (database
+//!   clock, so it holds across restarts); the broadcasts put off are counted in
+//!   `keel_txq_broadcasts_deferred_total{chain_id}`. Receipts and the chain's nonce
+//!   are still checked every pass.
 //! - **Confirmation**: receipts of every attempt of in-flight requests (`broadcast`
 //!   ones, and `signed` ones with failed broadcasts: an attempt may have reached a node
 //!   whose answer was lost) are fetched in one batch; a receipt at least
@@ -219,6 +224,7 @@
 //! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
 //! | `keel_txq_nonce_gaps_filled_total` | counter | `chain_id` | gaps filled with zero-value self-transfers |
 //! | `keel_txq_resigned_total` | counter | `chain_id` | requests re-signed at a fresh nonce after another transaction took theirs for good |
+//! | `keel_txq_broadcasts_deferred_total` | counter | `chain_id` | broadcasts of requests whose earlier broadcasts failed, put off to the end of their backoff |
 //! | `keel_txq_reorged_total` | counter | `chain_id` | settled transactions found out of the chain after a reorg (once per reorg) |
 //! | `keel_txq_reorged_out_total` | counter | `chain_id` | settled verdicts replaced by `REORGED_OUT` |
 //! | `keel_txq_settlement_sink_failures_total` | counter | `chain_id` | settling transactions rolled back because the [`SettlementSink`] failed |
@@ -285,6 +291,11 @@ pub fn describe_metrics() {
         "keel_txq_resigned_total",
         ::metrics::Unit::Count,
         "Requests re-signed at a fresh nonce after another transaction took theirs on the final chain (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_broadcasts_deferred_total",
+        ::metrics::Unit::Count,
+        "Broadcasts of requests whose earlier broadcasts failed, put off to the end of their backoff (count)."
     );
     ::metrics::describe_counter!(
         "keel_txq_reorged_total",

@@ -23,6 +23,10 @@ pub(crate) struct RequestRow {
     pub funding_pause_ms: Option<i64>,
     /// Broadcasts that failed without settling the request (migration 0018).
     pub broadcast_failures: i32,
+    /// Whether the request's backoff after failed broadcasts has passed (database
+    /// clock; issue 32 §8): always after none or one failure; after `n` ≥ 2 the next
+    /// broadcast waits min(60 s, 0.5 s × 2^(n−2)) from the last failure.
+    pub broadcast_due: bool,
     /// The W3C `traceparent` of the span that enqueued it (migration 0060; `None`: not
     /// tracing).
     pub trace_context: Option<String>,
@@ -73,7 +77,11 @@ pub(crate) struct AttemptRow {
 }
 
 const REQUEST_COLUMNS: &str = "id, sender, to_address, value_wei, calldata, gas_limit, state, nonce, verdict, \
-     funding_pause_ms, broadcast_failures, trace_context";
+     funding_pause_ms, broadcast_failures, trace_context, \
+     (broadcast_failures <= 1 OR last_broadcast_error_at IS NULL \
+      OR last_broadcast_error_at + least(interval '60 seconds', \
+            interval '500 milliseconds' * power(2, least(broadcast_failures, 30) - 2)) <= now()) \
+     AS broadcast_due";
 
 const FUNDING_COLUMNS: &str = "id, chain_id, sender, value_wei, funding_required_wei, funding_gas_limit, \
      funding_max_fee_wei, funding_deadline, idempotency_key, funding_deadline <= now() AS expired, created_at, updated_at";

@@ -458,3 +458,51 @@ async fn a_sender_round_signs_and_sends_nothing_after_its_token_fired() {
         "{v:?}"
     );
 }
+
+/// Issue 32 §8: a `signed` request whose every broadcast fails backs off (per request,
+/// persisted): over 40 back-to-back passes it is sent a handful of times, not once per
+/// pass, and the passes it skipped are counted. Once the upstream accepts sends again it
+/// goes out and confirms.
+#[tokio::test]
+async fn a_request_whose_broadcasts_keep_failing_backs_off() {
+    let handle = metrics();
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let proxy = RpcProxy::start(chain.endpoint()).await.unwrap();
+    let sender = chain.account(7).unwrap();
+    let q = queue(&db, &chain, &[&proxy], 7, TxQueueConfig::default());
+    let refuse = proxy.add_rule(Rule::error(
+        "eth_sendRawTransaction",
+        -32603,
+        "internal error",
+    ));
+    let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
+    let passes = 40;
+    for _ in 0..passes {
+        q.tick().await.unwrap();
+    }
+    let sends = proxy.hits(refuse);
+    assert!(sends >= 2, "it was tried: {sends}");
+    assert!(
+        sends < passes / 2,
+        "{sends} sends in {passes} passes: no backoff"
+    );
+    assert_eq!(q.status(id).await.unwrap().state, RequestState::Signed);
+    let rendered = handle.render();
+    assert!(
+        rendered.lines().any(|l| l
+            .starts_with("keel_txq_broadcasts_deferred_total{")
+            && l.contains(&format!("chain_id=\"{}\"", chain.chain_id()))),
+        "{rendered}"
+    );
+    proxy.remove_rule(refuse);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        q.tick().await.unwrap();
+        if let Some(v) = q.status(id).await.unwrap().verdict {
+            assert!(matches!(v, SettlementVerdict::Confirmed { .. }), "{v:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never sent after the upstream recovered");
+    }
+}

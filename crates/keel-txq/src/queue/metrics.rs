@@ -185,3 +185,12 @@ pub(crate) fn reorged_out(chain_id: i64) {
     ::metrics::counter!("keel_txq_reorged_out_total", "chain_id" => chain_id.to_string())
         .increment(1);
 }
+
+/// `keel_txq_broadcasts_deferred_total{chain_id}`: `n` broadcasts of requests whose
+/// earlier broadcasts failed, put off to the end of their backoff (issue 32 §8).
+pub(crate) fn broadcasts_deferred(chain_id: i64, n: usize) {
+    if n > 0 {
+        ::metrics::counter!("keel_txq_broadcasts_deferred_total", "chain_id" => chain_id.to_string())
+            .increment(n as u64);
+    }
+}
