@@ -194,8 +194,8 @@ pub async fn watch_heads(
                     Ok(Err(_)) => break,
                     Err(_) => {
                         // Silent: is the chain quiet, or the subscription dead?
-                        let head = tokio::time::timeout(config.silence, provider.get_block_number())
-                            .await;
+                        let head =
+                            tokio::time::timeout(config.silence, provider.get_block_number()).await;
                         match head {
                             Ok(Ok(n)) if last.is_none_or(|h| n <= h) => {
                                 last = Some(last.map_or(n, |h| h.max(n)));

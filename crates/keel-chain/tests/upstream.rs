@@ -535,7 +535,10 @@ async fn an_upstream_failing_every_send_is_skipped_for_sends_only() {
     let broken = RpcProxy::start(chain.endpoint()).await.unwrap();
     let good = RpcProxy::start(chain.endpoint()).await.unwrap();
     let refuse = broken.add_rule(Rule::fail_then_recover("eth_sendRawTransaction", u64::MAX));
-    let pool = pool(&chain, vec![broken.url().to_string(), good.url().to_string()]);
+    let pool = pool(
+        &chain,
+        vec![broken.url().to_string(), good.url().to_string()],
+    );
     let signer = chain.signer(2).unwrap().clone();
     let sends = 10;
     for nonce in 0..sends {
@@ -550,7 +553,11 @@ async fn an_upstream_failing_every_send_is_skipped_for_sends_only() {
         3,
         "after three failed sends the broken upstream is skipped for sends"
     );
-    assert_eq!(broken.count("eth_blockNumber"), sends, "reads stay on the first upstream");
+    assert_eq!(
+        broken.count("eth_blockNumber"),
+        sends,
+        "reads stay on the first upstream"
+    );
     assert_eq!(good.count("eth_blockNumber"), 0);
     let h = pool.health();
     assert!(h[0].healthy && !h[0].sends_healthy, "{h:?}");

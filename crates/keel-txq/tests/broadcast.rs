@@ -490,9 +490,10 @@ async fn a_request_whose_broadcasts_keep_failing_backs_off() {
     assert_eq!(q.status(id).await.unwrap().state, RequestState::Signed);
     let rendered = handle.render();
     assert!(
-        rendered.lines().any(|l| l
-            .starts_with("keel_txq_broadcasts_deferred_total{")
-            && l.contains(&format!("chain_id=\"{}\"", chain.chain_id()))),
+        rendered
+            .lines()
+            .any(|l| l.starts_with("keel_txq_broadcasts_deferred_total{")
+                && l.contains(&format!("chain_id=\"{}\"", chain.chain_id()))),
         "{rendered}"
     );
     proxy.remove_rule(refuse);
@@ -503,6 +504,9 @@ async fn a_request_whose_broadcasts_keep_failing_backs_off() {
             assert!(matches!(v, SettlementVerdict::Confirmed { .. }), "{v:?}");
             break;
         }
-        assert!(Instant::now() < deadline, "never sent after the upstream recovered");
+        assert!(
+            Instant::now() < deadline,
+            "never sent after the upstream recovered"
+        );
     }
 }

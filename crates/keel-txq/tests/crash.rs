@@ -321,7 +321,11 @@ async fn kill_between_persisting_a_re_signed_attempt_and_its_broadcast() {
     match &verdicts[0] {
         SettlementVerdict::Confirmed { attempts, hash, .. } => {
             assert_eq!(attempts.len(), 2, "no third signature");
-            assert_eq!(hash.as_slice(), persisted.as_slice(), "the persisted bytes mined");
+            assert_eq!(
+                hash.as_slice(),
+                persisted.as_slice(),
+                "the persisted bytes mined"
+            );
             assert_eq!(attempts[1].nonce, 1);
         }
         other => panic!("{other:?}"),
@@ -363,8 +367,9 @@ async fn kill_after_the_verdict_then_a_reorg_while_down() {
     let _w = Worker::start_final_at(&db, &chain, 5, "run", 1, 1_000);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(SettlementVerdict::Confirmed { block: b, hash: h, .. }) =
-            q.status(ids[0]).await.unwrap().verdict
+        if let Some(SettlementVerdict::Confirmed {
+            block: b, hash: h, ..
+        }) = q.status(ids[0]).await.unwrap().verdict
             && b != block
         {
             assert_eq!(h, hash, "the same signed bytes");

@@ -487,7 +487,11 @@ async fn nonce_taken_by_another_transaction_re_signs_the_request_at_a_fresh_nonc
     assert!(p.get_transaction_receipt(other).await.unwrap().is_some());
     match &settle_all(&q, &[id]).await[0] {
         SettlementVerdict::Confirmed { attempts, hash, .. } => {
-            assert_eq!(attempts.len(), 2, "the first signature and the re-signed one");
+            assert_eq!(
+                attempts.len(),
+                2,
+                "the first signature and the re-signed one"
+            );
             assert_eq!(attempts[0].nonce, 0);
             assert_eq!(attempts[1].nonce, 1, "the next free nonce");
             assert_eq!(*hash, attempts[1].hash);
@@ -580,12 +584,11 @@ async fn a_dropped_transaction_below_a_waiting_one_is_re_sent_with_the_same_byte
     let a = q.enqueue(&transfer(sender, "a", 1)).await.unwrap();
     let b = q.enqueue(&transfer(sender, "b", 2)).await.unwrap();
     q.tick().await.unwrap();
-    let hash: Vec<u8> =
-        sqlx::query_scalar("SELECT tx_hash FROM txq_attempt WHERE request_id = $1")
-            .bind(a)
-            .fetch_one(f.db.pool())
-            .await
-            .unwrap();
+    let hash: Vec<u8> = sqlx::query_scalar("SELECT tx_hash FROM txq_attempt WHERE request_id = $1")
+        .bind(a)
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
     let p = f.chain.provider();
     p.raw_request::<_, serde_json::Value>(
         "anvil_dropTransaction".into(),
@@ -661,7 +664,11 @@ async fn an_idle_sender_above_the_chain_fills_its_gap_before_signing() {
     assert_eq!(confirmed_nonce(&verdict.expect("settled")), 2);
     let p = f.chain.provider();
     assert_eq!(p.get_transaction_count(sender).await.unwrap(), 3);
-    assert_eq!(received(&f).await, U256::from(4u64), "only c paid the recipient");
+    assert_eq!(
+        received(&f).await,
+        U256::from(4u64),
+        "only c paid the recipient"
+    );
 }
 
 /// Issue 32 §3, the safety rule: a request whose nonce another transaction took is
@@ -1396,7 +1403,11 @@ async fn a_verdict_reorged_out_with_its_nonce_free_lands_again_with_the_same_byt
         f.chain.mine().await.unwrap();
     }
     q.tick().await.unwrap();
-    assert_eq!(watch_state(&f, id).await, (true, 1), "final: the watch ended");
+    assert_eq!(
+        watch_state(&f, id).await,
+        (true, 1),
+        "final: the watch ended"
+    );
     assert_eq!(received(&f).await, U256::from(1u64), "exactly one effect");
     assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
 }
@@ -1447,7 +1458,11 @@ async fn a_verdict_whose_nonce_another_transaction_took_in_a_reorg_is_reorged_ou
     }
     assert_eq!(q.recover_nonces(sender).await.unwrap(), (false, 0));
     assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
-    assert_eq!(received(&f).await, U256::ZERO, "no effect, and no second one");
+    assert_eq!(
+        received(&f).await,
+        U256::ZERO,
+        "no effect, and no second one"
+    );
 }
 
 /// Issue 32 §10: a reorg re-includes the settled transaction itself (same height, new
@@ -1470,6 +1485,10 @@ async fn a_verdict_whose_transaction_the_reorg_re_includes_stands() {
         .unwrap();
     q.tick().await.unwrap();
     assert_eq!(q.status(id).await.unwrap().verdict, Some(before));
-    assert_eq!(watch_state(&f, id).await, (true, 0), "depth 0: final at once");
+    assert_eq!(
+        watch_state(&f, id).await,
+        (true, 0),
+        "depth 0: final at once"
+    );
     assert_eq!(received(&f).await, U256::from(1u64));
 }

@@ -62,10 +62,7 @@ async fn main() -> Result<(), String> {
             std::future::pending::<()>().await;
         }
         "pass-once" => {
-            let n = queue
-                .sender_pass(sender)
-                .await
-                .map_err(|e| e.to_string())?;
+            let n = queue.sender_pass(sender).await.map_err(|e| e.to_string())?;
             println!("passed {n}");
             std::future::pending::<()>().await;
         }

@@ -172,9 +172,9 @@ impl TxQueue {
             .collect();
         let mut resigned = 0;
         for (req, mine) in passed {
-            let ours_known = mine.iter().any(|a| {
-                B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known.contains(&h))
-            });
+            let ours_known = mine
+                .iter()
+                .any(|a| B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known.contains(&h)));
             if ours_known || cancel.is_cancelled() {
                 continue;
             }

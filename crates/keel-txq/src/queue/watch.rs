@@ -198,21 +198,26 @@ impl TxQueue {
             };
             if chain_nonce <= nonce {
                 // The nonce is free: the same signed bytes go out again.
-                let verdict_hash = match serde_json::from_value::<SettlementVerdict>(
-                    row.verdict.clone(),
-                ) {
-                    Ok(
-                        SettlementVerdict::Confirmed { hash, .. }
-                        | SettlementVerdict::Reverted { hash, .. },
-                    ) => Some(hash),
-                    _ => None,
-                };
+                let verdict_hash =
+                    match serde_json::from_value::<SettlementVerdict>(row.verdict.clone()) {
+                        Ok(
+                            SettlementVerdict::Confirmed { hash, .. }
+                            | SettlementVerdict::Reverted { hash, .. },
+                        ) => Some(hash),
+                        _ => None,
+                    };
                 let attempt = mine
                     .iter()
-                    .find(|a| Some(a.tx_hash.as_slice()) == verdict_hash.as_ref().map(|h| h.as_slice()))
+                    .find(|a| {
+                        Some(a.tx_hash.as_slice()) == verdict_hash.as_ref().map(|h| h.as_slice())
+                    })
                     .or(mine.last());
                 if let Some(a) = attempt {
-                    match self.chain.send_raw_transaction(&Bytes::from(a.raw.clone())).await {
+                    match self
+                        .chain
+                        .send_raw_transaction(&Bytes::from(a.raw.clone()))
+                        .await
+                    {
                         Ok(_) => {}
                         Err(e) => {
                             tracing::debug!(target: "keel::txq", request = %row.id, error = %e, "re-broadcast of a reorged transaction failed; next pass");
