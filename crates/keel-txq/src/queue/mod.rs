@@ -631,10 +631,11 @@ impl TxQueue {
         // (issue 32 §3): an outside transaction's nonce is adopted; a nonce no node
         // holds is filled by recovery at once.
         for (sender, drift) in self.reconcile_idle(senders).await {
-            if drift == std::cmp::Ordering::Less && !cancel.is_cancelled() {
-                if let Err(e) = self.recover(sender, cancel).await {
-                    tracing::warn!(target: "keel::txq", error = %e, %sender, "nonce recovery of an idle sender failed; retrying later");
-                }
+            if drift == std::cmp::Ordering::Less
+                && !cancel.is_cancelled()
+                && let Err(e) = self.recover(sender, cancel).await
+            {
+                tracing::warn!(target: "keel::txq", error = %e, %sender, "nonce recovery of an idle sender failed; retrying later");
             }
         }
         if cancel.is_cancelled() {
