@@ -11,13 +11,21 @@
 //! re-established with a capped exponential backoff; while it is down the gauge
 //! `keel_chain_head_subscription_up` reads 0 and a WARN says why.
 //!
+//! A **silent** subscription counts as down too (issue 32 §8): alloy's WebSocket
+//! transport reconnects by itself and can leave a subscription that never delivers
+//! again while the connection looks open. When no head arrived for
+//! [`HeadWatchConfig::silence`], the node's head is read over the same connection: if
+//! it moved past the last head received (or the read fails or times out), the
+//! subscription is dropped, counted down, and opened again (a reconnect); a chain that
+//! simply made no block keeps its subscription.
+//!
 //! ## Metrics (label `chain_id` only)
 //!
 //! | metric | kind | meaning |
 //! |---|---|---|
-//! | `keel_chain_head_subscription_up` | gauge | 1 while a `newHeads` subscription is open, else 0 |
+//! | `keel_chain_head_subscription_up` | gauge | 1 while a `newHeads` subscription is open and not found silent, else 0 |
 //! | `keel_chain_head_subscription_heads_total` | counter | heads received (each woke the loop) |
-//! | `keel_chain_head_subscription_reconnects_total` | counter | subscriptions (re)opened after the first |
+//! | `keel_chain_head_subscription_reconnects_total` | counter | subscriptions (re)opened after the first (after a close, a failure or a silent stream) |
 
 use crate::BlockHeader;
 use alloy::primitives::U256;
@@ -40,6 +48,10 @@ pub struct HeadWatchConfig {
     pub backoff_initial: Duration,
     /// The longest wait between attempts (default 30 s).
     pub backoff_max: Duration,
+    /// How long without a head before the subscription is checked against the node's
+    /// head (default 30 s: a few block times of Ethereum). Set it to a few block
+    /// times of the chain.
+    pub silence: Duration,
 }
 
 impl HeadWatchConfig {
@@ -49,6 +61,7 @@ impl HeadWatchConfig {
             ws_url: ws_url.into(),
             backoff_initial: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
+            silence: Duration::from_secs(30),
         }
     }
 }
@@ -128,6 +141,8 @@ enum SubscriptionEnd {
     Subscribe(String),
     #[error("the subscription closed")]
     Closed,
+    #[error("no head for the silence window while the node's head moved (or it did not answer)")]
+    Silent,
 }
 
 /// Keeps a `newHeads` subscription to `config.ws_url` open until `stop` fires, and
@@ -171,7 +186,26 @@ pub async fn watch_heads(
             // Heads may have been missed while no subscription was open: the loop asks
             // the node for the head once.
             heads.wake_up();
-            while let Ok(header) = sub.recv().await {
+            // The last head received (a baseline read when none came yet).
+            let mut last: Option<u64> = None;
+            loop {
+                let header = match tokio::time::timeout(config.silence, sub.recv()).await {
+                    Ok(Ok(header)) => header,
+                    Ok(Err(_)) => break,
+                    Err(_) => {
+                        // Silent: is the chain quiet, or the subscription dead?
+                        let head =
+                            tokio::time::timeout(config.silence, provider.get_block_number()).await;
+                        match head {
+                            Ok(Ok(n)) if last.is_none_or(|h| n <= h) => {
+                                last = Some(last.map_or(n, |h| h.max(n)));
+                                continue;
+                            }
+                            _ => return Err(SubscriptionEnd::Silent),
+                        }
+                    }
+                };
+                last = Some(header.number);
                 received.increment(1);
                 tracing::trace!(target: TARGET, chain_id = chain.get(), number = header.number, "new head");
                 heads.publish(BlockHeader {

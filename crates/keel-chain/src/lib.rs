@@ -30,7 +30,7 @@ pub mod upstream;
 pub use attribution::AttributionSuffix;
 pub use heads::{HeadSignal, HeadWatchConfig, watch_heads};
 pub use node_error::{NodeError, NodeErrorKind, RevertReason};
-pub use upstream::{BlockHeader, UpstreamConfig, UpstreamHealth, UpstreamPool};
+pub use upstream::{BlockHeader, MethodClass, UpstreamConfig, UpstreamHealth, UpstreamPool};
 
 use keel_units::ChainId;
 

@@ -15,6 +15,11 @@
 //! request fails over to the next upstream; when every upstream answered so, the last
 //! such answer is returned. Each upstream has its own `governor` rate limiter (requests
 //! per second with a burst).
+//!
+//! Health is kept per upstream **and method class** ([`MethodClass`]: reads, and sends
+//! — `eth_sendRawTransaction`; issue 32 §8): an upstream that fails every send while it
+//! serves reads (a provider whose write path is broken) goes into cooldown for sends
+//! only and stays first in line for reads, and the other way round.
 
 use crate::node_error::classify_payload;
 use crate::{ChainError, Result};
@@ -107,19 +112,53 @@ struct LogFilter {
     address: Vec<Address>,
 }
 
+/// What a JSON-RPC method does, for health kept per upstream and class: an upstream
+/// may serve one class and fail the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MethodClass {
+    /// Everything but sending transactions.
+    Reads,
+    /// `eth_sendRawTransaction`.
+    Sends,
+}
+
+impl MethodClass {
+    /// The class of `method`.
+    pub fn of(method: &str) -> Self {
+        if method == "eth_sendRawTransaction" {
+            MethodClass::Sends
+        } else {
+            MethodClass::Reads
+        }
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            MethodClass::Reads => 0,
+            MethodClass::Sends => 1,
+        }
+    }
+}
+
 /// The health of one upstream, by position (URLs are not shown: they can hold keys).
+/// The fields without a class are about reads; `sends_*` about sends
+/// ([`MethodClass`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpstreamHealth {
     /// Position in the configured list.
     pub index: usize,
-    /// False while in cooldown after repeated transport failures.
+    /// Reads: false while in cooldown after repeated failures.
     pub healthy: bool,
-    /// Transport failures since the last success.
+    /// Reads: failures since the last success.
     pub consecutive_failures: u32,
-    /// Requests sent to it.
+    /// Requests sent to it (both classes).
     pub requests: u64,
-    /// Transport failures in total.
+    /// Failures in total (both classes).
     pub failures: u64,
+    /// Sends: false while in cooldown after repeated failures.
+    pub sends_healthy: bool,
+    /// Sends: failures since the last success.
+    pub sends_consecutive_failures: u32,
 }
 
 #[derive(Debug, Default)]
@@ -133,7 +172,8 @@ struct HealthState {
 struct Upstream {
     client: RpcClient,
     limiter: DefaultDirectRateLimiter,
-    health: Mutex<HealthState>,
+    /// Per [`MethodClass`] (reads, sends).
+    health: [Mutex<HealthState>; 2],
 }
 
 /// One chain's upstreams. Cheap to share behind an `Arc`.
@@ -184,7 +224,7 @@ impl UpstreamPool {
             upstreams.push(Upstream {
                 client: ClientBuilder::default().http(parsed),
                 limiter: RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)),
-                health: Mutex::new(HealthState::default()),
+                health: Default::default(),
             });
         }
         Ok(Self {
@@ -206,25 +246,34 @@ impl UpstreamPool {
             .iter()
             .enumerate()
             .map(|(index, u)| {
-                let h = u.health.lock().unwrap_or_else(|p| p.into_inner());
+                let r = u.health[MethodClass::Reads.slot()]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                let s = u.health[MethodClass::Sends.slot()]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
                 UpstreamHealth {
                     index,
-                    healthy: h.unhealthy_until.is_none_or(|t| t <= now),
-                    consecutive_failures: h.consecutive_failures,
-                    requests: h.requests,
-                    failures: h.failures,
+                    healthy: r.unhealthy_until.is_none_or(|t| t <= now),
+                    consecutive_failures: r.consecutive_failures,
+                    requests: r.requests + s.requests,
+                    failures: r.failures + s.failures,
+                    sends_healthy: s.unhealthy_until.is_none_or(|t| t <= now),
+                    sends_consecutive_failures: s.consecutive_failures,
                 }
             })
             .collect()
     }
 
-    /// Upstream indices in the order to try: healthy ones in configured order, then
-    /// the unhealthy ones (so a request is still attempted when all are in cooldown).
-    fn order(&self) -> Vec<usize> {
+    /// Upstream indices in the order to try `method`: those healthy for its class in
+    /// configured order, then the unhealthy ones (so a request is still attempted when
+    /// all are in cooldown).
+    fn order(&self, method: &str) -> Vec<usize> {
         let now = Instant::now();
+        let class = MethodClass::of(method).slot();
         let (mut healthy, mut sick) = (Vec::new(), Vec::new());
         for (i, u) in self.upstreams.iter().enumerate() {
-            let h = u.health.lock().unwrap_or_else(|p| p.into_inner());
+            let h = u.health[class].lock().unwrap_or_else(|p| p.into_inner());
             if h.unhealthy_until.is_none_or(|t| t <= now) {
                 healthy.push(i);
             } else {
@@ -235,11 +284,14 @@ impl UpstreamPool {
         healthy
     }
 
-    fn record(&self, index: usize, transport_ok: bool) {
+    fn record(&self, index: usize, method: &str, transport_ok: bool) {
         let Some(u) = self.upstreams.get(index) else {
             return;
         };
-        let mut h = u.health.lock().unwrap_or_else(|p| p.into_inner());
+        let class = MethodClass::of(method);
+        let mut h = u.health[class.slot()]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         h.requests += 1;
         if transport_ok {
             h.consecutive_failures = 0;
@@ -249,7 +301,8 @@ impl UpstreamPool {
             h.consecutive_failures += 1;
             if h.consecutive_failures >= self.config.failure_threshold {
                 if h.unhealthy_until.is_none() {
-                    tracing::warn!(target: "keel::chain", chain = %self.chain, upstream = index, "upstream marked unhealthy");
+                    tracing::warn!(target: "keel::chain", chain = %self.chain, upstream = index,
+                        class = if class == MethodClass::Sends { "sends" } else { "reads" }, "upstream marked unhealthy");
                 }
                 h.unhealthy_until = Some(Instant::now() + self.config.cooldown);
             }
@@ -308,32 +361,32 @@ impl UpstreamPool {
         method: &'static str,
         params: P,
     ) -> Result<R> {
-        let order = self.order();
+        let order = self.order(method);
         let chain_label = self.chain.get().to_string();
         let mut not_a_verdict = None;
         for &index in &order {
             match self.attempt::<P, R>(index, method, params.clone()).await {
                 Attempt::Done(r) => {
-                    self.record(index, true);
+                    self.record(index, method, true);
                     metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label, "method" => method, "outcome" => "ok").increment(1);
                     return Ok(r);
                 }
                 Attempt::Node(error) if error.kind.is_transaction_level() => {
                     // The node answered about the request: the upstream is fine.
-                    self.record(index, true);
+                    self.record(index, method, true);
                     metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label, "method" => method, "outcome" => error.kind.as_str()).increment(1);
                     return Err(ChainError::Node { method, error });
                 }
                 Attempt::Node(error) => {
                     // Not about the request (internal or gateway error, unknown text):
                     // another upstream may answer it.
-                    self.record(index, false);
+                    self.record(index, method, false);
                     metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => error.kind.as_str()).increment(1);
                     tracing::debug!(target: "keel::chain", chain = %self.chain, upstream = index, method, kind = error.kind.as_str(), "error answer that is not a verdict on the request, failing over");
                     not_a_verdict = Some(error);
                 }
                 Attempt::Transport => {
-                    self.record(index, false);
+                    self.record(index, method, false);
                     metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => "transport_error").increment(1);
                     tracing::debug!(target: "keel::chain", chain = %self.chain, upstream = index, method, "transport failure, failing over");
                 }
@@ -358,7 +411,7 @@ impl UpstreamPool {
         for index in 0..self.upstreams.len() {
             match self.attempt::<(), U64>(index, "eth_chainId", ()).await {
                 Attempt::Done(id) => {
-                    self.record(index, true);
+                    self.record(index, "eth_chainId", true);
                     let actual = id.to::<u64>();
                     if actual != self.chain.get() {
                         return Err(ChainError::WrongChain {
@@ -375,7 +428,7 @@ impl UpstreamPool {
                     });
                 }
                 Attempt::Transport => {
-                    self.record(index, false);
+                    self.record(index, "eth_chainId", false);
                     return Err(ChainError::Unavailable {
                         chain: self.chain,
                         method: "eth_chainId",
@@ -667,7 +720,7 @@ impl UpstreamPool {
         if params.is_empty() {
             return Ok(Vec::new());
         }
-        let order = self.order();
+        let order = self.order(method);
         let chain_label = self.chain.get().to_string();
         // Per item: its final outcome, or the last answer that was not a verdict.
         let mut done: Vec<Option<std::result::Result<R, crate::NodeError>>> =
@@ -692,7 +745,7 @@ impl UpstreamPool {
             }
             let sent = tokio::time::timeout(self.config.request_timeout, batch.send()).await;
             if !matches!(sent, Ok(Ok(()))) {
-                self.record(index, false);
+                self.record(index, method, false);
                 metrics::counter!("keel_chain_rpc_requests_total", "chain_id" => chain_label.clone(), "method" => method, "outcome" => "transport_error").increment(1);
                 continue;
             }
@@ -721,7 +774,7 @@ impl UpstreamPool {
                     }
                 }
             }
-            self.record(index, healthy);
+            self.record(index, method, healthy);
             if !still.is_empty() {
                 tracing::debug!(target: "keel::chain", chain = %self.chain, upstream = index, method, items = still.len(), "batch items without a verdict, failing over");
             }

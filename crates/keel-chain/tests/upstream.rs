@@ -523,3 +523,43 @@ async fn estimates_calls_and_known_transactions() {
             .unwrap()
     );
 }
+
+/// Issue 32 §8: health is per upstream and method class. The first upstream answers
+/// every send with an HTTP error while it serves reads: after `failureThreshold` failed
+/// sends it is skipped for sends (they go straight to the second), and it stays first
+/// in line for reads. Counted per upstream at the proxies.
+#[tokio::test]
+async fn an_upstream_failing_every_send_is_skipped_for_sends_only() {
+    use anvil_tests::proxy::{RpcProxy, Rule};
+    let chain = TestChain::start().await.unwrap();
+    let broken = RpcProxy::start(chain.endpoint()).await.unwrap();
+    let good = RpcProxy::start(chain.endpoint()).await.unwrap();
+    let refuse = broken.add_rule(Rule::fail_then_recover("eth_sendRawTransaction", u64::MAX));
+    let pool = pool(
+        &chain,
+        vec![broken.url().to_string(), good.url().to_string()],
+    );
+    let signer = chain.signer(2).unwrap().clone();
+    let sends = 10;
+    for nonce in 0..sends {
+        let raw = raw_transfer(&chain, &signer, nonce, 1).await;
+        pool.send_raw_transaction(&raw).await.unwrap();
+        // A read between sends: served by the first upstream.
+        pool.block_number().await.unwrap();
+    }
+    assert_eq!(good.count("eth_sendRawTransaction"), sends);
+    assert_eq!(
+        broken.hits(refuse),
+        3,
+        "after three failed sends the broken upstream is skipped for sends"
+    );
+    assert_eq!(
+        broken.count("eth_blockNumber"),
+        sends,
+        "reads stay on the first upstream"
+    );
+    assert_eq!(good.count("eth_blockNumber"), 0);
+    let h = pool.health();
+    assert!(h[0].healthy && !h[0].sends_healthy, "{h:?}");
+    assert!(h[1].healthy && h[1].sends_healthy, "{h:?}");
+}

@@ -37,10 +37,14 @@
 //! - **Broadcast** happens after the commit, outside any transaction, in JSON-RPC
 //!   batches that each hold one sender's consecutive nonces. A crash between
 //!   the two leaves a `signed` request whose exact bytes the next pass re-broadcasts.
-//!   "Already known" is success. "Nonce too low" is resolved by looking for a receipt
-//!   of any attempt of that nonce: ours mined means broadcast; none mined (after
-//!   confirming that the chain's nonce passed ours) means another transaction took
-//!   the nonce: the request settles `failed` with `NONCE_CONSUMED_EXTERNALLY`.
+//!   "Already known" is success. "Nonce too low" is resolved by looking for any
+//!   attempt of the request: ours known (mined) means broadcast; none known while the
+//!   sender's nonce **at the final block** ([`TxQueueConfig::finality`]) passed ours
+//!   means another transaction took the nonce for good, so none of the request's
+//!   attempts can ever be mined: the request is **re-signed at a fresh nonce**
+//!   (persisted before its broadcast; `keel_txq_resigned_total`), never failed — its
+//!   effect never happened (issue 32 §3, `queue/resign.rs`). Until that transaction is
+//!   final the request stays in flight as a failed broadcast.
 //!   Only a node's verdict on the transaction is final for a broadcast: an internal
 //!   error, a gateway's error or unknown text makes the upstream pool ask the chain's
 //!   other upstreams (`keel-chain`), and an answer that is no verdict leaves the request
@@ -50,15 +54,28 @@
 //!   0018; [`RequestStatus::broadcast_failure`], [`broadcast_failures`]), counted in
 //!   `keel_txq_broadcast_failures_total{chain_id, class}` and logged as a WARN at most
 //!   once per class every 30 s with the number of failures since the previous one.
+//!   Such a request **backs off** (issue 32 §8): after its second failed broadcast the
+//!   next one waits min(60 s, 0.5 s × 2^(failures − 2)) from the last failure (database
+//!   clock, so it holds across restarts); the broadcasts put off are counted in
+//!   `keel_txq_broadcasts_deferred_total{chain_id}`. Receipts and the chain's nonce
+//!   are still checked every pass.
 //! - **Confirmation**: receipts of every attempt of in-flight requests (`broadcast`
 //!   ones, and `signed` ones with failed broadcasts: an attempt may have reached a node
 //!   whose answer was lost) are fetched in one batch; a receipt at least
 //!   `confirmations` blocks deep settles the request (`confirmed`, or `reverted` with
 //!   the decoded reason). A `signed` request with failed broadcasts and no receipt
-//!   whose nonce the chain passed while no node knows any of its attempts settles
-//!   `NONCE_CONSUMED_EXTERNALLY`. A receipt that disappears
+//!   whose nonce the final chain passed while no node knows any of its attempts is
+//!   re-signed at a fresh nonce, as above. A receipt that disappears
 //!   in a reorg before that depth leaves the request in flight, and the same signed
 //!   bytes are re-broadcast when the node no longer knows the transaction.
+//! - **Watched until final** (issue 32 §10, migration 0065, `queue/watch.rs`): a request
+//!   settled `confirmed` or `reverted` stays watched until its verdict's block is final
+//!   ([`TxQueueConfig::finality`]). Re-included after a reorg: the verdict stands with the
+//!   new block. Out of the chain with its nonce free: the verdict's exact bytes are
+//!   broadcast again. Out with its nonce taken by another transaction on the final
+//!   chain: the verdict becomes `Failed { code: REORGED_OUT }`, handed to
+//!   [`SettlementSink::reorged`] in that transaction; the queue re-sends nothing
+//!   (`keel_txq_reorged_total`, `keel_txq_reorged_out_total`).
 //! - A caller (a workflow step) reads the verdict with [`TxQueue::status`] or waits for
 //!   it with [`TxQueue::await_verdict`].
 //!
@@ -76,7 +93,15 @@
 //!
 //! - **Nonce recovery** ([`TxQueue::recover_nonces`], at start and periodically):
 //!   adopts a nonce advanced outside Keel and fills gaps left by requests that failed
-//!   after signing with zero-value self-transfers.
+//!   after signing with zero-value self-transfers (never a nonce held by a live request
+//!   or by a request settled `confirmed` or `reverted`: a reorg may have freed it, and
+//!   only its own signed bytes may fill it).
+//! - **Nonce drift before signing** (issue 32 §3): a sender with nothing in flight
+//!   (idle) is reconciled with the chain before it signs: a `pending` nonce above
+//!   Keel's (a transaction sent from the key outside Keel) is adopted, one below it (a
+//!   nonce Keel assigned that no node holds) is filled by nonce recovery at once. Keel
+//!   never lowers its counter (a lower nonce could collide with an attempt of its own
+//!   still in some pool); a busy sender's drift is resolved per request as above.
 //!
 //! ## Funding pauses
 //!
@@ -198,6 +223,10 @@
 //! | `keel_txq_funding_resumed_total` | counter | `chain_id` | waiting requests resumed after funding |
 //! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
 //! | `keel_txq_nonce_gaps_filled_total` | counter | `chain_id` | gaps filled with zero-value self-transfers |
+//! | `keel_txq_resigned_total` | counter | `chain_id` | requests re-signed at a fresh nonce after another transaction took theirs for good |
+//! | `keel_txq_broadcasts_deferred_total` | counter | `chain_id` | broadcasts of requests whose earlier broadcasts failed, put off to the end of their backoff |
+//! | `keel_txq_reorged_total` | counter | `chain_id` | settled transactions found out of the chain after a reorg (once per reorg) |
+//! | `keel_txq_reorged_out_total` | counter | `chain_id` | settled verdicts replaced by `REORGED_OUT` |
 //! | `keel_txq_settlement_sink_failures_total` | counter | `chain_id` | settling transactions rolled back because the [`SettlementSink`] failed |
 //! | `keel_txq_progress_sink_failures_total` | counter | `chain_id`, `change` | transactions recording a first broadcast or a funding request (`change`: `broadcast`, `funding`) rolled back because the [`ProgressSink`] failed |
 //! | `keel_txq_enqueue_batch_rows` | histogram | — | rows per group-commit `INSERT` of enqueues |
@@ -244,7 +273,7 @@ pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, funding_requests};
 pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, queue_health};
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
-pub use queue::{EnqueueOptions, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
+pub use queue::{EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
 pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
 pub use state::{RequestState, UnknownRequestState};
@@ -258,6 +287,26 @@ pub use keel_units::ChainId;
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after
 /// the global metrics recorder is installed.
 pub fn describe_metrics() {
+    ::metrics::describe_counter!(
+        "keel_txq_resigned_total",
+        ::metrics::Unit::Count,
+        "Requests re-signed at a fresh nonce after another transaction took theirs on the final chain (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_broadcasts_deferred_total",
+        ::metrics::Unit::Count,
+        "Broadcasts of requests whose earlier broadcasts failed, put off to the end of their backoff (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_reorged_total",
+        ::metrics::Unit::Count,
+        "Settled transactions found out of the chain after a reorg, once per reorg (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_reorged_out_total",
+        ::metrics::Unit::Count,
+        "Settled verdicts replaced by REORGED_OUT: another transaction took the nonce on the final chain (count)."
+    );
     ::metrics::describe_counter!(
         "keel_txq_custody_creates_total",
         ::metrics::Unit::Count,

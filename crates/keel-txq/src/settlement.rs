@@ -47,6 +47,25 @@ pub trait SettlementSink: Send + Sync {
         conn: &'c mut sqlx::PgConnection,
         settled: &'c [Settled<'c>],
     ) -> BoxFuture<'c, Result<(), SettlementSinkError>>;
+
+    /// Records that settled requests lost their effect to a reorg (issue 32 §10): each
+    /// had settled `confirmed` or `reverted` (passed to [`SettlementSink::record`] then),
+    /// a reorg took its transaction out, and another transaction of its sender took its
+    /// nonce on the final chain. `reorged[i].verdict` is the new verdict
+    /// (`Failed { code: REORGED_OUT }`) just stored over the old one. Runs on `conn`, the
+    /// transaction that stores it, under the same rules as `record`; an error rolls it
+    /// back and a later pass tries again. The default records nothing.
+    ///
+    /// # Errors
+    /// Any [`SettlementSinkError`] rolls the change back.
+    fn reorged<'c>(
+        &'c self,
+        conn: &'c mut sqlx::PgConnection,
+        reorged: &'c [Settled<'c>],
+    ) -> BoxFuture<'c, Result<(), SettlementSinkError>> {
+        let _ = (conn, reorged);
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// A [`SettlementSink`] failed: the settlement was rolled back. Value-free message; the

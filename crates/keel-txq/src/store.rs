@@ -23,6 +23,10 @@ pub(crate) struct RequestRow {
     pub funding_pause_ms: Option<i64>,
     /// Broadcasts that failed without settling the request (migration 0018).
     pub broadcast_failures: i32,
+    /// Whether the request's backoff after failed broadcasts has passed (database
+    /// clock; issue 32 §8): always after none or one failure; after `n` ≥ 2 the next
+    /// broadcast waits min(60 s, 0.5 s × 2^(n−2)) from the last failure.
+    pub broadcast_due: bool,
     /// The W3C `traceparent` of the span that enqueued it (migration 0060; `None`: not
     /// tracing).
     pub trace_context: Option<String>,
@@ -73,7 +77,11 @@ pub(crate) struct AttemptRow {
 }
 
 const REQUEST_COLUMNS: &str = "id, sender, to_address, value_wei, calldata, gas_limit, state, nonce, verdict, \
-     funding_pause_ms, broadcast_failures, trace_context";
+     funding_pause_ms, broadcast_failures, trace_context, \
+     (broadcast_failures <= 1 OR last_broadcast_error_at IS NULL \
+      OR last_broadcast_error_at + least(interval '60 seconds', \
+            interval '500 milliseconds' * power(2, least(broadcast_failures, 30) - 2)) <= now()) \
+     AS broadcast_due";
 
 const FUNDING_COLUMNS: &str = "id, chain_id, sender, value_wei, funding_required_wei, funding_gas_limit, \
      funding_max_fee_wei, funding_deadline, idempotency_key, funding_deadline <= now() AS expired, created_at, updated_at";
@@ -611,7 +619,10 @@ pub(crate) async fn request_lock_broadcast(db: impl PgExecutor<'_>, id: Uuid) ->
     )
 }
 
-/// Nonces held by live (`signed` or `broadcast`) requests of a sender in `[from, to)`.
+/// Nonces of a sender in `[from, to)` that a gap filler must never take: those held by
+/// live (`signed` or `broadcast`) requests, and those of requests settled `confirmed`
+/// or `reverted` (mined there once: when such a nonce is free again a reorg took the
+/// transaction back, and its own signed bytes are what may fill it, issue 32 §10).
 pub(crate) async fn live_nonces(
     db: impl PgExecutor<'_>,
     chain_id: i64,
@@ -622,7 +633,13 @@ pub(crate) async fn live_nonces(
     let rows = sqlx::query(
         "SELECT nonce FROM txq_request
           WHERE chain_id = $1 AND sender = $2 AND state IN ('signed', 'broadcast')
-            AND nonce >= $3 AND nonce < $4 ORDER BY nonce",
+            AND nonce >= $3 AND nonce < $4
+         UNION
+         SELECT nonce FROM txq_request
+          WHERE chain_id = $1 AND sender = $2 AND state = 'settled'
+            AND verdict_kind IN ('confirmed', 'reverted')
+            AND nonce >= $3 AND nonce < $4
+         ORDER BY nonce",
     )
     .bind(chain_id)
     .bind(sender)
@@ -657,6 +674,106 @@ pub(crate) async fn sender_raise_next(
     row.map(|r| r.try_get::<i64, _>(0))
         .transpose()
         .map_err(Into::into)
+}
+
+/// Of `senders`, those with a nonce row and no `signed` or `broadcast` request (idle:
+/// nothing of theirs can be in a node's pool), with their next nonce.
+pub(crate) async fn senders_idle(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    senders: &[&[u8]],
+) -> Result<Vec<(Vec<u8>, i64)>> {
+    let rows = sqlx::query(
+        "SELECT s.sender, s.next_nonce FROM txq_sender s
+          WHERE s.chain_id = $1 AND s.sender = ANY($2)
+            AND NOT EXISTS (SELECT 1 FROM txq_request r
+                             WHERE r.chain_id = $1 AND r.sender = s.sender
+                               AND r.state IN ('signed', 'broadcast'))",
+    )
+    .bind(chain_id)
+    .bind(senders)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get::<Vec<u8>, _>(0)?, r.try_get::<i64, _>(1)?)))
+        .collect()
+}
+
+/// Locks the sender's nonce row (the lock every nonce assignment takes) and returns
+/// its next nonce; `None` without a row.
+pub(crate) async fn sender_lock(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+) -> Result<Option<i64>> {
+    let row = sqlx::query(
+        "SELECT next_nonce FROM txq_sender WHERE chain_id = $1 AND sender = $2 FOR UPDATE",
+    )
+    .bind(chain_id)
+    .bind(sender)
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| r.try_get::<i64, _>(0))
+        .transpose()
+        .map_err(Into::into)
+}
+
+/// Locks a request still in flight (`signed` or `broadcast`) at `nonce` and returns its
+/// highest attempt number; `None` when it moved meanwhile (settled, or re-signed by
+/// another pass).
+pub(crate) async fn request_lock_at_nonce(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+    nonce: i64,
+) -> Result<Option<i32>> {
+    let locked = sqlx::query(
+        "SELECT 1 FROM txq_request
+          WHERE id = $1 AND state IN ('signed', 'broadcast') AND nonce = $2 FOR UPDATE",
+    )
+    .bind(id)
+    .bind(nonce)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if locked.is_none() {
+        return Ok(None);
+    }
+    let max: Option<i32> =
+        sqlx::query_scalar("SELECT max(attempt) FROM txq_attempt WHERE request_id = $1")
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(Some(max.unwrap_or(0)))
+}
+
+/// A re-signed request (issue 32 §3): `signed` again at its new `nonce` (its new
+/// attempt is inserted beside), its broadcast failures cleared (they were about the
+/// old nonce); and the sender's next nonce moved past it.
+pub(crate) async fn request_resigned(
+    conn: &mut sqlx::PgConnection,
+    chain_id: i64,
+    sender: &[u8],
+    id: Uuid,
+    nonce: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE txq_request SET state = 'signed', nonce = $2, broadcast_failures = 0,
+                updated_at = now()
+          WHERE id = $1",
+    )
+    .bind(id)
+    .bind(nonce)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE txq_sender SET next_nonce = greatest(next_nonce, $3 + 1), updated_at = now()
+          WHERE chain_id = $1 AND sender = $2",
+    )
+    .bind(chain_id)
+    .bind(sender)
+    .bind(nonce)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// The sender's next nonce, if its row exists.
@@ -1409,5 +1526,104 @@ pub(crate) async fn custody_views(
     )
     .bind(ids)
     .fetch_all(db)
+    .await?)
+}
+
+/// A settled write still watched until its block is final (migration 0065).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct WatchedRow {
+    pub id: Uuid,
+    pub sender: Vec<u8>,
+    pub nonce: Option<i64>,
+    pub verdict: serde_json::Value,
+    /// A reorg has its transaction out of the chain (`reorged_at` set).
+    pub reorged: bool,
+}
+
+/// Up to `limit` settled `confirmed`/`reverted` requests of a chain with a nonce (a
+/// custody sender's have none: the provider watches those) whose block was not yet
+/// found final, oldest settlement first.
+pub(crate) async fn requests_watched(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    limit: i64,
+) -> Result<Vec<WatchedRow>> {
+    Ok(sqlx::query_as::<_, WatchedRow>(
+        "SELECT id, sender, nonce, verdict, reorged_at IS NOT NULL AS reorged FROM txq_request
+          WHERE chain_id = $1 AND state = 'settled' AND final_at IS NULL
+            AND verdict_kind IN ('confirmed', 'reverted') AND nonce IS NOT NULL
+          ORDER BY settled_at LIMIT $2",
+    )
+    .bind(chain_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Ends the watch of these requests: their verdict's block is final.
+pub(crate) async fn requests_mark_final(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE txq_request SET final_at = now(), reorged_at = NULL, updated_at = now()
+          WHERE id = ANY($1) AND state = 'settled' AND final_at IS NULL",
+    )
+    .bind(ids)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// A watched request whose transaction is mined again (after a reorg, in another block,
+/// or another of its attempts): its verdict (same kind) is replaced and the reorg mark
+/// cleared. False when it is no longer watched.
+pub(crate) async fn request_watch_update(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    verdict: &serde_json::Value,
+    kind: &str,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "UPDATE txq_request SET verdict = $2, verdict_kind = $3, reorged_at = NULL, updated_at = now()
+          WHERE id = $1 AND state = 'settled' AND final_at IS NULL",
+    )
+    .bind(id)
+    .bind(verdict)
+    .bind(kind)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Marks a watched request's transaction as taken out of the chain by a reorg (first
+/// detection only: `reorged_at` set, `reorgs` counted). True when it was newly marked.
+pub(crate) async fn request_mark_reorged(db: impl PgExecutor<'_>, id: Uuid) -> Result<bool> {
+    let r = sqlx::query(
+        "UPDATE txq_request SET reorged_at = now(), reorgs = reorgs + 1, updated_at = now()
+          WHERE id = $1 AND state = 'settled' AND final_at IS NULL AND reorged_at IS NULL",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Replaces a watched request's verdict with `verdict` (`failed`, `REORGED_OUT`) and
+/// ends its watch; returns its idempotency key, `None` when it is no longer watched.
+pub(crate) async fn request_reorged_out(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+    verdict: &serde_json::Value,
+) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE txq_request SET verdict = $2, verdict_kind = 'failed', final_at = now(),
+                reorged_at = coalesce(reorged_at, now()), updated_at = now()
+          WHERE id = $1 AND state = 'settled' AND final_at IS NULL
+         RETURNING idempotency_key",
+    )
+    .bind(id)
+    .bind(verdict)
+    .fetch_optional(&mut *conn)
     .await?)
 }

@@ -97,7 +97,9 @@ pub enum FailureCode {
     GasRequired,
     /// The request waited in `waiting_funding` past its deadline; no nonce was used.
     FundingDeadlineExpired,
-    /// Another transaction took the request's nonce.
+    /// Another transaction took the request's nonce. Written by earlier versions only:
+    /// this one re-signs such a request at a fresh nonce once the other transaction is
+    /// final (issue 32 §3); kept so their verdicts still read.
     NonceConsumedExternally,
     /// A node refused the transaction: intrinsic gas too low.
     IntrinsicGasTooLow,
@@ -128,6 +130,13 @@ pub enum FailureCode {
     /// was cancelled at the provider, the cancel confirmed, and nothing reached the
     /// chain.
     CustodyTimedOut,
+    /// The request had settled `confirmed` or `reverted`, then a reorg took its
+    /// transaction out of the chain and another transaction of its sender took its
+    /// nonce on the final chain: none of its attempts can ever be mined, its effect is
+    /// absent. Written over the earlier verdict by the watch that follows a settled
+    /// write until its block is final (issue 32 §10); the queue does not re-send it
+    /// (whether the operation is re-sent is the operation kind's rule, docs/architecture.md).
+    ReorgedOut,
     /// A code this version does not know (written by a newer one); never emitted.
     #[serde(untagged)]
     Unknown(String),
@@ -135,7 +144,7 @@ pub enum FailureCode {
 
 impl FailureCode {
     /// Every code this version emits.
-    pub const KNOWN: [FailureCode; 14] = [
+    pub const KNOWN: [FailureCode; 15] = [
         FailureCode::ExecutionReverted,
         FailureCode::GasRequired,
         FailureCode::FundingDeadlineExpired,
@@ -150,6 +159,7 @@ impl FailureCode {
         FailureCode::CustodyFailed,
         FailureCode::CustodyRefused,
         FailureCode::CustodyTimedOut,
+        FailureCode::ReorgedOut,
     ];
 
     /// The stored name (`"GAS_REQUIRED"`, ...; an unknown code as stored).
@@ -169,6 +179,7 @@ impl FailureCode {
             FailureCode::CustodyFailed => "CUSTODY_FAILED",
             FailureCode::CustodyRefused => "CUSTODY_REFUSED",
             FailureCode::CustodyTimedOut => "CUSTODY_TIMED_OUT",
+            FailureCode::ReorgedOut => "REORGED_OUT",
             FailureCode::Unknown(s) => s,
         }
     }

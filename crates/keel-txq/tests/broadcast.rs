@@ -9,7 +9,7 @@ use anvil_tests::proxy::{RpcProxy, Rule};
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
 use keel_txq::{
-    FailureCode, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest,
+    Finality, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest,
 };
 use keel_units::{ChainId, Wei};
 use std::sync::{Arc, OnceLock};
@@ -162,15 +162,25 @@ async fn a_signed_request_whose_rebroadcasts_fail_settles_by_its_receipt() {
 }
 
 /// A `signed` request whose every broadcast fails (the only upstream answers internal
-/// errors) while another transaction takes its nonce: reconciled by the chain's nonce,
-/// it settles `NONCE_CONSUMED_EXTERNALLY` instead of staying `signed`.
+/// errors) while another transaction takes its nonce: reconciled by the chain's nonce
+/// (issue 32 §3), it is re-signed at a fresh nonce instead of failing, and once the
+/// upstream accepts sends again the new attempt confirms: one effect.
 #[tokio::test]
-async fn a_signed_request_whose_nonce_the_chain_passed_fails_nonce_consumed() {
+async fn a_signed_request_whose_nonce_the_chain_passed_is_re_signed() {
     let chain = TestChain::start().await.unwrap();
     let db = TestDatabase::create().await.unwrap();
     let proxy = RpcProxy::start(chain.endpoint()).await.unwrap();
     let sender = chain.account(5).unwrap();
-    let q = queue(&db, &chain, &[&proxy], 5, TxQueueConfig::default());
+    let q = queue(
+        &db,
+        &chain,
+        &[&proxy],
+        5,
+        TxQueueConfig {
+            finality: Finality::Depth(0),
+            ..TxQueueConfig::default()
+        },
+    );
     let refuse = proxy.add_rule(Rule::error(
         "eth_sendRawTransaction",
         -32603,
@@ -194,15 +204,33 @@ async fn a_signed_request_whose_nonce_the_chain_passed_fails_nonce_consumed() {
         .get_receipt()
         .await
         .unwrap();
-    let verdict = settle_within(&q, id, 5).await;
-    assert!(proxy.hits(refuse) >= 2, "every broadcast failed");
-    match verdict {
-        Some(SettlementVerdict::Failed { code, attempts, .. }) => {
-            assert_eq!(code, FailureCode::NonceConsumedExternally);
-            assert_eq!(attempts.len(), 1);
+    // The confirmation pass sees the nonce passed and none of the attempts known.
+    let mut ticks = 0;
+    while attempts(&db, id).await < 2 {
+        q.tick().await.unwrap();
+        ticks += 1;
+        assert!(ticks < 10, "never re-signed");
+    }
+    assert!(proxy.hits(refuse) >= 1, "the broadcasts failed");
+    let status = q.status(id).await.unwrap();
+    assert_eq!(status.state, RequestState::Signed, "re-signed, not failed");
+    assert_eq!(status.nonce, Some(1), "at the next free nonce");
+    proxy.remove_rule(refuse);
+    match settle_within(&q, id, 10).await {
+        Some(SettlementVerdict::Confirmed { attempts, hash, .. }) => {
+            assert_eq!(attempts.len(), 2);
+            assert_eq!(attempts[1].nonce, 1);
+            assert_eq!(attempts[1].hash, hash, "the re-signed attempt mined");
         }
         other => panic!("{other:?}"),
     }
+    let p = chain.provider();
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 2);
+    assert_eq!(
+        p.get_balance(Address::repeat_byte(0x52)).await.unwrap(),
+        U256::from(7u64),
+        "exactly one effect"
+    );
 }
 
 /// With two upstreams, the first rewriting the node's "nonce too low" as an internal
@@ -429,4 +457,56 @@ async fn a_sender_round_signs_and_sends_nothing_after_its_token_fired() {
         matches!(v, Some(SettlementVerdict::Confirmed { .. })),
         "{v:?}"
     );
+}
+
+/// Issue 32 §8: a `signed` request whose every broadcast fails backs off (per request,
+/// persisted): over 40 back-to-back passes it is sent a handful of times, not once per
+/// pass, and the passes it skipped are counted. Once the upstream accepts sends again it
+/// goes out and confirms.
+#[tokio::test]
+async fn a_request_whose_broadcasts_keep_failing_backs_off() {
+    let handle = metrics();
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let proxy = RpcProxy::start(chain.endpoint()).await.unwrap();
+    let sender = chain.account(7).unwrap();
+    let q = queue(&db, &chain, &[&proxy], 7, TxQueueConfig::default());
+    let refuse = proxy.add_rule(Rule::error(
+        "eth_sendRawTransaction",
+        -32603,
+        "internal error",
+    ));
+    let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
+    let passes = 40;
+    for _ in 0..passes {
+        q.tick().await.unwrap();
+    }
+    let sends = proxy.hits(refuse);
+    assert!(sends >= 2, "it was tried: {sends}");
+    assert!(
+        sends < passes / 2,
+        "{sends} sends in {passes} passes: no backoff"
+    );
+    assert_eq!(q.status(id).await.unwrap().state, RequestState::Signed);
+    let rendered = handle.render();
+    assert!(
+        rendered
+            .lines()
+            .any(|l| l.starts_with("keel_txq_broadcasts_deferred_total{")
+                && l.contains(&format!("chain_id=\"{}\"", chain.chain_id()))),
+        "{rendered}"
+    );
+    proxy.remove_rule(refuse);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        q.tick().await.unwrap();
+        if let Some(v) = q.status(id).await.unwrap().verdict {
+            assert!(matches!(v, SettlementVerdict::Confirmed { .. }), "{v:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never sent after the upstream recovered"
+        );
+    }
 }

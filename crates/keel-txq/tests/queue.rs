@@ -9,8 +9,8 @@ use keel_abi::bindings::PriceFeed;
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
 use keel_txq::{
-    FailureCode, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest,
-    TxqError,
+    FailureCode, Finality, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig,
+    TxRequest, TxqError,
 };
 use keel_units::{ChainId, Wei};
 use std::sync::Arc;
@@ -32,7 +32,7 @@ impl Fixture {
 
     /// A fresh queue (as after a process restart) with signers for dev accounts `idx`.
     fn queue(&self, idx: &[usize]) -> TxQueue {
-        self.queue_with(idx, TxQueueConfig::default())
+        self.queue_with(idx, local())
     }
 
     /// Turns automine off (nothing mines until `mine()`) and returns a queue for dev
@@ -53,7 +53,7 @@ impl Fixture {
             &[idx],
             TxQueueConfig {
                 bump_after: Some(bump_after),
-                ..TxQueueConfig::default()
+                ..local()
             },
         )
     }
@@ -103,6 +103,47 @@ impl Fixture {
         }
         q
     }
+}
+
+/// The queue's defaults with the local chain's finality (the head is final), as the
+/// `chains.local` profile sets it for Anvil.
+fn local() -> TxQueueConfig {
+    TxQueueConfig {
+        finality: Finality::Depth(0),
+        ..TxQueueConfig::default()
+    }
+}
+
+/// Sends a plain transfer from dev account `idx` outside Keel (as any wallet holding
+/// the key would), at `nonce` when given, with fees far above the queue's (so it
+/// replaces a pool transaction of the same nonce); returns its hash.
+async fn outside_transfer(f: &Fixture, idx: usize, nonce: Option<u64>) -> alloy::primitives::B256 {
+    let sender = f.chain.account(idx).unwrap();
+    let mut tx = alloy::rpc::types::TransactionRequest::default()
+        .from(sender)
+        .to(Address::repeat_byte(0x99))
+        .value(U256::from(5u64))
+        .max_fee_per_gas(100_000_000_000)
+        .max_priority_fee_per_gas(50_000_000_000);
+    if let Some(n) = nonce {
+        tx = tx.nonce(n);
+    }
+    *f.chain
+        .provider_for(idx)
+        .unwrap()
+        .send_transaction(tx)
+        .await
+        .unwrap()
+        .tx_hash()
+}
+
+/// Wei received by the queue's test recipient (`transfer`'s `to`).
+async fn received(f: &Fixture) -> U256 {
+    f.chain
+        .provider()
+        .get_balance(Address::repeat_byte(0x42))
+        .await
+        .unwrap()
 }
 
 fn transfer(sender: Address, key: &str, value: u64) -> TxRequest {
@@ -430,35 +471,240 @@ async fn unfunded_sender_fails_gas_required_without_a_nonce() {
     assert_eq!(next, 0);
 }
 
+/// Issue 32 §3: a request signed (persisted, not yet sent) when another transaction
+/// from its key takes its nonce is re-signed at a fresh nonce, not failed: none of its
+/// attempts can ever be mined, so the new signature is its only effect.
 #[tokio::test]
-async fn nonce_taken_by_another_transaction_fails_the_request() {
+async fn nonce_taken_by_another_transaction_re_signs_the_request_at_a_fresh_nonce() {
     let f = Fixture::new().await;
     let sender = f.chain.account(5).unwrap();
     let q = f.queue(&[5]);
     let id = q.enqueue(&transfer(sender, "mine", 1)).await.unwrap();
     q.sign_pending(sender).await.unwrap();
     // Before Keel broadcasts, something else uses nonce 0 of the same account.
-    let other = alloy::rpc::types::TransactionRequest::default()
-        .from(sender)
-        .to(Address::repeat_byte(0x99))
-        .value(U256::from(5u64))
-        .nonce(0);
-    f.chain
-        .provider_for(5)
-        .unwrap()
-        .send_transaction(other)
-        .await
-        .unwrap()
-        .get_receipt()
-        .await
-        .unwrap();
+    let other = outside_transfer(&f, 5, Some(0)).await;
+    let p = f.chain.provider();
+    assert!(p.get_transaction_receipt(other).await.unwrap().is_some());
     match &settle_all(&q, &[id]).await[0] {
-        SettlementVerdict::Failed { code, attempts, .. } => {
-            assert_eq!(*code, FailureCode::NonceConsumedExternally);
-            assert_eq!(attempts.len(), 1);
+        SettlementVerdict::Confirmed { attempts, hash, .. } => {
+            assert_eq!(
+                attempts.len(),
+                2,
+                "the first signature and the re-signed one"
+            );
+            assert_eq!(attempts[0].nonce, 0);
+            assert_eq!(attempts[1].nonce, 1, "the next free nonce");
+            assert_eq!(*hash, attempts[1].hash);
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 2);
+    assert_eq!(received(&f).await, U256::from(1u64), "exactly one effect");
+}
+
+/// Issue 32 §3, the issue's input: the queue is idle, a transaction is sent from the
+/// sender's key outside Keel, then a request is recorded. The idle sender adopts the
+/// chain's nonce before signing: the request confirms with its first signature.
+#[tokio::test]
+async fn an_outside_transaction_while_idle_is_adopted_before_the_next_request_signs() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(4).unwrap();
+    let q = f.queue(&[4]);
+    let first = q.enqueue(&transfer(sender, "first", 1)).await.unwrap();
+    assert_eq!(confirmed_nonce(&settle_all(&q, &[first]).await[0]), 0);
+    // Idle; one plain transaction from the same key, outside Keel (nonce 1).
+    let hash = outside_transfer(&f, 4, None).await;
+    let p = f.chain.provider();
+    assert!(p.get_transaction_receipt(hash).await.unwrap().is_some());
+    let mint = q.enqueue(&transfer(sender, "mint", 2)).await.unwrap();
+    match &settle_all(&q, &[mint]).await[0] {
+        SettlementVerdict::Confirmed { attempts, .. } => {
+            assert_eq!(attempts.len(), 1, "signed at the adopted nonce, no re-sign");
+            assert_eq!(attempts[0].nonce, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 3);
+    assert_eq!(received(&f).await, U256::from(3u64), "each request once");
+}
+
+/// Issue 32 §3, busy queue: three requests wait in the pool (nonces 0..=2) when an
+/// outside transaction replaces the middle one (same nonce, higher fees) and mines.
+/// The requests at 0 and 2 confirm as signed; the one whose nonce was taken is
+/// re-signed at nonce 3. Each request takes effect exactly once.
+#[tokio::test]
+async fn an_outside_transaction_while_busy_re_signs_only_the_request_it_displaced() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(3).unwrap();
+    let q = f
+        .stalled_queue_bumping_after(3, Duration::from_secs(3600))
+        .await;
+    let ids = [
+        q.enqueue(&transfer(sender, "a", 1)).await.unwrap(),
+        q.enqueue(&transfer(sender, "b", 2)).await.unwrap(),
+        q.enqueue(&transfer(sender, "c", 4)).await.unwrap(),
+    ];
+    q.tick().await.unwrap();
+    for id in ids {
+        assert_eq!(q.status(id).await.unwrap().state, RequestState::Broadcast);
+    }
+    outside_transfer(&f, 3, Some(1)).await;
+    f.chain.mine().await.unwrap();
+    let p = f.chain.provider();
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 3);
+    p.raw_request::<_, ()>("evm_setAutomine".into(), (true,))
+        .await
+        .unwrap();
+    let verdicts = settle_all(&q, &ids).await;
+    let nonces: Vec<Vec<u64>> = verdicts
+        .iter()
+        .map(|v| match v {
+            SettlementVerdict::Confirmed { attempts, hash, .. } => {
+                assert_eq!(attempts.last().unwrap().hash, *hash);
+                attempts.iter().map(|a| a.nonce).collect()
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(nonces, vec![vec![0], vec![1, 3], vec![2]]);
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 4);
+    assert_eq!(received(&f).await, U256::from(7u64), "each request once");
+}
+
+/// Issue 32 §3, Keel's counter above the chain's, busy: a pool drops the transaction
+/// at nonce 0 while nonce 1 waits behind it. The same bytes go out again (nothing is
+/// re-signed: the nonce is free and the attempt may still be anywhere).
+#[tokio::test]
+async fn a_dropped_transaction_below_a_waiting_one_is_re_sent_with_the_same_bytes() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(2).unwrap();
+    let q = f
+        .stalled_queue_bumping_after(2, Duration::from_secs(3600))
+        .await;
+    let a = q.enqueue(&transfer(sender, "a", 1)).await.unwrap();
+    let b = q.enqueue(&transfer(sender, "b", 2)).await.unwrap();
+    q.tick().await.unwrap();
+    let hash: Vec<u8> = sqlx::query_scalar("SELECT tx_hash FROM txq_attempt WHERE request_id = $1")
+        .bind(a)
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+    let p = f.chain.provider();
+    p.raw_request::<_, serde_json::Value>(
+        "anvil_dropTransaction".into(),
+        (alloy::primitives::B256::try_from(hash.as_slice()).unwrap(),),
+    )
+    .await
+    .unwrap();
+    f.chain.mine().await.unwrap();
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 0, "a gap");
+    p.raw_request::<_, ()>("evm_setAutomine".into(), (true,))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let verdicts = loop {
+        q.tick().await.unwrap();
+        let (va, vb) = (
+            q.status(a).await.unwrap().verdict,
+            q.status(b).await.unwrap().verdict,
+        );
+        if let (Some(va), Some(vb)) = (va, vb) {
+            break [va, vb];
+        }
+        // b was accepted while automine was off: a block mines it once a is back.
+        f.chain.mine().await.unwrap();
+        assert!(Instant::now() < deadline, "never settled");
+    };
+    for (v, nonce) in verdicts.iter().zip([0, 1]) {
+        match v {
+            SettlementVerdict::Confirmed { attempts, .. } => {
+                assert_eq!(attempts.len(), 1, "the same bytes, no re-sign");
+                assert_eq!(attempts[0].nonce, nonce);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 2);
+    assert_eq!(received(&f).await, U256::from(3u64));
+}
+
+/// Issue 32 §3, Keel's counter above the chain's while idle: two requests failed after
+/// signing (their nonces 0 and 1 are held by no node). Before the next request signs,
+/// the idle sender's gap is filled, so it confirms without waiting for the periodic
+/// recovery.
+#[tokio::test]
+async fn an_idle_sender_above_the_chain_fills_its_gap_before_signing() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(1).unwrap();
+    let q = f.queue(&[1]);
+    let a = q.enqueue(&transfer(sender, "a", 1)).await.unwrap();
+    let b = q.enqueue(&transfer(sender, "b", 2)).await.unwrap();
+    assert_eq!(q.sign_pending(sender).await.unwrap(), 2);
+    // Both fail after signing (as a node refusal at broadcast settles them).
+    sqlx::query(
+        "UPDATE txq_request SET state = 'settled', settled_at = now(), verdict_kind = 'failed',
+                verdict = '{\"kind\":\"failed\",\"code\":\"REJECTED\",\"reason\":null,\"revertData\":null,\"attempts\":[]}'
+          WHERE id = ANY($1)",
+    )
+    .bind(vec![a, b])
+    .execute(f.db.pool())
+    .await
+    .unwrap();
+    let c = q.enqueue(&transfer(sender, "c", 4)).await.unwrap();
+    // `tick` runs no periodic recovery: only the reconciliation before signing can
+    // fill the gap.
+    let mut verdict = None;
+    for _ in 0..20 {
+        q.tick().await.unwrap();
+        verdict = q.status(c).await.unwrap().verdict;
+        if verdict.is_some() {
+            break;
+        }
+    }
+    assert_eq!(confirmed_nonce(&verdict.expect("settled")), 2);
+    let p = f.chain.provider();
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 3);
+    assert_eq!(
+        received(&f).await,
+        U256::from(4u64),
+        "only c paid the recipient"
+    );
+}
+
+/// Issue 32 §3, the safety rule: a request whose nonce another transaction took is
+/// re-signed only once that transaction is final (here 3 blocks deep): before, a reorg
+/// could still take it back and let one of the request's own attempts mine.
+#[tokio::test]
+async fn a_taken_nonce_is_re_signed_only_once_the_taking_transaction_is_final() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(6).unwrap();
+    let q = f.queue_with(
+        &[6],
+        TxQueueConfig {
+            finality: Finality::Depth(3),
+            ..TxQueueConfig::default()
+        },
+    );
+    let id = q.enqueue(&transfer(sender, "mine", 1)).await.unwrap();
+    q.sign_pending(sender).await.unwrap();
+    outside_transfer(&f, 6, Some(0)).await;
+    for _ in 0..5 {
+        q.tick().await.unwrap();
+    }
+    assert_eq!(f.attempts(id).await, 1, "not final yet: not re-signed");
+    let status = q.status(id).await.unwrap();
+    assert!(status.verdict.is_none(), "{status:?}");
+    for _ in 0..3 {
+        f.chain.mine().await.unwrap();
+    }
+    match &settle_all(&q, &[id]).await[0] {
+        SettlementVerdict::Confirmed { attempts, .. } => {
+            assert_eq!(attempts.len(), 2);
+            assert_eq!(attempts[1].nonce, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(received(&f).await, U256::from(1u64), "exactly one effect");
 }
 
 #[tokio::test]
@@ -1075,4 +1321,174 @@ async fn of_a_senders_stuck_transactions_only_the_lowest_nonce_is_replaced() {
         "{verdicts:?}"
     );
     assert_eq!(p.get_transaction_count(sender).await.unwrap(), 3);
+}
+
+/// The signed EIP-2718 bytes of a plain transfer from dev account `idx` at `nonce`,
+/// for a replacement branch of `anvil_reorg`.
+async fn outside_raw(f: &Fixture, idx: usize, nonce: u64) -> Bytes {
+    use alloy::eips::Encodable2718;
+    use keel_txq::TxSigner;
+    let signer = LocalSigner::new(f.chain.signer(idx).unwrap().clone());
+    let tx = alloy::consensus::TxEip1559 {
+        chain_id: f.chain.chain_id(),
+        nonce,
+        gas_limit: 21_000,
+        max_fee_per_gas: 100_000_000_000,
+        max_priority_fee_per_gas: 1_000_000_000,
+        to: alloy::primitives::TxKind::Call(Address::repeat_byte(0x99)),
+        value: U256::from(5u64),
+        access_list: Default::default(),
+        input: Bytes::new(),
+    };
+    Bytes::from(signer.sign(tx).await.unwrap().encoded_2718())
+}
+
+/// `final_at IS NOT NULL` and `reorgs` of request `id` (migration 0065).
+async fn watch_state(f: &Fixture, id: Uuid) -> (bool, i32) {
+    sqlx::query_as("SELECT final_at IS NOT NULL, reorgs FROM txq_request WHERE id = $1")
+        .bind(id)
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap()
+}
+
+/// Issue 32 §10: a reorg after the verdict takes the transaction out and its nonce is
+/// still free. The settled request is still watched (its block is not final): the same
+/// signed bytes go out again, the transaction lands in a new block, and the verdict
+/// stands with that block. Once the block is final the watch ends. One effect.
+#[tokio::test]
+async fn a_verdict_reorged_out_with_its_nonce_free_lands_again_with_the_same_bytes() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(7).unwrap();
+    let q = f.queue_with(
+        &[7],
+        TxQueueConfig {
+            finality: Finality::Depth(3),
+            ..TxQueueConfig::default()
+        },
+    );
+    let id = q.enqueue(&transfer(sender, "mint", 1)).await.unwrap();
+    let (first_block, hash) = match &settle_all(&q, &[id]).await[0] {
+        SettlementVerdict::Confirmed { block, hash, .. } => (*block, *hash),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(watch_state(&f, id).await, (false, 0), "watched until final");
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("anvil_reorg".into(), (1u64, Vec::<(Bytes, u64)>::new()))
+        .await
+        .unwrap();
+    assert!(p.get_transaction_receipt(hash).await.unwrap().is_none());
+    assert_eq!(received(&f).await, U256::ZERO, "the effect is gone for now");
+    assert_eq!(
+        q.recover_nonces(sender).await.unwrap(),
+        (false, 0),
+        "a nonce a reorg freed is never filled with a gap transfer while our attempt exists"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let block = loop {
+        q.tick().await.unwrap();
+        if let Some(SettlementVerdict::Confirmed { block, hash: h, .. }) =
+            q.status(id).await.unwrap().verdict
+            && block != first_block
+        {
+            assert_eq!(h, hash, "the same signed bytes");
+            break block;
+        }
+        assert!(Instant::now() < deadline, "never re-included");
+    };
+    let receipt = p.get_transaction_receipt(hash).await.unwrap().unwrap();
+    assert_eq!(receipt.block_number, Some(block));
+    assert_eq!(watch_state(&f, id).await, (false, 1));
+    for _ in 0..3 {
+        f.chain.mine().await.unwrap();
+    }
+    q.tick().await.unwrap();
+    assert_eq!(
+        watch_state(&f, id).await,
+        (true, 1),
+        "final: the watch ended"
+    );
+    assert_eq!(received(&f).await, U256::from(1u64), "exactly one effect");
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
+}
+
+/// Issue 32 §10: a reorg after the verdict replaces the block with one where another
+/// transaction of the sender takes the request's nonce. The verdict becomes
+/// `REORGED_OUT` (no effect on chain), the queue sends nothing more for it and nonce
+/// recovery fills nothing: the chain keeps zero effects of the request.
+#[tokio::test]
+async fn a_verdict_whose_nonce_another_transaction_took_in_a_reorg_is_reorged_out() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(8).unwrap();
+    let q = f.queue(&[8]);
+    let id = q.enqueue(&transfer(sender, "mint", 1)).await.unwrap();
+    let hash = match &settle_all(&q, &[id]).await[0] {
+        SettlementVerdict::Confirmed { hash, attempts, .. } => {
+            assert_eq!(attempts[0].nonce, 0);
+            *hash
+        }
+        other => panic!("{other:?}"),
+    };
+    let other = outside_raw(&f, 8, 0).await;
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("anvil_reorg".into(), (1u64, vec![(other, 0u64)]))
+        .await
+        .unwrap();
+    assert!(p.get_transaction_receipt(hash).await.unwrap().is_none());
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
+    let mut verdict = None;
+    for _ in 0..10 {
+        q.tick().await.unwrap();
+        verdict = q.status(id).await.unwrap().verdict;
+        if matches!(verdict, Some(SettlementVerdict::Failed { .. })) {
+            break;
+        }
+    }
+    match verdict {
+        Some(SettlementVerdict::Failed { code, attempts, .. }) => {
+            assert_eq!(code, FailureCode::ReorgedOut);
+            assert_eq!(attempts.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(watch_state(&f, id).await, (true, 1));
+    // Nothing more is sent for it, and no gap transfer takes anything.
+    for _ in 0..5 {
+        q.tick().await.unwrap();
+    }
+    assert_eq!(q.recover_nonces(sender).await.unwrap(), (false, 0));
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);
+    assert_eq!(
+        received(&f).await,
+        U256::ZERO,
+        "no effect, and no second one"
+    );
+}
+
+/// Issue 32 §10: a reorg re-includes the settled transaction itself (same height, new
+/// block): the verdict stands and the watch ends once final.
+#[tokio::test]
+async fn a_verdict_whose_transaction_the_reorg_re_includes_stands() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(9).unwrap();
+    let q = f.queue(&[9]);
+    let id = q.enqueue(&transfer(sender, "mint", 1)).await.unwrap();
+    let before = settle_all(&q, &[id]).await.remove(0);
+    let raw: Vec<u8> = sqlx::query_scalar("SELECT raw FROM txq_attempt WHERE request_id = $1")
+        .bind(id)
+        .fetch_one(f.db.pool())
+        .await
+        .unwrap();
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("anvil_reorg".into(), (1u64, vec![(Bytes::from(raw), 0u64)]))
+        .await
+        .unwrap();
+    q.tick().await.unwrap();
+    assert_eq!(q.status(id).await.unwrap().verdict, Some(before));
+    assert_eq!(
+        watch_state(&f, id).await,
+        (true, 0),
+        "depth 0: final at once"
+    );
+    assert_eq!(received(&f).await, U256::from(1u64));
 }

@@ -63,6 +63,28 @@ impl SettlementSink for TableSink {
             Ok(())
         })
     }
+
+    /// Reorged-out verdicts go to `sink_reorged`, under the same failure rules.
+    fn reorged<'c>(
+        &'c self,
+        conn: &'c mut sqlx::PgConnection,
+        reorged: &'c [Settled<'c>],
+    ) -> BoxFuture<'c, Result<(), SettlementSinkError>> {
+        Box::pin(async move {
+            for s in reorged {
+                let verdict = serde_json::to_value(s.verdict).map_err(SettlementSinkError::new)?;
+                sqlx::query("INSERT INTO sink_reorged (request_id, verdict) VALUES ($1, $2)")
+                    .bind(s.request_id)
+                    .bind(verdict)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(SettlementSinkError::new("the test sink refuses"));
+            }
+            Ok(())
+        })
+    }
 }
 
 impl TableSink {
@@ -87,6 +109,10 @@ impl Fixture {
         .execute(db.pool())
         .await
         .unwrap();
+        sqlx::query("CREATE TABLE sink_reorged (request_id uuid NOT NULL, verdict jsonb NOT NULL)")
+            .execute(db.pool())
+            .await
+            .unwrap();
         Self {
             chain: TestChain::start().await.unwrap(),
             db,
@@ -471,4 +497,96 @@ async fn without_a_sink_settling_is_unchanged() {
     assert!(w.withdrawn.is_empty() && w.in_flight.is_empty());
     tick_until(&q, "settled", async || all_settled(&q, &[id]).await).await;
     assert!(f.records().await.is_empty());
+}
+
+/// Issue 32 §10: a settled verdict that a reorg takes back (another transaction of the
+/// sender takes its nonce on the new branch) becomes `REORGED_OUT` only once that
+/// transaction is final (default finality: the node's `finalized` block, 64 below the
+/// head on Anvil), and reaches the sink's `reorged` once, in the transaction that
+/// stores it; a failing sink rolls it back until a later pass.
+#[tokio::test]
+async fn a_reorged_out_verdict_reaches_the_sink_once_and_only_when_final() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(6).unwrap();
+    let q = f.queue(&[6], &[]);
+    let id = q
+        .enqueue(&transfer(sender, "reorged", 21_000))
+        .await
+        .unwrap();
+    tick_until(&q, "settled", async || all_settled(&q, &[id]).await).await;
+    assert_eq!(f.records_of(id).await, 1);
+    // The new branch: another transfer of the sender at the request's nonce.
+    let raw = {
+        use alloy::eips::Encodable2718;
+        use keel_txq::TxSigner;
+        let signer = LocalSigner::new(f.chain.signer(6).unwrap().clone());
+        let tx = alloy::consensus::TxEip1559 {
+            chain_id: f.chain.chain_id(),
+            nonce: 0,
+            gas_limit: 21_000,
+            max_fee_per_gas: 100_000_000_000,
+            max_priority_fee_per_gas: 1_000_000_000,
+            to: alloy::primitives::TxKind::Call(Address::repeat_byte(0x99)),
+            value: U256::from(5u64),
+            access_list: Default::default(),
+            input: Bytes::new(),
+        };
+        Bytes::from(signer.sign(tx).await.unwrap().encoded_2718())
+    };
+    use alloy::providers::Provider;
+    let p = f.chain.provider();
+    p.raw_request::<_, ()>("anvil_reorg".into(), (1u64, vec![(raw, 0u64)]))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        q.tick().await.unwrap();
+    }
+    let reorged = |db: &TestDatabase| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sink_reorged")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(reorged(&f.db).await, 0, "not final yet: the verdict stands");
+    assert!(matches!(
+        q.status(id).await.unwrap().verdict,
+        Some(SettlementVerdict::Confirmed { .. })
+    ));
+    p.raw_request::<_, ()>("anvil_mine".into(), (U256::from(70u64),))
+        .await
+        .unwrap();
+    f.sink.fail.store(true, Ordering::SeqCst);
+    q.tick().await.unwrap();
+    assert!(
+        matches!(
+            q.status(id).await.unwrap().verdict,
+            Some(SettlementVerdict::Confirmed { .. })
+        ),
+        "a failing sink rolls the change back"
+    );
+    f.sink.fail.store(false, Ordering::SeqCst);
+    tick_until(&q, "reorged out", async || {
+        matches!(
+            q.status(id).await.unwrap().verdict,
+            Some(SettlementVerdict::Failed { .. })
+        )
+    })
+    .await;
+    for _ in 0..3 {
+        q.tick().await.unwrap();
+    }
+    let rows: Vec<serde_json::Value> =
+        sqlx::query_scalar("SELECT verdict FROM sink_reorged ORDER BY verdict::text")
+            .fetch_all(f.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 1, "once: {rows:?}");
+    assert_eq!(rows[0]["code"], "REORGED_OUT");
+    assert_eq!(
+        code(&q.status(id).await.unwrap().verdict.unwrap()),
+        Some(&FailureCode::ReorgedOut)
+    );
 }

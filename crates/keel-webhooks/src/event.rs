@@ -26,6 +26,7 @@ use uuid::Uuid;
 /// | `operation.funding_requested` | it waits for gas funds (a funding request) | `Operation` |
 /// | `operation.submitted` | a transaction of it was signed/submitted (milestone `submitted`) | `Operation` |
 /// | `operation.transaction_settled` | a settlement verdict of one of its transactions | `Operation` |
+/// | `operation.transaction_reorged` | a reorg took a settled transaction of it out and another transaction took its nonce on the final chain: its verdict is now `failed` `REORGED_OUT`, its effect is absent | `Operation` |
 /// | `operation.confirmed` | a transaction of it confirmed (milestone `confirmed`) | `Operation` |
 /// | `operation.indexed` | the index reflects it (milestone `indexed`) | `Operation` |
 /// | `webhook_endpoint.disabled` | Keel disabled an endpoint of the organization (HTTP 410, or failing for the whole retry window) | `{endpointId, reason}` |
@@ -37,6 +38,7 @@ pub const EVENT_TYPES: &[&str] = &[
     OPERATION_FUNDING_REQUESTED,
     OPERATION_SUBMITTED,
     OPERATION_TRANSACTION_SETTLED,
+    OPERATION_TRANSACTION_REORGED,
     OPERATION_CONFIRMED,
     OPERATION_INDEXED,
     ENDPOINT_DISABLED,
@@ -55,6 +57,8 @@ pub const OPERATION_FUNDING_REQUESTED: &str = "operation.funding_requested";
 pub const OPERATION_SUBMITTED: &str = "operation.submitted";
 /// See [`EVENT_TYPES`].
 pub const OPERATION_TRANSACTION_SETTLED: &str = "operation.transaction_settled";
+/// See [`EVENT_TYPES`].
+pub const OPERATION_TRANSACTION_REORGED: &str = "operation.transaction_reorged";
 /// See [`EVENT_TYPES`].
 pub const OPERATION_CONFIRMED: &str = "operation.confirmed";
 /// See [`EVENT_TYPES`].

@@ -6,6 +6,7 @@
 //! | [`crate::Ops::create_asset`], [`crate::Ops::token_operation`] | the one inserting the operation | `operation.accepted` |
 //! | [`OperationEvents`] as the engine's [`keel_durable::TransitionHook`] | every segment settle, cancel and retry of an operation's instance | what changed (below) |
 //! | [`crate::VerdictSink`] | the queue's settling transaction | `operation.transaction_settled`, and what changed |
+//! | [`crate::VerdictSink`] (`reorged`) | the queue's transaction replacing a settled verdict with `REORGED_OUT` (issue 32 §10) | `operation.transaction_reorged` |
 //! | [`OperationEvents`] as the queue's [`keel_txq::ProgressSink`] | the queue's transaction recording a first broadcast or opening a funding request | `operation.submitted`, `operation.funding_requested` (when the operation waits for that transaction), and what changed |
 //!
 //! "What changed" compares the operation's view (projected on the transaction's own
@@ -267,6 +268,55 @@ impl OperationEvents {
         };
         let status = self.engine.status_in(conn, instance_id).await?;
         self.emit(conn, &ctx, Some(&status), verdict).await
+    }
+}
+
+impl OperationEvents {
+    /// Writes `operation.transaction_reorged` for the operation whose instance is
+    /// `instance_id` (on `conn`, in the queue's transaction that replaced a settled
+    /// verdict of one of its transactions with `REORGED_OUT`), its `data` the view as
+    /// it is now (the transaction's verdict included). Nothing for an instance no
+    /// operation runs or an organization without endpoints. Returns whether it wrote.
+    pub(crate) async fn emit_reorged(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        instance_id: Uuid,
+    ) -> Result<bool> {
+        let Some(ctx) = self.context_of(conn, instance_id).await? else {
+            return Ok(false);
+        };
+        if !keel_webhooks::store::organization_has_endpoints(&mut *conn, ctx.organization_id)
+            .await
+            .map_err(webhook_err)?
+        {
+            return Ok(false);
+        }
+        // The operation's lock first (the order of its events is their commit order).
+        if store::operation_webhook_mark_lock(&mut *conn, ctx.id)
+            .await?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        let Some(op) = store::operation_get(&mut *conn, ctx.organization_id, ctx.id).await? else {
+            return Ok(false);
+        };
+        let status = self.engine.status_in(conn, instance_id).await?;
+        let txs = Self::linked_in(conn, op.id).await?;
+        let view = project(&op, Some(&status), txs, None);
+        let data = (self.render)(&view);
+        keel_webhooks::emit_in(
+            conn,
+            &keel_webhooks::NewEvent {
+                organization_id: ctx.organization_id,
+                event_type: ev::OPERATION_TRANSACTION_REORGED,
+                operation_id: Some(op.id),
+                data: &data,
+            },
+        )
+        .await
+        .map_err(webhook_err)?;
+        Ok(true)
     }
 }
 

@@ -94,6 +94,36 @@ impl SettlementSink for VerdictSink {
                 .map_err(SettlementSinkError::new)
         })
     }
+
+    /// A settled verdict a reorg took back (`REORGED_OUT`, issue 32 §10): the
+    /// operation's workflow has moved on with the earlier verdict, so no signal is
+    /// recorded; with events, `operation.transaction_reorged` is written in the same
+    /// transaction (its `data` shows the transaction's new verdict). Counted in
+    /// `keel_workflows_verdicts_reorged_total`.
+    fn reorged<'c>(
+        &'c self,
+        conn: &'c mut sqlx::PgConnection,
+        reorged: &'c [Settled<'c>],
+    ) -> BoxFuture<'c, Result<(), SettlementSinkError>> {
+        Box::pin(async move {
+            let ids: Vec<Uuid> = reorged.iter().map(|s| s.request_id).collect();
+            let links = store::operation_tx_by_requests(&mut *conn, &ids)
+                .await
+                .map_err(SettlementSinkError::new)?;
+            for link in links {
+                metrics::counter!("keel_workflows_verdicts_reorged_total").increment(1);
+                tracing::error!(target: "keel::workflows", instance = %link.instance_id, request = %link.txq_request_id,
+                    "a settled transaction of an operation was reorged out (REORGED_OUT): its effect is absent");
+                if let Some(events) = &self.events {
+                    events
+                        .emit_reorged(&mut *conn, link.instance_id)
+                        .await
+                        .map_err(SettlementSinkError::new)?;
+                }
+            }
+            Ok(())
+        })
+    }
 }
 
 async fn deliver(

@@ -86,6 +86,13 @@ pub struct ChainConfig {
     /// `finalized` tag (default 1).
     #[serde(default = "default_confirmations")]
     pub confirmations: u64,
+    /// Blocks below the head after which a block is final for the transaction queue
+    /// (issue 32 §3): a request whose nonce another transaction took is re-signed at a
+    /// fresh nonce only once that transaction is this deep. Absent (the default): the
+    /// node's `finalized` block (64 blocks below the head on a node without the tag).
+    /// 0 only for a local chain such as Anvil (the head is final).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finality_depth: Option<u64>,
     /// The upstream's WebSocket endpoint for `eth_subscribe("newHeads")` (`ws://` or
     /// `wss://`; optional, none by default). When set, the indexer's tip loop runs a
     /// round on every new head and polls only every `index.subscribedPollIntervalMs` as
@@ -884,7 +891,14 @@ fn known_paths() -> Vec<Vec<String>> {
     }
     // Keys that are optional and commented out in the defaults.
     out.push(vec!["role".to_owned()]);
-    for key in ["chainId", "rpcUrls", "confirmations", "wsUrl", "custody"] {
+    for key in [
+        "chainId",
+        "rpcUrls",
+        "confirmations",
+        "finalityDepth",
+        "wsUrl",
+        "custody",
+    ] {
         out.push(vec!["chains".to_owned(), "*".to_owned(), key.to_owned()]);
     }
     // `[aa.sponsorship]` policies (optional tables, commented out in the defaults).

@@ -17,7 +17,9 @@ use keel_chain::{AttributionSuffix, UpstreamConfig, UpstreamPool};
 use keel_cluster::ShardOwner;
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle};
 use keel_index::{HistoryConfig, HistoryWorker, TipConfig};
-use keel_txq::{LocalSigner, ProgressSink, SettlementSink, TxQueue, TxQueueConfig, TxSigner};
+use keel_txq::{
+    Finality, LocalSigner, ProgressSink, SettlementSink, TxQueue, TxQueueConfig, TxSigner,
+};
 use keel_units::ChainId;
 use keel_workflows::{ChainContext, PlatformAddresses, VerdictSink, WorkflowEnv};
 use sqlx::PgPool;
@@ -84,6 +86,17 @@ pub fn executor_config(config: &Config) -> ExecutorConfig {
     }
 }
 
+/// `chains.<name>.finalityDepth` of the chain with `chain_id` as the queue's
+/// finality: a depth when set, else the node's `finalized` tag.
+fn chain_finality(config: &Config, chain_id: u64) -> Finality {
+    config
+        .chains
+        .values()
+        .find(|c| c.chain_id == chain_id)
+        .and_then(|c| c.finality_depth)
+        .map_or_else(Finality::default, Finality::Depth)
+}
+
 /// The transaction queue's settings for `chain_id` from `[txq]`,
 /// `durable.confirmationWatcher.intervalMs` and `chains.<name>.confirmations`.
 pub fn queue_config(config: &Config, chain_id: u64) -> TxQueueConfig {
@@ -100,6 +113,7 @@ pub fn queue_config(config: &Config, chain_id: u64) -> TxQueueConfig {
         funding_broadcast_retries: q.funding_broadcast_retries,
         broadcast_in_flight: q.broadcast_in_flight,
         broadcast_batch: q.broadcast_batch,
+        finality: chain_finality(config, chain_id),
     }
 }
 

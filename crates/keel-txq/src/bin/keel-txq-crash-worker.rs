@@ -3,13 +3,18 @@
 //!
 //! Environment: `KEEL_TXQ_DB` (URL of a migrated database), `KEEL_TXQ_RPC` (the chain's
 //! JSON-RPC URL), `KEEL_TXQ_CHAIN_ID`, `KEEL_TXQ_KEY` (hex key of the sender; a local
-//! test key), `KEEL_TXQ_CONFIRMATIONS` (default 1), `KEEL_TXQ_MODE`:
+//! test key), `KEEL_TXQ_CONFIRMATIONS` (default 1), `KEEL_TXQ_FINALITY_DEPTH` (default
+//! 0: the head is final, a local chain), `KEEL_TXQ_MODE`:
 //! - `sign-only`: signs and persists every queued request, prints `signed`, then waits
 //!   to be killed (the crash between persist and broadcast);
+//! - `pass-once`: one sender pass (sign, broadcast what is `signed`; a request whose
+//!   nonce another transaction took for good is re-signed and persisted, its new
+//!   attempt left for the next pass), prints `passed`, then waits to be killed (the
+//!   crash between persisting a re-signed attempt and its broadcast);
 //! - `run`: runs queue passes until killed, printing `tick` after each.
 
 use keel_chain::{UpstreamConfig, UpstreamPool};
-use keel_txq::{LocalSigner, TxQueue, TxQueueConfig, TxSigner};
+use keel_txq::{Finality, LocalSigner, TxQueue, TxQueueConfig, TxSigner};
 use keel_units::ChainId;
 use std::sync::Arc;
 
@@ -34,8 +39,13 @@ async fn main() -> Result<(), String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
+    let finality_depth = std::env::var("KEEL_TXQ_FINALITY_DEPTH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let config = TxQueueConfig {
         confirmations,
+        finality: Finality::Depth(finality_depth),
         ..TxQueueConfig::default()
     };
     let mut queue = TxQueue::new(db, Arc::new(pool), config).map_err(|e| e.to_string())?;
@@ -49,6 +59,11 @@ async fn main() -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())?;
             println!("signed {n}");
+            std::future::pending::<()>().await;
+        }
+        "pass-once" => {
+            let n = queue.sender_pass(sender).await.map_err(|e| e.to_string())?;
+            println!("passed {n}");
             std::future::pending::<()>().await;
         }
         _ => loop {

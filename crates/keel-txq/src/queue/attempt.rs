@@ -75,6 +75,9 @@ pub(super) enum Broadcast {
     /// when the broadcast failed ([`error_class`]); `None` when nothing was sent.
     Retry(Option<&'static str>),
     Settled,
+    /// Another transaction took the nonce for good: the request was re-signed at a
+    /// fresh nonce (persisted, `signed`); the next round broadcasts the new attempt.
+    Resigned,
 }
 
 impl Broadcast {
@@ -282,12 +285,20 @@ impl TxQueue {
             Err(ChainError::Node { error, .. }) => match error.kind {
                 NodeErrorKind::AlreadyKnown => {}
                 NodeErrorKind::NonceTooLow => {
-                    // Ours mined (or known) means success; only the absence of every
-                    // attempt after the nonce passed means someone else took it.
+                    // Ours mined (or known) means success. Otherwise another transaction
+                    // took the nonce: once that is final (no attempt of ours can ever
+                    // be mined) the request is re-signed at a fresh nonce; until then
+                    // it stays in flight as a failed broadcast, which the confirmation
+                    // pass reconciles (issue 32 §3, `resign.rs`).
                     if !self.any_attempt_known(all).await? {
-                        let verdict =
-                            failed(FailureCode::NonceConsumedExternally, attempt_records(all));
-                        return Ok(Broadcast::settled(self.settle(req.id, &verdict).await?));
+                        if self.nonce_taken_for_good(req, all).await? {
+                            return Ok(if self.resign(req, all).await? {
+                                Broadcast::Resigned
+                            } else {
+                                Broadcast::Retry(None)
+                            });
+                        }
+                        return Ok(Broadcast::Retry(Some(error.kind.as_str())));
                     }
                 }
                 NodeErrorKind::InsufficientFunds => {

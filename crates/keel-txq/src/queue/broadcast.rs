@@ -32,6 +32,12 @@ impl TxQueue {
                 Address::try_from(r.sender.as_slice()).is_ok_and(|s| self.signers.contains_key(&s))
             })
             .collect();
+        // A request whose broadcasts keep failing waits out its backoff (issue 32 §8):
+        // one failing nonce is not sent to every upstream several times a second. Its
+        // later nonces wait behind it anyway (a node holds them until it arrives).
+        let before = signed.len();
+        let signed: Vec<RequestRow> = signed.into_iter().filter(|r| r.broadcast_due).collect();
+        metrics::broadcasts_deferred(self.chain_id, before - signed.len());
         if signed.is_empty() {
             return Ok(Vec::new());
         }
@@ -148,6 +154,7 @@ impl TxQueue {
                 match &r {
                     Ok(Broadcast::Accepted) => "accepted",
                     Ok(Broadcast::Settled) => "settled",
+                    Ok(Broadcast::Resigned) => "resigned",
                     Ok(Broadcast::Retry(_)) => "retry",
                     Err(_) => "error",
                 },
@@ -158,7 +165,7 @@ impl TxQueue {
                         accepted.push(Accepted::of(req.id, a));
                     }
                 }
-                Ok(Broadcast::Settled) => moved += 1,
+                Ok(Broadcast::Settled | Broadcast::Resigned) => moved += 1,
                 Ok(Broadcast::Retry(Some(class))) => failures.push((req.id, class)),
                 Ok(Broadcast::Retry(None)) => {}
                 Err(e) => {

@@ -3,9 +3,9 @@
 //! and the reconciliation of `signed` requests whose nonce the chain passed.
 
 use super::TxQueue;
-use super::attempt::{attempt_records, by_batches, failed};
+use super::attempt::{attempt_records, by_batches};
 use crate::store::{AttemptRow, RequestRow};
-use crate::verdict::{FailureCode, SettlementVerdict};
+use crate::verdict::SettlementVerdict;
 use crate::{RequestState, Result, TxqError};
 use alloy::eips::BlockNumberOrTag;
 use alloy::primitives::{Address, B256, Bytes, TxKind};
@@ -112,21 +112,22 @@ impl TxQueue {
         if cancel.is_cancelled() {
             return Ok(None);
         }
-        let mut settled = self.settle_many(&verdicts).await?;
+        let settled = self.settle_many(&verdicts).await?;
         // The traced requests' settle spans end with the settling statement.
         drop(spans);
-        // `signed` requests without a receipt whose nonce the chain passed: another
-        // transaction took it, unless a node knows one of their attempts (mined, its
-        // receipt not served yet).
-        settled += self.reconcile_unsent(&unsent, cancel).await?;
+        // `signed` requests without a receipt whose nonce the final chain passed:
+        // another transaction took it for good, unless a node knows one of their
+        // attempts (mined, its receipt not served yet); they are re-signed.
+        self.reconcile_unsent(&unsent, cancel).await?;
         Ok(Some(Mined { settled, unmined }))
     }
 
-    /// `signed` requests with failed broadcasts and no receipt: when the chain's
-    /// latest nonce of their sender is above theirs and no node knows any of their
-    /// attempts, another transaction took the nonce and they settle
-    /// `NONCE_CONSUMED_EXTERNALLY`. The nonce is read before the attempts are looked
-    /// up, so an attempt that mines in between is found. Returns how many settled.
+    /// `signed` requests with failed broadcasts and no receipt: when the sender's nonce
+    /// at the final block is above theirs and no node knows any of their attempts,
+    /// another transaction took the nonce for good and none of their attempts can ever
+    /// be mined: they are re-signed at a fresh nonce ([`TxQueue::resign`], issue 32
+    /// §3). The nonce is read before the attempts are looked up, so an attempt that
+    /// mines in between is found. Returns how many were re-signed.
     async fn reconcile_unsent(
         &self,
         unsent: &[(&RequestRow, &[AttemptRow])],
@@ -135,22 +136,24 @@ impl TxQueue {
         if unsent.is_empty() || cancel.is_cancelled() {
             return Ok(0);
         }
-        let mut latest: HashMap<&[u8], i64> = HashMap::new();
+        let mut final_nonce: HashMap<&[u8], i64> = HashMap::new();
         for (req, _) in unsent {
-            if latest.contains_key(req.sender.as_slice()) {
+            if final_nonce.contains_key(req.sender.as_slice()) {
                 continue;
             }
             let sender = Address::try_from(req.sender.as_slice())
                 .map_err(|_| TxqError::InvalidRequest("sender"))?;
-            let n = self.chain.nonce(sender, BlockNumberOrTag::Latest).await?;
-            let n = i64::try_from(n).map_err(|_| TxqError::InvalidRequest("nonce"))?;
-            latest.insert(req.sender.as_slice(), n);
+            let n = self.final_nonce(sender).await?;
+            final_nonce.insert(req.sender.as_slice(), n);
         }
         let passed: Vec<&(&RequestRow, &[AttemptRow])> = unsent
             .iter()
             .filter(|(req, _)| {
-                req.nonce
-                    .is_some_and(|n| latest.get(req.sender.as_slice()).is_some_and(|l| *l > n))
+                req.nonce.is_some_and(|n| {
+                    final_nonce
+                        .get(req.sender.as_slice())
+                        .is_some_and(|l| *l > n)
+                })
             })
             .collect();
         if passed.is_empty() {
@@ -167,25 +170,19 @@ impl TxQueue {
             .zip(answers)
             .filter_map(|(hash, known)| known.then_some(*hash))
             .collect();
-        let verdicts: Vec<(Uuid, SettlementVerdict)> = passed
-            .into_iter()
-            .filter(|(_, mine)| {
-                !mine.iter().any(|a| {
-                    B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known.contains(&h))
-                })
-            })
-            .map(|(req, mine)| {
-                tracing::warn!(target: "keel::txq", request = %req.id, "nonce passed on chain by another transaction while the request could not be broadcast");
-                (
-                    req.id,
-                    failed(FailureCode::NonceConsumedExternally, attempt_records(mine)),
-                )
-            })
-            .collect();
-        if cancel.is_cancelled() {
-            return Ok(0);
+        let mut resigned = 0;
+        for (req, mine) in passed {
+            let ours_known = mine
+                .iter()
+                .any(|a| B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known.contains(&h)));
+            if ours_known || cancel.is_cancelled() {
+                continue;
+            }
+            if self.resign(req, mine).await? {
+                resigned += 1;
+            }
         }
-        self.settle_many(&verdicts).await
+        Ok(resigned)
     }
 
     /// Records that a transaction of `sender` is included in `block` (see

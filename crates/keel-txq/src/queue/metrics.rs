@@ -167,3 +167,30 @@ pub(crate) fn custody_lost_hash_recovered(chain_id: i64) {
     ::metrics::counter!("keel_txq_custody_lost_hash_recovered_total", "chain_id" => chain_id.to_string())
         .increment(1);
 }
+
+/// `keel_txq_resigned_total{chain_id}`: a request re-signed at a fresh nonce after
+/// another transaction took its nonce for good (issue 32 §3).
+pub(crate) fn resigned(chain_id: i64) {
+    ::metrics::counter!("keel_txq_resigned_total", "chain_id" => chain_id.to_string()).increment(1);
+}
+
+/// `keel_txq_reorged_total{chain_id}`: a settled transaction found out of the chain
+/// after a reorg (issue 32 §10), once per reorg.
+pub(crate) fn reorged(chain_id: i64) {
+    ::metrics::counter!("keel_txq_reorged_total", "chain_id" => chain_id.to_string()).increment(1);
+}
+
+/// `keel_txq_reorged_out_total{chain_id}`: a settled verdict replaced by `REORGED_OUT`.
+pub(crate) fn reorged_out(chain_id: i64) {
+    ::metrics::counter!("keel_txq_reorged_out_total", "chain_id" => chain_id.to_string())
+        .increment(1);
+}
+
+/// `keel_txq_broadcasts_deferred_total{chain_id}`: `n` broadcasts of requests whose
+/// earlier broadcasts failed, put off to the end of their backoff (issue 32 §8).
+pub(crate) fn broadcasts_deferred(chain_id: i64, n: usize) {
+    if n > 0 {
+        ::metrics::counter!("keel_txq_broadcasts_deferred_total", "chain_id" => chain_id.to_string())
+            .increment(n as u64);
+    }
+}

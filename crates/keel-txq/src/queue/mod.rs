@@ -26,9 +26,11 @@ pub(crate) mod metrics;
 mod prepare;
 mod recover;
 mod replace;
+mod resign;
 mod service;
 mod sign;
 mod trace;
+mod watch;
 
 use self::attempt::{ToSend, WarnLimiter};
 use self::broadcast::BROADCAST_CHUNK;
@@ -110,6 +112,34 @@ pub struct TxQueueConfig {
     /// answers each item separately; a batch that fails at the transport level leaves
     /// its requests `signed` for the next pass (same bytes).
     pub broadcast_batch: usize,
+    /// When a block counts as final on this chain (default: the node's `finalized`
+    /// tag, 64 blocks below the head where the node has none). The queue re-signs a
+    /// request at a fresh nonce only once the transaction that took its nonce is in a
+    /// final block (then none of the request's attempts can ever be mined, whatever
+    /// reorg comes; see `queue/resign.rs`). `Finality::Depth(0)` (the head is final)
+    /// only for a local development chain.
+    pub finality: Finality,
+}
+
+/// When a block is final for a queue (see [`TxQueueConfig::finality`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finality {
+    /// The node's `finalized` block; where the node has no such tag (or answers none),
+    /// the block `fallback_depth` below the head.
+    Finalized {
+        /// Blocks below the head that count as final on a node without the tag.
+        fallback_depth: u64,
+    },
+    /// The block this many blocks below the head (0: the head itself, for a local
+    /// chain such as Anvil, whose `finalized` tag lags 64 blocks behind a head that
+    /// only moves when transactions arrive).
+    Depth(u64),
+}
+
+impl Default for Finality {
+    fn default() -> Self {
+        Finality::Finalized { fallback_depth: 64 }
+    }
 }
 
 impl Default for TxQueueConfig {
@@ -126,6 +156,7 @@ impl Default for TxQueueConfig {
             funding_broadcast_retries: 10,
             broadcast_in_flight: DEFAULT_BROADCAST_IN_FLIGHT,
             broadcast_batch: 16,
+            finality: Finality::default(),
         }
     }
 }
@@ -204,6 +235,9 @@ pub struct TxQueue {
     initialized: std::sync::Mutex<std::collections::HashSet<Address>>,
     /// The WARN rate limit of failed broadcasts.
     warned: std::sync::Mutex<WarnLimiter>,
+    /// The head hash, final block and number of watched requests at the last watch
+    /// pass that looked (`watch.rs`): an unchanged chain is not looked at again.
+    watched_at: std::sync::Mutex<Option<(alloy::primitives::B256, u64, usize)>>,
     /// Receives every settlement in the transaction that settles it
     /// ([`TxQueue::set_settlement_sink`]); `None`: settles are plain statements.
     sink: Option<Arc<dyn SettlementSink>>,
@@ -283,6 +317,7 @@ impl TxQueue {
             initialized: Default::default(),
             progress: Default::default(),
             warned: Default::default(),
+            watched_at: Default::default(),
             db,
             chain,
             chain_id,
@@ -551,8 +586,8 @@ impl TxQueue {
     ///
     /// - When the chain's latest nonce is above Keel's next nonce, someone else used
     ///   the account: Keel adopts the chain's value (with a warning); live requests
-    ///   below it are resolved by their next broadcast (ours mined, or
-    ///   `NONCE_CONSUMED_EXTERNALLY`).
+    ///   below it are resolved by their next broadcast (ours mined, or re-signed at a
+    ///   fresh nonce once the other transaction is final).
     /// - Every nonce between the chain's latest nonce and Keel's next nonce that no
     ///   live request holds (its request failed after signing) is a gap that would
     ///   stall every later transaction: it is filled with a zero-value self-transfer,
@@ -589,6 +624,20 @@ impl TxQueue {
         cancel: &CancellationToken,
     ) -> Signing {
         let mut out = Signing::default();
+        if cancel.is_cancelled() {
+            return out;
+        }
+        // Before an idle sender signs, its next nonce is reconciled with the chain's
+        // (issue 32 §3): an outside transaction's nonce is adopted; a nonce no node
+        // holds is filled by recovery at once.
+        for (sender, drift) in self.reconcile_idle(senders).await {
+            if drift == std::cmp::Ordering::Less
+                && !cancel.is_cancelled()
+                && let Err(e) = self.recover(sender, cancel).await
+            {
+                tracing::warn!(target: "keel::txq", error = %e, %sender, "nonce recovery of an idle sender failed; retrying later");
+            }
+        }
         if cancel.is_cancelled() {
             return out;
         }
@@ -843,9 +892,9 @@ impl TxQueue {
     /// `signed` requests whose broadcasts failed (no node accepted an attempt, see
     /// [`crate::BroadcastFailure`]) are reconciled too: a receipt of any of their
     /// attempts settles them like a `broadcast` one (the transaction may have reached a
-    /// node whose answer was lost, and mined), and once the chain's nonce of the sender
-    /// passed theirs while no node knows any of their attempts they settle
-    /// `Failed { code: "NONCE_CONSUMED_EXTERNALLY" }`. A `broadcast` transaction is
+    /// node whose answer was lost, and mined), and once the sender's nonce at the final
+    /// block passed theirs while no node knows any of their attempts they are re-signed
+    /// at a fresh nonce (none of their attempts can be mined any more). A `broadcast` transaction is
     /// never replaced while a lower nonce of its sender is still `signed` (unsent: it
     /// cannot mine before that one, whatever its fees).
     ///
@@ -860,6 +909,11 @@ impl TxQueue {
     async fn confirm(&self, cancel: &CancellationToken) -> Result<usize> {
         if cancel.is_cancelled() {
             return Ok(0);
+        }
+        // Settled writes stay watched until their block is final (issue 32 §10); a
+        // failure here is logged and looked at again next pass.
+        if let Err(e) = self.watch_settled(cancel).await {
+            tracing::warn!(target: "keel::txq", error = %e, "watching settled transactions failed; retrying next pass");
         }
         let in_flight = store::requests_in_flight(&self.db, self.chain_id, None, None).await?;
         if in_flight.is_empty() {

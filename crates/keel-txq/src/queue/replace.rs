@@ -131,6 +131,11 @@ impl TxQueue {
             return Ok(());
         }
         if !known {
+            if !req.broadcast_due {
+                // Its re-broadcasts keep failing: wait out the backoff (issue 32 §8).
+                metrics::broadcasts_deferred(self.chain_id, 1);
+                return Ok(());
+            }
             tracing::warn!(target: "keel::txq", request = %req.id, "transaction unknown to the node (reorg?); re-broadcasting the same bytes");
             let _ = self.broadcast(req, last, mine, cancel).await?;
         } else if may_replace && self.stuck(req, mine) {
