@@ -12,7 +12,27 @@
 --                             300 s). Only read together with status = 'suspended'.
 
 ALTER TABLE durable_instance
-    ADD COLUMN wake_tag TEXT CHECK (wake_tag IS NULL OR char_length(wake_tag) BETWEEN 1 AND 255);
+    ADD COLUMN IF NOT EXISTS wake_tag TEXT CHECK (wake_tag IS NULL OR char_length(wake_tag) BETWEEN 1 AND 255);
 
-CREATE INDEX durable_instance_wake ON durable_instance (wake_tag)
+CREATE INDEX IF NOT EXISTS durable_instance_wake ON durable_instance (wake_tag)
     WHERE status = 'suspended' AND wake_tag IS NOT NULL;
+
+-- Issue 32, class 6 (used by migration 0069 and the status projection): whether
+-- instance p is a `pending` one whose START was never claimed (its body never ran) and
+-- whose pinned version no live runner (seen within 30 s, crate::version::RUNNER_LIVENESS)
+-- can run. Such an instance does not hold its serialization key (see 0069).
+-- Idempotent, like the rest of this file (upgrade tests apply it over older schemas).
+CREATE OR REPLACE FUNCTION durable_deferred_unstarted(p_id UUID, p_workflow TEXT, p_version INTEGER,
+                                           p_status TEXT)
+RETURNS BOOLEAN
+LANGUAGE sql STABLE
+AS $$
+    SELECT p_status = 'pending'
+       AND EXISTS (SELECT 1 FROM durable_command s
+                    WHERE s.instance_id = p_id AND s.kind = 'start' AND s.state = 'queued'
+                      AND s.attempt = 0)
+       AND NOT EXISTS (SELECT 1 FROM durable_runner_version r
+                        WHERE r.workflow = p_workflow
+                          AND r.seen_at > now() - interval '30 seconds'
+                          AND (p_version IS NULL OR p_version BETWEEN r.min_version AND r.max_version))
+$$;

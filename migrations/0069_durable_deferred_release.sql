@@ -29,20 +29,8 @@
 -- failed, releases its serialization key, and a retry resumes it from its journal
 -- (signals that arrived meanwhile are parked and consumed then).
 
-CREATE FUNCTION durable_deferred_unstarted(p_id UUID, p_workflow TEXT, p_version INTEGER,
-                                           p_status TEXT)
-RETURNS BOOLEAN
-LANGUAGE sql STABLE
-AS $$
-    SELECT p_status = 'pending'
-       AND EXISTS (SELECT 1 FROM durable_command s
-                    WHERE s.instance_id = p_id AND s.kind = 'start' AND s.state = 'queued'
-                      AND s.attempt = 0)
-       AND NOT EXISTS (SELECT 1 FROM durable_runner_version r
-                        WHERE r.workflow = p_workflow
-                          AND r.seen_at > now() - interval '30 seconds'
-                          AND (p_version IS NULL OR p_version BETWEEN r.min_version AND r.max_version))
-$$;
+-- durable_deferred_unstarted(...) (migration 0068) is the predicate of the exception.
+
 
 CREATE OR REPLACE FUNCTION durable_claim_versions(p_workflows TEXT[], p_min INTEGER[], p_max INTEGER[],
                                        p_lease_secs FLOAT8, p_limit INTEGER)

@@ -189,6 +189,15 @@ macro_rules! status_select {
                        AND r.seen_at > now() - interval '30 seconds'
                        AND (i.version IS NULL OR i.version BETWEEN r.min_version AND r.max_version)))
                     AS awaiting_runner,
+                (i.ended_at IS NULL AND EXISTS (
+                    SELECT 1 FROM durable_runner_version r
+                     WHERE r.workflow = i.workflow AND r.seen_at > now() - interval '30 seconds')
+                 AND NOT EXISTS (
+                    SELECT 1 FROM durable_runner_version r
+                     WHERE r.workflow = i.workflow
+                       AND r.seen_at > now() - interval '30 seconds'
+                       AND (i.version IS NULL OR i.version BETWEEN r.min_version AND r.max_version)))
+                    AS version_deferred,
                 CASE WHEN i.status = 'pending' AND i.serialization_key IS NOT NULL THEN
                     (SELECT p.id FROM durable_instance p
                       WHERE p.serialization_key = i.serialization_key
@@ -221,6 +230,7 @@ pub(crate) struct StatusRow {
     pub queued_behind: Option<Uuid>,
     pub version: Option<i32>,
     pub awaiting_runner: Option<bool>,
+    pub version_deferred: Option<bool>,
 }
 
 impl TryFrom<StatusRow> for InstanceStatus {
@@ -254,6 +264,7 @@ impl TryFrom<StatusRow> for InstanceStatus {
             queued_behind: r.queued_behind,
             version: r.version.and_then(|v| u32::try_from(v).ok()),
             awaiting_runner: r.awaiting_runner.unwrap_or(false),
+            version_deferred: r.version_deferred.unwrap_or(false),
         })
     }
 }

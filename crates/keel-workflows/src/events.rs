@@ -30,7 +30,7 @@
 //! operation's next change (its verdict at the latest): the mark still lacks it.
 
 use crate::error::{OpsError, Result};
-use crate::ops::view::{LinkedRequest, OperationView, WaitFor, project};
+use crate::ops::view::{LinkedRequest, OperationView, project};
 use crate::store::{self, OperationEventContext};
 use crate::workflows::WORKFLOWS;
 use keel_durable::{
@@ -73,16 +73,7 @@ impl Mark {
     fn of(v: &OperationView) -> Self {
         Self {
             state: Some(v.state.as_str().to_owned()),
-            wait: v.wait.as_ref().map(|w| {
-                match w.waits_for {
-                    WaitFor::Approval => "approval",
-                    WaitFor::Transaction => "transaction",
-                    WaitFor::Funding => "funding",
-                    WaitFor::Timer => "timer",
-                    WaitFor::CustodyApproval => "custody_approval",
-                }
-                .to_owned()
-            }),
+            wait: v.wait.as_ref().map(|w| w.waits_for.as_str().to_owned()),
             // Submitted: a node accepted it (the queue's first broadcast) or it mined.
             submitted: v
                 .milestones
