@@ -128,6 +128,11 @@ pub enum FailureCode {
     /// was cancelled at the provider, the cancel confirmed, and nothing reached the
     /// chain.
     CustodyTimedOut,
+    /// Custody sender: the provider's approval (`PENDING_AUTHORIZATION`) did not come
+    /// within the vault's approval deadline (`approvalDeadlineSecs`); the transaction
+    /// was cancelled at the provider, the cancel confirmed, and nothing reached the
+    /// chain (an approval given at the provider afterwards has nothing to approve).
+    CustodyApprovalExpired,
     /// A code this version does not know (written by a newer one); never emitted.
     #[serde(untagged)]
     Unknown(String),
@@ -135,7 +140,7 @@ pub enum FailureCode {
 
 impl FailureCode {
     /// Every code this version emits.
-    pub const KNOWN: [FailureCode; 14] = [
+    pub const KNOWN: [FailureCode; 15] = [
         FailureCode::ExecutionReverted,
         FailureCode::GasRequired,
         FailureCode::FundingDeadlineExpired,
@@ -150,6 +155,7 @@ impl FailureCode {
         FailureCode::CustodyFailed,
         FailureCode::CustodyRefused,
         FailureCode::CustodyTimedOut,
+        FailureCode::CustodyApprovalExpired,
     ];
 
     /// The stored name (`"GAS_REQUIRED"`, ...; an unknown code as stored).
@@ -169,6 +175,7 @@ impl FailureCode {
             FailureCode::CustodyFailed => "CUSTODY_FAILED",
             FailureCode::CustodyRefused => "CUSTODY_REFUSED",
             FailureCode::CustodyTimedOut => "CUSTODY_TIMED_OUT",
+            FailureCode::CustodyApprovalExpired => "CUSTODY_APPROVAL_EXPIRED",
             FailureCode::Unknown(s) => s,
         }
     }

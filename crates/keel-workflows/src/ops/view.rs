@@ -366,6 +366,7 @@ pub fn project(
     let mut submitted = Vec::new();
     let mut confirmed = Vec::new();
     let mut unsettled: Option<Unsettled> = None;
+    let mut custody_cancels: Vec<(String, String)> = Vec::new();
     let mut updated_at = op
         .created_at
         .max(op.cancel_requested_at.unwrap_or(op.created_at));
@@ -398,6 +399,14 @@ pub fn project(
                 last_broadcast_error: t.last_broadcast_error.clone(),
                 custody: t.custody.clone(),
             });
+        }
+        if let Some(c) = &t.custody
+            && c.status.as_deref() == Some("CANCELLED")
+        {
+            custody_cancels.push((
+                c.provider.clone(),
+                c.provider_tx_id.clone().unwrap_or_default(),
+            ));
         }
         let is_confirmed = matches!(verdict, Some(SettlementVerdict::Confirmed { .. }));
         let confirmed_at = t.settled_at.filter(|_| is_confirmed);
@@ -520,6 +529,12 @@ pub fn project(
         format!("{landed} of its transactions landed (see milestones.confirmed)")
     };
     let cancelled = status.is_some_and(|s| s.status == RunStatus::Cancelled);
+    // A custody transaction of it that its provider cancelled (a cancel before signing
+    // reaches the provider, issue 32 §5): the outcome names it.
+    let custody_cancelled = custody_cancels
+        .iter()
+        .map(|(provider, id)| format!("; its {provider} transaction {id} was cancelled at the provider"))
+        .collect::<String>();
     // The error is the outcome of the state the view shows: a running or waiting
     // instance shows none (a previous attempt's error is stale once it runs again).
     let error = status
@@ -564,10 +579,12 @@ pub fn project(
             code: CANCELLED.to_owned(),
             retryable: false,
             detail: if landed == 0 {
-                format!("the operation was cancelled{before}; none of its transactions landed")
+                format!(
+                    "the operation was cancelled{before}; none of its transactions landed{custody_cancelled}"
+                )
             } else {
                 format!(
-                    "the operation was cancelled{before} after {landed} of its transactions had landed (see milestones.confirmed)"
+                    "the operation was cancelled{before} after {landed} of its transactions had landed (see milestones.confirmed){custody_cancelled}"
                 )
             },
             reason: None,

@@ -198,6 +198,9 @@ pub(crate) async fn send(
                         FailureCode::CustodyTimedOut => {
                             "the custody provider never broadcast the transaction; it was cancelled there"
                         }
+                        FailureCode::CustodyApprovalExpired => {
+                            "the approval at the custody provider did not come before the vault's deadline; the transaction was cancelled there and nothing reached the chain"
+                        }
                         _ => "the transaction did not take effect",
                     }
                     .to_owned(),
