@@ -19,8 +19,10 @@ CREATE INDEX IF NOT EXISTS durable_instance_wake ON durable_instance (wake_tag)
 
 -- Issue 32, class 6 (used by migration 0069 and the status projection): whether
 -- instance p is a `pending` one whose START was never claimed (its body never ran) and
--- whose pinned version no live runner (seen within 30 s, crate::version::RUNNER_LIVENESS)
--- can run. Such an instance does not hold its serialization key (see 0069).
+-- that is deferred by its version: a runner of its workflow is live (seen within 30 s,
+-- crate::version::RUNNER_LIVENESS) but none can run its pinned version (a release was
+-- rolled back). Such an instance does not hold its serialization key (see 0069). With
+-- no live runner of the workflow at all nothing is skipped: start order is kept.
 -- Idempotent, like the rest of this file (upgrade tests apply it over older schemas).
 CREATE OR REPLACE FUNCTION durable_deferred_unstarted(p_id UUID, p_workflow TEXT, p_version INTEGER,
                                            p_status TEXT)
@@ -31,6 +33,8 @@ AS $$
        AND EXISTS (SELECT 1 FROM durable_command s
                     WHERE s.instance_id = p_id AND s.kind = 'start' AND s.state = 'queued'
                       AND s.attempt = 0)
+       AND EXISTS (SELECT 1 FROM durable_runner_version r
+                    WHERE r.workflow = p_workflow AND r.seen_at > now() - interval '30 seconds')
        AND NOT EXISTS (SELECT 1 FROM durable_runner_version r
                         WHERE r.workflow = p_workflow
                           AND r.seen_at > now() - interval '30 seconds'

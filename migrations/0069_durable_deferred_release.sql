@@ -10,7 +10,9 @@
 -- projection, crate keel-durable store.rs): an instance holds its key as before, EXCEPT
 -- a `pending` instance whose START was never claimed (attempt 0: its body never ran, so
 -- it has written nothing and sent nothing) and whose pinned version no live runner
--- (durable_runner_version seen within 30 s, crate::version::RUNNER_LIVENESS) can run.
+-- (durable_runner_version seen within 30 s, crate::version::RUNNER_LIVENESS), nor the
+-- claiming executor, can run while a runner of its workflow is live (with none live at
+-- all, nothing is skipped).
 -- Such an instance is skipped: the instances after it that a runner can run start in
 -- their order. Per-key order is kept among the instances that can run; the deferred
 -- one keeps its place in start order and holds the key again as soon as a runner that
@@ -89,7 +91,14 @@ BEGIN
                 WHERE p.serialization_key = i.serialization_key AND p.start_order < i.start_order
                   AND (p.status IN ('pending', 'running', 'suspended')
                        OR (p.status = 'waiting' AND p.wait->>'kind' = 'timer'))
-                  AND NOT durable_deferred_unstarted(p.id, p.workflow, p.version, p.status)))
+                  -- ... unless it never started and is deferred by its version (0068),
+                  -- which this executor cannot run either (an executor that can is a
+                  -- live runner of it, whether or not its heartbeat is recorded yet).
+                  AND NOT (durable_deferred_unstarted(p.id, p.workflow, p.version, p.status)
+                           AND NOT EXISTS (
+                               SELECT 1 FROM unnest(p_workflows, p_min, p_max) AS v(name, lo, hi)
+                                WHERE v.name = p.workflow
+                                  AND (p.version IS NULL OR p.version BETWEEN v.lo AND v.hi)))))
          LIMIT 1
            FOR UPDATE OF x, i SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;

@@ -136,11 +136,13 @@
 //! [`InstanceStatus::queued_behind`] names the instance a blocked `pending` one waits
 //! behind (migration 0016).
 //!
-//! An instance **no runner can run yet** does not hold its key (migration 0069): a
-//! `pending` instance whose START was never claimed (its body never ran, so it wrote and
-//! sent nothing) and whose pinned version no live runner covers (a newer release's
-//! instance during a rollback) is skipped, and the instances after it that a runner can
-//! run start in their order. It keeps its place in start order: once a runner that
+//! An instance **no runner can run yet** does not hold its key (migrations 0068, 0069):
+//! a `pending` instance whose START was never claimed (its body never ran, so it wrote
+//! and sent nothing) and that is deferred by its version (runners of its workflow are
+//! live, none of them, nor the claiming executor, covers its pinned version: a newer
+//! release's instance during a rollback) is skipped, and the instances after it that a
+//! runner can run start in their order. With no live runner of the workflow at all,
+//! nothing is skipped. It keeps its place in start order: once a runner that
 //! knows its version is live it holds the key again and starts before every instance of
 //! its key that has not started yet. An instance that already ran a segment keeps its
 //! key even when no live runner can run it (it may be part-way through its writes).

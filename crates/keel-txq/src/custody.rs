@@ -15,7 +15,7 @@
 //! | `creating` | a create may be in flight (or its process died) | in doubt |
 //! | `in_doubt` | the create's answer was lost | look up by external id |
 //! | `submitted` | the provider has it | poll the status |
-//! | `cancelling` | silent drop: cancel accepted | wait for `CANCELLED`, then resubmit |
+//! | `cancelling` | a cancel Keel asked for was accepted | wait for `CANCELLED`, then resubmit (silent drop) or settle (approval deadline, withdrawal) |
 //! | `superseded` | cancelled; resubmission n + 1 exists | — |
 //! | `done` | the request settled from this submission | — |
 //!

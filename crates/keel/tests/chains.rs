@@ -589,7 +589,7 @@ async fn work_suspended_on_an_unreachable_chain_resumes_when_the_chain_is_served
     let mut open = base_env(&db, chain.endpoint().as_str());
     open.push(("KEEL_DEPLOYER_KEY".into(), key0.clone()));
     let out = keel()
-        .args(["chain", "bootstrap", "--chain", "local"])
+        .args(["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"])
         .envs(open.iter().cloned())
         .output()
         .unwrap();

@@ -713,8 +713,9 @@ async fn a_deferred_instance_does_not_block_the_older_version_instances_behind_i
 }
 
 /// The status projection's `queued_behind` follows the same rule: a pending instance
-/// is not shown queued behind a never-started instance that no live runner can run,
-/// and is shown queued behind it once a runner that knows its version is live.
+/// is not shown queued behind a never-started instance deferred by its version (live
+/// runners, none knows it), and is shown behind it with no live runner at all and once a
+/// runner that knows its version is live.
 #[tokio::test]
 async fn queued_behind_skips_a_deferred_instance_that_never_started() {
     let db = database().await;
@@ -733,23 +734,34 @@ async fn queued_behind_skips_a_deferred_instance_that_never_started() {
         .start::<ShipV1>("behind", &"behind".to_owned(), keyed())
         .await
         .unwrap();
-    // No runner at all is live: neither can run; the later one is not shown behind the
-    // deferred one (it waits for a runner itself).
-    let st = e1.status(behind.instance_id).await.unwrap();
-    assert_eq!(st.queued_behind, None, "{st:?}");
-    // A live release-2 runner's record (no executor, so nothing is claimed): the
-    // deferred instance holds its key again.
-    sqlx::query(
-        "INSERT INTO durable_runner_version (runner_id, workflow, min_version, max_version)
-         VALUES ($1, $2, 1, 2)",
-    )
-    .bind(Uuid::new_v4())
-    .bind(NAME)
-    .execute(pool)
-    .await
-    .unwrap();
+    // No runner at all is live: start order is kept (nothing is skipped).
     let st = e1.status(behind.instance_id).await.unwrap();
     assert_eq!(st.queued_behind, Some(ahead.instance_id), "{st:?}");
+    // The records of live runners (no executors, so nothing is claimed): a release-1
+    // runner only (a rollback): the v2 instance that never started is skipped.
+    let runner = |lo: i32, hi: i32| {
+        sqlx::query(
+            "INSERT INTO durable_runner_version (runner_id, workflow, min_version, max_version)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(Uuid::new_v4())
+        .bind(NAME)
+        .bind(lo)
+        .bind(hi)
+        .execute(pool)
+    };
+    runner(1, 1).await.unwrap();
+    let st = e1.status(behind.instance_id).await.unwrap();
+    assert_eq!(st.queued_behind, None, "{st:?}");
+    assert!(
+        e1.status(ahead.instance_id).await.unwrap().version_deferred,
+        "deferred by its version"
+    );
+    // A release-2 runner is live too: the deferred instance holds its key again.
+    runner(1, 2).await.unwrap();
+    let st = e1.status(behind.instance_id).await.unwrap();
+    assert_eq!(st.queued_behind, Some(ahead.instance_id), "{st:?}");
+    assert!(!e1.status(ahead.instance_id).await.unwrap().version_deferred);
 }
 
 #[tokio::test]
