@@ -726,7 +726,11 @@ async fn work_suspended_on_an_unreachable_chain_resumes_when_the_chain_is_served
         .iter()
         .position(|r| r.1.as_deref() == Some("superseded"))
         .unwrap_or_else(|| panic!("the pushed recovery RETRY was superseded: {retries:?}"));
-    assert_eq!(retries[pushed].0.as_deref(), Some("recovery"), "{retries:?}");
+    assert_eq!(
+        retries[pushed].0.as_deref(),
+        Some("recovery"),
+        "{retries:?}"
+    );
     assert_eq!(
         retries.get(pushed + 1).and_then(|r| r.0.as_deref()),
         Some("chain-served"),

@@ -628,10 +628,7 @@ async fn a_withdrawn_custody_request_is_cancelled_at_the_provider_and_never_land
         other => panic!("expected withdrawn, got {other:?}"),
     }
     let status = status_once_done(&rig.queue, id).await;
-    assert_eq!(
-        status.custody.unwrap().status.as_deref(),
-        Some("CANCELLED")
-    );
+    assert_eq!(status.custody.unwrap().status.as_deref(), Some("CANCELLED"));
     // Approving it at the provider now is refused: nothing is left to approve.
     assert_eq!(
         rig.sim
@@ -668,10 +665,7 @@ async fn an_approval_that_never_comes_expires_and_is_cancelled_at_the_provider()
         other => panic!("expected an expired approval, got {other:?}"),
     }
     let status = status_once_done(&rig.queue, id).await;
-    assert_eq!(
-        status.custody.unwrap().status.as_deref(),
-        Some("CANCELLED")
-    );
+    assert_eq!(status.custody.unwrap().status.as_deref(), Some("CANCELLED"));
     assert_eq!(
         rig.sim
             .admin_status(&format!("/admin/transactions/{pid}/approve"), json!({}))

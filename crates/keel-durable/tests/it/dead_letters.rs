@@ -183,11 +183,17 @@ async fn a_start_dead_lettered_by_crashes_fails_its_instance_and_a_retry_complet
     );
     assert_eq!(stranded(pool).await, Vec::<Uuid>::new());
     // The other instance ran meanwhile, up to its wait for the signal.
-    until(&engine, y, "y waits for go", |s| s.status == RunStatus::Waiting).await;
+    until(&engine, y, "y waits for go", |s| {
+        s.status == RunStatus::Waiting
+    })
+    .await;
     // A retry resumes the failed one from its journal.
     set_flag(pool, "hold-s0-x", "release").await;
     engine.retry(x).await.unwrap();
-    until(&engine, x, "x waits for go", |s| s.status == RunStatus::Waiting).await;
+    until(&engine, x, "x waits for go", |s| {
+        s.status == RunStatus::Waiting
+    })
+    .await;
     for id in [x, y] {
         engine.signal(id, "go", "go", &true).await.unwrap();
         until_status(&engine, id, RunStatus::Completed).await;

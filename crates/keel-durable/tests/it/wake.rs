@@ -35,10 +35,22 @@ async fn a_suspended_instance_is_resumed_by_the_wake_of_its_tag_not_by_its_backo
     assert_eq!(tries, 3, "the step's transient attempts of one segment");
 
     // Another chain comes back: nothing to wake.
-    assert_eq!(engine.wake_suspended("chain:a", "chain-served").await.unwrap(), 0);
+    assert_eq!(
+        engine
+            .wake_suspended("chain:a", "chain-served")
+            .await
+            .unwrap(),
+        0
+    );
     // The chain comes back.
     set_flag(pool, "up-b", "yes").await;
-    assert_eq!(engine.wake_suspended("chain:b", "chain-served").await.unwrap(), 1);
+    assert_eq!(
+        engine
+            .wake_suspended("chain:b", "chain-served")
+            .await
+            .unwrap(),
+        1
+    );
     let done = until_status(&engine, s.instance_id, RunStatus::Completed).await;
     assert_eq!(done.output, Some(serde_json::json!(tries + 1)));
     assert_eq!(
@@ -76,6 +88,12 @@ async fn a_suspended_instance_is_resumed_by_the_wake_of_its_tag_not_by_its_backo
         ]
     );
     // Not suspended any more: a second wake does nothing.
-    assert_eq!(engine.wake_suspended("chain:b", "chain-served").await.unwrap(), 0);
+    assert_eq!(
+        engine
+            .wake_suspended("chain:b", "chain-served")
+            .await
+            .unwrap(),
+        0
+    );
     ex.shutdown().await;
 }

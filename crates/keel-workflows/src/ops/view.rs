@@ -533,7 +533,9 @@ pub fn project(
     // reaches the provider, issue 32 §5): the outcome names it.
     let custody_cancelled = custody_cancels
         .iter()
-        .map(|(provider, id)| format!("; its {provider} transaction {id} was cancelled at the provider"))
+        .map(|(provider, id)| {
+            format!("; its {provider} transaction {id} was cancelled at the provider")
+        })
         .collect::<String>();
     // The error is the outcome of the state the view shows: a running or waiting
     // instance shows none (a previous attempt's error is stale once it runs again).
@@ -546,25 +548,25 @@ pub fn project(
         })
         .and_then(|s| s.error.as_ref())
         .map(|e| {
-        let typed: Option<OpFailure> = e
-            .detail
-            .clone()
-            .and_then(|d| serde_json::from_value(d).ok());
-        match typed {
-            Some(f) => ErrorView {
-                code: f.code,
-                retryable: f.retryable,
-                detail: f.detail,
-                reason: f.reason,
-            },
-            None => ErrorView {
-                code: e.code.clone(),
-                retryable: e.retryable,
-                detail: e.message.clone(),
-                reason: None,
-            },
-        }
-    });
+            let typed: Option<OpFailure> = e
+                .detail
+                .clone()
+                .and_then(|d| serde_json::from_value(d).ok());
+            match typed {
+                Some(f) => ErrorView {
+                    code: f.code,
+                    retryable: f.retryable,
+                    detail: f.detail,
+                    reason: f.reason,
+                },
+                None => ErrorView {
+                    code: e.code.clone(),
+                    retryable: e.retryable,
+                    detail: e.message.clone(),
+                    reason: None,
+                },
+            }
+        });
     // One rule for every path (issue 32 §6): a cancelled or failed operation's error
     // says what landed. A cancelled one always reads `CANCELLED` (an error its instance
     // kept from before the cancel, e.g. the suspension `INDEX_BEHIND` "recovery is
@@ -1117,8 +1119,16 @@ mod tests {
         let e = view.error.unwrap();
         assert_eq!(e.code, "CANCELLED");
         assert!(!e.retryable);
-        assert!(e.detail.contains("after 1 of its transactions had landed"), "{}", e.detail);
-        assert!(e.detail.contains("stopped with INDEX_BEHIND"), "{}", e.detail);
+        assert!(
+            e.detail.contains("after 1 of its transactions had landed"),
+            "{}",
+            e.detail
+        );
+        assert!(
+            e.detail.contains("stopped with INDEX_BEHIND"),
+            "{}",
+            e.detail
+        );
         assert!(!e.detail.contains("recovery is scheduled"), "{}", e.detail);
     }
 
@@ -1130,16 +1140,31 @@ mod tests {
             code: "WORKFLOW_FAILED".into(),
             retryable: false,
             message: "the workflow returned its typed error (see detail)".into(),
-            detail: Some(serde_json::json!({"code": "INDEX_TIMEOUT", "retryable": true,
-                "detail": "the index did not reach the block", "reason": null})),
+            detail: Some(
+                serde_json::json!({"code": "INDEX_TIMEOUT", "retryable": true,
+                "detail": "the index did not reach the block", "reason": null}),
+            ),
         });
         let view = project(&op_row(), Some(&status), vec![confirmed()], None);
         let e = view.error.unwrap();
         assert_eq!(e.code, "INDEX_TIMEOUT");
-        assert!(e.detail.starts_with("the index did not reach the block"), "{}", e.detail);
-        assert!(e.detail.contains("1 of its transactions landed"), "{}", e.detail);
+        assert!(
+            e.detail.starts_with("the index did not reach the block"),
+            "{}",
+            e.detail
+        );
+        assert!(
+            e.detail.contains("1 of its transactions landed"),
+            "{}",
+            e.detail
+        );
         let view = project(&op_row(), Some(&status), vec![], None);
-        assert!(view.error.unwrap().detail.contains("none of its transactions landed"));
+        assert!(
+            view.error
+                .unwrap()
+                .detail
+                .contains("none of its transactions landed")
+        );
     }
 
     /// A running instance (a retry or a recovery claimed it) shows no error: the
@@ -1155,7 +1180,9 @@ mod tests {
         });
         assert_eq!(project(&op_row(), Some(&status), vec![], None).error, None);
         status.status = RunStatus::Suspended;
-        let e = project(&op_row(), Some(&status), vec![], None).error.unwrap();
+        let e = project(&op_row(), Some(&status), vec![], None)
+            .error
+            .unwrap();
         assert_eq!(e.code, "CHAIN_UNAVAILABLE");
     }
 
