@@ -298,7 +298,7 @@ pub struct Actor {
     /// `SERVICE`: the API key's id; `USER`: the person's id; null otherwise.
     #[schema(example = "2b0f9c1e-7d3a-4f6e-9a51-0c8d4e2f1a33")]
     pub id: Option<String>,
-    /// `SYSTEM`: which part of Keel (`timer`, `verdict-relay`, `recovery`,
+    /// `SYSTEM`: which part of Keel (`timer`, `settlement`, `recovery`,
     /// `operator-cli`, ...); for an approval decision `approve` or `reject`; else null.
     pub reason: Option<String>,
     /// The subject the actor acted for, when it differs from `id`; null otherwise.
@@ -374,6 +374,10 @@ pub enum WaitFor {
     /// (decided there, not in Keel); `custody` shows the provider's status.
     #[serde(rename = "custody_approval")]
     CustodyApproval,
+    /// A runner that knows the operation's workflow version (`workflowVersion`): no
+    /// live runner can run it (a release was rolled back). Deferred, not failed; it
+    /// does not hold its asset's queue, so the operations a runner can run go ahead.
+    Runner,
 }
 
 /// A custody sender's transaction as its wait shows it: the provider's view.
@@ -1146,6 +1150,7 @@ impl From<svc::WaitFor> for WaitFor {
             svc::WaitFor::Funding => Self::Funding,
             svc::WaitFor::Timer => Self::Timer,
             svc::WaitFor::CustodyApproval => Self::CustodyApproval,
+            svc::WaitFor::Runner => Self::Runner,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! caller's authenticated context: the API key that called (a [`ActorKind::Service`],
 //! or a [`ActorKind::User`] when the key was issued to a named person), the engine or a
 //! runner of the platform ([`ActorKind::System`] with a reason such as `timer`,
-//! `verdict-relay`, `recovery`), or nothing ([`ActorKind::None`], status
+//! `settlement`, `recovery`), or nothing ([`ActorKind::None`], status
 //! [`AttributionStatus::Absent`]). It is **never** read from a start input, a signal
 //! payload or a header an integrator controls: the engine's recording calls take it as
 //! a separate argument ([`crate::StartOptions::actor`], [`crate::Engine::signal_as`],
@@ -144,7 +144,7 @@ impl Actor {
         }
     }
 
-    /// The platform, for `reason` (`timer`, `verdict-relay`, `recovery`, `child-start`,
+    /// The platform, for `reason` (`timer`, `settlement`, `recovery`, `child-start`,
     /// `child-ended`, `retention`, ...), verified, no id.
     pub fn system(reason: &str) -> Self {
         Self {

@@ -31,7 +31,9 @@ pub struct EngineConfig {
     /// Unconsumed signals an instance may hold (default 100; at least 1).
     pub max_open_signals: u32,
     /// Attempts of a command before it is dead-lettered (default 5; at least 1). An
-    /// attempt is spent by every claim, so a crashing executor exhausts it too.
+    /// attempt is spent by every claim, so a crashing executor exhausts it too; a
+    /// segment released on a transient database failure gets it back. A dead letter
+    /// fails its open instance `ATTEMPTS_EXHAUSTED` (retryable).
     pub command_max_attempts: u32,
     /// Execution lease of a segment (default 30 s, at least 1 s). A crashed executor's
     /// instance is claimable again this long after its last renewal.

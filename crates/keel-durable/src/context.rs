@@ -74,6 +74,8 @@ pub(crate) enum Halt {
     Blocked(WaitDescription),
     Suspended {
         code: &'static str,
+        /// The wake tag of a [`crate::StepError::Unavailable`] failure.
+        wake: Option<String>,
     },
     /// The journal records `journaled` at `position`; the body reached `reached`.
     Determinism(Box<crate::version::Divergence>),
@@ -625,11 +627,19 @@ impl WorkflowContext {
                         return Err(self.fail_infra(DurableError::Json { what: "step error" }));
                     }
                 },
-                Err(StepError::Transient { code }) => {
+                Err(e @ (StepError::Transient { .. } | StepError::Unavailable { .. })) => {
+                    let (code, wake) = match e {
+                        StepError::Unavailable { code, wake } => (code, Some(wake)),
+                        StepError::Transient { code } => (code, None),
+                        StepError::Failed(_) => ("TRANSIENT", None),
+                    };
                     tracing::warn!(target: "keel::durable::step", parent: &span, attempt, code, "step failed transiently");
                     if attempt >= self.step_attempts {
                         m::step(self.workflow, "suspended");
-                        return Err(self.halt(Halt::Suspended { code }));
+                        // A tag outside the bounds is dropped (the recovery backoff
+                        // still resumes the instance).
+                        let wake = wake.filter(|w| (1..=255).contains(&w.chars().count()));
+                        return Err(self.halt(Halt::Suspended { code, wake }));
                     }
                     tokio::time::sleep(self.step_backoff.delay(attempt)).await;
                     self.check()?;

@@ -543,7 +543,7 @@ impl Engine {
     }
 
     /// [`Engine::signal_in`] recorded by `actor` (the caller's authenticated context, or
-    /// the platform: e.g. `Actor::system("verdict-relay")`), stored on the signal and
+    /// the platform: e.g. `Actor::system("settlement")`), stored on the signal and
     /// its SIGNAL command.
     ///
     /// # Errors
@@ -784,6 +784,29 @@ impl Engine {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Wakes the `suspended` instances whose step failed with
+    /// [`crate::StepError::Unavailable`] carrying the wake tag `tag` (e.g.
+    /// `chain:31337`): each gets a RETRY due now, recorded as
+    /// [`Actor::system`]`(reason)`, which replaces its pending recovery RETRY. Call it
+    /// when the event the tag names happens (the runner: when it starts serving the
+    /// chain), so that the work resumes at once rather than after its recovery backoff
+    /// (up to 5 minutes). Idempotent; instances whose recovery is already due, running
+    /// or locked by a concurrent segment are left to it. Returns the instances woken.
+    ///
+    /// # Errors
+    /// [`DurableError::InvalidInput`] for a tag or reason outside 1 to 255 characters;
+    /// [`DurableError::Store`].
+    pub async fn wake_suspended(&self, tag: &str, reason: &str) -> Result<u64> {
+        crate::payload::validate_name("wake tag", tag)?;
+        crate::payload::validate_name("wake reason", reason)?;
+        let n = store::instances_wake(&self.pool, tag, reason, self.max_attempts()).await?;
+        if n > 0 {
+            tracing::info!(target: "keel::durable", tag, reason, woken = n,
+                "suspended instances woken");
+        }
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     /// Who recorded what for an instance: its commands (START, SIGNAL, TIMER, RETRY,

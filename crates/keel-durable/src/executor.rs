@@ -154,7 +154,8 @@ macro_rules! settle {
                                       ELSE cancel_requested_at END,
            lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
            history_seq = history_seq + jsonb_array_length($16::jsonb),
-           history_state = $17::jsonb, history_journal = $18
+           history_state = $17::jsonb, history_journal = $18,
+           wake_tag = CASE WHEN $3 = 'suspended' THEN $19::text END
      WHERE id = $1 AND lease_token = $2
  RETURNING id, serialization_key, open_signals, cancel_requested_at, history_seq
 ), h AS (
@@ -476,6 +477,12 @@ impl SettleOp {
             .bind(i32::try_from(want).unwrap_or(i32::MAX))
             .fetch_all(&mut *tx)
             .await?;
+        // A dead letter failed its instance in the claim: its transition is reported in
+        // the same transaction.
+        let failed = dead_letter_transitions(&claimed);
+        crate::hook::call(&self.hook, &mut tx, &failed)
+            .await
+            .map_err(SettleFail::Hook)?;
         tx.commit().await?;
         Ok((settled, claimed, sent_at))
     }
@@ -613,12 +620,48 @@ impl BatchOp for SettleOp {
     }
 }
 
-/// Logs and counts a command that its claim dead-lettered.
+/// Logs and counts a command that its claim dead-lettered. The claim also failed its
+/// instance (`ATTEMPTS_EXHAUSTED`, retryable) unless it had ended or failed already
+/// (migration 0069), so no instance is left without a command that runs it.
 fn dead_lettered(c: &Claimed) {
-    tracing::warn!(target: "keel::durable::executor", command_id = c.command_id,
-        instance_id = %c.instance_id, kind = %c.kind, "command dead-lettered");
+    tracing::error!(target: "keel::durable::executor", command_id = c.command_id,
+        instance_id = %c.instance_id, kind = %c.kind, attempts = c.attempt, status = %c.status,
+        "command dead-lettered (attempts exhausted); its instance is failed ATTEMPTS_EXHAUSTED: retry it to resume");
     m::dead_letter(&c.workflow);
     m::settled(&c.workflow, "dead_letter");
+}
+
+/// The transitions to `failed` of the instances whose command a claim dead-lettered.
+fn dead_letter_transitions(claimed: &[Claimed]) -> Vec<crate::hook::Transition> {
+    claimed
+        .iter()
+        .filter(|c| c.exhausted && c.status == "failed")
+        .map(|c| crate::hook::Transition {
+            instance_id: c.instance_id,
+            workflow: c.workflow.clone(),
+            status: RunStatus::Failed,
+        })
+        .collect()
+}
+
+/// Runs the transition hook for the instances the executor loop's claim failed by a
+/// dead letter, in a transaction of its own (the loop's claim is one statement; a
+/// crash in between reports the change with the instance's next one).
+async fn report_dead_letters(engine: &Engine, claimed: &[Claimed]) {
+    let failed = dead_letter_transitions(claimed);
+    if failed.is_empty() {
+        return;
+    }
+    let result = async {
+        let mut tx = engine.pool.begin().await?;
+        crate::hook::run(&engine.hook, &mut tx, &failed).await?;
+        tx.commit().await
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(target: "keel::durable::executor", error = %keel_store::StoreError::from(e),
+            "the transition hook of a dead-lettered instance failed");
+    }
 }
 
 /// [`settle!`] for a suspension: a recovery RETRY after `$13` seconds (`$14` attempts).
@@ -711,6 +754,7 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
         match claimed {
             Ok(batch) if !batch.is_empty() => {
                 let full = batch.len() >= wanted;
+                report_dead_letters(&engine, &batch).await;
                 for c in batch {
                     if c.exhausted {
                         dead_lettered(&c);
@@ -943,6 +987,8 @@ struct SegmentSettle {
     error: Option<(String, bool, &'static str, Option<Value>)>,
     wait: Option<WaitDescription>,
     outcome: &'static str,
+    /// The wake tag of a suspension ([`crate::StepError::Unavailable`]).
+    wake: Option<String>,
 }
 
 impl SegmentSettle {
@@ -953,6 +999,7 @@ impl SegmentSettle {
             error: None,
             wait: None,
             outcome,
+            wake: None,
         }
     }
 
@@ -1034,6 +1081,18 @@ async fn segment(
         wake.notify_one();
     }
 }
+
+/// A segment released because the database failed transiently (a pool timeout, a lost
+/// connection, a serialization failure): not the command's fault.
+const DATABASE_UNAVAILABLE: &str = "DATABASE_UNAVAILABLE";
+/// A segment released because its journal could not be read.
+const JOURNAL_READ_FAILED: &str = "JOURNAL_READ_FAILED";
+/// Release codes whose claim's attempt is given back (issue 32 §11): a database that
+/// is briefly unavailable under load (500 starts after a restart exhaust a 10-connection
+/// pool) must not dead-letter the commands it could not serve; their release backoff
+/// still paces them. Attempts stay spent by crashes (a lapsed lease), panics and
+/// non-transient failures, which is what the dead letter is for.
+const REFUNDED: &[&str] = &[DATABASE_UNAVAILABLE, JOURNAL_READ_FAILED];
 
 /// The outcomes of a segment settled by [`finish`]'s plain settle statements (the
 /// batch, or the single statements with a TIMER or RETRY, whose inserts notify).
@@ -1167,7 +1226,7 @@ async fn decide(
                 trail.prior = prior;
                 j
             }
-            _ => return Disposition::Release("JOURNAL_READ_FAILED"),
+            _ => return Disposition::Release(JOURNAL_READ_FAILED),
         }
     };
     let logged = trail
@@ -1239,13 +1298,18 @@ async fn decide(
                 wait: Some(wait),
                 ..SegmentSettle::new(RunStatus::Waiting, "waiting")
             }),
-            Halt::Suspended { code } => Disposition::Settle(SegmentSettle {
+            Halt::Suspended { code, wake } => Disposition::Settle(SegmentSettle {
                 error: Some((
                     code.to_owned(),
                     true,
-                    "a step's transient retries were exhausted; recovery is scheduled",
+                    if wake.is_some() {
+                        "a step's transient retries were exhausted; it resumes as soon as what it needs is back (and recovery is scheduled)"
+                    } else {
+                        "a step's transient retries were exhausted; recovery is scheduled"
+                    },
                     None,
                 )),
+                wake,
                 ..SegmentSettle::new(RunStatus::Suspended, "suspended")
             }),
             Halt::Determinism(d) => {
@@ -1285,7 +1349,11 @@ async fn decide(
             }
             Halt::Infra(e) => {
                 tracing::warn!(target: "keel::durable::segment", error = %e, "segment failed on infrastructure");
-                Disposition::Release("INFRASTRUCTURE")
+                if e.is_retryable() {
+                    Disposition::Release(DATABASE_UNAVAILABLE)
+                } else {
+                    Disposition::Release("INFRASTRUCTURE")
+                }
             }
         };
     }
@@ -1383,6 +1451,7 @@ async fn finish(
                 c.command_id,
                 delay.as_secs_f64(),
                 code,
+                REFUNDED.contains(&code),
             )
             .await?;
             Ok(("released", None, false))
@@ -1496,6 +1565,7 @@ async fn finish(
                 .bind(&history.entries)
                 .bind(history.state.as_deref())
                 .bind(history.journal)
+                .bind(s.wake.as_deref())
                 .fetch_one(&mut *tx)
                 .await?;
             if settled == 1 {

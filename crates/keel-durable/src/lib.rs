@@ -79,7 +79,13 @@
 //! lease lapses; its running command is queued again at its position by the rescuer
 //! (each executor runs it when idle once a lease has lapsed, and at least once per poll
 //! interval) and claimed again; a command whose attempts exceed `commandMaxAttempts` is
-//! dead-lettered (`state = 'dead'`, listed by the probe).
+//! dead-lettered (`state = 'dead'`, listed by the probe), and its instance, unless it
+//! had ended or failed, is failed with `ATTEMPTS_EXHAUSTED` (retryable) in the same
+//! statement, so that no instance is ever left without a command that would run it (a
+//! retry resumes it from its journal; migration 0069). A segment released because the
+//! database failed transiently (`DATABASE_UNAVAILABLE`, `JOURNAL_READ_FAILED`) gets
+//! its claim's attempt back: only crashes, panics and non-transient failures spend
+//! attempts.
 //!
 //! **Group commit.** Within one process, the journal writes of all running segments,
 //! their plain segment settles, and concurrent [`Engine::start`] calls are each combined
@@ -129,6 +135,26 @@
 //! `failed` instance is `pending` again and holds the key until its RETRY runs.
 //! [`InstanceStatus::queued_behind`] names the instance a blocked `pending` one waits
 //! behind (migration 0016).
+//!
+//! An instance **no runner can run yet** does not hold its key (migrations 0068, 0069):
+//! a `pending` instance whose START was never claimed (its body never ran, so it wrote
+//! and sent nothing) and that is deferred by its version (runners of its workflow are
+//! live, none of them, nor the claiming executor, covers its pinned version: a newer
+//! release's instance during a rollback) is skipped, and the instances after it that a
+//! runner can run start in their order. With no live runner of the workflow at all,
+//! nothing is skipped. It keeps its place in start order: once a runner that
+//! knows its version is live it holds the key again and starts before every instance of
+//! its key that has not started yet. An instance that already ran a segment keeps its
+//! key even when no live runner can run it (it may be part-way through its writes).
+//!
+//! ## Waking suspended instances
+//!
+//! A step that fails with [`StepError::Unavailable`] (a transient failure whose end a
+//! known event announces, named by a **wake tag** such as `chain:31337`) suspends its
+//! instance like any transient failure, with the tag recorded (migration 0068);
+//! [`Engine::wake_suspended`] gives every instance suspended with that tag a RETRY due
+//! now (recorded `SYSTEM` with the caller's reason) in place of its recovery RETRY, so
+//! the work resumes as soon as the event happens rather than at its recovery backoff.
 //!
 //! ## What each command does when its instance has ended or failed
 //!

@@ -171,6 +171,10 @@ pub struct InstanceStatus {
     /// "waiting for a runner that knows version N". Its commands are deferred, not
     /// failed; a runner whose code covers the version runs them.
     pub awaiting_runner: bool,
+    /// [`InstanceStatus::awaiting_runner`] while a runner of its workflow **is** live
+    /// (one that does not know its version: a release was rolled back, or is rolling
+    /// out): the instance is deferred by its version, not by a missing runner.
+    pub version_deferred: bool,
 }
 
 /// One command listed by the probe.

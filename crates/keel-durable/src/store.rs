@@ -175,7 +175,8 @@ pub(crate) async fn instance_by_key(
 
 /// The columns of the status projection of `durable_instance i`. The blocker is looked
 /// up for keyed `pending` instances only (the rule of `durable_claim`, migration 0016:
-/// pending, running, suspended and timer-waiting instances hold their key).
+/// pending, running, suspended and timer-waiting instances hold their key; migration
+/// 0069: except a never-started `pending` one that no live runner can run).
 macro_rules! status_select {
     () => {
         "SELECT i.id, i.workflow, i.status, i.progress, i.wait, i.output, i.error_code,
@@ -188,12 +189,22 @@ macro_rules! status_select {
                        AND r.seen_at > now() - interval '30 seconds'
                        AND (i.version IS NULL OR i.version BETWEEN r.min_version AND r.max_version)))
                     AS awaiting_runner,
+                (i.ended_at IS NULL AND EXISTS (
+                    SELECT 1 FROM durable_runner_version r
+                     WHERE r.workflow = i.workflow AND r.seen_at > now() - interval '30 seconds')
+                 AND NOT EXISTS (
+                    SELECT 1 FROM durable_runner_version r
+                     WHERE r.workflow = i.workflow
+                       AND r.seen_at > now() - interval '30 seconds'
+                       AND (i.version IS NULL OR i.version BETWEEN r.min_version AND r.max_version)))
+                    AS version_deferred,
                 CASE WHEN i.status = 'pending' AND i.serialization_key IS NOT NULL THEN
                     (SELECT p.id FROM durable_instance p
                       WHERE p.serialization_key = i.serialization_key
                         AND p.start_order < i.start_order
                         AND (p.status IN ('pending', 'running', 'suspended')
                              OR (p.status = 'waiting' AND p.wait->>'kind' = 'timer'))
+                        AND NOT durable_deferred_unstarted(p.id, p.workflow, p.version, p.status)
                       ORDER BY p.status = 'pending', p.start_order LIMIT 1)
                 END AS queued_behind"
     };
@@ -219,6 +230,7 @@ pub(crate) struct StatusRow {
     pub queued_behind: Option<Uuid>,
     pub version: Option<i32>,
     pub awaiting_runner: Option<bool>,
+    pub version_deferred: Option<bool>,
 }
 
 impl TryFrom<StatusRow> for InstanceStatus {
@@ -252,6 +264,7 @@ impl TryFrom<StatusRow> for InstanceStatus {
             queued_behind: r.queued_behind,
             version: r.version.and_then(|v| u32::try_from(v).ok()),
             awaiting_runner: r.awaiting_runner.unwrap_or(false),
+            version_deferred: r.version_deferred.unwrap_or(false),
         })
     }
 }
@@ -603,6 +616,46 @@ pub(crate) async fn command_insert(
     Ok(id)
 }
 
+/// Wakes the suspended instances whose wake tag is `tag` (migration 0068): each gets a
+/// RETRY due now, recorded as `SYSTEM` with reason `reason`, and its recovery RETRY
+/// that is not due yet is settled `superseded` (the new one replaces it; a suspension
+/// of the woken segment schedules the next). An instance whose RETRY is already due or
+/// running gets nothing. Returns the instances woken.
+pub(crate) async fn instances_wake(
+    db: impl PgExecutor<'_>,
+    tag: &str,
+    reason: &str,
+    max_attempts: i32,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "\
+WITH s AS (
+    SELECT i.id FROM durable_instance i
+     WHERE i.status = 'suspended' AND i.wake_tag = $1
+       AND NOT EXISTS (SELECT 1 FROM durable_command x
+                        WHERE x.instance_id = i.id AND x.kind = 'retry'
+                          AND (x.state = 'running' OR (x.state = 'queued' AND x.available_at <= now())))
+       FOR UPDATE OF i SKIP LOCKED
+), old AS (
+    UPDATE durable_command x SET state = 'done', outcome = 'superseded', completed_at = now()
+      FROM s
+     WHERE x.instance_id = s.id AND x.kind = 'retry' AND x.state = 'queued'
+ RETURNING x.id
+), r AS (
+    INSERT INTO durable_command (instance_id, kind, max_attempts, actor_kind, actor_reason,
+                                 attribution_status)
+    SELECT s.id, 'retry', $3, 'SYSTEM', $2, 'VERIFIED' FROM s
+ RETURNING id
+)
+SELECT (SELECT count(*) FROM r) + 0 * (SELECT count(*) FROM old)",
+    )
+    .bind(tag)
+    .bind(reason)
+    .bind(max_attempts)
+    .fetch_one(db)
+    .await?)
+}
+
 /// Records an immediate cancel (no segment ran, so the instance was cancelled in the
 /// caller's transaction): a CANCEL command already settled `cancelled`, so that who
 /// cancelled is kept like any other command's actor.
@@ -853,8 +906,9 @@ SELECT (SELECT count(*) FROM i) AS settled, (SELECT count(*) FROM n) AS notified
 }
 
 /// Puts the command back with a backoff of `delay_secs` after an infrastructure failure
-/// (attempt kept, `last_error = code`) and releases the lease. Fenced by `token`.
-/// Returns the commands put back (0: fenced out).
+/// (`last_error = code`; the claim's attempt kept, or given back when `refund`: a
+/// transient database failure is not the command's fault) and releases the lease.
+/// Fenced by `token`. Returns the commands put back (0: fenced out).
 pub(crate) async fn command_release(
     db: impl PgExecutor<'_>,
     instance_id: Uuid,
@@ -862,6 +916,7 @@ pub(crate) async fn command_release(
     command_id: i64,
     delay_secs: f64,
     code: &str,
+    refund: bool,
 ) -> Result<i64> {
     Ok(sqlx::query_scalar(
         "\
@@ -871,7 +926,12 @@ WITH i AS (
  RETURNING id
 ), c AS (
     UPDATE durable_command
-       SET state = 'queued', available_at = now() + make_interval(secs => $4), last_error = $5
+       SET state = 'queued', available_at = now() + make_interval(secs => $4), last_error = $5,
+           -- A START keeps at least 1: a claim at attempt 1 is taken for the instance's
+           -- first ever (its journal is not read), which a START that ran is not.
+           attempt = CASE WHEN $6 THEN greatest(durable_command.attempt - 1,
+                                                CASE WHEN durable_command.kind = 'start' THEN 1 ELSE 0 END)
+                          ELSE durable_command.attempt END
       FROM i WHERE durable_command.id = $3
  RETURNING durable_command.id
 )
@@ -882,6 +942,7 @@ SELECT count(*) FROM c",
     .bind(command_id)
     .bind(delay_secs)
     .bind(code)
+    .bind(refund)
     .fetch_one(db)
     .await?)
 }

@@ -130,12 +130,33 @@ pub enum StepError<E> {
         /// Reason code, e.g. `RPC_UNAVAILABLE`.
         code: &'static str,
     },
+    /// A transient failure whose end a known event announces (a chain becoming served,
+    /// a resource coming back): retried and suspended exactly as
+    /// [`StepError::Transient`], and the suspended instance carries `wake` as its wake
+    /// tag, so that [`crate::Engine::wake_suspended`] with that tag resumes it at once
+    /// when the event comes instead of at its next recovery backoff (which keeps
+    /// running as a fallback).
+    Unavailable {
+        /// Reason code, e.g. `CHAIN_UNAVAILABLE`.
+        code: &'static str,
+        /// The wake tag (1 to 255 characters, value-free: e.g. `chain:31337`).
+        wake: String,
+    },
 }
 
 impl<E> StepError<E> {
     /// A transient failure with a reason code.
     pub fn transient(code: &'static str) -> Self {
         Self::Transient { code }
+    }
+
+    /// A transient failure that the event named by the wake tag `wake` ends (see
+    /// [`StepError::Unavailable`]).
+    pub fn unavailable(code: &'static str, wake: impl Into<String>) -> Self {
+        Self::Unavailable {
+            code,
+            wake: wake.into(),
+        }
     }
 }
 

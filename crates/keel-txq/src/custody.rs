@@ -15,7 +15,7 @@
 //! | `creating` | a create may be in flight (or its process died) | in doubt |
 //! | `in_doubt` | the create's answer was lost | look up by external id |
 //! | `submitted` | the provider has it | poll the status |
-//! | `cancelling` | silent drop: cancel accepted | wait for `CANCELLED`, then resubmit |
+//! | `cancelling` | a cancel Keel asked for was accepted | wait for `CANCELLED`, then resubmit (silent drop) or settle (approval deadline, withdrawal) |
 //! | `superseded` | cancelled; resubmission n + 1 exists | — |
 //! | `done` | the request settled from this submission | — |
 //!
@@ -51,6 +51,19 @@
 //!   once: [`CustodyView::budget_exceeded`], a WARN and
 //!   `keel_txq_custody_poll_budget_exceeded_total`; it keeps polling at the slowest
 //!   interval (it may still land: failing it would be a lie).
+//! - Approval deadline (issue 32 §5): a submission waiting for an approval at the
+//!   provider (`PENDING_AUTHORIZATION`) longer than
+//!   [`CustodySenderConfig::approval_deadline_secs`] is cancelled at the provider
+//!   (`cancel_reason = 'approval_expired'`, migration 0070); once a read shows
+//!   `CANCELLED` the request fails `CUSTODY_APPROVAL_EXPIRED`. A declined cancel (the
+//!   provider signed meanwhile) keeps it followed to its chain verdict.
+//! - Withdrawal (the cancel of an operation, [`crate::withdraw_by_key_prefix`]): a
+//!   custody request already at its provider is reported in flight and marked
+//!   (`cancel_reason = 'withdrawn'`); while it is not signed (pre-broadcast or awaiting
+//!   approval, no hash) the pass cancels it at the provider, and once a read shows
+//!   `CANCELLED` it settles `WITHDRAWN` (reason `CANCELLED_AT_PROVIDER`). A
+//!   submission the provider signed anyway runs to its chain verdict, which says what
+//!   landed.
 //! - A provider error of one request defers that request only (backoff), never the
 //!   others.
 //! - Webhooks are only a wake-up: [`custody_wake`] makes the submission due now, and the
@@ -97,6 +110,13 @@ pub struct CustodySenderConfig {
     /// the create JWT's lifetime before a lookup's `None` proves absence.
     #[serde(default = "default_skew_secs")]
     pub clock_skew_secs: u64,
+    /// How long a submission may wait for an approval at the provider
+    /// (`PENDING_AUTHORIZATION`), seconds (default 86400, one day; `null` or 0: no
+    /// deadline). Past it the transaction is cancelled at the provider and, once the
+    /// cancel is confirmed, the request fails `CUSTODY_APPROVAL_EXPIRED` (an approval
+    /// given at the provider afterwards has nothing to approve). Issue 32 §5.
+    #[serde(default = "default_approval_deadline_secs")]
+    pub approval_deadline_secs: Option<u64>,
 }
 
 fn default_poll_ms() -> u64 {
@@ -114,6 +134,10 @@ fn default_silent_drop_secs() -> Option<u64> {
 }
 fn default_skew_secs() -> u64 {
     30
+}
+#[allow(clippy::unnecessary_wraps)]
+fn default_approval_deadline_secs() -> Option<u64> {
+    Some(86_400)
 }
 
 impl CustodySenderConfig {
@@ -162,6 +186,7 @@ impl CustodySenderConfig {
             poll_budget_secs: default_budget_secs(),
             silent_drop_after_secs: default_silent_drop_secs(),
             clock_skew_secs: default_skew_secs(),
+            approval_deadline_secs: default_approval_deadline_secs(),
         }
     }
 }
@@ -192,6 +217,8 @@ pub struct CustodySender {
     pub(crate) budget: Duration,
     pub(crate) silent_drop_after: Option<Duration>,
     pub(crate) skew: Duration,
+    /// The approval deadline at the provider (`None`: none).
+    pub(crate) approval_deadline: Option<Duration>,
 }
 
 impl std::fmt::Debug for CustodySender {
@@ -223,6 +250,10 @@ impl CustodySender {
             budget: Duration::from_secs(config.poll_budget_secs),
             silent_drop_after: config.silent_drop_after_secs.map(Duration::from_secs),
             skew: Duration::from_secs(config.clock_skew_secs),
+            approval_deadline: config
+                .approval_deadline_secs
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs),
         })
     }
 

@@ -228,7 +228,7 @@
 //! | `keel_txq_reorged_total` | counter | `chain_id` | settled transactions found out of the chain after a reorg (once per reorg) |
 //! | `keel_txq_reorged_out_total` | counter | `chain_id` | settled verdicts replaced by `REORGED_OUT` |
 //! | `keel_txq_settlement_sink_failures_total` | counter | `chain_id` | settling transactions rolled back because the [`SettlementSink`] failed |
-//! | `keel_txq_progress_sink_failures_total` | counter | `chain_id`, `change` | transactions recording a first broadcast or a funding request (`change`: `broadcast`, `funding`) rolled back because the [`ProgressSink`] failed |
+//! | `keel_txq_progress_sink_failures_total` | counter | `chain_id`, `change` | transactions recording a first broadcast or a funding request (`change`: `broadcast`, `funding`, `custody_approval`) rolled back because the [`ProgressSink`] failed |
 //! | `keel_txq_enqueue_batch_rows` | histogram | — | rows per group-commit `INSERT` of enqueues |
 //! | `keel_txq_custody_creates_total` | counter | `chain_id`, `outcome` | custody creates: `created`, `in_doubt`, `retry`, `refused`, `config` |
 //! | `keel_txq_custody_status_reads_total` | counter | `chain_id`, `phase` | provider reads by the status phase read |

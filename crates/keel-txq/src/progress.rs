@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `signed` → `broadcast` (a node first accepted an attempt) | the broadcast stage, one guarded `UPDATE` for the accepted requests of a round | [`Progress::Broadcast`]: the request, its key, the accepted attempt's hash and nonce |
 //! | `queued` → `waiting_funding` (the sender cannot pay, the request has a funding pause) | the sender pass | [`Progress::FundingRequested`]: the request, its key, the address to fund, the required wei, the deadline |
+//! | a custody submission first read `PENDING_AUTHORIZATION` (an approval wait at the provider) | the custody pass, with the status it records | [`Progress::CustodyApprovalRequested`]: the request, its key |
 //!
 //! Only the rows the guarded update moved are passed (never one twice for one change);
 //! [`ProgressSink::record`] runs on the transaction's connection, after the update and
@@ -59,23 +60,33 @@ pub enum Progress<'a> {
         /// `FUNDING_DEADLINE_EXPIRED`.
         deadline: DateTime<Utc>,
     },
+    /// A custody sender's submission was first read waiting for an approval at its
+    /// provider (`PENDING_AUTHORIZATION`), in the transaction that records that status
+    /// (issue 32 §5: the approval wait is announced, not only visible).
+    CustodyApprovalRequested {
+        /// The request's id.
+        request_id: Uuid,
+        /// Its idempotency key.
+        idempotency_key: &'a str,
+    },
 }
 
 impl Progress<'_> {
     /// The request the change is of.
     pub fn request_id(&self) -> Uuid {
         match self {
-            Self::Broadcast { request_id, .. } | Self::FundingRequested { request_id, .. } => {
-                *request_id
-            }
+            Self::Broadcast { request_id, .. }
+            | Self::FundingRequested { request_id, .. }
+            | Self::CustodyApprovalRequested { request_id, .. } => *request_id,
         }
     }
 
-    /// The metric label of the change: `broadcast` or `funding`.
+    /// The metric label of the change: `broadcast`, `funding` or `custody_approval`.
     pub fn change(&self) -> &'static str {
         match self {
             Self::Broadcast { .. } => "broadcast",
             Self::FundingRequested { .. } => "funding",
+            Self::CustodyApprovalRequested { .. } => "custody_approval",
         }
     }
 }

@@ -1207,6 +1207,9 @@ pub(crate) struct CustodyDueRow {
     pub budget_exceeded: Option<bool>,
     /// The last wake-up hint when the row was read.
     pub woken_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Why Keel cancels (or cancelled) the submission at the provider (migration 0070):
+    /// `approval_expired`, `withdrawn`.
+    pub cancel_reason: Option<String>,
 }
 
 /// `queued` requests of `senders` (custody senders) on `chain_id` without a
@@ -1224,7 +1227,8 @@ pub(crate) async fn custody_due(
                 a.polls, a.absent_after <= now() AS absent_proven,
                 extract(epoch FROM now() - a.created_at)::float8 AS age_secs,
                 extract(epoch FROM now() - a.status_since)::float8 AS status_secs,
-                a.budget_exceeded_at IS NOT NULL AS budget_exceeded, a.woken_at
+                a.budget_exceeded_at IS NOT NULL AS budget_exceeded, a.woken_at,
+                a.cancel_reason
            FROM txq_request r
            LEFT JOIN LATERAL (
                 SELECT * FROM txq_custody_attempt c WHERE c.request_id = r.id
@@ -1292,6 +1296,53 @@ pub(crate) async fn custody_move(
     .bind(resubmission)
     .bind(from)
     .bind(to)
+    .execute(db)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// Marks the live custody submissions of `request_ids` (their latest resubmission,
+/// not yet `done` or `superseded`) to be cancelled at the provider because the request
+/// was withdrawn (`cancel_reason = 'withdrawn'`, unless a reason is set), and makes
+/// them due now. Returns the submissions marked.
+pub(crate) async fn custody_withdraw_requested(
+    db: impl PgExecutor<'_>,
+    request_ids: &[Uuid],
+) -> Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE txq_custody_attempt a SET cancel_reason = 'withdrawn', next_poll_at = now(),
+                updated_at = now()
+          WHERE a.request_id = ANY($1) AND a.cancel_reason IS NULL
+            AND a.phase NOT IN ('done', 'superseded')
+            AND a.resubmission = (SELECT max(c.resubmission) FROM txq_custody_attempt c
+                                   WHERE c.request_id = a.request_id)",
+    )
+    .bind(request_ids)
+    .execute(db)
+    .await?
+    .rows_affected())
+}
+
+/// A cancel Keel asked the provider for, accepted: phase `from` → `cancelling` with
+/// `reason` (kept when one is set already), due now. False when the phase moved.
+pub(crate) async fn custody_cancelling(
+    db: impl PgExecutor<'_>,
+    request_id: Uuid,
+    resubmission: i32,
+    from: &str,
+    reason: &str,
+) -> Result<bool> {
+    Ok(sqlx::query(
+        "UPDATE txq_custody_attempt
+            SET phase = 'cancelling', cancel_reason = coalesce(cancel_reason, $4),
+                next_poll_at = now(), updated_at = now()
+          WHERE request_id = $1 AND resubmission = $2 AND phase = $3",
+    )
+    .bind(request_id)
+    .bind(resubmission)
+    .bind(from)
+    .bind(reason)
     .execute(db)
     .await?
     .rows_affected()

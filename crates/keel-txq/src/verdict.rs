@@ -137,6 +137,11 @@ pub enum FailureCode {
     /// write until its block is final (issue 32 §10); the queue does not re-send it
     /// (whether the operation is re-sent is the operation kind's rule, docs/architecture.md).
     ReorgedOut,
+    /// Custody sender: the provider's approval (`PENDING_AUTHORIZATION`) did not come
+    /// within the vault's approval deadline (`approvalDeadlineSecs`); the transaction
+    /// was cancelled at the provider, the cancel confirmed, and nothing reached the
+    /// chain (an approval given at the provider afterwards has nothing to approve).
+    CustodyApprovalExpired,
     /// A code this version does not know (written by a newer one); never emitted.
     #[serde(untagged)]
     Unknown(String),
@@ -144,7 +149,7 @@ pub enum FailureCode {
 
 impl FailureCode {
     /// Every code this version emits.
-    pub const KNOWN: [FailureCode; 15] = [
+    pub const KNOWN: [FailureCode; 16] = [
         FailureCode::ExecutionReverted,
         FailureCode::GasRequired,
         FailureCode::FundingDeadlineExpired,
@@ -160,6 +165,7 @@ impl FailureCode {
         FailureCode::CustodyRefused,
         FailureCode::CustodyTimedOut,
         FailureCode::ReorgedOut,
+        FailureCode::CustodyApprovalExpired,
     ];
 
     /// The stored name (`"GAS_REQUIRED"`, ...; an unknown code as stored).
@@ -180,6 +186,7 @@ impl FailureCode {
             FailureCode::CustodyRefused => "CUSTODY_REFUSED",
             FailureCode::CustodyTimedOut => "CUSTODY_TIMED_OUT",
             FailureCode::ReorgedOut => "REORGED_OUT",
+            FailureCode::CustodyApprovalExpired => "CUSTODY_APPROVAL_EXPIRED",
             FailureCode::Unknown(s) => s,
         }
     }

@@ -42,8 +42,10 @@ pub struct Withdrawal {
 /// [`TxqError::Store`] when the database fails; [`TxqError::Sink`] when the sink fails.
 /// Nothing is half-written: one transaction (the matching rows are locked first, then
 /// settled in one statement, with the sink when there is one). A custody request that
-/// has a submission at its provider is never withdrawn (it may land): it is reported in
-/// `in_flight`.
+/// has a submission at its provider is not withdrawn here (it may land): it is reported
+/// in `in_flight` and marked, in the same transaction, to be cancelled at the provider
+/// while it is not signed; the cancel confirmed, it settles `WITHDRAWN` (reason
+/// `CANCELLED_AT_PROVIDER`); signed anyway, it runs to its chain verdict (issue 32 §5).
 pub async fn withdraw_by_key_prefix(
     db: &PgPool,
     chain: ChainId,
@@ -73,6 +75,7 @@ pub async fn withdraw_by_key_prefix(
                 verdict.kind(),
             )
             .await?;
+            cancel_at_provider(&mut tx, &rows).await?;
             tx.commit().await?;
             rows
         }
@@ -103,6 +106,7 @@ pub async fn withdraw_by_key_prefix(
                 return Err(e.into());
             }
             drop(settled);
+            cancel_at_provider(&mut tx, &rows).await?;
             tx.commit().await?;
             rows
         }
@@ -119,4 +123,17 @@ pub async fn withdraw_by_key_prefix(
         metrics::verdicts(chain_id, verdict.kind(), out.withdrawn.len());
     }
     Ok(out)
+}
+
+/// Marks the in-flight custody requests of `rows` to be cancelled at their provider
+/// (those without a custody submission, and the ones already marked, are untouched).
+async fn cancel_at_provider(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    rows: &[store::WithdrawRow],
+) -> Result<()> {
+    let in_flight: Vec<Uuid> = rows.iter().filter(|r| !r.withdrawn).map(|r| r.id).collect();
+    if !in_flight.is_empty() {
+        store::custody_withdraw_requested(&mut **tx, &in_flight).await?;
+    }
+    Ok(())
 }

@@ -66,6 +66,10 @@ impl ProgressSink for TableSink {
                             deadline.timestamp_micros()
                         ),
                     ),
+                    Progress::CustodyApprovalRequested {
+                        request_id,
+                        idempotency_key,
+                    } => (*request_id, *idempotency_key, "custody_approval".to_owned()),
                 };
                 poisoned |= poison.as_deref() == Some(key);
                 sqlx::query(

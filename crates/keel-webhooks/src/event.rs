@@ -24,6 +24,7 @@ use uuid::Uuid;
 /// | `operation.state_changed` | its state changed (`running`, `waiting`, `suspended`, `completed`, `failed`, `cancelled`, ...) | `Operation` |
 /// | `operation.approval_requested` | it waits for an approval decision | `Operation` |
 /// | `operation.funding_requested` | it waits for gas funds (a funding request) | `Operation` |
+/// | `operation.custody_approval_requested` | a transaction of it waits for an approval at the custody provider (`PENDING_AUTHORIZATION`; `wait.custody` names the provider's transaction) | `Operation` |
 /// | `operation.submitted` | a transaction of it was signed/submitted (milestone `submitted`) | `Operation` |
 /// | `operation.transaction_settled` | a settlement verdict of one of its transactions | `Operation` |
 /// | `operation.transaction_reorged` | a reorg took a settled transaction of it out and another transaction took its nonce on the final chain: its verdict is now `failed` `REORGED_OUT`, its effect is absent | `Operation` |
@@ -36,6 +37,7 @@ pub const EVENT_TYPES: &[&str] = &[
     OPERATION_STATE_CHANGED,
     OPERATION_APPROVAL_REQUESTED,
     OPERATION_FUNDING_REQUESTED,
+    OPERATION_CUSTODY_APPROVAL_REQUESTED,
     OPERATION_SUBMITTED,
     OPERATION_TRANSACTION_SETTLED,
     OPERATION_TRANSACTION_REORGED,
@@ -53,6 +55,8 @@ pub const OPERATION_STATE_CHANGED: &str = "operation.state_changed";
 pub const OPERATION_APPROVAL_REQUESTED: &str = "operation.approval_requested";
 /// See [`EVENT_TYPES`].
 pub const OPERATION_FUNDING_REQUESTED: &str = "operation.funding_requested";
+/// See [`EVENT_TYPES`].
+pub const OPERATION_CUSTODY_APPROVAL_REQUESTED: &str = "operation.custody_approval_requested";
 /// See [`EVENT_TYPES`].
 pub const OPERATION_SUBMITTED: &str = "operation.submitted";
 /// See [`EVENT_TYPES`].

@@ -55,6 +55,11 @@ impl WorkflowEnv {
             .or_else(|| self.later_chains.get(&chain_id).and_then(OnceLock::get))
     }
 
+    /// Whether `chain_id` is configured on this runner (served or not yet).
+    pub fn is_configured(&self, chain_id: ChainId) -> bool {
+        self.chains.contains_key(&chain_id) || self.later_chains.contains_key(&chain_id)
+    }
+
     /// Starts serving `chain`, a chain of [`WorkflowEnv::later_chains`]. Returns false when
     /// it has no slot there or was already set (the first context stays).
     pub fn serve_later(&self, chain: ChainContext) -> bool {

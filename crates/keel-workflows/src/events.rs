@@ -13,7 +13,9 @@
 //! connection, so it shows the change) with what its events reported so far (the
 //! operation's `webhook_mark`, updated in the same transaction): a new state →
 //! `operation.state_changed`; a new wait for an approval → `operation.approval_requested`,
-//! for gas funds → `operation.funding_requested`; a new link in `milestones.submitted`
+//! for gas funds → `operation.funding_requested`, for an approval at the custody provider
+//! → `operation.custody_approval_requested` (reported by the queue's custody pass through
+//! the progress sink when it first reads the wait); a new link in `milestones.submitted`
 //! that a node accepted (`broadcast`) → `operation.submitted`, in `milestones.confirmed` →
 //! `operation.confirmed`; the
 //! `indexed` milestone → `operation.indexed`. Every event's `data` is the view as
@@ -31,7 +33,7 @@
 //! operation's next change (its verdict at the latest): the mark still lacks it.
 
 use crate::error::{OpsError, Result};
-use crate::ops::view::{LinkedRequest, OperationView, WaitFor, project};
+use crate::ops::view::{LinkedRequest, OperationView, project};
 use crate::store::{self, OperationEventContext};
 use crate::workflows::WORKFLOWS;
 use keel_durable::{
@@ -74,16 +76,7 @@ impl Mark {
     fn of(v: &OperationView) -> Self {
         Self {
             state: Some(v.state.as_str().to_owned()),
-            wait: v.wait.as_ref().map(|w| {
-                match w.waits_for {
-                    WaitFor::Approval => "approval",
-                    WaitFor::Transaction => "transaction",
-                    WaitFor::Funding => "funding",
-                    WaitFor::Timer => "timer",
-                    WaitFor::CustodyApproval => "custody_approval",
-                }
-                .to_owned()
-            }),
+            wait: v.wait.as_ref().map(|w| w.waits_for.as_str().to_owned()),
             // Submitted: a node accepted it (the queue's first broadcast) or it mined.
             submitted: v
                 .milestones
@@ -125,6 +118,7 @@ impl Mark {
             match new.wait.as_deref() {
                 Some("approval") => out.push(ev::OPERATION_APPROVAL_REQUESTED),
                 Some("funding") => out.push(ev::OPERATION_FUNDING_REQUESTED),
+                Some("custody_approval") => out.push(ev::OPERATION_CUSTODY_APPROVAL_REQUESTED),
                 _ => {}
             }
         }
@@ -405,6 +399,19 @@ mod tests {
             ]
         );
         assert!(waiting.changes(&waiting, false).is_empty());
+        // Issue 32 §5: an approval wait at the custody provider is announced.
+        let custody = Mark {
+            wait: Some("custody_approval".into()),
+            ..mark("waiting")
+        };
+        assert_eq!(
+            Mark {
+                wait: Some("transaction".into()),
+                ..mark("waiting")
+            }
+            .changes(&custody, false),
+            [ev::OPERATION_CUSTODY_APPROVAL_REQUESTED]
+        );
         let confirmed = Mark {
             submitted: vec!["mint".into()],
             confirmed: vec!["mint".into()],

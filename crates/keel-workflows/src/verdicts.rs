@@ -30,9 +30,10 @@ use keel_txq::{Settled, SettlementSink, SettlementSinkError, SettlementVerdict};
 use std::collections::HashMap;
 use uuid::Uuid;
 
-/// The reason a verdict's signal is recorded with: `SYSTEM` / `verdict-relay` (the
-/// transaction queue's settlement, not a caller).
-pub const VERDICT_RELAY: &str = "verdict-relay";
+/// The reason a verdict's signal is recorded with: `SYSTEM` / `settlement` (the
+/// transaction queue's settlement, which records the signal in its own transaction,
+/// not a caller). Signals recorded before issue 32 read `verdict-relay`.
+pub const VERDICT_REASON: &str = "settlement";
 
 /// The settlement sink of keel-workflows: records each verdict as its workflow's signal
 /// in the settling transaction. Register it on every [`keel_txq::TxQueue`] that runs
@@ -149,7 +150,7 @@ async fn deliver(
                 &link.signal_name,
                 &link.txq_request_id.to_string(),
                 &payload,
-                &keel_durable::Actor::system(VERDICT_RELAY),
+                &keel_durable::Actor::system(VERDICT_REASON),
             )
             .await
         {

@@ -149,7 +149,10 @@ impl ChainSet {
 
 /// Keeps `chain_id`'s serving state in `chains` up to date until `stop` fires (see the
 /// module documentation). `prepare` runs after each successful reachability check
-/// while the chain is not served; its error (a reason without values) keeps the chain
+/// while the chain is not served, and once more at the first healthy probe after the
+/// chain became served (so it must be idempotent: the runner's wakes the work that
+/// suspended on the chain there, and the second call catches work that suspended
+/// while the first ran); its error (a reason without values) keeps the chain
 /// unserved and is retried with the backoff. Never returns an error: every failure is
 /// retried.
 pub async fn keep_health<P, Fut>(
@@ -170,12 +173,20 @@ pub async fn keep_health<P, Fut>(
     async move {
         let mut backoff = initial;
         let mut failures: u32 = 0;
+        // Served by this task and not yet followed by a second `prepare`.
+        let mut just_served = false;
         loop {
             let reachable = node.verify_chain_id().await;
             let served = chains.is_served(chain_id);
             let wait = match (served, reachable) {
                 (true, Ok(())) => {
                     failures = 0;
+                    if std::mem::take(&mut just_served)
+                        && let Err(reason) = prepare().await
+                    {
+                        tracing::warn!(target: TARGET, reason,
+                            "the follow-up of a newly served chain failed");
+                    }
                     probe
                 }
                 (true, Err(e)) => {
@@ -191,6 +202,7 @@ pub async fn keep_health<P, Fut>(
                 (false, Ok(())) => match prepare().await {
                     Ok(()) => {
                         chains.set_served(chain_id, true);
+                        just_served = true;
                         failures = 0;
                         backoff = initial;
                         probe

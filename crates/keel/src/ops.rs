@@ -376,6 +376,20 @@ fn wait_text(w: &OperationWait) -> String {
     if let Some(e) = &w.last_broadcast_error {
         let _ = write!(s, "; last broadcast error {e}");
     }
+    // A custody sender's transaction: the provider's id and status (issue 32 §5), so
+    // that an operator can find it at the provider without `--json`.
+    if let Some(c) = &w.custody {
+        let _ = write!(
+            s,
+            "; {} tx {} status {}",
+            c.provider,
+            c.provider_tx_id.as_deref().unwrap_or("(not created yet)"),
+            c.status.as_deref().unwrap_or("(not read yet)")
+        );
+        if let Some(sub) = &c.sub_status {
+            let _ = write!(s, "/{sub}");
+        }
+    }
     s
 }
 
@@ -722,6 +736,30 @@ mod tests {
             "completedAt": null
         }))
         .unwrap()
+    }
+
+    /// `keel ops show` and `keel ops list` print a custody wait's provider transaction
+    /// id and status (issue 32 §5; before, only `--json` had them).
+    #[test]
+    fn a_custody_wait_prints_the_provider_transaction_and_status() {
+        let mut waiting = op("waiting");
+        waiting.wait = Some(
+            serde_json::from_value(serde_json::json!({
+                "for": "custody_approval", "until": null, "step": "mint",
+                "lastBroadcastError": null,
+                "custody": {"provider": "fireblocks", "providerTxId": "fb-tx-1",
+                            "status": "PENDING_AUTHORIZATION", "subStatus": null}
+            }))
+            .unwrap(),
+        );
+        let shown = describe(&waiting);
+        assert!(
+            shown.contains("fireblocks tx fb-tx-1 status PENDING_AUTHORIZATION"),
+            "{shown}"
+        );
+        let listed = table(std::slice::from_ref(&waiting));
+        assert!(listed.contains("fb-tx-1"), "{listed}");
+        assert!(listed.contains("PENDING_AUTHORIZATION"), "{listed}");
     }
 
     #[test]

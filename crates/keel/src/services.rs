@@ -146,7 +146,7 @@ pub fn config_key(library_key: &str) -> &str {
 /// The runner's workflow environment: every configured chain has a slot in
 /// [`WorkflowEnv::later_chains`], filled when the chain is first served; the operator is
 /// the key's address (zero without a key: then no chain is served, and operations wait
-/// suspended with `CHAIN_NOT_CONFIGURED`).
+/// suspended with `CHAIN_UNAVAILABLE` until one is).
 ///
 /// # Errors
 /// When the attribution codes are invalid.
@@ -202,10 +202,49 @@ struct AaWiring {
     parts: crate::aa::ChainParts,
 }
 
+/// The reason the RETRY of a wake records (`SYSTEM` / `chain-served`): the runner
+/// started serving the chain an instance suspended on (issue 32 §4).
+pub const CHAIN_SERVED_REASON: &str = "chain-served";
+
+/// Makes a served chain of the runner ([`prepare_runner_chain`]) and then wakes the
+/// work suspended on it (`CHAIN_UNAVAILABLE`, tag [`keel_workflows::workflows::chain_wake_tag`]):
+/// it resumes now, not at its recovery backoff (up to 5 minutes). Idempotent.
+#[allow(clippy::too_many_arguments)] // the runner's per-chain wiring, passed through to prepare_runner_chain
+async fn serve_runner_chain(
+    config: &Config,
+    pool: &PgPool,
+    engine: &Engine,
+    env: &WorkflowEnv,
+    node: &Arc<UpstreamPool>,
+    signer: Option<&Arc<dyn TxSigner>>,
+    sinks: &QueueSinks,
+    queue_slot: &OnceLock<Arc<TxQueue>>,
+) -> Result<(), String> {
+    prepare_runner_chain(config, pool, env, node, signer, sinks, queue_slot).await?;
+    let chain_id = node.chain().get();
+    let tag = keel_workflows::workflows::chain_wake_tag(chain_id);
+    match engine.wake_suspended(&tag, CHAIN_SERVED_REASON).await {
+        Ok(woken) => {
+            if woken > 0 {
+                tracing::info!(target: TARGET, chain_id, woken,
+                    "work suspended on the chain resumed now that it is served");
+            }
+            Ok(())
+        }
+        // The chain is served; its suspended work keeps its recovery backoff, and the
+        // follow-up call of the chain-health task tries the wake again.
+        Err(e) => {
+            tracing::warn!(target: TARGET, chain_id, error = %e,
+                "could not wake the work suspended on the chain");
+            Ok(())
+        }
+    }
+}
+
 /// Makes a served chain of the runner: its platform contracts, the queue with the
 /// operator's signer, the chain in the workflow environment. Idempotent (a chain
 /// already there is kept).
-async fn serve_runner_chain(
+async fn prepare_runner_chain(
     config: &Config,
     pool: &PgPool,
     env: &WorkflowEnv,
@@ -404,6 +443,7 @@ pub async fn start_runner(
             serve_runner_chain(
                 config,
                 pool,
+                &engine,
                 &env,
                 &node,
                 signer.as_ref(),
@@ -461,9 +501,10 @@ pub async fn start_runner(
             ));
         }
 
-        let (config, pool, env, signer, sinks, chains, node, stop) = (
+        let (config, pool, engine, env, signer, sinks, chains, node, stop) = (
             config.clone(),
             pool.clone(),
+            engine.clone(),
             env.clone(),
             signer.clone(),
             sinks.clone(),
@@ -472,9 +513,10 @@ pub async fn start_runner(
             stop.clone(),
         );
         let health = supervisor.spawn("chain-health", move || {
-            let (config, pool, env, signer, sinks, chains, node, stop, queue_slot) = (
+            let (config, pool, engine, env, signer, sinks, chains, node, stop, queue_slot) = (
                 config.clone(),
                 pool.clone(),
+                engine.clone(),
                 env.clone(),
                 signer.clone(),
                 sinks.clone(),
@@ -489,6 +531,7 @@ pub async fn start_runner(
                     serve_runner_chain(
                         &config,
                         &pool,
+                        &engine,
                         &env,
                         &node,
                         signer.as_ref(),

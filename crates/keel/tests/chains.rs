@@ -565,3 +565,187 @@ async fn a_runner_serves_a_chain_once_its_rpc_port_opens() {
     sigterm(&runner);
     assert!(wait_exit(runner).await.success());
 }
+
+/// Issue 32 §4: a runner started while its chain's RPC port is closed suspends the
+/// chain's work with `CHAIN_UNAVAILABLE` (retryable; the chain *is* configured, so not
+/// `CHAIN_NOT_CONFIGURED`), and when the port opens the work resumes through the wake
+/// of the chain becoming served, not through its recovery backoff: the recovery RETRY
+/// is pushed an hour out (what 1 s doubling to 300 s reaches after a long outage, and
+/// more), the operation completes anyway, and the RETRY that resumed it is the one
+/// recorded as `SYSTEM` / `chain-served` (the recovery one was superseded, never ran).
+/// Before the fix it waited out the backoff (the test times out).
+#[tokio::test]
+async fn work_suspended_on_an_unreachable_chain_resumes_when_the_chain_is_served() {
+    use keel_durable::RunStatus;
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let pool = db.pool();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("runner.log");
+    let key0 = format!(
+        "0x{}",
+        alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
+    );
+    let mut open = base_env(&db, chain.endpoint().as_str());
+    open.push(("KEEL_DEPLOYER_KEY".into(), key0.clone()));
+    let out = keel()
+        .args(["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"])
+        .envs(open.iter().cloned())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The indexer reaches the chain (the creation reads its events from the index).
+    let indexer = spawn("indexer", &open, &logs.path().join("indexer.log"));
+    let rpc_port = free_port();
+    let metrics_port = free_port();
+    let mut env = base_env(&db, &format!("http://127.0.0.1:{rpc_port}"));
+    env.push(("KEEL_OPERATOR_KEY".into(), key0));
+    env.push((
+        "KEEL__TELEMETRY__METRICSADDRESS".into(),
+        format!("127.0.0.1:{metrics_port}"),
+    ));
+    let mut runner = spawn("runner", &env, &log);
+    wait_for(
+        "the runner is ready with the chain unserved",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut runner),
+        || async {
+            readyz(metrics_port)
+                .await
+                .is_some_and(|b| b["status"] == "ready" && lists(&b, "unserved", CHAIN_ID))
+        },
+    )
+    .await;
+
+    // Work on the chain, accepted through the operations service.
+    let org = keel_workflows::tenancy::create_organization(pool, "o")
+        .await
+        .unwrap();
+    let key = keel_workflows::tenancy::create_api_key(pool, org, "k")
+        .await
+        .unwrap();
+    keel_workflows::tenancy::upsert_template(
+        pool,
+        org,
+        &keel_workflows::tenancy::Template {
+            id: "std".to_owned(),
+            chain_id: CHAIN_ID,
+            price_decimals: 8,
+            staleness_bound_seconds: 86_400,
+            mint_approval_threshold: None,
+            approval_ttl_seconds: 600,
+            funding_pause: false,
+            funding_deadline_seconds: 3600,
+            sender: None,
+        },
+    )
+    .await
+    .unwrap();
+    let engine =
+        keel_durable::Engine::new(pool.clone(), keel_durable::EngineConfig::default()).unwrap();
+    let ops = keel_workflows::Ops::new(pool.clone(), engine.clone());
+    let caller = keel_workflows::Caller {
+        organization_id: org,
+        api_key_id: key.id,
+    };
+    let accepted = ops
+        .create_asset(
+            caller,
+            "late-chain",
+            &keel_workflows::NewAsset {
+                name: "Late".to_owned(),
+                symbol: "LATE".to_owned(),
+                decimals: 6,
+                template_id: "std".to_owned(),
+                initial_price: "1.25".to_owned(),
+            },
+        )
+        .await
+        .unwrap();
+    let instance: uuid::Uuid =
+        sqlx::query_scalar("SELECT instance_id FROM operation WHERE id = $1")
+            .bind(accepted.operation.id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    // Suspended on the chain, typed and retryable; and its recovery backoff has grown
+    // past any test's patience (the recovery RETRY pushed an hour out, while it is the
+    // suspension's queued RETRY).
+    wait_for(
+        "the creation suspends on the unreachable chain and its RETRY is pushed out",
+        Duration::from_secs(30),
+        &log,
+        Some(&mut runner),
+        || async {
+            sqlx::query(
+                "UPDATE durable_command c SET available_at = now() + interval '1 hour'
+                   FROM durable_instance i
+                  WHERE c.instance_id = $1 AND c.kind = 'retry' AND c.state = 'queued'
+                    AND i.id = c.instance_id AND i.status = 'suspended'
+                    AND i.error_code = 'CHAIN_UNAVAILABLE' AND i.error_retryable",
+            )
+            .bind(instance)
+            .execute(pool)
+            .await
+            .unwrap()
+            .rows_affected()
+                == 1
+        },
+    )
+    .await;
+    let view = ops.operation(caller, accepted.operation.id).await.unwrap();
+    let error = view.error.unwrap();
+    assert_eq!(error.code, "CHAIN_UNAVAILABLE");
+    assert!(error.retryable);
+
+    // The chain comes back.
+    let _forwarder = forward(rpc_port, chain.port()).await;
+    wait_for(
+        "the creation completes",
+        Duration::from_secs(90),
+        &log,
+        Some(&mut runner),
+        || async { engine.status(instance).await.unwrap().status == RunStatus::Completed },
+    )
+    .await;
+    let attribution = engine.attribution(instance).await.unwrap();
+    let retries: Vec<(Option<String>, Option<String>)> = attribution
+        .commands
+        .iter()
+        .filter(|c| c.kind == "retry")
+        .map(|c| (c.actor.reason().map(str::to_owned), c.outcome.clone()))
+        .collect();
+    // Every recovery RETRY before the push ran (each re-suspended); the pushed one was
+    // superseded by the wake, which ran once.
+    let pushed = retries
+        .iter()
+        .position(|r| r.1.as_deref() == Some("superseded"))
+        .unwrap_or_else(|| panic!("the pushed recovery RETRY was superseded: {retries:?}"));
+    assert_eq!(
+        retries[pushed].0.as_deref(),
+        Some("recovery"),
+        "{retries:?}"
+    );
+    assert_eq!(
+        retries.get(pushed + 1).and_then(|r| r.0.as_deref()),
+        Some("chain-served"),
+        "resumed by the chain's wake, not by the recovery backoff: {retries:?}"
+    );
+    assert_eq!(
+        retries
+            .iter()
+            .filter(|r| r.0.as_deref() == Some("chain-served"))
+            .count(),
+        1,
+        "{retries:?}"
+    );
+    sigterm(&runner);
+    assert!(wait_exit(runner).await.success());
+    sigterm(&indexer);
+    assert!(wait_exit(indexer).await.success());
+}

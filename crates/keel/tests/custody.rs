@@ -564,6 +564,86 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
         .unwrap();
     assert_eq!(balance, U256::from(5_000_000u64));
 
+    // Issue 32 §5: a cancel of a mint waiting for an approval at the provider cancels it
+    // there; the operation reads `cancelled`, naming the provider's transaction, and an
+    // approval given at the provider afterwards has nothing to approve: nothing minted.
+    stack
+        .admin(
+            "/admin/faults/transaction",
+            json!({"behavior": "require_approval"}),
+        )
+        .await;
+    let doomed = stack.mint(&asset, "mint-3", holder, "11").await;
+    let waiting = stack
+        .await_op(&doomed, Duration::from_secs(60), |v| {
+            v["wait"]["for"] == "custody_approval"
+        })
+        .await;
+    let doomed_pid = waiting["wait"]["custody"]["providerTxId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // `keel ops show` prints the provider's transaction id and status.
+    let out = common::keel()
+        .args(["ops", "show", &doomed])
+        .env("KEEL_API_URL", &stack.api)
+        .env("KEEL_API_KEY", &stack.key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains(&format!(
+            "fireblocks tx {doomed_pid} status PENDING_AUTHORIZATION"
+        )),
+        "{shown}"
+    );
+    let (status, body) = stack
+        .post(
+            &format!("/v1/operations/{doomed}/cancel"),
+            "cancel-3",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    // The instance is cancelled at once (it was waiting); the provider's cancel is
+    // confirmed by the queue's custody pass shortly after.
+    let view = stack
+        .await_op(&doomed, Duration::from_secs(60), |v| {
+            v["error"]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("cancelled at the provider"))
+        })
+        .await;
+    assert_eq!(state(&view), "cancelled", "{view}");
+    let detail = view["error"]["detail"].as_str().unwrap();
+    assert!(detail.contains("none of its transactions landed"), "{view}");
+    assert!(
+        detail.contains(&format!(
+            "transaction {doomed_pid} was cancelled at the provider"
+        )),
+        "{view}"
+    );
+    let late = reqwest::Client::new()
+        .post(format!(
+            "{}/admin/transactions/{doomed_pid}/approve",
+            stack.sim
+        ))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status().as_u16(), 409, "nothing left to approve");
+    assert_eq!(
+        stack.mints_of(token).await.len(),
+        1,
+        "no mint from the cancel"
+    );
+
     // The provider's webhooks reached the api role, verified, and woke the queue.
     let counts = stack.webhook_counts().await;
     assert!(

@@ -173,6 +173,18 @@ impl Sim {
         .unwrap()
     }
 
+    /// POSTs a JSON body to an admin path; returns the HTTP status (no assertion).
+    pub(crate) async fn admin_status(&self, path: &str, body: serde_json::Value) -> u16 {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
     /// POSTs a JSON body to an admin path; returns the JSON answer.
     pub(crate) async fn admin(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
         let r = self

@@ -592,8 +592,13 @@ async fn a_platform_scoped_silent_drop_is_not_resubmitted_and_fails_typed_after_
     assert_eq!(sent_count(&rig.chain, rig.vault).await, 0);
 }
 
+/// Issue 32 §5: a withdrawal (the cancel of an operation) of a custody request waiting
+/// for an approval at the provider cancels it there: the request settles `WITHDRAWN`
+/// (reason `CANCELLED_AT_PROVIDER`) once the provider confirms, an approval given at the
+/// provider afterwards has nothing to approve, and nothing reaches the chain. Before,
+/// the request stayed `PENDING_AUTHORIZATION` and approving it later landed it.
 #[tokio::test]
-async fn a_submitted_custody_request_is_not_withdrawn() {
+async fn a_withdrawn_custody_request_is_cancelled_at_the_provider_and_never_lands() {
     let rig = Rig::start(|_| {}).await;
     rig.sim
         .admin(
@@ -603,6 +608,7 @@ async fn a_submitted_custody_request_is_not_withdrawn() {
         .await;
     let id = rig.enqueue("op/1/mint").await;
     let view = rig.view_until(id, |v| v.awaiting_approval).await;
+    let pid = view.provider_tx_id.unwrap();
     let w = keel_txq::withdraw_by_key_prefix(
         rig.db.pool(),
         ChainId(rig.chain.chain_id()),
@@ -611,8 +617,78 @@ async fn a_submitted_custody_request_is_not_withdrawn() {
     )
     .await
     .unwrap();
+    // At the provider: not withdrawn here, but in flight, until the provider confirms.
     assert_eq!(w.withdrawn, Vec::<Uuid>::new());
     assert_eq!(w.in_flight, vec![id]);
+    match rig.verdict(id).await {
+        SettlementVerdict::Failed { code, reason, .. } => {
+            assert_eq!(code, FailureCode::Withdrawn);
+            assert_eq!(reason.as_deref(), Some("CANCELLED_AT_PROVIDER"));
+        }
+        other => panic!("expected withdrawn, got {other:?}"),
+    }
+    let status = status_once_done(&rig.queue, id).await;
+    assert_eq!(status.custody.unwrap().status.as_deref(), Some("CANCELLED"));
+    // Approving it at the provider now is refused: nothing is left to approve.
+    assert_eq!(
+        rig.sim
+            .admin_status(&format!("/admin/transactions/{pid}/approve"), json!({}))
+            .await,
+        409
+    );
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::ZERO);
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 0);
+}
+
+/// Issue 32 §5: an approval at the provider that never comes ends at the vault's
+/// approval deadline: the transaction is cancelled there and the request fails
+/// `CUSTODY_APPROVAL_EXPIRED`; approving afterwards mints nothing. Before, it waited
+/// `PENDING_AUTHORIZATION` for ever.
+#[tokio::test]
+async fn an_approval_that_never_comes_expires_and_is_cancelled_at_the_provider() {
+    let rig = Rig::start(|c| c.approval_deadline_secs = Some(1)).await;
+    rig.sim
+        .admin(
+            "/admin/faults/transaction",
+            json!({"behavior": "require_approval"}),
+        )
+        .await;
+    let id = rig.enqueue("op/2/mint").await;
+    let view = rig.view_until(id, |v| v.awaiting_approval).await;
+    let pid = view.provider_tx_id.unwrap();
+    match rig.verdict(id).await {
+        SettlementVerdict::Failed { code, reason, .. } => {
+            assert_eq!(code, FailureCode::CustodyApprovalExpired);
+            assert_eq!(code.as_str(), "CUSTODY_APPROVAL_EXPIRED");
+            assert_eq!(reason.as_deref(), Some("APPROVAL_DEADLINE_PASSED"));
+        }
+        other => panic!("expected an expired approval, got {other:?}"),
+    }
+    let status = status_once_done(&rig.queue, id).await;
+    assert_eq!(status.custody.unwrap().status.as_deref(), Some("CANCELLED"));
+    assert_eq!(
+        rig.sim
+            .admin_status(&format!("/admin/transactions/{pid}/approve"), json!({}))
+            .await,
+        409
+    );
+    assert_eq!(effects(&rig.chain, rig.counter).await, U256::ZERO);
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 0);
+}
+
+/// Issue 32 §5: a withdrawal after the provider signed cannot take the transaction
+/// back: nothing is withdrawn, no cancel is asked for, and the verdict says it landed.
+#[tokio::test]
+async fn a_withdrawal_after_signing_runs_to_the_verdict_and_it_landed() {
+    let rig = Rig::start(|_| {}).await;
+    rig.sim
+        .admin(
+            "/admin/faults/transaction",
+            json!({"behavior": "require_approval"}),
+        )
+        .await;
+    let id = rig.enqueue("op/3/mint").await;
+    let view = rig.view_until(id, |v| v.awaiting_approval).await;
     rig.sim
         .admin(
             &format!(
@@ -622,8 +698,20 @@ async fn a_submitted_custody_request_is_not_withdrawn() {
             json!({}),
         )
         .await;
+    // Signed and broadcast by the provider: the queue knows its hash.
+    rig.view_until(id, |v| v.tx_hash.is_some()).await;
+    let w = keel_txq::withdraw_by_key_prefix(
+        rig.db.pool(),
+        ChainId(rig.chain.chain_id()),
+        "op/3/",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.withdrawn, Vec::<Uuid>::new());
     assert_confirmed(&rig.verdict(id).await);
     assert_eq!(effects(&rig.chain, rig.counter).await, U256::from(1));
+    assert_eq!(sent_count(&rig.chain, rig.vault).await, 1);
 }
 
 // ---- SIGKILL while a create is in doubt ----

@@ -75,6 +75,7 @@ pub(crate) fn engine(pool: &PgPool, config: EngineConfig) -> Engine {
         .register(Stall(p.clone()))
         .register(Values)
         .register(Parent)
+        .register(NeedsChain(p.clone()))
 }
 
 pub(crate) fn spawn(engine: &Engine) -> ExecutorHandle {
@@ -576,6 +577,42 @@ impl Workflow for Stall {
         .await?
         .map_err(WorkflowFailure::Failed)?;
         Ok(n)
+    }
+}
+
+/// Step `need` fails with [`StepError::Unavailable`] (`CHAIN_UNAVAILABLE`, wake tag
+/// `chain:{tag}`) until flag `up-{tag}` is `yes`, counting each try in `{tag}-tries`;
+/// then it completes with the number of tries.
+pub(crate) struct NeedsChain(pub(crate) PgPool);
+
+impl Workflow for NeedsChain {
+    const NAME: &'static str = "test.needs_chain";
+    type Input = String;
+    type Output = i32;
+    type Error = String;
+
+    async fn run(
+        &self,
+        ctx: &mut WorkflowContext,
+        tag: String,
+    ) -> Result<i32, WorkflowFailure<String>> {
+        let pool = self.0.clone();
+        ctx.step("need", || {
+            let (pool, tag) = (pool.clone(), tag.clone());
+            async move {
+                let n = bump(&pool, &format!("{tag}-tries")).await.map_err(infra)?;
+                if flag(&pool, &format!("up-{tag}")).await.as_deref() == Some("yes") {
+                    Ok(n)
+                } else {
+                    Err(StepError::unavailable(
+                        "CHAIN_UNAVAILABLE",
+                        format!("chain:{tag}"),
+                    ))
+                }
+            }
+        })
+        .await?
+        .map_err(WorkflowFailure::Failed)
     }
 }
 

@@ -245,6 +245,17 @@ async fn command_is_dead_lettered_after_max_attempts() {
         "three attempts ran; the next claim dead-lettered it"
     );
     assert_eq!(dead.last_error.as_deref(), Some("PANICKED"));
+    // Issue 32 §11: the dead letter does not strand the instance: the claim that
+    // dead-lettered its START failed it, typed and retryable.
+    let st = engine.status(s.instance_id).await.unwrap();
+    assert_eq!(st.status, RunStatus::Failed, "{st:?}");
+    let error = st.error.expect("an error");
+    assert_eq!(error.code, "ATTEMPTS_EXHAUSTED");
+    assert!(error.retryable);
+    assert_eq!(
+        error.detail,
+        Some(serde_json::json!({"command": "start", "attempts": 3}))
+    );
     ex.shutdown().await;
 }
 

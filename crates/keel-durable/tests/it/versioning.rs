@@ -623,6 +623,147 @@ async fn an_instance_of_a_version_no_runner_knows_is_deferred_not_failed_and_sho
     assert_eq!(left, 0);
 }
 
+/// Issue 32 §6: during a rollback, an instance of release 2 that no live runner can run
+/// and that never started does not hold its serialization key: the release-1
+/// instances of the same key started after it run, in their order (before the fix they
+/// queued behind it for as long as the rollback lasted); the status projection does not
+/// name it as a blocker. Once a release-2 runner is live it runs, and holds the key
+/// again while it runs.
+#[tokio::test]
+async fn a_deferred_instance_does_not_block_the_older_version_instances_behind_it() {
+    let db = database().await;
+    let pool = db.pool();
+    let keyed = || keel_durable::StartOptions {
+        serialization_key: Some("asset-1".to_owned()),
+        ..keel_durable::StartOptions::default()
+    };
+    let e1 = bare(pool, fast_config()).register(v1(pool, "r1"));
+    let api2 = bare(pool, fast_config()).register(v2::<2>(pool, "r2", Gate::Changed));
+    // Recorded in this order before any runner is up: v1, v2 (deferred), v1, v1.
+    let first = e1
+        .start::<ShipV1>("first", &"first".to_owned(), keyed())
+        .await
+        .unwrap();
+    let ahead = api2
+        .start::<ShipV2<2>>("ahead", &"ahead".to_owned(), keyed())
+        .await
+        .unwrap();
+    let mut after = Vec::new();
+    for tag in ["after-1", "after-2"] {
+        after.push(
+            e1.start::<ShipV1>(tag, &tag.to_owned(), keyed())
+                .await
+                .unwrap()
+                .instance_id,
+        );
+    }
+    let r1 = runner(&e1);
+    until_db(
+        pool,
+        "release 1's runner recorded",
+        "SELECT EXISTS (SELECT 1 FROM durable_runner_version WHERE max_version = 1)",
+    )
+    .await;
+    // Every v1 instance runs (each releases the key when it waits for its signal).
+    until_waiting(&e1, first.instance_id).await;
+    for id in &after {
+        until_waiting(&e1, *id).await;
+    }
+    let st = e1.status(ahead.instance_id).await.unwrap();
+    assert_eq!(st.status, RunStatus::Pending);
+    assert!(st.awaiting_runner, "{st:?}");
+    assert_eq!(
+        attempts(pool, ahead.instance_id).await,
+        [("start".to_owned(), "queued".to_owned(), 0)],
+        "the deferred instance never ran"
+    );
+    // In start order among those that can run.
+    let order: Vec<String> =
+        sqlx::query_scalar("SELECT tag FROM event_log WHERE what = 'a@r1' ORDER BY id")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(order, ["first", "after-1", "after-2"]);
+    // A v1 instance recorded now runs too: the only unfinished instance before it that
+    // is not waiting for a signal is the deferred one.
+    let late = e1
+        .start::<ShipV1>("late", &"late".to_owned(), keyed())
+        .await
+        .unwrap();
+    until_waiting(&e1, late.instance_id).await;
+    // A release-2 runner comes back: the deferred instance runs (in its place: no
+    // instance of its key is pending before it).
+    let r2 = runner(&api2);
+    until_waiting(&api2, ahead.instance_id).await;
+    for id in [first.instance_id, ahead.instance_id, late.instance_id]
+        .into_iter()
+        .chain(after.iter().copied())
+    {
+        go(&e1, id).await;
+    }
+    for id in [first.instance_id, ahead.instance_id, late.instance_id]
+        .into_iter()
+        .chain(after.iter().copied())
+    {
+        until_status(&e1, id, RunStatus::Completed).await;
+    }
+    assert_eq!(ran(pool, "ahead").await, ["a@r2", "b@r2", "c@r2"]);
+    r2.shutdown().await;
+    r1.shutdown().await;
+}
+
+/// The status projection's `queued_behind` follows the same rule: a pending instance
+/// is not shown queued behind a never-started instance deferred by its version (live
+/// runners, none knows it), and is shown behind it with no live runner at all and once a
+/// runner that knows its version is live.
+#[tokio::test]
+async fn queued_behind_skips_a_deferred_instance_that_never_started() {
+    let db = database().await;
+    let pool = db.pool();
+    let keyed = || keel_durable::StartOptions {
+        serialization_key: Some("asset-2".to_owned()),
+        ..keel_durable::StartOptions::default()
+    };
+    let e1 = bare(pool, fast_config()).register(v1(pool, "r1"));
+    let api2 = bare(pool, fast_config()).register(v2::<2>(pool, "r2", Gate::Changed));
+    let ahead = api2
+        .start::<ShipV2<2>>("ahead", &"ahead".to_owned(), keyed())
+        .await
+        .unwrap();
+    let behind = e1
+        .start::<ShipV1>("behind", &"behind".to_owned(), keyed())
+        .await
+        .unwrap();
+    // No runner at all is live: start order is kept (nothing is skipped).
+    let st = e1.status(behind.instance_id).await.unwrap();
+    assert_eq!(st.queued_behind, Some(ahead.instance_id), "{st:?}");
+    // The records of live runners (no executors, so nothing is claimed): a release-1
+    // runner only (a rollback): the v2 instance that never started is skipped.
+    let runner = |lo: i32, hi: i32| {
+        sqlx::query(
+            "INSERT INTO durable_runner_version (runner_id, workflow, min_version, max_version)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(Uuid::new_v4())
+        .bind(NAME)
+        .bind(lo)
+        .bind(hi)
+        .execute(pool)
+    };
+    runner(1, 1).await.unwrap();
+    let st = e1.status(behind.instance_id).await.unwrap();
+    assert_eq!(st.queued_behind, None, "{st:?}");
+    assert!(
+        e1.status(ahead.instance_id).await.unwrap().version_deferred,
+        "deferred by its version"
+    );
+    // A release-2 runner is live too: the deferred instance holds its key again.
+    runner(1, 2).await.unwrap();
+    let st = e1.status(behind.instance_id).await.unwrap();
+    assert_eq!(st.queued_behind, Some(ahead.instance_id), "{st:?}");
+    assert!(!e1.status(ahead.instance_id).await.unwrap().version_deferred);
+}
+
 #[tokio::test]
 async fn a_start_by_name_on_a_node_without_the_workflow_is_pinned_by_its_first_runner() {
     let db = database().await;

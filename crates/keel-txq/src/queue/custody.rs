@@ -20,6 +20,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+/// `cancel_reason` of a withdrawn request's submission (migration 0070).
+const WITHDRAWN: &str = "withdrawn";
+/// `cancel_reason` of a submission whose approval wait passed the vault's deadline.
+const APPROVAL_EXPIRED: &str = "approval_expired";
+
 /// Due custody requests read per pass.
 const CUSTODY_BATCH: i64 = 256;
 /// Custody requests stepped at once (each may wait on its provider).
@@ -160,6 +165,17 @@ impl TxQueue {
             external,
         };
         match phase {
+            // Withdrawn before any create went out with this external id: nothing is at
+            // the provider, so nothing can land.
+            "ready" if row.cancel_reason.as_deref() == Some(WITHDRAWN) => {
+                let verdict = SettlementVerdict::Failed {
+                    code: FailureCode::Withdrawn,
+                    reason: None,
+                    revert_data: None,
+                    attempts: Vec::new(),
+                };
+                self.custody_settle(&sub, &verdict).await
+            }
             "ready" => self.custody_create(sender, row, &sub, cancel).await,
             "creating" => {
                 // A create was (maybe) sent by a process that died or was stopped before
@@ -459,7 +475,10 @@ impl TxQueue {
             ("cancelling", StatusPhase::Rejected) if ptx.status == TxStatus::Cancelled => {
                 "cancelling"
             }
-            ("cancelling", StatusPhase::PreBroadcast | StatusPhase::Cancelling) => "cancelling",
+            (
+                "cancelling",
+                StatusPhase::PreBroadcast | StatusPhase::AwaitingApproval | StatusPhase::Cancelling,
+            ) => "cancelling",
             _ => "submitted",
         };
         let polls = row.polls.unwrap_or(0);
@@ -473,7 +492,14 @@ impl TxQueue {
             next_ms: ms(sender.backoff(polls)),
             woken_at: row.woken_at,
         };
-        if !store::custody_observed(&self.db, sub.id, sub.resubmission, from, to, &seen).await? {
+        // The first read of an approval wait is announced to the progress sink in the
+        // transaction that records it.
+        let announce = phase == StatusPhase::AwaitingApproval
+            && row.status.as_deref() != Some(ptx.status.as_str());
+        if !self
+            .custody_record_observed(sub, from, to, &seen, announce, &row.idempotency_key)
+            .await?
+        {
             return Ok(None);
         }
         // The chain decides once there is a hash (a FAILED with a hash is a revert).
@@ -485,8 +511,64 @@ impl TxQueue {
         {
             return self.custody_chain(sender, row, sub, h).await;
         }
+        // Keel's own cancels (issue 32 §5), while the provider has not signed: a
+        // withdrawn request (its operation was cancelled), or an approval wait past the
+        // vault's deadline.
+        if to == "submitted" && hash.is_none() {
+            // Seconds in the status read now (0 when it just changed).
+            let in_status = if row.status.as_deref() == Some(ptx.status.as_str()) {
+                row.status_secs.unwrap_or(0.0)
+            } else {
+                0.0
+            };
+            let reason = match phase {
+                StatusPhase::PreBroadcast | StatusPhase::AwaitingApproval
+                    if row.cancel_reason.as_deref() == Some(WITHDRAWN) =>
+                {
+                    Some(WITHDRAWN)
+                }
+                StatusPhase::AwaitingApproval
+                    if sender
+                        .approval_deadline
+                        .is_some_and(|d| in_status >= d.as_secs_f64()) =>
+                {
+                    Some(APPROVAL_EXPIRED)
+                }
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                return self.custody_cancel_for(sender, sub, &ptx.id, reason).await;
+            }
+        }
         let organization_scoped = crate::organization_scoped(&row.idempotency_key);
         match phase {
+            // A cancel Keel asked for, confirmed: the request's typed outcome.
+            StatusPhase::Rejected
+                if from == "cancelling"
+                    && ptx.status == TxStatus::Cancelled
+                    && row.cancel_reason.is_some() =>
+            {
+                let verdict = if row.cancel_reason.as_deref() == Some(APPROVAL_EXPIRED) {
+                    tracing::warn!(target: "keel::txq", request = %sub.id,
+                        "custody approval never came within the deadline; cancelled at the provider");
+                    SettlementVerdict::Failed {
+                        code: FailureCode::CustodyApprovalExpired,
+                        reason: Some("APPROVAL_DEADLINE_PASSED".to_owned()),
+                        revert_data: None,
+                        attempts: Vec::new(),
+                    }
+                } else {
+                    tracing::info!(target: "keel::txq", request = %sub.id,
+                        "withdrawn custody transaction cancelled at the provider");
+                    SettlementVerdict::Failed {
+                        code: FailureCode::Withdrawn,
+                        reason: Some("CANCELLED_AT_PROVIDER".to_owned()),
+                        revert_data: None,
+                        attempts: Vec::new(),
+                    }
+                };
+                self.custody_settle(sub, &verdict).await
+            }
             StatusPhase::Rejected
                 if from == "cancelling"
                     && ptx.status == TxStatus::Cancelled
@@ -546,6 +628,45 @@ impl TxQueue {
         }
     }
 
+    /// Records a read of the provider ([`store::custody_observed`]); with `announce`
+    /// and a progress sink, in one transaction with the sink's
+    /// [`crate::Progress::CustodyApprovalRequested`]. A failing sink does not hold the
+    /// request back: the read is recorded without it (the operation's next change
+    /// reports the wait), counted and logged as every progress sink failure.
+    async fn custody_record_observed(
+        &self,
+        sub: &Sub<'_>,
+        from: &str,
+        to: &str,
+        seen: &CustodyObserved<'_>,
+        announce: bool,
+        idempotency_key: &str,
+    ) -> Result<bool> {
+        if let (true, Some(sink)) = (announce, &self.progress_sink) {
+            let mut tx = self.db.begin().await?;
+            if !store::custody_observed(&mut *tx, sub.id, sub.resubmission, from, to, seen).await? {
+                return Ok(false);
+            }
+            let progress = [crate::Progress::CustodyApprovalRequested {
+                request_id: sub.id,
+                idempotency_key,
+            }];
+            match sink.record(&mut tx, &progress).await {
+                Ok(()) => {
+                    tx.commit().await?;
+                    return Ok(true);
+                }
+                Err(e) => {
+                    drop(tx);
+                    metrics::progress_sink_failures(self.chain_id, "custody_approval");
+                    tracing::warn!(target: "keel::txq", request = %sub.id, error = %e,
+                        "progress sink failed for a custody approval wait; recording it without the sink");
+                }
+            }
+        }
+        store::custody_observed(&self.db, sub.id, sub.resubmission, from, to, seen).await
+    }
+
     /// Flags the submission once when it outlived the poll budget (WARN + metric).
     async fn custody_check_budget(
         &self,
@@ -591,6 +712,32 @@ impl TxQueue {
             CancelOutcome::Declined => {
                 tracing::info!(target: "keel::txq", request = %sub.id,
                     "custody cancel declined; following the transaction");
+            }
+        }
+        Ok(Some(Step::Moved))
+    }
+
+    /// Asks the provider to cancel a submission Keel no longer wants signed (`reason`:
+    /// [`WITHDRAWN`] or [`APPROVAL_EXPIRED`]). Accepted → `cancelling` with the reason
+    /// (the request settles once a read shows `CANCELLED`); declined → keep following it
+    /// (the provider signed after all: its chain verdict says what landed).
+    async fn custody_cancel_for(
+        &self,
+        sender: &CustodySender,
+        sub: &Sub<'_>,
+        pid: &ProviderTxId,
+        reason: &'static str,
+    ) -> Result<Option<Step>> {
+        match sender.provider.cancel(pid).await.map_err(custody_err)? {
+            CancelOutcome::Accepted => {
+                tracing::info!(target: "keel::txq", request = %sub.id, resubmission = sub.resubmission,
+                    reason, "custody transaction cancel accepted by the provider");
+                store::custody_cancelling(&self.db, sub.id, sub.resubmission, "submitted", reason)
+                    .await?;
+            }
+            CancelOutcome::Declined => {
+                tracing::warn!(target: "keel::txq", request = %sub.id, reason,
+                    "custody cancel declined by the provider; following the transaction to its verdict");
             }
         }
         Ok(Some(Step::Moved))

@@ -10,7 +10,7 @@ use crate::ops::read::txq_err;
 use crate::ops::{MAX_WAIT, Ops};
 use crate::store::{self, OperationRow};
 use crate::tenancy::Caller;
-use crate::workflows::contract::{APPROVAL_SIGNAL, OpFailure, TX_SIGNAL_PREFIX};
+use crate::workflows::contract::{APPROVAL_SIGNAL, CANCELLED, OpFailure, TX_SIGNAL_PREFIX};
 use alloy::primitives::B256;
 use chrono::{DateTime, Utc};
 use keel_durable::{Actor, ActorKind, Attribution, InstanceStatus, RunStatus};
@@ -198,6 +198,25 @@ pub enum WaitFor {
     /// A custody sender's transaction waits for an approval at the custody provider
     /// (`PENDING_AUTHORIZATION`, third-party manual approval); decided there, not in Keel.
     CustodyApproval,
+    /// A runner that knows the operation's workflow version
+    /// ([`OperationView::workflow_version`]): no live runner can run it (a release was
+    /// rolled back). It is deferred, not failed, and does not hold its asset's queue.
+    Runner,
+}
+
+impl WaitFor {
+    /// The wire name (`approval`, `transaction`, `funding`, `timer`,
+    /// `custody_approval`, `runner`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approval => "approval",
+            Self::Transaction => "transaction",
+            Self::Funding => "funding",
+            Self::Timer => "timer",
+            Self::CustodyApproval => "custody_approval",
+            Self::Runner => "runner",
+        }
+    }
 }
 
 /// The wait of a waiting operation.
@@ -363,6 +382,7 @@ pub fn project(
     let mut submitted = Vec::new();
     let mut confirmed = Vec::new();
     let mut unsettled: Option<Unsettled> = None;
+    let mut custody_cancels: Vec<(String, String)> = Vec::new();
     let mut updated_at = op
         .created_at
         .max(op.cancel_requested_at.unwrap_or(op.created_at));
@@ -396,6 +416,14 @@ pub fn project(
                 custody: t.custody.clone(),
             });
         }
+        if let Some(c) = &t.custody
+            && c.status.as_deref() == Some("CANCELLED")
+        {
+            custody_cancels.push((
+                c.provider.clone(),
+                c.provider_tx_id.clone().unwrap_or_default(),
+            ));
+        }
         let is_confirmed = matches!(verdict, Some(SettlementVerdict::Confirmed { .. }));
         let confirmed_at = t.settled_at.filter(|_| is_confirmed);
         if tx_hash.is_some() {
@@ -424,16 +452,31 @@ pub fn project(
     let queued_behind = queued_behind.filter(|_| {
         status.is_some_and(|s| s.status == RunStatus::Pending && s.queued_behind.is_some())
     });
-    let state = if queued_behind.is_some() {
+    // An operation deferred by its version (runners of its workflow are live, none knows
+    // its version: a release was rolled back) that no segment holds waits for a runner,
+    // and says so: `waiting` with `for: runner`, not `running` with no wait.
+    let awaiting_runner = status.is_some_and(|s| {
+        s.version_deferred && matches!(s.status, RunStatus::Pending | RunStatus::Running)
+    });
+    let state = if awaiting_runner {
+        OperationState::Waiting
+    } else if queued_behind.is_some() {
         OperationState::Queued
     } else {
         status
             .map(|s| view_state(s.status))
             .unwrap_or(OperationState::Running)
     };
+    let runner_wait = awaiting_runner.then_some(WaitView {
+        waits_for: WaitFor::Runner,
+        until: None,
+        link: None,
+        last_broadcast_error: None,
+        custody: None,
+    });
     let wait = status
         .and_then(|s| s.wait.as_ref())
-        .filter(|_| state == OperationState::Waiting)
+        .filter(|_| state == OperationState::Waiting && !awaiting_runner)
         .map(|w| {
             let name = w.name.as_deref().unwrap_or("");
             if name == APPROVAL_SIGNAL {
@@ -494,43 +537,84 @@ pub fn project(
             block,
             at: status.and_then(|s| s.ended_at),
         });
+    let wait = wait.or(runner_wait);
     let landed = confirmed.len();
+    let landed_text = if landed == 0 {
+        "none of its transactions landed".to_owned()
+    } else {
+        format!("{landed} of its transactions landed (see milestones.confirmed)")
+    };
     let cancelled = status.is_some_and(|s| s.status == RunStatus::Cancelled);
-    let error = status.and_then(|s| s.error.as_ref()).map(|e| {
-        let typed: Option<OpFailure> = e
-            .detail
-            .clone()
-            .and_then(|d| serde_json::from_value(d).ok());
-        match typed {
-            Some(f) => ErrorView {
-                code: f.code,
-                retryable: f.retryable,
-                detail: f.detail,
-                reason: f.reason,
-            },
-            None => ErrorView {
-                detail: operator_detail(&e.code).unwrap_or(&e.message).to_owned(),
-                code: e.code.clone(),
-                retryable: e.retryable,
-                reason: None,
-            },
-        }
-    });
-    // A cancelled operation always says whether any of its writes landed.
-    let error = error.or_else(|| {
-        cancelled.then(|| ErrorView {
-            code: "CANCELLED".to_owned(),
+    // A custody transaction of it that its provider cancelled (a cancel before signing
+    // reaches the provider, issue 32 §5): the outcome names it.
+    let custody_cancelled = custody_cancels
+        .iter()
+        .map(|(provider, id)| {
+            format!("; its {provider} transaction {id} was cancelled at the provider")
+        })
+        .collect::<String>();
+    // The error is the outcome of the state the view shows: a running or waiting
+    // instance shows none (a previous attempt's error is stale once it runs again).
+    let error = status
+        .filter(|_| {
+            matches!(
+                state,
+                OperationState::Failed | OperationState::Cancelled | OperationState::Suspended
+            )
+        })
+        .and_then(|s| s.error.as_ref())
+        .map(|e| {
+            let typed: Option<OpFailure> = e
+                .detail
+                .clone()
+                .and_then(|d| serde_json::from_value(d).ok());
+            match typed {
+                Some(f) => ErrorView {
+                    code: f.code,
+                    retryable: f.retryable,
+                    detail: f.detail,
+                    reason: f.reason,
+                },
+                None => ErrorView {
+                    detail: operator_detail(&e.code).unwrap_or(&e.message).to_owned(),
+                    code: e.code.clone(),
+                    retryable: e.retryable,
+                    reason: None,
+                },
+            }
+        });
+    // One rule for every path (issue 32 §6): a cancelled or failed operation's error
+    // says what landed. A cancelled one always reads `CANCELLED` (an error its instance
+    // kept from before the cancel, e.g. the suspension `INDEX_BEHIND` "recovery is
+    // scheduled", is no longer true and is named only as what it had stopped with); a
+    // failed one keeps its code and says what landed after its detail.
+    let error = if cancelled {
+        let before = error
+            .filter(|e| e.code != CANCELLED)
+            .map(|e| format!(" (it had stopped with {})", e.code))
+            .unwrap_or_default();
+        Some(ErrorView {
+            code: CANCELLED.to_owned(),
             retryable: false,
             detail: if landed == 0 {
-                "the operation was cancelled; none of its transactions landed".to_owned()
+                format!(
+                    "the operation was cancelled{before}; none of its transactions landed{custody_cancelled}"
+                )
             } else {
                 format!(
-                    "the operation was cancelled after {landed} of its transactions had landed (see milestones.confirmed)"
+                    "the operation was cancelled{before} after {landed} of its transactions had landed (see milestones.confirmed){custody_cancelled}"
                 )
             },
             reason: None,
         })
-    });
+    } else if state == OperationState::Failed {
+        error.map(|e| ErrorView {
+            detail: format!("{}; {landed_text}", e.detail),
+            ..e
+        })
+    } else {
+        error
+    };
     OperationView {
         id: op.id,
         kind: op.kind.clone(),
@@ -882,6 +966,7 @@ mod tests {
             queued_behind: None,
             version: Some(1),
             awaiting_runner: false,
+            version_deferred: false,
         }
     }
 
@@ -1028,6 +1113,121 @@ mod tests {
             "{}",
             e.detail
         );
+    }
+
+    fn confirmed() -> LinkedRequest {
+        tx(
+            RequestState::Settled,
+            Some(SettlementVerdict::Confirmed {
+                block: 9,
+                hash: B256::repeat_byte(7),
+                gas_used: 21_000,
+                effective_gas_price: "1".into(),
+                attempts: vec![],
+            }),
+        )
+    }
+
+    /// Issue 32 §6: an operation cancelled while its instance was suspended on
+    /// `INDEX_BEHIND` after its mint landed reads `CANCELLED` saying the mint landed,
+    /// not the stale `INDEX_BEHIND` "recovery is scheduled" (the immediate cancel keeps
+    /// the instance's last error).
+    #[test]
+    fn a_cancel_of_a_suspended_operation_says_what_landed_not_the_stale_error() {
+        let mut status = instance(RunStatus::Cancelled, None);
+        status.error = Some(keel_durable::ErrorInfo {
+            code: "INDEX_BEHIND".into(),
+            retryable: true,
+            message: "a step's transient retries were exhausted; recovery is scheduled".into(),
+            detail: None,
+        });
+        let view = project(&op_row(), Some(&status), vec![confirmed()], None);
+        let e = view.error.unwrap();
+        assert_eq!(e.code, "CANCELLED");
+        assert!(!e.retryable);
+        assert!(
+            e.detail.contains("after 1 of its transactions had landed"),
+            "{}",
+            e.detail
+        );
+        assert!(
+            e.detail.contains("stopped with INDEX_BEHIND"),
+            "{}",
+            e.detail
+        );
+        assert!(!e.detail.contains("recovery is scheduled"), "{}", e.detail);
+    }
+
+    /// A failed operation's error says what landed, after its own detail.
+    #[test]
+    fn a_failed_operation_says_what_landed() {
+        let mut status = instance(RunStatus::Failed, None);
+        status.error = Some(keel_durable::ErrorInfo {
+            code: "WORKFLOW_FAILED".into(),
+            retryable: false,
+            message: "the workflow returned its typed error (see detail)".into(),
+            detail: Some(
+                serde_json::json!({"code": "INDEX_TIMEOUT", "retryable": true,
+                "detail": "the index did not reach the block", "reason": null}),
+            ),
+        });
+        let view = project(&op_row(), Some(&status), vec![confirmed()], None);
+        let e = view.error.unwrap();
+        assert_eq!(e.code, "INDEX_TIMEOUT");
+        assert!(
+            e.detail.starts_with("the index did not reach the block"),
+            "{}",
+            e.detail
+        );
+        assert!(
+            e.detail.contains("1 of its transactions landed"),
+            "{}",
+            e.detail
+        );
+        let view = project(&op_row(), Some(&status), vec![], None);
+        assert!(
+            view.error
+                .unwrap()
+                .detail
+                .contains("none of its transactions landed")
+        );
+    }
+
+    /// A running instance (a retry or a recovery claimed it) shows no error: the
+    /// previous attempt's is stale. A suspended one shows its reason.
+    #[test]
+    fn a_running_operation_shows_no_stale_error() {
+        let mut status = instance(RunStatus::Running, None);
+        status.error = Some(keel_durable::ErrorInfo {
+            code: "CHAIN_UNAVAILABLE".into(),
+            retryable: true,
+            message: "recovery is scheduled".into(),
+            detail: None,
+        });
+        assert_eq!(project(&op_row(), Some(&status), vec![], None).error, None);
+        status.status = RunStatus::Suspended;
+        let e = project(&op_row(), Some(&status), vec![], None)
+            .error
+            .unwrap();
+        assert_eq!(e.code, "CHAIN_UNAVAILABLE");
+    }
+
+    /// A version-deferred operation (runners live, none knows its version) reads
+    /// `waiting` for a `runner`, not `running` with no wait; one merely without any
+    /// runner keeps its state (and `awaiting_runner`).
+    #[test]
+    fn a_version_deferred_operation_waits_for_a_runner() {
+        let mut status = instance(RunStatus::Pending, None);
+        status.awaiting_runner = true;
+        status.version_deferred = true;
+        let view = project(&op_row(), Some(&status), vec![], None);
+        assert_eq!(view.state, OperationState::Waiting);
+        assert_eq!(view.wait.unwrap().waits_for, WaitFor::Runner);
+        assert!(view.awaiting_runner);
+        status.version_deferred = false;
+        let view = project(&op_row(), Some(&status), vec![], None);
+        assert_eq!(view.state, OperationState::Running);
+        assert_eq!(view.wait, None);
     }
 
     #[test]

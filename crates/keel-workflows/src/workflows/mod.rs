@@ -27,7 +27,7 @@ pub use contract::{
     OpFailure, RoleChangeOutput, TX_SIGNAL_PREFIX, TokenAction, TokenOpInput, TokenOpOutput,
     TokenRole, onchain_asset_id,
 };
-pub use send::custom_error_name;
+pub use send::{chain_wake_tag, custom_error_name};
 pub use token_op::{
     AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer, AssetUnpause,
 };

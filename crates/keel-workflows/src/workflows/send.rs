@@ -21,20 +21,35 @@ use keel_units::{ChainId, Wei};
 use std::time::Duration;
 use uuid::Uuid;
 
-/// The chain of an operation. A chain this runner does not serve (yet: unreachable or
-/// not bootstrapped; the binary keeps retrying it) suspends the instance
-/// (`CHAIN_NOT_CONFIGURED`) with recovery retries instead of failing it: another
-/// runner, or this one once it serves the chain, resumes it.
+/// The wake tag of chain `chain_id` (see [`keel_durable::StepError::Unavailable`]):
+/// the runner calls [`keel_durable::Engine::wake_suspended`] with it when it starts
+/// serving the chain.
+pub fn chain_wake_tag(chain_id: u64) -> String {
+    format!("chain:{chain_id}")
+}
+
+/// The chain of an operation. A chain this runner has configured but does not serve
+/// yet (unreachable, or not bootstrapped; the binary keeps retrying it) suspends the
+/// instance with `CHAIN_UNAVAILABLE` (retryable) and the chain's wake tag, so that the
+/// runner resumes it the moment the chain is served; a chain this runner does not
+/// configure at all suspends it with `CHAIN_NOT_CONFIGURED` and recovery retries (another
+/// runner may serve it). Neither fails it.
 pub(crate) async fn chain_of<'a>(
     ctx: &mut WorkflowContext,
     p: &'a WorkflowEnv,
     chain_id: u64,
 ) -> Result<&'a ChainContext, Failure> {
-    let served = p.chain(ChainId(chain_id)).is_some();
+    let configured = p.is_configured(ChainId(chain_id));
     step_ok(
         ctx.step("chain", || async move {
-            if served {
+            // Read at each attempt: a chain served between two attempts is taken.
+            if p.chain(ChainId(chain_id)).is_some() {
                 Ok(chain_id)
+            } else if configured {
+                Err(StepError::<OpFailure>::unavailable(
+                    "CHAIN_UNAVAILABLE",
+                    chain_wake_tag(chain_id),
+                ))
             } else {
                 Err(StepError::<OpFailure>::transient("CHAIN_NOT_CONFIGURED"))
             }
@@ -44,11 +59,19 @@ pub(crate) async fn chain_of<'a>(
     // Journaled as served by an earlier segment on a runner that served the chain,
     // replayed here on one that does not: fail retryably (a retry resumes the journal).
     p.chain(ChainId(chain_id)).ok_or_else(|| {
-        WorkflowFailure::Failed(OpFailure::new(
-            "CHAIN_NOT_CONFIGURED",
-            true,
-            "the asset's chain is not served by this runner",
-        ))
+        WorkflowFailure::Failed(if configured {
+            OpFailure::new(
+                "CHAIN_UNAVAILABLE",
+                true,
+                "the asset's chain is configured but not served by this runner yet (unreachable or not bootstrapped)",
+            )
+        } else {
+            OpFailure::new(
+                "CHAIN_NOT_CONFIGURED",
+                true,
+                "the asset's chain is not served by this runner",
+            )
+        })
     })
 }
 
@@ -174,6 +197,9 @@ pub(crate) async fn send(
                         }
                         FailureCode::CustodyTimedOut => {
                             "the custody provider never broadcast the transaction; it was cancelled there"
+                        }
+                        FailureCode::CustodyApprovalExpired => {
+                            "the approval at the custody provider did not come before the vault's deadline; the transaction was cancelled there and nothing reached the chain"
                         }
                         _ => "the transaction did not take effect",
                     }

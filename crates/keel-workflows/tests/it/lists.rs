@@ -248,6 +248,9 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
         // `IF NOT EXISTS`, so the upgrade applies it again over it).
         include_str!("../../../../migrations/0060_trace_context.sql"),
         include_str!("../../../../migrations/0059_template_sender.sql"),
+        // The wake tag and the deferred-instance predicate its settles and status
+        // reads use (0068, idempotent: the upgrade applies it again).
+        include_str!("../../../../migrations/0068_durable_wake_tag.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }

@@ -133,6 +133,13 @@ async fn every_verdict_reaches_its_instance_once_in_the_settling_transaction() {
         assert_eq!(got[0].0, name);
         assert_eq!(got[0].1, serde_json::to_value(verdict).unwrap());
     }
+    // Issue 32 §6: the verdict's signal is attributed to what records it now, the
+    // queue's settlement (the polling relay is gone).
+    let attribution = env.engine.attribution(instance).await.unwrap();
+    for request in [landed, refused] {
+        let signal = attribution.signal(&request.to_string()).unwrap();
+        assert_eq!(signal.actor.reason(), Some("settlement"), "{signal:?}");
+    }
     let stray: i64 =
         sqlx::query_scalar("SELECT count(*) FROM durable_signal WHERE dedupe_key = $1")
             .bind(unlinked.to_string())
@@ -209,6 +216,9 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         // `IF NOT EXISTS`, so the upgrade applies it again over it).
         include_str!("../../../../migrations/0060_trace_context.sql"),
         include_str!("../../../../migrations/0059_template_sender.sql"),
+        // The wake tag and the deferred-instance predicate its settles and status
+        // reads use (0068, idempotent: the upgrade applies it again).
+        include_str!("../../../../migrations/0068_durable_wake_tag.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }
