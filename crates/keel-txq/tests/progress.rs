@@ -69,11 +69,7 @@ impl ProgressSink for TableSink {
                     Progress::CustodyApprovalRequested {
                         request_id,
                         idempotency_key,
-                    } => (
-                        *request_id,
-                        *idempotency_key,
-                        "custody_approval".to_owned(),
-                    ),
+                    } => (*request_id, *idempotency_key, "custody_approval".to_owned()),
                 };
                 poisoned |= poison.as_deref() == Some(key);
                 sqlx::query(

@@ -195,6 +195,7 @@ pub const CHAIN_SERVED_REASON: &str = "chain-served";
 /// Makes a served chain of the runner ([`prepare_runner_chain`]) and then wakes the
 /// work suspended on it (`CHAIN_UNAVAILABLE`, tag [`keel_workflows::workflows::chain_wake_tag`]):
 /// it resumes now, not at its recovery backoff (up to 5 minutes). Idempotent.
+#[allow(clippy::too_many_arguments)]
 async fn serve_runner_chain(
     config: &Config,
     pool: &PgPool,

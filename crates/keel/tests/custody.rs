@@ -590,14 +590,24 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
         .env("KEEL_API_KEY", &stack.key)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let shown = String::from_utf8(out.stdout).unwrap();
     assert!(
-        shown.contains(&format!("fireblocks tx {doomed_pid} status PENDING_AUTHORIZATION")),
+        shown.contains(&format!(
+            "fireblocks tx {doomed_pid} status PENDING_AUTHORIZATION"
+        )),
         "{shown}"
     );
     let (status, body) = stack
-        .post(&format!("/v1/operations/{doomed}/cancel"), "cancel-3", json!({}))
+        .post(
+            &format!("/v1/operations/{doomed}/cancel"),
+            "cancel-3",
+            json!({}),
+        )
         .await;
     assert_eq!(status, 202, "{body}");
     // The instance is cancelled at once (it was waiting); the provider's cancel is
@@ -613,7 +623,9 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
     let detail = view["error"]["detail"].as_str().unwrap();
     assert!(detail.contains("none of its transactions landed"), "{view}");
     assert!(
-        detail.contains(&format!("transaction {doomed_pid} was cancelled at the provider")),
+        detail.contains(&format!(
+            "transaction {doomed_pid} was cancelled at the provider"
+        )),
         "{view}"
     );
     let late = reqwest::Client::new()
@@ -626,7 +638,11 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
         .await
         .unwrap();
     assert_eq!(late.status().as_u16(), 409, "nothing left to approve");
-    assert_eq!(stack.mints_of(token).await.len(), 1, "no mint from the cancel");
+    assert_eq!(
+        stack.mints_of(token).await.len(),
+        1,
+        "no mint from the cancel"
+    );
 
     // The provider's webhooks reached the api role, verified, and woke the queue.
     let counts = stack.webhook_counts().await;

@@ -451,7 +451,7 @@ pub fn project(
             .map(|s| view_state(s.status))
             .unwrap_or(OperationState::Running)
     };
-    let runner_wait = awaiting_runner.then(|| WaitView {
+    let runner_wait = awaiting_runner.then_some(WaitView {
         waits_for: WaitFor::Runner,
         until: None,
         link: None,
