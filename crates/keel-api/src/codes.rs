@@ -265,6 +265,15 @@ pub const ERROR_CODES: &[ErrorCode] = &[
          delivery; the provider redelivers later.",
     ),
     c(
+        "INDEX_DEGRADED",
+        503,
+        "The Ledger Index did not reach the requested `minBlock` and the asset's chain is \
+         marked degraded (a reorg below a block the index recorded as final): it will not \
+         get there until an operator re-indexes the chain (`keel index reindex --chain NAME` \
+         or `POST /v1/chains/{chain}/index/reindex`). Retryable after the re-index; the answer \
+         carries `Retry-After`.",
+    ),
+    c(
         "INDEX_UNAVAILABLE",
         503,
         "The Ledger Index could not be read; retry.",
@@ -448,6 +457,7 @@ mod tests {
             }),
             OpsError::Engine(DurableError::Fenced),
             OpsError::IndexBehind,
+            OpsError::IndexDegraded,
             OpsError::BlockNotIndexed { indexed: Some(1) },
             OpsError::Store(keel_store::StoreError::Decode),
         ]);

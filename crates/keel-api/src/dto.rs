@@ -232,7 +232,10 @@ pub struct Operation {
     /// operation's); null otherwise.
     pub result: Option<OperationResult>,
     /// The failure of a `failed` operation (or the transient reason while
-    /// `suspended`), or null.
+    /// `suspended`; `CANCELLED` saying what landed for a `cancelled` one), or null.
+    /// A `completed` operation carries `REORGED_OUT` here when a reorg took back one
+    /// of its transactions for good after its verdict (another transaction took its
+    /// nonce on the final chain): its effect is absent and Keel does not re-send it.
     pub error: Option<OperationError>,
     /// When the operation was accepted (RFC 3339, UTC; also `milestones.accepted`).
     pub created_at: DateTime<Utc>,

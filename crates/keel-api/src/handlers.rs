@@ -113,7 +113,9 @@ pub(crate) enum ReadErrors {
     /// `INVALID_ADDRESS` (balances).
     #[response(status = 422, content_type = "application/problem+json")]
     Unprocessable(Problem),
-    /// `INDEX_UNAVAILABLE`, `SERVICE_UNAVAILABLE`; all retryable.
+    /// `INDEX_UNAVAILABLE`, `SERVICE_UNAVAILABLE`, `INDEX_DEGRADED` (`minBlock` not
+    /// reached and the chain's index is degraded: an operator must re-index it); all
+    /// retryable.
     #[response(status = 503, content_type = "application/problem+json")]
     Unavailable(Problem),
 }
@@ -965,7 +967,8 @@ pub(crate) async fn templates(
 #[into_params(parameter_in = Query)]
 pub(crate) struct MinBlockQuery {
     /// Wait until the Ledger Index has committed this block before reading
-    /// (`409 INDEX_BEHIND`, retryable, when it does not within the wait).
+    /// (`409 INDEX_BEHIND`, retryable, when it does not within the wait; `503
+    /// INDEX_DEGRADED` when the chain's index is degraded and needs a re-index).
     min_block: Option<u64>,
     /// How long to wait for `minBlock`, seconds (default 10, capped at 60).
     wait_seconds: Option<u64>,
@@ -1084,7 +1087,8 @@ pub(crate) async fn balance(
 #[into_params(parameter_in = Query)]
 pub(crate) struct BalanceQuery {
     /// Wait until the Ledger Index has committed this block before reading
-    /// (`409 INDEX_BEHIND`, retryable, when it does not within the wait).
+    /// (`409 INDEX_BEHIND`, retryable, when it does not within the wait; `503
+    /// INDEX_DEGRADED` when the chain's index is degraded and needs a re-index).
     min_block: Option<u64>,
     /// How long to wait for `minBlock`, seconds (default 10, capped at 60).
     wait_seconds: Option<u64>,

@@ -132,7 +132,9 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
             "IDEMPOTENCY_CONFLICT" => StatusCode::CONFLICT,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         },
-        OpsError::Index(_) | OpsError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        OpsError::Index(_) | OpsError::Store(_) | OpsError::IndexDegraded => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         // A variant added later: unavailable when a retry can help, else a bug.
         _ if e.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -235,6 +237,7 @@ mod tests {
             ),
             (OpsError::Engine(DurableError::Fenced), 503),
             (OpsError::IndexBehind, 409),
+            (OpsError::IndexDegraded, 503),
             (OpsError::BlockNotIndexed { indexed: None }, 409),
             (OpsError::Store(keel_store::StoreError::Decode), 503),
         ];

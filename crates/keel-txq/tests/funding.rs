@@ -360,6 +360,21 @@ async fn a_signed_request_refused_for_funds_is_retried_with_a_pause_and_fails_wi
         failed_code(&status.verdict.unwrap()),
         (FailureCode::GasRequired, 1)
     );
+    // The gap is filled once: by this recovery, or already by the queue's own
+    // reconcile of an idle sender before signing (issue 32 §3), which a pass after the
+    // settling one may run first (seen under load).
     let (_, filled) = q.recover_nonces(sender).await.unwrap();
-    assert_eq!(filled, 1);
+    assert!(filled <= 1, "{filled} fills for one gap");
+    let p = chain.provider();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while p.get_transaction_count(sender).await.unwrap() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the gap at nonce 1 was never filled"
+        );
+        q.tick().await.unwrap();
+    }
+    assert_eq!(p.get_transaction_count(sender).await.unwrap(), 2);
+    let (_, again) = q.recover_nonces(sender).await.unwrap();
+    assert_eq!(again, 0, "nothing left to fill");
 }

@@ -102,6 +102,17 @@ pub enum OpsError {
     /// `INDEX_BEHIND`; retryable.
     #[error("the ledger index has not reached the requested block yet")]
     IndexBehind,
+    /// The index did not reach the requested block within the wait and its chain is
+    /// marked degraded (a reorg below a block Keel recorded as final): it will not get
+    /// there until an operator re-indexes the chain (`keel index reindex --chain NAME`
+    /// or `POST /v1/chains/{chain}/index/reindex`). Code `INDEX_DEGRADED`; retryable
+    /// once the chain is re-indexed.
+    #[error(
+        "the ledger index of this chain is degraded (a reorg below a block it recorded as final) \
+         and will not reach the requested block until an operator re-indexes the chain \
+         (keel index reindex, or POST /v1/chains/{{chain}}/index/reindex)"
+    )]
+    IndexDegraded,
     /// A read `atBlock` is above the Ledger Index's indexed tip of the asset's chain (or
     /// nothing is indexed yet): the index cannot answer for that block exactly. Code
     /// `BLOCK_NOT_INDEXED`; the same read can succeed once the index has reached it.
@@ -147,6 +158,7 @@ impl OpsError {
             },
             Self::Index(_) => "INDEX_UNAVAILABLE",
             Self::IndexBehind => "INDEX_BEHIND",
+            Self::IndexDegraded => "INDEX_DEGRADED",
             Self::BlockNotIndexed { .. } => "BLOCK_NOT_INDEXED",
             Self::Store(_) => "SERVICE_UNAVAILABLE",
         }
@@ -162,7 +174,11 @@ impl OpsError {
                 keel_durable::DurableError::InvalidInput(_)
                 | keel_durable::DurableError::IdempotencyConflict { .. },
             ) => false,
-            Self::Engine(_) | Self::Index(_) | Self::IndexBehind | Self::Store(_) => true,
+            Self::Engine(_)
+            | Self::Index(_)
+            | Self::IndexBehind
+            | Self::IndexDegraded
+            | Self::Store(_) => true,
             Self::Unauthenticated
             | Self::NotFound { .. }
             | Self::IdempotencyConflict

@@ -311,6 +311,28 @@ async fn the_reindex_route_clears_a_degraded_chain_and_reads_say_rebuilding() {
         ),
         (json!(true), json!(false))
     );
+    // A read-after-write wait on the degraded chain says it is degraded and what the
+    // operator must do (issue 32 §2), not `INDEX_BEHIND`.
+    let waited = env
+        .get(
+            &env.key_a,
+            &format!("{balance}?minBlock=1000000&waitSeconds=0"),
+        )
+        .await;
+    assert_problem(
+        &waited,
+        503,
+        "INDEX_DEGRADED",
+        "minBlock on a degraded chain",
+    );
+    assert!(
+        waited.body["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("keel index reindex"),
+        "{:?}",
+        waited.body
+    );
     let status = env.get(&admin, "/v1/status").await;
     let c = index_chain(&status.body, chain_id.get());
     let route = format!("/v1/chains/{}/index/reindex", chain_id.get());

@@ -422,7 +422,14 @@ impl Ops {
         .await
         {
             Ok(_) => Ok(()),
-            Err(keel_index::IndexError::WaitTimeout { .. }) => Err(OpsError::IndexBehind),
+            // A degraded chain's index will not get there without an operator: say so
+            // (issue 32 §2), not "behind".
+            Err(keel_index::IndexError::WaitTimeout { .. }) => {
+                match keel_index::read::chain_health(&self.db, chain_id).await {
+                    Ok(h) if h.is_degraded() => Err(OpsError::IndexDegraded),
+                    _ => Err(OpsError::IndexBehind),
+                }
+            }
             Err(e) => Err(e.into()),
         }
     }

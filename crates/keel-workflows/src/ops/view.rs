@@ -14,10 +14,14 @@ use crate::workflows::contract::{APPROVAL_SIGNAL, CANCELLED, OpFailure, TX_SIGNA
 use alloy::primitives::B256;
 use chrono::{DateTime, Utc};
 use keel_durable::{Actor, ActorKind, Attribution, InstanceStatus, RunStatus};
-use keel_txq::{RequestState, RequestView, SettlementVerdict};
+use keel_txq::{FailureCode, RequestState, RequestView, SettlementVerdict};
 use serde_json::Value;
 use std::time::Duration;
 use uuid::Uuid;
+
+/// The view's error code for a write whose settled verdict a reorg took back for good
+/// (the queue's `REORGED_OUT` verdict, issue 32 §10).
+pub const REORGED_OUT: &str = "REORGED_OUT";
 
 /// The state of an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -383,6 +387,7 @@ pub fn project(
     let mut confirmed = Vec::new();
     let mut unsettled: Option<Unsettled> = None;
     let mut custody_cancels: Vec<(String, String)> = Vec::new();
+    let mut reorged_out: Vec<String> = Vec::new();
     let mut updated_at = op
         .created_at
         .max(op.cancel_requested_at.unwrap_or(op.created_at));
@@ -423,6 +428,13 @@ pub fn project(
                 c.provider.clone(),
                 c.provider_tx_id.clone().unwrap_or_default(),
             ));
+        }
+        if let Some(SettlementVerdict::Failed {
+            code: FailureCode::ReorgedOut,
+            ..
+        }) = &verdict
+        {
+            reorged_out.push(link.clone());
         }
         let is_confirmed = matches!(verdict, Some(SettlementVerdict::Confirmed { .. }));
         let confirmed_at = t.settled_at.filter(|_| is_confirmed);
@@ -614,6 +626,26 @@ pub fn project(
         })
     } else {
         error
+    };
+    // A write whose settled verdict a reorg took back for good (`REORGED_OUT`, issue 32
+    // §10: another transaction took its nonce on the final chain) is absent from the
+    // chain whatever the instance's state says: the view names it, whatever else it
+    // shows. Keel re-sends nothing (docs/architecture.md): the caller decides.
+    let error = if reorged_out.is_empty() || cancelled {
+        error
+    } else {
+        let links = reorged_out.join(", ");
+        Some(ErrorView {
+            code: REORGED_OUT.to_owned(),
+            retryable: false,
+            detail: format!(
+                "a reorg took back the transaction of {links} after its verdict and another \
+                 transaction took its nonce on the final chain: its effect is absent; Keel \
+                 does not re-send it (post the operation again with a new Idempotency-Key); \
+                 {landed_text}"
+            ),
+            reason: None,
+        })
     };
     OperationView {
         id: op.id,
@@ -1156,6 +1188,35 @@ mod tests {
             e.detail
         );
         assert!(!e.detail.contains("recovery is scheduled"), "{}", e.detail);
+    }
+
+    /// Issue 32 §10: a completed operation whose write a reorg took back for good
+    /// (`REORGED_OUT`) says so with the code and the write, and counts nothing landed.
+    #[test]
+    fn a_completed_operation_whose_write_was_reorged_out_says_so() {
+        let status = instance(RunStatus::Completed, None);
+        let view = project(&op_row(), Some(&status), vec![confirmed()], None);
+        assert_eq!(view.error, None);
+        let reorged = tx(
+            RequestState::Settled,
+            Some(SettlementVerdict::Failed {
+                code: FailureCode::ReorgedOut,
+                reason: None,
+                revert_data: None,
+                attempts: vec![],
+            }),
+        );
+        let view = project(&op_row(), Some(&status), vec![reorged], None);
+        assert_eq!(view.state, OperationState::Completed);
+        let e = view.error.unwrap();
+        assert_eq!(e.code, REORGED_OUT);
+        assert!(!e.retryable);
+        assert!(
+            e.detail.contains("none of its transactions landed"),
+            "{}",
+            e.detail
+        );
+        assert!(view.milestones.confirmed.is_empty());
     }
 
     /// A failed operation's error says what landed, after its own detail.
