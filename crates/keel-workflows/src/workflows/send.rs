@@ -401,8 +401,21 @@ pub(crate) async fn read_event<E: SolEvent>(
         })
 }
 
+/// A transient failure of a step's read from chain `chain_id` (its RPC did not answer,
+/// or answered without the record): the suspension it ends in carries the chain's wake
+/// tag ([`chain_wake_tag`]), so the runner's chain-health task resumes the work when the
+/// chain comes back up instead of at its recovery backoff (issue 32 §4).
+pub(crate) fn chain_read_unavailable(
+    code: &'static str,
+    chain_id: ChainId,
+) -> StepError<OpFailure> {
+    StepError::unavailable(code, chain_wake_tag(chain_id.get()))
+}
+
 /// Every log of `E` emitted by `emitter` in the receipt of `landed`, in log order (none
-/// is a valid answer: e.g. `grantRole` of a role the account holds emits nothing).
+/// is a valid answer: e.g. `grantRole` of a role the account holds emits nothing). An
+/// unanswered read is `RPC_UNAVAILABLE`, a missing receipt `RECEIPT_UNAVAILABLE`, both
+/// carrying the chain's wake tag ([`chain_read_unavailable`]).
 pub(crate) async fn find_events<E: SolEvent>(
     chain: &ChainContext,
     landed: Landed,
@@ -412,9 +425,12 @@ pub(crate) async fn find_events<E: SolEvent>(
         .node
         .receipts(&[landed.tx_hash])
         .await
-        .map_err(|_| StepError::transient("RPC_UNAVAILABLE"))?;
+        .map_err(|_| chain_read_unavailable("RPC_UNAVAILABLE", chain.chain_id))?;
     let Some(Some(receipt)) = receipts.into_iter().next() else {
-        return Err(StepError::transient("RECEIPT_UNAVAILABLE"));
+        return Err(chain_read_unavailable(
+            "RECEIPT_UNAVAILABLE",
+            chain.chain_id,
+        ));
     };
     Ok(receipt
         .inner
@@ -469,6 +485,49 @@ mod tests {
     use keel_durable::{Engine, EngineConfig, ExecutorConfig, InstanceStatus, RunStatus, Workflow};
     use std::sync::Arc;
     use std::time::Instant;
+
+    /// Issue 32 §4: a step's receipt read from a chain whose RPC does not answer (a
+    /// served chain gone down) fails `RPC_UNAVAILABLE` with the chain's wake tag, so
+    /// the suspension records `chain:<id>` and the chain-health task's wake resumes it.
+    #[tokio::test]
+    async fn a_receipt_read_from_a_down_chain_carries_the_chain_wake_tag() {
+        let db = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://postgres@127.0.0.1:5432/unused")
+            .unwrap();
+        let node = Arc::new(
+            keel_chain::UpstreamPool::new(
+                ChainId(31337),
+                keel_chain::UpstreamConfig::new(vec!["http://127.0.0.1:1".to_owned()]),
+            )
+            .unwrap(),
+        );
+        let queue =
+            keel_txq::TxQueue::new(db, node.clone(), keel_txq::TxQueueConfig::default()).unwrap();
+        let chain = ChainContext {
+            chain_id: ChainId(31337),
+            node,
+            queue: Arc::new(queue),
+            contracts: crate::platform::PlatformAddresses {
+                asset_factory: Address::ZERO,
+                price_feed_factory: Address::ZERO,
+                price_resolver: Address::ZERO,
+            },
+        };
+        let landed = Landed {
+            tx_hash: Default::default(),
+            block: 1,
+        };
+        let err = find_events::<AssetFactory::AssetCreated>(&chain, landed, Address::ZERO)
+            .await
+            .unwrap_err();
+        match err {
+            StepError::Unavailable { code, wake } => {
+                assert_eq!(code, "RPC_UNAVAILABLE");
+                assert_eq!(wake, "chain:31337");
+            }
+            other => panic!("expected an unavailable step error with a wake tag, got {other:?}"),
+        }
+    }
 
     /// A workflow that passes the retry gate after each of three failing attempts
     /// (links `w`, `w#2`, `w#3`) and completes with the attempt it reached; a gate that
