@@ -149,10 +149,12 @@ impl ChainSet {
 
 /// Keeps `chain_id`'s serving state in `chains` up to date until `stop` fires (see the
 /// module documentation). `prepare` runs after each successful reachability check
-/// while the chain is not served, and once more at the first healthy probe after the
-/// chain became served (so it must be idempotent: the runner's wakes the work that
-/// suspended on the chain there, and the second call catches work that suspended
-/// while the first ran); its error (a reason without values) keeps the chain
+/// while the chain is not served, once more at the first healthy probe after the
+/// chain became served, and at the first healthy probe after failed probes of a served
+/// chain (a chain that went down and came back without being unserved): so it runs at
+/// every down→up transition and must be idempotent (the runner's wakes the work that
+/// suspended on the chain there, issue 32 §4; the second call catches work that
+/// suspended while the first ran); its error (a reason without values) keeps the chain
 /// unserved and is retried with the backoff. Never returns an error: every failure is
 /// retried.
 pub async fn keep_health<P, Fut>(
@@ -172,28 +174,25 @@ pub async fn keep_health<P, Fut>(
     let probe = Duration::from_millis(settings.probe_interval_ms);
     async move {
         let mut backoff = initial;
-        let mut failures: u32 = 0;
-        // Served by this task and not yet followed by a second `prepare`.
-        let mut just_served = false;
+        let mut state = ProbeState::default();
         loop {
             let reachable = node.verify_chain_id().await;
             let served = chains.is_served(chain_id);
             let wait = match (served, reachable) {
                 (true, Ok(())) => {
-                    failures = 0;
-                    if std::mem::take(&mut just_served)
+                    if state.served_healthy()
                         && let Err(reason) = prepare().await
                     {
                         tracing::warn!(target: TARGET, reason,
-                            "the follow-up of a newly served chain failed");
+                            "the follow-up of a newly served or recovered chain failed");
                     }
                     probe
                 }
                 (true, Err(e)) => {
-                    failures = failures.saturating_add(1);
-                    tracing::warn!(target: TARGET, error = %e, failures,
+                    let unserve = state.served_failed(settings.failures_before_unserved);
+                    tracing::warn!(target: TARGET, error = %e, failures = state.failures,
                         "served chain failed its probe");
-                    if failures >= settings.failures_before_unserved {
+                    if unserve {
                         chains.set_served(chain_id, false);
                         backoff = initial;
                     }
@@ -202,8 +201,7 @@ pub async fn keep_health<P, Fut>(
                 (false, Ok(())) => match prepare().await {
                     Ok(()) => {
                         chains.set_served(chain_id, true);
-                        just_served = true;
-                        failures = 0;
+                        state.served_now();
                         backoff = initial;
                         probe
                     }
@@ -236,4 +234,70 @@ pub async fn keep_health<P, Fut>(
     }
     .instrument(tracing::info_span!("chain_health", chain_id))
     .await;
+}
+
+/// What [`keep_health`] remembers between the probes of a chain.
+#[derive(Debug, Default)]
+struct ProbeState {
+    /// Failed probes in a row of the served chain.
+    failures: u32,
+    /// Served by the loop and not yet followed by a second `prepare`.
+    just_served: bool,
+}
+
+impl ProbeState {
+    /// A served chain answered its probe. Returns whether `prepare` runs again: at the
+    /// first healthy probe after the loop served the chain, and at the first one after
+    /// failed probes (the chain came back up without having been unserved), so that
+    /// the runner wakes the work suspended on the chain at every down→up transition.
+    fn served_healthy(&mut self) -> bool {
+        let again = std::mem::take(&mut self.just_served) || self.failures > 0;
+        self.failures = 0;
+        again
+    }
+
+    /// A served chain failed its probe. Returns whether it stops being served (`limit`
+    /// failed probes in a row).
+    fn served_failed(&mut self, limit: u32) -> bool {
+        self.failures = self.failures.saturating_add(1);
+        self.failures >= limit
+    }
+
+    /// An unserved chain was prepared and is served now.
+    fn served_now(&mut self) {
+        self.just_served = true;
+        self.failures = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProbeState;
+
+    /// Issue 32 §4: `prepare` (the runner's wake of `chain:<id>`) runs again at every
+    /// down→up transition of a served chain, not only at the first: after a short
+    /// outage that left the chain served, and after one that unserved it.
+    #[test]
+    fn prepare_runs_again_at_every_down_up_transition() {
+        let mut s = ProbeState::default();
+        // Served by the loop: the follow-up runs once, then steady probes do not.
+        s.served_now();
+        assert!(s.served_healthy(), "the follow-up of a newly served chain");
+        assert!(!s.served_healthy());
+        // Short outages (fewer failed probes than the limit), each followed by a wake.
+        for _ in 0..2 {
+            assert!(!s.served_failed(3));
+            assert!(!s.served_failed(3));
+            assert!(s.served_healthy(), "the chain came back up: wake");
+            assert!(!s.served_healthy(), "no wake while it stays up");
+        }
+        // A long outage unserves the chain; serving it again wakes (in `prepare`
+        // itself) and the follow-up wakes once more.
+        assert!(!s.served_failed(3));
+        assert!(!s.served_failed(3));
+        assert!(s.served_failed(3), "unserved at the limit");
+        s.served_now();
+        assert!(s.served_healthy());
+        assert!(!s.served_healthy());
+    }
 }

@@ -203,7 +203,8 @@ struct AaWiring {
 }
 
 /// The reason the RETRY of a wake records (`SYSTEM` / `chain-served`): the runner
-/// started serving the chain an instance suspended on (issue 32 §4).
+/// started serving the chain an instance suspended on, or the chain came back up after
+/// failed probes (issue 32 §4).
 pub const CHAIN_SERVED_REASON: &str = "chain-served";
 
 /// Makes a served chain of the runner ([`prepare_runner_chain`]) and then wakes the

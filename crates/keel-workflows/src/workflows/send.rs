@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 /// The wake tag of chain `chain_id` (see [`keel_durable::StepError::Unavailable`]):
 /// the runner calls [`keel_durable::Engine::wake_suspended`] with it when it starts
-/// serving the chain.
+/// serving the chain and each time a served chain comes back up after failed probes.
 pub fn chain_wake_tag(chain_id: u64) -> String {
     format!("chain:{chain_id}")
 }
