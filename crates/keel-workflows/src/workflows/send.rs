@@ -494,25 +494,7 @@ mod tests {
         let db = sqlx::postgres::PgPoolOptions::new()
             .connect_lazy("postgres://postgres@127.0.0.1:5432/unused")
             .unwrap();
-        let node = Arc::new(
-            keel_chain::UpstreamPool::new(
-                ChainId(31337),
-                keel_chain::UpstreamConfig::new(vec!["http://127.0.0.1:1".to_owned()]),
-            )
-            .unwrap(),
-        );
-        let queue =
-            keel_txq::TxQueue::new(db, node.clone(), keel_txq::TxQueueConfig::default()).unwrap();
-        let chain = ChainContext {
-            chain_id: ChainId(31337),
-            node,
-            queue: Arc::new(queue),
-            contracts: crate::platform::PlatformAddresses {
-                asset_factory: Address::ZERO,
-                price_feed_factory: Address::ZERO,
-                price_resolver: Address::ZERO,
-            },
-        };
+        let chain = down_chain(db);
         let landed = Landed {
             tx_hash: Default::default(),
             block: 1,
@@ -527,6 +509,136 @@ mod tests {
             }
             other => panic!("expected an unavailable step error with a wake tag, got {other:?}"),
         }
+    }
+
+    /// Chain 31337 served from an RPC that does not answer (a closed port).
+    fn down_chain(db: sqlx::PgPool) -> ChainContext {
+        let node = Arc::new(
+            keel_chain::UpstreamPool::new(
+                ChainId(31337),
+                keel_chain::UpstreamConfig::new(vec!["http://127.0.0.1:1".to_owned()]),
+            )
+            .unwrap(),
+        );
+        let queue =
+            keel_txq::TxQueue::new(db, node.clone(), keel_txq::TxQueueConfig::default()).unwrap();
+        ChainContext {
+            chain_id: ChainId(31337),
+            node,
+            queue: Arc::new(queue),
+            contracts: crate::platform::PlatformAddresses {
+                asset_factory: Address::ZERO,
+                price_feed_factory: Address::ZERO,
+                price_resolver: Address::ZERO,
+            },
+        }
+    }
+
+    /// A workflow with one step that reads a receipt from its chain, unless `up` says
+    /// the chain is back (then the step answers without the read).
+    #[derive(Debug, Clone)]
+    struct ReadsReceipt {
+        chain: ChainContext,
+        up: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Workflow for ReadsReceipt {
+        const NAME: &'static str = "test.reads-receipt";
+        type Input = u32;
+        type Output = usize;
+        type Error = OpFailure;
+
+        async fn run(&self, ctx: &mut WorkflowContext, _: u32) -> Result<usize, Failure> {
+            let (chain, up) = (&self.chain, &self.up);
+            step_ok(
+                ctx.step("read", || async move {
+                    if up.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Ok(0);
+                    }
+                    let landed = Landed {
+                        tx_hash: Default::default(),
+                        block: 1,
+                    };
+                    find_events::<AssetFactory::AssetCreated>(chain, landed, Address::ZERO)
+                        .await
+                        .map(|events| events.len())
+                })
+                .await?,
+            )
+        }
+    }
+
+    /// Issue 32 §4: an instance suspended by the RPC-unavailable read of a served chain
+    /// that went down is resumed by the wake of `chain:<id>` (what the runner's
+    /// chain-health task does when the chain comes back up); with a recovery backoff of
+    /// an hour only the wake can resume it. A wake of another chain does nothing.
+    #[tokio::test]
+    async fn work_suspended_by_a_down_chain_read_is_resumed_by_the_chain_wake() {
+        let db = keel_store::testing::TestDatabase::create().await.unwrap();
+        let pool = db.pool().clone();
+        keel_store::migrate(&pool).await.unwrap();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let config = EngineConfig {
+            step_backoff: keel_durable::Backoff {
+                base: Duration::from_millis(1),
+                cap: Duration::from_millis(5),
+            },
+            recovery_backoff: keel_durable::Backoff {
+                base: Duration::from_secs(3600),
+                cap: Duration::from_secs(3600),
+            },
+            ..EngineConfig::default()
+        };
+        let engine = Engine::new(pool.clone(), config)
+            .unwrap()
+            .register(ReadsReceipt {
+                chain: down_chain(pool.clone()),
+                up: up.clone(),
+            });
+        let executor = engine
+            .spawn_executor(ExecutorConfig {
+                poll_interval: Duration::from_millis(100),
+                ..ExecutorConfig::default()
+            })
+            .unwrap();
+        let id = engine
+            .start::<ReadsReceipt>("read", &1, Default::default())
+            .await
+            .unwrap()
+            .instance_id;
+        let started = Instant::now();
+        let suspended = loop {
+            let _ = engine.await_idle(Duration::from_millis(200)).await;
+            let s = engine.status(id).await.unwrap();
+            if s.status == RunStatus::Suspended {
+                break s;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{s:?}");
+        };
+        assert_eq!(
+            suspended.error.expect("the suspension's error").code,
+            "RPC_UNAVAILABLE"
+        );
+        assert_eq!(
+            engine
+                .wake_suspended("chain:1", "chain-served")
+                .await
+                .unwrap(),
+            0,
+            "another chain's wake"
+        );
+        up.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            engine
+                .wake_suspended("chain:31337", "chain-served")
+                .await
+                .unwrap(),
+            1,
+            "the suspension recorded the chain's wake tag"
+        );
+        let done = settled(&engine, id).await;
+        assert_eq!(done.status, RunStatus::Completed);
+        executor.shutdown().await;
     }
 
     /// A workflow that passes the retry gate after each of three failing attempts
