@@ -12,7 +12,7 @@
 //! | `verificationGasLimit` | a deployed account: `validateUserOp(op, hash, 0)` called from the EntryPoint (with the stub signature an ECDSA account answers "invalid signature" without reverting); an account created by `factory`: `factory.call(factoryData)` from the EntryPoint's `SenderCreator`, plus [`VALIDATION_ALLOWANCE`] for the new account's validation | + 20 % |
 //! | `callGasLimit` | a deployed account: its `callData` called from the EntryPoint; one to be created: each call of its `execute` / `executeBatch` from the account's address, plus [`CALL_OVERHEAD`] per call | + 20 % |
 //! | `preVerificationGas` | the operation's share of the bundle transaction: 21000 (a bundle of one) + 16 gas per non-zero and 4 per zero byte of its ABI encoding + 18300 fixed + 4 per 32-byte word (the rundler formula) | — |
-//! | `paymasterVerificationGasLimit`, `paymasterPostOpGasLimit` | Keel's paymaster (the operation names it or none): the configured values; another paymaster: the operation's | — |
+//! | `paymasterVerificationGasLimit`, `paymasterPostOpGasLimit` | Keel's paymaster (the operation names it): the configured values (or the operation's when higher); another paymaster: the operation's; **no paymaster**: a self-paid estimate, and the answer has no paymaster fields (ERC-7769; a client such as viem copies every field it gets) | — |
 //!
 //! Gas fields, fees and the signature may be absent in the request (zero, and a
 //! well-formed 65-byte ECDSA signature by a throwaway key). A call that reverts answers `-32521` (execution reverted)
@@ -154,7 +154,7 @@ pub async fn estimate_user_operation_gas(
 ) -> Result<GasEstimate, EstimateError> {
     let mut op = op.clone();
     let (pm_verification, pm_post_op) = match (op.paymaster, sponsor) {
-        (None, Some(s)) => (s.verification_gas_limit, s.post_op_gas_limit),
+        (None, _) => (0, 0),
         (Some(p), Some(s)) if p == s.paymaster => (
             op.paymaster_verification_gas_limit
                 .max(s.verification_gas_limit),
@@ -165,17 +165,18 @@ pub async fn estimate_user_operation_gas(
             op.paymaster_post_op_gas_limit,
         ),
     };
-    if op.paymaster.is_none()
-        && let Some(s) = sponsor
+    if let (Some(p), Some(s)) = (op.paymaster, sponsor)
+        && p == s.paymaster
     {
-        op.paymaster = Some(s.paymaster);
         op.paymaster_verification_gas_limit = pm_verification;
         op.paymaster_post_op_gas_limit = pm_post_op;
-        op.paymaster_data = crate::stub_paymaster_data(ValidityWindow {
-            valid_until: 0,
-            valid_after: 0,
-        })
-        .unwrap_or_default();
+        if op.paymaster_data.is_empty() {
+            op.paymaster_data = crate::stub_paymaster_data(ValidityWindow {
+                valid_until: 0,
+                valid_after: 0,
+            })
+            .unwrap_or_default();
+        }
     }
     if op.signature.is_empty() {
         op.signature = stub_signature();
@@ -269,7 +270,10 @@ async fn sender_creator(
 /// (estimation and paymaster requests come before the operation is complete).
 fn lenient_op(v: Option<&Value>) -> Result<UserOperation, CallError> {
     let Some(Value::Object(map)) = v else {
-        return Err(CallError::invalid_params("malformed user operation"));
+        return Err(CallError::malformed(&crate::MalformedField {
+            field: "userOperation".to_owned(),
+            problem: "is not a JSON object",
+        }));
     };
     let mut map = map.clone();
     for key in [
@@ -289,8 +293,7 @@ fn lenient_op(v: Option<&Value>) -> Result<UserOperation, CallError> {
             .or_insert_with(|| json!("0x0"));
         map.entry("paymasterData").or_insert_with(|| json!("0x"));
     }
-    serde_json::from_value(Value::Object(map))
-        .map_err(|_| CallError::invalid_params("malformed user operation"))
+    crate::parse_user_operation(&Value::Object(map)).map_err(|e| CallError::malformed(&e))
 }
 
 fn entry_point_param(params: &Value, index: usize) -> Result<Address, CallError> {
@@ -338,7 +341,7 @@ fn hex(n: u128) -> String {
 fn sponsor_of(chain: &AaChain) -> Result<&crate::flow::Sponsor, CallError> {
     chain.sponsor.as_ref().ok_or(CallError {
         code: crate::Erc7769Code::RejectedByPaymaster.code(),
-        message: "no paymaster is configured on this chain",
+        message: "no paymaster is configured on this chain".into(),
         data: Some(json!({"reason": "SPONSOR_NOT_CONFIGURED"})),
     })
 }
@@ -348,29 +351,40 @@ pub(crate) async fn estimate_rpc(chain: &AaChain, params: &Value) -> Result<Valu
     let op = lenient_op(params.get(0))?;
     let ep = resolved_for_estimation(chain, entry_point_param(params, 1)?).await?;
     match estimate_user_operation_gas(&chain.pool, &ep, &op, chain.sponsor.as_ref()).await {
-        Ok(g) => Ok(json!({
-            "preVerificationGas": hex(g.pre_verification_gas),
-            "verificationGasLimit": hex(g.verification_gas_limit),
-            "callGasLimit": hex(g.call_gas_limit),
-            "paymasterVerificationGasLimit": hex(g.paymaster_verification_gas_limit),
-            "paymasterPostOpGasLimit": hex(g.paymaster_post_op_gas_limit),
-        })),
+        Ok(g) => {
+            let mut answer = json!({
+                "preVerificationGas": hex(g.pre_verification_gas),
+                "verificationGasLimit": hex(g.verification_gas_limit),
+                "callGasLimit": hex(g.call_gas_limit),
+            });
+            // ERC-7769: the paymaster limits only for an operation that names a
+            // paymaster (a client copies every field it gets, and a self-paid
+            // operation with them does not parse).
+            if op.paymaster.is_some() {
+                answer["paymasterVerificationGasLimit"] =
+                    json!(hex(g.paymaster_verification_gas_limit));
+                answer["paymasterPostOpGasLimit"] = json!(hex(g.paymaster_post_op_gas_limit));
+            }
+            Ok(answer)
+        }
         Err(EstimateError::ValidationReverted(data)) => Err(CallError {
             code: crate::Erc7769Code::RejectedByEntryPoint.code(),
-            message: "the account's validation reverted",
+            message: "the account's validation reverted".into(),
             data: Some(json!({"revert": data})),
         }),
         Err(EstimateError::CallReverted(data)) => Err(CallError {
             code: crate::Erc7769Code::ExecutionReverted.code(),
-            message: "the user operation's call reverted",
+            message: "the user operation's call reverted".into(),
             data: Some(json!({"revert": data})),
         }),
         Err(EstimateError::CallNotUnderstood) => Err(CallError::invalid_params(
             "the callData of an account to be created must be execute or executeBatch to be estimated",
         )),
-        Err(EstimateError::Malformed(_)) => {
-            Err(CallError::invalid_params("malformed user operation"))
-        }
+        Err(EstimateError::Malformed(e)) => Err(CallError {
+            code: -32602,
+            message: format!("malformed user operation: {e}").into(),
+            data: None,
+        }),
         Err(EstimateError::Chain(_)) => Err(CallError::internal()),
     }
 }
@@ -437,7 +451,7 @@ pub(crate) async fn paymaster_data_rpc(
         if let Err(refusal) = policy.evaluate(&op, spent) {
             return Err(CallError {
                 code: crate::Erc7769Code::RejectedByPaymaster.code(),
-                message: "sponsorship refused by the policy",
+                message: "sponsorship refused by the policy".into(),
                 data: Some(json!({"reason": refusal.code()})),
             });
         }

@@ -52,8 +52,8 @@ pub use paymaster::{
 pub use receipt::{UserOperationReceipt, user_operation_receipt};
 pub use rejection::{AaCode, EntryPointRejection, Erc7769Code};
 pub use user_op::{
-    EIP7702_MARKER, Eip7702Auth, PackedUserOperation, UserOpError, UserOperation, user_op_hash_v07,
-    user_op_hash_v08,
+    EIP7702_MARKER, Eip7702Auth, MalformedField, PackedUserOperation, UserOpError, UserOperation,
+    parse_user_operation, user_op_hash_v07, user_op_hash_v08,
 };
 
 /// Describes (`# HELP`, with units) every metric this crate records. Call once after

@@ -137,6 +137,32 @@ impl EntryPointRejection {
     }
 }
 
+/// The readable text of an account's, factory's or paymaster's revert data (the `inner`
+/// of `FailedOpWithRevert`): a Solidity `Error(string)` message, a `Panic(uint256)` code,
+/// or the 4-byte selector of a custom error; `None` for empty data. Only printable ASCII
+/// is kept, at most 200 characters (the text is chosen by the contract, never by Keel).
+pub fn revert_reason_text(data: &[u8]) -> Option<String> {
+    if data.is_empty() {
+        return None;
+    }
+    let text = alloy::sol_types::decode_revert_reason(data)
+        .map(|t| t.strip_prefix("revert: ").map(str::to_owned).unwrap_or(t))
+        .filter(|t| !t.is_empty());
+    let text = match text {
+        Some(t) => t,
+        None if data.len() >= 4 => {
+            format!("custom error {}", alloy::hex::encode_prefixed(&data[..4]))
+        }
+        None => return None,
+    };
+    let clean: String = text
+        .chars()
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .take(200)
+        .collect();
+    (!clean.trim().is_empty()).then_some(clean)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +214,29 @@ mod tests {
         );
         assert_eq!(r.erc7769().code(), -32501);
         assert_eq!(EntryPointRejection::decode(&[0xde, 0xad]), None);
+    }
+
+    /// Every shape of inner revert data gives a readable, bounded text.
+    #[test]
+    fn revert_reason_text_reads_every_shape() {
+        use alloy::sol_types::{Panic, Revert};
+        let msg = Revert::from("testWallet: dead signature").abi_encode();
+        assert_eq!(
+            revert_reason_text(&msg).as_deref(),
+            Some("testWallet: dead signature")
+        );
+        let panic = Panic::from(0x11u64).abi_encode();
+        let text = revert_reason_text(&panic).unwrap();
+        assert!(text.contains("overflow") || text.contains("0x11"), "{text}");
+        let custom = [0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 1];
+        assert_eq!(
+            revert_reason_text(&custom).as_deref(),
+            Some("custom error 0xdeadbeef")
+        );
+        assert_eq!(revert_reason_text(&[]), None);
+        let long = Revert::from("x".repeat(1_000)).abi_encode();
+        assert_eq!(revert_reason_text(&long).unwrap().len(), 200);
+        let control = Revert::from("a\nb\u{7}c").abi_encode();
+        assert_eq!(revert_reason_text(&control).as_deref(), Some("abc"));
     }
 }

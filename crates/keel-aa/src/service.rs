@@ -68,6 +68,9 @@ pub enum SendError {
         code: Erc7769Code,
         /// The `AAxx` reason.
         reason: String,
+        /// The revert data of the account, factory or paymaster
+        /// (`FailedOpWithRevert.inner`), when the EntryPoint passed it on.
+        revert: Option<alloy::primitives::Bytes>,
     },
     /// The chain did not answer the pre-check; retry.
     #[error("the chain did not answer")]
@@ -190,7 +193,7 @@ fn rpc_result(id: &Value, result: Value) -> Value {
 /// A JSON-RPC call's failure.
 pub(crate) struct CallError {
     pub(crate) code: i32,
-    pub(crate) message: &'static str,
+    pub(crate) message: std::borrow::Cow<'static, str>,
     pub(crate) data: Option<Value>,
 }
 
@@ -198,15 +201,24 @@ impl CallError {
     pub(crate) fn invalid_params(message: &'static str) -> Self {
         Self {
             code: -32602,
-            message,
+            message: message.into(),
             data: None,
+        }
+    }
+
+    /// `-32602` naming the field of the user operation at fault (`data.field`).
+    pub(crate) fn malformed(e: &crate::MalformedField) -> Self {
+        Self {
+            code: -32602,
+            message: e.to_string().into(),
+            data: Some(json!({ "field": e.field })),
         }
     }
 
     pub(crate) fn internal() -> Self {
         Self {
             code: -32603,
-            message: "internal error; retry",
+            message: "internal error; retry".into(),
             data: None,
         }
     }
@@ -216,29 +228,42 @@ impl From<SendError> for CallError {
     fn from(e: SendError) -> Self {
         let code = e.code();
         match e {
-            SendError::Rejected { reason, .. } => Self {
-                code,
-                message: "user operation rejected by the EntryPoint",
-                data: Some(json!({ "reason": reason })),
-            },
+            SendError::Rejected { reason, revert, .. } => {
+                let inner = revert
+                    .as_ref()
+                    .and_then(|b| crate::rejection::revert_reason_text(b));
+                let message = match &inner {
+                    Some(text) => format!("user operation rejected by the EntryPoint: {reason}: {text}"),
+                    None => format!("user operation rejected by the EntryPoint: {reason}"),
+                };
+                let mut data = json!({ "reason": reason });
+                if let Some(r) = revert {
+                    data["revertData"] = json!(r);
+                }
+                Self {
+                    code,
+                    message: message.into(),
+                    data: Some(data),
+                }
+            }
             SendError::Submit(SubmitError::ReferenceAddress) => Self {
                 code,
-                message: "the EntryPoint named is the configured reference; rebuild and re-sign the user operation against the resolved EntryPoint (eth_supportedEntryPoints)",
+                message: "the EntryPoint named is the configured reference; rebuild and re-sign the user operation against the resolved EntryPoint (eth_supportedEntryPoints)".into(),
                 data: None,
             },
             SendError::Submit(SubmitError::UnsupportedEntryPoint) => Self {
                 code,
-                message: "unsupported EntryPoint (see eth_supportedEntryPoints)",
+                message: "unsupported EntryPoint (see eth_supportedEntryPoints)".into(),
                 data: None,
             },
-            SendError::Submit(SubmitError::Malformed(_)) => Self {
+            SendError::Submit(SubmitError::Malformed(e)) => Self {
                 code,
-                message: "malformed user operation",
+                message: format!("malformed user operation: {e}").into(),
                 data: None,
             },
             SendError::Submit(SubmitError::ChainNotServed(_)) => Self {
                 code,
-                message: "chain not served",
+                message: "chain not served".into(),
                 data: None,
             },
             _ => Self::internal(),
@@ -322,6 +347,7 @@ impl AaService {
                         return Err(SendError::Rejected {
                             code: r.erc7769(),
                             reason: r.reason.chars().take(120).collect(),
+                            revert: r.inner.clone(),
                         });
                     }
                     Err(_) => return Err(SendError::Unavailable),
@@ -396,7 +422,7 @@ impl AaService {
             .await
         {
             Ok(result) => rpc_result(&id, result),
-            Err(e) => rpc_error(&id, e.code, e.message, e.data),
+            Err(e) => rpc_error(&id, e.code, &e.message, e.data),
         }
     }
 
@@ -409,7 +435,7 @@ impl AaService {
     ) -> Result<Value, CallError> {
         let chain = self.env.chain(chain_id).ok_or(CallError {
             code: -32602,
-            message: "chain not served",
+            message: "chain not served".into(),
             data: None,
         })?;
         match method {
@@ -421,11 +447,16 @@ impl AaService {
                 Ok(json!([r.resolved.address().to_checksum(None)]))
             }
             "eth_sendUserOperation" => {
-                let op: UserOperation = params
-                    .get(0)
-                    .cloned()
-                    .and_then(|v| serde_json::from_value(v).ok())
-                    .ok_or_else(|| CallError::invalid_params("malformed user operation"))?;
+                let op: UserOperation = match params.get(0) {
+                    Some(v) => {
+                        crate::parse_user_operation(v).map_err(|e| CallError::malformed(&e))?
+                    }
+                    None => {
+                        return Err(CallError::invalid_params(
+                            "expected [userOperation, entryPoint]",
+                        ));
+                    }
+                };
                 let ep: Address = params
                     .get(1)
                     .and_then(Value::as_str)
@@ -503,7 +534,7 @@ impl AaService {
             }
             _ => Err(CallError {
                 code: -32601,
-                message: "method not found",
+                message: "method not found".into(),
                 data: None,
             }),
         }

@@ -597,11 +597,11 @@ impl Serialize for UserOperation {
     }
 }
 
-impl<'de> Deserialize<'de> for UserOperation {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error as _;
-        let w = Wire::deserialize(d)?;
-        let orphan = |field, requires| D::Error::custom(UserOpError::Orphan { field, requires });
+impl TryFrom<Wire> for UserOperation {
+    type Error = UserOpError;
+
+    fn try_from(w: Wire) -> Result<Self, UserOpError> {
+        let orphan = |field, requires| UserOpError::Orphan { field, requires };
         if w.factory.is_none() && w.factory_data.as_ref().is_some_and(|d| !d.is_empty()) {
             return Err(orphan("factoryData", "factory"));
         }
@@ -620,7 +620,7 @@ impl<'de> Deserialize<'de> for UserOperation {
             ("maxFeePerGas", w.max_fee_per_gas),
             ("maxPriorityFeePerGas", w.max_priority_fee_per_gas),
         ] {
-            u128_of(fee, field).map_err(D::Error::custom)?;
+            u128_of(fee, field)?;
         }
         Ok(Self {
             sender: w.sender,
@@ -641,6 +641,130 @@ impl<'de> Deserialize<'de> for UserOperation {
             eip7702_auth: w.eip7702_auth,
         })
     }
+}
+
+impl<'de> Deserialize<'de> for UserOperation {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        Self::try_from(Wire::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
+
+/// Why a JSON user operation was refused by [`parse_user_operation`]: the ERC-7769 field at
+/// fault and what is wrong with it. Never holds a value the client sent (a field name the
+/// client invented is named only when it is a plain identifier of at most 64 characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed user operation: {field} {problem}")]
+pub struct MalformedField {
+    /// The field's JSON name, a dotted path inside `eip7702Auth`
+    /// (`eip7702Auth.chainId`), or `userOperation` for the whole value.
+    pub field: String,
+    /// What is wrong, e.g. `is missing`, `is not a 0x-prefixed hex quantity`.
+    pub problem: &'static str,
+}
+
+/// The problem text of one of this module's own serde messages, else a generic one.
+fn problem_of(message: &str) -> &'static str {
+    const KNOWN: [(&str, &str); 6] = [
+        (
+            "expected a 0x-prefixed hex quantity",
+            "is not a 0x-prefixed hex quantity",
+        ),
+        (
+            "expected 1 to 64 hex digits",
+            "must have 1 to 64 hex digits",
+        ),
+        ("expected hex digits", "is not a 0x-prefixed hex quantity"),
+        ("quantity exceeds 128 bits", "exceeds 128 bits"),
+        ("exceeds 128 bits", "exceeds 128 bits"),
+        (
+            "factory is not a 20-byte address",
+            "is not a 20-byte address or 0x7702",
+        ),
+    ];
+    KNOWN
+        .iter()
+        .find(|(m, _)| message.starts_with(m))
+        .map_or("does not have the ERC-7769 form (0x hex)", |(_, p)| p)
+}
+
+/// The backquoted name in a serde `missing field` / `unknown field` message, when it is a
+/// plain identifier (so a client's invented key is never echoed unless harmless).
+fn quoted_name(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    let name = &message[start..start + len];
+    (!name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    .then(|| name.to_owned())
+}
+
+/// Parses the ERC-7769 JSON form of a user operation (as [`UserOperation`]'s serde does),
+/// naming the field at fault when it does not parse.
+///
+/// # Errors
+/// [`MalformedField`]: the operation is not an object, a required field is missing
+/// (`sender`, `nonce`, `callData`, `callGasLimit`, `verificationGasLimit`,
+/// `preVerificationGas`, `maxFeePerGas`, `maxPriorityFeePerGas`, `signature`), a field is
+/// unknown, a value does not have its form (0x hex quantity, 20-byte address, 0x bytes),
+/// a fee exceeds 128 bits, or a factory / paymaster field is given without `factory` /
+/// `paymaster` (ERC-7769 "optional fields appear together").
+pub fn parse_user_operation(value: &serde_json::Value) -> Result<UserOperation, MalformedField> {
+    if !value.is_object() {
+        return Err(MalformedField {
+            field: "userOperation".to_owned(),
+            problem: "is not a JSON object",
+        });
+    }
+    let wire: Wire = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        if message.starts_with("missing field") {
+            let name = quoted_name(&message).unwrap_or_else(|| "userOperation".to_owned());
+            let field = if path == "." {
+                name
+            } else {
+                format!("{path}.{name}")
+            };
+            MalformedField {
+                field,
+                problem: "is missing",
+            }
+        } else if message.starts_with("unknown field") {
+            MalformedField {
+                field: quoted_name(&message).unwrap_or_else(|| "userOperation".to_owned()),
+                problem: "is not a field of a user operation (ERC-7769)",
+            }
+        } else {
+            MalformedField {
+                field: if path == "." {
+                    "userOperation".to_owned()
+                } else {
+                    path
+                },
+                problem: problem_of(&message),
+            }
+        }
+    })?;
+    UserOperation::try_from(wire).map_err(|e| match e {
+        UserOpError::Orphan { field, requires } => MalformedField {
+            field: field.to_owned(),
+            problem: if requires == "factory" {
+                "is given without factory"
+            } else {
+                "is given without paymaster"
+            },
+        },
+        UserOpError::FieldTooLarge { field } => MalformedField {
+            field: field.to_owned(),
+            problem: "exceeds 128 bits",
+        },
+        _ => MalformedField {
+            field: "userOperation".to_owned(),
+            problem: "does not pack",
+        },
+    })
 }
 
 #[cfg(test)]

@@ -1186,3 +1186,183 @@ async fn a_depleted_paymaster_deposit_opens_a_funding_request_for_the_entry_poin
     f.shutdown().await;
     Ok(())
 }
+
+/// Issue 33 §5, what a client sees. A self-paid operation (no paymaster) is estimated
+/// self-paid and the answer has no paymaster fields, so a client that copies every field
+/// it gets (viem) sends an operation that parses and lands. A malformed operation is
+/// refused naming the field (never echoing the value), for every kind of defect. A
+/// paymaster's revert reaches the message (`AA33 reverted: …`).
+#[tokio::test]
+async fn a_client_sees_self_paid_estimates_named_fields_and_revert_reasons() -> anyhow::Result<()> {
+    let f = Flow::start(1).await?;
+    f.start_queue_and_bundler()?;
+    let chain = f.chain_id();
+    let svc = keel_aa::service::AaService::new(f.env.clone(), f.engine.clone());
+    let ep = f.aa.ep().address();
+    let (owner, sender) = f.account(2).await?;
+    f.aa.provider()
+        .raw_request::<_, ()>("anvil_setBalance".into(), (sender, U256::from(ETHER)))
+        .await?;
+    let recipient = Address::with_last_byte(0x5e);
+    let op = f.aa.transfer_op(
+        owner.address(),
+        sender,
+        0,
+        true,
+        recipient,
+        U256::from(ETHER),
+    );
+    let mut wire = serde_json::to_value(&op)?;
+    let est = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "eth_estimateUserOperationGas",
+                serde_json::json!([wire, ep]),
+            ),
+        )
+        .await;
+    let est = est["result"].as_object().cloned().expect("an estimate");
+    for k in ["paymasterVerificationGasLimit", "paymasterPostOpGasLimit"] {
+        assert!(
+            !est.contains_key(k),
+            "a self-paid estimate names {k}: {est:?}"
+        );
+    }
+    // Copy every field of the answer, as viem does.
+    for (k, v) in est {
+        wire[k] = v;
+    }
+    let mut op = keel_aa::parse_user_operation(&wire)?;
+    assert_eq!(op.paymaster, None);
+    let hash = op.hash_v08(f.aa.ep())?;
+    op.signature = alloy::signers::SignerSync::sign_hash_sync(&owner, &hash)?
+        .as_bytes()
+        .to_vec()
+        .into();
+    let sent = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call("eth_sendUserOperation", serde_json::json!([op, ep])),
+        )
+        .await;
+    assert_eq!(sent["result"], serde_json::json!(hash), "{sent}");
+    let id = f.row(hash).await?.instance_id;
+    let st = f.settled(id, false).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    assert_eq!(f.events_of(hash).await?, 1);
+    assert_eq!(f.aa.token_balance(recipient).await?, U256::from(ETHER));
+
+    // Malformed operations: each defect names its field, none echoes the value.
+    let secret = "0xfeedfacefeedfacefeedface";
+    let good = serde_json::to_value(&op)?;
+    let with = |k: &str, v: serde_json::Value| {
+        let mut w = good.clone();
+        w[k] = v;
+        w
+    };
+    let without = |k: &str| {
+        let mut w = good.clone();
+        w.as_object_mut().unwrap().remove(k);
+        w
+    };
+    let cases = [
+        (without("sender"), "sender", "is missing"),
+        (
+            without("preVerificationGas"),
+            "preVerificationGas",
+            "is missing",
+        ),
+        (with("nonce", serde_json::json!("12")), "nonce", "0x"),
+        (
+            with("maxFeePerGas", serde_json::json!(format!("{secret}zz"))),
+            "maxFeePerGas",
+            "",
+        ),
+        (
+            with(
+                "maxFeePerGas",
+                serde_json::json!(format!("0x1{}", "0".repeat(40))),
+            ),
+            "maxFeePerGas",
+            "128 bits",
+        ),
+        (
+            with(
+                "callGasLimit",
+                serde_json::json!(format!("0x1{}", "0".repeat(40))),
+            ),
+            "callGasLimit",
+            "128 bits",
+        ),
+        (with("sender", serde_json::json!(secret)), "sender", ""),
+        (with("callData", serde_json::json!(12)), "callData", ""),
+        (
+            with("paymasterVerificationGasLimit", serde_json::json!("0x10")),
+            "paymasterVerificationGasLimit",
+            "without paymaster",
+        ),
+        (without("factory"), "factoryData", "without factory"),
+        (
+            with("surprise", serde_json::json!(1)),
+            "surprise",
+            "not a field",
+        ),
+        (
+            with(
+                "eip7702Auth",
+                serde_json::json!({"chainId": "0x1", "address": secret, "nonce": "0x0",
+                    "yParity": "0x0", "r": "0x1", "s": "0x1"}),
+            ),
+            "eip7702Auth.address",
+            "",
+        ),
+        (serde_json::json!([1, 2]), "userOperation", "object"),
+    ];
+    for (bad, field, problem) in cases {
+        for method in ["eth_sendUserOperation", "eth_estimateUserOperationGas"] {
+            if method == "eth_estimateUserOperationGas" && field == "preVerificationGas" {
+                continue; // estimation fills absent gas fields
+            }
+            let r = svc
+                .rpc(chain, None, &rpc_call(method, serde_json::json!([bad, ep])))
+                .await;
+            assert_eq!(r["error"]["code"], -32602, "{method} {field}: {r}");
+            let message = r["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains(field) && message.contains(problem),
+                "{method}: {message} should name {field} ({problem})"
+            );
+            assert!(!r.to_string().contains("feedface"), "value echoed: {r}");
+            if method == "eth_sendUserOperation" {
+                assert_eq!(r["error"]["data"]["field"], field, "{r}");
+            }
+        }
+    }
+
+    // A paymaster that reverts: its revert reaches the message after the AA code.
+    let mut short =
+        f.aa.transfer_op(owner.address(), sender, 1, false, recipient, U256::from(1));
+    short.paymaster = Some(f.aa.paymaster);
+    short.paymaster_data = alloy::primitives::Bytes::from_static(&[1]);
+    let hash = short.hash_v08(f.aa.ep())?;
+    short.signature = alloy::signers::SignerSync::sign_hash_sync(&owner, &hash)?
+        .as_bytes()
+        .to_vec()
+        .into();
+    let r = svc
+        .rpc(
+            chain,
+            None,
+            &rpc_call("eth_sendUserOperation", serde_json::json!([short, ep])),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32501, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("AA33 reverted: "), "{message}");
+    assert!(r["error"]["data"]["revertData"].is_string(), "{r}");
+    f.shutdown().await;
+    Ok(())
+}

@@ -275,13 +275,24 @@ fn unprocessable(code: &str, detail: impl Into<String>) -> Problem {
 
 fn send_problem(e: SendError) -> Problem {
     match e {
-        SendError::Rejected { code, reason } => unprocessable(
-            "USER_OPERATION_REJECTED",
-            format!(
-                "the EntryPoint refused the user operation ({}): {reason}",
-                code.code()
-            ),
-        ),
+        SendError::Rejected {
+            code,
+            reason,
+            revert,
+        } => {
+            let inner = revert
+                .as_ref()
+                .and_then(|b| keel_aa::rejection::revert_reason_text(b))
+                .map(|t| format!(": {t}"))
+                .unwrap_or_default();
+            unprocessable(
+                "USER_OPERATION_REJECTED",
+                format!(
+                    "the EntryPoint refused the user operation ({}): {reason}{inner}",
+                    code.code()
+                ),
+            )
+        }
         SendError::Submit(SubmitError::ReferenceAddress) => unprocessable(
             "ENTRY_POINT_NOT_RESOLVED",
             "field `entryPoint` names the configured EntryPointReference; rebuild and re-sign the user operation against the resolved EntryPoint",
@@ -355,12 +366,22 @@ pub(crate) async fn submit(
             "field `entryPoint` is not a 20-byte hex address",
         )
     })?;
-    let op: UserOperation = serde_json::from_str(req.user_operation.get()).map_err(|_| {
-        unprocessable(
-            "INVALID_FIELD",
-            "field `userOperation` is not an ERC-7769 user operation (hex quantities, paired paymaster and factory fields)",
-        )
-    })?;
+    let op: UserOperation = serde_json::from_str::<serde_json::Value>(req.user_operation.get())
+        .ok()
+        .ok_or_else(|| {
+            unprocessable(
+                "INVALID_FIELD",
+                "field `userOperation` is not an ERC-7769 user operation (hex quantities, paired paymaster and factory fields)",
+            )
+        })
+        .and_then(|v| {
+            keel_aa::parse_user_operation(&v).map_err(|e| {
+                unprocessable(
+                    "INVALID_FIELD",
+                    format!("field `userOperation.{}` {}", e.field, e.problem),
+                )
+            })
+        })?;
     let s = svc
         .send(req.chain_id, entry_point, op, Some(caller.organization_id))
         .await

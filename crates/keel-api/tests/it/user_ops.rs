@@ -199,6 +199,10 @@ async fn rest_submission_refuses_with_typed_codes_and_reads_by_hash() {
         )
         .await;
     assert_problem(&a, 422, "INVALID_FIELD", "malformed operation");
+    // The detail names the field at fault, never its value (issue 33 §5).
+    let detail = a.body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("userOperation.sender"), "{detail}");
+    assert!(!detail.contains("0x12"), "{detail}");
     let a = env
         .post(
             &env.key_a,
