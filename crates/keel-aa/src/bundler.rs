@@ -445,11 +445,27 @@ impl Bundler {
     }
 
     /// Packs ready operations into one bundle and enqueues it (see the module docs);
-    /// the number of operations moved (bundled or ended alone).
+    /// the number of operations moved (bundled or ended alone). In the manual mode of
+    /// the `debug_bundler_*` namespace ([`crate::debug`]) it does nothing unless a
+    /// bundle was asked for, and clears that request once the bundle is enqueued.
     ///
     /// # Errors
     /// [`BundlerError`]; a failure before the commit writes nothing of the bundle.
     pub async fn bundle_pass(&self) -> Result<u64, BundlerError> {
+        let chain_id = chain_id_i64(self.chain_id);
+        let (manual, send_now) = store::bundler_control_get(&self.env.db, chain_id).await?;
+        if manual && !send_now {
+            return Ok(0);
+        }
+        let moved = self.pack_and_enqueue().await?;
+        if send_now {
+            store::bundler_control_send_now(&self.env.db, chain_id, false).await?;
+        }
+        Ok(moved)
+    }
+
+    /// The body of [`Bundler::bundle_pass`].
+    async fn pack_and_enqueue(&self) -> Result<u64, BundlerError> {
         let db = &self.env.db;
         let chain = self.chain()?;
         let max = self.config.max_operations.max(1);

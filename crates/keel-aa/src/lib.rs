@@ -27,9 +27,11 @@
 //! - [`estimate`]: `eth_estimateUserOperationGas` and the ERC-7677 paymaster methods.
 //! - [`runway`]: the paymaster's EntryPoint deposit runway (funding requests).
 //! - [`service`]: what the Platform API calls (the ERC-7769 JSON-RPC methods, REST reads).
+//! - [`debug`]: the `debug_bundler_*` namespace of the conformance suite (off by default).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod bundler;
+pub mod debug;
 pub mod entry_point;
 pub mod estimate;
 pub mod flow;

@@ -46,6 +46,7 @@ use uuid::Uuid;
 pub struct AaService {
     env: Arc<AaEnv>,
     engine: Engine,
+    debug_namespace: bool,
 }
 
 impl std::fmt::Debug for AaService {
@@ -286,7 +287,20 @@ fn hex_u64(n: u64) -> String {
 impl AaService {
     /// The service over `env`, starting workflows on `engine`.
     pub fn new(env: Arc<AaEnv>, engine: Engine) -> Self {
-        Self { env, engine }
+        Self {
+            env,
+            engine,
+            debug_namespace: false,
+        }
+    }
+
+    /// The same service answering the `debug_bundler_*` methods ([`crate::debug`]) when
+    /// `on` (configuration `aa.debugNamespace`; off by default: they let a client change
+    /// the bundling mode and drop operations).
+    #[must_use]
+    pub fn with_debug_namespace(mut self, on: bool) -> Self {
+        self.debug_namespace = on;
+        self
     }
 
     /// The served chain ids.
@@ -531,6 +545,15 @@ impl AaService {
                     params,
                 )
                 .await
+            }
+            m if self.debug_namespace && m.starts_with("debug_bundler_") => {
+                crate::debug::dispatch(&self.env, &self.engine, chain, chain_id, m, params)
+                    .await
+                    .unwrap_or(Err(CallError {
+                        code: -32601,
+                        message: "method not found".into(),
+                        data: None,
+                    }))
             }
             _ => Err(CallError {
                 code: -32601,

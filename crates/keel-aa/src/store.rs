@@ -660,3 +660,105 @@ pub async fn deposit_requests_open(
     .fetch_all(db)
     .await?)
 }
+
+// ---- aa_bundler_control (migration 0080, the debug_bundler_* namespace) ----
+
+/// The bundler controls of a chain: `(manual, send_now)`; `(false, false)` without a row
+/// (automatic bundling).
+///
+/// # Errors
+/// [`StoreError`] when the database fails.
+pub async fn bundler_control_get(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+) -> StoreResult<(bool, bool)> {
+    let row: Option<(bool, bool)> =
+        sqlx::query_as("SELECT manual, send_now FROM aa_bundler_control WHERE chain_id = $1")
+            .bind(chain_id)
+            .fetch_optional(db)
+            .await?;
+    Ok(row.unwrap_or((false, false)))
+}
+
+/// Sets the chain's bundling mode (`manual` true: bundles only on request); clears a
+/// pending send-now request.
+///
+/// # Errors
+/// [`StoreError`] when the database fails.
+pub async fn bundler_control_set_manual(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    manual: bool,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO aa_bundler_control (chain_id, manual, send_now) VALUES ($1, $2, false)
+         ON CONFLICT (chain_id) DO UPDATE SET manual = $2, send_now = false, updated_at = now()",
+    )
+    .bind(chain_id)
+    .bind(manual)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Raises (`true`) or clears (`false`) the chain's send-now request.
+///
+/// # Errors
+/// [`StoreError`] when the database fails.
+pub async fn bundler_control_send_now(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    raise: bool,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO aa_bundler_control (chain_id, send_now) VALUES ($1, $2)
+         ON CONFLICT (chain_id) DO UPDATE SET send_now = $2, updated_at = now()",
+    )
+    .bind(chain_id)
+    .bind(raise)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The chain's operations not yet in a bundle (`accepted` or `ready`), oldest first, at
+/// most `limit`.
+///
+/// # Errors
+/// [`StoreError`] when the database fails.
+pub async fn user_operations_pending(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    limit: i64,
+) -> StoreResult<Vec<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation WHERE chain_id = $1 AND state IN ('accepted', 'ready') \
+         ORDER BY created_at, user_op_hash LIMIT $2"
+    ))
+    .bind(chain_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The newest bundle of the chain created at or after `since` (database clock) and its
+/// state (`submitted`, `included`, `failed`), when there is one.
+///
+/// # Errors
+/// [`StoreError`] when the database fails.
+pub async fn bundle_latest_since(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    since: chrono::DateTime<chrono::Utc>,
+) -> StoreResult<Option<(Uuid, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT id, state FROM aa_bundle WHERE chain_id = $1 AND created_at >= $2
+         ORDER BY created_at DESC LIMIT 1",
+    )
+    .bind(chain_id)
+    .bind(since)
+    .fetch_optional(db)
+    .await?)
+}

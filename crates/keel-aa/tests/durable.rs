@@ -1366,3 +1366,134 @@ async fn a_client_sees_self_paid_estimates_named_fields_and_revert_reasons() -> 
     f.shutdown().await;
     Ok(())
 }
+
+/// Polls the operation's row until it is in `state` (a probe of the database, at most
+/// 30 s).
+async fn row_in_state(
+    f: &Flow,
+    hash: B256,
+    state: &str,
+) -> anyhow::Result<store::UserOperationRow> {
+    for _ in 0..600 {
+        let row = f.row(hash).await?;
+        if row.state == state {
+            return Ok(row);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("operation {hash} never reached {state}")
+}
+
+/// Issue 33 §5, the `debug_bundler_*` namespace the conformance suite drives: off by
+/// default (-32601); in manual mode the bundler leaves ready operations alone until
+/// `sendBundleNow`, which answers once the bundle is settled; `dumpMempool` lists what is
+/// not yet bundled; `clearMempool` ends it `CLEARED_BY_DEBUG` with the workflow told;
+/// `getStakeStatus` reads the EntryPoint's stake; back to `auto`, bundling resumes.
+#[tokio::test]
+async fn the_debug_bundler_namespace_drives_manual_bundling() -> anyhow::Result<()> {
+    let f = Flow::start(1).await?;
+    let queue = f.queue();
+    let cancel = f.cancel.clone();
+    tokio::spawn(async move { queue.run(cancel).await });
+    let chain = f.chain_id();
+    let ep = f.aa.ep().address();
+    let off = keel_aa::service::AaService::new(f.env.clone(), f.engine.clone());
+    let r = off
+        .rpc(
+            chain,
+            None,
+            &rpc_call(
+                "debug_bundler_setBundlingMode",
+                serde_json::json!(["manual"]),
+            ),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32601, "off by default: {r}");
+    let svc = off.clone().with_debug_namespace(true);
+    let call = |method: &'static str, params: serde_json::Value| {
+        let svc = svc.clone();
+        async move { svc.rpc(chain, None, &rpc_call(method, params)).await }
+    };
+    let r = call(
+        "debug_bundler_setBundlingMode",
+        serde_json::json!(["sometimes"]),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = call(
+        "debug_bundler_setBundlingMode",
+        serde_json::json!(["manual"]),
+    )
+    .await;
+    assert_eq!(r["result"], "ok", "{r}");
+
+    let (owner, sender) = f.account(2).await?;
+    let (op, hash) = f
+        .transfer(&owner, sender, 0, Address::with_last_byte(0x61), 1)
+        .await?;
+    f.submit(op.clone()).await?;
+    row_in_state(&f, hash, store::state::READY).await?;
+    // Manual: a pass of the bundler leaves it ready.
+    let bundler = Bundler::new(
+        f.env.clone(),
+        f.engine.clone(),
+        chain,
+        BundlerConfig::default(),
+    )?;
+    assert_eq!(bundler.bundle_pass().await?, 0);
+    assert_eq!(f.row(hash).await?.state, store::state::READY);
+    let r = call("debug_bundler_dumpMempool", serde_json::json!([ep])).await;
+    assert_eq!(r["result"], serde_json::json!([op]), "{r}");
+    let r = call(
+        "debug_bundler_dumpMempool",
+        serde_json::json!([Address::with_last_byte(9)]),
+    )
+    .await;
+    assert_eq!(r["result"], serde_json::json!([]), "{r}");
+    // sendBundleNow answers once the bundle settled: the operation is included.
+    f.start_bundler()?;
+    let r = call("debug_bundler_sendBundleNow", serde_json::json!([])).await;
+    assert_eq!(r["result"], "ok", "{r}");
+    assert_eq!(f.row(hash).await?.state, store::state::INCLUDED);
+    assert_eq!(f.events_of(hash).await?, 1);
+    let r = call("debug_bundler_dumpMempool", serde_json::json!([ep])).await;
+    assert_eq!(r["result"], serde_json::json!([]), "{r}");
+
+    // clearMempool: a ready operation ends failed, its workflow told once.
+    let (op2, hash2) = f
+        .transfer(&owner, sender, 1, Address::with_last_byte(0x62), 1)
+        .await?;
+    let s2 = f.submit(op2).await?;
+    row_in_state(&f, hash2, store::state::READY).await?;
+    let r = call("debug_bundler_clearMempool", serde_json::json!([])).await;
+    assert_eq!(r["result"], "ok", "{r}");
+    let row = f.row(hash2).await?;
+    assert_eq!(row.state, store::state::FAILED);
+    assert_eq!(row.error_reason.as_deref(), Some("CLEARED_BY_DEBUG"));
+    let st = f.settled(s2.instance_id, false).await?;
+    assert_eq!(st.status, RunStatus::Failed, "{st:?}");
+    assert_eq!(failure(&st).reason, "CLEARED_BY_DEBUG");
+    assert_eq!(f.events_of(hash2).await?, 0);
+
+    // Stake status: the paymaster has a deposit and no stake.
+    let r = call(
+        "debug_bundler_getStakeStatus",
+        serde_json::json!([f.aa.paymaster, ep]),
+    )
+    .await;
+    assert_eq!(r["result"]["isStaked"], false, "{r}");
+    assert_eq!(r["result"]["stakeInfo"]["stake"], "0x0", "{r}");
+
+    // Back to auto: the running bundler bundles without being asked.
+    let r = call("debug_bundler_setBundlingMode", serde_json::json!(["auto"])).await;
+    assert_eq!(r["result"], "ok", "{r}");
+    let (op3, hash3) = f
+        .transfer(&owner, sender, 1, Address::with_last_byte(0x63), 1)
+        .await?;
+    let s3 = f.submit(op3).await?;
+    let st = f.settled(s3.instance_id, false).await?;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    assert_eq!(f.events_of(hash3).await?, 1);
+    f.shutdown().await;
+    Ok(())
+}

@@ -62,6 +62,11 @@ pub struct AaSettings {
     pub runway_interval_secs: u64,
     /// `aa.sponsorship`: the sponsorship policies.
     pub sponsorship: SponsorshipSettings,
+    /// Whether the api role answers the `debug_bundler_*` JSON-RPC methods
+    /// ([`keel_aa::debug`]: bundling mode, send a bundle now, dump or clear the mempool,
+    /// stake status), which the ERC-4337 conformance suite drives (default false; never
+    /// on a production deployment: a caller can stop bundling and drop operations).
+    pub debug_namespace: bool,
 }
 
 impl Default for AaSettings {
@@ -79,6 +84,7 @@ impl Default for AaSettings {
             runway_minimum_wei: "100000000000000000".to_owned(),
             runway_interval_secs: 60,
             sponsorship: SponsorshipSettings::default(),
+            debug_namespace: false,
         }
     }
 }
@@ -620,5 +626,11 @@ pub async fn api_service(
             }
         });
     }
-    Ok(Some(keel_aa::service::AaService::new(env, engine)))
+    if settings.debug_namespace {
+        tracing::warn!(target: "keel::aa", "aa.debugNamespace is on: the debug_bundler_* methods let any operate key change the bundling mode and drop user operations; never on a production deployment");
+    }
+    Ok(Some(
+        keel_aa::service::AaService::new(env, engine)
+            .with_debug_namespace(settings.debug_namespace),
+    ))
 }

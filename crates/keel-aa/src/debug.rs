@@ -1,0 +1,252 @@
+//! The `debug_bundler_*` JSON-RPC namespace (the eth-infinitism bundler-spec-tests'
+//! control methods), served only when `aa.debugNamespace` is set (off by default: a
+//! production bundler must not let a client change its mode or drop operations). Every
+//! method acts on the route's chain:
+//!
+//! | method | params | answer |
+//! |---|---|---|
+//! | `debug_bundler_setBundlingMode` | `["manual"]` or `["auto"]` | `"ok"`: in manual mode the bundler ([`crate::bundler::Bundler`]) bundles only when asked |
+//! | `debug_bundler_sendBundleNow` | `[]` | `"ok"` once the bundle of the operations ready now is settled (included or failed) by the runner, or at once when none is ready; `-32603` after [`SEND_BUNDLE_NOW_WAIT`] |
+//! | `debug_bundler_dumpMempool` | `[entryPoint]` | the operations accepted or ready (not yet in a bundle) of that EntryPoint, oldest first, in the ERC-7769 form |
+//! | `debug_bundler_clearMempool` / `debug_bundler_clearState` | `[]` | `"ok"`: every operation not yet in a bundle ends `failed` with reason `CLEARED_BY_DEBUG`, its workflow told once |
+//! | `debug_bundler_getStakeStatus` | `[address, entryPoint]` | `{stakeInfo: {addr, stake, unstakeDelaySec}, isStaked}` from `EntryPoint.getDepositInfo`; staked = stake ≥ [`MIN_STAKE_WEI`] and delay ≥ [`MIN_UNSTAKE_DELAY_SECS`] (ERC-7562) |
+//!
+//! The controls live in `aa_bundler_control` (migration 0080), so they reach the runner's
+//! bundler whatever process serves the API.
+
+use crate::flow::{AaChain, AaEnv, OUTCOME_SIGNAL, OutcomeSignal, chain_id_i64};
+use crate::service::CallError;
+use crate::store;
+use alloy::primitives::{Address, TxKind, U256};
+use alloy::rpc::types::{BlockNumberOrTag, TransactionInput, TransactionRequest};
+use alloy::sol_types::SolCall;
+use keel_durable::{Actor, DurableError, Engine};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// How long `debug_bundler_sendBundleNow` waits for the runner's bundler to enqueue and
+/// settle the bundle.
+pub const SEND_BUNDLE_NOW_WAIT: Duration = Duration::from_secs(30);
+/// ERC-7562 `MIN_STAKE_VALUE` used by `getStakeStatus`, wei (1 ether; chain-specific in
+/// the standard, the value of the spec tests' chain).
+pub const MIN_STAKE_WEI: u128 = 1_000_000_000_000_000_000;
+/// ERC-7562 `MIN_UNSTAKE_DELAY`, seconds (one day).
+pub const MIN_UNSTAKE_DELAY_SECS: u64 = 86_400;
+/// The actor recorded with the outcome signals of cleared operations.
+pub const DEBUG_ACTOR: &str = "aa-debug";
+
+alloy::sol! {
+    /// The EntryPoint's `StakeManager` view (ERC-4337 `IStakeManager`).
+    interface IStakeManagerView {
+        /// An entity's deposit and stake.
+        struct DepositInfo {
+            uint256 deposit;
+            bool staked;
+            uint112 stake;
+            uint32 unstakeDelaySec;
+            uint48 withdrawTime;
+        }
+        /// `account`'s deposit and stake.
+        function getDepositInfo(address account) external view returns (DepositInfo memory info);
+    }
+}
+
+fn internal<E>(_: E) -> CallError {
+    CallError::internal()
+}
+
+fn address_param(params: &Value, index: usize, what: &'static str) -> Result<Address, CallError> {
+    params
+        .get(index)
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| CallError::invalid_params(what))
+}
+
+/// Answers one `debug_bundler_*` call on `chain_id` (see the module docs); `None` for a
+/// method of another namespace.
+pub(crate) async fn dispatch(
+    env: &AaEnv,
+    engine: &Engine,
+    chain: &AaChain,
+    chain_id: u64,
+    method: &str,
+    params: &Value,
+) -> Option<Result<Value, CallError>> {
+    let id = chain_id_i64(chain_id);
+    let db = &env.db;
+    Some(match method {
+        "debug_bundler_setBundlingMode" => match params.get(0).and_then(Value::as_str) {
+            Some(mode @ ("manual" | "auto")) => {
+                store::bundler_control_set_manual(db, id, mode == "manual")
+                    .await
+                    .map(|()| json!("ok"))
+                    .map_err(internal)
+            }
+            _ => Err(CallError::invalid_params(
+                "expected [\"manual\"] or [\"auto\"]",
+            )),
+        },
+        "debug_bundler_sendBundleNow" => send_bundle_now(env, chain_id).await,
+        "debug_bundler_dumpMempool" => dump_mempool(env, chain, chain_id, params).await,
+        "debug_bundler_clearMempool" | "debug_bundler_clearState" => {
+            clear_mempool(env, engine, chain_id).await
+        }
+        "debug_bundler_getStakeStatus" => stake_status(chain, params).await,
+        _ => return None,
+    })
+}
+
+async fn send_bundle_now(env: &AaEnv, chain_id: u64) -> Result<Value, CallError> {
+    let id = chain_id_i64(chain_id);
+    let db = &env.db;
+    let ready = store::user_operations_pending(db, id, 1)
+        .await
+        .map_err(internal)?;
+    if ready.is_empty() {
+        return Ok(json!("ok"));
+    }
+    let since: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(db)
+        .await
+        .map_err(internal)?;
+    store::bundler_control_send_now(db, id, true)
+        .await
+        .map_err(internal)?;
+    let deadline = tokio::time::Instant::now() + SEND_BUNDLE_NOW_WAIT;
+    let mut probe = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        probe.tick().await;
+        let (_, pending) = store::bundler_control_get(db, id).await.map_err(internal)?;
+        if !pending {
+            match store::bundle_latest_since(db, id, since)
+                .await
+                .map_err(internal)?
+            {
+                None => return Ok(json!("ok")),
+                Some((_, state)) if state != "submitted" => return Ok(json!("ok")),
+                Some(_) => {}
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CallError {
+                code: -32603,
+                message: "the runner's bundler did not settle a bundle in time; retry".into(),
+                data: None,
+            });
+        }
+    }
+}
+
+async fn dump_mempool(
+    env: &AaEnv,
+    chain: &AaChain,
+    chain_id: u64,
+    params: &Value,
+) -> Result<Value, CallError> {
+    let named = address_param(params, 0, "expected [entryPoint]")?;
+    let resolved = crate::resolve_entry_point(&chain.pool, chain.directory)
+        .await
+        .map_err(internal)?;
+    if !resolved.accepts_for_estimation(named) {
+        return Ok(json!([]));
+    }
+    let rows = store::user_operations_pending(&env.db, chain_id_i64(chain_id), 10_000)
+        .await
+        .map_err(internal)?;
+    Ok(Value::Array(
+        rows.into_iter().map(|r| r.user_operation).collect(),
+    ))
+}
+
+async fn clear_mempool(env: &AaEnv, engine: &Engine, chain_id: u64) -> Result<Value, CallError> {
+    let id = chain_id_i64(chain_id);
+    let code = crate::Erc7769Code::RejectedByEntryPoint.code();
+    let reason = "CLEARED_BY_DEBUG";
+    loop {
+        let rows = store::user_operations_pending(&env.db, id, 500)
+            .await
+            .map_err(internal)?;
+        if rows.is_empty() {
+            return Ok(json!("ok"));
+        }
+        for row in rows {
+            let mut tx = env.db.begin().await.map_err(internal)?;
+            if store::user_operation_end(
+                &mut *tx,
+                row.chain_id,
+                &row.user_op_hash,
+                store::state::FAILED,
+                code,
+                reason,
+            )
+            .await
+            .map_err(internal)?
+            {
+                let outcome = OutcomeSignal {
+                    state: store::state::FAILED.to_owned(),
+                    success: None,
+                    actual_gas_cost: None,
+                    actual_gas_used: None,
+                    tx_hash: None,
+                    block_number: None,
+                    error_code: Some(code),
+                    error_reason: Some(reason.to_owned()),
+                };
+                let payload = serde_json::to_value(&outcome).map_err(internal)?;
+                match engine
+                    .signal_in_as(
+                        &mut tx,
+                        row.instance_id,
+                        OUTCOME_SIGNAL,
+                        "debug-clear",
+                        &payload,
+                        &Actor::system(DEBUG_ACTOR),
+                    )
+                    .await
+                {
+                    Ok(_)
+                    | Err(DurableError::InstanceEnded { .. } | DurableError::InstanceNotFound(_)) =>
+                        {}
+                    Err(e) => return Err(internal(e)),
+                }
+            }
+            tx.commit().await.map_err(internal)?;
+        }
+    }
+}
+
+async fn stake_status(chain: &AaChain, params: &Value) -> Result<Value, CallError> {
+    let addr = address_param(params, 0, "expected [address, entryPoint]")?;
+    let named = address_param(params, 1, "expected [address, entryPoint]")?;
+    let resolved = crate::resolve_entry_point(&chain.pool, chain.directory)
+        .await
+        .map_err(internal)?;
+    if !resolved.accepts_for_estimation(named) {
+        return Err(CallError::invalid_params(
+            "unsupported EntryPoint (see eth_supportedEntryPoints)",
+        ));
+    }
+    let call = IStakeManagerView::getDepositInfoCall { account: addr };
+    let tx = TransactionRequest {
+        to: Some(TxKind::Call(resolved.resolved.address())),
+        input: TransactionInput::new(call.abi_encode().into()),
+        ..Default::default()
+    };
+    let out = chain
+        .pool
+        .call(&tx, BlockNumberOrTag::Latest)
+        .await
+        .map_err(internal)?;
+    let info = IStakeManagerView::getDepositInfoCall::abi_decode_returns(&out).map_err(internal)?;
+    let stake = U256::from(info.stake);
+    let delay = u64::from(info.unstakeDelaySec);
+    Ok(json!({
+        "stakeInfo": {
+            "addr": addr.to_checksum(None),
+            "stake": format!("{stake:#x}"),
+            "unstakeDelaySec": format!("{delay:#x}"),
+        },
+        "isStaked": stake >= U256::from(MIN_STAKE_WEI) && delay >= MIN_UNSTAKE_DELAY_SECS,
+    }))
+}
