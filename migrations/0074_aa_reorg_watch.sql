@@ -1,0 +1,33 @@
+-- keel-aa: user operations are watched until their bundle's block is final (issue 33 §2).
+--
+-- A bundle's queue verdict used to end its operations at once (`included`, reported to
+-- the workflow); a reorg after the verdict went unnoticed. Now an included operation
+-- stays watched while its bundle's queue request is (keel-txq's watch, migration 0065):
+-- a re-included bundle updates its operations' transaction, block and receipt fields; a
+-- bundle taken out for good puts its operations back to `ready` (or ends them); the
+-- workflow is told only once the block is final.
+--
+-- aa_user_operation.finalized_at  database clock when the operation's inclusion was
+--                                  found final and reported to its workflow; NULL while
+--                                  an `included` operation is still watched
+-- aa_bundle.state                  adds `final` (included, its block final, its
+--                                  operations reported) and `reorged` (included once,
+--                                  then taken out for good or re-mined without its
+--                                  operations: they went back to `ready` or ended)
+--
+-- Additive: a nullable column, a widened CHECK, partial indexes; rows included before
+-- this migration were reported already and are marked final.
+
+ALTER TABLE aa_user_operation ADD COLUMN finalized_at TIMESTAMPTZ;
+
+UPDATE aa_user_operation SET finalized_at = updated_at WHERE state = 'included';
+
+ALTER TABLE aa_bundle DROP CONSTRAINT aa_bundle_state_check;
+ALTER TABLE aa_bundle ADD CONSTRAINT aa_bundle_state_check
+    CHECK (state IN ('submitted', 'included', 'final', 'reorged', 'failed'));
+
+UPDATE aa_bundle SET state = 'final' WHERE state = 'included';
+
+CREATE INDEX aa_bundle_watched ON aa_bundle (chain_id, created_at) WHERE state = 'included';
+CREATE INDEX aa_user_operation_unfinal ON aa_user_operation (chain_id, updated_at)
+    WHERE state = 'included' AND finalized_at IS NULL;
