@@ -10,24 +10,29 @@
 -- aa_user_operation.finalized_at  database clock when the operation's inclusion was
 --                                  found final and reported to its workflow; NULL while
 --                                  an `included` operation is still watched
--- aa_bundle.state                  adds `final` (included, its block final, its
---                                  operations reported) and `reorged` (included once,
---                                  then taken out for good or re-mined without its
---                                  operations: they went back to `ready` or ended)
+-- aa_bundle.final_at              database clock when an `included` bundle's block was
+--                                  found final (its operations reported); NULL while
+--                                  it is watched
+-- aa_bundle.state                  adds `reorged` (included once, then taken out for
+--                                  good or re-mined without its operations: they went
+--                                  back to `ready`, ended, or were found elsewhere)
 --
--- Additive: a nullable column, a widened CHECK, partial indexes; rows included before
+-- Additive: nullable columns, a widened CHECK, partial indexes; rows included before
 -- this migration were reported already and are marked final.
 
 ALTER TABLE aa_user_operation ADD COLUMN finalized_at TIMESTAMPTZ;
 
 UPDATE aa_user_operation SET finalized_at = updated_at WHERE state = 'included';
 
+ALTER TABLE aa_bundle ADD COLUMN final_at TIMESTAMPTZ;
+
+UPDATE aa_bundle SET final_at = updated_at WHERE state = 'included';
+
 ALTER TABLE aa_bundle DROP CONSTRAINT aa_bundle_state_check;
 ALTER TABLE aa_bundle ADD CONSTRAINT aa_bundle_state_check
-    CHECK (state IN ('submitted', 'included', 'final', 'reorged', 'failed'));
+    CHECK (state IN ('submitted', 'included', 'reorged', 'failed'));
 
-UPDATE aa_bundle SET state = 'final' WHERE state = 'included';
-
-CREATE INDEX aa_bundle_watched ON aa_bundle (chain_id, created_at) WHERE state = 'included';
+CREATE INDEX aa_bundle_watched ON aa_bundle (chain_id, created_at)
+    WHERE state = 'included' AND final_at IS NULL;
 CREATE INDEX aa_user_operation_unfinal ON aa_user_operation (chain_id, updated_at)
     WHERE state = 'included' AND finalized_at IS NULL;

@@ -23,7 +23,7 @@
 //!     `bundled` (the queue re-broadcasts the same bytes while the bundler's nonce is
 //!     free); once the queue marked it final (`final_at`), each operation is reported
 //!     with [`crate::flow::OUTCOME_SIGNAL`] **in the transaction that sets its
-//!     `finalized_at`** (dedupe `final:<bundle id>`) and the bundle is `final`; taken out
+//!     `finalized_at`** (dedupe `final:<bundle id>`) and the bundle's `final_at` is set; taken out
 //!     for good (`REORGED_OUT`) or re-mined reverted / without an operation's
 //!     `UserOperationEvent`, its operations are released and the bundle is `reorged`.
 //!   - *released*: an operation whose nonce the EntryPoint has not passed
@@ -436,8 +436,11 @@ impl Bundler {
                     };
                     let final_now = view.final_at.is_some() && receipt.block_number == Some(*block);
                     for l in &ops {
-                        let fate = match user_operation_receipt(&receipt, &l.resolution.resolved, l.hash)
-                        {
+                        let fate = match user_operation_receipt(
+                            &receipt,
+                            &l.resolution.resolved,
+                            l.hash,
+                        ) {
                             Some(r) => Fate::In(Found::of(&r), final_now),
                             None => self.release(chain, l, final_block).await?,
                         };
@@ -463,7 +466,11 @@ impl Bundler {
                 self.apply(&mut tx, l, bundle.id, fate, &mut counts).await?;
             }
             let (h, b, bh) = match &settled_tx {
-                Some((h, b, bh)) => (Some(h.as_slice()), i64::try_from(*b).ok(), bh.as_ref().map(|x| x.as_slice())),
+                Some((h, b, bh)) => (
+                    Some(h.as_slice()),
+                    i64::try_from(*b).ok(),
+                    bh.as_ref().map(|x| x.as_slice()),
+                ),
                 None => (None, None, None),
             };
             store::bundle_settle(&mut *tx, bundle.id, end_state, h, b, bh).await?;
@@ -490,8 +497,7 @@ impl Bundler {
     async fn watch_included(&self, final_block: &mut Option<u64>) -> Result<u64, BundlerError> {
         let db = &self.env.db;
         let chain = self.chain()?;
-        let bundles =
-            store::bundles_watched(db, chain_id_i64(self.chain_id), WATCH_BATCH).await?;
+        let bundles = store::bundles_watched(db, chain_id_i64(self.chain_id), WATCH_BATCH).await?;
         if bundles.is_empty() {
             return Ok(0);
         }
@@ -514,6 +520,7 @@ impl Bundler {
             let mut fates = Vec::with_capacity(ops.len());
             // The bundle's next state and transaction as the chain shows it.
             let mut next = store::bundle_state::INCLUDED;
+            let mut finalized = false;
             let mut seen: Option<(B256, u64, Option<B256>)> = None;
             match &view.verdict {
                 Some(
@@ -537,8 +544,8 @@ impl Bundler {
                             next = store::bundle_state::REORGED;
                         }
                         Some(receipt) => {
-                            let final_now = view.final_at.is_some()
-                                && receipt.block_number == Some(*block);
+                            let final_now =
+                                view.final_at.is_some() && receipt.block_number == Some(*block);
                             for l in &ops {
                                 let fate = match user_operation_receipt(
                                     &receipt,
@@ -553,9 +560,7 @@ impl Bundler {
                             if let Some(b) = receipt.block_number {
                                 seen = Some((receipt.transaction_hash, b, receipt.block_hash));
                             }
-                            if final_now {
-                                next = store::bundle_state::FINAL;
-                            }
+                            finalized = final_now;
                         }
                     }
                 }
@@ -578,7 +583,7 @@ impl Bundler {
                     || bundle.block_hash.as_deref() != bh.as_ref().map(|x| x.as_slice())
             });
             let ops_change = ops.iter().zip(&fates).any(|(l, f)| f.changes(&l.row));
-            if !ops_change && !moved && next == store::bundle_state::INCLUDED {
+            if !ops_change && !moved && !finalized && next == store::bundle_state::INCLUDED {
                 continue;
             }
             let mut tx = db.begin().await?;
@@ -594,7 +599,7 @@ impl Bundler {
                 ),
                 None => (None, None, None),
             };
-            store::bundle_watch_update(&mut *tx, bundle.id, next, h, b, bh).await?;
+            store::bundle_watch_update(&mut *tx, bundle.id, next, finalized, h, b, bh).await?;
             tx.commit().await?;
             if moved {
                 tracing::warn!(target: "keel::aa::bundler", chain_id = self.chain_id, bundle = %bundle.id,
@@ -604,7 +609,7 @@ impl Bundler {
                 count_bundle(self.chain_id, "reorged");
                 tracing::warn!(target: "keel::aa::bundler", chain_id = self.chain_id, bundle = %bundle.id,
                     "a reorg took an included bundle out for good; its operations were released");
-            } else if next == store::bundle_state::FINAL {
+            } else if finalized {
                 count_bundle(self.chain_id, "final");
             }
             counts.record(self.chain_id);
@@ -622,12 +627,9 @@ impl Bundler {
     ) -> Result<u64, BundlerError> {
         let db = &self.env.db;
         let chain = self.chain()?;
-        let rows = store::user_operations_found_elsewhere(
-            db,
-            chain_id_i64(self.chain_id),
-            WATCH_BATCH,
-        )
-        .await?;
+        let rows =
+            store::user_operations_found_elsewhere(db, chain_id_i64(self.chain_id), WATCH_BATCH)
+                .await?;
         let mut changed = 0;
         for row in rows {
             let Some(bundle_id) = row.bundle_id else {
@@ -642,7 +644,13 @@ impl Bundler {
             else {
                 continue;
             };
-            let receipt = chain.pool.receipts(&[tx_hash]).await?.into_iter().next().flatten();
+            let receipt = chain
+                .pool
+                .receipts(&[tx_hash])
+                .await?
+                .into_iter()
+                .next()
+                .flatten();
             let fate = match receipt
                 .as_ref()
                 .and_then(|r| user_operation_receipt(r, &l.resolution.resolved, l.hash))
@@ -659,7 +667,8 @@ impl Bundler {
             }
             let mut tx = db.begin().await?;
             let mut counts = Counts::default();
-            self.apply(&mut tx, &l, bundle_id, &fate, &mut counts).await?;
+            self.apply(&mut tx, &l, bundle_id, &fate, &mut counts)
+                .await?;
             tx.commit().await?;
             counts.record(self.chain_id);
             changed += 1;
@@ -693,7 +702,13 @@ impl Bundler {
         let Some(tx_hash) = logs.iter().rev().find_map(|log| log.transaction_hash) else {
             return Ok(Fate::Elsewhere);
         };
-        let receipt = chain.pool.receipts(&[tx_hash]).await?.into_iter().next().flatten();
+        let receipt = chain
+            .pool
+            .receipts(&[tx_hash])
+            .await?
+            .into_iter()
+            .next()
+            .flatten();
         let Some(r) = receipt
             .as_ref()
             .and_then(|r| user_operation_receipt(r, &l.resolution.resolved, l.hash))
@@ -733,7 +748,9 @@ impl Bundler {
                         block_number: i64::try_from(f.block_number).unwrap_or(i64::MAX),
                         block_hash: f.block_hash.as_ref().map(|h| h.as_slice()),
                     };
-                    if store::user_operation_track(&mut *tx, chain_id, hash, bundle_id, &inc).await? {
+                    if store::user_operation_track(&mut *tx, chain_id, hash, bundle_id, &inc)
+                        .await?
+                    {
                         if l.row.state == store::state::INCLUDED {
                             counts.moved += 1;
                         } else {
@@ -752,8 +769,13 @@ impl Bundler {
                         error_code: None,
                         error_reason: None,
                     };
-                    self.signal(&mut *tx, l.row.instance_id, &format!("final:{bundle_id}"), &outcome)
-                        .await?;
+                    self.signal(
+                        &mut *tx,
+                        l.row.instance_id,
+                        &format!("final:{bundle_id}"),
+                        &outcome,
+                    )
+                    .await?;
                     counts.finalized += 1;
                 }
             }
@@ -793,8 +815,13 @@ impl Bundler {
                         error_code: Some(code),
                         error_reason: Some(reason.to_owned()),
                     };
-                    self.signal(&mut *tx, l.row.instance_id, &format!("bundle:{bundle_id}"), &outcome)
-                        .await?;
+                    self.signal(
+                        &mut *tx,
+                        l.row.instance_id,
+                        &format!("bundle:{bundle_id}"),
+                        &outcome,
+                    )
+                    .await?;
                     counts.elsewhere += 1;
                 }
             }

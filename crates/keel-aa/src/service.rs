@@ -322,7 +322,8 @@ pub struct StatusReason {
 pub struct StatusBundle {
     /// Keel's bundle id (queue key `aa-bundle:<id>`).
     pub id: Uuid,
-    /// `submitted`, `included`, `final`, `reorged`, `failed` (`store::bundle_state`).
+    /// `submitted`, `included` (not final yet), `final` (included, its block final),
+    /// `reorged`, `failed` (`store::bundle_state`).
     pub state: String,
     /// The bundle transaction: the one its verdict names once settled, else the latest
     /// signed attempt (a fee bump changes it); `null` before it was signed.
@@ -489,15 +490,20 @@ impl AaService {
                 ) => Some(*hash),
                 _ => None,
             });
+            let state = if b.state == store::bundle_state::INCLUDED && b.final_at.is_some() {
+                status::FINAL.to_owned()
+            } else {
+                b.state
+            };
             bundle = Some(StatusBundle {
                 id: b.id,
-                state: b.state,
+                state,
                 transaction_hash: verdict_hash.or(view.and_then(|v| v.last_hash)),
             });
         }
         let included = row.state == store::state::INCLUDED;
-        let ended = row.state == store::state::FAILED
-            || row.state == store::state::NONCE_USED_ELSEWHERE;
+        let ended =
+            row.state == store::state::FAILED || row.state == store::state::NONCE_USED_ELSEWHERE;
         Ok(UserOperationStatus {
             status: status_of(&row).to_owned(),
             user_op_hash: Some(hash),

@@ -1,7 +1,8 @@
 //! SQL of keel-aa's tables (`migrations/0045_aa_user_operations.sql`):
 //! `aa_user_operation`, `aa_bundle`, `aa_sponsorship_spend`; and
 //! `aa_deposit_request` (`migrations/0061_aa_deposit_requests.sql`); the reorg watch's
-//! `finalized_at` and bundle states `final`/`reorged` (`migrations/0074_aa_reorg_watch.sql`).
+//! `finalized_at`, `aa_bundle.final_at` and bundle state `reorged`
+//! (`migrations/0074_aa_reorg_watch.sql`).
 //!
 //! Every function is one statement named noun-first and takes an executor, so the
 //! workflow and the bundler compose them in one transaction (a state change and the
@@ -42,10 +43,9 @@ pub mod bundle_state {
     /// Enqueued on the transaction queue; no verdict handled yet.
     pub const SUBMITTED: &str = "submitted";
     /// Its verdict was `confirmed`: its operations are `included` (or `bundled` while a
-    /// reorg has it out of the chain) and watched until the queue finds the block final.
+    /// reorg has it out of the chain), watched until the queue finds the block final;
+    /// then `final_at` is set and every operation's outcome was reported.
     pub const INCLUDED: &str = "included";
-    /// Included and its block final: every operation's outcome was reported.
-    pub const FINAL: &str = "final";
     /// Included once, then taken out for good (`REORGED_OUT`) or re-mined without its
     /// operations: they went back to `ready`, ended, or were found in another
     /// transaction.
@@ -573,11 +573,14 @@ pub struct BundleRow {
     pub block_number: Option<i64>,
     /// Its block hash.
     pub block_hash: Option<Vec<u8>>,
+    /// `included` only: when its block was found final (`None` while watched).
+    pub final_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 macro_rules! bundle_columns {
     () => {
-        "id, chain_id, entry_point, txq_request_id, user_op_hashes, state, tx_hash, block_number, block_hash"
+        "id, chain_id, entry_point, txq_request_id, user_op_hashes, state, tx_hash, block_number, \
+         block_hash, final_at"
     };
 }
 
@@ -626,7 +629,7 @@ pub async fn bundles_submitted(
     .await?)
 }
 
-/// The `included` bundles of `chain_id` (watched until final), oldest first, at most
+/// The `included` bundles of `chain_id` not final yet (watched), oldest first, at most
 /// `limit`.
 ///
 /// # Errors
@@ -639,7 +642,7 @@ pub async fn bundles_watched(
     Ok(sqlx::query_as(concat!(
         "SELECT ",
         bundle_columns!(),
-        " FROM aa_bundle WHERE chain_id = $1 AND state = 'included' \
+        " FROM aa_bundle WHERE chain_id = $1 AND state = 'included' AND final_at IS NULL \
          ORDER BY created_at, id LIMIT $2"
     ))
     .bind(chain_id)
@@ -648,9 +651,9 @@ pub async fn bundles_watched(
     .await?)
 }
 
-/// A watched (`included`) bundle's transaction as the chain shows it now, and its state
-/// (`included` while watched, `final`, or `reorged`); false when it was not
-/// `included`.
+/// A watched bundle (`included`, not final) with its transaction as the chain shows it
+/// now, and its state: `included` (still watched, or final when `final_now`: `final_at`
+/// set) or `reorged`; false when it was not watched.
 ///
 /// # Errors
 /// [`StoreError`].
@@ -658,20 +661,23 @@ pub async fn bundle_watch_update(
     db: impl PgExecutor<'_>,
     id: Uuid,
     new_state: &str,
+    final_now: bool,
     tx_hash: Option<&[u8]>,
     block_number: Option<i64>,
     block_hash: Option<&[u8]>,
 ) -> StoreResult<bool> {
     let r = sqlx::query(
-        "UPDATE aa_bundle SET state = $2, tx_hash = coalesce($3, tx_hash), \
-         block_number = coalesce($4, block_number), block_hash = coalesce($5, block_hash), \
-         updated_at = now() WHERE id = $1 AND state = 'included'",
+        "UPDATE aa_bundle SET state = $2, final_at = CASE WHEN $6 THEN now() END, \
+         tx_hash = coalesce($3, tx_hash), block_number = coalesce($4, block_number), \
+         block_hash = coalesce($5, block_hash), updated_at = now() \
+         WHERE id = $1 AND state = 'included' AND final_at IS NULL",
     )
     .bind(id)
     .bind(new_state)
     .bind(tx_hash)
     .bind(block_number)
     .bind(block_hash)
+    .bind(final_now)
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)

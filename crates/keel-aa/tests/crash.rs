@@ -359,7 +359,11 @@ async fn kill_9_between_inclusion_and_a_reorg_of_depth_1_to_5_reports_the_final_
             for _ in 1..depth {
                 aa.chain.mine().await?;
             }
-            assert_eq!(aa.chain.block_number().await? + 1 - bundle_block, depth, "{ctx}");
+            assert_eq!(
+                aa.chain.block_number().await? + 1 - bundle_block,
+                depth,
+                "{ctx}"
+            );
             let mut txs: Vec<(alloy::primitives::Bytes, u64)> = Vec::new();
             if nonce_taken {
                 use alloy::eips::Encodable2718;

@@ -1329,7 +1329,11 @@ impl Flow {
     ) -> anyhow::Result<alloy::rpc::types::Log> {
         assert_eq!(st.status, RunStatus::Completed, "{st:?}");
         let events = self.events(hash).await?;
-        assert_eq!(events.len(), 1, "exactly one UserOperationEvent on the chain");
+        assert_eq!(
+            events.len(),
+            1,
+            "exactly one UserOperationEvent on the chain"
+        );
         let ev = events[0].clone();
         let out = output(st);
         assert_eq!(out.tx_hash, ev.transaction_hash, "told the final inclusion");
@@ -1466,7 +1470,11 @@ async fn reorg_after_inclusion(
             .get_block_by_number(bundle_block.into())
             .await?
             .expect("block");
-    assert_ne!(replaced.header.hash, first.block_hash.expect("mined"), "{ctx}");
+    assert_ne!(
+        replaced.header.hash,
+        first.block_hash.expect("mined"),
+        "{ctx}"
+    );
 
     let st = f.mine_until_ended(s.instance_id).await?;
     let ev = f.assert_final_as_chain(hash, &st).await?;
@@ -1477,11 +1485,7 @@ async fn reorg_after_inclusion(
             "{ctx}: the same bytes landed again"
         );
     } else {
-        assert_ne!(
-            ev.transaction_hash,
-            Some(bundle_tx),
-            "{ctx}: bundled again"
-        );
+        assert_ne!(ev.transaction_hash, Some(bundle_tx), "{ctx}: bundled again");
     }
     assert_eq!(f.ep_nonce(sender).await?, U256::from(1), "{ctx}");
     assert_eq!(
@@ -1541,7 +1545,10 @@ async fn operations_taken_out_by_a_reorg_report_the_chain_s_truth_and_their_stat
     let ep = f.aa.ep().address();
     let handle_ops = |ops: Vec<keel_aa::PackedUserOperation>| -> alloy::primitives::Bytes {
         alloy::sol_types::SolCall::abi_encode(&IEntryPointV08::handleOpsCall {
-            ops: ops.iter().map(keel_aa::PackedUserOperation::to_sol).collect(),
+            ops: ops
+                .iter()
+                .map(keel_aa::PackedUserOperation::to_sol)
+                .collect(),
             beneficiary: other_bundler,
         })
         .into()
@@ -1564,8 +1571,14 @@ async fn operations_taken_out_by_a_reorg_report_the_chain_s_truth_and_their_stat
                 .expect("known");
         let nonce = alloy::consensus::Transaction::nonce(&tx);
         let mut txs = vec![
-            f.raw(1, nonce, Address::repeat_byte(0x99), Default::default(), 21_000)
-                .await?,
+            f.raw(
+                1,
+                nonce,
+                Address::repeat_byte(0x99),
+                Default::default(),
+                21_000,
+            )
+            .await?,
         ];
         txs.extend(others);
         f.reorg(1, txs).await?;
@@ -1662,7 +1675,10 @@ async fn operations_taken_out_by_a_reorg_report_the_chain_s_truth_and_their_stat
     assert_eq!(r["result"], serde_json::Value::Null, "{r}");
     // Unknown hashes.
     let s = f
-        .rpc("keel_getUserOperationStatus", serde_json::json!([B256::ZERO]))
+        .rpc(
+            "keel_getUserOperationStatus",
+            serde_json::json!([B256::ZERO]),
+        )
         .await;
     assert_eq!(s["result"]["status"], "unknown", "{s}");
     f.shutdown().await;
