@@ -129,6 +129,9 @@ pub struct Bundler {
     engine: Engine,
     chain_id: u64,
     config: BundlerConfig,
+    /// What the last complete watch of included bundles looked at (the head's hash and
+    /// the watched requests' verdicts): unchanged, there is nothing new to look at.
+    watched_at: std::sync::Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for Bundler {
@@ -168,6 +171,9 @@ fn load(row: UserOperationRow) -> Result<Loaded, BundlerError> {
 
 /// Watched bundles (and operations found elsewhere) looked at per pass, oldest first.
 const WATCH_BATCH: i64 = 500;
+
+/// Receipts asked for in one JSON-RPC batch.
+const RECEIPT_BATCH: usize = 100;
 
 /// How far below the head a released operation's `UserOperationEvent` is looked for
 /// (blocks): an operation is accepted shortly before it is bundled, so an inclusion of
@@ -294,6 +300,7 @@ impl Bundler {
             engine,
             chain_id,
             config,
+            watched_at: std::sync::Mutex::new(None),
         })
     }
 
@@ -507,6 +514,55 @@ impl Bundler {
             .into_iter()
             .map(|v| (v.id, v))
             .collect();
+        // Looked at only when the head or a watched request changed since the last
+        // complete look (a reorg changes the head's hash; a re-inclusion mines a block).
+        let head = chain
+            .pool
+            .header(BlockNumberOrTag::Latest)
+            .await?
+            .map(|h| h.hash);
+        let fingerprint = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            head.hash(&mut h);
+            for b in &bundles {
+                b.id.hash(&mut h);
+                if let Some(v) = views.get(&b.txq_request_id) {
+                    serde_json::to_string(&v.verdict)
+                        .unwrap_or_default()
+                        .hash(&mut h);
+                    v.final_at.hash(&mut h);
+                }
+            }
+            h.finish()
+        };
+        {
+            let last = self
+                .watched_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if *last == Some(fingerprint) {
+                return Ok(0);
+            }
+        }
+        // The receipts of every watched bundle's verdict transaction, in batches.
+        let hashes: Vec<B256> = bundles
+            .iter()
+            .filter_map(|b| match views.get(&b.txq_request_id)?.verdict.as_ref()? {
+                SettlementVerdict::Confirmed { hash, .. }
+                | SettlementVerdict::Reverted { hash, .. } => Some(*hash),
+                _ => None,
+            })
+            .collect();
+        let mut receipts: HashMap<B256, alloy::rpc::types::TransactionReceipt> = HashMap::new();
+        for chunk in hashes.chunks(RECEIPT_BATCH) {
+            for (h, r) in chunk.iter().zip(chain.pool.receipts(chunk).await?) {
+                if let Some(r) = r {
+                    receipts.insert(*h, r);
+                }
+            }
+        }
+        let mut complete = true;
         let mut changed = 0;
         for bundle in bundles {
             let Some(view) = views.get(&bundle.txq_request_id) else {
@@ -527,8 +583,7 @@ impl Bundler {
                     SettlementVerdict::Confirmed { hash, block, .. }
                     | SettlementVerdict::Reverted { hash, block, .. },
                 ) => {
-                    let receipts = chain.pool.receipts(&[*hash]).await?;
-                    match receipts.into_iter().next().flatten() {
+                    match receipts.get(hash).cloned() {
                         None => {
                             // Out of the chain now; the queue re-broadcasts the same bytes
                             // while the nonce is free (or ends it REORGED_OUT).
@@ -575,6 +630,7 @@ impl Bundler {
                 _ => continue,
             }
             if fates.iter().any(|f| matches!(f, Fate::Wait)) {
+                complete = false;
                 continue;
             }
             let moved = seen.as_ref().is_some_and(|(h, b, bh)| {
@@ -614,6 +670,12 @@ impl Bundler {
             }
             counts.record(self.chain_id);
             changed += 1;
+        }
+        if complete {
+            *self
+                .watched_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fingerprint);
         }
         Ok(changed)
     }
