@@ -1465,11 +1465,19 @@ async fn reorg_after_inclusion(
         );
     }
     f.reorg(depth, replacement).await?;
-    let replaced =
-        f.aa.provider()
-            .get_block_by_number(bundle_block.into())
-            .await?
-            .expect("block");
+    // Anvil may answer `null` for a height just after a reorg (FIELD-NOTES): poll.
+    let mut replaced = None;
+    for _ in 0..100 {
+        replaced =
+            f.aa.provider()
+                .get_block_by_number(bundle_block.into())
+                .await?;
+        if replaced.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let replaced = replaced.expect("the height has a block again");
     assert_ne!(
         replaced.header.hash,
         first.block_hash.expect("mined"),
