@@ -7,22 +7,36 @@
 //! to the queue's `txq/<chainId>`. Each run does two passes, both driven by the database
 //! only (a restarted or killed runner loses nothing and repeats nothing):
 //!
-//! - **settle** ([`Bundler::settle_pass`]): for every `submitted` bundle whose queue
-//!   request has a verdict ([`keel_txq::requests`]):
-//!   - *confirmed*: the bundle's receipt; for each operation
-//!     [`crate::user_operation_receipt`] over its journaled, resolved EntryPoint. Found:
-//!     `included` with the receipt fields and the signal [`crate::flow::OUTCOME_SIGNAL`]
-//!     recorded **in the same transaction** (deduplicated by the bundle id), so the
-//!     outcome is reported exactly once. Not found: back to `ready`.
-//!   - *reverted* or *failed* (never took effect): each operation whose nonce the
-//!     EntryPoint has passed (`getNonce(sender, key) > nonce`) ends
-//!     `nonce_used_elsewhere`; the others go back to `ready` and are re-validated by the
-//!     next bundle's simulation.
+//! - **settle** ([`Bundler::settle_pass`]), every operation followed until its block is
+//!   final for the chain (issue 33 §2; finality is the queue's, `chains.<name>.finalityDepth`
+//!   or the node's `finalized` tag):
+//!   - a `submitted` bundle whose queue request ([`keel_txq::requests`]) has a verdict:
+//!     *confirmed*: for each operation [`crate::user_operation_receipt`] over its
+//!     journaled, resolved EntryPoint from the bundle's receipt. Found: `included` with
+//!     the receipt fields (readable through `eth_getUserOperationReceipt` at once), not
+//!     reported yet; the bundle `included` (watched). Not found: released (below).
+//!     *reverted* or *failed* (never took effect): each operation released; the bundle
+//!     `failed`.
+//!   - an `included` bundle follows its queue request's watch (keel-txq issue 32 §10):
+//!     the verdict's transaction re-included elsewhere moves its operations' transaction,
+//!     block and receipt fields; out of the chain for now, its operations go back to
+//!     `bundled` (the queue re-broadcasts the same bytes while the bundler's nonce is
+//!     free); once the queue marked it final (`final_at`), each operation is reported
+//!     with [`crate::flow::OUTCOME_SIGNAL`] **in the transaction that sets its
+//!     `finalized_at`** (dedupe `final:<bundle id>`) and the bundle's `final_at` is set; taken out
+//!     for good (`REORGED_OUT`) or re-mined reverted / without an operation's
+//!     `UserOperationEvent`, its operations are released and the bundle is `reorged`.
+//!   - *released*: an operation whose nonce the EntryPoint has not passed
+//!     (`getNonce(sender, key) <= nonce`) goes back to `ready` and is re-validated by the
+//!     next bundle's simulation. Passed: the chain's `UserOperationEvent` of its hash
+//!     (another Keel bundle, its own bundle's re-inclusion, or another bundler's
+//!     transaction) makes it `included` there, followed by that transaction until its
+//!     block is final; without one it ends `nonce_used_elsewhere` (reported at once).
 //!
-//!   The queue gives the verdict at its confirmation depth: a reorg before that depth
-//!   removes the bundle's receipt and the queue re-broadcasts the same signed bytes
-//!   (the operations stay `bundled`, in flight, meanwhile), so no outcome is ever
-//!   reported from a block that was reorganized away before the depth.
+//!   Each bundle's (or operation's) step is one database transaction holding the state
+//!   changes and the signals they report; a state guard makes a repeat write nothing,
+//!   so a killed runner loses nothing and reports nothing twice. The workflow is told
+//!   once, never from a block that can still be reorganized away.
 //! - **bundle** ([`Bundler::bundle_pass`]): up to [`BundlerConfig::max_operations`]
 //!   `ready` operations, one per sender, of one resolved EntryPoint; `handleOps`
 //!   simulated with `eth_call` ([`crate::flow::simulate_handle_ops`]): an operation
@@ -34,8 +48,8 @@
 //!   and confirmation are the queue's.
 //!
 //! Metrics (labels `chain_id` and a fixed `outcome`):
-//! `keel_aa_bundles_total{outcome=submitted|included|failed}`,
-//! `keel_aa_user_operations_total{outcome=included|failed|nonce_used_elsewhere|rebundled}`.
+//! `keel_aa_bundles_total{outcome=submitted|included|final|reorged|failed}`,
+//! `keel_aa_user_operations_total{outcome=included|moved|final|reorged|failed|nonce_used_elsewhere|rebundled}`.
 
 use crate::entry_point::Resolution;
 use crate::flow::{
@@ -45,13 +59,13 @@ use crate::flow::{
 use crate::store::{self, UserOperationRow};
 use crate::user_op::{PackedUserOperation, UserOperation};
 use crate::user_operation_receipt;
-use alloy::primitives::{Address, B256, TxKind, U256, aliases::U192};
-use alloy::rpc::types::{BlockNumberOrTag, TransactionInput, TransactionRequest};
-use alloy::sol_types::SolCall;
+use alloy::primitives::{Address, B256, Bytes, TxKind, U256, aliases::U192};
+use alloy::rpc::types::{BlockNumberOrTag, Log, TransactionInput, TransactionRequest};
+use alloy::sol_types::{SolCall, SolEvent};
 use keel_abi::erc4337::IEntryPointV08;
 use keel_durable::{Actor, DurableError, Engine};
 use keel_service::{BackgroundService, Report};
-use keel_txq::{EnqueueOptions, SettlementVerdict, TxRequest};
+use keel_txq::{EnqueueOptions, RequestView, SettlementVerdict, TxRequest};
 use keel_units::Wei;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -115,6 +129,9 @@ pub struct Bundler {
     engine: Engine,
     chain_id: u64,
     config: BundlerConfig,
+    /// What the last complete watch of included bundles looked at (the head's hash and
+    /// the watched requests' verdicts): unchanged, there is nothing new to look at.
+    watched_at: std::sync::Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for Bundler {
@@ -152,6 +169,105 @@ fn load(row: UserOperationRow) -> Result<Loaded, BundlerError> {
     })
 }
 
+/// Watched bundles (and operations found elsewhere) looked at per pass, oldest first.
+const WATCH_BATCH: i64 = 500;
+
+/// Receipts asked for in one JSON-RPC batch.
+const RECEIPT_BATCH: usize = 100;
+
+/// How far below the head a released operation's `UserOperationEvent` is looked for
+/// (blocks): an operation is accepted shortly before it is bundled, so an inclusion of
+/// it is recent; nodes commonly refuse `eth_getLogs` spans beyond a few thousand blocks.
+const EVENT_LOOKBACK_BLOCKS: u64 = 1_024;
+
+/// An operation's inclusion as the chain shows it now.
+#[derive(Debug, Clone)]
+struct Found {
+    success: bool,
+    /// Wei, decimal.
+    cost: String,
+    /// Gas units, decimal.
+    used: String,
+    revert: Option<Bytes>,
+    tx_hash: B256,
+    block_number: u64,
+    block_hash: Option<B256>,
+}
+
+impl Found {
+    fn of(r: &crate::UserOperationReceipt) -> Self {
+        Self {
+            success: r.success,
+            cost: r.actual_gas_cost.get().to_string(),
+            used: r.actual_gas_used.to_string(),
+            revert: r.revert_reason.clone(),
+            tx_hash: r.transaction_hash,
+            block_number: r.block_number.unwrap_or(0),
+            block_hash: r.block_hash,
+        }
+    }
+
+    /// True when `row` does not show this inclusion yet.
+    fn changes(&self, row: &UserOperationRow) -> bool {
+        row.state != store::state::INCLUDED
+            || row.tx_hash.as_deref() != Some(self.tx_hash.as_slice())
+            || row.block_number != i64::try_from(self.block_number).ok()
+            || row.block_hash.as_deref() != self.block_hash.as_ref().map(|h| h.as_slice())
+            || row.success != Some(self.success)
+            || row.actual_gas_cost.as_deref() != Some(self.cost.as_str())
+    }
+}
+
+/// What the bundler does with one operation of a bundle whose verdict (or watch) it
+/// handles.
+#[derive(Debug, Clone)]
+enum Fate {
+    /// In the chain at this inclusion; `true`: its block is final (report it).
+    In(Found, bool),
+    /// Its bundle is out of the chain for now and may be re-included: `bundled`.
+    Out,
+    /// Back to `ready`, re-validated by the next bundle's simulation.
+    Ready,
+    /// Its nonce was used and the chain has no `UserOperationEvent` of it.
+    Elsewhere,
+    /// The chain is in between (a log without its receipt): look again next pass.
+    Wait,
+}
+
+impl Fate {
+    /// True when applying it would change `row`.
+    fn changes(&self, row: &UserOperationRow) -> bool {
+        match self {
+            Fate::In(f, fin) => f.changes(row) || (*fin && row.finalized_at.is_none()),
+            Fate::Out => row.state == store::state::INCLUDED,
+            Fate::Ready | Fate::Elsewhere => true,
+            Fate::Wait => false,
+        }
+    }
+}
+
+/// Operations moved by one bundle's transaction, for the metrics.
+#[derive(Debug, Default)]
+struct Counts {
+    included: u64,
+    moved: u64,
+    finalized: u64,
+    reorged: u64,
+    rebundled: u64,
+    elsewhere: u64,
+}
+
+impl Counts {
+    fn record(&self, chain_id: u64) {
+        count_ops(chain_id, "included", self.included);
+        count_ops(chain_id, "moved", self.moved);
+        count_ops(chain_id, "final", self.finalized);
+        count_ops(chain_id, "reorged", self.reorged);
+        count_ops(chain_id, "rebundled", self.rebundled);
+        count_ops(chain_id, "nonce_used_elsewhere", self.elsewhere);
+    }
+}
+
 fn count_ops(chain_id: u64, outcome: &'static str, n: u64) {
     if n > 0 {
         metrics::counter!("keel_aa_user_operations_total", "chain_id" => chain_id.to_string(), "outcome" => outcome)
@@ -184,6 +300,7 @@ impl Bundler {
             engine,
             chain_id,
             config,
+            watched_at: std::sync::Mutex::new(None),
         })
     }
 
@@ -261,12 +378,34 @@ impl Bundler {
         Ok(())
     }
 
-    /// Handles the verdicts of this chain's `submitted` bundles (see the module docs);
-    /// the number of bundles settled.
+    /// Handles this chain's bundles (see the module docs): the verdicts of `submitted`
+    /// bundles, then the watch of `included` bundles and of operations found in another
+    /// transaction. The number of bundles and operations whose state changed.
     ///
     /// # Errors
     /// [`BundlerError`]; nothing of the failed bundle is written (the next pass retries).
     pub async fn settle_pass(&self) -> Result<u64, BundlerError> {
+        let mut final_block = None;
+        let mut n = self.settle_submitted(&mut final_block).await?;
+        n += self.watch_included(&mut final_block).await?;
+        n += self.watch_found_elsewhere(&mut final_block).await?;
+        Ok(n)
+    }
+
+    /// The chain's final block now (read once per pass).
+    async fn final_block(&self, cached: &mut Option<u64>) -> Result<u64, BundlerError> {
+        if let Some(b) = *cached {
+            return Ok(b);
+        }
+        let b = self.chain()?.queue.final_block_number().await?;
+        *cached = Some(b);
+        Ok(b)
+    }
+
+    /// The verdicts of `submitted` bundles: confirmed → its operations `included`
+    /// (watched, not reported yet) and the bundle `included`; reverted or failed → each
+    /// operation released ([`Bundler::release`]) and the bundle `failed`.
+    async fn settle_submitted(&self, final_block: &mut Option<u64>) -> Result<u64, BundlerError> {
         let db = &self.env.db;
         let chain = self.chain()?;
         let bundles = store::bundles_submitted(db, chain_id_i64(self.chain_id)).await?;
@@ -274,22 +413,27 @@ impl Bundler {
             return Ok(0);
         }
         let ids: Vec<Uuid> = bundles.iter().map(|b| b.txq_request_id).collect();
-        let views: HashMap<Uuid, Option<SettlementVerdict>> = keel_txq::requests(db, &ids)
+        let views: HashMap<Uuid, RequestView> = keel_txq::requests(db, &ids)
             .await?
             .into_iter()
-            .map(|v| (v.id, v.verdict))
+            .map(|v| (v.id, v))
             .collect();
         let mut settled = 0;
         for bundle in bundles {
-            let Some(Some(verdict)) = views.get(&bundle.txq_request_id) else {
+            let Some(view) = views.get(&bundle.txq_request_id) else {
                 continue;
             };
-            let dedupe = format!("bundle:{}", bundle.id);
+            let Some(verdict) = &view.verdict else {
+                continue;
+            };
             let ops = store::user_operations_in_bundle(db, bundle.id)
                 .await?
                 .into_iter()
                 .map(load)
                 .collect::<Result<Vec<_>, _>>()?;
+            let mut fates = Vec::with_capacity(ops.len());
+            let end_state;
+            let mut settled_tx: Option<(B256, u64, Option<B256>)> = None;
             match verdict {
                 SettlementVerdict::Confirmed { hash, block, .. } => {
                     let receipts = chain.pool.receipts(&[*hash]).await?;
@@ -297,132 +441,455 @@ impl Bundler {
                         // Settled at depth but the node lost it for now: next pass.
                         continue;
                     };
-                    let block_hash = receipt.block_hash;
-                    let mut tx = db.begin().await?;
-                    let (mut included, mut rebundled) = (0, 0);
+                    let final_now = view.final_at.is_some() && receipt.block_number == Some(*block);
                     for l in &ops {
-                        match user_operation_receipt(&receipt, &l.resolution.resolved, l.hash) {
-                            Some(r) => {
-                                let cost = r.actual_gas_cost.get().to_string();
-                                let used = r.actual_gas_used.to_string();
-                                let inc = store::Inclusion {
-                                    success: r.success,
-                                    actual_gas_cost: &cost,
-                                    actual_gas_used: &used,
-                                    revert_reason: r.revert_reason.as_ref().map(|b| b.as_ref()),
-                                    tx_hash: hash.as_slice(),
-                                    block_number: i64::try_from(*block).unwrap_or(i64::MAX),
-                                    block_hash: block_hash.as_ref().map(|h| h.as_slice()),
-                                };
-                                if store::user_operation_include(
-                                    &mut *tx,
-                                    l.row.chain_id,
-                                    &l.row.user_op_hash,
-                                    bundle.id,
-                                    &inc,
-                                )
-                                .await?
-                                {
-                                    let outcome = OutcomeSignal {
-                                        state: store::state::INCLUDED.to_owned(),
-                                        success: Some(r.success),
-                                        actual_gas_cost: Some(cost.clone()),
-                                        actual_gas_used: Some(used.clone()),
-                                        tx_hash: Some(*hash),
-                                        block_number: Some(*block),
-                                        error_code: None,
-                                        error_reason: None,
-                                    };
-                                    self.signal(&mut tx, l.row.instance_id, &dedupe, &outcome)
-                                        .await?;
-                                    included += 1;
-                                }
-                            }
-                            None => {
-                                store::user_operation_unbundle(
-                                    &mut *tx,
-                                    l.row.chain_id,
-                                    &l.row.user_op_hash,
-                                    bundle.id,
-                                )
-                                .await?;
-                                rebundled += 1;
-                            }
-                        }
+                        let fate = match user_operation_receipt(
+                            &receipt,
+                            &l.resolution.resolved,
+                            l.hash,
+                        ) {
+                            Some(r) => Fate::In(Found::of(&r), final_now),
+                            None => self.release(chain, l, final_block).await?,
+                        };
+                        fates.push(fate);
                     }
-                    store::bundle_settle(
-                        &mut *tx,
-                        bundle.id,
-                        "included",
-                        Some(hash.as_slice()),
-                        i64::try_from(*block).ok(),
-                        block_hash.as_ref().map(|h| h.as_slice()),
-                    )
-                    .await?;
-                    tx.commit().await?;
-                    count_bundle(self.chain_id, "included");
-                    count_ops(self.chain_id, "included", included);
-                    count_ops(self.chain_id, "rebundled", rebundled);
+                    end_state = store::bundle_state::INCLUDED;
+                    settled_tx = Some((*hash, *block, receipt.block_hash));
                 }
                 _ => {
-                    // Reverted or never took effect: which operations' nonces were used?
-                    let mut used = HashSet::new();
+                    // Reverted or never took effect: released one by one.
                     for l in &ops {
-                        if self.nonce_used(chain, l).await? {
-                            used.insert(l.hash);
-                        }
+                        fates.push(self.release(chain, l, final_block).await?);
                     }
-                    let mut tx = db.begin().await?;
-                    let (mut elsewhere, mut rebundled) = (0, 0);
-                    for l in &ops {
-                        if used.contains(&l.hash) {
-                            let code = crate::Erc7769Code::RejectedByEntryPoint.code();
-                            let reason = "NONCE_USED_ELSEWHERE";
-                            if store::user_operation_end(
-                                &mut *tx,
-                                l.row.chain_id,
-                                &l.row.user_op_hash,
-                                store::state::NONCE_USED_ELSEWHERE,
-                                code,
-                                reason,
-                            )
-                            .await?
-                            {
-                                let outcome = OutcomeSignal {
-                                    state: store::state::NONCE_USED_ELSEWHERE.to_owned(),
-                                    success: None,
-                                    actual_gas_cost: None,
-                                    actual_gas_used: None,
-                                    tx_hash: None,
-                                    block_number: None,
-                                    error_code: Some(code),
-                                    error_reason: Some(reason.to_owned()),
-                                };
-                                self.signal(&mut tx, l.row.instance_id, &dedupe, &outcome)
-                                    .await?;
-                                elsewhere += 1;
-                            }
-                        } else {
-                            store::user_operation_unbundle(
-                                &mut *tx,
-                                l.row.chain_id,
-                                &l.row.user_op_hash,
-                                bundle.id,
-                            )
-                            .await?;
-                            rebundled += 1;
-                        }
-                    }
-                    store::bundle_settle(&mut *tx, bundle.id, "failed", None, None, None).await?;
-                    tx.commit().await?;
-                    count_bundle(self.chain_id, "failed");
-                    count_ops(self.chain_id, "nonce_used_elsewhere", elsewhere);
-                    count_ops(self.chain_id, "rebundled", rebundled);
+                    end_state = store::bundle_state::FAILED;
                 }
             }
+            if fates.iter().any(|f| matches!(f, Fate::Wait)) {
+                continue;
+            }
+            let mut tx = db.begin().await?;
+            let mut counts = Counts::default();
+            for (l, fate) in ops.iter().zip(&fates) {
+                self.apply(&mut tx, l, bundle.id, fate, &mut counts).await?;
+            }
+            let (h, b, bh) = match &settled_tx {
+                Some((h, b, bh)) => (
+                    Some(h.as_slice()),
+                    i64::try_from(*b).ok(),
+                    bh.as_ref().map(|x| x.as_slice()),
+                ),
+                None => (None, None, None),
+            };
+            store::bundle_settle(&mut *tx, bundle.id, end_state, h, b, bh).await?;
+            tx.commit().await?;
+            count_bundle(
+                self.chain_id,
+                if end_state == store::bundle_state::INCLUDED {
+                    "included"
+                } else {
+                    "failed"
+                },
+            );
+            counts.record(self.chain_id);
             settled += 1;
         }
         Ok(settled)
+    }
+
+    /// The watch of `included` bundles while their queue request is watched (see the
+    /// module docs): operations follow the bundle's transaction as the chain shows it;
+    /// once the queue found its block final they are reported and the bundle is
+    /// `final`; a bundle out for good (`REORGED_OUT`, or re-mined reverted or without
+    /// an operation's event) releases its operations and is `reorged`.
+    async fn watch_included(&self, final_block: &mut Option<u64>) -> Result<u64, BundlerError> {
+        let db = &self.env.db;
+        let chain = self.chain()?;
+        let bundles = store::bundles_watched(db, chain_id_i64(self.chain_id), WATCH_BATCH).await?;
+        if bundles.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<Uuid> = bundles.iter().map(|b| b.txq_request_id).collect();
+        let views: HashMap<Uuid, RequestView> = keel_txq::requests(db, &ids)
+            .await?
+            .into_iter()
+            .map(|v| (v.id, v))
+            .collect();
+        // Looked at only when the head or a watched request changed since the last
+        // complete look (a reorg changes the head's hash; a re-inclusion mines a block).
+        let head = chain
+            .pool
+            .header(BlockNumberOrTag::Latest)
+            .await?
+            .map(|h| h.hash);
+        let fingerprint = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            head.hash(&mut h);
+            for b in &bundles {
+                b.id.hash(&mut h);
+                if let Some(v) = views.get(&b.txq_request_id) {
+                    serde_json::to_string(&v.verdict)
+                        .unwrap_or_default()
+                        .hash(&mut h);
+                    v.final_at.hash(&mut h);
+                }
+            }
+            h.finish()
+        };
+        {
+            let last = self
+                .watched_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if *last == Some(fingerprint) {
+                return Ok(0);
+            }
+        }
+        // The receipts of every watched bundle's verdict transaction, in batches.
+        let hashes: Vec<B256> = bundles
+            .iter()
+            .filter_map(|b| match views.get(&b.txq_request_id)?.verdict.as_ref()? {
+                SettlementVerdict::Confirmed { hash, .. }
+                | SettlementVerdict::Reverted { hash, .. } => Some(*hash),
+                _ => None,
+            })
+            .collect();
+        let mut receipts: HashMap<B256, alloy::rpc::types::TransactionReceipt> = HashMap::new();
+        for chunk in hashes.chunks(RECEIPT_BATCH) {
+            for (h, r) in chunk.iter().zip(chain.pool.receipts(chunk).await?) {
+                if let Some(r) = r {
+                    receipts.insert(*h, r);
+                }
+            }
+        }
+        let mut complete = true;
+        let mut changed = 0;
+        for bundle in bundles {
+            let Some(view) = views.get(&bundle.txq_request_id) else {
+                continue;
+            };
+            let ops = store::user_operations_watched_in_bundle(db, bundle.id)
+                .await?
+                .into_iter()
+                .map(load)
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut fates = Vec::with_capacity(ops.len());
+            // The bundle's next state and transaction as the chain shows it.
+            let mut next = store::bundle_state::INCLUDED;
+            let mut finalized = false;
+            let mut seen: Option<(B256, u64, Option<B256>)> = None;
+            match &view.verdict {
+                Some(
+                    SettlementVerdict::Confirmed { hash, block, .. }
+                    | SettlementVerdict::Reverted { hash, block, .. },
+                ) => {
+                    match receipts.get(hash).cloned() {
+                        None => {
+                            // Out of the chain now; the queue re-broadcasts the same bytes
+                            // while the nonce is free (or ends it REORGED_OUT).
+                            for _ in &ops {
+                                fates.push(Fate::Out);
+                            }
+                        }
+                        Some(receipt) if !receipt.status() => {
+                            // Re-mined, reverted: its operations did not take effect here.
+                            for l in &ops {
+                                fates.push(self.release(chain, l, final_block).await?);
+                            }
+                            next = store::bundle_state::REORGED;
+                        }
+                        Some(receipt) => {
+                            let final_now =
+                                view.final_at.is_some() && receipt.block_number == Some(*block);
+                            for l in &ops {
+                                let fate = match user_operation_receipt(
+                                    &receipt,
+                                    &l.resolution.resolved,
+                                    l.hash,
+                                ) {
+                                    Some(r) => Fate::In(Found::of(&r), final_now),
+                                    None => self.release(chain, l, final_block).await?,
+                                };
+                                fates.push(fate);
+                            }
+                            if let Some(b) = receipt.block_number {
+                                seen = Some((receipt.transaction_hash, b, receipt.block_hash));
+                            }
+                            finalized = final_now;
+                        }
+                    }
+                }
+                Some(SettlementVerdict::Failed { .. }) => {
+                    // Taken out for good (REORGED_OUT): another transaction has the
+                    // bundler's nonce on the final chain.
+                    for l in &ops {
+                        fates.push(self.release(chain, l, final_block).await?);
+                    }
+                    next = store::bundle_state::REORGED;
+                }
+                _ => continue,
+            }
+            if fates.iter().any(|f| matches!(f, Fate::Wait)) {
+                complete = false;
+                continue;
+            }
+            let moved = seen.as_ref().is_some_and(|(h, b, bh)| {
+                bundle.tx_hash.as_deref() != Some(h.as_slice())
+                    || bundle.block_number != i64::try_from(*b).ok()
+                    || bundle.block_hash.as_deref() != bh.as_ref().map(|x| x.as_slice())
+            });
+            let ops_change = ops.iter().zip(&fates).any(|(l, f)| f.changes(&l.row));
+            if !ops_change && !moved && !finalized && next == store::bundle_state::INCLUDED {
+                continue;
+            }
+            let mut tx = db.begin().await?;
+            let mut counts = Counts::default();
+            for (l, fate) in ops.iter().zip(&fates) {
+                self.apply(&mut tx, l, bundle.id, fate, &mut counts).await?;
+            }
+            let (h, b, bh) = match &seen {
+                Some((h, b, bh)) => (
+                    Some(h.as_slice()),
+                    i64::try_from(*b).ok(),
+                    bh.as_ref().map(|x| x.as_slice()),
+                ),
+                None => (None, None, None),
+            };
+            store::bundle_watch_update(&mut *tx, bundle.id, next, finalized, h, b, bh).await?;
+            tx.commit().await?;
+            if moved {
+                tracing::warn!(target: "keel::aa::bundler", chain_id = self.chain_id, bundle = %bundle.id,
+                    "a reorg moved an included bundle; its operations follow the chain");
+            }
+            if next == store::bundle_state::REORGED {
+                count_bundle(self.chain_id, "reorged");
+                tracing::warn!(target: "keel::aa::bundler", chain_id = self.chain_id, bundle = %bundle.id,
+                    "a reorg took an included bundle out for good; its operations were released");
+            } else if finalized {
+                count_bundle(self.chain_id, "final");
+            }
+            counts.record(self.chain_id);
+            changed += 1;
+        }
+        if complete {
+            *self
+                .watched_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fingerprint);
+        }
+        Ok(changed)
+    }
+
+    /// Operations found `included` in a transaction other than their bundle's (see
+    /// [`Bundler::release`]): each followed by its own transaction until that block is
+    /// final for the chain, then reported.
+    async fn watch_found_elsewhere(
+        &self,
+        final_block: &mut Option<u64>,
+    ) -> Result<u64, BundlerError> {
+        let db = &self.env.db;
+        let chain = self.chain()?;
+        let rows =
+            store::user_operations_found_elsewhere(db, chain_id_i64(self.chain_id), WATCH_BATCH)
+                .await?;
+        let mut changed = 0;
+        for row in rows {
+            let Some(bundle_id) = row.bundle_id else {
+                continue;
+            };
+            let l = load(row)?;
+            let Some(tx_hash) = l
+                .row
+                .tx_hash
+                .as_deref()
+                .and_then(|h| B256::try_from(h).ok())
+            else {
+                continue;
+            };
+            let receipt = chain
+                .pool
+                .receipts(&[tx_hash])
+                .await?
+                .into_iter()
+                .next()
+                .flatten();
+            let fate = match receipt
+                .as_ref()
+                .and_then(|r| user_operation_receipt(r, &l.resolution.resolved, l.hash))
+            {
+                Some(r) => {
+                    let found = Found::of(&r);
+                    let fin = found.block_number <= self.final_block(final_block).await?;
+                    Fate::In(found, fin)
+                }
+                None => self.release(chain, &l, final_block).await?,
+            };
+            if matches!(fate, Fate::Wait) || !fate.changes(&l.row) {
+                continue;
+            }
+            let mut tx = db.begin().await?;
+            let mut counts = Counts::default();
+            self.apply(&mut tx, &l, bundle_id, &fate, &mut counts)
+                .await?;
+            tx.commit().await?;
+            counts.record(self.chain_id);
+            changed += 1;
+        }
+        Ok(changed)
+    }
+
+    /// Where an operation goes when its bundle did not include it (reverted, never took
+    /// effect, or taken out by a reorg): its nonce still free → [`Fate::Ready`]
+    /// (re-validated by the next bundle's simulation); used → the chain's
+    /// `UserOperationEvent` of its hash (Keel's own other bundle, this bundle's
+    /// re-inclusion, or another bundler's: [`Fate::In`], final when its block is) or,
+    /// without one, [`Fate::Elsewhere`].
+    async fn release(
+        &self,
+        chain: &AaChain,
+        l: &Loaded,
+        final_block: &mut Option<u64>,
+    ) -> Result<Fate, BundlerError> {
+        if !self.nonce_used(chain, l).await? {
+            return Ok(Fate::Ready);
+        }
+        let head = chain.pool.block_number().await?;
+        let filter = serde_json::json!({
+            "address": l.resolution.resolved.address(),
+            "topics": [IEntryPointV08::UserOperationEvent::SIGNATURE_HASH, l.hash],
+            "fromBlock": format!("{:#x}", head.saturating_sub(EVENT_LOOKBACK_BLOCKS)),
+            "toBlock": "latest",
+        });
+        let logs: Vec<Log> = chain.pool.request("eth_getLogs", (filter,)).await?;
+        let Some(tx_hash) = logs.iter().rev().find_map(|log| log.transaction_hash) else {
+            return Ok(Fate::Elsewhere);
+        };
+        let receipt = chain
+            .pool
+            .receipts(&[tx_hash])
+            .await?
+            .into_iter()
+            .next()
+            .flatten();
+        let Some(r) = receipt
+            .as_ref()
+            .and_then(|r| user_operation_receipt(r, &l.resolution.resolved, l.hash))
+        else {
+            // The log is there, the receipt not yet (or it moved meanwhile): next pass.
+            return Ok(Fate::Wait);
+        };
+        let found = Found::of(&r);
+        let fin = found.block_number <= self.final_block(final_block).await?;
+        tracing::info!(target: "keel::aa::bundler", chain_id = self.chain_id,
+            "a user operation left out of its bundle was found included in another transaction");
+        Ok(Fate::In(found, fin))
+    }
+
+    /// Writes `fate` of operation `l` (of bundle `bundle_id`) on `tx`, with the outcome
+    /// signal when it is terminal (final inclusion, nonce used elsewhere).
+    async fn apply(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        l: &Loaded,
+        bundle_id: Uuid,
+        fate: &Fate,
+        counts: &mut Counts,
+    ) -> Result<(), BundlerError> {
+        let (chain_id, hash) = (l.row.chain_id, l.row.user_op_hash.as_slice());
+        match fate {
+            Fate::In(f, fin) => {
+                if f.changes(&l.row) {
+                    let cost = f.cost.clone();
+                    let used = f.used.clone();
+                    let inc = store::Inclusion {
+                        success: f.success,
+                        actual_gas_cost: &cost,
+                        actual_gas_used: &used,
+                        revert_reason: f.revert.as_ref().map(|b| b.as_ref()),
+                        tx_hash: f.tx_hash.as_slice(),
+                        block_number: i64::try_from(f.block_number).unwrap_or(i64::MAX),
+                        block_hash: f.block_hash.as_ref().map(|h| h.as_slice()),
+                    };
+                    if store::user_operation_track(&mut *tx, chain_id, hash, bundle_id, &inc)
+                        .await?
+                    {
+                        if l.row.state == store::state::INCLUDED {
+                            counts.moved += 1;
+                        } else {
+                            counts.included += 1;
+                        }
+                    }
+                }
+                if *fin && store::user_operation_finalize(&mut *tx, chain_id, hash).await? {
+                    let outcome = OutcomeSignal {
+                        state: store::state::INCLUDED.to_owned(),
+                        success: Some(f.success),
+                        actual_gas_cost: Some(f.cost.clone()),
+                        actual_gas_used: Some(f.used.clone()),
+                        tx_hash: Some(f.tx_hash),
+                        block_number: Some(f.block_number),
+                        error_code: None,
+                        error_reason: None,
+                    };
+                    self.signal(
+                        &mut *tx,
+                        l.row.instance_id,
+                        &format!("final:{bundle_id}"),
+                        &outcome,
+                    )
+                    .await?;
+                    counts.finalized += 1;
+                }
+            }
+            Fate::Out => {
+                if store::user_operation_out(&mut *tx, chain_id, hash, bundle_id).await? {
+                    counts.reorged += 1;
+                }
+            }
+            Fate::Ready => {
+                if store::user_operation_unbundle(&mut *tx, chain_id, hash, bundle_id).await? {
+                    if l.row.state == store::state::INCLUDED {
+                        counts.reorged += 1;
+                    }
+                    counts.rebundled += 1;
+                }
+            }
+            Fate::Elsewhere => {
+                let code = crate::Erc7769Code::RejectedByEntryPoint.code();
+                let reason = "NONCE_USED_ELSEWHERE";
+                if store::user_operation_end(
+                    &mut *tx,
+                    chain_id,
+                    hash,
+                    store::state::NONCE_USED_ELSEWHERE,
+                    code,
+                    reason,
+                )
+                .await?
+                {
+                    let outcome = OutcomeSignal {
+                        state: store::state::NONCE_USED_ELSEWHERE.to_owned(),
+                        success: None,
+                        actual_gas_cost: None,
+                        actual_gas_used: None,
+                        tx_hash: None,
+                        block_number: None,
+                        error_code: Some(code),
+                        error_reason: Some(reason.to_owned()),
+                    };
+                    self.signal(
+                        &mut *tx,
+                        l.row.instance_id,
+                        &format!("bundle:{bundle_id}"),
+                        &outcome,
+                    )
+                    .await?;
+                    counts.elsewhere += 1;
+                }
+            }
+            Fate::Wait => {}
+        }
+        Ok(())
     }
 
     /// True when the EntryPoint's nonce of the operation's sender and key has passed the

@@ -26,8 +26,11 @@
 //!    names an organization) with the day's spending from `aa_sponsorship_spend`, and
 //!    the state `ready`, in one transaction.
 //! 5. wait for the signal [`OUTCOME_SIGNAL`], which the bundler ([`crate::bundler`])
-//!    records in the transaction that records the outcome (included, refused in a bundle
-//!    simulation, nonce used elsewhere): reported exactly once.
+//!    records in the transaction that records the outcome (included **in a final
+//!    block**, refused in a bundle simulation, nonce used elsewhere): reported exactly
+//!    once. While the bundle's block can still be reorganized away the row shows
+//!    `included` (receipt readable) but the workflow keeps waiting; a reorg puts the
+//!    operation back in flight and it lands again.
 //!
 //! A refusal ends the row `failed` with the ERC-7769 code (step `end`) and fails the
 //! instance with [`AaFailure`].
@@ -207,7 +210,8 @@ pub struct UserOperationInput {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutcomeSignal {
-    /// `included`, `failed` or `nonce_used_elsewhere` ([`store::state`]).
+    /// `included` (sent once its block is final), `failed` or `nonce_used_elsewhere`
+    /// ([`store::state`]).
     pub state: String,
     /// Included: whether the execution call succeeded.
     pub success: Option<bool>,

@@ -64,12 +64,12 @@ pub fn describe_metrics() {
     ::metrics::describe_counter!(
         "keel_aa_bundles_total",
         ::metrics::Unit::Count,
-        "handleOps bundles by outcome (submitted, included, failed) (count)."
+        "handleOps bundles by outcome (submitted, included, final, reorged, failed) (count)."
     );
     ::metrics::describe_counter!(
         "keel_aa_user_operations_total",
         ::metrics::Unit::Count,
-        "User operations by bundler outcome (included, failed, nonce_used_elsewhere, rebundled) (count)."
+        "User operations by bundler outcome (included, moved, final, reorged, failed, nonce_used_elsewhere, rebundled) (count)."
     );
     ::metrics::describe_gauge!(
         "keel_aa_stale_user_operations",

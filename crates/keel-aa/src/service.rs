@@ -11,8 +11,9 @@
 //!
 //! Top-level addresses of results are EIP-55 checksummed.
 //! | `eth_sendUserOperation` | `[userOperation, entryPoint]` | the operation hash; the resolved address only |
-//! | `eth_getUserOperationByHash` | `[hash]` | `{userOperation, entryPoint, blockNumber, blockHash, transactionHash}` or `null` |
-//! | `eth_getUserOperationReceipt` | `[hash]` | `{userOpHash, entryPoint, sender, nonce, paymaster, actualGasCost, actualGasUsed, success, reason, logs, receipt}` or `null` (until included at the queue's depth) |
+//! | `eth_getUserOperationByHash` | `[hash]` | `{userOperation, entryPoint, blockNumber, blockHash, transactionHash}` (block fields `null` while pending: accepted, ready, bundled) or `null` (unknown, or ended without inclusion: `failed`, `nonce_used_elsewhere` — it will never be included; see `keel_getUserOperationStatus` for why) |
+//! | `eth_getUserOperationReceipt` | `[hash]` | `{userOpHash, entryPoint, sender, nonce, paymaster, actualGasCost, actualGasUsed, success, reason, logs, receipt}` or `null` (until included at the queue's depth; read from the chain, so `null` again while a reorg has its bundle out) |
+//! | `keel_getUserOperationStatus` | `[hash]` | [`UserOperationStatus`]: `{status, userOpHash, entryPoint, reason, bundle, transactionHash, blockNumber, blockHash}`; `{status: "unknown"}` for an unknown hash (states: `docs/aa.md`, "Operation states") |
 //! | `eth_estimateUserOperationGas` | `[userOperation, entryPoint]` (configured or resolved; gas fields and signature may be absent) | `{preVerificationGas, verificationGasLimit, callGasLimit, paymasterVerificationGasLimit, paymasterPostOpGasLimit}` (see [`crate::estimate`]) |
 //! | `pm_getPaymasterStubData` (ERC-7677) | `[userOperation, entryPoint, chainId, context]` | `{paymaster, paymasterData, paymasterVerificationGasLimit, paymasterPostOpGasLimit, sponsor, isFinal: false}` |
 //! | `pm_getPaymasterData` (ERC-7677) | `[userOperation, entryPoint, chainId, context]` | `{paymaster, paymasterData}`: signed by the sponsor key after the sponsorship policy |
@@ -284,6 +285,101 @@ fn hex_u64(n: u64) -> String {
     format!("{n:#x}")
 }
 
+/// The states `keel_getUserOperationStatus` answers (`docs/aa.md`, "Operation states").
+pub mod status {
+    /// No operation of this hash on this chain (or not the caller's).
+    pub const UNKNOWN: &str = "unknown";
+    /// Recorded; not validated yet.
+    pub const ACCEPTED: &str = "accepted";
+    /// Validated (and sponsored): waiting for a bundle.
+    pub const READY: &str = "ready";
+    /// In a bundle transaction that is not (or, after a reorg, no longer) in the chain.
+    pub const BUNDLED: &str = "bundled";
+    /// Its `UserOperationEvent` is in the chain, the block not final yet (a reorg may
+    /// still move or remove it).
+    pub const INCLUDED: &str = "included";
+    /// Included and the block final for the chain: reported to the workflow.
+    pub const FINAL: &str = "final";
+    /// Refused (validation, policy, bundle simulation): `reason` says why.
+    pub const FAILED: &str = "failed";
+    /// Its nonce was used by an inclusion that is not this operation's.
+    pub const NONCE_USED_ELSEWHERE: &str = "nonce_used_elsewhere";
+}
+
+/// The answer of `keel_getUserOperationStatus` (Keel's own method, after rundler's
+/// `rundler_getUserOperationStatus`): where one user operation stands, with the
+/// reason of a refusal and the bundle transaction it is (or last was) in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserOperationStatus {
+    /// One of [`status`].
+    pub status: String,
+    /// The operation hash (absent for `unknown`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_op_hash: Option<B256>,
+    /// The resolved EntryPoint (absent for `unknown`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry_point: Option<Address>,
+    /// `failed` / `nonce_used_elsewhere`: the ERC-7769 code and reason; else `null`.
+    pub reason: Option<StatusReason>,
+    /// The bundle it is or last was in; `null` before its first bundle.
+    pub bundle: Option<StatusBundle>,
+    /// `included` / `final`: the transaction that includes it; else `null`.
+    pub transaction_hash: Option<B256>,
+    /// `included` / `final`: its block number (hex quantity); else `null`.
+    pub block_number: Option<String>,
+    /// `included` / `final`: its block hash; else `null`.
+    pub block_hash: Option<B256>,
+}
+
+/// Why an operation ended without inclusion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReason {
+    /// The ERC-7769 JSON-RPC code (-32500 ...).
+    pub code: i32,
+    /// `AAxx …`, a `SPONSOR_…` code or a Keel code (`NONCE_USED_ELSEWHERE`, ...).
+    pub message: String,
+}
+
+/// The bundle an operation is (or last was) in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusBundle {
+    /// Keel's bundle id (queue key `aa-bundle:<id>`).
+    pub id: Uuid,
+    /// `submitted`, `included` (not final yet), `final` (included, its block final),
+    /// `reorged`, `failed` (`store::bundle_state`).
+    pub state: String,
+    /// The bundle transaction: the one its verdict names once settled, else the latest
+    /// signed attempt (a fee bump changes it); `null` before it was signed.
+    pub transaction_hash: Option<B256>,
+}
+
+impl UserOperationStatus {
+    fn unknown() -> Self {
+        Self {
+            status: status::UNKNOWN.to_owned(),
+            user_op_hash: None,
+            entry_point: None,
+            reason: None,
+            bundle: None,
+            transaction_hash: None,
+            block_number: None,
+            block_hash: None,
+        }
+    }
+}
+
+/// The status name of a row: its state, `final` for a final inclusion.
+pub fn status_of(row: &UserOperationRow) -> &str {
+    if row.state == store::state::INCLUDED && row.finalized_at.is_some() {
+        status::FINAL
+    } else {
+        row.state.as_str()
+    }
+}
+
 impl AaService {
     /// The service over `env`, starting workflows on `engine`.
     pub fn new(env: Arc<AaEnv>, engine: Engine) -> Self {
@@ -397,6 +493,79 @@ impl AaService {
             .and_then(UserOperationView::from_row))
     }
 
+    /// The status of operation `hash` on `chain_id` for `organization_id` (see
+    /// [`UserOperationStatus`]; `unknown` when there is none or it is another
+    /// organization's).
+    ///
+    /// # Errors
+    /// [`ReadError`].
+    pub async fn user_operation_status(
+        &self,
+        chain_id: u64,
+        hash: B256,
+        organization_id: Option<Uuid>,
+    ) -> Result<UserOperationStatus, ReadError> {
+        let row =
+            store::user_operation_get(&self.env.db, flow::chain_id_i64(chain_id), hash.as_slice())
+                .await?
+                .filter(|r| organization_id.is_none() || r.organization_id == organization_id);
+        let Some(row) = row else {
+            return Ok(UserOperationStatus::unknown());
+        };
+        let entry_point = serde_json::from_value::<Resolution>(row.resolution.clone())
+            .ok()
+            .map(|r| r.resolved.address());
+        let mut bundle = None;
+        if let Some(id) = row.bundle_id
+            && let Some(b) = store::bundle_get(&self.env.db, id).await?
+        {
+            let view = keel_txq::requests(&self.env.db, &[b.txq_request_id])
+                .await
+                .ok()
+                .and_then(|v| v.into_iter().next());
+            let verdict_hash = view.as_ref().and_then(|v| match &v.verdict {
+                Some(
+                    keel_txq::SettlementVerdict::Confirmed { hash, .. }
+                    | keel_txq::SettlementVerdict::Reverted { hash, .. },
+                ) => Some(*hash),
+                _ => None,
+            });
+            let state = if b.state == store::bundle_state::INCLUDED && b.final_at.is_some() {
+                status::FINAL.to_owned()
+            } else {
+                b.state
+            };
+            bundle = Some(StatusBundle {
+                id: b.id,
+                state,
+                transaction_hash: verdict_hash.or(view.and_then(|v| v.last_hash)),
+            });
+        }
+        let included = row.state == store::state::INCLUDED;
+        let ended =
+            row.state == store::state::FAILED || row.state == store::state::NONCE_USED_ELSEWHERE;
+        Ok(UserOperationStatus {
+            status: status_of(&row).to_owned(),
+            user_op_hash: Some(hash),
+            entry_point,
+            reason: match (ended, row.error_code, &row.error_reason) {
+                (true, Some(code), Some(message)) => Some(StatusReason {
+                    code,
+                    message: message.clone(),
+                }),
+                _ => None,
+            },
+            bundle,
+            transaction_hash: b256(&row.tx_hash).filter(|_| included),
+            block_number: row
+                .block_number
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|_| included)
+                .map(hex_u64),
+            block_hash: b256(&row.block_hash).filter(|_| included),
+        })
+    }
+
     /// Answers one JSON-RPC 2.0 request body (a single request or a batch) for `chain_id`
     /// on behalf of `organization_id` (see the module docs). Always a JSON-RPC response
     /// value; never fails.
@@ -486,6 +655,12 @@ impl AaService {
                 let Some(row) = self.row(chain_id, hash, organization_id).await? else {
                     return Ok(Value::Null);
                 };
+                if row.state == store::state::FAILED
+                    || row.state == store::state::NONCE_USED_ELSEWHERE
+                {
+                    // Ended without inclusion: neither pending nor included, ever.
+                    return Ok(Value::Null);
+                }
                 let resolution: Resolution = serde_json::from_value(row.resolution.clone())
                     .map_err(|_| CallError::internal())?;
                 Ok(json!({
@@ -512,11 +687,13 @@ impl AaService {
                     .receipts(&[tx])
                     .await
                     .map_err(|_| CallError::internal())?;
+                // The chain's answer: a reorg may have the bundle out right now (the
+                // bundler then moves the row back to `bundled`).
                 let Some(Some(receipt)) = receipts.into_iter().next() else {
-                    return Err(CallError::internal());
+                    return Ok(Value::Null);
                 };
                 let Some(r) = user_operation_receipt(&receipt, &resolution.resolved, hash) else {
-                    return Err(CallError::internal());
+                    return Ok(Value::Null);
                 };
                 Ok(json!({
                     "userOpHash": hash,
@@ -531,6 +708,14 @@ impl AaService {
                     "logs": r.logs,
                     "receipt": receipt,
                 }))
+            }
+            "keel_getUserOperationStatus" => {
+                let hash = hash_param(params)?;
+                let st = self
+                    .user_operation_status(chain_id, hash, organization_id)
+                    .await
+                    .map_err(|_| CallError::internal())?;
+                serde_json::to_value(st).map_err(|_| CallError::internal())
             }
             "eth_estimateUserOperationGas" => crate::estimate::estimate_rpc(chain, params).await,
             "pm_getPaymasterStubData" => {

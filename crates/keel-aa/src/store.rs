@@ -1,6 +1,8 @@
 //! SQL of keel-aa's tables (`migrations/0045_aa_user_operations.sql`):
 //! `aa_user_operation`, `aa_bundle`, `aa_sponsorship_spend`; and
-//! `aa_deposit_request` (`migrations/0061_aa_deposit_requests.sql`).
+//! `aa_deposit_request` (`migrations/0061_aa_deposit_requests.sql`); the reorg watch's
+//! `finalized_at`, `aa_bundle.final_at` and bundle state `reorged`
+//! (`migrations/0074_aa_reorg_watch.sql`).
 //!
 //! Every function is one statement named noun-first and takes an executor, so the
 //! workflow and the bundler compose them in one transaction (a state change and the
@@ -25,12 +27,31 @@ pub mod state {
     /// In a bundle whose queue request has no handled verdict yet.
     pub const BUNDLED: &str = "bundled";
     /// Its `UserOperationEvent` is in a confirmed bundle (the call may have reverted:
-    /// see `success`).
+    /// see `success`). Watched until the block is final (`finalized_at` set, then the
+    /// workflow is told); a reorg meanwhile may move it (new transaction, block,
+    /// receipt fields), put it back to `bundled` (its bundle out of the chain, may be
+    /// re-included) or `ready` (out for good), or end it.
     pub const INCLUDED: &str = "included";
     /// Refused (validation, policy, or alone in a bundle simulation); see `error_code`.
     pub const FAILED: &str = "failed";
     /// Its nonce was used by an inclusion that is not ours.
     pub const NONCE_USED_ELSEWHERE: &str = "nonce_used_elsewhere";
+}
+
+/// States of `aa_bundle.state`.
+pub mod bundle_state {
+    /// Enqueued on the transaction queue; no verdict handled yet.
+    pub const SUBMITTED: &str = "submitted";
+    /// Its verdict was `confirmed`: its operations are `included` (or `bundled` while a
+    /// reorg has it out of the chain), watched until the queue finds the block final;
+    /// then `final_at` is set and every operation's outcome was reported.
+    pub const INCLUDED: &str = "included";
+    /// Included once, then taken out for good (`REORGED_OUT`) or re-mined without its
+    /// operations: they went back to `ready`, ended, or were found in another
+    /// transaction.
+    pub const REORGED: &str = "reorged";
+    /// Reverted or never took effect: its operations went back to `ready` (or ended).
+    pub const FAILED: &str = "failed";
 }
 
 /// One `aa_user_operation` row.
@@ -80,6 +101,9 @@ pub struct UserOperationRow {
     pub created_at: chrono::DateTime<chrono::Utc>,
     /// Last change.
     pub updated_at: chrono::DateTime<chrono::Utc>,
+    /// When its inclusion was found final and reported to the workflow (`included`
+    /// only; `None` while watched).
+    pub finalized_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 macro_rules! user_op_columns {
@@ -87,7 +111,7 @@ macro_rules! user_op_columns {
         "chain_id, user_op_hash, organization_id, sender, nonce, \
     user_operation, resolution, instance_id, state, bundle_id, sponsored_wei, success, \
     actual_gas_cost, actual_gas_used, revert_reason, tx_hash, block_number, block_hash, \
-    error_code, error_reason, created_at, updated_at"
+    error_code, error_reason, created_at, updated_at, finalized_at"
     };
 }
 
@@ -200,9 +224,10 @@ pub async fn user_operation_set_ready(
     Ok(r.rows_affected() == 1)
 }
 
-/// Ends a non-terminal operation in `end_state` ([`state::FAILED`] or
-/// [`state::NONCE_USED_ELSEWHERE`]) with an ERC-7769 code and a value-free reason;
-/// false when it had ended already.
+/// Ends a non-terminal operation (`accepted`, `ready`, `bundled`, or `included` and
+/// not final) in `end_state` ([`state::FAILED`] or [`state::NONCE_USED_ELSEWHERE`])
+/// with an ERC-7769 code and a value-free reason, clearing any inclusion fields; false
+/// when it had ended already.
 ///
 /// # Errors
 /// [`StoreError`].
@@ -216,8 +241,11 @@ pub async fn user_operation_end(
 ) -> StoreResult<bool> {
     let r = sqlx::query(
         "UPDATE aa_user_operation SET state = $3, error_code = $4, error_reason = left($5, 200), \
-         updated_at = now() \
-         WHERE chain_id = $1 AND user_op_hash = $2 AND state IN ('accepted', 'ready', 'bundled')",
+         success = NULL, actual_gas_cost = NULL, actual_gas_used = NULL, revert_reason = NULL, \
+         tx_hash = NULL, block_number = NULL, block_hash = NULL, updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 \
+           AND (state IN ('accepted', 'ready', 'bundled') \
+                OR (state = 'included' AND finalized_at IS NULL))",
     )
     .bind(chain_id)
     .bind(user_op_hash)
@@ -343,8 +371,10 @@ pub async fn user_operation_include(
     Ok(r.rows_affected() == 1)
 }
 
-/// `bundled` (in `bundle_id`) → `ready`: back in flight for the next bundle (its
-/// bundle failed, or did not hold it); false when it was not.
+/// `bundled` or `included` and not final (in `bundle_id`) → `ready`: back in flight for
+/// the next bundle, re-validated by its simulation (its bundle failed, did not hold
+/// it, or a reorg took it out for good); inclusion fields cleared. False when it was
+/// not.
 ///
 /// # Errors
 /// [`StoreError`].
@@ -355,8 +385,11 @@ pub async fn user_operation_unbundle(
     bundle_id: Uuid,
 ) -> StoreResult<bool> {
     let r = sqlx::query(
-        "UPDATE aa_user_operation SET state = 'ready', updated_at = now() \
-         WHERE chain_id = $1 AND user_op_hash = $2 AND bundle_id = $3 AND state = 'bundled'",
+        "UPDATE aa_user_operation SET state = 'ready', success = NULL, actual_gas_cost = NULL, \
+         actual_gas_used = NULL, revert_reason = NULL, tx_hash = NULL, block_number = NULL, \
+         block_hash = NULL, updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 AND bundle_id = $3 \
+           AND (state = 'bundled' OR (state = 'included' AND finalized_at IS NULL))",
     )
     .bind(chain_id)
     .bind(user_op_hash)
@@ -364,6 +397,139 @@ pub async fn user_operation_unbundle(
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+/// `bundled` or `included` and not final (in `bundle_id`) → `included` with `inc`: the
+/// inclusion as the chain shows it now (first seen, or moved by a reorg to another
+/// block or transaction). False when it was neither (ended, final, or re-bundled).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_track(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    user_op_hash: &[u8],
+    bundle_id: Uuid,
+    inc: &Inclusion<'_>,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_user_operation SET state = 'included', success = $4, actual_gas_cost = $5, \
+         actual_gas_used = $6, revert_reason = $7, tx_hash = $8, block_number = $9, \
+         block_hash = $10, updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 AND bundle_id = $3 \
+           AND (state = 'bundled' OR (state = 'included' AND finalized_at IS NULL))",
+    )
+    .bind(chain_id)
+    .bind(user_op_hash)
+    .bind(bundle_id)
+    .bind(inc.success)
+    .bind(inc.actual_gas_cost)
+    .bind(inc.actual_gas_used)
+    .bind(inc.revert_reason)
+    .bind(inc.tx_hash)
+    .bind(inc.block_number)
+    .bind(inc.block_hash)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// `included` and not final (in `bundle_id`) → `bundled`: a reorg has its bundle out of
+/// the chain for now (the queue re-broadcasts the same bytes); inclusion fields
+/// cleared. False when it was not.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_out(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    user_op_hash: &[u8],
+    bundle_id: Uuid,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_user_operation SET state = 'bundled', success = NULL, actual_gas_cost = NULL, \
+         actual_gas_used = NULL, revert_reason = NULL, tx_hash = NULL, block_number = NULL, \
+         block_hash = NULL, updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 AND bundle_id = $3 \
+           AND state = 'included' AND finalized_at IS NULL",
+    )
+    .bind(chain_id)
+    .bind(user_op_hash)
+    .bind(bundle_id)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// `included` and not final → final (`finalized_at` set): its block is final and the
+/// outcome is reported in the same transaction. False when it was not (final already,
+/// or no longer included).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_finalize(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    user_op_hash: &[u8],
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_user_operation SET finalized_at = now(), updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 AND state = 'included' \
+           AND finalized_at IS NULL",
+    )
+    .bind(chain_id)
+    .bind(user_op_hash)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// The operations of `bundle_id` still watched with it (`bundled`, or `included` and
+/// not final), ordered by instance id.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operations_watched_in_bundle(
+    db: impl PgExecutor<'_>,
+    bundle_id: Uuid,
+) -> StoreResult<Vec<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation \
+         WHERE bundle_id = $1 \
+           AND (state = 'bundled' OR (state = 'included' AND finalized_at IS NULL)) \
+         ORDER BY instance_id"
+    ))
+    .bind(bundle_id)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Up to `limit` operations of `chain_id` found `included` in a transaction that is not
+/// their (watched) bundle's — their bundle is `reorged` or `failed` — and not final
+/// yet, oldest change first: the bundler watches each by its own transaction.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operations_found_elsewhere(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    limit: i64,
+) -> StoreResult<Vec<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation o \
+         WHERE o.chain_id = $1 AND o.state = 'included' AND o.finalized_at IS NULL \
+           AND EXISTS (SELECT 1 FROM aa_bundle b WHERE b.id = o.bundle_id \
+                        AND b.state IN ('reorged', 'failed')) \
+         ORDER BY o.updated_at, o.user_op_hash LIMIT $2"
+    ))
+    .bind(chain_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
 }
 
 /// Operations of every chain in a non-terminal state recorded before `older_than`
@@ -399,7 +565,7 @@ pub struct BundleRow {
     pub txq_request_id: Uuid,
     /// Operation hashes in bundle order.
     pub user_op_hashes: Vec<Vec<u8>>,
-    /// `submitted`, `included` or `failed`.
+    /// One of [`bundle_state`].
     pub state: String,
     /// The transaction that settled it.
     pub tx_hash: Option<Vec<u8>>,
@@ -407,11 +573,14 @@ pub struct BundleRow {
     pub block_number: Option<i64>,
     /// Its block hash.
     pub block_hash: Option<Vec<u8>>,
+    /// `included` only: when its block was found final (`None` while watched).
+    pub final_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 macro_rules! bundle_columns {
     () => {
-        "id, chain_id, entry_point, txq_request_id, user_op_hashes, state, tx_hash, block_number, block_hash"
+        "id, chain_id, entry_point, txq_request_id, user_op_hashes, state, tx_hash, block_number, \
+         block_hash, final_at"
     };
 }
 
@@ -458,6 +627,60 @@ pub async fn bundles_submitted(
     .bind(chain_id)
     .fetch_all(db)
     .await?)
+}
+
+/// The `included` bundles of `chain_id` not final yet (watched), oldest first, at most
+/// `limit`.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn bundles_watched(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    limit: i64,
+) -> StoreResult<Vec<BundleRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        bundle_columns!(),
+        " FROM aa_bundle WHERE chain_id = $1 AND state = 'included' AND final_at IS NULL \
+         ORDER BY created_at, id LIMIT $2"
+    ))
+    .bind(chain_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// A watched bundle (`included`, not final) with its transaction as the chain shows it
+/// now, and its state: `included` (still watched, or final when `final_now`: `final_at`
+/// set) or `reorged`; false when it was not watched.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn bundle_watch_update(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    new_state: &str,
+    final_now: bool,
+    tx_hash: Option<&[u8]>,
+    block_number: Option<i64>,
+    block_hash: Option<&[u8]>,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_bundle SET state = $2, final_at = CASE WHEN $6 THEN now() END, \
+         tx_hash = coalesce($3, tx_hash), block_number = coalesce($4, block_number), \
+         block_hash = coalesce($5, block_hash), updated_at = now() \
+         WHERE id = $1 AND state = 'included' AND final_at IS NULL",
+    )
+    .bind(id)
+    .bind(new_state)
+    .bind(tx_hash)
+    .bind(block_number)
+    .bind(block_hash)
+    .bind(final_now)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
 }
 
 /// The bundle `id`, if any.

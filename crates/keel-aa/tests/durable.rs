@@ -18,7 +18,7 @@ use keel_aa::store;
 use keel_aa::{UserOperation, user_operation_receipt};
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle, RunStatus};
 use keel_store::testing::TestDatabase;
-use keel_txq::{LocalSigner, TxQueue, TxQueueConfig};
+use keel_txq::{Finality, LocalSigner, TxQueue, TxQueueConfig};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -41,9 +41,21 @@ impl Flow {
         Self::on(aa, confirmations, None).await
     }
 
+    /// With finality `Depth(0)`: the head is final, so an operation is reported at its
+    /// queue verdict (issue 33 §2 reports only from a final block; these tests predate
+    /// it and keep Anvil's head final, as `chains.local.finalityDepth = 0` does).
     async fn on(
         aa: AaChain,
         confirmations: u64,
+        policy: Option<SponsorshipPolicy>,
+    ) -> anyhow::Result<Self> {
+        Self::on_final(aa, confirmations, Finality::Depth(0), policy).await
+    }
+
+    async fn on_final(
+        aa: AaChain,
+        confirmations: u64,
+        finality: Finality,
         policy: Option<SponsorshipPolicy>,
     ) -> anyhow::Result<Self> {
         let db = TestDatabase::create().await?;
@@ -55,6 +67,7 @@ impl Flow {
             TxQueueConfig {
                 confirmations,
                 poll_interval: Duration::from_millis(50),
+                finality,
                 ..TxQueueConfig::default()
             },
         )?;
@@ -1494,6 +1507,499 @@ async fn the_debug_bundler_namespace_drives_manual_bundling() -> anyhow::Result<
     let st = f.settled(s3.instance_id, false).await?;
     assert_eq!(st.status, RunStatus::Completed, "{st:?}");
     assert_eq!(f.events_of(hash3).await?, 1);
+    f.shutdown().await;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Issue 33 §2 / §5: reorgs after inclusion; the status method.
+// ---------------------------------------------------------------------------------
+
+/// Finality of the reorg tests (blocks below the head): deeper than any reorg they make.
+const FINAL_DEPTH: u64 = 8;
+
+/// What a reorg after inclusion puts in the first replacement block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reorg {
+    /// Nothing: the bundler's nonce stays free, the queue re-broadcasts the same bytes.
+    Plain,
+    /// Another transaction of the bundler at the bundle's nonce: the bundle can never
+    /// land (REORGED_OUT once that is final, or re-signed before a verdict); the
+    /// operation must be bundled again.
+    NonceTaken,
+}
+
+impl Flow {
+    /// The signed EIP-2718 bytes of a transaction from dev account `idx` at `nonce`
+    /// (for a replacement branch of `anvil_reorg`).
+    async fn raw(
+        &self,
+        idx: usize,
+        nonce: u64,
+        to: Address,
+        input: alloy::primitives::Bytes,
+        gas_limit: u64,
+    ) -> anyhow::Result<alloy::primitives::Bytes> {
+        use alloy::eips::Encodable2718;
+        use keel_txq::TxSigner;
+        let signer = LocalSigner::new(self.aa.chain.signer(idx)?.clone());
+        let tx = alloy::consensus::TxEip1559 {
+            chain_id: self.chain_id(),
+            nonce,
+            gas_limit,
+            max_fee_per_gas: 100_000_000_000,
+            max_priority_fee_per_gas: 1_000_000_000,
+            to: alloy::primitives::TxKind::Call(to),
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input,
+        };
+        Ok(signer.sign(tx).await?.encoded_2718().into())
+    }
+
+    /// Replaces the last `depth` blocks (`anvil_reorg`), `txs` in the first new block.
+    async fn reorg(&self, depth: u64, txs: Vec<alloy::primitives::Bytes>) -> anyhow::Result<()> {
+        let txs: Vec<(alloy::primitives::Bytes, u64)> = txs.into_iter().map(|t| (t, 0)).collect();
+        self.aa
+            .provider()
+            .raw_request::<_, ()>("anvil_reorg".into(), (depth, txs))
+            .await?;
+        Ok(())
+    }
+
+    /// Mines a block per round until instance `id` ends.
+    async fn mine_until_ended(&self, id: Uuid) -> anyhow::Result<keel_durable::InstanceStatus> {
+        for _ in 0..600 {
+            if let Some(s) = self
+                .engine
+                .await_terminal(id, Duration::from_millis(200))
+                .await?
+            {
+                return Ok(s);
+            }
+            self.aa.chain.mine().await?;
+        }
+        anyhow::bail!("instance {id} did not end")
+    }
+
+    /// Polls the operation's row until `probe` holds (60 s at most).
+    async fn row_until(
+        &self,
+        hash: B256,
+        what: &str,
+        probe: impl Fn(&store::UserOperationRow) -> bool,
+    ) -> anyhow::Result<store::UserOperationRow> {
+        for _ in 0..600 {
+            let row = self.row(hash).await?;
+            if probe(&row) {
+                return Ok(row);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("operation {hash} never {what}")
+    }
+
+    /// The first `UserOperationEvent` of `hash` on the canonical chain (60 s at most).
+    async fn first_event(&self, hash: B256) -> anyhow::Result<alloy::rpc::types::Log> {
+        for _ in 0..600 {
+            if let Some(l) = self.events(hash).await?.into_iter().next() {
+                return Ok(l);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("operation {hash} never landed")
+    }
+
+    /// Outcome signals recorded for instance `id`.
+    async fn signals(&self, id: Uuid) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM durable_signal WHERE instance_id = $1 AND name = 'aa.outcome'",
+        )
+        .bind(id)
+        .fetch_one(self.db.pool())
+        .await?)
+    }
+
+    /// One JSON-RPC call of the bundler's methods; the whole response.
+    async fn rpc(&self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let svc = keel_aa::service::AaService::new(self.env.clone(), self.engine.clone());
+        let body = serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": method, "params": params
+        }))
+        .unwrap();
+        svc.rpc(self.chain_id(), None, &body).await
+    }
+
+    /// Keel's row, `eth_getUserOperationReceipt` and the workflow's output all equal
+    /// the canonical chain's one `UserOperationEvent` of `hash`, reported once from a
+    /// final block.
+    async fn assert_final_as_chain(
+        &self,
+        hash: B256,
+        st: &keel_durable::InstanceStatus,
+    ) -> anyhow::Result<alloy::rpc::types::Log> {
+        assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+        let events = self.events(hash).await?;
+        assert_eq!(
+            events.len(),
+            1,
+            "exactly one UserOperationEvent on the chain"
+        );
+        let ev = events[0].clone();
+        let out = output(st);
+        assert_eq!(out.tx_hash, ev.transaction_hash, "told the final inclusion");
+        assert_eq!(out.block_number, ev.block_number);
+        let head = self.aa.chain.block_number().await?;
+        assert!(
+            ev.block_number.expect("mined") + FINAL_DEPTH <= head,
+            "reported from a final block only"
+        );
+        let row = self.row(hash).await?;
+        assert_eq!(row.state, store::state::INCLUDED);
+        assert!(row.finalized_at.is_some());
+        assert_eq!(
+            row.tx_hash.as_deref(),
+            ev.transaction_hash.as_ref().map(|h| h.as_slice())
+        );
+        assert_eq!(row.block_number, ev.block_number.map(|b| b as i64));
+        assert_eq!(
+            row.block_hash.as_deref(),
+            ev.block_hash.as_ref().map(|h| h.as_slice())
+        );
+        assert_eq!(row.actual_gas_cost, out.actual_gas_cost);
+        let r = self
+            .rpc("eth_getUserOperationReceipt", serde_json::json!([hash]))
+            .await;
+        let receipt = &r["result"];
+        assert_eq!(
+            receipt["receipt"]["transactionHash"],
+            serde_json::json!(ev.transaction_hash),
+            "{r}"
+        );
+        assert_eq!(
+            receipt["receipt"]["blockHash"],
+            serde_json::json!(ev.block_hash)
+        );
+        assert_eq!(receipt["success"], true);
+        let s = self
+            .rpc("keel_getUserOperationStatus", serde_json::json!([hash]))
+            .await;
+        assert_eq!(s["result"]["status"], "final", "{s}");
+        assert_eq!(
+            s["result"]["transactionHash"],
+            serde_json::json!(ev.transaction_hash)
+        );
+        assert_eq!(s["result"]["reason"], serde_json::Value::Null);
+        assert_eq!(self.signals(st.id).await?, 1, "the workflow was told once");
+        Ok(ev)
+    }
+}
+
+/// One operation included, then a reorg of `depth` blocks that holds its bundle, of
+/// `kind`; the operation must land exactly once on the final chain and be reported
+/// from there, once.
+async fn reorg_after_inclusion(
+    f: &Flow,
+    confirmations: u64,
+    depth: u64,
+    kind: Reorg,
+) -> anyhow::Result<()> {
+    let ctx = format!("confirmations {confirmations}, depth {depth}, {kind:?}");
+    let recipient = Address::with_last_byte(0x80 + depth as u8 + 8 * (kind as u8));
+    let (owner, sender) = f.account(100).await?;
+    let (op, hash) = f.transfer(&owner, sender, 0, recipient, depth).await?;
+    let s = f.submit(op).await?;
+    // Included (automine), then buried so that the reorg's oldest block is the bundle's.
+    let first = f.first_event(hash).await?;
+    let (bundle_block, bundle_tx) = (
+        first.block_number.expect("mined"),
+        first.transaction_hash.expect("mined"),
+    );
+    for _ in 1..depth {
+        f.aa.chain.mine().await?;
+    }
+    if depth >= confirmations {
+        // The queue's verdict is due: shown included at once, not reported yet.
+        let row = f
+            .row_until(hash, "included", |r| r.state == store::state::INCLUDED)
+            .await?;
+        assert_eq!(row.tx_hash.as_deref(), Some(bundle_tx.as_slice()), "{ctx}");
+        assert_eq!(row.block_number, Some(bundle_block as i64), "{ctx}");
+        assert!(row.finalized_at.is_none(), "{ctx}");
+        let st = f
+            .rpc("keel_getUserOperationStatus", serde_json::json!([hash]))
+            .await;
+        assert_eq!(st["result"]["status"], "included", "{ctx}: {st}");
+        let r = f
+            .rpc("eth_getUserOperationReceipt", serde_json::json!([hash]))
+            .await;
+        assert_eq!(
+            r["result"]["receipt"]["transactionHash"],
+            serde_json::json!(bundle_tx),
+            "{ctx}"
+        );
+    }
+    assert_eq!(
+        f.signals(s.instance_id).await?,
+        0,
+        "{ctx}: not told before the block is final"
+    );
+    assert!(
+        f.engine
+            .await_terminal(s.instance_id, Duration::ZERO)
+            .await?
+            .is_none(),
+        "{ctx}: the workflow still waits"
+    );
+    assert_eq!(
+        f.aa.chain.block_number().await? + 1 - bundle_block,
+        depth,
+        "{ctx}: the reorg holds the bundle's block"
+    );
+    let mut replacement = Vec::new();
+    if kind == Reorg::NonceTaken {
+        let tx =
+            f.aa.provider()
+                .get_transaction_by_hash(bundle_tx)
+                .await?
+                .expect("known");
+        let nonce = alloy::consensus::Transaction::nonce(&tx);
+        replacement.push(
+            f.raw(
+                1,
+                nonce,
+                Address::repeat_byte(0x99),
+                Default::default(),
+                21_000,
+            )
+            .await?,
+        );
+    }
+    f.reorg(depth, replacement).await?;
+    // Anvil may answer `null` for a height just after a reorg (FIELD-NOTES): poll.
+    let mut replaced = None;
+    for _ in 0..100 {
+        replaced =
+            f.aa.provider()
+                .get_block_by_number(bundle_block.into())
+                .await?;
+        if replaced.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let replaced = replaced.expect("the height has a block again");
+    assert_ne!(
+        replaced.header.hash,
+        first.block_hash.expect("mined"),
+        "{ctx}"
+    );
+
+    let st = f.mine_until_ended(s.instance_id).await?;
+    let ev = f.assert_final_as_chain(hash, &st).await?;
+    if kind == Reorg::Plain {
+        assert_eq!(
+            ev.transaction_hash,
+            Some(bundle_tx),
+            "{ctx}: the same bytes landed again"
+        );
+    } else {
+        assert_ne!(ev.transaction_hash, Some(bundle_tx), "{ctx}: bundled again");
+    }
+    assert_eq!(f.ep_nonce(sender).await?, U256::from(1), "{ctx}");
+    assert_eq!(
+        f.aa.token_balance(recipient).await?,
+        U256::from(depth) * U256::from(ETHER),
+        "{ctx}: one effect"
+    );
+    Ok(())
+}
+
+async fn reorgs_after_inclusion(confirmations: u64) -> anyhow::Result<()> {
+    let aa = AaChain::start().await?;
+    let f = Flow::on_final(aa, confirmations, Finality::Depth(FINAL_DEPTH), None).await?;
+    f.start_queue_and_bundler()?;
+    for depth in 1..=5 {
+        for kind in [Reorg::Plain, Reorg::NonceTaken] {
+            reorg_after_inclusion(&f, confirmations, depth, kind).await?;
+        }
+    }
+    f.shutdown().await;
+    Ok(())
+}
+
+/// Issue 33 §2: with the verdict at depth 0 (confirmations 1) and finality 8, reorgs
+/// of depth 1 to 5 after the verdict — the bundler's nonce left free (the same bytes
+/// land again) or taken by another transaction (the operation is bundled again): one
+/// `UserOperationEvent` on the final chain, Keel's row and receipt equal to it, the
+/// workflow told once, from a final block.
+#[tokio::test]
+async fn reorgs_of_depth_1_to_5_after_the_verdict_land_the_operation_once_and_report_it_from_the_final_chain()
+-> anyhow::Result<()> {
+    reorgs_after_inclusion(1).await
+}
+
+/// Issue 33 §2: the same with confirmations 4 (reorgs of depth 1-3 come before the
+/// verdict, 4-5 after it).
+#[tokio::test]
+async fn reorgs_of_depth_1_to_5_with_four_confirmations_land_the_operation_once_and_report_it_from_the_final_chain()
+-> anyhow::Result<()> {
+    reorgs_after_inclusion(4).await
+}
+
+/// Issue 33 §5: after a reorg that puts the bundler's nonce to another use, an
+/// operation that another bundler's transaction includes in the new branch is
+/// reported as included there (not `nonce_used_elsewhere`); one whose nonce another
+/// operation of its account used ends `nonce_used_elsewhere`; one refused in
+/// validation is `failed`. `keel_getUserOperationStatus` names each terminal state with
+/// its reason, and `eth_getUserOperationByHash` answers `null` for the ended ones.
+#[tokio::test]
+async fn operations_taken_out_by_a_reorg_report_the_chain_s_truth_and_their_status()
+-> anyhow::Result<()> {
+    let aa = AaChain::start().await?;
+    let f = Flow::on_final(aa, 1, Finality::Depth(FINAL_DEPTH), None).await?;
+    f.start_queue_and_bundler()?;
+    let recipient = Address::with_last_byte(0x91);
+    let other_bundler = f.aa.chain.account(2)?;
+    let ep = f.aa.ep().address();
+    let handle_ops = |ops: Vec<keel_aa::PackedUserOperation>| -> alloy::primitives::Bytes {
+        alloy::sol_types::SolCall::abi_encode(&IEntryPointV08::handleOpsCall {
+            ops: ops
+                .iter()
+                .map(keel_aa::PackedUserOperation::to_sol)
+                .collect(),
+            beneficiary: other_bundler,
+        })
+        .into()
+    };
+    // Included by Keel, then the bundle's block is replaced by one where another
+    // transaction has the bundler's nonce and `txs_of(nonce)` follow.
+    async fn include_then_reorg(
+        f: &Flow,
+        hash: B256,
+        others: Vec<alloy::primitives::Bytes>,
+    ) -> anyhow::Result<B256> {
+        let row = f
+            .row_until(hash, "included", |r| r.state == store::state::INCLUDED)
+            .await?;
+        let bundle_tx = B256::try_from(row.tx_hash.as_deref().unwrap())?;
+        let tx =
+            f.aa.provider()
+                .get_transaction_by_hash(bundle_tx)
+                .await?
+                .expect("known");
+        let nonce = alloy::consensus::Transaction::nonce(&tx);
+        let mut txs = vec![
+            f.raw(
+                1,
+                nonce,
+                Address::repeat_byte(0x99),
+                Default::default(),
+                21_000,
+            )
+            .await?,
+        ];
+        txs.extend(others);
+        f.reorg(1, txs).await?;
+        Ok(bundle_tx)
+    }
+
+    // A: the new branch holds the same operation in another bundler's handleOps.
+    let (owner_a, sender_a) = f.account(100).await?;
+    let (op_a, hash_a) = f.transfer(&owner_a, sender_a, 0, recipient, 3).await?;
+    let a = f.submit(op_a.clone()).await?;
+    let n2 = f.aa.provider().get_transaction_count(other_bundler).await?;
+    let theirs = f
+        .raw(2, n2, ep, handle_ops(vec![op_a.pack()?]), 3_000_000)
+        .await?;
+    let ours = include_then_reorg(&f, hash_a, vec![theirs]).await?;
+    let st = f.mine_until_ended(a.instance_id).await?;
+    let ev = f.assert_final_as_chain(hash_a, &st).await?;
+    assert_ne!(ev.transaction_hash, Some(ours));
+    let tx =
+        f.aa.provider()
+            .get_transaction_by_hash(ev.transaction_hash.unwrap())
+            .await?
+            .unwrap();
+    assert_eq!(
+        alloy::network::TransactionResponse::from(&tx),
+        other_bundler,
+        "reported in the other bundler's transaction"
+    );
+    assert_eq!(f.ep_nonce(sender_a).await?, U256::from(1));
+
+    // B: the new branch holds another operation of B's account at the same nonce.
+    let (owner_b, sender_b) = f.account(100).await?;
+    let (op_b, hash_b) = f.transfer(&owner_b, sender_b, 0, recipient, 4).await?;
+    let (op_b2, hash_b2) = f.transfer(&owner_b, sender_b, 0, recipient, 5).await?;
+    let b = f.submit(op_b).await?;
+    let n2 = f.aa.provider().get_transaction_count(other_bundler).await?;
+    let theirs = f
+        .raw(2, n2, ep, handle_ops(vec![op_b2.pack()?]), 3_000_000)
+        .await?;
+    include_then_reorg(&f, hash_b, vec![theirs]).await?;
+    let st = f.mine_until_ended(b.instance_id).await?;
+    assert_eq!(st.status, RunStatus::Failed, "{st:?}");
+    let fail = failure(&st);
+    assert_eq!(fail.state, store::state::NONCE_USED_ELSEWHERE);
+    assert_eq!(fail.reason, "NONCE_USED_ELSEWHERE");
+    assert_eq!(fail.code, -32500);
+    assert_eq!(f.events_of(hash_b).await?, 0);
+    assert_eq!(f.events_of(hash_b2).await?, 1);
+    assert_eq!(f.ep_nonce(sender_b).await?, U256::from(1));
+    let row = f.row(hash_b).await?;
+    assert_eq!(row.state, store::state::NONCE_USED_ELSEWHERE);
+    assert_eq!(row.tx_hash, None, "no inclusion shown");
+    assert_eq!(f.signals(b.instance_id).await?, 1);
+    let s = f
+        .rpc("keel_getUserOperationStatus", serde_json::json!([hash_b]))
+        .await;
+    assert_eq!(s["result"]["status"], "nonce_used_elsewhere", "{s}");
+    assert_eq!(s["result"]["reason"]["code"], -32500);
+    assert_eq!(s["result"]["reason"]["message"], "NONCE_USED_ELSEWHERE");
+    assert_eq!(s["result"]["transactionHash"], serde_json::Value::Null);
+    assert!(s["result"]["bundle"]["id"].is_string(), "{s}");
+    for method in ["eth_getUserOperationByHash", "eth_getUserOperationReceipt"] {
+        let r = f.rpc(method, serde_json::json!([hash_b])).await;
+        assert_eq!(r["result"], serde_json::Value::Null, "{method}: {r}");
+    }
+
+    // C: refused in validation (a forged signature, past the RPC pre-check).
+    let (owner_c, sender_c) = f.account(10).await?;
+    let (mut op_c, hash_c) = f.transfer(&owner_c, sender_c, 0, recipient, 1).await?;
+    op_c.signature =
+        alloy::signers::SignerSync::sign_hash_sync(&PrivateKeySigner::random(), &hash_c)?
+            .as_bytes()
+            .to_vec()
+            .into();
+    let c = f.submit(op_c).await?;
+    let st = f.settled(c.instance_id, false).await?;
+    assert_eq!(st.status, RunStatus::Failed);
+    let s = f
+        .rpc("keel_getUserOperationStatus", serde_json::json!([hash_c]))
+        .await;
+    assert_eq!(s["result"]["status"], "failed", "{s}");
+    assert_eq!(s["result"]["reason"]["code"], -32507);
+    assert!(
+        s["result"]["reason"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("AA24"),
+        "{s}"
+    );
+    assert_eq!(s["result"]["bundle"], serde_json::Value::Null);
+    let r = f
+        .rpc("eth_getUserOperationByHash", serde_json::json!([hash_c]))
+        .await;
+    assert_eq!(r["result"], serde_json::Value::Null, "{r}");
+    // Unknown hashes.
+    let s = f
+        .rpc(
+            "keel_getUserOperationStatus",
+            serde_json::json!([B256::ZERO]),
+        )
+        .await;
+    assert_eq!(s["result"]["status"], "unknown", "{s}");
     f.shutdown().await;
     Ok(())
 }

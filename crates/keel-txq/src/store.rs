@@ -1014,6 +1014,7 @@ pub(crate) struct ViewRow {
     pub updated_at: chrono::DateTime<chrono::Utc>,
     pub broadcast_at: Option<chrono::DateTime<chrono::Utc>>,
     pub settled_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub final_at: Option<chrono::DateTime<chrono::Utc>>,
     /// The latest custody submission (`txq_custody_attempt`), for custody requests.
     #[sqlx(flatten)]
     pub custody: CustodyJoin,
@@ -1061,7 +1062,7 @@ pub(crate) async fn requests_view(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Resu
                 (SELECT a.tx_hash FROM txq_attempt a WHERE a.request_id = r.id
                   ORDER BY a.attempt DESC LIMIT 1) AS last_hash,
                 r.funding_deadline, r.last_broadcast_error, r.created_at, r.updated_at,
-                r.broadcast_at, r.settled_at,
+                r.broadcast_at, r.settled_at, r.final_at,
                 c.provider AS c_provider, c.resubmission AS c_resubmission,
                 c.external_tx_id AS c_external_tx_id, c.provider_tx_id AS c_provider_tx_id,
                 c.phase AS c_phase, c.status AS c_status, c.sub_status AS c_sub_status,

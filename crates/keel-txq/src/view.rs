@@ -38,6 +38,12 @@ pub struct RequestView {
     pub broadcast_at: Option<DateTime<Utc>>,
     /// When its verdict was recorded, once `settled`.
     pub settled_at: Option<DateTime<Utc>>,
+    /// When the watch of a settled request ended (issue 32 §10): its verdict's block
+    /// was found final for the chain ([`crate::Finality`]), or the verdict became
+    /// `Failed { code: REORGED_OUT }`. `None` while a `confirmed`/`reverted` verdict is
+    /// still watched (a reorg may still move or remove it), and for requests that are
+    /// never watched (other failures, custody senders).
+    pub final_at: Option<DateTime<Utc>>,
     /// For a custody sender's request: its latest submission at the provider (status,
     /// sub-status, provider id, approval wait, hash); `None` for local-key requests and
     /// before the first create.
@@ -77,6 +83,7 @@ impl TryFrom<ViewRow> for RequestView {
             updated_at: r.updated_at,
             broadcast_at: r.broadcast_at,
             settled_at: r.settled_at,
+            final_at: r.final_at,
             custody,
         })
     }

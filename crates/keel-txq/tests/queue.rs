@@ -1399,6 +1399,11 @@ async fn a_verdict_reorged_out_with_its_nonce_free_lands_again_with_the_same_byt
     let receipt = p.get_transaction_receipt(hash).await.unwrap().unwrap();
     assert_eq!(receipt.block_number, Some(block));
     assert_eq!(watch_state(&f, id).await, (false, 1));
+    let view = |f: &Fixture| {
+        let db = f.db.pool().clone();
+        async move { keel_txq::requests(&db, &[id]).await.unwrap().remove(0) }
+    };
+    assert_eq!(view(&f).await.final_at, None, "RequestView: still watched");
     for _ in 0..3 {
         f.chain.mine().await.unwrap();
     }
@@ -1407,6 +1412,10 @@ async fn a_verdict_reorged_out_with_its_nonce_free_lands_again_with_the_same_byt
         watch_state(&f, id).await,
         (true, 1),
         "final: the watch ended"
+    );
+    assert!(
+        view(&f).await.final_at.is_some(),
+        "RequestView::final_at: the watch ended"
     );
     assert_eq!(received(&f).await, U256::from(1u64), "exactly one effect");
     assert_eq!(p.get_transaction_count(sender).await.unwrap(), 1);

@@ -88,7 +88,8 @@ pub struct ChainConfig {
     pub confirmations: u64,
     /// Blocks below the head after which a block is final for the transaction queue
     /// (issue 32 §3): a request whose nonce another transaction took is re-signed at a
-    /// fresh nonce only once that transaction is this deep. Absent (the default): the
+    /// fresh nonce only once that transaction is this deep; the bundler reports a user
+    /// operation's inclusion only from a block this deep (issue 33). Absent (the default): the
     /// node's `finalized` block (64 blocks below the head on a node without the tag).
     /// 0 only for a local chain such as Anvil (the head is final).
     #[serde(default, skip_serializing_if = "Option::is_none")]

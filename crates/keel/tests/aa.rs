@@ -62,6 +62,10 @@ impl Stack {
         );
         let specific: Vec<(String, String)> = vec![
             ("KEEL__AA__BUNDLERPOLLMS".into(), "100".into()),
+            // Issue 33 §2: an operation is reported once its block is final; Anvil's
+            // head is final here (its `finalized` tag lags 64 blocks behind a head that
+            // moves only when transactions arrive).
+            ("KEEL__CHAINS__LOCAL__FINALITYDEPTH".into(), "0".into()),
             // The bootstrap funds the paymaster's deposit with 1 ETH: below 2 ETH the
             // runway check (every second) opens a funding request.
             (

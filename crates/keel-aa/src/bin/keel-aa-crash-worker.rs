@@ -5,6 +5,8 @@
 //! Environment: `KEEL_AA_DB` (URL of a migrated database), `KEEL_AA_RPC`,
 //! `KEEL_AA_CHAIN_ID`, `KEEL_AA_DIRECTORY` (Keel's Directory), `KEEL_AA_KEY` (hex key of
 //! the bundler's sender; a local test key), `KEEL_AA_CONFIRMATIONS` (default 1),
+//! `KEEL_AA_FINALITY_DEPTH` (blocks below the head that are final, default 0: Anvil's
+//! head),
 //! `KEEL_AA_MODE`: `no-queue` (executor and bundler only: bundles are enqueued, never
 //! sent) or `full`. Prints `ready` once running.
 
@@ -12,7 +14,7 @@ use keel_aa::bundler::{Bundler, BundlerConfig};
 use keel_aa::flow::{self, AaChain, AaEnv};
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_durable::{Engine, EngineConfig, ExecutorConfig};
-use keel_txq::{LocalSigner, TxQueue, TxQueueConfig, TxSigner};
+use keel_txq::{Finality, LocalSigner, TxQueue, TxQueueConfig, TxSigner};
 use keel_units::ChainId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,12 +46,17 @@ async fn main() -> Result<(), String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
+    let finality_depth = std::env::var("KEEL_AA_FINALITY_DEPTH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut queue = TxQueue::new(
         db.clone(),
         pool.clone(),
         TxQueueConfig {
             confirmations,
             poll_interval: Duration::from_millis(50),
+            finality: Finality::Depth(finality_depth),
             ..TxQueueConfig::default()
         },
     )

@@ -568,6 +568,18 @@ impl TxQueue {
         crate::funding_requests(&self.db, Some(self.chain_id())).await
     }
 
+    /// The highest block of this queue's chain that is final now, by the queue's
+    /// [`TxQueueConfig::finality`] (the node's `finalized` tag or a depth below the
+    /// head): what the watch of settled requests (issue 32 §10) ends at. For readers
+    /// that judge finality of a transaction the queue did not send (e.g. a user
+    /// operation found in another bundler's transaction).
+    ///
+    /// # Errors
+    /// Transport errors reading the head or the tag.
+    pub async fn final_block_number(&self) -> Result<u64> {
+        self.final_block().await
+    }
+
     /// Waits until the request is settled, checking every `poll` (this is a reader's
     /// wait; workflows wrap it in a step).
     ///

@@ -1017,6 +1017,7 @@ mod tests {
                 updated_at: Utc::now(),
                 broadcast_at: None,
                 settled_at: (state == RequestState::Settled).then(Utc::now),
+                final_at: None,
                 custody: None,
             },
         }
