@@ -81,6 +81,8 @@ pub struct AaChain {
     /// Keel's SponsorPaymaster and its sponsor key (the ERC-7677 `pm_*` methods sign
     /// with it); `None`: those methods answer that no paymaster is configured.
     pub sponsor: Option<Sponsor>,
+    /// What acceptance checks and the bundle gas budget ([`crate::admission`]).
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 impl AaChain {
@@ -207,7 +209,7 @@ pub struct UserOperationInput {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutcomeSignal {
-    /// `included`, `failed` or `nonce_used_elsewhere` ([`store::state`]).
+    /// `included`, `failed`, `nonce_used_elsewhere` or `replaced` ([`store::state`]).
     pub state: String,
     /// Included: whether the execution call succeeded.
     pub success: Option<bool>,
@@ -235,7 +237,7 @@ pub struct AaFailure {
     /// `AAxx …` from the EntryPoint, a `SPONSOR_…` policy code, or a Keel code
     /// (`ENTRY_POINT_CHANGED`, `CHAIN_NOT_SERVED`, ...). Never payload values.
     pub reason: String,
-    /// The state the operation ended in (`failed`, `nonce_used_elsewhere`).
+    /// The state the operation ended in (`failed`, `nonce_used_elsewhere`, `replaced`).
     pub state: String,
 }
 
@@ -758,6 +760,7 @@ mod tests {
             organization_policies: HashMap::new(),
             beneficiary: None,
             sponsor: None,
+            admission: Default::default(),
         }
     }
 

@@ -100,6 +100,7 @@ async fn kill_9_between_bundle_enqueue_and_verdict_loses_nothing_and_doubles_not
                 organization_policies: Default::default(),
                 beneficiary: None,
                 sponsor: None,
+                admission: Default::default(),
             },
         )]
         .into_iter()
