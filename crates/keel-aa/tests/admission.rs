@@ -399,26 +399,47 @@ async fn fee_floors_and_pre_verification_gas_are_enforced_at_send() -> anyhow::R
         accounts.push(f.account().await?);
     }
     let (owner, sender) = &accounts[0];
-    // The requirement of this operation (its pvg field's own bytes count: find the
-    // fixed point).
+    // The requirement of this operation (it depends on its bytes, signatures included:
+    // each case is compared with the requirement of the signed operation sent).
     let (probe, _) = f.op(owner, *sender, 0, |_| {}).await?;
-    let mut need = keel_aa::admission::required_pre_verification_gas(&probe.pack()?);
-    for _ in 0..3 {
-        let mut p = probe.clone();
-        p.pre_verification_gas = U256::from(need);
-        need = keel_aa::admission::required_pre_verification_gas(&p.pack()?);
+    let need = keel_aa::admission::required_pre_verification_gas(&probe.pack()?);
+    let mut below = Vec::new();
+    for pvg in [0u128, 1, 21_000] {
+        below.push(
+            f.op(owner, *sender, 0, |o| o.pre_verification_gas = U256::from(pvg))
+                .await?,
+        );
     }
-    for pvg in [0u128, 1, 21_000, need - 1] {
+    // Just below its own requirement (found in a few steps: the value's and the
+    // signatures' bytes move the requirement by a few dozen gas).
+    let mut pvg = need - 1;
+    for _ in 0..16 {
         let (op, hash) = f
             .op(owner, *sender, 0, |o| o.pre_verification_gas = U256::from(pvg))
             .await?;
+        let required = keel_aa::admission::required_pre_verification_gas(&op.pack()?);
+        if pvg < required {
+            assert!(required - pvg <= 240, "{required} {pvg}");
+            below.push((op, hash));
+            break;
+        }
+        pvg = required - 1;
+    }
+    assert_eq!(below.len(), 4, "found an operation just below its requirement");
+    for (op, hash) in below {
+        let pvg = u128::try_from(op.pre_verification_gas)?;
+        assert!(pvg < keel_aa::admission::required_pre_verification_gas(&op.pack()?));
         refused(&f.send(&op).await, -32602, "preVerificationGas", "PRE_VERIFICATION_GAS_TOO_LOW");
         assert!(f.row(hash).await?.is_none());
     }
+    // Just above (a few signature bytes may differ from the probe's: 12 gas each).
+    let pvg = need + 240;
     let (op, hash) = f
-        .op(owner, *sender, 0, |o| o.pre_verification_gas = U256::from(need))
+        .op(owner, *sender, 0, |o| o.pre_verification_gas = U256::from(pvg))
         .await?;
-    assert_eq!(f.send(&op).await["result"], json!(hash), "the requirement is accepted");
+    assert!(keel_aa::admission::required_pre_verification_gas(&op.pack()?) <= pvg);
+    let r = f.send(&op).await;
+    assert_eq!(r["result"], json!(hash), "the requirement is accepted: {r}");
 
     let base = f.base_fee().await?;
     assert!(base > 1, "Anvil has a base fee");
@@ -619,7 +640,14 @@ async fn a_replacement_needs_ten_percent_more_on_both_fees() -> anyhow::Result<(
         (11 * gwei, gwei * 11 / 10 - 1, "maxPriorityFeePerGas"),
         (20 * gwei, gwei, "maxPriorityFeePerGas"),
     ] {
-        let (op, hash) = f.op(&owner, sender, 0, fees(max, prio)).await?;
+        // Another call gas limit: a different operation (equal fees would otherwise be
+        // the same operation, a resend).
+        let (op, hash) = f
+            .op(&owner, sender, 0, |o| {
+                fees(max, prio)(o);
+                o.call_gas_limit += 1;
+            })
+            .await?;
         refused(&f.send(&op).await, -32602, field, "REPLACEMENT_UNDERPRICED");
         assert!(f.row(hash).await?.is_none());
     }
