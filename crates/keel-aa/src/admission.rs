@@ -102,9 +102,7 @@ impl Refusal {
     /// A value-free message naming the field.
     pub fn message(&self) -> &'static str {
         match (self.reason, self.field) {
-            ("PRIORITY_FEE_ABOVE_MAX_FEE", _) => {
-                "maxPriorityFeePerGas is above maxFeePerGas"
-            }
+            ("PRIORITY_FEE_ABOVE_MAX_FEE", _) => "maxPriorityFeePerGas is above maxFeePerGas",
             ("MAX_FEE_BELOW_BASE_FEE", _) => {
                 "maxFeePerGas is below the required share of the current base fee"
             }
@@ -179,7 +177,8 @@ pub fn required_pre_verification_gas(op: &PackedUserOperation) -> u128 {
     let zero = encoded.iter().filter(|b| **b == 0).count() as u128;
     let nonzero = encoded.len() as u128 - zero;
     let words = encoded.len().div_ceil(32) as u128;
-    let standard = TX_BASE_GAS + 4 * zero + 16 * nonzero + PER_OPERATION_OVERHEAD + PER_WORD_GAS * words;
+    let standard =
+        TX_BASE_GAS + 4 * zero + 16 * nonzero + PER_OPERATION_OVERHEAD + PER_WORD_GAS * words;
     let floor = TX_BASE_GAS + FLOOR_GAS_PER_TOKEN * (zero + 4 * nonzero);
     standard.max(floor)
 }
@@ -258,7 +257,8 @@ pub fn check_fields(
             "PRIORITY_FEE_ABOVE_MAX_FEE",
         ));
     }
-    let floor = U256::from(view.base_fee_per_gas).saturating_mul(U256::from(config.base_fee_percent))
+    let floor = U256::from(view.base_fee_per_gas)
+        .saturating_mul(U256::from(config.base_fee_percent))
         / U256::from(100u8);
     if max_fee < floor {
         return Err(Refusal::invalid("maxFeePerGas", "MAX_FEE_BELOW_BASE_FEE"));
@@ -361,18 +361,31 @@ mod tests {
     }
 
     fn check(o: &UserOperation, base_fee: u128) -> Result<(), Refusal> {
-        check_fields(o, &o.pack().unwrap(), view(base_fee), &AdmissionConfig::default())
+        check_fields(
+            o,
+            &o.pack().unwrap(),
+            view(base_fee),
+            &AdmissionConfig::default(),
+        )
     }
 
     #[test]
     fn fees_at_the_boundaries() {
         let o = op();
         // maxFeePerGas against the base fee: equal passes, one wei below is refused.
-        for (base, ok) in [(9_999u128, true), (10_000, true), (10_001, false), (u128::MAX, false)] {
+        for (base, ok) in [
+            (9_999u128, true),
+            (10_000, true),
+            (10_001, false),
+            (u128::MAX, false),
+        ] {
             let r = check(&o, base);
             assert_eq!(r.is_ok(), ok, "base fee {base}");
             if let Err(e) = r {
-                assert_eq!((e.field, e.reason), ("maxFeePerGas", "MAX_FEE_BELOW_BASE_FEE"));
+                assert_eq!(
+                    (e.field, e.reason),
+                    ("maxFeePerGas", "MAX_FEE_BELOW_BASE_FEE")
+                );
             }
         }
         // Priority above max: one wei above refused, equal accepted.
@@ -402,7 +415,10 @@ mod tests {
             assert_eq!(r.is_ok(), pvg >= need, "pvg {pvg} need {need}");
             assert!(pvg >= required - 1 || r.is_err());
             if let Err(e) = r {
-                assert_eq!((e.field, e.reason), ("preVerificationGas", "PRE_VERIFICATION_GAS_TOO_LOW"));
+                assert_eq!(
+                    (e.field, e.reason),
+                    ("preVerificationGas", "PRE_VERIFICATION_GAS_TOO_LOW")
+                );
             }
         }
     }
@@ -436,7 +452,10 @@ mod tests {
             p.signature = vec![0u8; 65].into();
             p.paymaster_data = vec![0x5au8; 77].into();
             let need = required_pre_verification_gas(&p.pack().unwrap());
-            assert!(need <= estimate, "fill {fill}: need {need} > estimate {estimate}");
+            assert!(
+                need <= estimate,
+                "fill {fill}: need {need} > estimate {estimate}"
+            );
         }
     }
 
@@ -463,8 +482,14 @@ mod tests {
         assert!(check(&o, 1).is_ok());
         o.call_gas_limit += 1;
         assert_eq!(check(&o, 1).unwrap_err().field, "callGasLimit");
-        assert_eq!(bundle_gas_budget(&AdmissionConfig::default(), Some(20_000_000)), 19_000_000);
-        assert_eq!(bundle_gas_budget(&AdmissionConfig::default(), None), 25_000_000);
+        assert_eq!(
+            bundle_gas_budget(&AdmissionConfig::default(), Some(20_000_000)),
+            19_000_000
+        );
+        assert_eq!(
+            bundle_gas_budget(&AdmissionConfig::default(), None),
+            25_000_000
+        );
     }
 
     #[test]

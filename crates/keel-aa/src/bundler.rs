@@ -523,7 +523,9 @@ impl Bundler {
     /// the admission's overhead), gas units.
     fn overhead(&self) -> u64 {
         self.chain().map_or(self.config.gas_overhead, |c| {
-            self.config.gas_overhead.max(c.admission.bundle_gas_overhead)
+            self.config
+                .gas_overhead
+                .max(c.admission.bundle_gas_overhead)
         })
     }
 

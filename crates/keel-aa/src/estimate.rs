@@ -419,8 +419,11 @@ pub(crate) async fn paymaster_data_rpc(
             ));
         }
     }
-    let policy = chain.policy_for(organization_id).filter(|_| organization_id.is_some());
-    if policy.is_none() && crate::policy::total_gas(&op) > u128::from(chain.admission.sponsorship_max_gas)
+    let policy = chain
+        .policy_for(organization_id)
+        .filter(|_| organization_id.is_some());
+    if policy.is_none()
+        && crate::policy::total_gas(&op) > u128::from(chain.admission.sponsorship_max_gas)
     {
         // No policy applies: the default ceiling (`aa.sponsorshipMaxGasPerOperation`)
         // still bounds what Keel's paymaster signs.

@@ -273,7 +273,9 @@ pub async fn chain_view(
         .header(latest)
         .await?
         .and_then(|h| h.base_fee_per_gas)
-        .map_or(0, |fee| u128::try_from(fee.wei_per_gas).unwrap_or(u128::MAX));
+        .map_or(0, |fee| {
+            u128::try_from(fee.wei_per_gas).unwrap_or(u128::MAX)
+        });
     let block_gas_limit = pool.block_gas_limit(latest).await?;
     Ok(ChainView {
         base_fee_per_gas: base_fee,
@@ -424,12 +426,8 @@ impl AaService {
             if row.state == store::state::BUNDLED {
                 return Err(SendError::Refused(admission::replacement_in_flight()));
             }
-            admission::check_replacement(
-                &other,
-                op,
-                chain.admission.replacement_increase_percent,
-            )
-            .map_err(SendError::Refused)?;
+            admission::check_replacement(&other, op, chain.admission.replacement_increase_percent)
+                .map_err(SendError::Refused)?;
             replaces = Some(row);
         }
         Ok(replaces)

@@ -9,12 +9,12 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::providers::Provider;
 use alloy::signers::local::PrivateKeySigner;
 use common::{AaChain, ETHER};
+use keel_aa::UserOperation;
 use keel_aa::admission::AdmissionConfig;
 use keel_aa::bundler::{Bundler, BundlerConfig};
 use keel_aa::flow::{self, AaChain as FlowChain, AaEnv, AaFailure};
 use keel_aa::service::AaService;
 use keel_aa::store;
-use keel_aa::UserOperation;
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle, RunStatus};
 use keel_store::testing::TestDatabase;
 use keel_txq::{LocalSigner, TxQueue, TxQueueConfig};
@@ -137,7 +137,9 @@ impl Flow {
     async fn account(&self) -> anyhow::Result<(PrivateKeySigner, Address)> {
         let owner = PrivateKeySigner::random();
         let sender = self.aa.account_of(owner.address()).await?;
-        self.aa.mint(sender, U256::from(10u64) * U256::from(ETHER)).await?;
+        self.aa
+            .mint(sender, U256::from(10u64) * U256::from(ETHER))
+            .await?;
         Ok((owner, sender))
     }
 
@@ -198,7 +200,10 @@ impl Flow {
     }
 
     async fn row(&self, hash: B256) -> anyhow::Result<Option<store::UserOperationRow>> {
-        Ok(store::user_operation_get(self.db.pool(), self.chain_id() as i64, hash.as_slice()).await?)
+        Ok(
+            store::user_operation_get(self.db.pool(), self.chain_id() as i64, hash.as_slice())
+                .await?,
+        )
     }
 
     async fn state(&self, hash: B256) -> anyhow::Result<String> {
@@ -217,12 +222,19 @@ impl Flow {
             }
             self.engine.await_idle(Duration::from_secs(1)).await.ok();
         }
-        anyhow::bail!("operation never reached {state}: {:?}", self.row(hash).await?.map(|r| r.state))
+        anyhow::bail!(
+            "operation never reached {state}: {:?}",
+            self.row(hash).await?.map(|r| r.state)
+        )
     }
 
     async fn settled(&self, id: Uuid) -> anyhow::Result<keel_durable::InstanceStatus> {
         for _ in 0..240 {
-            if let Some(s) = self.engine.await_terminal(id, Duration::from_secs(1)).await? {
+            if let Some(s) = self
+                .engine
+                .await_terminal(id, Duration::from_secs(1))
+                .await?
+            {
                 return Ok(s);
             }
         }
@@ -312,7 +324,8 @@ async fn land_heavy_operations(n: usize, call_gas: u128) -> anyhow::Result<(i64,
     }
     let bundles = f.count("SELECT count(*) FROM aa_bundle").await?;
     assert_eq!(
-        f.count("SELECT count(*) FROM aa_bundle WHERE state <> 'included'").await?,
+        f.count("SELECT count(*) FROM aa_bundle WHERE state <> 'included'")
+            .await?,
         0,
         "no bundle failed"
     );
@@ -333,7 +346,10 @@ async fn heavy_operations_are_bundled_within_the_block_gas_limit_and_land() -> a
     for (n, call_gas, bundles) in [(2usize, 15_000_000u128, 2i64), (4, 8_000_000, 2)] {
         let (made, txs) = land_heavy_operations(n, call_gas).await?;
         assert_eq!(made, bundles, "{n} x {call_gas}");
-        assert_eq!(txs, bundles as u64, "{n} x {call_gas}: one transaction per bundle, no gap fill");
+        assert_eq!(
+            txs, bundles as u64,
+            "{n} x {call_gas}: one transaction per bundle, no gap fill"
+        );
     }
     Ok(())
 }
@@ -343,8 +359,8 @@ async fn heavy_operations_are_bundled_within_the_block_gas_limit_and_land() -> a
 /// budget itself accepted), and one that reaches the bundler anyway (accepted before
 /// the budget shrank) ends `failed` with a typed reason instead of being bundled.
 #[tokio::test]
-async fn an_operation_that_can_never_fit_is_refused_at_send_and_ended_by_the_bundler(
-) -> anyhow::Result<()> {
+async fn an_operation_that_can_never_fit_is_refused_at_send_and_ended_by_the_bundler()
+-> anyhow::Result<()> {
     let f = Flow::start(AdmissionConfig::default()).await?;
     // Budget: min(25M, 30M − 1M) = 25M including the 200k overhead.
     let (owner, sender) = f.account().await?;
@@ -352,14 +368,20 @@ async fn an_operation_that_can_never_fit_is_refused_at_send_and_ended_by_the_bun
     let rest = keel_aa::admission::operation_gas(&probe) - probe.call_gas_limit as u64;
     let fits = u128::from(25_000_000 - 200_000 - rest);
     for call_gas in [fits + 1, 30_000_000, 1u128 << 100] {
-        let (op, hash) = f.op(&owner, sender, 0, |o| o.call_gas_limit = call_gas).await?;
+        let (op, hash) = f
+            .op(&owner, sender, 0, |o| o.call_gas_limit = call_gas)
+            .await?;
         let r = f.send(&op).await;
         refused(&r, -32602, "callGasLimit", "GAS_LIMIT_EXCEEDS_BUNDLE_MAX");
         assert!(f.row(hash).await?.is_none(), "nothing recorded");
     }
     let (op, hash) = f.op(&owner, sender, 0, |o| o.call_gas_limit = fits).await?;
     let r = f.send(&op).await;
-    assert_eq!(r["result"], json!(hash), "exactly the budget is accepted: {r}");
+    assert_eq!(
+        r["result"],
+        json!(hash),
+        "exactly the budget is accepted: {r}"
+    );
     f.shutdown().await;
 
     // The bundler's side: a budget of 2,000,000 gas; an operation accepted without the
@@ -380,7 +402,10 @@ async fn an_operation_that_can_never_fit_is_refused_at_send_and_ended_by_the_bun
     let st = f.settled(s.instance_id).await?;
     assert_eq!(st.status, RunStatus::Failed);
     let fail = failure(&st);
-    assert_eq!((fail.code, fail.reason.as_str()), (-32602, "GAS_LIMIT_EXCEEDS_BUNDLE_MAX"));
+    assert_eq!(
+        (fail.code, fail.reason.as_str()),
+        (-32602, "GAS_LIMIT_EXCEEDS_BUNDLE_MAX")
+    );
     assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 0);
     assert_eq!(f.count("SELECT count(*) FROM txq_request").await?, 0);
     f.shutdown().await;
@@ -406,8 +431,10 @@ async fn fee_floors_and_pre_verification_gas_are_enforced_at_send() -> anyhow::R
     let mut below = Vec::new();
     for pvg in [0u128, 1, 21_000] {
         below.push(
-            f.op(owner, *sender, 0, |o| o.pre_verification_gas = U256::from(pvg))
-                .await?,
+            f.op(owner, *sender, 0, |o| {
+                o.pre_verification_gas = U256::from(pvg)
+            })
+            .await?,
         );
     }
     // Just below its own requirement (found in a few steps: the value's and the
@@ -415,7 +442,9 @@ async fn fee_floors_and_pre_verification_gas_are_enforced_at_send() -> anyhow::R
     let mut pvg = need - 1;
     for _ in 0..16 {
         let (op, hash) = f
-            .op(owner, *sender, 0, |o| o.pre_verification_gas = U256::from(pvg))
+            .op(owner, *sender, 0, |o| {
+                o.pre_verification_gas = U256::from(pvg)
+            })
             .await?;
         let required = keel_aa::admission::required_pre_verification_gas(&op.pack()?);
         if pvg < required {
@@ -425,17 +454,28 @@ async fn fee_floors_and_pre_verification_gas_are_enforced_at_send() -> anyhow::R
         }
         pvg = required - 1;
     }
-    assert_eq!(below.len(), 4, "found an operation just below its requirement");
+    assert_eq!(
+        below.len(),
+        4,
+        "found an operation just below its requirement"
+    );
     for (op, hash) in below {
         let pvg = u128::try_from(op.pre_verification_gas)?;
         assert!(pvg < keel_aa::admission::required_pre_verification_gas(&op.pack()?));
-        refused(&f.send(&op).await, -32602, "preVerificationGas", "PRE_VERIFICATION_GAS_TOO_LOW");
+        refused(
+            &f.send(&op).await,
+            -32602,
+            "preVerificationGas",
+            "PRE_VERIFICATION_GAS_TOO_LOW",
+        );
         assert!(f.row(hash).await?.is_none());
     }
     // Just above (a few signature bytes may differ from the probe's: 12 gas each).
     let pvg = need + 240;
     let (op, hash) = f
-        .op(owner, *sender, 0, |o| o.pre_verification_gas = U256::from(pvg))
+        .op(owner, *sender, 0, |o| {
+            o.pre_verification_gas = U256::from(pvg)
+        })
         .await?;
     assert!(keel_aa::admission::required_pre_verification_gas(&op.pack()?) <= pvg);
     let r = f.send(&op).await;
@@ -451,18 +491,32 @@ async fn fee_floors_and_pre_verification_gas_are_enforced_at_send() -> anyhow::R
                 o.max_priority_fee_per_gas = Wei::ZERO;
             })
             .await?;
-        refused(&f.send(&op).await, -32602, "maxFeePerGas", "MAX_FEE_BELOW_BASE_FEE");
+        refused(
+            &f.send(&op).await,
+            -32602,
+            "maxFeePerGas",
+            "MAX_FEE_BELOW_BASE_FEE",
+        );
         assert!(f.row(hash).await?.is_none());
     }
     let (owner2, sender2) = &accounts[2];
-    for (max_fee, prio) in [(base, base + 1), (base * 2, base * 2 + 1), (base, u128::from(u64::MAX))] {
+    for (max_fee, prio) in [
+        (base, base + 1),
+        (base * 2, base * 2 + 1),
+        (base, u128::from(u64::MAX)),
+    ] {
         let (op, hash) = f
             .op(owner2, *sender2, 0, |o| {
                 o.max_fee_per_gas = Wei::new(U256::from(max_fee));
                 o.max_priority_fee_per_gas = Wei::new(U256::from(prio));
             })
             .await?;
-        refused(&f.send(&op).await, -32602, "maxPriorityFeePerGas", "PRIORITY_FEE_ABOVE_MAX_FEE");
+        refused(
+            &f.send(&op).await,
+            -32602,
+            "maxPriorityFeePerGas",
+            "PRIORITY_FEE_ABOVE_MAX_FEE",
+        );
         assert!(f.row(hash).await?.is_none());
     }
     // The base fee itself (no block mined since it was read), priority equal to it.
@@ -474,7 +528,11 @@ async fn fee_floors_and_pre_verification_gas_are_enforced_at_send() -> anyhow::R
         })
         .await?;
     assert_eq!(f.base_fee().await?, base);
-    assert_eq!(f.send(&op).await["result"], json!(hash), "maxFeePerGas = base fee is accepted");
+    assert_eq!(
+        f.send(&op).await["result"],
+        json!(hash),
+        "maxFeePerGas = base fee is accepted"
+    );
     f.shutdown().await;
     Ok(())
 }
@@ -502,17 +560,28 @@ async fn the_estimated_pre_verification_gas_passes_the_check() -> anyhow::Result
     let stub = &stub["result"];
     op.paymaster = Some(stub["paymaster"].as_str().unwrap().parse()?);
     op.paymaster_data = stub["paymasterData"].as_str().unwrap().parse()?;
-    op.paymaster_verification_gas_limit =
-        u128::from_str_radix(stub["paymasterVerificationGasLimit"].as_str().unwrap().trim_start_matches("0x"), 16)?;
+    op.paymaster_verification_gas_limit = u128::from_str_radix(
+        stub["paymasterVerificationGasLimit"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )?;
     op.pre_verification_gas = U256::ZERO;
-    let est = f
-        .rpc("eth_estimateUserOperationGas", json!([op, ep]))
-        .await;
-    let hex = |k: &str| u128::from_str_radix(est["result"][k].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let est = f.rpc("eth_estimateUserOperationGas", json!([op, ep])).await;
+    let hex = |k: &str| {
+        u128::from_str_radix(
+            est["result"][k].as_str().unwrap().trim_start_matches("0x"),
+            16,
+        )
+        .unwrap()
+    };
     op.pre_verification_gas = U256::from(hex("preVerificationGas"));
     op.verification_gas_limit = hex("verificationGasLimit");
     op.call_gas_limit = hex("callGasLimit");
-    let data = f.rpc("pm_getPaymasterData", json!([op, ep, chain, {}])).await;
+    let data = f
+        .rpc("pm_getPaymasterData", json!([op, ep, chain, {}]))
+        .await;
     op.paymaster_data = data["result"]["paymasterData"].as_str().unwrap().parse()?;
     let hash = op.hash_v08(f.aa.ep())?;
     op.signature = alloy::signers::SignerSync::sign_hash_sync(&owner, &hash)?
@@ -536,7 +605,14 @@ async fn paymaster_data_is_refused_over_the_default_sponsorship_ceiling() -> any
     let (owner, sender) = f.account().await?;
     let chain = format!("{:#x}", f.chain_id());
     let ep = f.aa.ep().address();
-    let base = f.aa.transfer_op(owner.address(), sender, 0, true, Address::with_last_byte(1), U256::from(1u64));
+    let base = f.aa.transfer_op(
+        owner.address(),
+        sender,
+        0,
+        true,
+        Address::with_last_byte(1),
+        U256::from(1u64),
+    );
     // Gas without verificationGasLimit: call + pvg + Keel's paymaster limit (100k).
     let others = base.call_gas_limit + 60_000 + 100_000;
     for (verification, ok) in [
@@ -547,7 +623,9 @@ async fn paymaster_data_is_refused_over_the_default_sponsorship_ceiling() -> any
     ] {
         let mut op = base.clone();
         op.verification_gas_limit = verification;
-        let r = f.rpc("pm_getPaymasterData", json!([op, ep, chain, {}])).await;
+        let r = f
+            .rpc("pm_getPaymasterData", json!([op, ep, chain, {}]))
+            .await;
         if ok {
             assert!(r["result"]["paymasterData"].is_string(), "{r}");
         } else {
@@ -566,7 +644,8 @@ async fn paymaster_data_is_refused_over_the_default_sponsorship_ceiling() -> any
 /// `eth_sendUserOperation` refuses it meanwhile (-32505 naming `sender`). Both land,
 /// one bundle each, no failed bundle, no transaction of the bundler's sender but them.
 #[tokio::test]
-async fn a_sender_s_next_operation_waits_while_its_earlier_one_is_in_flight() -> anyhow::Result<()> {
+async fn a_sender_s_next_operation_waits_while_its_earlier_one_is_in_flight() -> anyhow::Result<()>
+{
     let f = Flow::start(AdmissionConfig::default()).await?;
     let before = f.bundler_txs().await?;
     let (owner, sender) = f.account().await?;
@@ -583,14 +662,24 @@ async fn a_sender_s_next_operation_waits_while_its_earlier_one_is_in_flight() ->
     assert_eq!(bundle.len(), 1);
     let verdict = tokio::time::timeout(
         Duration::from_secs(120),
-        f.queue().await_verdict(bundle[0].txq_request_id, Duration::from_millis(50)),
+        f.queue()
+            .await_verdict(bundle[0].txq_request_id, Duration::from_millis(50)),
     )
     .await??;
     assert_eq!(verdict.kind(), "confirmed");
-    assert_eq!(f.state(a_hash).await?, store::state::BUNDLED, "in flight for Keel");
+    assert_eq!(
+        f.state(a_hash).await?,
+        store::state::BUNDLED,
+        "in flight for Keel"
+    );
     // B: refused at send; accepted behind the API's back it validates (nonce 1 is next
     // on chain) but is not bundled while A is.
-    refused(&f.send(&b).await, -32505, "sender", "SENDER_OPERATION_PENDING");
+    refused(
+        &f.send(&b).await,
+        -32505,
+        "sender",
+        "SENDER_OPERATION_PENDING",
+    );
     let b_id = f.submit(b).await?.instance_id;
     f.until_state(b_hash, store::state::READY).await?;
     for _ in 0..3 {
@@ -607,10 +696,15 @@ async fn a_sender_s_next_operation_waits_while_its_earlier_one_is_in_flight() ->
     assert_eq!(f.settled(b_id).await?.status, RunStatus::Completed);
     assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 2);
     assert_eq!(
-        f.count("SELECT count(*) FROM aa_bundle WHERE state <> 'included'").await?,
+        f.count("SELECT count(*) FROM aa_bundle WHERE state <> 'included'")
+            .await?,
         0
     );
-    assert_eq!(f.bundler_txs().await? - before, 2, "no reverted handleOps, no gap fill");
+    assert_eq!(
+        f.bundler_txs().await? - before,
+        2,
+        "no reverted handleOps, no gap fill"
+    );
     f.shutdown().await;
     Ok(())
 }
@@ -654,16 +748,26 @@ async fn a_replacement_needs_ten_percent_more_on_both_fees() -> anyhow::Result<(
     assert_eq!(f.state(first_hash).await?, store::state::READY);
     // Another nonce of the same sender meanwhile: one operation per sender.
     let (later, _) = f.op(&owner, sender, 1, fees(10 * gwei, gwei)).await?;
-    refused(&f.send(&later).await, -32505, "sender", "SENDER_OPERATION_PENDING");
+    refused(
+        &f.send(&later).await,
+        -32505,
+        "sender",
+        "SENDER_OPERATION_PENDING",
+    );
 
-    let (second, second_hash) = f.op(&owner, sender, 0, fees(11 * gwei, gwei * 11 / 10)).await?;
+    let (second, second_hash) = f
+        .op(&owner, sender, 0, fees(11 * gwei, gwei * 11 / 10))
+        .await?;
     assert_eq!(f.send(&second).await["result"], json!(second_hash));
     assert_eq!(f.state(first_hash).await?, store::state::REPLACED);
     let first_id = f.row(first_hash).await?.expect("row").instance_id;
     let st = f.settled(first_id).await?;
     assert_eq!(st.status, RunStatus::Failed);
     let fail = failure(&st);
-    assert_eq!((fail.state.as_str(), fail.reason.as_str()), ("replaced", "REPLACED"));
+    assert_eq!(
+        (fail.state.as_str(), fail.reason.as_str()),
+        ("replaced", "REPLACED")
+    );
     // Sent again, the replaced operation is the known one: same hash, still replaced.
     assert_eq!(f.send(&first).await["result"], json!(first_hash));
     assert_eq!(f.state(first_hash).await?, store::state::REPLACED);
@@ -672,12 +776,11 @@ async fn a_replacement_needs_ten_percent_more_on_both_fees() -> anyhow::Result<(
     let second_id = f.row(second_hash).await?.expect("row").instance_id;
     assert_eq!(f.settled(second_id).await?.status, RunStatus::Completed);
     assert_eq!(f.state(first_hash).await?, store::state::REPLACED);
-    let signals: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM durable_signal WHERE instance_id = $1",
-    )
-    .bind(first_id)
-    .fetch_one(f.db.pool())
-    .await?;
+    let signals: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM durable_signal WHERE instance_id = $1")
+            .bind(first_id)
+            .fetch_one(f.db.pool())
+            .await?;
     assert_eq!(signals, 1, "the replaced workflow was told once");
     f.shutdown().await;
     Ok(())

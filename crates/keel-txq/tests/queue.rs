@@ -1513,7 +1513,12 @@ async fn a_request_over_the_block_gas_limit_fails_before_a_nonce_is_assigned() {
         .header
         .gas_limit;
     assert_eq!(limit, 30_000_000, "Anvil's default block gas limit");
-    let start = f.chain.provider().get_transaction_count(sender).await.unwrap();
+    let start = f
+        .chain
+        .provider()
+        .get_transaction_count(sender)
+        .await
+        .unwrap();
     let mut over = Vec::new();
     let mut ids = Vec::new();
     for (i, gas) in [limit + 1, limit + 1_000, 2 * limit, u64::MAX / 2]
@@ -1547,12 +1552,19 @@ async fn a_request_over_the_block_gas_limit_fails_before_a_nonce_is_assigned() {
         }
     }
     let expected: Vec<u64> = (start..start + 4).collect();
-    assert_eq!(nonces, expected, "the requests that fit took contiguous nonces");
+    assert_eq!(
+        nonces, expected,
+        "the requests that fit took contiguous nonces"
+    );
     // Nonce recovery finds no gap: the chain's count is exactly the mined requests.
     let (_, filled) = q.recover_nonces(sender).await.unwrap();
     assert_eq!(filled, 0);
     assert_eq!(
-        f.chain.provider().get_transaction_count(sender).await.unwrap(),
+        f.chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
         start + 4
     );
     let gap_fills: i64 = sqlx::query_scalar(
@@ -1573,7 +1585,12 @@ async fn a_refused_request_hands_its_nonce_back_when_nothing_above_it_is_signed(
     let f = Fixture::new().await;
     let sender = f.chain.account(5).unwrap();
     let q = f.queue(&[5]);
-    let start = f.chain.provider().get_transaction_count(sender).await.unwrap();
+    let start = f
+        .chain
+        .provider()
+        .get_transaction_count(sender)
+        .await
+        .unwrap();
     for (i, gas) in [1u64, 20_000, 20_999].into_iter().enumerate() {
         let mut t = transfer(sender, &format!("low-{i}"), 1);
         t.gas_limit = Some(gas);
@@ -1592,7 +1609,11 @@ async fn a_refused_request_hands_its_nonce_back_when_nothing_above_it_is_signed(
     let (_, filled) = q.recover_nonces(sender).await.unwrap();
     assert_eq!(filled, 0, "no gap to fill");
     assert_eq!(
-        f.chain.provider().get_transaction_count(sender).await.unwrap(),
+        f.chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
         start + 1
     );
 }
