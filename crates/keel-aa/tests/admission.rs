@@ -785,3 +785,82 @@ async fn a_replacement_needs_ten_percent_more_on_both_fees() -> anyhow::Result<(
     f.shutdown().await;
     Ok(())
 }
+
+/// Issue 33 §1: a bundle the queue refuses for the block gas limit (here the block gas
+/// limit drops to 10,000,000 after the bundler packed two 8M operations into one
+/// ~17.6M bundle) takes no nonce, and its set is split, never rebuilt unchanged: each
+/// operation lands in a bundle of its own; the bundler's sender sent exactly those two
+/// transactions (no gap fill).
+#[tokio::test]
+async fn a_bundle_refused_for_the_block_gas_limit_is_split_and_takes_no_nonce() -> anyhow::Result<()>
+{
+    let f = Flow::start(AdmissionConfig::default()).await?;
+    let before = f.bundler_txs().await?;
+    let mut ops = Vec::new();
+    for _ in 0..2 {
+        let (owner, sender) = f.account().await?;
+        let (op, hash) = f
+            .op(&owner, sender, 0, |o| o.call_gas_limit = 8_000_000)
+            .await?;
+        ops.push((f.submit(op).await?.instance_id, hash));
+    }
+    for (_, hash) in &ops {
+        f.until_state(*hash, store::state::READY).await?;
+    }
+    let bundler = f.bundler()?;
+    assert_eq!(bundler.bundle_pass().await?, 2, "one bundle of both");
+    f.aa.provider()
+        .raw_request::<_, bool>("evm_setBlockGasLimit".into(), (U256::from(10_000_000u64),))
+        .await?;
+    f.aa.chain.mine().await?;
+    f.start_queue();
+    let mut done = 0;
+    for _ in 0..600 {
+        bundler.settle_pass().await?;
+        bundler.bundle_pass().await?;
+        done = 0;
+        for (id, _) in &ops {
+            if f.engine
+                .await_terminal(*id, Duration::from_millis(100))
+                .await?
+                .is_some()
+            {
+                done += 1;
+            }
+        }
+        if done == ops.len() {
+            break;
+        }
+    }
+    assert_eq!(done, ops.len(), "both ended");
+    for (id, hash) in &ops {
+        assert_eq!(f.settled(*id).await?.status, RunStatus::Completed);
+        assert_eq!(f.state(*hash).await?, store::state::INCLUDED);
+    }
+    let verdicts: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT state, cardinality(user_op_hashes)::bigint FROM aa_bundle ORDER BY created_at",
+    )
+    .fetch_all(f.db.pool())
+    .await?;
+    assert_eq!(
+        verdicts,
+        vec![
+            ("failed".to_owned(), 2),
+            ("included".to_owned(), 1),
+            ("included".to_owned(), 1)
+        ],
+        "the refused set was split"
+    );
+    let refused: String =
+        sqlx::query_scalar("SELECT verdict->>'code' FROM txq_request ORDER BY created_at LIMIT 1")
+            .fetch_one(f.db.pool())
+            .await?;
+    assert_eq!(refused, "EXCEEDS_BLOCK_GAS_LIMIT");
+    assert_eq!(
+        f.bundler_txs().await? - before,
+        2,
+        "the refused bundle took no nonce"
+    );
+    f.shutdown().await;
+    Ok(())
+}
