@@ -27,9 +27,14 @@
 //! reason), `-32603` internal error (retryable: the chain or the database did not
 //! answer). Messages are value-free.
 //!
-//! `eth_sendUserOperation` pre-checks the operation with the same `handleOps` simulation
-//! the workflow journals (so a refusal is answered at once, before anything is
-//! recorded), then starts or joins its workflow: a resend answers the same hash.
+//! `eth_sendUserOperation` first applies the admission checks of [`crate::admission`]
+//! against the latest block (fee floors, `preVerificationGas`, the bundle fit, one open
+//! operation per sender, the ERC-7562 replacement rule; `-32602` or `-32505` with
+//! `data.field` and `data.reason`, the message naming the field), then pre-checks the
+//! operation with the same `handleOps` simulation the workflow journals (so a refusal is
+//! answered at once, before anything is recorded), then starts or joins its workflow: a
+//! resend answers the same hash. An accepted replacement ends the operation it replaces
+//! `replaced` and tells its workflow once.
 
 use crate::admission::{self, ChainView, Refusal};
 use crate::flow::{self, AaEnv, SubmitError, Submitted, simulate_handle_ops};
