@@ -693,14 +693,20 @@ async fn make_ready(
             .map_err(db_err)?;
         sponsored = Some(granted);
     }
-    store::user_operation_set_ready(
+    if !store::user_operation_set_ready(
         &mut *tx,
         chain_id,
         input.user_op_hash.as_slice(),
         sponsored.as_deref(),
     )
     .await
-    .map_err(db_err)?;
+    .map_err(db_err)?
+    {
+        // No longer `accepted` (replaced meanwhile, issue 33 §3): nothing is granted; its
+        // outcome was signalled by whoever ended it.
+        tx.rollback().await.map_err(db_err)?;
+        return Ok(());
+    }
     tx.commit().await.map_err(db_err)?;
     Ok(())
 }
