@@ -98,6 +98,7 @@ async fn keel_case(n: usize) -> anyhow::Result<f64> {
                 organization_policies: Default::default(),
                 beneficiary: None,
                 sponsor: None,
+                admission: Default::default(),
             },
         )]
         .into_iter()

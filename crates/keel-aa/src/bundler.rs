@@ -16,7 +16,9 @@
 //!     the receipt fields (readable through `eth_getUserOperationReceipt` at once), not
 //!     reported yet; the bundle `included` (watched). Not found: released (below).
 //!     *reverted* or *failed* (never took effect): each operation released; the bundle
-//!     `failed`.
+//!     `failed`. Failed `EXCEEDS_BLOCK_GAS_LIMIT` (issue 33 §1): later bundles stay
+//!     below this bundle's gas (never the same set again), and an operation alone in it
+//!     ends `failed` `GAS_LIMIT_EXCEEDS_BUNDLE_MAX`.
 //!   - an `included` bundle follows its queue request's watch (keel-txq issue 32 §10):
 //!     the verdict's transaction re-included elsewhere moves its operations' transaction,
 //!     block and receipt fields; out of the chain for now, its operations go back to
@@ -38,19 +40,29 @@
 //!   so a killed runner loses nothing and reports nothing twice. The workflow is told
 //!   once, never from a block that can still be reorganized away.
 //! - **bundle** ([`Bundler::bundle_pass`]): up to [`BundlerConfig::max_operations`]
-//!   `ready` operations, one per sender, of one resolved EntryPoint; `handleOps`
-//!   simulated with `eth_call` ([`crate::flow::simulate_handle_ops`]): an operation
-//!   named by `FailedOp` ends `failed` alone (its `AAxx` code and ERC-7769 code reported
-//!   to its workflow) and the rest is simulated again. Then, in one transaction, the
-//!   queue request (key `aa-bundle:<bundle id>`, the bundler's sender, a gas limit of
-//!   the operations' limits plus [`BundlerConfig::gas_overhead`]), the `aa_bundle` row and
-//!   the operations' move to `bundled`. Nonces, fee bumps, re-broadcasts, funding pauses
-//!   and confirmation are the queue's.
+//!   `ready` operations, one per sender and none of a sender with an operation in an
+//!   unsettled bundle, of one resolved EntryPoint, whose gas (each operation's five gas
+//!   fields, plus the overhead) stays within the bundle gas budget
+//!   ([`crate::admission::bundle_gas_budget`]: min(configured maximum, latest block gas
+//!   limit − margin), and below the gas of a bundle the queue refused for the block gas
+//!   limit). An operation over the budget alone ends `failed`
+//!   (`GAS_LIMIT_EXCEEDS_BUNDLE_MAX`); one whose `maxFeePerGas` is below the latest base
+//!   fee waits. `handleOps` simulated with `eth_call`
+//!   ([`crate::flow::simulate_handle_ops`]): an operation named by `FailedOp` ends
+//!   `failed` alone (its `AAxx` code and ERC-7769 code reported to its workflow) and the
+//!   rest is simulated again. Then, in one transaction, the queue request (key
+//!   `aa-bundle:<bundle id>`, the bundler's sender, a gas limit of the operations' gas
+//!   plus the overhead), the `aa_bundle` row and the operations' move to `bundled`.
+//!   Nonces, fee bumps, re-broadcasts, funding pauses and confirmation are the queue's;
+//!   the queue fails a request over the block gas limit before assigning a nonce
+//!   (`EXCEEDS_BLOCK_GAS_LIMIT`), and the settle pass then splits the set (see
+//!   [`Bundler::settle_pass`]).
 //!
 //! Metrics (labels `chain_id` and a fixed `outcome`):
 //! `keel_aa_bundles_total{outcome=submitted|included|final|reorged|failed}`,
 //! `keel_aa_user_operations_total{outcome=included|moved|final|reorged|failed|nonce_used_elsewhere|rebundled}`.
 
+use crate::admission;
 use crate::entry_point::Resolution;
 use crate::flow::{
     AaChain, AaEnv, OUTCOME_SIGNAL, OutcomeSignal, chain_id_i64, handle_ops_calldata,
@@ -65,11 +77,34 @@ use alloy::sol_types::{SolCall, SolEvent};
 use keel_abi::erc4337::IEntryPointV08;
 use keel_durable::{Actor, DurableError, Engine};
 use keel_service::{BackgroundService, Report};
-use keel_txq::{EnqueueOptions, RequestView, SettlementVerdict, TxRequest};
+use keel_txq::{EnqueueOptions, FailureCode, RequestView, SettlementVerdict, TxRequest};
 use keel_units::Wei;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use uuid::Uuid;
+
+/// The ERC-7769 code and reason of an operation that can never fit in a bundle (its
+/// gas plus the bundle overhead exceeds the bundle gas budget).
+fn too_large() -> (i32, &'static str) {
+    (
+        crate::Erc7769Code::InvalidParams.code(),
+        "GAS_LIMIT_EXCEEDS_BUNDLE_MAX",
+    )
+}
+
+/// The outcome signal of an operation ended `failed` with `code` and `reason`.
+fn failure_outcome(code: i32, reason: &str) -> OutcomeSignal {
+    OutcomeSignal {
+        state: store::state::FAILED.to_owned(),
+        success: None,
+        actual_gas_cost: None,
+        actual_gas_used: None,
+        tx_hash: None,
+        block_number: None,
+        error_code: Some(code),
+        error_reason: Some(reason.to_owned()),
+    }
+}
 
 /// The actor recorded with the outcome signals.
 pub const BUNDLER_ACTOR: &str = "aa-bundler";
@@ -132,6 +167,10 @@ pub struct Bundler {
     /// What the last complete watch of included bundles looked at (the head's hash and
     /// the watched requests' verdicts): unchanged, there is nothing new to look at.
     watched_at: std::sync::Mutex<Option<u64>>,
+    /// Below the gas of the last bundle the queue failed for exceeding the block gas
+    /// limit (0: none): the next bundles stay under it, so a failed set is split and
+    /// never rebuilt unchanged (until the runner restarts).
+    gas_ceiling: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Bundler {
@@ -232,6 +271,9 @@ enum Fate {
     Elsewhere,
     /// The chain is in between (a log without its receipt): look again next pass.
     Wait,
+    /// Alone in a bundle the queue refused for the block gas limit: ends `failed`
+    /// `GAS_LIMIT_EXCEEDS_BUNDLE_MAX` (issue 33 §1).
+    TooLarge,
 }
 
 impl Fate {
@@ -240,7 +282,7 @@ impl Fate {
         match self {
             Fate::In(f, fin) => f.changes(row) || (*fin && row.finalized_at.is_none()),
             Fate::Out => row.state == store::state::INCLUDED,
-            Fate::Ready | Fate::Elsewhere => true,
+            Fate::Ready | Fate::Elsewhere | Fate::TooLarge => true,
             Fate::Wait => false,
         }
     }
@@ -301,6 +343,7 @@ impl Bundler {
             chain_id,
             config,
             watched_at: std::sync::Mutex::new(None),
+            gas_ceiling: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -457,9 +500,20 @@ impl Bundler {
                     settled_tx = Some((*hash, *block, receipt.block_hash));
                 }
                 _ => {
-                    // Reverted or never took effect: released one by one.
+                    // Refused for exceeding the block gas limit (before a nonce, issue 33
+                    // §1): the next bundles stay below this one's gas (the set is split),
+                    // and an operation alone in it ends with a typed reason. Otherwise
+                    // (reverted or never took effect): released one by one.
+                    let gas_refused = self.note_gas_refusal(verdict, &ops);
                     for l in &ops {
                         fates.push(self.release(chain, l, final_block).await?);
+                    }
+                    if gas_refused && ops.len() == 1 {
+                        for f in fates.iter_mut() {
+                            if matches!(f, Fate::Ready) {
+                                *f = Fate::TooLarge;
+                            }
+                        }
                     }
                     end_state = store::bundle_state::FAILED;
                 }
@@ -887,9 +941,75 @@ impl Bundler {
                     counts.elsewhere += 1;
                 }
             }
+            Fate::TooLarge => {
+                let (code, reason) = too_large();
+                if store::user_operation_end(
+                    &mut *tx,
+                    chain_id,
+                    hash,
+                    store::state::FAILED,
+                    code,
+                    reason,
+                )
+                .await?
+                {
+                    let outcome = failure_outcome(code, reason);
+                    self.signal(
+                        &mut *tx,
+                        l.row.instance_id,
+                        &format!("bundle:{bundle_id}"),
+                        &outcome,
+                    )
+                    .await?;
+                    count_ops(self.chain_id, "failed", 1);
+                }
+            }
             Fate::Wait => {}
         }
         Ok(())
+    }
+
+    /// True when `verdict` says the bundle's transaction exceeded the block gas limit
+    /// (the queue fails it before assigning a nonce); then the bundler's gas ceiling
+    /// is lowered below this bundle's gas, so its operations are bundled in smaller
+    /// sets and never in the same one again.
+    fn note_gas_refusal(&self, verdict: &SettlementVerdict, ops: &[Loaded]) -> bool {
+        if !matches!(
+            verdict,
+            SettlementVerdict::Failed {
+                code: FailureCode::ExceedsBlockGasLimit,
+                ..
+            }
+        ) {
+            return false;
+        }
+        let gas = ops
+            .iter()
+            .map(|l| admission::operation_gas(&l.op))
+            .fold(self.overhead(), u64::saturating_add);
+        self.gas_ceiling
+            .fetch_update(
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+                |c| {
+                    let below = gas.saturating_sub(1).max(1);
+                    Some(if c == 0 { below } else { c.min(below) })
+                },
+            )
+            .ok();
+        tracing::warn!(target: "keel::aa::bundler", chain_id = self.chain_id, operations = ops.len(),
+            "bundle refused for exceeding the block gas limit; later bundles are split below its gas");
+        true
+    }
+
+    /// The gas a bundle adds to its operations' gas (the larger of the bundler's and
+    /// the admission's overhead), gas units.
+    fn overhead(&self) -> u64 {
+        self.chain().map_or(self.config.gas_overhead, |c| {
+            self.config
+                .gas_overhead
+                .max(c.admission.bundle_gas_overhead)
+        })
     }
 
     /// True when the EntryPoint's nonce of the operation's sender and key has passed the
@@ -942,25 +1062,58 @@ impl Bundler {
             i64::try_from(max.saturating_mul(4)).unwrap_or(i64::MAX),
         )
         .await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        // The bundle gas budget: min(configured maximum, latest block gas limit − margin),
+        // below the gas of a bundle the queue refused for the block gas limit.
+        let view = crate::service::chain_view(&chain.pool).await?;
+        let overhead = self.overhead();
+        let mut budget = admission::bundle_gas_budget(&chain.admission, view.block_gas_limit);
+        let ceiling = self.gas_ceiling.load(std::sync::atomic::Ordering::Relaxed);
+        if ceiling > 0 {
+            budget = budget.min(ceiling);
+        }
         let mut senders = HashSet::new();
         let mut chosen: Vec<Loaded> = Vec::new();
         let mut entry_point: Option<Address> = None;
+        let mut gas = overhead;
+        let mut moved = 0u64;
         for row in rows {
             let l = load(row)?;
             let ep = l.resolution.resolved.address();
+            // A sender's oldest ready operation only (its later ones wait behind it).
             if *entry_point.get_or_insert(ep) != ep || !senders.insert(l.op.sender) {
                 continue;
             }
+            let op_gas = admission::operation_gas(&l.op);
+            if op_gas.saturating_add(overhead) > budget {
+                // Can never fit a bundle now: ended with a typed reason, never bundled.
+                let (code, reason) = too_large();
+                self.end(&l, store::state::FAILED, code, reason, "bundle-gas")
+                    .await?;
+                count_ops(self.chain_id, "failed", 1);
+                moved += 1;
+                continue;
+            }
+            if l.op.max_fee_per_gas.get() < alloy::primitives::U256::from(view.base_fee_per_gas) {
+                // Its fees would not cover the base fee: the operator would pay the
+                // difference. It waits (ready) for the base fee to come down.
+                continue;
+            }
+            if gas.saturating_add(op_gas) > budget {
+                continue; // the next bundle
+            }
+            gas = gas.saturating_add(op_gas);
             chosen.push(l);
             if chosen.len() == max {
                 break;
             }
         }
         let Some(first) = chosen.first() else {
-            return Ok(0);
+            return Ok(moved);
         };
         let ep = first.resolution.resolved;
-        let mut moved = 0u64;
         // Simulate; an operation the EntryPoint names fails alone.
         loop {
             let packed: Vec<PackedUserOperation> =
@@ -989,19 +1142,12 @@ impl Bundler {
         }
         let packed: Vec<PackedUserOperation> = chosen.iter().map(|l| l.packed.clone()).collect();
         let hashes: Vec<Vec<u8>> = chosen.iter().map(|l| l.hash.to_vec()).collect();
+        // Within the budget by construction (operations removed by the simulation only
+        // lower it).
         let gas: u64 = chosen
             .iter()
-            .map(|l| {
-                let op = &l.op;
-                let limits = op
-                    .verification_gas_limit
-                    .saturating_add(op.call_gas_limit)
-                    .saturating_add(op.paymaster_verification_gas_limit)
-                    .saturating_add(op.paymaster_post_op_gas_limit);
-                let pvg = u128::try_from(op.pre_verification_gas).unwrap_or(u128::MAX);
-                u64::try_from(limits.saturating_add(pvg)).unwrap_or(u64::MAX)
-            })
-            .fold(self.config.gas_overhead, u64::saturating_add);
+            .map(|l| admission::operation_gas(&l.op))
+            .fold(overhead, u64::saturating_add);
         let id = Uuid::new_v4();
         let request = TxRequest {
             sender: chain.bundler,

@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | `verificationGasLimit` | a deployed account: `validateUserOp(op, hash, 0)` called from the EntryPoint (with the stub signature an ECDSA account answers "invalid signature" without reverting); an account created by `factory`: `factory.call(factoryData)` from the EntryPoint's `SenderCreator`, plus [`VALIDATION_ALLOWANCE`] for the new account's validation | + 20 % |
 //! | `callGasLimit` | a deployed account: its `callData` called from the EntryPoint; one to be created: each call of its `execute` / `executeBatch` from the account's address, plus [`CALL_OVERHEAD`] per call | + 20 % |
-//! | `preVerificationGas` | the operation's share of the bundle transaction: 21000 (a bundle of one) + 16 gas per non-zero and 4 per zero byte of its ABI encoding + 18300 fixed + 4 per 32-byte word (the rundler formula) | — |
+//! | `preVerificationGas` | [`crate::admission::estimated_pre_verification_gas`]: what admission requires ([`crate::admission::required_pre_verification_gas`]: the larger of 21000 (a bundle of one) + 16 gas per non-zero and 4 per zero byte of its ABI encoding + 18300 fixed + 4 per 32-byte word, and the EIP-7623 floor 21000 + 10 per calldata token) for the operation with the fields a client fills in afterwards at their worst, so the completed operation passes Keel's own check | — |
 //! | `paymasterVerificationGasLimit`, `paymasterPostOpGasLimit` | Keel's paymaster (the operation names it): the configured values (or the operation's when higher); another paymaster: the operation's; **no paymaster**: a self-paid estimate, and the answer has no paymaster fields (ERC-7769; a client such as viem copies every field it gets) | — |
 //!
 //! Gas fields, fees and the signature may be absent in the request (zero, and a
@@ -118,15 +118,10 @@ fn margin(g: u128) -> u128 {
     g.saturating_mul(120) / 100
 }
 
-/// `preVerificationGas` of `op` in a bundle of one (see the module docs).
+/// The `preVerificationGas` Keel requires of `op` (a bundle of one, with the EIP-7623
+/// floor): [`crate::admission::required_pre_verification_gas`].
 pub fn pre_verification_gas(op: &crate::PackedUserOperation) -> u128 {
-    let encoded = (op.to_sol(),).abi_encode_params();
-    let calldata: u128 = encoded
-        .iter()
-        .map(|b| if *b == 0 { 4u128 } else { 16u128 })
-        .sum();
-    let words = encoded.len().div_ceil(32) as u128;
-    21_000 + calldata + 18_300 + 4 * words
+    crate::admission::required_pre_verification_gas(op)
 }
 
 /// The calldata of the account's `validateUserOp(op, hash, 0)` (ERC-4337 `IAccount`,
@@ -225,7 +220,7 @@ pub async fn estimate_user_operation_gas(
         .map_err(EstimateError::CallReverted)?
     };
     Ok(GasEstimate {
-        pre_verification_gas: pre_verification_gas(&packed),
+        pre_verification_gas: crate::admission::estimated_pre_verification_gas(&op)?,
         verification_gas_limit: margin(verification),
         call_gas_limit: margin(call),
         paymaster_verification_gas_limit: pm_verification,
@@ -438,7 +433,24 @@ pub(crate) async fn paymaster_data_rpc(
             ));
         }
     }
-    if let (Some(policy), Some(org)) = (chain.policy_for(organization_id), organization_id) {
+    let policy = chain
+        .policy_for(organization_id)
+        .filter(|_| organization_id.is_some());
+    if policy.is_none()
+        && crate::policy::total_gas(&op) > u128::from(chain.admission.sponsorship_max_gas)
+    {
+        // No policy applies: the default ceiling (`aa.sponsorshipMaxGasPerOperation`)
+        // still bounds what Keel's paymaster signs.
+        return Err(CallError {
+            code: crate::Erc7769Code::RejectedByPaymaster.code(),
+            message: "sponsorship refused: the user operation's gas exceeds the default sponsorship ceiling".into(),
+            data: Some(json!({
+                "reason": "SPONSOR_GAS_CEILING_EXCEEDED",
+                "field": crate::admission::largest_gas_field(&op),
+            })),
+        });
+    }
+    if let (Some(policy), Some(org)) = (policy, organization_id) {
         let today = chrono::Utc::now().date_naive();
         let spent =
             crate::store::sponsorship_spend_get(&env.db, org, chain_id_i64(chain_id), today)

@@ -84,6 +84,8 @@ pub struct AaChain {
     /// Keel's SponsorPaymaster and its sponsor key (the ERC-7677 `pm_*` methods sign
     /// with it); `None`: those methods answer that no paymaster is configured.
     pub sponsor: Option<Sponsor>,
+    /// What acceptance checks and the bundle gas budget ([`crate::admission`]).
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 impl AaChain {
@@ -210,8 +212,8 @@ pub struct UserOperationInput {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutcomeSignal {
-    /// `included` (sent once its block is final), `failed` or `nonce_used_elsewhere`
-    /// ([`store::state`]).
+    /// `included` (sent once its block is final), `failed`, `nonce_used_elsewhere` or
+    /// `replaced` ([`store::state`]).
     pub state: String,
     /// Included: whether the execution call succeeded.
     pub success: Option<bool>,
@@ -239,7 +241,7 @@ pub struct AaFailure {
     /// `AAxx …` from the EntryPoint, a `SPONSOR_…` policy code, or a Keel code
     /// (`ENTRY_POINT_CHANGED`, `CHAIN_NOT_SERVED`, ...). Never payload values.
     pub reason: String,
-    /// The state the operation ended in (`failed`, `nonce_used_elsewhere`).
+    /// The state the operation ended in (`failed`, `nonce_used_elsewhere`, `replaced`).
     pub state: String,
 }
 
@@ -695,14 +697,20 @@ async fn make_ready(
             .map_err(db_err)?;
         sponsored = Some(granted);
     }
-    store::user_operation_set_ready(
+    if !store::user_operation_set_ready(
         &mut *tx,
         chain_id,
         input.user_op_hash.as_slice(),
         sponsored.as_deref(),
     )
     .await
-    .map_err(db_err)?;
+    .map_err(db_err)?
+    {
+        // No longer `accepted` (replaced meanwhile, issue 33 §3): nothing is granted; its
+        // outcome was signalled by whoever ended it.
+        tx.rollback().await.map_err(db_err)?;
+        return Ok(());
+    }
     tx.commit().await.map_err(db_err)?;
     Ok(())
 }
@@ -762,6 +770,7 @@ mod tests {
             organization_policies: HashMap::new(),
             beneficiary: None,
             sponsor: None,
+            admission: Default::default(),
         }
     }
 

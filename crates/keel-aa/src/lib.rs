@@ -16,6 +16,9 @@
 //!   success, gas cost and used, revert reason).
 //! - [`rejection`]: `FailedOp`/`FailedOpWithRevert` `AAxx` reasons as typed values and
 //!   their ERC-7769 error codes.
+//! - [`admission`]: what `eth_sendUserOperation` checks before simulating (fee floors,
+//!   `preVerificationGas`, bundle fit, one operation per sender, replacement), the bundle
+//!   gas budget and the required `preVerificationGas`.
 //! - [`policy`]: sponsorship policy (accounts, targets and selectors, gas ceiling, daily
 //!   budget) with typed refusal codes.
 //! - [`store`]: the SQL of `aa_user_operation`, `aa_bundle`, `aa_sponsorship_spend`
@@ -30,6 +33,7 @@
 //! - [`debug`]: the `debug_bundler_*` namespace of the conformance suite (off by default).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod admission;
 pub mod bundler;
 pub mod debug;
 pub mod entry_point;

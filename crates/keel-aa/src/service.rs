@@ -28,10 +28,16 @@
 //! reason), `-32603` internal error (retryable: the chain or the database did not
 //! answer). Messages are value-free.
 //!
-//! `eth_sendUserOperation` pre-checks the operation with the same `handleOps` simulation
-//! the workflow journals (so a refusal is answered at once, before anything is
-//! recorded), then starts or joins its workflow: a resend answers the same hash.
+//! `eth_sendUserOperation` first applies the admission checks of [`crate::admission`]
+//! against the latest block (fee floors, `preVerificationGas`, the bundle fit, one open
+//! operation per sender, the ERC-7562 replacement rule; `-32602` or `-32505` with
+//! `data.field` and `data.reason`, the message naming the field), then pre-checks the
+//! operation with the same `handleOps` simulation the workflow journals (so a refusal is
+//! answered at once, before anything is recorded), then starts or joins its workflow: a
+//! resend answers the same hash. An accepted replacement ends the operation it replaces
+//! `replaced` and tells its workflow once.
 
+use crate::admission::{self, ChainView, Refusal};
 use crate::flow::{self, AaEnv, SubmitError, Submitted, simulate_handle_ops};
 use crate::store::{self, UserOperationRow};
 use crate::{Erc7769Code, Resolution, UserOperation, resolve_entry_point, user_operation_receipt};
@@ -74,9 +80,17 @@ pub enum SendError {
         /// (`FailedOpWithRevert.inner`), when the EntryPoint passed it on.
         revert: Option<alloy::primitives::Bytes>,
     },
+    /// Admission refused the operation before simulating it ([`crate::admission`]):
+    /// a fee floor, `preVerificationGas`, the bundle fit, one operation per sender, the
+    /// replacement rule. Names the field.
+    #[error("the user operation was refused at admission")]
+    Refused(#[source] Refusal),
     /// The chain did not answer the pre-check; retry.
     #[error("the chain did not answer")]
     Unavailable,
+    /// The database did not answer; retry.
+    #[error("the database did not answer")]
+    Store(#[source] keel_store::StoreError),
 }
 
 impl SendError {
@@ -85,7 +99,8 @@ impl SendError {
         match self {
             Self::Submit(e) => e.erc7769().map_or(-32603, Erc7769Code::code),
             Self::Rejected { code, .. } => code.code(),
-            Self::Unavailable => -32603,
+            Self::Refused(r) => r.code.code(),
+            Self::Unavailable | Self::Store(_) => -32603,
         }
     }
 
@@ -93,8 +108,8 @@ impl SendError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Submit(e) => e.is_retryable(),
-            Self::Rejected { .. } => false,
-            Self::Unavailable => true,
+            Self::Rejected { .. } | Self::Refused(_) => false,
+            Self::Unavailable | Self::Store(_) => true,
         }
     }
 }
@@ -248,6 +263,11 @@ impl From<SendError> for CallError {
                     data: Some(data),
                 }
             }
+            SendError::Refused(r) => Self {
+                code,
+                message: r.message().into(),
+                data: Some(json!({ "field": r.field, "reason": r.reason })),
+            },
             SendError::Submit(SubmitError::ReferenceAddress) => Self {
                 code,
                 message: "the EntryPoint named is the configured reference; rebuild and re-sign the user operation against the resolved EntryPoint (eth_supportedEntryPoints)".into(),
@@ -271,6 +291,28 @@ impl From<SendError> for CallError {
             _ => Self::internal(),
         }
     }
+}
+
+/// The latest block's base fee and gas limit ([`ChainView`]).
+///
+/// # Errors
+/// The chain access error.
+pub async fn chain_view(
+    pool: &keel_chain::UpstreamPool,
+) -> Result<ChainView, keel_chain::ChainError> {
+    let latest = alloy::rpc::types::BlockNumberOrTag::Latest;
+    let base_fee = pool
+        .header(latest)
+        .await?
+        .and_then(|h| h.base_fee_per_gas)
+        .map_or(0, |fee| {
+            u128::try_from(fee.wei_per_gas).unwrap_or(u128::MAX)
+        });
+    let block_gas_limit = pool.block_gas_limit(latest).await?;
+    Ok(ChainView {
+        base_fee_per_gas: base_fee,
+        block_gas_limit,
+    })
 }
 
 fn hash_param(params: &Value) -> Result<B256, CallError> {
@@ -430,6 +472,7 @@ impl AaService {
                     SubmitError::Misconfigured(e)
                 }
             })?;
+        let mut replaces = None;
         if resolution.accepts_for_submission(entry_point) {
             let hash = op
                 .hash_v08(&resolution.resolved)
@@ -444,6 +487,12 @@ impl AaService {
             .is_some();
             if !known {
                 let packed = op.pack().map_err(SubmitError::Malformed)?;
+                let view = chain_view(&chain.pool)
+                    .await
+                    .map_err(|_| SendError::Unavailable)?;
+                admission::check_fields(&op, &packed, view, &chain.admission)
+                    .map_err(SendError::Refused)?;
+                replaces = self.sender_rule(chain_id, &op, hash, chain).await?;
                 match simulate_handle_ops(
                     &chain.pool,
                     &resolution.resolved,
@@ -464,7 +513,7 @@ impl AaService {
                 }
             }
         }
-        Ok(flow::submit_resolved(
+        let submitted = flow::submit_resolved(
             &self.env,
             &self.engine,
             chain_id,
@@ -473,7 +522,107 @@ impl AaService {
             organization_id,
             &resolution,
         )
-        .await?)
+        .await?;
+        if let Some(old) = replaces
+            && submitted.created
+        {
+            self.supersede(&old).await?;
+        }
+        Ok(submitted)
+    }
+
+    /// One operation per sender (ERC-7562, unstaked): `Ok(None)` when the sender has no
+    /// other open operation; `Ok(Some(row))` when `op` replaces `row` (same nonce, not
+    /// bundled, both fees raised by the replacement percentage).
+    ///
+    /// # Errors
+    /// [`SendError::Refused`] (`SENDER_OPERATION_PENDING`, `REPLACEMENT_IN_FLIGHT`,
+    /// `REPLACEMENT_UNDERPRICED`), [`SendError::Store`].
+    async fn sender_rule(
+        &self,
+        chain_id: u64,
+        op: &UserOperation,
+        hash: B256,
+        chain: &flow::AaChain,
+    ) -> Result<Option<UserOperationRow>, SendError> {
+        let open = store::user_operations_open_of_sender(
+            &self.env.db,
+            flow::chain_id_i64(chain_id),
+            op.sender.as_slice(),
+        )
+        .await
+        .map_err(SendError::Store)?;
+        let mut replaces = None;
+        for row in open {
+            if row.user_op_hash.as_slice() == hash.as_slice() {
+                continue;
+            }
+            let Ok(other) = serde_json::from_value::<UserOperation>(row.user_operation.clone())
+            else {
+                return Err(SendError::Refused(admission::sender_pending()));
+            };
+            if other.nonce != op.nonce {
+                return Err(SendError::Refused(admission::sender_pending()));
+            }
+            if row.state == store::state::BUNDLED {
+                return Err(SendError::Refused(admission::replacement_in_flight()));
+            }
+            admission::check_replacement(&other, op, chain.admission.replacement_increase_percent)
+                .map_err(SendError::Refused)?;
+            replaces = Some(row);
+        }
+        Ok(replaces)
+    }
+
+    /// Ends `old` as `replaced` (when it is still not bundled) and tells its workflow,
+    /// in one transaction, once (the signal is deduplicated).
+    async fn supersede(&self, old: &UserOperationRow) -> Result<(), SendError> {
+        let db = |e: sqlx::Error| SendError::Store(e.into());
+        let code = Erc7769Code::InvalidParams.code();
+        let mut tx = self.env.db.begin().await.map_err(db)?;
+        if !store::user_operation_replace(&mut *tx, old.chain_id, &old.user_op_hash, code)
+            .await
+            .map_err(SendError::Store)?
+        {
+            // Bundled meanwhile: it stays in flight; the replacement waits behind it
+            // (the bundler never bundles a sender in flight) and fails AA25 once the
+            // nonce is used.
+            tracing::info!(target: "keel::aa", "replaced user operation was bundled meanwhile; it stays in flight");
+            return Ok(());
+        }
+        let outcome = flow::OutcomeSignal {
+            state: store::state::REPLACED.to_owned(),
+            success: None,
+            actual_gas_cost: None,
+            actual_gas_used: None,
+            tx_hash: None,
+            block_number: None,
+            error_code: Some(code),
+            error_reason: Some("REPLACED".to_owned()),
+        };
+        let payload = serde_json::to_value(&outcome)
+            .map_err(|_| SendError::Store(keel_store::StoreError::Decode))?;
+        match self
+            .engine
+            .signal_in_as(
+                &mut tx,
+                old.instance_id,
+                flow::OUTCOME_SIGNAL,
+                "replaced",
+                &payload,
+                &keel_durable::Actor::system(crate::bundler::BUNDLER_ACTOR),
+            )
+            .await
+        {
+            Ok(_)
+            | Err(
+                keel_durable::DurableError::InstanceEnded { .. }
+                | keel_durable::DurableError::InstanceNotFound(_),
+            ) => {}
+            Err(e) => return Err(SendError::Submit(SubmitError::Engine(e))),
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(())
     }
 
     /// The operation `hash` (any chain), when it exists and `organization_id` may see it

@@ -36,6 +36,9 @@ pub mod state {
     pub const FAILED: &str = "failed";
     /// Its nonce was used by an inclusion that is not ours.
     pub const NONCE_USED_ELSEWHERE: &str = "nonce_used_elsewhere";
+    /// Superseded before it was bundled by another operation of the same sender and
+    /// nonce with higher fees (the ERC-7562 replacement rule, migration 0071).
+    pub const REPLACED: &str = "replaced";
 }
 
 /// States of `aa_bundle.state`.
@@ -257,7 +260,9 @@ pub async fn user_operation_end(
     Ok(r.rows_affected() == 1)
 }
 
-/// Up to `limit` `ready` operations of `chain_id`, oldest first.
+/// Up to `limit` `ready` operations of `chain_id`, oldest first, leaving out every
+/// operation whose sender has another operation `bundled` (in an unsettled bundle): a
+/// sender's next operation is never bundled while its earlier one is in flight.
 ///
 /// # Errors
 /// [`StoreError`].
@@ -269,13 +274,62 @@ pub async fn user_operations_ready(
     Ok(sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
-        " FROM aa_user_operation WHERE chain_id = $1 AND state = 'ready' \
+        " FROM aa_user_operation r WHERE chain_id = $1 AND state = 'ready' \
+         AND NOT EXISTS (SELECT 1 FROM aa_user_operation b WHERE b.chain_id = r.chain_id \
+           AND b.sender = r.sender AND b.state = 'bundled') \
          ORDER BY created_at, user_op_hash LIMIT $2"
     ))
     .bind(chain_id)
     .bind(limit)
     .fetch_all(db)
     .await?)
+}
+
+/// The open operations (`accepted`, `ready`, `bundled`) of `sender` on `chain_id`,
+/// oldest first (acceptance's one-operation-per-sender and replacement rules).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operations_open_of_sender(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+) -> StoreResult<Vec<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation WHERE chain_id = $1 AND sender = $2 \
+         AND state IN ('accepted', 'ready', 'bundled') ORDER BY created_at, user_op_hash"
+    ))
+    .bind(chain_id)
+    .bind(sender)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Ends an operation not yet bundled (`accepted` or `ready`) as [`state::REPLACED`]
+/// with an ERC-7769 code and the reason `REPLACED`; false when it was bundled or had
+/// ended already (then it is not replaced).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operation_replace(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    user_op_hash: &[u8],
+    error_code: i32,
+) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "UPDATE aa_user_operation SET state = 'replaced', error_code = $3, \
+         error_reason = 'REPLACED', updated_at = now() \
+         WHERE chain_id = $1 AND user_op_hash = $2 AND state IN ('accepted', 'ready')",
+    )
+    .bind(chain_id)
+    .bind(user_op_hash)
+    .bind(error_code)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
 }
 
 /// `ready` → `bundled` in `bundle_id` for `hashes`; the number of rows moved.

@@ -114,6 +114,7 @@ async fn kill_9_between_bundle_enqueue_and_verdict_loses_nothing_and_doubles_not
                 organization_policies: Default::default(),
                 beneficiary: None,
                 sponsor: None,
+                admission: Default::default(),
             },
         )]
         .into_iter()
@@ -294,6 +295,7 @@ async fn kill_9_between_inclusion_and_a_reorg_of_depth_1_to_5_reports_the_final_
                 organization_policies: Default::default(),
                 beneficiary: None,
                 sponsor: None,
+                admission: Default::default(),
             },
         )]
         .into_iter()

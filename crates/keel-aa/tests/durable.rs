@@ -93,6 +93,7 @@ impl Flow {
                         verification_gas_limit: 100_000,
                         post_op_gas_limit: 0,
                     }),
+                    admission: Default::default(),
                 },
             )]
             .into_iter()

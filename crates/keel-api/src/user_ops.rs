@@ -293,6 +293,16 @@ fn send_problem(e: SendError) -> Problem {
                 ),
             )
         }
+        SendError::Refused(r) => unprocessable(
+            "USER_OPERATION_REJECTED",
+            format!(
+                "field `userOperation.{}` refused ({}, {}): {}",
+                r.field,
+                r.code.code(),
+                r.reason,
+                r.message()
+            ),
+        ),
         SendError::Submit(SubmitError::ReferenceAddress) => unprocessable(
             "ENTRY_POINT_NOT_RESOLVED",
             "field `entryPoint` names the configured EntryPointReference; rebuild and re-sign the user operation against the resolved EntryPoint",

@@ -468,6 +468,23 @@ impl UpstreamPool {
         }))
     }
 
+    /// The gas limit of `block` (`eth_getBlockByNumber(block, false)`'s `gasLimit`), gas
+    /// units; `None` when the node has no such block. What a transaction's gas limit may
+    /// not exceed to be included in a block like it.
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn block_gas_limit(&self, block: BlockNumberOrTag) -> Result<Option<u64>> {
+        #[derive(Debug, Clone, serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct WireGasLimit {
+            gas_limit: U64,
+        }
+        let wire: Option<WireGasLimit> =
+            self.request("eth_getBlockByNumber", (block, false)).await?;
+        Ok(wire.map(|h| h.gas_limit.saturating_to::<u64>()))
+    }
+
     /// The header of the node's `finalized` block; `None` when the node has none yet.
     /// A node that does not know the tag answers an error ([`ChainError::Node`]):
     /// callers that fall back to `head − confirmations` do so on any error.

@@ -32,8 +32,9 @@
 //!   inserted, the requests marked `signed` and the next nonce advanced. A sender that
 //!   fails the check writes nothing: its signatures are discarded unbroadcast and its
 //!   requests stay queued for the next round. A request that fails before signing
-//!   (gas estimation reverts, the sender cannot pay and has no funding pause)
-//!   consumes no nonce and settles `failed`.
+//!   (gas estimation reverts, its gas limit exceeds the latest block's gas limit —
+//!   `EXCEEDS_BLOCK_GAS_LIMIT`, issue 33 §1 —, the sender cannot pay and has no funding
+//!   pause) consumes no nonce and settles `failed`.
 //! - **Broadcast** happens after the commit, outside any transaction, in JSON-RPC
 //!   batches that each hold one sender's consecutive nonces. A crash between
 //!   the two leaves a `signed` request whose exact bytes the next pass re-broadcasts.

@@ -776,6 +776,32 @@ pub(crate) async fn request_resigned(
     Ok(())
 }
 
+/// Hands `nonce` back to `sender` (its next nonce `nonce + 1` becomes `nonce`) when no
+/// live (`signed`, `broadcast`) request holds `nonce` or a higher one: the request that
+/// held it was refused by a node before any node accepted it (issue 33 §1), so no pool
+/// holds a transaction at it and the next request may take it instead of a gap-filling
+/// self-transfer. True when it was handed back. Guarded by the counter's value, so a
+/// signing round that committed meanwhile (the counter moved on) wins.
+pub(crate) async fn sender_release_nonce(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    sender: &[u8],
+    nonce: i64,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "UPDATE txq_sender SET next_nonce = $3, updated_at = now() \
+         WHERE chain_id = $1 AND sender = $2 AND next_nonce = $3 + 1 \
+           AND NOT EXISTS (SELECT 1 FROM txq_request r WHERE r.chain_id = $1 AND r.sender = $2 \
+             AND r.state IN ('signed', 'broadcast') AND r.nonce >= $3)",
+    )
+    .bind(chain_id)
+    .bind(sender)
+    .bind(nonce)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
 /// The sender's next nonce, if its row exists.
 pub(crate) async fn sender_next(
     db: impl PgExecutor<'_>,

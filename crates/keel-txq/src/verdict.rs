@@ -103,7 +103,9 @@ pub enum FailureCode {
     NonceConsumedExternally,
     /// A node refused the transaction: intrinsic gas too low.
     IntrinsicGasTooLow,
-    /// A node refused the transaction: its gas limit exceeds the block gas limit.
+    /// The transaction's gas limit exceeds the block gas limit: found before signing
+    /// against the latest block's gas limit (no nonce assigned, the attempts empty), or
+    /// a node refused the signed transaction for it.
     ExceedsBlockGasLimit,
     /// Another node refusal (gas estimation).
     Rejected,

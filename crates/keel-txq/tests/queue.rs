@@ -1501,3 +1501,128 @@ async fn a_verdict_whose_transaction_the_reorg_re_includes_stands() {
     );
     assert_eq!(received(&f).await, U256::from(1u64));
 }
+
+/// Issue 33 §1: a request whose gas limit exceeds the block gas limit fails
+/// `EXCEEDS_BLOCK_GAS_LIMIT` before a nonce is assigned (no attempt, no gap to fill),
+/// at several values around Anvil's 30,000,000 gas; one at the limit is signed and
+/// mines. The sender's transactions on chain are exactly the ones that mined: no
+/// zero-value gap fill was ever needed.
+#[tokio::test]
+async fn a_request_over_the_block_gas_limit_fails_before_a_nonce_is_assigned() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(4).unwrap();
+    let q = f.queue(&[4]);
+    let limit = f
+        .chain
+        .provider()
+        .get_block_by_number(alloy::eips::BlockNumberOrTag::Latest)
+        .await
+        .unwrap()
+        .unwrap()
+        .header
+        .gas_limit;
+    assert_eq!(limit, 30_000_000, "Anvil's default block gas limit");
+    let start = f
+        .chain
+        .provider()
+        .get_transaction_count(sender)
+        .await
+        .unwrap();
+    let mut over = Vec::new();
+    let mut ids = Vec::new();
+    for (i, gas) in [limit + 1, limit + 1_000, 2 * limit, u64::MAX / 2]
+        .into_iter()
+        .enumerate()
+    {
+        let mut t = transfer(sender, &format!("over-{i}"), 1);
+        t.gas_limit = Some(gas);
+        let id = q.enqueue(&t).await.unwrap();
+        over.push(id);
+        ids.push(id);
+        // Each followed by a request that fits: the nonces stay contiguous.
+        let mut fits = transfer(sender, &format!("fits-{i}"), 1);
+        fits.gas_limit = Some(if i == 0 { limit } else { 21_000 });
+        ids.push(q.enqueue(&fits).await.unwrap());
+    }
+    let verdicts = settle_all(&q, &ids).await;
+    let mut nonces = Vec::new();
+    for (id, v) in ids.iter().zip(&verdicts) {
+        if over.contains(id) {
+            match v {
+                SettlementVerdict::Failed { code, attempts, .. } => {
+                    assert_eq!(*code, FailureCode::ExceedsBlockGasLimit);
+                    assert!(attempts.is_empty(), "no nonce was assigned");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(f.attempts(*id).await, 0);
+        } else {
+            nonces.push(confirmed_nonce(v));
+        }
+    }
+    let expected: Vec<u64> = (start..start + 4).collect();
+    assert_eq!(
+        nonces, expected,
+        "the requests that fit took contiguous nonces"
+    );
+    // Nonce recovery finds no gap: the chain's count is exactly the mined requests.
+    let (_, filled) = q.recover_nonces(sender).await.unwrap();
+    assert_eq!(filled, 0);
+    assert_eq!(
+        f.chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
+        start + 4
+    );
+    let gap_fills: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM txq_request WHERE idempotency_key LIKE 'keel:nonce-gap-fill:%'",
+    )
+    .fetch_one(f.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(gap_fills, 0);
+}
+
+/// Issue 33 §1: a signed request that no node accepted and that a node refused for good
+/// (here `INTRINSIC_GAS_TOO_LOW`: gas limits below 21,000 pass the queue's own checks)
+/// hands its nonce back when nothing above it is signed: the next request takes that
+/// nonce, and no zero-value gap fill is ever signed.
+#[tokio::test]
+async fn a_refused_request_hands_its_nonce_back_when_nothing_above_it_is_signed() {
+    let f = Fixture::new().await;
+    let sender = f.chain.account(5).unwrap();
+    let q = f.queue(&[5]);
+    let start = f
+        .chain
+        .provider()
+        .get_transaction_count(sender)
+        .await
+        .unwrap();
+    for (i, gas) in [1u64, 20_000, 20_999].into_iter().enumerate() {
+        let mut t = transfer(sender, &format!("low-{i}"), 1);
+        t.gas_limit = Some(gas);
+        let id = q.enqueue(&t).await.unwrap();
+        match &settle_all(&q, &[id]).await[0] {
+            SettlementVerdict::Failed { code, attempts, .. } => {
+                assert_eq!(*code, FailureCode::IntrinsicGasTooLow, "gas {gas}");
+                assert_eq!(attempts.len(), 1, "signed, refused at broadcast");
+                assert_eq!(attempts[0].nonce, start, "gas {gas}: the nonce came back");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let ok = q.enqueue(&transfer(sender, "after", 1)).await.unwrap();
+    assert_eq!(confirmed_nonce(&settle_all(&q, &[ok]).await[0]), start);
+    let (_, filled) = q.recover_nonces(sender).await.unwrap();
+    assert_eq!(filled, 0, "no gap to fill");
+    assert_eq!(
+        f.chain
+            .provider()
+            .get_transaction_count(sender)
+            .await
+            .unwrap(),
+        start + 1
+    );
+}

@@ -60,6 +60,27 @@ pub struct AaSettings {
     pub runway_minimum_wei: String,
     /// Seconds between deposit runway checks (1..=86400; default 60).
     pub runway_interval_secs: u64,
+    /// Most gas one bundle carries (its operations' gas plus the bundle overhead), gas
+    /// units (100000..=1000000000; default 25000000); the bundle budget is the smaller
+    /// of this and the latest block's gas limit minus `blockGasMargin`. An operation
+    /// that cannot fit alone is refused at `eth_sendUserOperation` (issue 33 §1).
+    pub max_bundle_gas: u64,
+    /// Gas kept free below the latest block's gas limit, gas units (0..=100000000;
+    /// default 1000000).
+    pub block_gas_margin: u64,
+    /// `maxFeePerGas` must be at least the latest base fee × this / 100, percent
+    /// (0..=1000; default 100).
+    pub base_fee_percent: u32,
+    /// The least `maxPriorityFeePerGas` accepted, wei per gas (decimal string, or an
+    /// integer; default 0).
+    #[serde(deserialize_with = "decimal_string")]
+    pub min_priority_fee_per_gas_wei: String,
+    /// A replacement (same sender and nonce) must raise both fees by at least this
+    /// percentage (ERC-7562; 10..=1000; default 10).
+    pub replacement_fee_increase_percent: u32,
+    /// The gas ceiling (sum of the five gas fields) `pm_getPaymasterData` signs when no
+    /// sponsorship policy applies, gas units (21000..=1000000000; default 5000000).
+    pub sponsorship_max_gas_per_operation: u64,
     /// `aa.sponsorship`: the sponsorship policies.
     pub sponsorship: SponsorshipSettings,
     /// Whether the api role answers the `debug_bundler_*` JSON-RPC methods
@@ -83,6 +104,12 @@ impl Default for AaSettings {
             watchdog_interval_secs: 30,
             runway_minimum_wei: "100000000000000000".to_owned(),
             runway_interval_secs: 60,
+            max_bundle_gas: 25_000_000,
+            block_gas_margin: 1_000_000,
+            base_fee_percent: 100,
+            min_priority_fee_per_gas_wei: "0".to_owned(),
+            replacement_fee_increase_percent: 10,
+            sponsorship_max_gas_per_operation: 5_000_000,
             sponsorship: SponsorshipSettings::default(),
             debug_namespace: false,
         }
@@ -287,8 +314,54 @@ impl AaSettings {
             1,
             86_400,
         )?;
+        in_range(
+            "aa.maxBundleGas",
+            self.max_bundle_gas,
+            100_000,
+            1_000_000_000,
+        )?;
+        in_range("aa.blockGasMargin", self.block_gas_margin, 0, 100_000_000)?;
+        in_range(
+            "aa.baseFeePercent",
+            u64::from(self.base_fee_percent),
+            0,
+            1_000,
+        )?;
+        parse_wei(
+            "aa.minPriorityFeePerGasWei",
+            &self.min_priority_fee_per_gas_wei,
+        )?;
+        in_range(
+            "aa.replacementFeeIncreasePercent",
+            u64::from(self.replacement_fee_increase_percent),
+            10,
+            1_000,
+        )?;
+        in_range(
+            "aa.sponsorshipMaxGasPerOperation",
+            self.sponsorship_max_gas_per_operation,
+            21_000,
+            1_000_000_000,
+        )?;
         self.policies()?;
         Ok(())
+    }
+
+    /// The admission settings of every served chain ([`keel_aa::admission`]).
+    pub fn admission(&self) -> keel_aa::admission::AdmissionConfig {
+        keel_aa::admission::AdmissionConfig {
+            max_bundle_gas: self.max_bundle_gas,
+            block_gas_margin: self.block_gas_margin,
+            bundle_gas_overhead: keel_aa::bundler::BundlerConfig::default().gas_overhead,
+            base_fee_percent: self.base_fee_percent,
+            min_priority_fee_per_gas: parse_wei(
+                "aa.minPriorityFeePerGasWei",
+                &self.min_priority_fee_per_gas_wei,
+            )
+            .unwrap_or(Wei::ZERO),
+            replacement_increase_percent: self.replacement_fee_increase_percent,
+            sponsorship_max_gas: self.sponsorship_max_gas_per_operation,
+        }
     }
 
     /// The configured beneficiary (`None`: the operator).
@@ -438,6 +511,7 @@ pub async fn serve_chain(
         organization_policies: policies.organizations,
         beneficiary,
         sponsor,
+        admission: settings.admission(),
     });
     tracing::info!(target: TARGET, chain_id, %directory, paymaster = ?paymaster,
         sponsor = parts.sponsor_key.is_some(), "account abstraction served");

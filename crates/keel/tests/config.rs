@@ -292,6 +292,24 @@ const RULES: &[(&str, &str, &str)] = &[
         "aa.maxOperationsPerBundle",
     ),
     ("KEEL__AA__SPONSORKEYENV", "\"\"", "aa.sponsorKeyEnv"),
+    ("KEEL__AA__MAXBUNDLEGAS", "99999", "aa.maxBundleGas"),
+    ("KEEL__AA__BLOCKGASMARGIN", "100000001", "aa.blockGasMargin"),
+    ("KEEL__AA__BASEFEEPERCENT", "1001", "aa.baseFeePercent"),
+    (
+        "KEEL__AA__MINPRIORITYFEEPERGASWEI",
+        "\"1 gwei\"",
+        "aa.minPriorityFeePerGasWei",
+    ),
+    (
+        "KEEL__AA__REPLACEMENTFEEINCREASEPERCENT",
+        "9",
+        "aa.replacementFeeIncreasePercent",
+    ),
+    (
+        "KEEL__AA__SPONSORSHIPMAXGASPEROPERATION",
+        "20999",
+        "aa.sponsorshipMaxGasPerOperation",
+    ),
     ("KEEL__CHAINS__LOCAL__CHAINID", "0", "chains.local.chainId"),
     ("KEEL__CHAINS__LOCAL__RPCURLS", "[]", "chains.local.rpcUrls"),
     (

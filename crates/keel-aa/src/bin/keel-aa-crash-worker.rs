@@ -79,6 +79,7 @@ async fn main() -> Result<(), String> {
                 organization_policies: Default::default(),
                 beneficiary: None,
                 sponsor: None,
+                admission: Default::default(),
             },
         )]
         .into_iter()

@@ -46,6 +46,7 @@ async fn served() -> (Env, TestChain, anvil_tests::Deployed) {
                 organization_policies: Default::default(),
                 beneficiary: None,
                 sponsor: None,
+                admission: Default::default(),
             },
         )]
         .into_iter()

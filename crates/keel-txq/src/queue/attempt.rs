@@ -324,13 +324,18 @@ impl TxQueue {
                     let verdict = failed(FailureCode::GasRequired, attempt_records(all));
                     return Ok(Broadcast::settled(self.settle(req.id, &verdict).await?));
                 }
-                NodeErrorKind::IntrinsicGasTooLow => {
-                    let verdict = failed(FailureCode::IntrinsicGasTooLow, attempt_records(all));
-                    return Ok(Broadcast::settled(self.settle(req.id, &verdict).await?));
-                }
-                NodeErrorKind::ExceedsBlockGasLimit => {
-                    let verdict = failed(FailureCode::ExceedsBlockGasLimit, attempt_records(all));
-                    return Ok(Broadcast::settled(self.settle(req.id, &verdict).await?));
+                NodeErrorKind::IntrinsicGasTooLow | NodeErrorKind::ExceedsBlockGasLimit => {
+                    let code = if error.kind == NodeErrorKind::IntrinsicGasTooLow {
+                        FailureCode::IntrinsicGasTooLow
+                    } else {
+                        FailureCode::ExceedsBlockGasLimit
+                    };
+                    let verdict = failed(code, attempt_records(all));
+                    let settled = self.settle(req.id, &verdict).await?;
+                    if settled {
+                        self.release_refused_nonce(req, all).await?;
+                    }
+                    return Ok(Broadcast::settled(settled));
                 }
                 // Not final for the request (the pool already asked every upstream
                 // when the answer was not a node's verdict): the same bytes go out
@@ -344,6 +349,23 @@ impl TxQueue {
             }
         }
         Ok(Broadcast::Accepted)
+    }
+
+    /// After a `signed` request (no node ever accepted any of its attempts, all at one
+    /// nonce) was refused for good by a node and settled: hands its nonce back when
+    /// nothing above it is signed, so the next request takes it and no gap-filling
+    /// self-transfer is needed (issue 33 §1). Otherwise nonce recovery fills the gap.
+    async fn release_refused_nonce(&self, req: &RequestRow, all: &[AttemptRow]) -> Result<()> {
+        let Some(nonce) = req.nonce else {
+            return Ok(());
+        };
+        if req.state != RequestState::Signed || all.iter().any(|a| a.nonce != nonce) {
+            return Ok(());
+        }
+        if store::sender_release_nonce(&self.db, self.chain_id, &req.sender, nonce).await? {
+            tracing::info!(target: "keel::txq", request = %req.id, nonce, "refused request's nonce handed back; no gap to fill");
+        }
+        Ok(())
     }
 
     /// Records failed broadcasts (request, error class): the class, time and count on

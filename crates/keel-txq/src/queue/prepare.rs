@@ -118,9 +118,11 @@ impl TxQueue {
 
     /// Prepares one queued request for signing: its gas limit (estimated when not
     /// fixed) and what it costs; settles it `failed` when it can never be signed
-    /// (estimation reverts, the sender cannot pay and the request has no funding
-    /// pause), or moves it to `waiting_funding` (the sender cannot pay, funding pause
-    /// enabled). Nothing here takes a nonce.
+    /// (estimation reverts, its gas limit exceeds `block_gas_limit` — the latest
+    /// block's, `EXCEEDS_BLOCK_GAS_LIMIT`: no node would accept it, so it must not hold
+    /// a nonce —, the sender cannot pay and the request has no funding pause), or moves
+    /// it to `waiting_funding` (the sender cannot pay, funding pause enabled). Nothing
+    /// here takes a nonce.
     async fn prepare(
         &self,
         sender: Address,
@@ -129,6 +131,7 @@ impl TxQueue {
             max_fee_per_gas: max_fee,
             ..
         }: Fees,
+        block_gas_limit: Option<u64>,
         available: &mut U256,
     ) -> Result<Prepared> {
         let to = req
@@ -192,6 +195,13 @@ impl TxQueue {
                 }
             }
         };
+        if block_gas_limit.is_some_and(|limit| gas_limit > limit) {
+            // Before any nonce (issue 33 §1): a transaction over the block gas limit is
+            // refused by every node, and a nonce it held would be a gap to fill.
+            let verdict = failed(FailureCode::ExceedsBlockGasLimit, vec![]);
+            tracing::warn!(target: "keel::txq", request = %req.id, gas_limit, "gas limit exceeds the block gas limit; request failed before signing");
+            return Ok(Prepared::settled(self.settle(req.id, &verdict).await?));
+        }
         let need = U256::from(gas_limit)
             .saturating_mul(U256::from(max_fee))
             .saturating_add(value);
@@ -365,6 +375,15 @@ impl TxQueue {
                 return None;
             }
         };
+        // The latest block's gas limit, once per round: a request above it fails before
+        // a nonce. Unknown (the node has no such field or block): not checked.
+        let block_gas_limit = match self.chain.block_gas_limit(BlockNumberOrTag::Latest).await {
+            Ok(limit) => limit,
+            Err(e) => {
+                out.fail(e.into());
+                return None;
+            }
+        };
         let addresses: Vec<Address> = queued.iter().map(|q| q.0).collect();
         let balances = match self
             .chain
@@ -388,7 +407,10 @@ impl TxQueue {
                     if cancel.is_cancelled() {
                         break;
                     }
-                    match self.prepare(sender, req, fees, &mut available).await? {
+                    match self
+                        .prepare(sender, req, fees, block_gas_limit, &mut available)
+                        .await?
+                    {
                         Prepared::Ready(p) => ready.push(*p),
                         Prepared::Settled => moved += 1,
                         Prepared::Waiting => {
