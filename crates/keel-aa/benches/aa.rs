@@ -78,6 +78,8 @@ async fn keel_case(n: usize) -> anyhow::Result<f64> {
         TxQueueConfig {
             confirmations: 1,
             poll_interval: Duration::from_millis(50),
+            // A local chain: the head is final (chains.local.finalityDepth = 0).
+            finality: keel_txq::Finality::Depth(0),
             ..TxQueueConfig::default()
         },
     )?;

@@ -17,7 +17,7 @@ use keel_aa::service::AaService;
 use keel_aa::store;
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle, RunStatus};
 use keel_store::testing::TestDatabase;
-use keel_txq::{LocalSigner, TxQueue, TxQueueConfig};
+use keel_txq::{Finality, LocalSigner, TxQueue, TxQueueConfig};
 use keel_units::Wei;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -47,6 +47,9 @@ impl Flow {
             TxQueueConfig {
                 confirmations: 1,
                 poll_interval: Duration::from_millis(50),
+                // A local chain: the head is final (chains.local.finalityDepth = 0), so
+                // outcomes are reported at the verdict (issue 33 §2).
+                finality: Finality::Depth(0),
                 ..TxQueueConfig::default()
             },
         )?;
