@@ -335,6 +335,12 @@ impl Bundler {
                                     };
                                     self.signal(&mut tx, l.row.instance_id, &dedupe, &outcome)
                                         .await?;
+                                    crate::validation::record_included(
+                                        &mut *tx,
+                                        l.row.chain_id,
+                                        &l.op,
+                                    )
+                                    .await?;
                                     included += 1;
                                 }
                             }
@@ -465,9 +471,13 @@ impl Bundler {
         for row in rows {
             let l = load(row)?;
             let ep = l.resolution.resolved.address();
-            if *entry_point.get_or_insert(ep) != ep || !senders.insert(l.op.sender) {
+            if *entry_point.get_or_insert(ep) != ep
+                || senders.contains(&l.op.sender)
+                || crate::validation::entity_conflict(chosen.iter().map(|c| &c.op), &l.op)
+            {
                 continue;
             }
+            senders.insert(l.op.sender);
             chosen.push(l);
             if chosen.len() == max {
                 break;
@@ -486,6 +496,13 @@ impl Bundler {
                 None => break,
                 Some(rejection) if rejection.op_index < chosen.len() && rejection.aa.is_some() => {
                     let l = chosen.remove(rejection.op_index);
+                    crate::validation::penalise_bundle_failure(
+                        db,
+                        chain_id_i64(self.chain_id),
+                        &l.op,
+                        rejection.aa,
+                    )
+                    .await?;
                     let f = rejection_failure(&rejection);
                     self.end(
                         &l,

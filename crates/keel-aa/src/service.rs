@@ -31,7 +31,7 @@
 //! the workflow journals (so a refusal is answered at once, before anything is
 //! recorded), then starts or joins its workflow: a resend answers the same hash.
 
-use crate::flow::{self, AaEnv, SubmitError, Submitted, simulate_handle_ops};
+use crate::flow::{self, AaEnv, SubmitError, Submitted};
 use crate::store::{self, UserOperationRow};
 use crate::{Erc7769Code, Resolution, UserOperation, resolve_entry_point, user_operation_receipt};
 use alloy::primitives::{Address, B256};
@@ -309,19 +309,21 @@ impl AaService {
             .is_some();
             if !known {
                 let packed = op.pack().map_err(SubmitError::Malformed)?;
-                match simulate_handle_ops(
-                    &chain.pool,
+                match crate::validation::validate(
+                    &self.env.db,
+                    chain,
                     &resolution.resolved,
-                    std::slice::from_ref(&packed),
-                    chain.bundler,
+                    &op,
+                    &packed,
+                    crate::validation::Admission::Check,
                 )
                 .await
                 {
                     Ok(None) => {}
                     Ok(Some(r)) => {
                         return Err(SendError::Rejected {
-                            code: r.erc7769(),
-                            reason: r.reason.chars().take(120).collect(),
+                            code: r.code,
+                            reason: r.reason,
                         });
                     }
                     Err(_) => return Err(SendError::Unavailable),

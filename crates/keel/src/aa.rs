@@ -62,6 +62,18 @@ pub struct AaSettings {
     pub runway_interval_secs: u64,
     /// `aa.sponsorship`: the sponsorship policies.
     pub sponsorship: SponsorshipSettings,
+    /// How user operations are validated (`"tracing"`, default: ERC-7562 rules through
+    /// `debug_traceCall`, the chain is not served when its node cannot trace;
+    /// `"unsafe"`: a plain `eth_call`, no ERC-7562 rule, logged at WARN). See
+    /// [`keel_aa::validation`].
+    pub validation: keel_aa::validation::ValidationMode,
+    /// ERC-7562 `MIN_STAKE_VALUE`: the EntryPoint stake an entity needs to count as
+    /// staked, wei (decimal string, or an integer; default 1 ether).
+    #[serde(deserialize_with = "decimal_string")]
+    pub min_stake_wei: String,
+    /// ERC-7562 `MIN_UNSTAKE_DELAY`: the unstake delay a staked entity needs, seconds
+    /// (default 86400).
+    pub min_unstake_delay_secs: u32,
 }
 
 impl Default for AaSettings {
@@ -79,6 +91,9 @@ impl Default for AaSettings {
             runway_minimum_wei: "100000000000000000".to_owned(),
             runway_interval_secs: 60,
             sponsorship: SponsorshipSettings::default(),
+            validation: keel_aa::validation::ValidationMode::Tracing,
+            min_stake_wei: "1000000000000000000".to_owned(),
+            min_unstake_delay_secs: 86_400,
         }
     }
 }
@@ -281,8 +296,21 @@ impl AaSettings {
             1,
             86_400,
         )?;
+        parse_wei("aa.minStakeWei", &self.min_stake_wei)?;
         self.policies()?;
         Ok(())
+    }
+
+    /// The validation settings of every served chain ([`keel_aa::validation`]).
+    pub fn validation_settings(&self) -> keel_aa::validation::ValidationSettings {
+        keel_aa::validation::ValidationSettings {
+            mode: self.validation,
+            min_stake_wei: parse_wei("aa.minStakeWei", &self.min_stake_wei)
+                .map(Wei::get)
+                .unwrap_or(alloy::primitives::U256::MAX),
+            min_unstake_delay_secs: self.min_unstake_delay_secs,
+            ..keel_aa::validation::ValidationSettings::default()
+        }
     }
 
     /// The configured beneficiary (`None`: the operator).
@@ -399,6 +427,13 @@ pub async fn serve_chain(
         return Ok(());
     }
     let id = i64::try_from(chain_id).map_err(|_| "chain id out of range".to_owned())?;
+    let validation = settings.validation_settings();
+    if validation.mode == keel_aa::validation::ValidationMode::Tracing {
+        keel_aa::validation::probe(node)
+            .await
+            .map_err(|e| format!("chain {chain_id}: {e}"))?;
+    }
+    keel_aa::validation::configure(chain_id, validation);
     let rows = keel_store::platform::platform_contract_list(pool, id)
         .await
         .map_err(|e| format!("platform contracts: {e}"))?;
