@@ -681,5 +681,52 @@ async fn tracing_cost_per_operation() -> anyhow::Result<()> {
         .await?;
     }
     println!("debug_traceCall alone: {:?} per operation", t.elapsed() / N);
+    // The floor for comparison: the struct logger (stack, no memory), parsed.
+    let data = keel_aa::flow::handle_ops_calldata(std::slice::from_ref(&packed), rig.chain.bundler);
+    let tx = serde_json::json!({
+        "from": rig.chain.bundler, "to": aa.ep().address(), "data": data
+    });
+    let t = Instant::now();
+    let mut steps = 0;
+    for _ in 0..10 {
+        let v: serde_json::Value = rig
+            .chain
+            .pool
+            .request(
+                "debug_traceCall",
+                (
+                    tx.clone(),
+                    "latest",
+                    serde_json::json!({ "enableMemory": false }),
+                ),
+            )
+            .await?;
+        steps = v["structLogs"].as_array().map_or(0, Vec::len);
+    }
+    println!(
+        "struct logger: {:?} per operation, {steps} steps",
+        t.elapsed() / 10
+    );
+    for (name, opts) in [
+        ("callTracer", serde_json::json!({ "tracer": "callTracer" })),
+        (
+            "struct logger without stack and storage",
+            serde_json::json!({ "disableStack": true, "disableStorage": true }),
+        ),
+        (
+            "empty JavaScript tracer",
+            serde_json::json!({ "tracer": "{step: function(log, db) {}, fault: function(log, db) {}, result: function(ctx, db) { return 0; }}" }),
+        ),
+    ] {
+        let t = Instant::now();
+        for _ in 0..10 {
+            let _: serde_json::Value = rig
+                .chain
+                .pool
+                .request("debug_traceCall", (tx.clone(), "latest", opts.clone()))
+                .await?;
+        }
+        println!("{name}: {:?} per operation", t.elapsed() / 10);
+    }
     Ok(())
 }

@@ -257,11 +257,11 @@ pub fn check(trace: &Trace, ctx: &RuleContext) -> Vec<Violation> {
             if c.value && c.op == "CALL" {
                 push(v("OP-061", "CALL with value", false));
             }
-            if !c.code
-                && !is_precompile(c.to)
-                && !(entity == Entity::Factory && c.to == ctx.sender)
-                && !sender_creators.contains(&c.from)
-            {
+            let allowed = c.code
+                || is_precompile(c.to)
+                || (entity == Entity::Factory && c.to == ctx.sender)
+                || sender_creators.contains(&c.from);
+            if !allowed {
                 let rule = if is_precompile_range(c.to) {
                     "OP-062"
                 } else {
