@@ -189,6 +189,20 @@ contract RulePaymaster is RuleBreaker {
 
     function postOp(uint8, bytes calldata, uint256, uint256) external pure {}
 
+    /// Also an account (no signature check, no rule broken): an address that is the
+    /// sender of one operation and the paymaster of another (ERC-7562 STO-040).
+    function validateUserOp(PackedUserOperation calldata, bytes32, uint256 missingAccountFunds)
+        external
+        returns (uint256)
+    {
+        require(msg.sender == entryPoint, "not from EntryPoint");
+        if (missingAccountFunds > 0) {
+            (bool ok,) = payable(msg.sender).call{value: missingAccountFunds}("");
+            _use(ok ? 1 : 0);
+        }
+        return 0;
+    }
+
     /// Funds this paymaster's EntryPoint deposit.
     function deposit() external payable {
         (bool ok,) = entryPoint.call{value: msg.value}(abi.encodeWithSignature("depositTo(address)", address(this)));

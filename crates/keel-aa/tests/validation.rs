@@ -632,11 +632,56 @@ async fn reputation_throttles_bans_and_decays() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Anvil answers the tracing probe.
+/// Anvil answers the tracing probe; a node without `debug_traceCall` fails it with the
+/// error naming `aa.validation`, and tracing validation against it gives no verdict
+/// while unsafe mode still validates.
 #[tokio::test]
-async fn anvil_answers_the_tracing_probe() -> anyhow::Result<()> {
-    let aa = AaChain::start().await?;
-    validation::probe(&aa.pool).await?;
+async fn the_tracing_probe_tells_nodes_without_debug_trace_call() -> anyhow::Result<()> {
+    let rig = Rig::start().await?;
+    validation::probe(&rig.aa.pool).await?;
+
+    let proxy = anvil_tests::proxy::RpcProxy::start(rig.aa.chain.endpoint()).await?;
+    proxy.add_rule(anvil_tests::proxy::Rule::error(
+        "debug_traceCall",
+        -32601,
+        "the method debug_traceCall does not exist/is not available",
+    ));
+    let no_trace = Arc::new(common::pool(&rig.aa.chain, proxy.url().as_str()));
+    let err = validation::probe(&no_trace)
+        .await
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("the probe passed without debug_traceCall"))?;
+    assert!(matches!(err, validation::ProbeError::NoTracing), "{err:?}");
+    assert!(err.to_string().contains("aa.validation"), "{err}");
+
+    let mut chain = rig.chain.clone();
+    chain.pool = no_trace;
+    let op = base_op(rig.account(1).await?);
+    let packed = op.pack()?;
+    let r = validation::validate(
+        rig.db.pool(),
+        &chain,
+        rig.aa.ep(),
+        &op,
+        &packed,
+        Admission::Check,
+    )
+    .await;
+    assert!(
+        matches!(r, Err(validation::ValidationError::Chain(_))),
+        "{r:?}"
+    );
+    rig.configure(|s| s.mode = ValidationMode::Unsafe);
+    let r = validation::validate(
+        rig.db.pool(),
+        &chain,
+        rig.aa.ep(),
+        &op,
+        &packed,
+        Admission::Check,
+    )
+    .await?;
+    assert_eq!(r, None);
     Ok(())
 }
 
