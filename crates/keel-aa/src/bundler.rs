@@ -496,13 +496,8 @@ impl Bundler {
                 None => break,
                 Some(rejection) if rejection.op_index < chosen.len() && rejection.aa.is_some() => {
                     let l = chosen.remove(rejection.op_index);
-                    crate::validation::penalise_bundle_failure(
-                        db,
-                        chain_id_i64(self.chain_id),
-                        &l.op,
-                        rejection.aa,
-                    )
-                    .await?;
+                    crate::validation::penalise_bundle_failure(db, chain, &l.op, rejection.aa)
+                        .await?;
                     let f = rejection_failure(&rejection);
                     self.end(
                         &l,

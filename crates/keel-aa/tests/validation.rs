@@ -603,31 +603,62 @@ async fn reputation_throttles_bans_and_decays() -> anyhow::Result<()> {
     );
     assert_eq!(rig.validate(&op).await?, None);
 
-    // A failure in a bundle after validation: AA3x bans the paymaster, AA1x/AA2x of a
-    // new account the factory, AA2x of an existing account nobody.
+    // A failure in a bundle after validation: AA33/34/36 ban the paymaster, AA13-15
+    // and AA23/24/26 of a new account the factory; races (AA25 nonce, AA31 deposit,
+    // AA32 window) and AA2x of an existing account ban nobody.
     let f = Address::repeat_byte(0xfa);
     let mut created = base_op(rig.account0);
     created.factory = Some(f);
     created.paymaster = Some(pm);
-    validation::penalise_bundle_failure(pool, id, &created, Some(keel_aa::AaCode(23))).await?;
-    let row = store::reputation_get(pool, id, f.as_slice()).await?;
-    assert_eq!((row.ops_seen, row.ops_included), (10_000, 0));
+    let penalise = |op: UserOperation, code: u8| {
+        let chain = rig.chain.clone();
+        async move {
+            validation::penalise_bundle_failure(pool, &chain, &op, Some(keel_aa::AaCode(code)))
+                .await
+        }
+    };
     let before = store::reputation_get(pool, id, pm.as_slice()).await?;
     assert_ne!(
         ReputationParams::default().status(before),
         validation::reputation::Status::Banned
     );
-    validation::penalise_bundle_failure(pool, id, &op, Some(keel_aa::AaCode(25))).await?;
+    for code in [10, 21, 22, 25, 31, 32] {
+        penalise(created.clone(), code).await?;
+    }
+    penalise(op.clone(), 23).await?;
     assert_eq!(
         store::reputation_get(pool, id, pm.as_slice()).await?,
         before
     );
-    validation::penalise_bundle_failure(pool, id, &op, Some(keel_aa::AaCode(33))).await?;
+    assert_eq!(
+        store::reputation_get(pool, id, f.as_slice())
+            .await?
+            .ops_seen,
+        0
+    );
+    penalise(created.clone(), 23).await?;
+    let row = store::reputation_get(pool, id, f.as_slice()).await?;
+    assert_eq!((row.ops_seen, row.ops_included), (10_000, 0));
+    assert_eq!(
+        store::reputation_get(pool, id, pm.as_slice()).await?,
+        before
+    );
+    penalise(op.clone(), 33).await?;
     assert_refused(
         &rig.validate(&op).await?,
         Erc7769Code::ThrottledOrBanned,
         "GREP-010 paymaster banned",
         "banned after a bundle failure",
+    );
+    // Keel's own SponsorPaymaster is never banned.
+    let mut keel = op.clone();
+    keel.paymaster = Some(rig.aa.paymaster);
+    penalise(keel, 34).await?;
+    assert_eq!(
+        store::reputation_get(pool, id, rig.aa.paymaster.as_slice())
+            .await?
+            .ops_seen,
+        0
     );
     Ok(())
 }

@@ -443,35 +443,61 @@ pub async fn record_included<'e>(
 }
 
 /// Penalises the entity accountable for `op` failing in a bundle simulation after its
-/// validation (ERC-7562 GREP-040, EREP-015/020): the paymaster for `AA3x`, the factory
-/// for `AA1x` and for `AA2x` of an operation that creates its account. Its `opsSeen`
-/// becomes the ban penalty and its `opsIncluded` 0.
+/// validation (ERC-7562 GREP-040, EREP-015/020; the EREP-050/060): its
+/// `opsSeen` becomes the ban penalty and its `opsIncluded` 0. Accountable: the
+/// paymaster for `AA33` (reverted), `AA34` (signature) and `AA36` (over its gas limit);
+/// the factory for `AA13`–`AA15` and, for an operation that creates its account, for
+/// `AA23`, `AA24` and `AA26`. Failures another party can cause between validation and
+/// bundling are not penalised: validity windows (`AA22`, `AA32`), nonces (`AA25`),
+/// balances and deposits (`AA21`, `AA31`), an account created meanwhile (`AA10`).
+/// Keel's own SponsorPaymaster (the chain's [`crate::flow::Sponsor`] or the Directory's
+/// `sponsorPaymaster`) is never penalised (a sponsor key rotation would otherwise ban
+/// it); when the Directory cannot be read nothing is penalised.
 ///
 /// # Errors
 /// [`StoreError`].
 pub async fn penalise_bundle_failure<'e>(
     db: impl PgExecutor<'e>,
-    chain_id: i64,
+    chain: &AaChain,
     op: &UserOperation,
     aa: Option<AaCode>,
 ) -> Result<(), StoreError> {
-    let accountable = match aa.map(|c| c.0 / 10) {
-        Some(3) => op.paymaster,
-        Some(1 | 2) => op.factory,
+    let accountable = match aa.map(|c| c.0) {
+        Some(33 | 34 | 36) => op.paymaster,
+        Some(13..=15) => op.factory,
+        Some(23 | 24 | 26) => op.factory,
         _ => None,
     };
     let Some(address) = accountable else {
         return Ok(());
     };
-    let penalty = settings(u64::try_from(chain_id).unwrap_or(0))
-        .reputation
-        .ban_ops_seen_penalty;
+    if chain
+        .sponsor
+        .as_ref()
+        .is_some_and(|s| s.paymaster == address)
+    {
+        return Ok(());
+    }
+    match keel_sponsor_paymaster(&chain.pool, chain.directory).await {
+        Ok(Some(keel)) if keel == address => return Ok(()),
+        Ok(_) => {}
+        Err(_) => return Ok(()),
+    }
+    let chain_id = chain.pool.chain().get();
+    let penalty = settings(chain_id).reputation.ban_ops_seen_penalty;
     tracing::info!(
         target: "keel::aa::validation",
         chain_id,
         "an entity's operation failed in a bundle after validation: entity banned"
     );
-    store::reputation_set(db, chain_id, address.as_slice(), penalty, 0).await
+    store::reputation_set(
+        db,
+        crate::flow::chain_id_i64(chain_id),
+        address.as_slice(),
+        penalty,
+        0,
+    )
+    .await
 }
 
 /// Whether the chain's node traces with Keel's tracer (startup probe of
