@@ -503,6 +503,9 @@ impl AaService {
                 )
                 .await
             }
+            m if m.starts_with("debug_bundler_") => {
+                crate::validation::debug::rpc(&self.env.db, chain, m, params).await
+            }
             _ => Err(CallError {
                 code: -32601,
                 message: "method not found",

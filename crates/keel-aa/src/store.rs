@@ -818,3 +818,46 @@ pub async fn user_operations_open_with_entity<'e>(
     .fetch_one(db)
     .await?)
 }
+
+/// One entity of [`reputation_list`].
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ReputationEntry {
+    /// The entity's address (20 bytes).
+    pub address: Vec<u8>,
+    /// `opsSeen` after decay.
+    pub ops_seen: i64,
+    /// `opsIncluded` after decay.
+    pub ops_included: i64,
+}
+
+/// Every entity of `chain_id` with its decayed counters, by address (at most 10,000).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn reputation_list<'e>(
+    db: impl PgExecutor<'e>,
+    chain_id: i64,
+) -> StoreResult<Vec<ReputationEntry>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT r.address, ",
+        decayed!("ops_seen"),
+        " AS ops_seen, ",
+        decayed!("ops_included"),
+        " AS ops_included FROM aa_reputation r WHERE r.chain_id = $1 ORDER BY r.address LIMIT 10000"
+    ))
+    .bind(chain_id)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Deletes every reputation row of `chain_id`; the rows deleted.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn reputation_clear<'e>(db: impl PgExecutor<'e>, chain_id: i64) -> StoreResult<u64> {
+    Ok(sqlx::query("DELETE FROM aa_reputation WHERE chain_id = $1")
+        .bind(chain_id)
+        .execute(db)
+        .await?
+        .rows_affected())
+}

@@ -806,3 +806,78 @@ async fn tracing_cost_per_operation() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The `debug_bundler_*` methods answer only when enabled: reputation dump, set and
+/// clear, stake status.
+#[tokio::test]
+async fn debug_bundler_methods_answer_only_when_enabled() -> anyhow::Result<()> {
+    use serde_json::{Value, json};
+    let rig = Rig::start().await?;
+    let id = rig.chain_id();
+    let env = Arc::new(keel_aa::flow::AaEnv {
+        db: rig.db.pool().clone(),
+        chains: [(id, rig.chain.clone())].into_iter().collect(),
+        later_chains: Default::default(),
+    });
+    let engine =
+        keel_durable::Engine::new(rig.db.pool().clone(), keel_durable::EngineConfig::default())?;
+    let service = keel_aa::service::AaService::new(env, engine);
+    let call = |method: &str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let service = &service;
+        async move { service.rpc(id, None, body.to_string().as_bytes()).await }
+    };
+    let ep = rig.ep().to_checksum(None);
+    let pm = rig.paymaster(0).await?;
+
+    let off = call("debug_bundler_dumpReputation", json!([ep])).await;
+    assert_eq!(off["error"]["code"], -32601, "{off}");
+
+    rig.configure(|s| s.debug_methods = true);
+    let set = call(
+        "debug_bundler_setReputation",
+        json!([[{"address": pm, "opsSeen": "0x258", "opsIncluded": 0}], ep]),
+    )
+    .await;
+    assert_eq!(set["result"], "ok", "{set}");
+    let dump = call("debug_bundler_dumpReputation", json!([ep])).await;
+    let entries = dump["result"].as_array().cloned().unwrap_or_default();
+    assert_eq!(entries.len(), 1, "{dump}");
+    assert_eq!(entries[0]["opsSeen"], "0x258");
+    assert_eq!(entries[0]["status"], "banned");
+    let refused = rig
+        .validate(&{
+            let mut op = base_op(rig.account0);
+            op.paymaster = Some(pm);
+            op
+        })
+        .await?;
+    assert_refused(
+        &refused,
+        Erc7769Code::ThrottledOrBanned,
+        "GREP-010",
+        "set banned",
+    );
+    let clear = call("debug_bundler_clearReputation", json!([])).await;
+    assert_eq!(clear["result"], "ok", "{clear}");
+    let dump = call("debug_bundler_dumpReputation", json!([ep])).await;
+    assert_eq!(dump["result"], json!([]), "{dump}");
+
+    let unstaked = call("debug_bundler_getStakeStatus", json!([pm, ep])).await;
+    assert_eq!(unstaked["result"]["isStaked"], false, "{unstaked}");
+    let p = RulePaymaster::new(pm, rig.aa.provider().clone());
+    confirm(&p.stake(86_400).value(U256::from(ETHER))).await?;
+    let staked = call("debug_bundler_getStakeStatus", json!([pm, ep])).await;
+    assert_eq!(staked["result"]["isStaked"], true, "{staked}");
+    assert_eq!(
+        staked["result"]["stakeInfo"]["stake"],
+        format!("{:#x}", U256::from(ETHER))
+    );
+    let bad = call(
+        "debug_bundler_setReputation",
+        json!([[{"address": pm}], ep]),
+    )
+    .await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    Ok(())
+}

@@ -74,6 +74,9 @@ pub struct AaSettings {
     /// ERC-7562 `MIN_UNSTAKE_DELAY`: the unstake delay a staked entity needs, seconds
     /// (default 86400).
     pub min_unstake_delay_secs: u32,
+    /// Whether the bundler route answers the `debug_bundler_*` methods (reputation dump,
+    /// set and clear, stake status; default false: they change chain-wide state).
+    pub debug_methods: bool,
 }
 
 impl Default for AaSettings {
@@ -94,6 +97,7 @@ impl Default for AaSettings {
             validation: keel_aa::validation::ValidationMode::Tracing,
             min_stake_wei: "1000000000000000000".to_owned(),
             min_unstake_delay_secs: 86_400,
+            debug_methods: false,
         }
     }
 }
@@ -309,6 +313,7 @@ impl AaSettings {
                 .map(Wei::get)
                 .unwrap_or(alloy::primitives::U256::MAX),
             min_unstake_delay_secs: self.min_unstake_delay_secs,
+            debug_methods: self.debug_methods,
             ..keel_aa::validation::ValidationSettings::default()
         }
     }

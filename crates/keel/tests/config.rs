@@ -887,12 +887,15 @@ fn aa_validation_mode_and_stake_minimums_load_and_validate() {
         ("KEEL__AA__VALIDATION", "unsafe"),
         ("KEEL__AA__MINSTAKEWEI", "5"),
         ("KEEL__AA__MINUNSTAKEDELAYSECS", "60"),
+        ("KEEL__AA__DEBUGMETHODS", "true"),
     ])
     .unwrap();
     let v = c.aa.validation_settings();
     assert_eq!(v.mode, ValidationMode::Unsafe);
     assert_eq!(v.min_stake_wei, alloy::primitives::U256::from(5u64));
     assert_eq!(v.min_unstake_delay_secs, 60);
+    assert!(v.debug_methods);
+    assert!(!load(&[]).unwrap().aa.validation_settings().debug_methods);
 
     assert!(load(&[("KEEL__AA__VALIDATION", "sometimes")]).is_err());
     assert_eq!(

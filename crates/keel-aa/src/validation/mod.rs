@@ -29,6 +29,7 @@
 //! Settings are per chain, in a process-wide table ([`configure`]); a chain without an
 //! entry uses [`ValidationSettings::default`].
 
+pub mod debug;
 pub mod reputation;
 pub mod rules;
 pub mod tracer;
@@ -101,6 +102,8 @@ pub struct ValidationSettings {
     pub min_unstake_delay_secs: u32,
     /// The reputation constants.
     pub reputation: ReputationParams,
+    /// Whether the `debug_bundler_*` methods answer ([`debug`]; default false).
+    pub debug_methods: bool,
 }
 
 impl Default for ValidationSettings {
@@ -110,6 +113,7 @@ impl Default for ValidationSettings {
             min_stake_wei: U256::from(1_000_000_000_000_000_000u128),
             min_unstake_delay_secs: 86_400,
             reputation: ReputationParams::default(),
+            debug_methods: false,
         }
     }
 }
