@@ -472,12 +472,11 @@ impl Bundler {
             let l = load(row)?;
             let ep = l.resolution.resolved.address();
             if *entry_point.get_or_insert(ep) != ep
-                || senders.contains(&l.op.sender)
                 || crate::validation::entity_conflict(chosen.iter().map(|c| &c.op), &l.op)
+                || !senders.insert(l.op.sender)
             {
                 continue;
             }
-            senders.insert(l.op.sender);
             chosen.push(l);
             if chosen.len() == max {
                 break;

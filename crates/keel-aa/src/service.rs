@@ -269,7 +269,9 @@ impl AaService {
         self.env.served_chain_ids()
     }
 
-    /// Pre-checks `op` (the `handleOps` simulation on the resolved EntryPoint) and accepts
+    /// Pre-checks `op` ([`crate::validation::validate`]: the ERC-7562 traced `handleOps`
+    /// simulation on the resolved EntryPoint, or the plain one in unsafe mode, and the
+    /// entities' reputation) and accepts
     /// it ([`flow::submit`], over the same resolution). A resend of an accepted operation is not simulated again
     /// (its nonce may be used by its own inclusion): it answers the same hash.
     ///
