@@ -434,9 +434,17 @@ pub async fn serve_chain(
     let id = i64::try_from(chain_id).map_err(|_| "chain id out of range".to_owned())?;
     let validation = settings.validation_settings();
     if validation.mode == keel_aa::validation::ValidationMode::Tracing {
-        keel_aa::validation::probe(node)
-            .await
-            .map_err(|e| format!("chain {chain_id}: {e}"))?;
+        match keel_aa::validation::probe(node).await {
+            Ok(()) => {}
+            Err(e @ keel_aa::validation::ProbeError::NoTracing) => {
+                // Only user operations are refused on this chain; the chain's other
+                // services run.
+                tracing::error!(target: TARGET, chain_id, error = %e,
+                    "user operations (and the bundler) are not served on this chain");
+                return Ok(());
+            }
+            Err(e) => return Err(format!("chain {chain_id}: {e}")),
+        }
     }
     keel_aa::validation::configure(chain_id, validation);
     let rows = keel_store::platform::platform_contract_list(pool, id)
