@@ -892,6 +892,8 @@ impl Bundler {
                         &outcome,
                     )
                     .await?;
+                    // ERC-7562 reputation: opsIncluded counts final inclusions only.
+                    crate::validation::record_included(&mut *tx, chain_id, &l.op).await?;
                     counts.finalized += 1;
                 }
             }
@@ -1082,8 +1084,13 @@ impl Bundler {
         for row in rows {
             let l = load(row)?;
             let ep = l.resolution.resolved.address();
-            // A sender's oldest ready operation only (its later ones wait behind it).
-            if *entry_point.get_or_insert(ep) != ep || !senders.insert(l.op.sender) {
+            // A sender's oldest ready operation only (its later ones wait behind it), and
+            // never an address that is another chosen operation's sender and paymaster or
+            // factory (ERC-7562 STO-040).
+            if *entry_point.get_or_insert(ep) != ep
+                || crate::validation::entity_conflict(chosen.iter().map(|c| &c.op), &l.op)
+                || !senders.insert(l.op.sender)
+            {
                 continue;
             }
             let op_gas = admission::operation_gas(&l.op);
@@ -1122,6 +1129,8 @@ impl Bundler {
                 None => break,
                 Some(rejection) if rejection.op_index < chosen.len() && rejection.aa.is_some() => {
                     let l = chosen.remove(rejection.op_index);
+                    crate::validation::penalise_bundle_failure(db, chain, &l.op, rejection.aa)
+                        .await?;
                     let f = rejection_failure(&rejection);
                     self.end(
                         &l,

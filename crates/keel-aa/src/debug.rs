@@ -1,5 +1,5 @@
 //! The `debug_bundler_*` JSON-RPC namespace (the eth-infinitism bundler-spec-tests'
-//! control methods), served only when `aa.debugNamespace` is set (off by default: a
+//! control methods), served only when `aa.debugMethods` is set (off by default: a
 //! production bundler must not let a client change its mode or drop operations). Every
 //! method acts on the route's chain:
 //!
@@ -8,18 +8,15 @@
 //! | `debug_bundler_setBundlingMode` | `["manual"]` or `["auto"]` | `"ok"`: in manual mode the bundler ([`crate::bundler::Bundler`]) bundles only when asked |
 //! | `debug_bundler_sendBundleNow` | `[]` | `"ok"` once the bundle of the operations ready now is settled (included or failed) by the runner, or at once when none is ready; `-32603` after [`SEND_BUNDLE_NOW_WAIT`] |
 //! | `debug_bundler_dumpMempool` | `[entryPoint]` | the operations accepted or ready (not yet in a bundle) of that EntryPoint, oldest first, in the ERC-7769 form |
-//! | `debug_bundler_clearMempool` / `debug_bundler_clearState` | `[]` | `"ok"`: every operation not yet in a bundle ends `failed` with reason `CLEARED_BY_DEBUG`, its workflow told once |
-//! | `debug_bundler_getStakeStatus` | `[address, entryPoint]` | `{stakeInfo: {addr, stake, unstakeDelaySec}, isStaked}` from `EntryPoint.getDepositInfo`; staked = stake ≥ [`MIN_STAKE_WEI`] and delay ≥ [`MIN_UNSTAKE_DELAY_SECS`] (ERC-7562) |
+//! | `debug_bundler_clearMempool` / `debug_bundler_clearState` | `[]` | `"ok"`: every operation not yet in a bundle ends `failed` with reason `CLEARED_BY_DEBUG`, its workflow told once; `clearState` also clears the chain's reputation table |
 //!
-//! The controls live in `aa_bundler_control` (migration 0080), so they reach the runner's
+//! The reputation and stake methods are [`crate::validation::debug`]'s. The controls live in `aa_bundler_control` (migration 0080), so they reach the runner's
 //! bundler whatever process serves the API.
 
 use crate::flow::{AaChain, AaEnv, OUTCOME_SIGNAL, OutcomeSignal, chain_id_i64};
 use crate::service::CallError;
 use crate::store;
-use alloy::primitives::{Address, TxKind, U256};
-use alloy::rpc::types::{BlockNumberOrTag, TransactionInput, TransactionRequest};
-use alloy::sol_types::SolCall;
+use alloy::primitives::Address;
 use keel_durable::{Actor, DurableError, Engine};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -27,29 +24,8 @@ use std::time::Duration;
 /// How long `debug_bundler_sendBundleNow` waits for the runner's bundler to enqueue and
 /// settle the bundle.
 pub const SEND_BUNDLE_NOW_WAIT: Duration = Duration::from_secs(30);
-/// ERC-7562 `MIN_STAKE_VALUE` used by `getStakeStatus`, wei (1 ether; chain-specific in
-/// the standard, the value of the spec tests' chain).
-pub const MIN_STAKE_WEI: u128 = 1_000_000_000_000_000_000;
-/// ERC-7562 `MIN_UNSTAKE_DELAY`, seconds (one day).
-pub const MIN_UNSTAKE_DELAY_SECS: u64 = 86_400;
 /// The actor recorded with the outcome signals of cleared operations.
 pub const DEBUG_ACTOR: &str = "aa-debug";
-
-alloy::sol! {
-    /// The EntryPoint's `StakeManager` view (ERC-4337 `IStakeManager`).
-    interface IStakeManagerView {
-        /// An entity's deposit and stake.
-        struct DepositInfo {
-            uint256 deposit;
-            bool staked;
-            uint112 stake;
-            uint32 unstakeDelaySec;
-            uint48 withdrawTime;
-        }
-        /// `account`'s deposit and stake.
-        function getDepositInfo(address account) external view returns (DepositInfo memory info);
-    }
-}
 
 fn internal<E>(_: E) -> CallError {
     CallError::internal()
@@ -89,10 +65,14 @@ pub(crate) async fn dispatch(
         },
         "debug_bundler_sendBundleNow" => send_bundle_now(env, chain_id).await,
         "debug_bundler_dumpMempool" => dump_mempool(env, chain, chain_id, params).await,
-        "debug_bundler_clearMempool" | "debug_bundler_clearState" => {
-            clear_mempool(env, engine, chain_id).await
-        }
-        "debug_bundler_getStakeStatus" => stake_status(chain, params).await,
+        "debug_bundler_clearMempool" => clear_mempool(env, engine, chain_id).await,
+        "debug_bundler_clearState" => match clear_mempool(env, engine, chain_id).await {
+            Ok(_) => store::reputation_clear(db, id)
+                .await
+                .map(|_| json!("ok"))
+                .map_err(internal),
+            Err(e) => Err(e),
+        },
         _ => return None,
     })
 }
@@ -214,39 +194,4 @@ async fn clear_mempool(env: &AaEnv, engine: &Engine, chain_id: u64) -> Result<Va
             tx.commit().await.map_err(internal)?;
         }
     }
-}
-
-async fn stake_status(chain: &AaChain, params: &Value) -> Result<Value, CallError> {
-    let addr = address_param(params, 0, "expected [address, entryPoint]")?;
-    let named = address_param(params, 1, "expected [address, entryPoint]")?;
-    let resolved = crate::resolve_entry_point(&chain.pool, chain.directory)
-        .await
-        .map_err(internal)?;
-    if !resolved.accepts_for_estimation(named) {
-        return Err(CallError::invalid_params(
-            "unsupported EntryPoint (see eth_supportedEntryPoints)",
-        ));
-    }
-    let call = IStakeManagerView::getDepositInfoCall { account: addr };
-    let tx = TransactionRequest {
-        to: Some(TxKind::Call(resolved.resolved.address())),
-        input: TransactionInput::new(call.abi_encode().into()),
-        ..Default::default()
-    };
-    let out = chain
-        .pool
-        .call(&tx, BlockNumberOrTag::Latest)
-        .await
-        .map_err(internal)?;
-    let info = IStakeManagerView::getDepositInfoCall::abi_decode_returns(&out).map_err(internal)?;
-    let stake = U256::from(info.stake);
-    let delay = u64::from(info.unstakeDelaySec);
-    Ok(json!({
-        "stakeInfo": {
-            "addr": addr.to_checksum(None),
-            "stake": format!("{stake:#x}"),
-            "unstakeDelaySec": format!("{delay:#x}"),
-        },
-        "isStaked": stake >= U256::from(MIN_STAKE_WEI) && delay >= MIN_UNSTAKE_DELAY_SECS,
-    }))
 }

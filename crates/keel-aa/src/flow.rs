@@ -13,8 +13,9 @@
 //!    this operation uses). The operation must hash to its key against the resolved
 //!    address.
 //! 2. `record`: the `aa_user_operation` row (state `accepted`).
-//! 3. `validate`: `handleOps([op], bundler)` simulated through `eth_call` on the resolved
-//!    EntryPoint from the bundler's sender ([`simulate_handle_ops`]). Chosen here over
+//! 3. `validate`: [`crate::validation::validate`] (ERC-7562: `handleOps([op], bundler)`
+//!    traced on the resolved EntryPoint from the bundler's sender, or in unsafe mode the
+//!    plain [`simulate_handle_ops`]; the entities' reputation). Chosen here over
 //!    `EntryPointSimulations.simulateValidation` with a state override for now because
 //!    `keel-abi` has no binding for that artifact (it ships in the npm package) and the
 //!    upstream pool no `eth_call` with overrides yet, while `handleOps` runs the real
@@ -603,16 +604,21 @@ impl Workflow for UserOperationWorkflow {
         // 3. validate on the real EntryPoint.
         let validated: Result<(), AaFailure> = ctx
             .step("validate", || async {
-                match simulate_handle_ops(
-                    &chain.pool,
+                match crate::validation::validate(
+                    &env.db,
+                    chain,
                     &ep,
-                    std::slice::from_ref(&packed),
-                    chain.bundler,
+                    &input.user_operation,
+                    &packed,
+                    crate::validation::Admission::Admit,
                 )
                 .await
                 {
                     Ok(None) => Ok(()),
-                    Ok(Some(rejection)) => Err(StepError::Failed(rejection_failure(&rejection))),
+                    Ok(Some(r)) => Err(StepError::Failed(AaFailure::failed(r.code, r.reason))),
+                    Err(crate::validation::ValidationError::Store(_)) => {
+                        transient("DATABASE_UNAVAILABLE")
+                    }
                     Err(_) => transient("RPC_UNAVAILABLE"),
                 }
             })

@@ -47,6 +47,7 @@ pub mod runway;
 pub mod service;
 pub mod store;
 pub mod user_op;
+pub mod validation;
 
 pub use entry_point::{
     Resolution, ResolutionKind, ResolveError, ResolvedEntryPoint, resolve_address,

@@ -38,7 +38,7 @@
 //! `replaced` and tells its workflow once.
 
 use crate::admission::{self, ChainView, Refusal};
-use crate::flow::{self, AaEnv, SubmitError, Submitted, simulate_handle_ops};
+use crate::flow::{self, AaEnv, SubmitError, Submitted};
 use crate::store::{self, UserOperationRow};
 use crate::{Erc7769Code, Resolution, UserOperation, resolve_entry_point, user_operation_receipt};
 use alloy::primitives::{Address, B256};
@@ -433,7 +433,7 @@ impl AaService {
     }
 
     /// The same service answering the `debug_bundler_*` methods ([`crate::debug`]) when
-    /// `on` (configuration `aa.debugNamespace`; off by default: they let a client change
+    /// `on` (configuration `aa.debugMethods`; off by default: they let a client change
     /// the bundling mode and drop operations).
     #[must_use]
     pub fn with_debug_namespace(mut self, on: bool) -> Self {
@@ -446,7 +446,9 @@ impl AaService {
         self.env.served_chain_ids()
     }
 
-    /// Pre-checks `op` (the `handleOps` simulation on the resolved EntryPoint) and accepts
+    /// Pre-checks `op` ([`crate::validation::validate`]: the ERC-7562 traced `handleOps`
+    /// simulation on the resolved EntryPoint, or the plain one in unsafe mode, and the
+    /// entities' reputation) and accepts
     /// it ([`flow::submit`], over the same resolution). A resend of an accepted operation is not simulated again
     /// (its nonce may be used by its own inclusion): it answers the same hash.
     ///
@@ -493,20 +495,22 @@ impl AaService {
                 admission::check_fields(&op, &packed, view, &chain.admission)
                     .map_err(SendError::Refused)?;
                 replaces = self.sender_rule(chain_id, &op, hash, chain).await?;
-                match simulate_handle_ops(
-                    &chain.pool,
+                match crate::validation::validate(
+                    &self.env.db,
+                    chain,
                     &resolution.resolved,
-                    std::slice::from_ref(&packed),
-                    chain.bundler,
+                    &op,
+                    &packed,
+                    crate::validation::Admission::Check,
                 )
                 .await
                 {
                     Ok(None) => {}
                     Ok(Some(r)) => {
                         return Err(SendError::Rejected {
-                            code: r.erc7769(),
-                            reason: r.reason.chars().take(120).collect(),
-                            revert: r.inner.clone(),
+                            code: r.code,
+                            reason: r.reason,
+                            revert: r.revert,
                         });
                     }
                     Err(_) => return Err(SendError::Unavailable),
@@ -880,14 +884,19 @@ impl AaService {
                 )
                 .await
             }
-            m if self.debug_namespace && m.starts_with("debug_bundler_") => {
-                crate::debug::dispatch(&self.env, &self.engine, chain, chain_id, m, params)
-                    .await
-                    .unwrap_or(Err(CallError {
-                        code: -32601,
-                        message: "method not found".into(),
-                        data: None,
-                    }))
+            m if m.starts_with("debug_bundler_") => {
+                // Bundling mode and mempool ([`crate::debug`], `aa.debugMethods` through
+                // `with_debug_namespace`); reputation and stake ([`crate::validation::debug`]).
+                let handled = if self.debug_namespace {
+                    crate::debug::dispatch(&self.env, &self.engine, chain, chain_id, m, params)
+                        .await
+                } else {
+                    None
+                };
+                match handled {
+                    Some(answer) => answer,
+                    None => crate::validation::debug::rpc(&self.env.db, chain, m, params).await,
+                }
             }
             _ => Err(CallError {
                 code: -32601,

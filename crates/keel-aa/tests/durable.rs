@@ -1402,7 +1402,7 @@ async fn row_in_state(
 /// default (-32601); in manual mode the bundler leaves ready operations alone until
 /// `sendBundleNow`, which answers once the bundle is settled; `dumpMempool` lists what is
 /// not yet bundled; `clearMempool` ends it `CLEARED_BY_DEBUG` with the workflow told;
-/// `getStakeStatus` reads the EntryPoint's stake; back to `auto`, bundling resumes.
+/// back to `auto`, bundling resumes.
 #[tokio::test]
 async fn the_debug_bundler_namespace_drives_manual_bundling() -> anyhow::Result<()> {
     let f = Flow::start(1).await?;
@@ -1488,15 +1488,6 @@ async fn the_debug_bundler_namespace_drives_manual_bundling() -> anyhow::Result<
     assert_eq!(st.status, RunStatus::Failed, "{st:?}");
     assert_eq!(failure(&st).reason, "CLEARED_BY_DEBUG");
     assert_eq!(f.events_of(hash2).await?, 0);
-
-    // Stake status: the paymaster has a deposit and no stake.
-    let r = call(
-        "debug_bundler_getStakeStatus",
-        serde_json::json!([f.aa.paymaster, ep]),
-    )
-    .await;
-    assert_eq!(r["result"]["isStaked"], false, "{r}");
-    assert_eq!(r["result"]["stakeInfo"]["stake"], "0x0", "{r}");
 
     // Back to auto: the running bundler bundles without being asked.
     let r = call("debug_bundler_setBundlingMode", serde_json::json!(["auto"])).await;
@@ -2002,5 +1993,88 @@ async fn operations_taken_out_by_a_reorg_report_the_chain_s_truth_and_their_stat
         .await;
     assert_eq!(s["result"]["status"], "unknown", "{s}");
     f.shutdown().await;
+    Ok(())
+}
+
+alloy::sol!(
+    #[sol(rpc)]
+    RuleHelper,
+    "../../abi/out/RuleHelper.json"
+);
+alloy::sol!(
+    #[sol(rpc)]
+    RuleAccount,
+    "../../abi/out/RuleAccount.json"
+);
+alloy::sol!(
+    #[sol(rpc)]
+    RulePaymaster,
+    "../../abi/out/RulePaymaster.json"
+);
+
+/// ERC-7562 STO-040: an address that is the sender of one operation and the paymaster of
+/// another is not put in one bundle with it: both land, in two bundles.
+#[tokio::test]
+async fn a_sender_that_is_another_operation_s_paymaster_lands_in_another_bundle()
+-> anyhow::Result<()> {
+    use alloy::providers::ext::AnvilApi;
+    let f = Flow::start(1).await?;
+    let provider = f.aa.provider().clone();
+    let ep = f.aa.ep().address();
+    let helper = RuleHelper::deploy(provider.clone()).await?;
+    // The dual contract: an account (sender of op A) and a paymaster (of op B).
+    let dual = RulePaymaster::deploy(provider.clone(), ep, *helper.address(), U256::ZERO).await?;
+    anvil_tests::confirm(&dual.deposit().value(U256::from(ETHER))).await?;
+    provider
+        .anvil_set_balance(*dual.address(), U256::from(ETHER))
+        .await?;
+    let account = RuleAccount::deploy(provider.clone(), ep, *helper.address(), U256::ZERO).await?;
+    let op = |sender: Address, paymaster: Option<Address>| UserOperation {
+        sender,
+        nonce: U256::ZERO,
+        factory: None,
+        factory_data: Default::default(),
+        call_data: Default::default(),
+        call_gas_limit: 50_000,
+        verification_gas_limit: 300_000,
+        pre_verification_gas: U256::from(50_000u64),
+        max_fee_per_gas: keel_units::Wei::from(10_000_000_000u64),
+        max_priority_fee_per_gas: keel_units::Wei::from(1_000_000_000u64),
+        paymaster,
+        paymaster_verification_gas_limit: 200_000,
+        paymaster_post_op_gas_limit: 0,
+        paymaster_data: Default::default(),
+        signature: Default::default(),
+        eip7702_auth: None,
+    };
+    let a = f.submit(op(*dual.address(), None)).await?;
+    let b = f
+        .submit(op(*account.address(), Some(*dual.address())))
+        .await?;
+    for hash in [a.user_op_hash, b.user_op_hash] {
+        for _ in 0..200 {
+            if f.row(hash).await?.state == store::state::READY {
+                break;
+            }
+            f.engine.await_idle(Duration::from_secs(5)).await.ok();
+        }
+        assert_eq!(f.row(hash).await?.state, store::state::READY);
+    }
+    f.start_queue_and_bundler()?;
+    let mut txs = std::collections::HashSet::new();
+    for s in [&a, &b] {
+        let st = f.settled(s.instance_id, false).await?;
+        assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+        let out = output(&st);
+        assert_eq!(out.state, "included");
+        txs.insert(out.tx_hash.expect("bundle tx"));
+    }
+    assert_eq!(txs.len(), 2, "the two operations shared a bundle");
+    let (ra, rb) = (f.row(a.user_op_hash).await?, f.row(b.user_op_hash).await?);
+    assert_ne!(ra.bundle_id, rb.bundle_id);
+    // Their inclusion counts in the paymaster's reputation.
+    let rep =
+        store::reputation_get(f.db.pool(), f.chain_id() as i64, dual.address().as_slice()).await?;
+    assert_eq!((rep.ops_seen, rep.ops_included), (1, 1));
     Ok(())
 }

@@ -130,13 +130,13 @@ mod tests {
     #[test]
     fn edited_source_is_detected() {
         let tmp = tempfile::tempdir().unwrap();
-        for sub in ["src", "src/interfaces", "out"] {
+        for sub in ["src", "src/interfaces", "src/test", "out"] {
             std::fs::create_dir_all(tmp.path().join(sub)).unwrap();
         }
         let copy = |rel: &str| {
             std::fs::copy(abi_dir().join(rel), tmp.path().join(rel)).unwrap();
         };
-        for dir in ["src", "src/interfaces", "out"] {
+        for dir in ["src", "src/interfaces", "src/test", "out"] {
             for e in std::fs::read_dir(abi_dir().join(dir)).unwrap() {
                 let p = e.unwrap().path();
                 if p.is_file() {

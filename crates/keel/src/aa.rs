@@ -83,11 +83,24 @@ pub struct AaSettings {
     pub sponsorship_max_gas_per_operation: u64,
     /// `aa.sponsorship`: the sponsorship policies.
     pub sponsorship: SponsorshipSettings,
-    /// Whether the api role answers the `debug_bundler_*` JSON-RPC methods
-    /// ([`keel_aa::debug`]: bundling mode, send a bundle now, dump or clear the mempool,
-    /// stake status), which the ERC-4337 conformance suite drives (default false; never
-    /// on a production deployment: a caller can stop bundling and drop operations).
-    pub debug_namespace: bool,
+    /// How user operations are validated (`"tracing"`, default: ERC-7562 rules through
+    /// `debug_traceCall`, the chain is not served when its node cannot trace;
+    /// `"unsafe"`: a plain `eth_call`, no ERC-7562 rule, logged at WARN). See
+    /// [`keel_aa::validation`].
+    pub validation: keel_aa::validation::ValidationMode,
+    /// ERC-7562 `MIN_STAKE_VALUE`: the EntryPoint stake an entity needs to count as
+    /// staked, wei (decimal string, or an integer; default 1 ether).
+    #[serde(deserialize_with = "decimal_string")]
+    pub min_stake_wei: String,
+    /// ERC-7562 `MIN_UNSTAKE_DELAY`: the unstake delay a staked entity needs, seconds
+    /// (default 86400).
+    pub min_unstake_delay_secs: u32,
+    /// Whether the bundler route answers the `debug_bundler_*` methods the ERC-4337
+    /// conformance suite drives: bundling mode, send a bundle now, dump and clear the
+    /// mempool ([`keel_aa::debug`]), reputation dump, set and clear, stake status
+    /// ([`keel_aa::validation`]). Default false; never on a production deployment: any
+    /// `operate` key could stop bundling, drop operations and change reputations.
+    pub debug_methods: bool,
 }
 
 impl Default for AaSettings {
@@ -111,7 +124,10 @@ impl Default for AaSettings {
             replacement_fee_increase_percent: 10,
             sponsorship_max_gas_per_operation: 5_000_000,
             sponsorship: SponsorshipSettings::default(),
-            debug_namespace: false,
+            validation: keel_aa::validation::ValidationMode::Tracing,
+            min_stake_wei: "1000000000000000000".to_owned(),
+            min_unstake_delay_secs: 86_400,
+            debug_methods: false,
         }
     }
 }
@@ -343,6 +359,7 @@ impl AaSettings {
             21_000,
             1_000_000_000,
         )?;
+        parse_wei("aa.minStakeWei", &self.min_stake_wei)?;
         self.policies()?;
         Ok(())
     }
@@ -361,6 +378,19 @@ impl AaSettings {
             .unwrap_or(Wei::ZERO),
             replacement_increase_percent: self.replacement_fee_increase_percent,
             sponsorship_max_gas: self.sponsorship_max_gas_per_operation,
+        }
+    }
+
+    /// The validation settings of every served chain ([`keel_aa::validation`]).
+    pub fn validation_settings(&self) -> keel_aa::validation::ValidationSettings {
+        keel_aa::validation::ValidationSettings {
+            mode: self.validation,
+            min_stake_wei: parse_wei("aa.minStakeWei", &self.min_stake_wei)
+                .map(Wei::get)
+                .unwrap_or(alloy::primitives::U256::MAX),
+            min_unstake_delay_secs: self.min_unstake_delay_secs,
+            debug_methods: self.debug_methods,
+            ..keel_aa::validation::ValidationSettings::default()
         }
     }
 
@@ -478,6 +508,21 @@ pub async fn serve_chain(
         return Ok(());
     }
     let id = i64::try_from(chain_id).map_err(|_| "chain id out of range".to_owned())?;
+    let validation = settings.validation_settings();
+    if validation.mode == keel_aa::validation::ValidationMode::Tracing {
+        match keel_aa::validation::probe(node).await {
+            Ok(()) => {}
+            Err(e @ keel_aa::validation::ProbeError::NoTracing) => {
+                // Only user operations are refused on this chain; the chain's other
+                // services run.
+                tracing::error!(target: TARGET, chain_id, error = %e,
+                    "user operations (and the bundler) are not served on this chain");
+                return Ok(());
+            }
+            Err(e) => return Err(format!("chain {chain_id}: {e}")),
+        }
+    }
+    keel_aa::validation::configure(chain_id, validation);
     let rows = keel_store::platform::platform_contract_list(pool, id)
         .await
         .map_err(|e| format!("platform contracts: {e}"))?;
@@ -700,11 +745,10 @@ pub async fn api_service(
             }
         });
     }
-    if settings.debug_namespace {
-        tracing::warn!(target: "keel::aa", "aa.debugNamespace is on: the debug_bundler_* methods let any operate key change the bundling mode and drop user operations; never on a production deployment");
+    if settings.debug_methods {
+        tracing::warn!(target: "keel::aa", "aa.debugMethods is on: the debug_bundler_* methods let any operate key change the bundling mode and drop user operations; never on a production deployment");
     }
     Ok(Some(
-        keel_aa::service::AaService::new(env, engine)
-            .with_debug_namespace(settings.debug_namespace),
+        keel_aa::service::AaService::new(env, engine).with_debug_namespace(settings.debug_methods),
     ))
 }

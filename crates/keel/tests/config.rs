@@ -887,3 +887,37 @@ fn aa_sponsorship_policies_load_from_a_file_and_errors_name_their_key() {
     let e = keel::aa::sponsor_key(&settings).unwrap_err().to_string();
     assert!(e.contains("PATH") && !e.contains("/usr"), "{e}");
 }
+
+#[test]
+fn aa_validation_mode_and_stake_minimums_load_and_validate() {
+    use keel_aa::validation::ValidationMode;
+    let c = load(&[]).unwrap();
+    assert_eq!(c.aa.validation, ValidationMode::Tracing);
+    let v = c.aa.validation_settings();
+    assert_eq!(v.mode, ValidationMode::Tracing);
+    assert_eq!(
+        v.min_stake_wei,
+        alloy::primitives::U256::from(10u64).pow(alloy::primitives::U256::from(18u64))
+    );
+    assert_eq!(v.min_unstake_delay_secs, 86_400);
+
+    let c = load(&[
+        ("KEEL__AA__VALIDATION", "unsafe"),
+        ("KEEL__AA__MINSTAKEWEI", "5"),
+        ("KEEL__AA__MINUNSTAKEDELAYSECS", "60"),
+        ("KEEL__AA__DEBUGMETHODS", "true"),
+    ])
+    .unwrap();
+    let v = c.aa.validation_settings();
+    assert_eq!(v.mode, ValidationMode::Unsafe);
+    assert_eq!(v.min_stake_wei, alloy::primitives::U256::from(5u64));
+    assert_eq!(v.min_unstake_delay_secs, 60);
+    assert!(v.debug_methods);
+    assert!(!load(&[]).unwrap().aa.validation_settings().debug_methods);
+
+    assert!(load(&[("KEEL__AA__VALIDATION", "sometimes")]).is_err());
+    assert_eq!(
+        invalid_key(load(&[("KEEL__AA__MINSTAKEWEI", "-1")])),
+        "aa.minStakeWei"
+    );
+}
