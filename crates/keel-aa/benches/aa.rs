@@ -6,7 +6,10 @@
 //! `cargo bench -p keel-aa --bench aa` (needs PostgreSQL, Anvil, the ERC-4337 artifacts
 //! as for the tests). `KEEL_AA_BENCH_N` operations per case (default 256, from as many
 //! fresh SimpleAccounts created by the operations, each a sponsored AssetToken
-//! transfer), `KEEL_AA_BENCH_REPEAT` rounds (default 1). Not part of `scripts/test`.
+//! transfer), `KEEL_AA_BENCH_REPEAT` rounds (default 1), `KEEL_AA_BENCH_VALIDATION`
+//! `tracing` (default, ERC-7562 rules through `debug_traceCall`, as `aa.validation`
+//! defaults) or `unsafe` (plain `eth_call`: the cost of the tracing is the difference).
+//! Not part of `scripts/test`.
 //!
 //! - **keel**: every operation accepted with [`flow::submit`] (the workflow
 //!   `aa.user-operation`: resolve, record, validate by `handleOps` simulation, ready;
@@ -86,6 +89,15 @@ async fn keel_case(n: usize) -> anyhow::Result<f64> {
     queue.add_signer(Arc::new(LocalSigner::new(aa.chain.signer(1)?.clone())));
     let queue = Arc::new(queue);
     let chain_id = aa.chain.chain_id();
+    if std::env::var("KEEL_AA_BENCH_VALIDATION").as_deref() == Ok("unsafe") {
+        keel_aa::validation::configure(
+            chain_id,
+            keel_aa::validation::ValidationSettings {
+                mode: keel_aa::validation::ValidationMode::Unsafe,
+                ..keel_aa::validation::ValidationSettings::default()
+            },
+        );
+    }
     let env = Arc::new(AaEnv {
         db: db.pool().clone(),
         later_chains: Default::default(),
