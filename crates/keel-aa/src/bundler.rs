@@ -94,16 +94,7 @@ fn too_large() -> (i32, &'static str) {
 
 /// The outcome signal of an operation ended `failed` with `code` and `reason`.
 fn failure_outcome(code: i32, reason: &str) -> OutcomeSignal {
-    OutcomeSignal {
-        state: store::state::FAILED.to_owned(),
-        success: None,
-        actual_gas_cost: None,
-        actual_gas_used: None,
-        tx_hash: None,
-        block_number: None,
-        error_code: Some(code),
-        error_reason: Some(reason.to_owned()),
-    }
+    OutcomeSignal::ended(store::state::FAILED, code, reason)
 }
 
 /// The actor recorded with the outcome signals.
@@ -404,16 +395,7 @@ impl Bundler {
         )
         .await?
         {
-            let outcome = OutcomeSignal {
-                state: end_state.to_owned(),
-                success: None,
-                actual_gas_cost: None,
-                actual_gas_used: None,
-                tx_hash: None,
-                block_number: None,
-                error_code: Some(code),
-                error_reason: Some(reason.to_owned()),
-            };
+            let outcome = OutcomeSignal::ended(end_state, code, reason);
             self.signal(&mut tx, l.row.instance_id, dedupe, &outcome)
                 .await?;
         }
@@ -923,16 +905,8 @@ impl Bundler {
                 )
                 .await?
                 {
-                    let outcome = OutcomeSignal {
-                        state: store::state::NONCE_USED_ELSEWHERE.to_owned(),
-                        success: None,
-                        actual_gas_cost: None,
-                        actual_gas_used: None,
-                        tx_hash: None,
-                        block_number: None,
-                        error_code: Some(code),
-                        error_reason: Some(reason.to_owned()),
-                    };
+                    let outcome =
+                        OutcomeSignal::ended(store::state::NONCE_USED_ELSEWHERE, code, reason);
                     self.signal(
                         &mut *tx,
                         l.row.instance_id,

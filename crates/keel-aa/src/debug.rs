@@ -163,16 +163,7 @@ async fn clear_mempool(env: &AaEnv, engine: &Engine, chain_id: u64) -> Result<Va
             .await
             .map_err(internal)?
             {
-                let outcome = OutcomeSignal {
-                    state: store::state::FAILED.to_owned(),
-                    success: None,
-                    actual_gas_cost: None,
-                    actual_gas_used: None,
-                    tx_hash: None,
-                    block_number: None,
-                    error_code: Some(code),
-                    error_reason: Some(reason.to_owned()),
-                };
+                let outcome = OutcomeSignal::ended(store::state::FAILED, code, reason);
                 let payload = serde_json::to_value(&outcome).map_err(internal)?;
                 match engine
                     .signal_in_as(

@@ -232,6 +232,24 @@ pub struct OutcomeSignal {
     pub error_reason: Option<String>,
 }
 
+impl OutcomeSignal {
+    /// The outcome of an operation that ended without inclusion: `state` (`failed`,
+    /// `nonce_used_elsewhere`, `replaced`), its ERC-7769 `code` and `reason`; every
+    /// inclusion field `None`.
+    pub fn ended(state: &str, code: i32, reason: &str) -> Self {
+        Self {
+            state: state.to_owned(),
+            success: None,
+            actual_gas_cost: None,
+            actual_gas_used: None,
+            tx_hash: None,
+            block_number: None,
+            error_code: Some(code),
+            error_reason: Some(reason.to_owned()),
+        }
+    }
+}
+
 /// The typed failure of an `aa.user-operation` instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(rename_all = "camelCase")]

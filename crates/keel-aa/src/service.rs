@@ -594,16 +594,7 @@ impl AaService {
             tracing::info!(target: "keel::aa", "replaced user operation was bundled meanwhile; it stays in flight");
             return Ok(());
         }
-        let outcome = flow::OutcomeSignal {
-            state: store::state::REPLACED.to_owned(),
-            success: None,
-            actual_gas_cost: None,
-            actual_gas_used: None,
-            tx_hash: None,
-            block_number: None,
-            error_code: Some(code),
-            error_reason: Some("REPLACED".to_owned()),
-        };
+        let outcome = flow::OutcomeSignal::ended(store::state::REPLACED, code, "REPLACED");
         let payload = serde_json::to_value(&outcome)
             .map_err(|_| SendError::Store(keel_store::StoreError::Decode))?;
         match self
