@@ -331,10 +331,10 @@ impl TxQueue {
                         FailureCode::ExceedsBlockGasLimit
                     };
                     let verdict = failed(code, attempt_records(all));
-                    let settled = self.settle(req.id, &verdict).await?;
-                    if settled {
-                        self.release_refused_nonce(req, all).await?;
-                    }
+                    // The verdict and the nonce's hand-back in one transaction: nothing
+                    // sees the request failed while its nonce is still taken.
+                    let release = refused_nonce(req, all);
+                    let settled = self.settle_releasing(req.id, &verdict, release).await?;
                     return Ok(Broadcast::settled(settled));
                 }
                 // Not final for the request (the pool already asked every upstream
@@ -349,23 +349,6 @@ impl TxQueue {
             }
         }
         Ok(Broadcast::Accepted)
-    }
-
-    /// After a `signed` request (no node ever accepted any of its attempts, all at one
-    /// nonce) was refused for good by a node and settled: hands its nonce back when
-    /// nothing above it is signed, so the next request takes it and no gap-filling
-    /// self-transfer is needed (issue 33 §1). Otherwise nonce recovery fills the gap.
-    async fn release_refused_nonce(&self, req: &RequestRow, all: &[AttemptRow]) -> Result<()> {
-        let Some(nonce) = req.nonce else {
-            return Ok(());
-        };
-        if req.state != RequestState::Signed || all.iter().any(|a| a.nonce != nonce) {
-            return Ok(());
-        }
-        if store::sender_release_nonce(&self.db, self.chain_id, &req.sender, nonce).await? {
-            tracing::info!(target: "keel::txq", request = %req.id, nonce, "refused request's nonce handed back; no gap to fill");
-        }
-        Ok(())
     }
 
     /// Records failed broadcasts (request, error class): the class, time and count on
@@ -420,14 +403,33 @@ impl TxQueue {
     /// pass settles it again), true otherwise (settled now, or settled already: a settled
     /// verdict is never overwritten).
     pub(super) async fn settle(&self, id: Uuid, verdict: &SettlementVerdict) -> Result<bool> {
+        self.settle_releasing(id, verdict, None).await
+    }
+
+    /// [`Self::settle`], and with `release` (the sender and nonce of a request no node
+    /// ever accepted, refused for good) its nonce handed back in the same transaction
+    /// when nothing above it is signed ([`store::sender_release_nonce`], issue 33 §1):
+    /// the next request takes it and no gap-filling self-transfer is needed. Otherwise
+    /// nonce recovery fills the gap.
+    pub(super) async fn settle_releasing(
+        &self,
+        id: Uuid,
+        verdict: &SettlementVerdict,
+        release: Option<(&[u8], i64)>,
+    ) -> Result<bool> {
         let json =
             serde_json::to_value(verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
-        let row = match &self.sink {
-            None => store::request_settle(&self.db, id, &json, verdict.kind()).await?,
-            Some(sink) => {
+        let row = match (&self.sink, release) {
+            (None, None) => store::request_settle(&self.db, id, &json, verdict.kind()).await?,
+            (sink, _) => {
                 let mut tx = self.db.begin().await?;
                 let row = store::request_settle(&mut *tx, id, &json, verdict.kind()).await?;
-                if let Some(r) = &row {
+                if let (Some(_), Some((sender, nonce))) = (&row, release)
+                    && store::sender_release_nonce(&mut *tx, self.chain_id, sender, nonce).await?
+                {
+                    tracing::info!(target: "keel::txq", request = %id, nonce, "refused request's nonce handed back; no gap to fill");
+                }
+                if let (Some(r), Some(sink)) = (&row, sink) {
                     let settled = [Settled {
                         request_id: id,
                         idempotency_key: &r.idempotency_key,
@@ -756,6 +758,14 @@ impl TxQueue {
         tx.commit().await?;
         Ok(Ok(rows))
     }
+}
+
+/// The sender and nonce a refused `signed` request may hand back: all its attempts at
+/// one nonce and no node ever accepted any of them (its state is still `signed`).
+fn refused_nonce<'r>(req: &'r RequestRow, all: &[AttemptRow]) -> Option<(&'r [u8], i64)> {
+    let nonce = req.nonce?;
+    (req.state == RequestState::Signed && all.iter().all(|a| a.nonce == nonce))
+        .then_some((req.sender.as_slice(), nonce))
 }
 
 #[cfg(test)]
