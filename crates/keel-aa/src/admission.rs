@@ -12,10 +12,13 @@
 //! | `maxFeePerGas ≥ base fee × baseFeePercent / 100` (latest block) | `maxFeePerGas` | `MAX_FEE_BELOW_BASE_FEE` | -32602 |
 //! | `maxPriorityFeePerGas ≥ minPriorityFeePerGas` | `maxPriorityFeePerGas` | `PRIORITY_FEE_TOO_LOW` | -32602 |
 //! | the operation alone fits a bundle: its gas + the bundle overhead ≤ [`bundle_gas_budget`] | the largest gas field | `GAS_LIMIT_EXCEEDS_BUNDLE_MAX` | -32602 |
-//! | `preVerificationGas ≥` [`required_pre_verification_gas`] | `preVerificationGas` | `PRE_VERIFICATION_GAS_TOO_LOW` | -32602 |
+//! | `preVerificationGas ≥` [`required_pre_verification_gas`] (+ [`crate::eip7702::PER_AUTHORIZATION_GAS`] with an `eip7702Auth`) | `preVerificationGas` | `PRE_VERIFICATION_GAS_TOO_LOW` | -32602 |
 //! | one open operation per (unstaked) sender (ERC-7562): no other operation of the sender accepted, ready or bundled | `sender` | `SENDER_OPERATION_PENDING` | -32505 |
 //! | a replacement (same sender and nonce) raises both fees by the replacement percentage | `maxFeePerGas` / `maxPriorityFeePerGas` | `REPLACEMENT_UNDERPRICED` | -32602 |
 //! | a replacement's earlier operation is not bundled yet | `nonce` | `REPLACEMENT_IN_FLIGHT` | -32602 |
+//! | `eip7702Auth`: `yParity` 0/1, low `s`, nonce < 2^64 ([`crate::eip7702::check`]) | `eip7702Auth` | `EIP7702_AUTH_MALFORMED` | -32602 |
+//! | `eip7702Auth.chainId` is 0 or the chain's | `eip7702Auth.chainId` | `EIP7702_AUTH_CHAIN_ID` | -32602 |
+//! | `eip7702Auth` is signed by the sender | `eip7702Auth` | `EIP7702_AUTH_NOT_SENDER` | -32602 |
 //!
 //! The operation's gas is `verificationGasLimit + callGasLimit +
 //! paymasterVerificationGasLimit + paymasterPostOpGasLimit + preVerificationGas` (gas
@@ -91,7 +94,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn invalid(field: &'static str, reason: &'static str) -> Self {
+    pub(crate) fn invalid(field: &'static str, reason: &'static str) -> Self {
         Self {
             code: Erc7769Code::InvalidParams,
             field,
@@ -136,6 +139,15 @@ impl Refusal {
             }
             ("REPLACEMENT_IN_FLIGHT", _) => {
                 "nonce: the user operation with this sender and nonce is already bundled and cannot be replaced"
+            }
+            ("EIP7702_AUTH_MALFORMED", _) => {
+                "eip7702Auth: yParity, r, s or nonce is out of range (EIP-7702; s in the lower half of the curve order, EIP-2)"
+            }
+            ("EIP7702_AUTH_CHAIN_ID", _) => {
+                "eip7702Auth.chainId: the authorization's chainId is neither 0 nor this chain's"
+            }
+            ("EIP7702_AUTH_NOT_SENDER", _) => {
+                "eip7702Auth: the authorization is not signed by the sender (its authority must be the sender)"
             }
             _ => "the user operation was refused",
         }
@@ -209,7 +221,8 @@ pub fn estimated_pre_verification_gas(op: &UserOperation) -> Result<u128, crate:
         worst.paymaster_data = no_zero_bytes(&worst.paymaster_data);
     }
     worst.signature = no_zero_bytes(&worst.signature);
-    Ok(required_pre_verification_gas(&worst.pack()?))
+    Ok(required_pre_verification_gas(&worst.pack()?)
+        .saturating_add(crate::eip7702::authorization_gas(op)))
 }
 
 /// The name of the largest of the operation's gas fields (ERC-7769 JSON name; what an
@@ -275,7 +288,9 @@ pub fn check_fields(
             "GAS_LIMIT_EXCEEDS_BUNDLE_MAX",
         ));
     }
-    if op.pre_verification_gas < U256::from(required_pre_verification_gas(packed)) {
+    let required =
+        required_pre_verification_gas(packed).saturating_add(crate::eip7702::authorization_gas(op));
+    if op.pre_verification_gas < U256::from(required) {
         return Err(Refusal::invalid(
             "preVerificationGas",
             "PRE_VERIFICATION_GAS_TOO_LOW",

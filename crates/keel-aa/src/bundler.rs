@@ -1099,7 +1099,10 @@ impl Bundler {
         loop {
             let packed: Vec<PackedUserOperation> =
                 chosen.iter().map(|l| l.packed.clone()).collect();
-            match simulate_handle_ops(&chain.pool, &ep, &packed, chain.bundler).await? {
+            let authorizations = crate::eip7702::authorization_list(chosen.iter().map(|l| &l.op));
+            match simulate_handle_ops(&chain.pool, &ep, &packed, chain.bundler, authorizations)
+                .await?
+            {
                 None => break,
                 Some(rejection) if rejection.op_index < chosen.len() && rejection.aa.is_some() => {
                     let l = chosen.remove(rejection.op_index);
@@ -1139,6 +1142,10 @@ impl Bundler {
             value: Wei::ZERO,
             data: handle_ops_calldata(&packed, chain.beneficiary()),
             gas_limit: Some(gas),
+            // A type-4 (EIP-7702) transaction when an operation carries an authorization;
+            // its intrinsic cost is in that operation's preVerificationGas.
+            authorization_list: crate::eip7702::authorization_list(chosen.iter().map(|l| &l.op))
+                .unwrap_or_default(),
         };
         let chain_id = chain_id_i64(self.chain_id);
         let mut tx = db.begin().await?;

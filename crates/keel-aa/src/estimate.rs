@@ -94,8 +94,12 @@ fn reverted(e: ChainError) -> Result<Bytes, EstimateError> {
     }
 }
 
+/// `eth_estimateGas` of a call from `from` to `to`, with the operation's EIP-7702
+/// authorization applied when it has one (the estimate then includes the
+/// authorization's intrinsic cost: an overestimate, never an underestimate).
 async fn measure(
     pool: &UpstreamPool,
+    op: &UserOperation,
     from: Address,
     to: Address,
     value: U256,
@@ -106,6 +110,7 @@ async fn measure(
         to: Some(TxKind::Call(to)),
         value: Some(value),
         input: TransactionInput::new(data),
+        authorization_list: crate::eip7702::authorization_list([op]),
         ..Default::default()
     };
     match pool.estimate_gas(&tx).await {
@@ -182,6 +187,7 @@ pub async fn estimate_user_operation_gas(
         let sender_creator = sender_creator(pool, ep).await?;
         let created = measure(
             pool,
+            &op,
             sender_creator,
             factory,
             U256::ZERO,
@@ -193,7 +199,7 @@ pub async fn estimate_user_operation_gas(
     } else {
         let hash = op.hash_v08(ep).unwrap_or(B256::ZERO);
         let data = validate_user_op_calldata(&packed, hash);
-        measure(pool, ep.address(), op.sender, U256::ZERO, data)
+        measure(pool, &op, ep.address(), op.sender, U256::ZERO, data)
             .await?
             .map_err(EstimateError::ValidationReverted)?
     };
@@ -202,7 +208,7 @@ pub async fn estimate_user_operation_gas(
             .ok_or(EstimateError::CallNotUnderstood)?;
         let mut total = 0u128;
         for c in calls {
-            let g = measure(pool, op.sender, c.target, c.value.get(), c.data)
+            let g = measure(pool, &op, op.sender, c.target, c.value.get(), c.data)
                 .await?
                 .map_err(EstimateError::CallReverted)?;
             total = total.saturating_add(g).saturating_add(CALL_OVERHEAD);
@@ -211,6 +217,7 @@ pub async fn estimate_user_operation_gas(
     } else {
         measure(
             pool,
+            &op,
             ep.address(),
             op.sender,
             U256::ZERO,

@@ -284,7 +284,8 @@ fn short_reason(reason: &str) -> String {
 }
 
 /// `handleOps(ops, beneficiary)` simulated with `eth_call` from `from` at the latest
-/// block on the resolved EntryPoint: `Ok(None)` when it would succeed,
+/// block on the resolved EntryPoint, with the operations' EIP-7702 `authorizations`
+/// applied (`authorizationList`, see [`crate::eip7702`]): `Ok(None)` when it would succeed,
 /// `Ok(Some(rejection))` when it reverts (a revert that is not `FailedOp` is reported
 /// as op 0 without an `AAxx` code).
 ///
@@ -296,12 +297,14 @@ pub async fn simulate_handle_ops(
     ep: &ResolvedEntryPoint,
     ops: &[crate::PackedUserOperation],
     from: Address,
+    authorizations: Option<Vec<alloy::eips::eip7702::SignedAuthorization>>,
 ) -> Result<Option<EntryPointRejection>, ChainError> {
     let data = handle_ops_calldata(ops, from);
     let tx = TransactionRequest {
         from: Some(from),
         to: Some(TxKind::Call(ep.address())),
         input: TransactionInput::new(data),
+        authorization_list: authorizations,
         ..Default::default()
     };
     match pool.call(&tx, BlockNumberOrTag::Latest).await {

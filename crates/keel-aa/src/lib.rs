@@ -19,6 +19,8 @@
 //! - [`admission`]: what `eth_sendUserOperation` checks before simulating (fee floors,
 //!   `preVerificationGas`, bundle fit, one operation per sender, replacement), the bundle
 //!   gas budget and the required `preVerificationGas`.
+//! - [`eip7702`]: operations of EIP-7702 accounts (`eip7702Auth` checks, the
+//!   authorization list of simulations and of type-4 bundle transactions).
 //! - [`policy`]: sponsorship policy (accounts, targets and selectors, gas ceiling, daily
 //!   budget) with typed refusal codes.
 //! - [`store`]: the SQL of `aa_user_operation`, `aa_bundle`, `aa_sponsorship_spend`
@@ -36,6 +38,7 @@
 pub mod admission;
 pub mod bundler;
 pub mod debug;
+pub mod eip7702;
 pub mod entry_point;
 pub mod estimate;
 pub mod flow;

@@ -494,6 +494,7 @@ impl AaService {
                     .map_err(|_| SendError::Unavailable)?;
                 admission::check_fields(&op, &packed, view, &chain.admission)
                     .map_err(SendError::Refused)?;
+                crate::eip7702::check(&op, chain_id).map_err(SendError::Refused)?;
                 replaces = self.sender_rule(chain_id, &op, hash, chain).await?;
                 match crate::validation::validate(
                     &self.env.db,

@@ -387,7 +387,7 @@ async fn kill_9_between_inclusion_and_a_reorg_of_depth_1_to_5_reports_the_final_
                     access_list: Default::default(),
                     input: Default::default(),
                 };
-                txs.push((signer.sign(other).await?.encoded_2718().into(), 0));
+                txs.push((signer.sign(other.into()).await?.encoded_2718().into(), 0));
             }
             aa.provider()
                 .raw_request::<_, ()>("anvil_reorg".into(), (depth, txs))

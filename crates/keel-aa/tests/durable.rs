@@ -1546,7 +1546,7 @@ impl Flow {
             access_list: Default::default(),
             input,
         };
-        Ok(signer.sign(tx).await?.encoded_2718().into())
+        Ok(signer.sign(tx.into()).await?.encoded_2718().into())
     }
 
     /// Replaces the last `depth` blocks (`anvil_reorg`), `txs` in the first new block.

@@ -754,6 +754,7 @@ async fn tracing_cost_per_operation() -> anyhow::Result<()> {
             aa.ep().address(),
             rig.chain.bundler,
             keel_aa::flow::handle_ops_calldata(std::slice::from_ref(&packed), rig.chain.bundler),
+            None,
         )
         .await?;
     }

@@ -127,6 +127,7 @@ async fn keel_case(n: usize, senders: usize, mode: Mode) -> anyhow::Result<Figur
                         value: Wei::new(U256::from(1u64)),
                         data: Bytes::new(),
                         gas_limit: Some(21_000),
+                        authorization_list: Vec::new(),
                     })
                     .await
                 }

@@ -1,7 +1,7 @@
 //! The signer seam: Keel signs through [`TxSigner`]; local keys now, custody providers
 //! later. Nothing in the queue assumes signing is instant or local.
 
-use alloy::consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy::consensus::{TxEnvelope, TypedTransaction};
 use alloy::network::TxSignerSync;
 use alloy::primitives::Address;
 use alloy::signers::local::PrivateKeySigner;
@@ -39,9 +39,10 @@ pub type SignFuture<'a> =
 pub trait TxSigner: Send + Sync {
     /// The address whose transactions this signs.
     fn address(&self) -> Address;
-    /// Signs an EIP-1559 transaction (chain id set by the caller, EIP-155 replay
-    /// protection) and returns the EIP-2718 envelope.
-    fn sign(&self, tx: TxEip1559) -> SignFuture<'_>;
+    /// Signs a typed transaction — EIP-1559 (type 2), or EIP-7702 (type 4) for a
+    /// request carrying authorizations — whose chain id the caller set (EIP-155 replay
+    /// protection), and returns the EIP-2718 envelope.
+    fn sign(&self, tx: TypedTransaction) -> SignFuture<'_>;
 }
 
 /// A local secp256k1 key. `Debug` shows only the address.
@@ -97,7 +98,7 @@ impl TxSigner for LocalSigner {
     /// the queue asks for a group's signatures concurrently, so they spread over the
     /// cores instead of stalling the task that broadcasts, at most one per core at once
     /// across the process.
-    fn sign(&self, mut tx: TxEip1559) -> SignFuture<'_> {
+    fn sign(&self, mut tx: TypedTransaction) -> SignFuture<'_> {
         let inner = self.inner.clone();
         Box::pin(async move {
             // At most one signature per core at once (process-wide): more threads only
@@ -110,7 +111,7 @@ impl TxSigner for LocalSigner {
                 let sig = inner
                     .sign_transaction_sync(&mut tx)
                     .map_err(|_| SignerError::Failed)?;
-                Ok(TxEnvelope::from(tx.into_signed(sig)))
+                Ok(tx.into_envelope(sig))
             })
             .await
             .map_err(|_| SignerError::Failed)?

@@ -30,6 +30,24 @@ pub(crate) struct RequestRow {
     /// The W3C `traceparent` of the span that enqueued it (migration 0060; `None`: not
     /// tracing).
     pub trace_context: Option<String>,
+    /// The EIP-7702 authorization list (migration 0081; `None`: an EIP-1559
+    /// transaction). Decoded by [`RequestRow::authorizations`].
+    pub authorization_list: Option<serde_json::Value>,
+}
+
+impl RequestRow {
+    /// The request's EIP-7702 authorizations (empty: an EIP-1559 transaction).
+    ///
+    /// # Errors
+    /// [`crate::TxqError::InvalidRequest`]`("authorization_list")` when the stored list
+    /// does not decode.
+    pub(crate) fn authorizations(&self) -> Result<Vec<alloy::eips::eip7702::SignedAuthorization>> {
+        match &self.authorization_list {
+            None => Ok(Vec::new()),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|_| crate::TxqError::InvalidRequest("authorization_list")),
+        }
+    }
 }
 
 /// The open funding request of a `waiting_funding` row.
@@ -77,7 +95,7 @@ pub(crate) struct AttemptRow {
 }
 
 const REQUEST_COLUMNS: &str = "id, sender, to_address, value_wei, calldata, gas_limit, state, nonce, verdict, \
-     funding_pause_ms, broadcast_failures, trace_context, \
+     funding_pause_ms, broadcast_failures, trace_context, authorization_list, \
      (broadcast_failures <= 1 OR last_broadcast_error_at IS NULL \
       OR last_broadcast_error_at + least(interval '60 seconds', \
             interval '500 milliseconds' * power(2, least(broadcast_failures, 30) - 2)) <= now()) \
@@ -97,6 +115,7 @@ pub(crate) struct NewRequest<'a> {
     pub gas_limit: Option<i64>,
     pub funding_pause_ms: Option<i64>,
     pub trace_context: Option<&'a str>,
+    pub authorization_list: Option<&'a serde_json::Value>,
 }
 
 /// An owned [`NewRequest`] (queued in the enqueue combiner).
@@ -113,6 +132,8 @@ pub(crate) struct OwnedNewRequest {
     pub funding_pause_ms: Option<i64>,
     /// The enqueuing span's W3C `traceparent` (`None`: not tracing).
     pub trace_context: Option<String>,
+    /// The EIP-7702 authorization list as stored (`None`: none).
+    pub authorization_list: Option<serde_json::Value>,
 }
 
 impl OwnedNewRequest {
@@ -128,6 +149,7 @@ impl OwnedNewRequest {
             gas_limit: self.gas_limit,
             funding_pause_ms: self.funding_pause_ms,
             trace_context: self.trace_context.as_deref(),
+            authorization_list: self.authorization_list.as_ref(),
         }
     }
 }
@@ -152,9 +174,11 @@ pub(crate) async fn requests_insert_many(
     let gas: Vec<Option<i64>> = rows.iter().map(|r| r.gas_limit).collect();
     let pauses: Vec<Option<i64>> = rows.iter().map(|r| r.funding_pause_ms).collect();
     let traces: Vec<Option<&str>> = rows.iter().map(|r| r.trace_context.as_deref()).collect();
+    let auths: Vec<Option<&serde_json::Value>> =
+        rows.iter().map(|r| r.authorization_list.as_ref()).collect();
     sqlx::query_scalar(
-        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms, trace_context)
-         SELECT * FROM unnest($1::uuid[], $2::int8[], $3::bytea[], $4::text[], $5::bytea[], $6::text[], $7::bytea[], $8::int8[], $9::int8[], $10::text[])
+        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms, trace_context, authorization_list)
+         SELECT * FROM unnest($1::uuid[], $2::int8[], $3::bytea[], $4::text[], $5::bytea[], $6::text[], $7::bytea[], $8::int8[], $9::int8[], $10::text[], $11::jsonb[])
          ON CONFLICT (chain_id, sender, idempotency_key) DO NOTHING
          RETURNING id",
     )
@@ -168,6 +192,7 @@ pub(crate) async fn requests_insert_many(
     .bind(&gas)
     .bind(&pauses)
     .bind(&traces)
+    .bind(&auths)
     .fetch_all(db)
     .await
 }
@@ -175,8 +200,8 @@ pub(crate) async fn requests_insert_many(
 /// Inserts a request unless its idempotency key exists; returns whether it inserted.
 pub(crate) async fn request_insert(db: impl PgExecutor<'_>, r: &NewRequest<'_>) -> Result<bool> {
     let done = sqlx::query(
-        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms, trace_context)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+        "INSERT INTO txq_request (id, chain_id, sender, idempotency_key, to_address, value_wei, calldata, gas_limit, funding_pause_ms, trace_context, authorization_list)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (chain_id, sender, idempotency_key) DO NOTHING",
     )
     .bind(r.id)
@@ -189,6 +214,7 @@ pub(crate) async fn request_insert(db: impl PgExecutor<'_>, r: &NewRequest<'_>) 
     .bind(r.gas_limit)
     .bind(r.funding_pause_ms)
     .bind(r.trace_context)
+    .bind(r.authorization_list)
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)

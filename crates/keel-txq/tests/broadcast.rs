@@ -53,6 +53,7 @@ fn transfer(sender: Address, key: &str) -> TxRequest {
         value: Wei::new(U256::from(7u64)),
         data: Bytes::new(),
         gas_limit: Some(21_000),
+        authorization_list: Vec::new(),
     }
 }
 

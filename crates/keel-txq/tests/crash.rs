@@ -101,6 +101,7 @@ async fn enqueue_n(q: &TxQueue, sender: Address, n: usize) -> Vec<Uuid> {
                 value: Wei::new(U256::from(1000 + i)),
                 data: Bytes::new(),
                 gas_limit: Some(21_000),
+                authorization_list: Vec::new(),
             })
             .await
             .unwrap(),

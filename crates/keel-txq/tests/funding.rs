@@ -42,6 +42,7 @@ fn transfer(sender: Address, key: &str, value: u64, gas_limit: Option<u64>) -> T
         value: Wei::new(U256::from(value)),
         data: Bytes::new(),
         gas_limit,
+        authorization_list: Vec::new(),
     }
 }
 

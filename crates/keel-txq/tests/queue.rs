@@ -154,6 +154,7 @@ fn transfer(sender: Address, key: &str, value: u64) -> TxRequest {
         value: Wei::new(U256::from(value)),
         data: Bytes::new(),
         gas_limit: Some(21_000),
+        authorization_list: Vec::new(),
     }
 }
 
@@ -362,6 +363,7 @@ async fn estimation_revert_fails_without_consuming_a_nonce() {
             .abi_encode()
             .into(),
             gas_limit: None,
+            authorization_list: Vec::new(),
         })
         .await
         .unwrap();
@@ -419,6 +421,7 @@ async fn mined_revert_is_a_reverted_verdict_with_its_error() {
             .abi_encode()
             .into(),
             gas_limit: Some(100_000),
+            authorization_list: Vec::new(),
         })
         .await
         .unwrap();
@@ -1187,7 +1190,7 @@ impl keel_txq::TxSigner for RacedSigner {
         keel_txq::TxSigner::address(&self.inner)
     }
 
-    fn sign(&self, tx: alloy::consensus::TxEip1559) -> keel_txq::SignFuture<'_> {
+    fn sign(&self, tx: alloy::consensus::TypedTransaction) -> keel_txq::SignFuture<'_> {
         Box::pin(async move {
             if !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 self.rival
@@ -1340,7 +1343,7 @@ async fn outside_raw(f: &Fixture, idx: usize, nonce: u64) -> Bytes {
         access_list: Default::default(),
         input: Bytes::new(),
     };
-    Bytes::from(signer.sign(tx).await.unwrap().encoded_2718())
+    Bytes::from(signer.sign(tx.into()).await.unwrap().encoded_2718())
 }
 
 /// `final_at IS NOT NULL` and `reorgs` of request `id` (migration 0065).

@@ -208,6 +208,7 @@ fn transfer(sender: Address, key: &str, gas_limit: u64) -> TxRequest {
         value: Wei::new(U256::from(1)),
         data: Bytes::new(),
         gas_limit: Some(gas_limit),
+        authorization_list: Vec::new(),
     }
 }
 
@@ -225,6 +226,7 @@ fn unauthorized_submit(sender: Address, feed: Address, key: &str, gas: Option<u6
         .abi_encode()
         .into(),
         gas_limit: gas,
+        authorization_list: Vec::new(),
     }
 }
 
@@ -531,7 +533,7 @@ async fn a_reorged_out_verdict_reaches_the_sink_once_and_only_when_final() {
             access_list: Default::default(),
             input: Bytes::new(),
         };
-        Bytes::from(signer.sign(tx).await.unwrap().encoded_2718())
+        Bytes::from(signer.sign(tx.into()).await.unwrap().encoded_2718())
     };
     use alloy::providers::Provider;
     let p = f.chain.provider();

@@ -436,6 +436,7 @@ async fn of_two_runners_the_one_that_reaches_the_chain_sends() {
             value: keel_units::Wei::new(alloy::primitives::U256::from(1u64)),
             data: Bytes::new(),
             gas_limit: Some(21_000),
+            authorization_list: Vec::new(),
         })
         .await
         .unwrap();
@@ -531,6 +532,7 @@ async fn a_runner_serves_a_chain_once_its_rpc_port_opens() {
             value: keel_units::Wei::new(alloy::primitives::U256::from(1u64)),
             data: Bytes::new(),
             gas_limit: Some(21_000),
+            authorization_list: Vec::new(),
         })
         .await
         .unwrap();

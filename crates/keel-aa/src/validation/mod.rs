@@ -260,6 +260,7 @@ pub async fn validate(
             ep,
             std::slice::from_ref(packed),
             chain.bundler,
+            crate::eip7702::authorization_list([op]),
         )
         .await?
         .map(|r| Refusal::from_rejection(&r)),
@@ -304,7 +305,13 @@ pub async fn trace_violations(
     let data = crate::flow::handle_ops_calldata(std::slice::from_ref(packed), from);
     let epa = ep.address();
     let (trace, factory_staked, account_staked, paymaster_staked) = tokio::try_join!(
-        tracer::trace_call(pool, epa, from, data),
+        tracer::trace_call(
+            pool,
+            epa,
+            from,
+            data,
+            crate::eip7702::authorization_list([op])
+        ),
         staked(pool, epa, op.factory, settings),
         staked(pool, epa, Some(op.sender), settings),
         paymaster_staked(pool, epa, op.paymaster, directory, settings),

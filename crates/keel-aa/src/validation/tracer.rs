@@ -147,7 +147,9 @@ fn tracer_options() -> serde_json::Value {
 }
 
 /// Traces `handleOps` calldata `data` sent from `from` to `entry_point` at the latest
-/// block.
+/// block, with the operations' EIP-7702 `authorizations` applied (`authorizationList`,
+/// see [`crate::eip7702`]; the delegations happen before the traced call, so they add
+/// no frame or opcode to the trace).
 ///
 /// # Errors
 /// The chain error when the node does not answer or refuses the trace (a node without
@@ -157,11 +159,13 @@ pub async fn trace_call(
     entry_point: Address,
     from: Address,
     data: Bytes,
+    authorizations: Option<Vec<alloy::eips::eip7702::SignedAuthorization>>,
 ) -> Result<Trace, ChainError> {
     let tx = TransactionRequest {
         from: Some(from),
         to: Some(TxKind::Call(entry_point)),
         input: TransactionInput::new(data),
+        authorization_list: authorizations,
         ..Default::default()
     };
     pool.request("debug_traceCall", (tx, "latest", tracer_options()))

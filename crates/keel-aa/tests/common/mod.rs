@@ -3,6 +3,8 @@
 //! SimpleAccounts.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod flow;
+
 use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::providers::{DynProvider, Provider};

@@ -191,6 +191,7 @@ pub(crate) fn call(vault: Address, counter: Address, key: &str) -> TxRequest {
         value: Wei::new(U256::ZERO),
         data: Bytes::from(vec![0xde, 0xad, 0x80, 0x21]),
         gas_limit: None,
+        authorization_list: Vec::new(),
     }
 }
 
@@ -223,6 +224,23 @@ pub(crate) fn assert_confirmed(v: &SettlementVerdict) {
 #[tokio::test]
 async fn a_custody_request_lands_once_without_a_local_nonce_and_settles_from_the_chain() {
     let rig = Rig::start(|_| {}).await;
+    // A provider's contract call carries no EIP-7702 authorization list: refused at
+    // enqueue, nothing recorded.
+    let key = alloy::signers::local::PrivateKeySigner::random();
+    let auth = alloy::eips::eip7702::Authorization {
+        chain_id: U256::ZERO,
+        address: rig.counter,
+        nonce: 0,
+    };
+    let sig = alloy::signers::SignerSync::sign_hash_sync(&key, &auth.signature_hash()).unwrap();
+    let set_code = TxRequest {
+        authorization_list: vec![auth.into_signed(sig)],
+        ..call(rig.vault, rig.counter, "set-code")
+    };
+    assert!(matches!(
+        rig.queue.enqueue(&set_code).await,
+        Err(keel_txq::TxqError::InvalidRequest("authorization_list"))
+    ));
     let id = rig.enqueue("mint-1").await;
     let verdict = rig.verdict(id).await;
     assert_confirmed(&verdict);

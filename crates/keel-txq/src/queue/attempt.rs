@@ -63,10 +63,87 @@ pub(super) struct ReadyTx {
     pub(super) id: Uuid,
     /// The queued row (turned into the `signed` row handed to the broadcaster).
     pub(super) row: RequestRow,
-    pub(super) to: Option<Address>,
-    pub(super) value: U256,
-    pub(super) data: Bytes,
+    /// What the transaction carries.
+    pub(super) body: TxBody,
     pub(super) gas_limit: u64,
+}
+
+/// What a request's transaction carries, whatever its nonce, gas limit and fees.
+#[derive(Debug, Clone)]
+pub(super) struct TxBody {
+    /// Recipient; `None` creates a contract.
+    pub(super) to: Option<Address>,
+    /// Native value, wei.
+    pub(super) value: U256,
+    /// Calldata.
+    pub(super) data: Bytes,
+    /// EIP-7702 authorizations; empty for an EIP-1559 transaction.
+    pub(super) authorization_list: Vec<alloy::eips::eip7702::SignedAuthorization>,
+}
+
+impl TxBody {
+    /// The body of a stored request.
+    ///
+    /// # Errors
+    /// [`TxqError::InvalidRequest`] naming the stored column that does not decode.
+    pub(super) fn of(row: &RequestRow) -> Result<Self> {
+        Ok(Self {
+            to: row
+                .to_address
+                .as_deref()
+                .map(Address::try_from)
+                .transpose()
+                .map_err(|_| TxqError::InvalidRequest("to"))?,
+            value: row
+                .value_wei
+                .parse()
+                .map_err(|_| TxqError::InvalidRequest("value"))?,
+            data: Bytes::from(row.calldata.clone()),
+            authorization_list: row.authorizations()?,
+        })
+    }
+
+    /// The unsigned transaction at `nonce`: EIP-1559 (type 2), or EIP-7702 (type 4)
+    /// when the body carries authorizations (EIP-7702 forbids contract creation:
+    /// [`TxqError::InvalidRequest`]`("to")` then).
+    pub(super) fn unsigned(
+        &self,
+        chain_id: u64,
+        nonce: u64,
+        gas_limit: u64,
+        fees: Fees,
+    ) -> Result<alloy::consensus::TypedTransaction> {
+        use alloy::consensus::{TxEip1559, TxEip7702};
+        use alloy::primitives::TxKind;
+        if self.authorization_list.is_empty() {
+            return Ok(TxEip1559 {
+                chain_id,
+                nonce,
+                gas_limit,
+                max_fee_per_gas: fees.max_fee_per_gas,
+                max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+                to: self.to.map_or(TxKind::Create, TxKind::Call),
+                value: self.value,
+                access_list: Default::default(),
+                input: self.data.clone(),
+            }
+            .into());
+        }
+        let to = self.to.ok_or(TxqError::InvalidRequest("to"))?;
+        Ok(TxEip7702 {
+            chain_id,
+            nonce,
+            gas_limit,
+            max_fee_per_gas: fees.max_fee_per_gas,
+            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+            to,
+            value: self.value,
+            access_list: Default::default(),
+            authorization_list: self.authorization_list.clone(),
+            input: self.data.clone(),
+        }
+        .into())
+    }
 }
 
 pub(super) enum Broadcast {

@@ -65,8 +65,17 @@ pub struct TxRequest {
     pub value: Wei,
     /// Calldata (the queue does not add the attribution suffix; the caller does, once).
     pub data: Bytes,
-    /// Fixed gas limit; `None` estimates it (`eth_estimateGas`) before signing.
+    /// Fixed gas limit; `None` estimates it (`eth_estimateGas`, with the authorization
+    /// list) before signing. With authorizations, a fixed limit must include EIP-7702's
+    /// 25,000 gas per authorization (`PER_EMPTY_ACCOUNT_COST`).
     pub gas_limit: Option<u64>,
+    /// EIP-7702 authorizations (each signed by its authority, the account whose code
+    /// is set). Empty: an EIP-1559 transaction; otherwise the request is sent as a
+    /// type-4 (SetCode) transaction carrying them, which needs `to` and a local signer
+    /// (a custody sender's provider cannot send one: [`TxqError::InvalidRequest`]
+    /// `("authorization_list")` at enqueue). The chain skips an authorization whose
+    /// chain id, nonce or signature no longer holds; the transaction is still valid.
+    pub authorization_list: Vec<alloy::eips::eip7702::SignedAuthorization>,
 }
 
 /// Queue settings.
@@ -461,6 +470,20 @@ impl TxQueue {
             // A custody provider's contract call needs a destination.
             return Err(TxqError::InvalidRequest("to"));
         }
+        let authorization_list = if req.authorization_list.is_empty() {
+            None
+        } else if self.custody.contains_key(&req.sender) {
+            // A custody provider's contract call carries no authorization list.
+            return Err(TxqError::InvalidRequest("authorization_list"));
+        } else if req.to.is_none() {
+            // EIP-7702: a SetCode transaction cannot create a contract.
+            return Err(TxqError::InvalidRequest("to"));
+        } else {
+            Some(
+                serde_json::to_value(&req.authorization_list)
+                    .map_err(|_| TxqError::InvalidRequest("authorization_list"))?,
+            )
+        };
         let gas_limit = match req.gas_limit {
             Some(0) => return Err(TxqError::InvalidRequest("gas_limit")),
             Some(g) => Some(i64::try_from(g).map_err(|_| TxqError::InvalidRequest("gas_limit"))?),
@@ -484,6 +507,7 @@ impl TxQueue {
             // The enqueuing span (a workflow segment's step): the request's broadcast
             // and settlement spans join its trace (`None` without trace export).
             trace_context: keel_service::trace::current_traceparent(),
+            authorization_list,
         };
         Ok(owned)
     }
@@ -502,7 +526,8 @@ impl TxQueue {
             && existing.value_wei == new.value_wei
             && existing.calldata == new.calldata
             && existing.gas_limit == new.gas_limit
-            && existing.funding_pause_ms == new.funding_pause_ms;
+            && existing.funding_pause_ms == new.funding_pause_ms
+            && existing.authorization_list.as_ref() == new.authorization_list;
         if same {
             Ok(existing.id)
         } else {

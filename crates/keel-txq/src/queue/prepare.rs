@@ -3,7 +3,7 @@
 //! sender's funds (settling it `failed` or pausing it in `waiting_funding` when it
 //! cannot be signed).
 
-use super::attempt::{Fees, ReadyTx, SenderPlan, failed};
+use super::attempt::{Fees, ReadyTx, SenderPlan, TxBody, failed};
 use super::{SENDERS_IN_FLIGHT, Signing, TxQueue, metrics};
 use crate::store::{self, RequestRow};
 use crate::verdict::{FailureCode, SettlementVerdict};
@@ -134,17 +134,8 @@ impl TxQueue {
         block_gas_limit: Option<u64>,
         available: &mut U256,
     ) -> Result<Prepared> {
-        let to = req
-            .to_address
-            .as_deref()
-            .map(Address::try_from)
-            .transpose()
-            .map_err(|_| TxqError::InvalidRequest("to"))?;
-        let value: U256 = req
-            .value_wei
-            .parse()
-            .map_err(|_| TxqError::InvalidRequest("value"))?;
-        let data = Bytes::from(req.calldata.clone());
+        let body = TxBody::of(req)?;
+        let (to, value) = (body.to, body.value);
         let gas_limit = match req.gas_limit {
             Some(g) => u64::try_from(g).map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
             None => {
@@ -152,7 +143,9 @@ impl TxQueue {
                     from: Some(sender),
                     to: Some(to.map_or(TxKind::Create, TxKind::Call)),
                     value: Some(value),
-                    input: data.clone().into(),
+                    input: body.data.clone().into(),
+                    authorization_list: (!body.authorization_list.is_empty())
+                        .then(|| body.authorization_list.clone()),
                     ..Default::default()
                 };
                 match self.chain.estimate_gas(&call).await {
@@ -176,7 +169,7 @@ impl TxQueue {
                             NodeErrorKind::InsufficientFunds if req.funding_pause_ms.is_some() => {
                                 // The node refuses to estimate without funds: estimate as
                                 // if funded; a lower bound of 21,000 gas when it cannot.
-                                let gas = self.estimate_funded(sender, to, value, &data).await;
+                                let gas = self.estimate_funded(sender, &body).await;
                                 return self
                                     .wait_for_funds(req, gas, max_fee, value, *available)
                                     .await;
@@ -218,9 +211,7 @@ impl TxQueue {
         Ok(Prepared::Ready(Box::new(ReadyTx {
             id: req.id,
             row: req.clone(),
-            to,
-            value,
-            data,
+            body,
             gas_limit,
         })))
     }
@@ -256,21 +247,17 @@ impl TxQueue {
     /// `eth_estimateGas` with the sender's balance overridden (state override), for a
     /// request the node refused to estimate for lack of funds; 21,000 (the intrinsic
     /// minimum, a lower bound) when the node supports no override or still refuses.
-    async fn estimate_funded(
-        &self,
-        sender: Address,
-        to: Option<Address>,
-        value: U256,
-        data: &Bytes,
-    ) -> u64 {
+    async fn estimate_funded(&self, sender: Address, body: &TxBody) -> u64 {
         let call = TransactionRequest {
             from: Some(sender),
-            to: Some(to.map_or(TxKind::Create, TxKind::Call)),
-            value: Some(value),
-            input: data.clone().into(),
+            to: Some(body.to.map_or(TxKind::Create, TxKind::Call)),
+            value: Some(body.value),
+            input: body.data.clone().into(),
+            authorization_list: (!body.authorization_list.is_empty())
+                .then(|| body.authorization_list.clone()),
             ..Default::default()
         };
-        let balance = value.saturating_add(U256::from(10u128.pow(30)));
+        let balance = body.value.saturating_add(U256::from(10u128.pow(30)));
         let overrides = StateOverridesBuilder::with_capacity(1)
             .with_balance(sender, balance)
             .build();

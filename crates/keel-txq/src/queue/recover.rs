@@ -75,7 +75,7 @@ impl TxQueue {
                 access_list: Default::default(),
                 input: Bytes::new(),
             };
-            let envelope = signer.sign(unsigned).await?;
+            let envelope = signer.sign(unsigned.into()).await?;
             let hash = *envelope.tx_hash();
             let raw = envelope.encoded_2718();
             let id = Uuid::new_v4();

@@ -2,13 +2,12 @@
 //! the same bytes when the node no longer knows it (a reorg dropped it), or replaced at
 //! the same nonce with bumped fees when it is stuck.
 
-use super::attempt::by_batches;
+use super::attempt::{Fees, TxBody, by_batches};
 use super::{TxQueue, metrics};
 use crate::store::{self, AttemptRow, NewAttempt, RequestRow};
 use crate::{RequestState, Result, TxqError};
-use alloy::consensus::TxEip1559;
 use alloy::eips::Encodable2718;
-use alloy::primitives::{Address, B256, Bytes, TxKind};
+use alloy::primitives::{Address, B256};
 use std::collections::HashMap;
 use tokio_util::sync::CancellationToken;
 
@@ -211,27 +210,15 @@ impl TxQueue {
             metrics::replacement_capped(self.chain_id);
             return Ok(());
         }
-        let to = req
-            .to_address
-            .as_deref()
-            .map(Address::try_from)
-            .transpose()
-            .map_err(|_| TxqError::InvalidRequest("to"))?;
-        let unsigned = TxEip1559 {
-            chain_id: self.chain.chain().get(),
-            nonce: u64::try_from(last.nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
-            gas_limit: u64::try_from(last.gas_limit)
-                .map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
-            max_fee_per_gas: max_fee,
-            max_priority_fee_per_gas: tip,
-            to: to.map_or(TxKind::Create, TxKind::Call),
-            value: req
-                .value_wei
-                .parse()
-                .map_err(|_| TxqError::InvalidRequest("value"))?,
-            access_list: Default::default(),
-            input: Bytes::from(req.calldata.clone()),
-        };
+        let unsigned = TxBody::of(req)?.unsigned(
+            self.chain.chain().get(),
+            u64::try_from(last.nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
+            u64::try_from(last.gas_limit).map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
+            Fees {
+                max_fee_per_gas: max_fee,
+                max_priority_fee_per_gas: tip,
+            },
+        )?;
         if cancel.is_cancelled() {
             return Ok(());
         }

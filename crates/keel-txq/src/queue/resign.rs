@@ -35,13 +35,12 @@
 //!   lowers its counter: a lower nonce could collide with an attempt of its own that
 //!   some pool still holds.
 
-use super::attempt::Fees;
+use super::attempt::TxBody;
 use super::{TxQueue, metrics};
 use crate::store::{self, AttemptRow, NewAttempt, RequestRow};
 use crate::{Finality, Result, TxqError};
-use alloy::consensus::TxEip1559;
 use alloy::eips::{BlockNumberOrTag, Encodable2718};
-use alloy::primitives::{Address, Bytes, TxKind};
+use alloy::primitives::Address;
 use keel_chain::ChainError;
 
 impl TxQueue {
@@ -119,16 +118,8 @@ impl TxQueue {
         };
         let pending = i64::try_from(self.chain.nonce(sender, BlockNumberOrTag::Pending).await?)
             .map_err(|_| TxqError::InvalidRequest("nonce"))?;
-        let Fees {
-            max_fee_per_gas: max_fee,
-            max_priority_fee_per_gas: tip,
-        } = self.fees().await?;
-        let to = req
-            .to_address
-            .as_deref()
-            .map(Address::try_from)
-            .transpose()
-            .map_err(|_| TxqError::InvalidRequest("to"))?;
+        let fees = self.fees().await?;
+        let body = TxBody::of(req)?;
         let mut tx = self.db.begin().await?;
         let Some(next) = store::sender_lock(&mut *tx, self.chain_id, sender.as_slice()).await?
         else {
@@ -138,21 +129,12 @@ impl TxQueue {
             return Ok(false);
         };
         let nonce = next.max(pending);
-        let unsigned = TxEip1559 {
-            chain_id: self.chain.chain().get(),
-            nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
-            gas_limit: u64::try_from(last.gas_limit)
-                .map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
-            max_fee_per_gas: max_fee,
-            max_priority_fee_per_gas: tip,
-            to: to.map_or(TxKind::Create, TxKind::Call),
-            value: req
-                .value_wei
-                .parse()
-                .map_err(|_| TxqError::InvalidRequest("value"))?,
-            access_list: Default::default(),
-            input: Bytes::from(req.calldata.clone()),
-        };
+        let unsigned = body.unsigned(
+            self.chain.chain().get(),
+            u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
+            u64::try_from(last.gas_limit).map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
+            fees,
+        )?;
         let envelope = signer.sign(unsigned).await?;
         let hash = *envelope.tx_hash();
         let raw = envelope.encoded_2718();
@@ -164,8 +146,8 @@ impl TxQueue {
                 nonce,
                 hash: hash.as_slice(),
                 raw: &raw,
-                max_fee: max_fee.to_string(),
-                priority_fee: tip.to_string(),
+                max_fee: fees.max_fee_per_gas.to_string(),
+                priority_fee: fees.max_priority_fee_per_gas.to_string(),
                 gas_limit: last.gas_limit,
             },
         )

@@ -7,9 +7,8 @@ use super::attempt::{Fees, SenderPlan, ToSend};
 use super::{Signing, TxQueue, metrics};
 use crate::store::{self, AttemptRow, NewAttempt};
 use crate::{RequestState, Result, TxqError};
-use alloy::consensus::TxEip1559;
 use alloy::eips::Encodable2718;
-use alloy::primitives::{B256, TxKind};
+use alloy::primitives::B256;
 use tokio_util::sync::CancellationToken;
 
 /// Transactions signed per signing group (one commit statement, across senders).
@@ -183,17 +182,16 @@ impl TxQueue {
                 .enumerate()
             {
                 let nonce = plan.first + to_i64(piece.start + k)?;
-                futures.push(signer.sign(TxEip1559 {
-                    chain_id: self.chain.chain().get(),
-                    nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
-                    gas_limit: r.gas_limit,
-                    max_fee_per_gas: max_fee,
-                    max_priority_fee_per_gas: tip,
-                    to: r.to.map_or(TxKind::Create, TxKind::Call),
-                    value: r.value,
-                    access_list: Default::default(),
-                    input: r.data.clone(),
-                }));
+                let unsigned = r.body.unsigned(
+                    self.chain.chain().get(),
+                    u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
+                    r.gas_limit,
+                    Fees {
+                        max_fee_per_gas: max_fee,
+                        max_priority_fee_per_gas: tip,
+                    },
+                )?;
+                futures.push(signer.sign(unsigned));
             }
         }
         let mut envelopes = futures::stream::iter(futures)

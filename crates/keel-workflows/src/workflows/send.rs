@@ -127,6 +127,7 @@ pub(crate) async fn send(
             value: Wei::ZERO,
             data: data.clone(),
             gas_limit: None,
+            authorization_list: Vec::new(),
         };
         let attempt_of = Attempt {
             operation_id,

@@ -114,5 +114,6 @@ pub(crate) fn op_request(sender: Address, op: Uuid, write: &str) -> keel_txq::Tx
         value: keel_units::Wei::ZERO,
         data: alloy::primitives::Bytes::new(),
         gas_limit: Some(21_000),
+        authorization_list: Vec::new(),
     }
 }
