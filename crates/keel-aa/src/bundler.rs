@@ -47,7 +47,9 @@
 //!   limit − margin), and below the gas of a bundle the queue refused for the block gas
 //!   limit). An operation over the budget alone ends `failed`
 //!   (`GAS_LIMIT_EXCEEDS_BUNDLE_MAX`); one whose `maxFeePerGas` is below the latest base
-//!   fee waits. `handleOps` simulated with `eth_call`
+//!   fee waits, at most [`BundlerConfig::ready_ttl`] (then it ends `failed`
+//!   `MEMPOOL_EXPIRED`, as does any operation `ready` for that long). `handleOps`
+//!   simulated with `eth_call`
 //!   ([`crate::flow::simulate_handle_ops`]): an operation named by `FailedOp` ends
 //!   `failed` alone (its `AAxx` code and ERC-7769 code reported to its workflow) and the
 //!   rest is simulated again. Then, in one transaction, the queue request (key
@@ -60,7 +62,7 @@
 //!
 //! Metrics (labels `chain_id` and a fixed `outcome`):
 //! `keel_aa_bundles_total{outcome=submitted|included|final|reorged|failed}`,
-//! `keel_aa_user_operations_total{outcome=included|moved|final|reorged|failed|nonce_used_elsewhere|rebundled}`.
+//! `keel_aa_user_operations_total{outcome=included|moved|final|reorged|failed|nonce_used_elsewhere|rebundled|expired}`.
 
 use crate::admission;
 use crate::entry_point::Resolution;
@@ -85,6 +87,10 @@ use uuid::Uuid;
 
 /// The ERC-7769 code and reason of an operation that can never fit in a bundle (its
 /// gas plus the bundle overhead exceeds the bundle gas budget).
+/// The code and reason of an operation that stayed `ready` longer than
+/// [`BundlerConfig::ready_ttl`].
+const MEMPOOL_EXPIRED: &str = "MEMPOOL_EXPIRED";
+
 fn too_large() -> (i32, &'static str) {
     (
         crate::Erc7769Code::InvalidParams.code(),
@@ -108,6 +114,11 @@ pub struct BundlerConfig {
     /// Gas added to the sum of the operations' gas limits for the bundle transaction's
     /// gas limit (the EntryPoint's own work), gas units.
     pub gas_overhead: u64,
+    /// How long an operation may stay `ready` without being bundled (its
+    /// `maxFeePerGas` below the base fee for that long, say) before it ends `failed`
+    /// with reason `MEMPOOL_EXPIRED` (-32602); measured on the database clock from its
+    /// last state change. Default 1 hour (`aa.readyTtlSecs`).
+    pub ready_ttl: std::time::Duration,
 }
 
 impl Default for BundlerConfig {
@@ -115,6 +126,7 @@ impl Default for BundlerConfig {
         Self {
             max_operations: 32,
             gas_overhead: 200_000,
+            ready_ttl: std::time::Duration::from_secs(3_600),
         }
     }
 }
@@ -1020,11 +1032,40 @@ impl Bundler {
         if manual && !send_now {
             return Ok(0);
         }
-        let moved = self.pack_and_enqueue().await?;
+        let expired = self.expire_pass().await?;
+        let moved = expired + self.pack_and_enqueue().await?;
         if send_now {
             store::bundler_control_send_now(&self.env.db, chain_id, false).await?;
         }
         Ok(moved)
+    }
+
+    /// Ends every operation `ready` for longer than [`BundlerConfig::ready_ttl`]
+    /// `failed` (`MEMPOOL_EXPIRED`, -32602), reported to its workflow in the same
+    /// transaction: an operation that can never be bundled (fees below a base fee that
+    /// does not come down) does not wait forever. The number ended.
+    async fn expire_pass(&self) -> Result<u64, BundlerError> {
+        let ttl = i64::try_from(self.config.ready_ttl.as_secs()).unwrap_or(i64::MAX);
+        let rows = store::user_operations_ready_expired(
+            &self.env.db,
+            chain_id_i64(self.chain_id),
+            ttl,
+            256,
+        )
+        .await?;
+        let code = crate::Erc7769Code::InvalidParams.code();
+        let mut ended = 0u64;
+        for row in rows {
+            let l = load(row)?;
+            self.end(&l, store::state::FAILED, code, MEMPOOL_EXPIRED, "ready-ttl")
+                .await?;
+            ended += 1;
+        }
+        if ended > 0 {
+            tracing::info!(target: "keel::aa::bundler", chain_id = self.chain_id, ended, "user operations ready for longer than aa.readyTtlSecs ended MEMPOOL_EXPIRED");
+            count_ops(self.chain_id, "expired", ended);
+        }
+        Ok(ended)
     }
 
     /// The body of [`Bundler::bundle_pass`].

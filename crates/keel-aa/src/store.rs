@@ -285,6 +285,32 @@ pub async fn user_operations_ready(
     .await?)
 }
 
+/// Up to `limit` operations of `chain_id` that have been `ready` (waiting for a bundle)
+/// for more than `older_than_secs` seconds on the database clock (since their last
+/// state change), oldest first: what the bundler ends `MEMPOOL_EXPIRED`.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operations_ready_expired(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    older_than_secs: i64,
+    limit: i64,
+) -> StoreResult<Vec<UserOperationRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        user_op_columns!(),
+        " FROM aa_user_operation WHERE chain_id = $1 AND state = 'ready' \
+         AND updated_at < now() - make_interval(secs => $2) \
+         ORDER BY updated_at, user_op_hash LIMIT $3"
+    ))
+    .bind(chain_id)
+    .bind(older_than_secs as f64)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
 /// The open operations (`accepted`, `ready`, `bundled`) of `sender` on `chain_id`,
 /// oldest first (acceptance's one-operation-per-sender and replacement rules).
 ///

@@ -10,6 +10,7 @@ use alloy::providers::Provider;
 use common::flow::{Flow, failure, refused};
 use keel_aa::UserOperation;
 use keel_aa::admission::AdmissionConfig;
+use keel_aa::bundler::BundlerConfig;
 use keel_aa::store;
 use keel_durable::RunStatus;
 use keel_units::Wei;
@@ -130,6 +131,66 @@ async fn an_operation_that_can_never_fit_is_refused_at_send_and_ended_by_the_bun
     );
     assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 0);
     assert_eq!(f.count("SELECT count(*) FROM txq_request").await?, 0);
+    f.shutdown().await;
+    Ok(())
+}
+
+/// Nothing waits forever: an operation whose `maxFeePerGas` the base fee overtakes after
+/// acceptance waits `ready` (never bundled: the operator would pay the difference), and
+/// once it has been ready longer than `ready_ttl` it ends `failed` `MEMPOOL_EXPIRED`,
+/// its workflow told, nothing sent.
+#[tokio::test]
+async fn an_operation_priced_out_by_the_base_fee_waits_then_expires() -> anyhow::Result<()> {
+    let f = Flow::start(AdmissionConfig::default()).await?;
+    let (owner, sender) = f.account().await?;
+    let (op, hash) = f.op(&owner, sender, 0, |_| {}).await?;
+    let max_fee = op.max_fee_per_gas.get();
+    let s = f.submit(op).await?;
+    f.until_state(hash, store::state::READY).await?;
+
+    // The base fee rises to ten times the operation's maxFeePerGas.
+    let high = max_fee * U256::from(10u8);
+    f.aa.provider()
+        .raw_request::<_, ()>("anvil_setNextBlockBaseFeePerGas".into(), (high,))
+        .await?;
+    f.aa.chain.mine().await?;
+    assert!(U256::from(f.base_fee().await?) > max_fee);
+
+    // It waits: the default (1 hour) bundler bundles nothing and ends nothing.
+    assert_eq!(f.bundler()?.bundle_pass().await?, 0);
+    assert_eq!(f.state(hash).await?, store::state::READY);
+
+    // Ready for more than a second on the database clock: a bundler with a 1 s
+    // time-to-live ends it.
+    let expiring = f.bundler_with(BundlerConfig {
+        ready_ttl: Duration::from_secs(1),
+        ..BundlerConfig::default()
+    })?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while f
+        .count(
+            "SELECT count(*) FROM aa_user_operation \
+             WHERE state = 'ready' AND updated_at < now() - interval '1 second'",
+        )
+        .await?
+        == 0
+    {
+        assert!(std::time::Instant::now() < deadline, "never older than 1 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(expiring.bundle_pass().await?, 1);
+    let st = f.settled(s.instance_id).await?;
+    assert_eq!(st.status, RunStatus::Failed, "{st:?}");
+    let fail = failure(&st);
+    assert_eq!(
+        (fail.code, fail.reason.as_str()),
+        (-32602, "MEMPOOL_EXPIRED")
+    );
+    assert_eq!(f.state(hash).await?, store::state::FAILED);
+    assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 0);
+    assert_eq!(f.count("SELECT count(*) FROM txq_request").await?, 0);
+    // Ended once: a later pass finds nothing.
+    assert_eq!(expiring.bundle_pass().await?, 0);
     f.shutdown().await;
     Ok(())
 }

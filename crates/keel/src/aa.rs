@@ -54,6 +54,10 @@ pub struct AaSettings {
     pub watchdog_threshold_secs: u64,
     /// Seconds between watchdog checks (1..=3600; default 30).
     pub watchdog_interval_secs: u64,
+    /// How long a user operation may wait `ready` without being bundled (e.g. its
+    /// `maxFeePerGas` below a base fee that does not come down) before it ends `failed`
+    /// with reason `MEMPOOL_EXPIRED`, seconds (60..=604800; default 3600).
+    pub ready_ttl_secs: u64,
     /// The paymaster's EntryPoint deposit below which a funding request is open, wei
     /// (decimal string, or an integer; default 0.1 ether).
     #[serde(deserialize_with = "decimal_string")]
@@ -115,6 +119,7 @@ impl Default for AaSettings {
             bundler_poll_ms: 200,
             watchdog_threshold_secs: 300,
             watchdog_interval_secs: 30,
+            ready_ttl_secs: 3_600,
             runway_minimum_wei: "100000000000000000".to_owned(),
             runway_interval_secs: 60,
             max_bundle_gas: 25_000_000,
@@ -311,6 +316,7 @@ impl AaSettings {
             256,
         )?;
         in_range("aa.bundlerPollMs", self.bundler_poll_ms, 20, 60_000)?;
+        in_range("aa.readyTtlSecs", self.ready_ttl_secs, 60, 604_800)?;
         in_range(
             "aa.watchdogThresholdSecs",
             self.watchdog_threshold_secs,
@@ -440,6 +446,7 @@ impl AaSettings {
     pub fn bundler_config(&self) -> keel_aa::bundler::BundlerConfig {
         keel_aa::bundler::BundlerConfig {
             max_operations: self.max_operations_per_bundle as usize,
+            ready_ttl: std::time::Duration::from_secs(self.ready_ttl_secs),
             ..keel_aa::bundler::BundlerConfig::default()
         }
     }

@@ -107,19 +107,28 @@ impl Flow {
     }
 
     pub fn bundler(&self) -> anyhow::Result<Bundler> {
+        self.bundler_with(BundlerConfig::default())
+    }
+
+    pub fn bundler_with(&self, config: BundlerConfig) -> anyhow::Result<Bundler> {
         Ok(Bundler::new(
             self.env.clone(),
             self.engine.clone(),
             self.chain_id(),
-            BundlerConfig::default(),
+            config,
         )?)
     }
 
     /// Runs the queue's loops and the bundler service until the test ends.
     pub fn start_queue_and_bundler(&self) -> anyhow::Result<()> {
+        self.start_queue_and_bundler_with(BundlerConfig::default())
+    }
+
+    /// As [`Flow::start_queue_and_bundler`] with the bundler's `config`.
+    pub fn start_queue_and_bundler_with(&self, config: BundlerConfig) -> anyhow::Result<()> {
         self.start_queue();
         tokio::spawn(keel_service::run(
-            self.bundler()?,
+            self.bundler_with(config)?,
             keel_service::ServiceConfig::new(Duration::from_millis(100)),
             self.cancel.clone(),
         ));
