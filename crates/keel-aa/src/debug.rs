@@ -6,7 +6,7 @@
 //! | method | params | answer |
 //! |---|---|---|
 //! | `debug_bundler_setBundlingMode` | `["manual"]` or `["auto"]` | `"ok"`: in manual mode the bundler ([`crate::bundler::Bundler`]) bundles only when asked |
-//! | `debug_bundler_sendBundleNow` | `[]` | `"ok"` once the bundle of the operations ready now is settled (included or failed) by the runner, or at once when none is ready; `-32603` after [`SEND_BUNDLE_NOW_WAIT`] |
+//! | `debug_bundler_sendBundleNow` | `[]` | `"ok"` once the bundle of the operations pending now is settled (included or failed) by the runner, or at once when none is pending. Operations still `accepted` (their workflow's validation not done yet) are waited for first, so an operation `eth_sendUserOperation` accepted is in the bundle; `-32603` after [`SEND_BUNDLE_NOW_WAIT`] |
 //! | `debug_bundler_dumpMempool` | `[entryPoint]` | the operations accepted or ready (not yet in a bundle) of that EntryPoint, oldest first, in the ERC-7769 form |
 //! | `debug_bundler_clearMempool` / `debug_bundler_clearState` | `[]` | `"ok"`: every operation not yet in a bundle ends `failed` with reason `CLEARED_BY_DEBUG`, its workflow told once; `clearState` also clears the chain's reputation table |
 //!
@@ -80,11 +80,24 @@ pub(crate) async fn dispatch(
 async fn send_bundle_now(env: &AaEnv, chain_id: u64) -> Result<Value, CallError> {
     let id = chain_id_i64(chain_id);
     let db = &env.db;
-    let ready = store::user_operations_pending(db, id, 1)
-        .await
-        .map_err(internal)?;
-    if ready.is_empty() {
-        return Ok(json!("ok"));
+    let deadline = tokio::time::Instant::now() + SEND_BUNDLE_NOW_WAIT;
+    let mut probe = tokio::time::interval(Duration::from_millis(50));
+    // Accepted operations are still being validated by their workflows: wait until
+    // each is `ready` (or ended), so the bundle holds every operation accepted so far.
+    loop {
+        probe.tick().await;
+        let pending = store::user_operations_pending(db, id, 1_000)
+            .await
+            .map_err(internal)?;
+        if pending.is_empty() {
+            return Ok(json!("ok"));
+        }
+        if pending.iter().all(|r| r.state != store::state::ACCEPTED) {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(not_in_time());
+        }
     }
     let since: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
         .fetch_one(db)
@@ -93,8 +106,6 @@ async fn send_bundle_now(env: &AaEnv, chain_id: u64) -> Result<Value, CallError>
     store::bundler_control_send_now(db, id, true)
         .await
         .map_err(internal)?;
-    let deadline = tokio::time::Instant::now() + SEND_BUNDLE_NOW_WAIT;
-    let mut probe = tokio::time::interval(Duration::from_millis(50));
     loop {
         probe.tick().await;
         let (_, pending) = store::bundler_control_get(db, id).await.map_err(internal)?;
@@ -109,12 +120,16 @@ async fn send_bundle_now(env: &AaEnv, chain_id: u64) -> Result<Value, CallError>
             }
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(CallError {
-                code: -32603,
-                message: "the runner's bundler did not settle a bundle in time; retry".into(),
-                data: None,
-            });
+            return Err(not_in_time());
         }
+    }
+}
+
+fn not_in_time() -> CallError {
+    CallError {
+        code: -32603,
+        message: "the runner's bundler did not settle a bundle in time; retry".into(),
+        data: None,
     }
 }
 

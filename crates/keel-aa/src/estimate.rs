@@ -371,12 +371,12 @@ pub(crate) async fn estimate_rpc(chain: &AaChain, params: &Value) -> Result<Valu
         }
         Err(EstimateError::ValidationReverted(data)) => Err(CallError {
             code: crate::Erc7769Code::RejectedByEntryPoint.code(),
-            message: "the account's validation reverted".into(),
+            message: with_reason("the account's validation reverted", &data).into(),
             data: Some(json!({"revert": data})),
         }),
         Err(EstimateError::CallReverted(data)) => Err(CallError {
             code: crate::Erc7769Code::ExecutionReverted.code(),
-            message: "the user operation's call reverted".into(),
+            message: with_reason("the user operation's call reverted", &data).into(),
             data: Some(json!({"revert": data})),
         }),
         Err(EstimateError::CallNotUnderstood) => Err(CallError::invalid_params(
@@ -388,6 +388,16 @@ pub(crate) async fn estimate_rpc(chain: &AaChain, params: &Value) -> Result<Valu
             data: None,
         }),
         Err(EstimateError::Chain(_)) => Err(CallError::internal()),
+    }
+}
+
+/// `what`, followed by the decoded revert reason of `data` when it has one (as
+/// `eth_sendUserOperation`'s refusals carry it; control characters dropped, at most 200
+/// characters: [`crate::rejection::revert_reason_text`]).
+fn with_reason(what: &str, data: &[u8]) -> String {
+    match crate::rejection::revert_reason_text(data) {
+        Some(reason) => format!("{what}: {reason}"),
+        None => what.to_owned(),
     }
 }
 

@@ -320,7 +320,11 @@ fn hash_param(params: &Value) -> Result<B256, CallError> {
         .get(0)
         .and_then(Value::as_str)
         .and_then(|s| s.parse::<B256>().ok())
-        .ok_or_else(|| CallError::invalid_params("expected [userOpHash]"))
+        .ok_or_else(|| {
+            CallError::invalid_params(
+                "Missing/invalid userOpHash: expected [userOpHash], a 0x-prefixed 32-byte hash",
+            )
+        })
 }
 
 fn hex_u64(n: u64) -> String {

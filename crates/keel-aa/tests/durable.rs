@@ -1003,6 +1003,23 @@ async fn estimation_and_paymaster_methods_refuse_with_typed_erc_7769_errors() ->
         )
         .await;
     assert_eq!(r["error"]["code"], -32521, "{r}");
+    // The message carries the revert as eth_sendUserOperation's refusals do: here the
+    // token's custom error (OpenZeppelin ERC20InsufficientBalance), by its selector.
+    let revert = r["error"]["data"]["revert"].as_str().unwrap_or_default();
+    assert!(revert.starts_with("0xe450d38c"), "{r}");
+    assert_eq!(
+        r["error"]["message"], "the user operation's call reverted: custom error 0xe450d38c",
+        "{r}"
+    );
+    // A hash lookup without a hash names the parameter (the conformance suite's words).
+    for method in ["eth_getUserOperationByHash", "eth_getUserOperationReceipt"] {
+        let r = svc
+            .rpc(chain, None, &rpc_call(method, serde_json::json!([""])))
+            .await;
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        let message = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("Missing/invalid userOpHash"), "{r}");
+    }
     // A chainId that is not the route's, an unknown EntryPoint: -32602.
     let ok_op = f.aa.transfer_op(
         owner.address(),
@@ -1405,7 +1422,7 @@ async fn row_in_state(
 /// back to `auto`, bundling resumes.
 #[tokio::test]
 async fn the_debug_bundler_namespace_drives_manual_bundling() -> anyhow::Result<()> {
-    let f = Flow::start(1).await?;
+    let mut f = Flow::start(1).await?;
     let queue = f.queue();
     let cancel = f.cancel.clone();
     tokio::spawn(async move { queue.run(cancel).await });
@@ -1499,6 +1516,42 @@ async fn the_debug_bundler_namespace_drives_manual_bundling() -> anyhow::Result<
     let st = f.settled(s3.instance_id, false).await?;
     assert_eq!(st.status, RunStatus::Completed, "{st:?}");
     assert_eq!(f.events_of(hash3).await?, 1);
+
+    // sendBundleNow right after eth_sendUserOperation, while the operation is still
+    // `accepted` (its workflow's validation not done: here no executor runs): the answer
+    // waits for it, and the operation is in the bundle once "ok" comes (the conformance
+    // suite sends and bundles back to back).
+    let r = call(
+        "debug_bundler_setBundlingMode",
+        serde_json::json!(["manual"]),
+    )
+    .await;
+    assert_eq!(r["result"], "ok", "{r}");
+    if let Some(e) = f.executor.take() {
+        e.shutdown().await;
+    }
+    let (owner4, sender4) = f.account(2).await?;
+    let (op4, hash4) = f
+        .transfer(&owner4, sender4, 0, Address::with_last_byte(0x64), 1)
+        .await?;
+    let r = call("eth_sendUserOperation", serde_json::json!([op4, ep])).await;
+    assert_eq!(r["result"], serde_json::json!(hash4), "{r}");
+    assert_eq!(f.row(hash4).await?.state, store::state::ACCEPTED);
+    let mut now = tokio::spawn(call("debug_bundler_sendBundleNow", serde_json::json!([])));
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), &mut now)
+            .await
+            .is_err(),
+        "sendBundleNow answered while the operation was not validated"
+    );
+    f.executor = Some(f.engine.spawn_executor(ExecutorConfig {
+        poll_interval: Duration::from_millis(50),
+        ..ExecutorConfig::default()
+    })?);
+    let r = now.await?;
+    assert_eq!(r["result"], "ok", "{r}");
+    assert_eq!(f.row(hash4).await?.state, store::state::INCLUDED);
+    assert_eq!(f.events_of(hash4).await?, 1);
     f.shutdown().await;
     Ok(())
 }
