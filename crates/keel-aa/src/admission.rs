@@ -13,7 +13,7 @@
 //! | `maxPriorityFeePerGas ≥ minPriorityFeePerGas` | `maxPriorityFeePerGas` | `PRIORITY_FEE_TOO_LOW` | -32602 |
 //! | the operation alone fits a bundle: its gas + the bundle overhead ≤ [`bundle_gas_budget`] | the largest gas field | `GAS_LIMIT_EXCEEDS_BUNDLE_MAX` | -32602 |
 //! | `preVerificationGas ≥` [`required_pre_verification_gas`] (+ [`crate::eip7702::PER_AUTHORIZATION_GAS`] with an `eip7702Auth`) | `preVerificationGas` | `PRE_VERIFICATION_GAS_TOO_LOW` | -32602 |
-//! | one open operation per (unstaked) sender (ERC-7562): no other operation of the sender accepted, ready or bundled | `sender` | `SENDER_OPERATION_PENDING` | -32505 |
+//! | at most [`AdmissionConfig::same_sender_mempool_count`] (4) open operations (`accepted`, `ready`, `bundled`) per unstaked sender (ERC-7562 UREP-010); a staked sender is not bounded | `sender` | `SENDER_OPERATION_PENDING` | -32505 |
 //! | a replacement (same sender and nonce) raises both fees by the replacement percentage | `maxFeePerGas` / `maxPriorityFeePerGas` | `REPLACEMENT_UNDERPRICED` | -32602 |
 //! | a replacement's earlier operation is not bundled yet | `nonce` | `REPLACEMENT_IN_FLIGHT` | -32602 |
 //! | `eip7702Auth`: `yParity` 0/1, low `s`, nonce < 2^64 ([`crate::eip7702::check`]) | `eip7702Auth` | `EIP7702_AUTH_MALFORMED` | -32602 |
@@ -65,6 +65,10 @@ pub struct AdmissionConfig {
     /// Ceiling of an operation's gas that `pm_getPaymasterData` signs when no
     /// sponsorship policy applies, gas units.
     pub sponsorship_max_gas: u64,
+    /// Most open (`accepted`, `ready`, `bundled`) operations of one unstaked sender
+    /// (ERC-7562 UREP-010 `SAME_SENDER_MEMPOOL_COUNT`: 4); a staked sender is not
+    /// bounded by it.
+    pub same_sender_mempool_count: usize,
 }
 
 impl Default for AdmissionConfig {
@@ -77,6 +81,7 @@ impl Default for AdmissionConfig {
             min_priority_fee_per_gas: Wei::ZERO,
             replacement_increase_percent: 10,
             sponsorship_max_gas: 5_000_000,
+            same_sender_mempool_count: 4,
         }
     }
 }
@@ -129,7 +134,7 @@ impl Refusal {
                 "paymasterPostOpGasLimit: the operation's gas can never fit in a bundle (block gas limit or the bundler's maximum)"
             }
             ("SENDER_OPERATION_PENDING", _) => {
-                "sender: another user operation of this sender is pending (one per unstaked sender); replace it (same nonce, higher fees) or wait for its outcome"
+                "sender: an unstaked sender has the most user operations pending (ERC-7562 SAME_SENDER_MEMPOOL_COUNT); replace one (same nonce, higher fees) or wait for an outcome"
             }
             ("REPLACEMENT_UNDERPRICED", "maxPriorityFeePerGas") => {
                 "maxPriorityFeePerGas: a replacement must raise both fees by the replacement percentage"
@@ -327,8 +332,8 @@ pub fn check_replacement(
     Ok(())
 }
 
-/// The refusal of an operation whose sender has another operation pending (ERC-7562:
-/// one operation per unstaked sender in the mempool).
+/// The refusal of an operation whose unstaked sender already has
+/// [`AdmissionConfig::same_sender_mempool_count`] operations open (ERC-7562 UREP-010).
 pub fn sender_pending() -> Refusal {
     Refusal {
         code: Erc7769Code::StakeTooLow,

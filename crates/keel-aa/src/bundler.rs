@@ -412,7 +412,29 @@ impl Bundler {
                 .await?;
         }
         tx.commit().await?;
+        self.wake_successors(vec![l.op.sender]).await;
         Ok(())
+    }
+
+    /// Wakes the workflows of `senders`' later operations waiting for this one
+    /// ([`crate::flow::sender_wake_tag`]: their validation found the nonce below theirs
+    /// still open): they validate again now rather than at their recovery backoff. A
+    /// failure is logged only (the backoff still resumes them).
+    async fn wake_successors(&self, senders: Vec<Address>) {
+        let mut seen = HashSet::new();
+        for sender in senders {
+            if !seen.insert(sender) {
+                continue;
+            }
+            let tag = crate::flow::sender_wake_tag(self.chain_id, sender);
+            if let Err(e) = self
+                .engine
+                .wake_suspended(&tag, "aa-predecessor-settled")
+                .await
+            {
+                tracing::warn!(target: "keel::aa::bundler", error = %e, "waking a sender's waiting user operations failed; their backoff resumes them");
+            }
+        }
     }
 
     /// Handles this chain's bundles (see the module docs): the verdicts of `submitted`
@@ -530,6 +552,8 @@ impl Bundler {
             };
             store::bundle_settle(&mut *tx, bundle.id, end_state, h, b, bh).await?;
             tx.commit().await?;
+            self.wake_successors(ops.iter().map(|l| l.op.sender).collect())
+                .await;
             count_bundle(
                 self.chain_id,
                 if end_state == store::bundle_state::INCLUDED {

@@ -41,7 +41,7 @@ use crate::policy::SponsorshipPolicy;
 use crate::rejection::{EntryPointRejection, Erc7769Code};
 use crate::store;
 use crate::user_op::UserOperation;
-use alloy::primitives::{Address, B256, Bytes, TxKind};
+use alloy::primitives::{Address, B256, Bytes, TxKind, U256};
 use alloy::rpc::types::{BlockNumberOrTag, TransactionInput, TransactionRequest};
 use alloy::sol_types::SolCall;
 use keel_abi::erc4337::IEntryPointV08;
@@ -521,6 +521,47 @@ async fn insert_row(
     .await
 }
 
+/// The wake tag of `sender`'s operations on `chain_id` that wait for an earlier
+/// operation of the sender (`aa-sender:<chainId>:<sender>`): the bundler wakes it when
+/// one of the sender's operations is included or ends.
+pub fn sender_wake_tag(chain_id: u64, sender: Address) -> String {
+    format!("aa-sender:{chain_id}:{sender:#x}")
+}
+
+/// Whether a validation refusal is what an operation gets while the sender's operation
+/// at the nonce just below it (same key) has not landed yet: `AA25` (invalid account
+/// nonce) or `AA20` (account not deployed: the earlier operation creates it).
+pub fn waits_for_predecessor(reason: &str) -> bool {
+    reason.starts_with("AA25") || reason.starts_with("AA20")
+}
+
+/// Whether `earlier` is the nonce just below `nonce` in the same key (ERC-4337
+/// two-dimensional nonce: `key << 64 | sequence`; sequence 0 has none).
+pub fn is_predecessor_nonce(earlier: U256, nonce: U256) -> bool {
+    let sequence = nonce & U256::from(u64::MAX);
+    !sequence.is_zero() && earlier + U256::from(1u8) == nonce
+}
+
+/// Whether `op`'s sender has an open operation (`accepted`, `ready`, `bundled`) at the
+/// nonce just below `op`'s, in the same key.
+///
+/// # Errors
+/// [`keel_store::StoreError`].
+pub async fn predecessor_open(
+    db: &PgPool,
+    chain_id: u64,
+    op: &UserOperation,
+) -> Result<bool, keel_store::StoreError> {
+    let open =
+        store::user_operations_open_of_sender(db, chain_id_i64(chain_id), op.sender.as_slice())
+            .await?;
+    Ok(open.iter().any(|r| {
+        r.nonce
+            .parse::<U256>()
+            .is_ok_and(|n| is_predecessor_nonce(n, op.nonce))
+    }))
+}
+
 pub(crate) fn chain_id_i64(chain_id: u64) -> i64 {
     i64::try_from(chain_id).unwrap_or(i64::MAX)
 }
@@ -636,6 +677,20 @@ impl Workflow for UserOperationWorkflow {
                 .await
                 {
                     Ok(None) => Ok(()),
+                    Ok(Some(r)) if waits_for_predecessor(&r.reason) => {
+                        // Back to back: the sender's operation at the nonce below (same
+                        // key) has not landed yet; validated again once it settles.
+                        match predecessor_open(&env.db, chain_id, &input.user_operation).await {
+                            Ok(true) => Err(StepError::Unavailable {
+                                code: "PREDECESSOR_PENDING",
+                                wake: sender_wake_tag(chain_id, input.user_operation.sender),
+                            }),
+                            Ok(false) => {
+                                Err(StepError::Failed(AaFailure::failed(r.code, r.reason)))
+                            }
+                            Err(_) => transient("DATABASE_UNAVAILABLE"),
+                        }
+                    }
                     Ok(Some(r)) => Err(StepError::Failed(AaFailure::failed(r.code, r.reason))),
                     Err(crate::validation::ValidationError::Store(_)) => {
                         transient("DATABASE_UNAVAILABLE")

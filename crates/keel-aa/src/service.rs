@@ -62,6 +62,14 @@ impl std::fmt::Debug for AaService {
     }
 }
 
+/// What [`AaService`]'s sender rule found (see `sender_rule`).
+struct SenderCheck {
+    /// The open operation a replacement supersedes.
+    replaces: Option<UserOperationRow>,
+    /// An open operation of the sender holds the nonce just below (same key).
+    predecessor: bool,
+}
+
 /// Why [`AaService::send`] refused, beyond [`SubmitError`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -499,7 +507,10 @@ impl AaService {
                 admission::check_fields(&op, &packed, view, &chain.admission)
                     .map_err(SendError::Refused)?;
                 crate::eip7702::check(&op, chain_id).map_err(SendError::Refused)?;
-                replaces = self.sender_rule(chain_id, &op, hash, chain).await?;
+                let sender = self
+                    .sender_rule(chain_id, &op, hash, chain, &resolution.resolved)
+                    .await?;
+                replaces = sender.replaces;
                 match crate::validation::validate(
                     &self.env.db,
                     chain,
@@ -511,6 +522,12 @@ impl AaService {
                 .await
                 {
                     Ok(None) => {}
+                    // Back to back (issue 33 §5): the sender's operation at the nonce
+                    // below is still open, so this one cannot validate against the
+                    // latest block yet (AA25, or AA20 when that one creates the
+                    // account). Accepted; its workflow validates it once that lands.
+                    Ok(Some(r)) if sender.predecessor && flow::waits_for_predecessor(&r.reason) => {
+                    }
                     Ok(Some(r)) => {
                         return Err(SendError::Rejected {
                             code: r.code,
@@ -540,20 +557,24 @@ impl AaService {
         Ok(submitted)
     }
 
-    /// One operation per sender (ERC-7562, unstaked): `Ok(None)` when the sender has no
-    /// other open operation; `Ok(Some(row))` when `op` replaces `row` (same nonce, not
-    /// bundled, both fees raised by the replacement percentage).
+    /// The sender rules of acceptance (ERC-7562): a same-nonce operation open and not
+    /// bundled is replaced (when the fees rise enough); an unstaked sender has at most
+    /// [`crate::admission::AdmissionConfig::same_sender_mempool_count`] open operations
+    /// (UREP-010; a staked one is not bounded). Also says whether the operation at the
+    /// nonce just below (same key) is open: a back-to-back operation waits for it.
     ///
     /// # Errors
     /// [`SendError::Refused`] (`SENDER_OPERATION_PENDING`, `REPLACEMENT_IN_FLIGHT`,
-    /// `REPLACEMENT_UNDERPRICED`), [`SendError::Store`].
+    /// `REPLACEMENT_UNDERPRICED`), [`SendError::Store`], [`SendError::Unavailable`] (the
+    /// stake could not be read).
     async fn sender_rule(
         &self,
         chain_id: u64,
         op: &UserOperation,
         hash: B256,
         chain: &flow::AaChain,
-    ) -> Result<Option<UserOperationRow>, SendError> {
+        ep: &crate::ResolvedEntryPoint,
+    ) -> Result<SenderCheck, SendError> {
         let open = store::user_operations_open_of_sender(
             &self.env.db,
             flow::chain_id_i64(chain_id),
@@ -561,26 +582,40 @@ impl AaService {
         )
         .await
         .map_err(SendError::Store)?;
-        let mut replaces = None;
+        let mut check = SenderCheck {
+            replaces: None,
+            predecessor: false,
+        };
+        let mut others = 0usize;
         for row in open {
             if row.user_op_hash.as_slice() == hash.as_slice() {
                 continue;
             }
             let Ok(other) = serde_json::from_value::<UserOperation>(row.user_operation.clone())
             else {
-                return Err(SendError::Refused(admission::sender_pending()));
+                others += 1;
+                continue;
             };
             if other.nonce != op.nonce {
-                return Err(SendError::Refused(admission::sender_pending()));
+                check.predecessor |= flow::is_predecessor_nonce(other.nonce, op.nonce);
+                others += 1;
+                continue;
             }
             if row.state == store::state::BUNDLED {
                 return Err(SendError::Refused(admission::replacement_in_flight()));
             }
             admission::check_replacement(&other, op, chain.admission.replacement_increase_percent)
                 .map_err(SendError::Refused)?;
-            replaces = Some(row);
+            check.replaces = Some(row);
         }
-        Ok(replaces)
+        if others >= chain.admission.same_sender_mempool_count
+            && !crate::validation::is_staked(&chain.pool, ep.address(), op.sender)
+                .await
+                .map_err(|_| SendError::Unavailable)?
+        {
+            return Err(SendError::Refused(admission::sender_pending()));
+        }
+        Ok(check)
     }
 
     /// Ends `old` as `replaced` (when it is still not bundled) and tells its workflow,

@@ -423,8 +423,7 @@ async fn paymaster_data_is_refused_over_the_default_sponsorship_ceiling() -> any
 
 /// Issue 33 §3: a sender's next operation is never bundled while its earlier one is in
 /// an unsettled bundle (before the fix it was bundled as soon as it validated — here
-/// after the earlier bundle mined, before its verdict was handled), and
-/// `eth_sendUserOperation` refuses it meanwhile (-32505 naming `sender`). Both land,
+/// after the earlier bundle mined, before its verdict was handled). Both land,
 /// one bundle each, no failed bundle, no transaction of the bundler's sender but them.
 #[tokio::test]
 async fn a_sender_s_next_operation_waits_while_its_earlier_one_is_in_flight() -> anyhow::Result<()>
@@ -455,15 +454,10 @@ async fn a_sender_s_next_operation_waits_while_its_earlier_one_is_in_flight() ->
         store::state::BUNDLED,
         "in flight for Keel"
     );
-    // B: refused at send; accepted behind the API's back it validates (nonce 1 is next
-    // on chain) but is not bundled while A is.
-    refused(
-        &f.send(&b).await,
-        -32505,
-        "sender",
-        "SENDER_OPERATION_PENDING",
-    );
-    let b_id = f.submit(b).await?.instance_id;
+    // B: accepted (nonce 1 is next on chain: A's bundle mined) and validated, but not
+    // bundled while A is.
+    assert_eq!(f.send(&b).await["result"], json!(b_hash));
+    let b_id = f.row(b_hash).await?.expect("row").instance_id;
     f.until_state(b_hash, store::state::READY).await?;
     for _ in 0..3 {
         assert_eq!(bundler.bundle_pass().await?, 0, "B waits behind A");
@@ -487,6 +481,76 @@ async fn a_sender_s_next_operation_waits_while_its_earlier_one_is_in_flight() ->
         f.bundler_txs().await? - before,
         2,
         "no reverted handleOps, no gap fill"
+    );
+    f.shutdown().await;
+    Ok(())
+}
+
+/// Issue 33 §5, back to back: a sender's operations at nonces 0 (creating the account),
+/// 1 and 2 of one key, sent one after the other before any lands, are all accepted —
+/// the later ones cannot validate against the latest block yet (AA20, then AA25), so
+/// their workflows wait for the one below (suspended `PREDECESSOR_PENDING`, woken when
+/// it settles) — and land in order, one bundle each. UREP-010: an unstaked sender has at
+/// most `same_sender_mempool_count` open operations (-32505 naming `sender`); a nonce
+/// with no open operation below it is still refused by the EntryPoint (AA25).
+#[tokio::test]
+async fn back_to_back_operations_of_one_sender_are_accepted_and_land_in_order() -> anyhow::Result<()>
+{
+    let f = Flow::start(AdmissionConfig {
+        same_sender_mempool_count: 3,
+        ..AdmissionConfig::default()
+    })
+    .await?;
+    let (owner, sender) = f.account().await?;
+    let mut hashes = Vec::new();
+    for nonce in 0..3u64 {
+        let (op, hash) = f.op(&owner, sender, nonce, |_| {}).await?;
+        let r = f.send(&op).await;
+        assert_eq!(r["result"], json!(hash), "nonce {nonce}: {r}");
+        hashes.push(hash);
+    }
+    // A fourth open operation of this unstaked sender: over the limit.
+    let (fourth, fourth_hash) = f.op(&owner, sender, 3, |_| {}).await?;
+    refused(
+        &f.send(&fourth).await,
+        -32505,
+        "sender",
+        "SENDER_OPERATION_PENDING",
+    );
+    assert!(f.row(fourth_hash).await?.is_none());
+    // Another sender's operation at a nonce with nothing open below it: the EntryPoint
+    // refuses it (no waiting without a predecessor).
+    let (owner2, sender2) = f.account().await?;
+    let (gap, gap_hash) = f.op(&owner2, sender2, 1, |_| {}).await?;
+    let r = f.send(&gap).await;
+    assert_eq!(r["error"]["code"], -32500, "{r}");
+    assert!(f.row(gap_hash).await?.is_none());
+    // The later ones wait (suspended, woken by the bundler), then land in nonce order.
+    f.until_state(hashes[0], store::state::READY).await?;
+    f.start_queue_and_bundler()?;
+    let mut blocks = Vec::new();
+    for hash in &hashes {
+        let id = f.row(*hash).await?.expect("row").instance_id;
+        let st = f.settled(id).await?;
+        assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+        let row = f.row(*hash).await?.expect("row");
+        assert_eq!(row.state, store::state::INCLUDED);
+        blocks.push(row.block_number.expect("block"));
+    }
+    assert!(
+        blocks.windows(2).all(|w| w[0] < w[1]),
+        "in order: {blocks:?}"
+    );
+    assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 3);
+    assert_eq!(
+        f.count("SELECT count(*) FROM aa_bundle WHERE state <> 'included'")
+            .await?,
+        0,
+        "no failed bundle"
+    );
+    assert_eq!(
+        f.aa.token_balance(Address::with_last_byte(0x77)).await?,
+        U256::from(3u64)
     );
     f.shutdown().await;
     Ok(())
@@ -529,14 +593,10 @@ async fn a_replacement_needs_ten_percent_more_on_both_fees() -> anyhow::Result<(
         assert!(f.row(hash).await?.is_none());
     }
     assert_eq!(f.state(first_hash).await?, store::state::READY);
-    // Another nonce of the same sender meanwhile: one operation per sender.
-    let (later, _) = f.op(&owner, sender, 1, fees(10 * gwei, gwei)).await?;
-    refused(
-        &f.send(&later).await,
-        -32505,
-        "sender",
-        "SENDER_OPERATION_PENDING",
-    );
+    // The next nonce of the same sender meanwhile (back to back): accepted, it waits for
+    // the operation at nonce 0, whichever that turns out to be.
+    let (later, later_hash) = f.op(&owner, sender, 1, fees(10 * gwei, gwei)).await?;
+    assert_eq!(f.send(&later).await["result"], json!(later_hash));
 
     let (second, second_hash) = f
         .op(&owner, sender, 0, fees(11 * gwei, gwei * 11 / 10))
@@ -559,6 +619,8 @@ async fn a_replacement_needs_ten_percent_more_on_both_fees() -> anyhow::Result<(
     let second_id = f.row(second_hash).await?.expect("row").instance_id;
     assert_eq!(f.settled(second_id).await?.status, RunStatus::Completed);
     assert_eq!(f.state(first_hash).await?, store::state::REPLACED);
+    let later_id = f.row(later_hash).await?.expect("row").instance_id;
+    assert_eq!(f.settled(later_id).await?.status, RunStatus::Completed);
     let signals: i64 =
         sqlx::query_scalar("SELECT count(*) FROM durable_signal WHERE instance_id = $1")
             .bind(first_id)

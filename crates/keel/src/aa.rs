@@ -54,6 +54,9 @@ pub struct AaSettings {
     pub watchdog_threshold_secs: u64,
     /// Seconds between watchdog checks (1..=3600; default 30).
     pub watchdog_interval_secs: u64,
+    /// Most open user operations of one unstaked sender (ERC-7562 UREP-010
+    /// `SAME_SENDER_MEMPOOL_COUNT`; 1..=64; default 4); a staked sender is not bounded.
+    pub same_sender_mempool_count: u32,
     /// How long a user operation may wait `ready` without being bundled (e.g. its
     /// `maxFeePerGas` below a base fee that does not come down) before it ends `failed`
     /// with reason `MEMPOOL_EXPIRED`, seconds (60..=604800; default 3600).
@@ -120,6 +123,7 @@ impl Default for AaSettings {
             watchdog_threshold_secs: 300,
             watchdog_interval_secs: 30,
             ready_ttl_secs: 3_600,
+            same_sender_mempool_count: 4,
             runway_minimum_wei: "100000000000000000".to_owned(),
             runway_interval_secs: 60,
             max_bundle_gas: 25_000_000,
@@ -318,6 +322,12 @@ impl AaSettings {
         in_range("aa.bundlerPollMs", self.bundler_poll_ms, 20, 60_000)?;
         in_range("aa.readyTtlSecs", self.ready_ttl_secs, 60, 604_800)?;
         in_range(
+            "aa.sameSenderMempoolCount",
+            u64::from(self.same_sender_mempool_count),
+            1,
+            64,
+        )?;
+        in_range(
             "aa.watchdogThresholdSecs",
             self.watchdog_threshold_secs,
             10,
@@ -384,6 +394,7 @@ impl AaSettings {
             .unwrap_or(Wei::ZERO),
             replacement_increase_percent: self.replacement_fee_increase_percent,
             sponsorship_max_gas: self.sponsorship_max_gas_per_operation,
+            same_sender_mempool_count: self.same_sender_mempool_count as usize,
         }
     }
 

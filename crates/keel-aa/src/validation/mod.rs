@@ -545,6 +545,21 @@ pub enum ProbeError {
     Chain(#[source] ChainError),
 }
 
+/// Whether `account` counts as staked on `entry_point` by the chain's settings
+/// (ERC-7562 `MIN_STAKE_VALUE` and `MIN_UNSTAKE_DELAY`: `aa.minStakeWei`,
+/// `aa.minUnstakeDelaySecs`), read with `getDepositInfo`.
+///
+/// # Errors
+/// The chain error when the read failed.
+pub async fn is_staked(
+    pool: &UpstreamPool,
+    entry_point: Address,
+    account: Address,
+) -> Result<bool, ChainError> {
+    let settings = settings(pool.chain().get());
+    staked(pool, entry_point, Some(account), &settings).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
