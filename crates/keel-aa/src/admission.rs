@@ -16,6 +16,7 @@
 //! | at most [`AdmissionConfig::same_sender_mempool_count`] (4) open operations (`accepted`, `ready`, `bundled`) per unstaked sender (ERC-7562 UREP-010); a staked sender is not bounded | `sender` | `SENDER_OPERATION_PENDING` | -32505 |
 //! | a replacement (same sender and nonce) raises both fees by the replacement percentage | `maxFeePerGas` / `maxPriorityFeePerGas` | `REPLACEMENT_UNDERPRICED` | -32602 |
 //! | a replacement's earlier operation is not bundled yet | `nonce` | `REPLACEMENT_IN_FLIGHT` | -32602 |
+//! | the paymaster's EntryPoint deposit covers the maximum cost of all its open operations and this one (ERC-7562 EREP-010; [`max_cost`]) | `paymaster` | `PAYMASTER_DEPOSIT_TOO_LOW` | -32508 |
 //! | `eip7702Auth`: `yParity` 0/1, low `s`, nonce < 2^64 ([`crate::eip7702::check`]) | `eip7702Auth` | `EIP7702_AUTH_MALFORMED` | -32602 |
 //! | `eip7702Auth.chainId` is 0 or the chain's | `eip7702Auth.chainId` | `EIP7702_AUTH_CHAIN_ID` | -32602 |
 //! | `eip7702Auth` is signed by the sender | `eip7702Auth` | `EIP7702_AUTH_NOT_SENDER` | -32602 |
@@ -144,6 +145,9 @@ impl Refusal {
             }
             ("REPLACEMENT_IN_FLIGHT", _) => {
                 "nonce: the user operation with this sender and nonce is already bundled and cannot be replaced"
+            }
+            ("PAYMASTER_DEPOSIT_TOO_LOW", _) => {
+                "paymaster: its EntryPoint deposit does not cover the maximum cost of all its pending user operations and this one (ERC-7562 EREP-010)"
             }
             ("EIP7702_AUTH_MALFORMED", _) => {
                 "eip7702Auth: yParity, r, s or nonce is out of range (EIP-7702; s in the lower half of the curve order, EIP-2)"
@@ -340,6 +344,37 @@ pub fn sender_pending() -> Refusal {
         field: "sender",
         reason: "SENDER_OPERATION_PENDING",
     }
+}
+
+/// The most `op` can cost its payer, wei: its five gas fields × `maxFeePerGas`
+/// (saturating), what the EntryPoint's prefund takes.
+pub fn max_cost(op: &UserOperation) -> U256 {
+    U256::from(total_gas(op)).saturating_mul(op.max_fee_per_gas.get())
+}
+
+/// ERC-7562 EREP-010: the refusal when `deposit` (the paymaster's EntryPoint deposit,
+/// wei) is below the maximum cost of `op` plus that of the paymaster's `open`
+/// operations (a replaced one left out by the caller).
+///
+/// # Errors
+/// A -32508 [`Refusal`] naming `paymaster` (`PAYMASTER_DEPOSIT_TOO_LOW`).
+pub fn check_paymaster_deposit<'a>(
+    op: &UserOperation,
+    open: impl IntoIterator<Item = &'a UserOperation>,
+    deposit: U256,
+) -> Result<(), Refusal> {
+    let need = open
+        .into_iter()
+        .map(max_cost)
+        .fold(max_cost(op), U256::saturating_add);
+    if need > deposit {
+        return Err(Refusal {
+            code: Erc7769Code::PaymasterBalance,
+            field: "paymaster",
+            reason: "PAYMASTER_DEPOSIT_TOO_LOW",
+        });
+    }
+    Ok(())
 }
 
 /// The refusal of a replacement whose earlier operation is already bundled.

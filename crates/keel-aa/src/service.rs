@@ -511,6 +511,14 @@ impl AaService {
                     .sender_rule(chain_id, &op, hash, chain, &resolution.resolved)
                     .await?;
                 replaces = sender.replaces;
+                self.paymaster_deposit_rule(
+                    chain_id,
+                    chain,
+                    &resolution.resolved,
+                    &op,
+                    replaces.as_ref(),
+                )
+                .await?;
                 match crate::validation::validate(
                     &self.env.db,
                     chain,
@@ -616,6 +624,42 @@ impl AaService {
             return Err(SendError::Refused(admission::sender_pending()));
         }
         Ok(check)
+    }
+
+    /// ERC-7562 EREP-010: the paymaster's EntryPoint deposit covers the maximum cost of
+    /// its open operations (but the one `replaces` supersedes) and `op`'s
+    /// ([`admission::check_paymaster_deposit`]). Nothing to check without a paymaster.
+    ///
+    /// # Errors
+    /// [`SendError::Refused`] (`PAYMASTER_DEPOSIT_TOO_LOW`, -32508), [`SendError::Store`],
+    /// [`SendError::Unavailable`] (the deposit could not be read).
+    async fn paymaster_deposit_rule(
+        &self,
+        chain_id: u64,
+        chain: &flow::AaChain,
+        ep: &crate::ResolvedEntryPoint,
+        op: &UserOperation,
+        replaces: Option<&UserOperationRow>,
+    ) -> Result<(), SendError> {
+        let Some(paymaster) = op.paymaster else {
+            return Ok(());
+        };
+        let rows = store::user_operations_open_with_paymaster(
+            &self.env.db,
+            flow::chain_id_i64(chain_id),
+            &format!("{paymaster:#x}"),
+        )
+        .await
+        .map_err(SendError::Store)?;
+        let open: Vec<UserOperation> = rows
+            .into_iter()
+            .filter(|(hash, _)| replaces.is_none_or(|r| &r.user_op_hash != hash))
+            .filter_map(|(_, json)| serde_json::from_value(json).ok())
+            .collect();
+        let deposit = crate::bundler::entry_point_deposit(&chain.pool, ep, paymaster)
+            .await
+            .map_err(|_| SendError::Unavailable)?;
+        admission::check_paymaster_deposit(op, &open, deposit).map_err(SendError::Refused)
     }
 
     /// Ends `old` as `replaced` (when it is still not bundled) and tells its workflow,

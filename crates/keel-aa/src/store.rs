@@ -1224,6 +1224,28 @@ pub async fn user_operations_open_with_entity<'e>(
     .await?)
 }
 
+/// The hash and ERC-7769 JSON of every operation of `chain_id` not yet ended (accepted, ready,
+/// bundled) that names `address` (lowercase `0x…` hex) as its paymaster: what the
+/// paymaster's EntryPoint deposit must cover (ERC-7562 EREP-010).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn user_operations_open_with_paymaster<'e>(
+    db: impl PgExecutor<'e>,
+    chain_id: i64,
+    address_hex: &str,
+) -> StoreResult<Vec<(Vec<u8>, serde_json::Value)>> {
+    Ok(sqlx::query_as(
+        "SELECT user_op_hash, user_operation FROM aa_user_operation WHERE chain_id = $1 \
+         AND state IN ('accepted', 'ready', 'bundled') \
+         AND lower(user_operation->>'paymaster') = $2",
+    )
+    .bind(chain_id)
+    .bind(address_hex)
+    .fetch_all(db)
+    .await?)
+}
+
 /// One entity of [`reputation_list`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ReputationEntry {

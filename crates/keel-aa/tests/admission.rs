@@ -7,6 +7,7 @@ mod common;
 
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
+use common::ETHER;
 use common::flow::{Flow, failure, refused};
 use keel_aa::UserOperation;
 use keel_aa::admission::AdmissionConfig;
@@ -551,6 +552,64 @@ async fn back_to_back_operations_of_one_sender_are_accepted_and_land_in_order() 
     assert_eq!(
         f.aa.token_balance(Address::with_last_byte(0x77)).await?,
         U256::from(3u64)
+    );
+    f.shutdown().await;
+    Ok(())
+}
+
+/// ERC-7562 EREP-010 (found by the conformance suite): the paymaster's EntryPoint deposit
+/// (1 ETH here) must cover the maximum cost of all its pending operations and the new
+/// one. Two operations of ~0.36 ETH each are accepted, a third is refused -32508 naming
+/// `paymaster`, nothing recorded; a replacement is counted instead of the operation it
+/// replaces, not beside it.
+#[tokio::test]
+async fn a_paymaster_s_deposit_must_cover_all_its_pending_operations() -> anyhow::Result<()> {
+    let f = Flow::start(AdmissionConfig::default()).await?;
+    let gwei = 1_000_000_000u128;
+    let priced = |max: u128| {
+        move |o: &mut UserOperation| {
+            o.max_fee_per_gas = Wei::new(U256::from(max));
+            o.max_priority_fee_per_gas = Wei::new(U256::from(gwei));
+        }
+    };
+    let mut sent = Vec::new();
+    for _ in 0..2 {
+        let (owner, sender) = f.account().await?;
+        let (op, hash) = f.op(&owner, sender, 0, priced(400 * gwei)).await?;
+        let cost = keel_aa::admission::max_cost(&op);
+        assert!(
+            cost > U256::from(ETHER / 3) && cost < U256::from(ETHER / 2),
+            "{cost}"
+        );
+        assert_eq!(f.send(&op).await["result"], json!(hash));
+        sent.push((owner, sender));
+    }
+    let (owner, sender) = f.account().await?;
+    let (third, third_hash) = f.op(&owner, sender, 0, priced(400 * gwei)).await?;
+    refused(
+        &f.send(&third).await,
+        -32508,
+        "paymaster",
+        "PAYMASTER_DEPOSIT_TOO_LOW",
+    );
+    assert!(f.row(third_hash).await?.is_none());
+    // A replacement of the first (+10 % on both fees) fits: the first no longer counts.
+    let (owner0, sender0) = &sent[0];
+    let (replacement, replacement_hash) = f
+        .op(owner0, *sender0, 0, |o| {
+            o.max_fee_per_gas = Wei::new(U256::from(440 * gwei));
+            o.max_priority_fee_per_gas = Wei::new(U256::from(gwei * 11 / 10));
+        })
+        .await?;
+    assert_eq!(
+        f.send(&replacement).await["result"],
+        json!(replacement_hash)
+    );
+    refused(
+        &f.send(&third).await,
+        -32508,
+        "paymaster",
+        "PAYMASTER_DEPOSIT_TOO_LOW",
     );
     f.shutdown().await;
     Ok(())
