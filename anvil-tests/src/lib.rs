@@ -159,12 +159,23 @@ impl ChainBuilder {
         if let Some(secs) = self.block_time {
             anvil = anvil.block_time(secs);
         }
-        anvil = anvil.args(self.args.clone());
+        // Anvil persists older block states under `--cache-path` (by default
+        // ~/.foundry/anvil/tmp, never removed when the node is killed, as every test's
+        // node is: a full test run left ~30 GB there). A directory of the chain's own,
+        // removed when the chain is dropped.
+        let states = tempfile::Builder::new()
+            .prefix("keel-anvil-states-")
+            .tempdir()
+            .context("a directory for Anvil's persisted states")?;
+        anvil = anvil.args(self.args.clone()).args([
+            "--cache-path".to_owned(),
+            states.path().display().to_string(),
+        ]);
         let instance = tokio::task::spawn_blocking(move || anvil.try_spawn())
             .await
             .context("the task starting Anvil panicked")?
             .context("Anvil did not start")?;
-        TestChain::from_instance(instance)
+        TestChain::from_instance(instance, states)
     }
 }
 
@@ -175,6 +186,9 @@ pub struct TestChain {
     endpoint: alloy::transports::http::reqwest::Url,
     signers: Vec<PrivateKeySigner>,
     provider: DynProvider,
+    /// Anvil's persisted states (`--cache-path`); declared after `anvil`, so it is
+    /// removed after the node is killed.
+    _states: tempfile::TempDir,
 }
 
 impl TestChain {
@@ -191,7 +205,7 @@ impl TestChain {
         ChainBuilder::new()
     }
 
-    fn from_instance(anvil: AnvilInstance) -> anyhow::Result<Self> {
+    fn from_instance(anvil: AnvilInstance, states: tempfile::TempDir) -> anyhow::Result<Self> {
         let signers: Vec<PrivateKeySigner> = anvil
             .keys()
             .iter()
@@ -208,6 +222,7 @@ impl TestChain {
             endpoint,
             signers,
             provider,
+            _states: states,
         })
     }
 

@@ -1419,7 +1419,17 @@ async fn keel_dev(api_address: &str, anvil: Option<PathBuf>) -> anyhow::Result<(
     let anvil_path = anvil.unwrap_or_else(|| {
         workspace_root().join("tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil")
     });
+    // Anvil's persisted older states go to a directory removed when `keel dev` ends
+    // (its default, ~/.foundry/anvil/tmp, is never cleaned when the node is killed).
+    let states = tempfile::Builder::new()
+        .prefix("keel-dev-anvil-states-")
+        .tempdir()
+        .context("a directory for Anvil's persisted states")?;
     let node = alloy::node_bindings::Anvil::at(&anvil_path)
+        .args([
+            "--cache-path".to_owned(),
+            states.path().display().to_string(),
+        ])
         .try_spawn()
         .with_context(|| {
             format!(
