@@ -45,6 +45,11 @@ contract RuleHelper {
         }
     }
 
+    /// Creates a RuleDummy with CREATE (a utility contract's CREATE, "nested").
+    function make() external returns (address) {
+        return address(new RuleDummy());
+    }
+
     /// Loops until out of gas.
     function spin(uint256 n) external pure returns (uint256 x) {
         while (n != 1) {
@@ -77,6 +82,12 @@ abstract contract RuleBreaker {
         if (v == 0x1234567890) revert Never();
     }
 
+    /// Stakes at the EntryPoint.
+    function stake(uint32 unstakeDelaySec) external payable {
+        (bool ok,) = entryPoint.call{value: msg.value}(abi.encodeWithSignature("addStake(uint32)", unstakeDelaySec));
+        require(ok, "stake");
+    }
+
     /// Breaks rule `rule`:
     /// 1 TIMESTAMP, 2 NUMBER, 3 ORIGIN, 4 GASPRICE, 5 BLOCKHASH, 6 COINBASE, 7 PREVRANDAO,
     /// 8 GASLIMIT, 9 BASEFEE, 10 GAS not before a call, 11 CREATE, 12 SELFDESTRUCT (in the
@@ -85,7 +96,14 @@ abstract contract RuleBreaker {
     /// address without code, 20 a foreign unassociated storage read, 21 a foreign
     /// unassociated storage write, 22 out of gas (in the helper), 23 a foreign transient
     /// storage read, 24 BLOBHASH, 25 BLOBBASEFEE, 26 a write of the helper's slot
-    /// associated with this contract, 27 a read of this contract's own storage.
+    /// associated with this contract, 27 a read of this contract's own storage,
+    /// 28 EXTCODEHASH of the EntryPoint, 29 EXTCODECOPY of the EntryPoint, 30 EXTCODESIZE
+    /// of the EntryPoint not followed by ISZERO, 31 EXTCODESIZE ISZERO of the EntryPoint
+    /// (allowed, OP-051), 32 depositTo(this) on the EntryPoint, 33 a call of the
+    /// EntryPoint's fallback with 1 wei, 34 CREATE in a contract it calls (the helper).
+    /// A RuleAccount also breaks 11 (CREATE), 16 (CREATE2) and 33 (the EntryPoint's
+    /// fallback, no value) in its constructor; a RuleFactory with rule 32 deposits to
+    /// the account it creates (depositTo(sender), allowed by OP-052).
     function _breakRule() internal {
         uint256 r = rule;
         if (r == 0) return;
@@ -126,12 +144,48 @@ abstract contract RuleBreaker {
         else if (r == 25) _use(block.blobbasefee);
         else if (r == 26) helper.write(address(this));
         else if (r == 27) _use(own);
+        else if (r == 28) _use(uint256(entryPoint.codehash));
+        else if (r == 29) {
+            address ep = entryPoint;
+            assembly {
+                extcodecopy(ep, 0, 0, 2)
+            }
+        } else if (r == 30) {
+            address ep = entryPoint;
+            uint256 len;
+            assembly {
+                len := extcodesize(ep)
+            }
+            _use(len);
+        } else if (r == 31) {
+            address ep = entryPoint;
+            uint256 none;
+            assembly {
+                none := iszero(extcodesize(ep))
+            }
+            _use(none);
+        } else if (r == 32) {
+            (bool ok,) = entryPoint.call(abi.encodeWithSignature("depositTo(address)", address(this)));
+            _use(ok ? 1 : 0);
+        } else if (r == 33) {
+            (bool ok,) = entryPoint.call{value: 1}("");
+            _use(ok ? 1 : 0);
+        } else if (r == 34) _use(uint160(helper.make()));
     }
 }
 
 /// An account without signature check that breaks `rule` in validateUserOp.
 contract RuleAccount is RuleBreaker {
-    constructor(address entryPoint_, RuleHelper helper_, uint256 rule_) RuleBreaker(entryPoint_, helper_, rule_) {}
+    constructor(address entryPoint_, RuleHelper helper_, uint256 rule_) RuleBreaker(entryPoint_, helper_, rule_) {
+        if (rule_ == 11) {
+            new RuleDummy();
+        } else if (rule_ == 16) {
+            new RuleDummy{salt: bytes32(uint256(8))}();
+        } else if (rule_ == 33) {
+            (bool ok,) = entryPoint_.call("");
+            _use(ok ? 1 : 0);
+        }
+    }
 
     function validateUserOp(PackedUserOperation calldata, bytes32, uint256 missingAccountFunds)
         external
@@ -157,7 +211,12 @@ contract RuleFactory is RuleBreaker {
     function createAccount(uint256 salt, uint256 accountRule) external returns (address) {
         address a = getAddress(salt, accountRule);
         if (a.code.length > 0) return a;
-        _breakRule();
+        if (rule == 32) {
+            (bool ok,) = entryPoint.call(abi.encodeWithSignature("depositTo(address)", a));
+            _use(ok ? 1 : 0);
+        } else {
+            _breakRule();
+        }
         return address(new RuleAccount{salt: bytes32(salt)}(entryPoint, helper, accountRule));
     }
 
@@ -174,7 +233,8 @@ contract RuleFactory is RuleBreaker {
     }
 }
 
-/// A paymaster that pays for everything and breaks `rule` in validatePaymasterUserOp.
+/// A paymaster that pays for everything and breaks `rule` in validatePaymasterUserOp
+/// (rule 35: returns a non-empty context, ERC-7562 EREP-050).
 contract RulePaymaster is RuleBreaker {
     constructor(address entryPoint_, RuleHelper helper_, uint256 rule_) RuleBreaker(entryPoint_, helper_, rule_) {}
 
@@ -183,6 +243,7 @@ contract RulePaymaster is RuleBreaker {
         returns (bytes memory context, uint256 validationData)
     {
         require(msg.sender == entryPoint, "not from EntryPoint");
+        if (rule == 35) return ("a context", 0);
         _breakRule();
         return ("", 0);
     }
@@ -207,12 +268,6 @@ contract RulePaymaster is RuleBreaker {
     function deposit() external payable {
         (bool ok,) = entryPoint.call{value: msg.value}(abi.encodeWithSignature("depositTo(address)", address(this)));
         require(ok, "deposit");
-    }
-
-    /// Stakes at the EntryPoint.
-    function stake(uint32 unstakeDelaySec) external payable {
-        (bool ok,) = entryPoint.call{value: msg.value}(abi.encodeWithSignature("addStake(uint32)", unstakeDelaySec));
-        require(ok, "stake");
     }
 
     receive() external payable {}

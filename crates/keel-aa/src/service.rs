@@ -25,7 +25,10 @@
 //! configured reference named for submission: rebuild and re-sign against the resolved
 //! EntryPoint), the EntryPoint's refusal in the pre-check with its ERC-7769 code
 //! (`-32500`, `-32501`, `-32503`, `-32507`, `-32508`; `data.reason` holds the `AAxx`
-//! reason), `-32603` internal error (retryable: the chain or the database did not
+//! reason), a validation rule's refusal (`-32502` ERC-7562 rule, `-32504` reputation,
+//! `-32505` a stake below the minimum; the message in the reference bundler's phrasing
+//! with the rule, e.g. `account uses banned opcode: TIMESTAMP (OP-011)`, `data.reason`,
+//! `data.rule` and `data.entity`), `-32603` internal error (retryable: the chain or the database did not
 //! answer). Messages are value-free.
 //!
 //! `eth_sendUserOperation` first applies the admission checks of [`crate::admission`]
@@ -88,6 +91,18 @@ pub enum SendError {
         /// (`FailedOpWithRevert.inner`), when the EntryPoint passed it on.
         revert: Option<alloy::primitives::Bytes>,
     },
+    /// Keel's validation rules refused the operation (an ERC-7562 rule broken in the
+    /// traced validation, or an entity's reputation), not the EntryPoint.
+    #[error("the user operation breaks a validation rule")]
+    Violation {
+        /// The ERC-7769 code (-32502, -32504 or -32505).
+        code: Erc7769Code,
+        /// Keel's reason (`OP-011 account TIMESTAMP`).
+        reason: String,
+        /// The rule and entity, and the client-facing message
+        /// (`account uses banned opcode: TIMESTAMP (OP-011)`).
+        breach: crate::validation::Breach,
+    },
     /// Admission refused the operation before simulating it ([`crate::admission`]):
     /// a fee floor, `preVerificationGas`, the bundle fit, one operation per sender, the
     /// replacement rule. Names the field.
@@ -106,7 +121,7 @@ impl SendError {
     pub fn code(&self) -> i32 {
         match self {
             Self::Submit(e) => e.erc7769().map_or(-32603, Erc7769Code::code),
-            Self::Rejected { code, .. } => code.code(),
+            Self::Rejected { code, .. } | Self::Violation { code, .. } => code.code(),
             Self::Refused(r) => r.code.code(),
             Self::Unavailable | Self::Store(_) => -32603,
         }
@@ -116,7 +131,7 @@ impl SendError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Submit(e) => e.is_retryable(),
-            Self::Rejected { .. } | Self::Refused(_) => false,
+            Self::Rejected { .. } | Self::Violation { .. } | Self::Refused(_) => false,
             Self::Unavailable | Self::Store(_) => true,
         }
     }
@@ -271,6 +286,15 @@ impl From<SendError> for CallError {
                     data: Some(data),
                 }
             }
+            SendError::Violation { reason, breach, .. } => Self {
+                code,
+                message: breach.message.into(),
+                data: Some(json!({
+                    "reason": reason,
+                    "rule": breach.rule,
+                    "entity": breach.entity.as_str(),
+                })),
+            },
             SendError::Refused(r) => Self {
                 code,
                 message: r.message().into(),
@@ -537,10 +561,17 @@ impl AaService {
                     Ok(Some(r)) if sender.predecessor && flow::waits_for_predecessor(&r.reason) => {
                     }
                     Ok(Some(r)) => {
-                        return Err(SendError::Rejected {
-                            code: r.code,
-                            reason: r.reason,
-                            revert: r.revert,
+                        return Err(match r.breach {
+                            Some(breach) => SendError::Violation {
+                                code: r.code,
+                                reason: r.reason,
+                                breach,
+                            },
+                            None => SendError::Rejected {
+                                code: r.code,
+                                reason: r.reason,
+                                revert: r.revert,
+                            },
                         });
                     }
                     Err(_) => return Err(SendError::Unavailable),
@@ -1044,5 +1075,43 @@ impl AaService {
                 })
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validation::{Breach, rules::Entity};
+
+    /// A rule violation is answered with the reference bundler's phrasing and the rule,
+    /// not as the EntryPoint's refusal; Keel's reason, rule and entity are in `data`.
+    #[test]
+    fn a_rule_violation_is_not_called_the_entry_point_s_refusal() {
+        let e = CallError::from(SendError::Violation {
+            code: Erc7769Code::BannedOpcode,
+            reason: "OP-011 account TIMESTAMP".to_owned(),
+            breach: Breach {
+                rule: "OP-011",
+                entity: Entity::Account,
+                message: "account uses banned opcode: TIMESTAMP (OP-011)".to_owned(),
+            },
+        });
+        assert_eq!(e.code, -32502);
+        assert_eq!(e.message, "account uses banned opcode: TIMESTAMP (OP-011)");
+        assert_eq!(
+            e.data,
+            Some(
+                json!({"reason": "OP-011 account TIMESTAMP", "rule": "OP-011", "entity": "account"})
+            )
+        );
+        let r = CallError::from(SendError::Rejected {
+            code: Erc7769Code::RejectedByEntryPoint,
+            reason: "AA25 invalid account nonce".to_owned(),
+            revert: None,
+        });
+        assert_eq!(
+            r.message,
+            "user operation rejected by the EntryPoint: AA25 invalid account nonce"
+        );
     }
 }

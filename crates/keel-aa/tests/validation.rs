@@ -298,6 +298,15 @@ async fn banned_opcodes_are_refused_in_every_entity() -> anyhow::Result<()> {
                 "{case}: reason {:?}",
                 r.reason
             );
+            // The client-facing message: the reference bundler's phrasing and the rule.
+            let message = r.breach.as_ref().map(|b| b.message.clone());
+            assert!(
+                names
+                    .iter()
+                    .any(|n| message
+                        == Some(format!("{} uses banned opcode: {n} ({id})", kind.name()))),
+                "{case}: message {message:?}"
+            );
         }
     }
     Ok(())
@@ -308,10 +317,12 @@ async fn banned_opcodes_are_refused_in_every_entity() -> anyhow::Result<()> {
 #[tokio::test]
 async fn each_rule_breaker_is_refused_with_its_rule() -> anyhow::Result<()> {
     let rig = Rig::start().await?;
-    use Erc7769Code::{BannedOpcode as OPC, StakeTooLow as STAKE};
+    // Unstaked entities get -32502 like any other rule violation (-32505 is for a
+    // stake below the minimum: `a_staked_paymaster_may_use_more_storage`).
+    use Erc7769Code::BannedOpcode as OPC;
     let cases: &[(Kind, u64, Erc7769Code, &str)] = &[
-        (Kind::Account, 13, STAKE, "OP-080 account BALANCE"),
-        (Kind::Paymaster, 14, STAKE, "OP-080 paymaster SELFBALANCE"),
+        (Kind::Account, 13, OPC, "OP-080 account BALANCE"),
+        (Kind::Paymaster, 14, OPC, "OP-080 paymaster SELFBALANCE"),
         (Kind::Account, 16, OPC, "OP-031 account CREATE2"),
         (Kind::Paymaster, 16, OPC, "OP-031 paymaster CREATE2"),
         (Kind::Factory, 16, OPC, "OP-031 factory CREATE2"),
@@ -325,26 +336,21 @@ async fn each_rule_breaker_is_refused_with_its_rule() -> anyhow::Result<()> {
         (Kind::Factory, 19, OPC, "OP-041 factory"),
         (Kind::Account, 22, OPC, "OP-020 account"),
         (Kind::Paymaster, 22, OPC, "OP-020 paymaster"),
-        (Kind::Paymaster, 20, STAKE, "STO-033 paymaster storage read"),
-        (Kind::Account, 20, STAKE, "STO-033 account storage read"),
-        (Kind::Factory, 20, STAKE, "STO-033 factory storage read"),
+        (Kind::Paymaster, 20, OPC, "STO-033 paymaster storage read"),
+        (Kind::Account, 20, OPC, "STO-033 account storage read"),
+        (Kind::Factory, 20, OPC, "STO-033 factory storage read"),
         (Kind::Paymaster, 21, OPC, "STO-033 paymaster storage write"),
         (Kind::Account, 21, OPC, "STO-033 account storage write"),
         (
             Kind::Paymaster,
             23,
-            STAKE,
+            OPC,
             "STO-033 paymaster transient storage read",
         ),
-        (
-            Kind::Paymaster,
-            26,
-            STAKE,
-            "STO-032 paymaster storage write",
-        ),
-        (Kind::Factory, 26, STAKE, "STO-032 factory storage write"),
-        (Kind::Paymaster, 27, STAKE, "STO-031 paymaster storage read"),
-        (Kind::Factory, 27, STAKE, "STO-031 factory storage read"),
+        (Kind::Paymaster, 26, OPC, "STO-032 paymaster storage write"),
+        (Kind::Factory, 26, OPC, "STO-032 factory storage write"),
+        (Kind::Paymaster, 27, OPC, "STO-031 paymaster storage read"),
+        (Kind::Factory, 27, OPC, "STO-031 factory storage read"),
     ];
     for (kind, rule, code, prefix) in cases {
         let r = rig.validate(&rig.op(*kind, *rule).await?).await?;
@@ -365,7 +371,7 @@ async fn each_rule_breaker_is_refused_with_its_rule() -> anyhow::Result<()> {
     let r = rig.validate(&op).await?;
     assert_refused(
         &r,
-        STAKE,
+        OPC,
         "STO-022 account storage write",
         "new account rule 26",
     );
@@ -416,6 +422,199 @@ async fn a_staked_paymaster_may_use_more_storage() -> anyhow::Result<()> {
         Erc7769Code::StakeTooLow,
         "STO-031 paymaster",
         "paymaster under the minimum unstake delay",
+    );
+    Ok(())
+}
+
+/// ERC-7562 OP-052/053/054: the sender may call the EntryPoint's fallback (also from
+/// its constructor, in the factory phase) and `depositTo(sender)`; the factory may call
+/// `depositTo(sender)`; any other EntryPoint call is refused (OP-054, -32502).
+#[tokio::test]
+async fn the_sender_may_call_the_entry_point_fallback_and_deposit() -> anyhow::Result<()> {
+    let rig = Rig::start().await?;
+    // The account's constructor calls the fallback while its factory deploys it.
+    let (factory, sender, data) = rig.factory(0, 33).await?;
+    let mut op = base_op(sender);
+    op.factory = Some(factory);
+    op.factory_data = data;
+    assert_eq!(rig.validate(&op).await?, None, "constructor fallback call");
+    // The account calls the fallback with a value, and depositTo(itself).
+    for rule in [32, 33] {
+        let r = rig.validate(&rig.op(Kind::Account, rule).await?).await?;
+        assert_eq!(r, None, "account rule {rule}");
+    }
+    // The factory deposits for the sender it creates.
+    let (factory, sender, data) = rig.factory(32, 0).await?;
+    let mut op = base_op(sender);
+    op.factory = Some(factory);
+    op.factory_data = data;
+    assert_eq!(rig.validate(&op).await?, None, "factory depositTo(sender)");
+    // Not from the sender: the paymaster's depositTo(itself) and fallback call, the
+    // factory's fallback call; the account's other EntryPoint call.
+    let refused = [
+        (Kind::Paymaster, 32, "OP-054 paymaster depositTo"),
+        (Kind::Paymaster, 33, "OP-054 paymaster fallback call"),
+        (Kind::Factory, 33, "OP-054 factory fallback call"),
+        (Kind::Account, 17, "OP-054 account method call"),
+    ];
+    for (kind, rule, reason) in refused {
+        let r = rig.validate(&rig.op(kind, rule).await?).await?;
+        assert_refused(
+            &r,
+            Erc7769Code::BannedOpcode,
+            reason,
+            &format!("{} rule {rule}", kind.name()),
+        );
+    }
+    Ok(())
+}
+
+/// ERC-7562 OP-031/032, EREP-060: with a factory (even unstaked) the sender's own code
+/// may use CREATE (in its constructor and its validation); with a staked factory the
+/// factory and the sender may also use CREATE2 (and the factory CREATE); a CREATE by a
+/// contract the sender calls, and CREATE2 by the sender of an unstaked factory, stay
+/// refused; without a factory CREATE and CREATE2 are refused (`each_rule_breaker...`).
+#[tokio::test]
+async fn create_is_allowed_to_the_sender_of_a_factory() -> anyhow::Result<()> {
+    let rig = Rig::start().await?;
+    let rig = &rig;
+    let created = |factory_rule: u64, account_rule: u64, staked: bool| async move {
+        let (factory, sender, data) = rig.factory(factory_rule, account_rule).await?;
+        if staked {
+            let f = RuleFactory::new(factory, rig.aa.provider().clone());
+            confirm(&f.stake(86_400).value(U256::from(ETHER))).await?;
+        }
+        let mut op = base_op(sender);
+        op.factory = Some(factory);
+        op.factory_data = data;
+        anyhow::Ok(op)
+    };
+    // OP-032: CREATE by the sender (constructor and validateUserOp), unstaked factory.
+    let op = created(0, 11, false).await?;
+    assert_eq!(
+        rig.validate(&op).await?,
+        None,
+        "unstaked factory, sender CREATE"
+    );
+    let refused = [
+        (
+            0,
+            16,
+            false,
+            "OP-031 factory CREATE2",
+            "unstaked factory, sender CREATE2",
+        ),
+        (
+            0,
+            34,
+            false,
+            "OP-011 account CREATE",
+            "unstaked factory, nested CREATE",
+        ),
+        (
+            11,
+            0,
+            false,
+            "OP-011 factory CREATE",
+            "unstaked factory's CREATE",
+        ),
+        (
+            16,
+            0,
+            false,
+            "OP-031 factory CREATE2",
+            "unstaked factory's second CREATE2",
+        ),
+        (
+            0,
+            34,
+            true,
+            "OP-011 account CREATE",
+            "staked factory, nested CREATE",
+        ),
+    ];
+    for (factory_rule, account_rule, staked, reason, case) in refused {
+        let op = created(factory_rule, account_rule, staked).await?;
+        assert_refused(
+            &rig.validate(&op).await?,
+            Erc7769Code::BannedOpcode,
+            reason,
+            case,
+        );
+    }
+    // EREP-060: a staked factory's sender may use CREATE2 and CREATE, and the factory
+    // itself CREATE and more CREATE2.
+    for (factory_rule, account_rule) in [(0, 16), (0, 11), (11, 0), (16, 0)] {
+        let op = created(factory_rule, account_rule, true).await?;
+        assert_eq!(
+            rig.validate(&op).await?,
+            None,
+            "staked factory rule {factory_rule}, account rule {account_rule}"
+        );
+    }
+    // The message names the entity and the opcode as the reference bundler does.
+    let op = created(0, 34, false).await?;
+    let r = rig.validate(&op).await?;
+    assert_eq!(
+        r.and_then(|r| r.breach).map(|b| b.message),
+        Some("account uses banned opcode: CREATE (OP-011)".to_owned())
+    );
+    Ok(())
+}
+
+/// ERC-7562 OP-051/054: of the EntryPoint's code only `EXTCODESIZE` followed by
+/// `ISZERO` (a code-exists check) is allowed; `EXTCODEHASH`, `EXTCODECOPY` and a bare
+/// `EXTCODESIZE` are refused in every entity.
+#[tokio::test]
+async fn only_a_code_exists_check_of_the_entry_point_is_allowed() -> anyhow::Result<()> {
+    let rig = Rig::start().await?;
+    for kind in ALL {
+        for (rule, what) in [
+            (28, "EXTCODEHASH"),
+            (29, "EXTCODECOPY"),
+            (30, "EXTCODESIZE"),
+        ] {
+            let r = rig.validate(&rig.op(kind, rule).await?).await?;
+            let case = format!("{} rule {rule}", kind.name());
+            assert_refused(
+                &r,
+                Erc7769Code::BannedOpcode,
+                &format!("OP-054 {} {what}", kind.name()),
+                &case,
+            );
+        }
+        let r = rig.validate(&rig.op(kind, 31).await?).await?;
+        assert_eq!(r, None, "{} EXTCODESIZE ISZERO", kind.name());
+    }
+    Ok(())
+}
+
+/// ERC-7562 EREP-050: an unstaked paymaster may not return a context (-32502); a
+/// staked one may.
+#[tokio::test]
+async fn an_unstaked_paymaster_may_not_return_a_context() -> anyhow::Result<()> {
+    let rig = Rig::start().await?;
+    let r = rig.validate(&rig.op(Kind::Paymaster, 35).await?).await?;
+    assert_refused(
+        &r,
+        Erc7769Code::BannedOpcode,
+        "EREP-050 paymaster context",
+        "unstaked paymaster with a context",
+    );
+    assert_eq!(
+        r.and_then(|r| r.breach).map(|b| b.message),
+        Some("unstaked paymaster returned a context (EREP-050)".to_owned())
+    );
+    let pm = rig.paymaster(35).await?;
+    let p = RulePaymaster::new(pm, rig.aa.provider().clone());
+    confirm(&p.stake(86_400).value(U256::from(ETHER))).await?;
+    let mut op = base_op(rig.account0);
+    op.paymaster = Some(pm);
+    op.paymaster_post_op_gas_limit = 50_000;
+    assert_eq!(
+        rig.validate(&op).await?,
+        None,
+        "staked paymaster with a context"
     );
     Ok(())
 }

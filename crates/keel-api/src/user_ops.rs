@@ -293,6 +293,18 @@ fn send_problem(e: SendError) -> Problem {
                 ),
             )
         }
+        SendError::Violation {
+            code,
+            reason,
+            breach,
+        } => unprocessable(
+            "USER_OPERATION_REJECTED",
+            format!(
+                "the user operation breaks a validation rule ({}, {reason}): {}",
+                code.code(),
+                breach.message
+            ),
+        ),
         SendError::Refused(r) => unprocessable(
             "USER_OPERATION_REJECTED",
             format!(

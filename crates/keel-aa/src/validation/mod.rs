@@ -7,8 +7,10 @@
 //!
 //! - [`ValidationMode::Tracing`] (default): `debug_traceCall` of `handleOps([op],
 //!   bundler)` with Keel's JavaScript tracer ([`tracer`]); a broken rule refuses the
-//!   operation with -32502 (opcode, call or storage rule) or -32505 (a stake of the
-//!   entity would allow it), the reason naming the rule (`OP-011 account TIMESTAMP`).
+//!   operation with -32502 (opcode, call, storage or context rule), or -32505 when a
+//!   factory or paymaster whose stake is below the minimum breaks a rule a sufficient
+//!   stake would allow; the reason names the rule (`OP-011 account TIMESTAMP`), the
+//!   [`Breach`] carries the client-facing message.
 //!   Otherwise the EntryPoint's own verdict applies as with a plain simulation.
 //! - [`ValidationMode::Unsafe`]: the plain `eth_call` of `handleOps` (for nodes without
 //!   `debug_traceCall`, like rundler's `--unsafe`): no ERC-7562 rule is checked, so an
@@ -170,6 +172,21 @@ pub struct Refusal {
     /// The account's, factory's or paymaster's own revert data
     /// (`FailedOpWithRevert.inner`), when the EntryPoint passed it on.
     pub revert: Option<alloy::primitives::Bytes>,
+    /// Set when Keel's rules refused (an ERC-7562 rule or the reputation), not the
+    /// EntryPoint.
+    pub breach: Option<Breach>,
+}
+
+/// A refusal by Keel's ERC-7562 rules or reputation (not by the EntryPoint).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breach {
+    /// The ERC-7562 rule (`OP-011`, `STO-033`, `GREP-010`, ...).
+    pub rule: &'static str,
+    /// The entity accountable.
+    pub entity: rules::Entity,
+    /// The client-facing message (`account uses banned opcode: TIMESTAMP (OP-011)`,
+    /// [`Violation::message`]).
+    pub message: String,
 }
 
 impl Refusal {
@@ -178,6 +195,7 @@ impl Refusal {
             code,
             reason: reason.into().chars().take(120).collect(),
             revert: None,
+            breach: None,
         }
     }
 
@@ -185,6 +203,31 @@ impl Refusal {
         Self {
             revert: r.inner.clone(),
             ..Self::new(r.erc7769(), r.reason.clone())
+        }
+    }
+
+    fn from_violation(v: &Violation) -> Self {
+        Self {
+            breach: Some(Breach {
+                rule: v.rule,
+                entity: v.entity,
+                message: v.message(),
+            }),
+            ..Self::new(v.code(), v.reason())
+        }
+    }
+
+    fn reputation(rule: &'static str, entity: rules::Entity, status: &str) -> Self {
+        Self {
+            breach: Some(Breach {
+                rule,
+                entity,
+                message: format!("{} is {status} ({rule})", entity.as_str()),
+            }),
+            ..Self::new(
+                Erc7769Code::ThrottledOrBanned,
+                format!("{rule} {} {status}", entity.as_str()),
+            )
         }
     }
 }
@@ -236,20 +279,14 @@ pub async fn validate(
         match settings.reputation.status(row) {
             Status::Ok => {}
             Status::Banned => {
-                return Ok(Some(Refusal::new(
-                    Erc7769Code::ThrottledOrBanned,
-                    format!("GREP-010 {} banned", entity.as_str()),
-                )));
+                return Ok(Some(Refusal::reputation("GREP-010", entity, "banned")));
             }
             Status::Throttled => {
                 let open =
                     store::user_operations_open_with_entity(db, db_chain, &hex_lower(address))
                         .await?;
                 if open >= settings.reputation.throttled_mempool_count {
-                    return Ok(Some(Refusal::new(
-                        Erc7769Code::ThrottledOrBanned,
-                        format!("GREP-020 {} throttled", entity.as_str()),
-                    )));
+                    return Ok(Some(Refusal::reputation("GREP-020", entity, "throttled")));
                 }
             }
         }
@@ -304,7 +341,7 @@ pub async fn trace_violations(
 ) -> Result<(Vec<Violation>, Option<EntryPointRejection>), ChainError> {
     let data = crate::flow::handle_ops_calldata(std::slice::from_ref(packed), from);
     let epa = ep.address();
-    let (trace, factory_staked, account_staked, paymaster_staked) = tokio::try_join!(
+    let (trace, factory_stake, account_stake, paymaster_stake) = tokio::try_join!(
         tracer::trace_call(
             pool,
             epa,
@@ -321,9 +358,11 @@ pub async fn trace_violations(
         sender: op.sender,
         factory: op.factory,
         paymaster: op.paymaster,
-        factory_staked,
-        account_staked,
-        paymaster_staked,
+        factory_staked: factory_stake == Stake::Staked,
+        account_staked: account_stake == Stake::Staked,
+        paymaster_staked: paymaster_stake == Stake::Staked,
+        factory_stake_too_low: factory_stake == Stake::TooLow,
+        paymaster_stake_too_low: paymaster_stake == Stake::TooLow,
     };
     let violations = rules::check(&trace, &ctx);
     let rejection = (!trace.error.is_empty()).then(|| {
@@ -355,9 +394,20 @@ async fn traced(
             entity = v.entity.as_str(),
             "user operation breaks an ERC-7562 rule"
         );
-        return Ok(Some(Refusal::new(v.code(), v.reason())));
+        return Ok(Some(Refusal::from_violation(v)));
     }
     Ok(rejection.map(|r| Refusal::from_rejection(&r)))
+}
+
+/// An entity's stake at the EntryPoint against the configured minimum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stake {
+    /// No stake (or no entity).
+    None,
+    /// A stake whose amount or unstake delay is below the minimum (or being withdrawn).
+    TooLow,
+    /// Staked (ERC-7562 SREP-010).
+    Staked,
 }
 
 async fn staked(
@@ -365,9 +415,9 @@ async fn staked(
     entry_point: Address,
     entity: Option<Address>,
     settings: &ValidationSettings,
-) -> Result<bool, ChainError> {
+) -> Result<Stake, ChainError> {
     let Some(account) = entity else {
-        return Ok(false);
+        return Ok(Stake::None);
     };
     let call = IStakeQueryV08::getDepositInfoCall { account };
     let tx = TransactionRequest {
@@ -377,11 +427,20 @@ async fn staked(
     };
     let out = pool.call(&tx, BlockNumberOrTag::Latest).await?;
     let Ok(info) = IStakeQueryV08::getDepositInfoCall::abi_decode_returns(&out) else {
-        return Ok(false);
+        return Ok(Stake::None);
     };
-    Ok(info.staked
-        && U256::from(info.stake) >= settings.min_stake_wei
-        && info.unstakeDelaySec >= settings.min_unstake_delay_secs)
+    Ok(
+        if info.staked
+            && U256::from(info.stake) >= settings.min_stake_wei
+            && info.unstakeDelaySec >= settings.min_unstake_delay_secs
+        {
+            Stake::Staked
+        } else if info.stake > 0 {
+            Stake::TooLow
+        } else {
+            Stake::None
+        },
+    )
 }
 
 async fn paymaster_staked(
@@ -390,14 +449,15 @@ async fn paymaster_staked(
     paymaster: Option<Address>,
     directory: Address,
     settings: &ValidationSettings,
-) -> Result<bool, ChainError> {
+) -> Result<Stake, ChainError> {
     let Some(pm) = paymaster else {
-        return Ok(false);
+        return Ok(Stake::None);
     };
-    if staked(pool, entry_point, Some(pm), settings).await? {
-        return Ok(true);
+    let stake = staked(pool, entry_point, Some(pm), settings).await?;
+    if stake == Stake::Staked || keel_sponsor_paymaster(pool, directory).await? == Some(pm) {
+        return Ok(Stake::Staked);
     }
-    Ok(keel_sponsor_paymaster(pool, directory).await? == Some(pm))
+    Ok(stake)
 }
 
 /// The chain Directory's `sponsorPaymaster` entry (`None` when unset or unreadable).
@@ -461,7 +521,8 @@ pub async fn record_included<'e>(
 }
 
 /// Penalises the entity accountable for `op` failing in a bundle simulation after its
-/// validation (ERC-7562 GREP-040, EREP-015/020; the issue's EREP-050/060): its
+/// validation (ERC-7562 GREP-040, EREP-015/020; what issue 33 calls EREP-050/060,
+/// not ERC-7562's rules of that name, see [`rules`]): its
 /// `opsSeen` becomes the ban penalty and its `opsIncluded` 0. Accountable: the
 /// paymaster for `AA33` (reverted), `AA34` (signature) and `AA36` (over its gas limit);
 /// the factory for `AA13`–`AA15` and, for an operation that creates its account, for

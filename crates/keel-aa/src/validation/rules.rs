@@ -3,15 +3,25 @@
 //!
 //! | rule | what is refused | code |
 //! |---|---|---|
-//! | OP-011 | `ORIGIN`, `GASPRICE`, `BLOCKHASH`, `COINBASE`, `TIMESTAMP`, `NUMBER`, `PREVRANDAO`, `GASLIMIT`, `BASEFEE`, `BLOBHASH`, `BLOBBASEFEE`, `CREATE`, `INVALID`, `SELFDESTRUCT` in any entity | -32502 |
+//! | OP-011 | `ORIGIN`, `GASPRICE`, `BLOCKHASH`, `COINBASE`, `TIMESTAMP`, `NUMBER`, `PREVRANDAO`, `GASLIMIT`, `BASEFEE`, `BLOBHASH`, `BLOBBASEFEE`, `INVALID`, `SELFDESTRUCT` in any entity; `CREATE` except as OP-032/EREP-060 allow | -32502 |
 //! | OP-012 | `GAS` not immediately followed by a `*CALL` | -32502 |
 //! | OP-020 | a validation frame out of gas | -32502 |
-//! | OP-031 | `CREATE2` outside the factory, or more than once | -32502 |
+//! | OP-031 | `CREATE2` other than once by the factory phase (deploying the sender), except as EREP-060 allows | -32502 |
+//! | OP-032 | (allowed) `CREATE` by the sender's own code when the operation has a factory | |
+//! | EREP-060 | (allowed) `CREATE`/`CREATE2` by the factory's or the sender's own code when the factory is staked | |
 //! | OP-041 | `*CALL`/`EXTCODE*` of an address without code (not a precompile 0x01–0x09, 0x100; OP-042: the sender from the factory) | -32502 |
-//! | OP-054 | a call of the EntryPoint other than `depositTo` or its fallback | -32502 |
+//! | OP-051/054 | EntryPoint code access other than `EXTCODESIZE` followed by `ISZERO` | -32502 |
+//! | OP-052/053/054 | a call of the EntryPoint other than `depositTo(sender)` from the sender or the factory, or its fallback from the sender | -32502 |
 //! | OP-061 | a `CALL` with value to anything but the EntryPoint | -32502 |
-//! | OP-080 | `BALANCE`/`SELFBALANCE` from an unstaked entity | -32505 |
-//! | STO-010..033 (and OP-070 for transient storage) | storage outside the sender's, its associated slots and, for a staked entity, its own and its associated slots (write) or any slot (read) | -32502, or -32505 when a stake would allow it |
+//! | OP-080 | `BALANCE`/`SELFBALANCE` from an unstaked entity | -32502 (-32505, see below) |
+//! | STO-010..033 (and OP-070 for transient storage) | storage outside the sender's, its associated slots and, for a staked entity, its own and its associated slots (write) or any slot (read) | -32502 (-32505, see below) |
+//! | EREP-050 | a non-empty `context` returned by an unstaked paymaster | -32502 (-32505, see below) |
+//!
+//! -32505 (ERC-7769 "stake or unstake delay too low") only for a factory or paymaster
+//! that has a stake at the EntryPoint below the configured minimum (stake or unstake
+//! delay) and breaks a rule its stake would allow if it met the minimum; an entity
+//! without any stake (and an account, always) gets -32502 like any other rule
+//! violation, as the reference bundler does.
 
 use super::tracer::{Phase, SlotAccess, Trace};
 use crate::rejection::Erc7769Code;
@@ -67,6 +77,11 @@ pub struct RuleContext {
     /// Whether the paymaster is staked (or is Keel's own, see the module docs of
     /// [`crate::validation`]).
     pub paymaster_staked: bool,
+    /// Whether the factory has a stake at the EntryPoint that is below the minimum
+    /// (stake or unstake delay).
+    pub factory_stake_too_low: bool,
+    /// Whether the paymaster has a stake at the EntryPoint that is below the minimum.
+    pub paymaster_stake_too_low: bool,
 }
 
 impl RuleContext {
@@ -86,6 +101,14 @@ impl RuleContext {
         }
     }
 
+    fn stake_too_low(&self, e: Entity) -> bool {
+        match e {
+            Entity::Factory => self.factory_stake_too_low,
+            Entity::Account => false,
+            Entity::Paymaster => self.paymaster_stake_too_low,
+        }
+    }
+
     fn is_entity(&self, a: Address) -> bool {
         a == self.sender || Some(a) == self.factory || Some(a) == self.paymaster
     }
@@ -100,23 +123,61 @@ pub struct Violation {
     pub entity: Entity,
     /// What was done (an opcode name, `storage read`, ...); never payload values.
     pub what: String,
-    /// Whether staking the entity would allow it (answered with -32505).
+    /// Whether a stake meeting the minimum would allow it.
     pub needs_stake: bool,
+    /// Whether the accountable entity has a stake below the minimum (a factory or
+    /// paymaster only; see the module docs).
+    pub stake_too_low: bool,
 }
 
 impl Violation {
-    /// The ERC-7769 code: -32505 when a stake would allow it, else -32502.
+    /// The ERC-7769 code: -32505 when a stake would allow it and the entity's stake is
+    /// below the minimum, else -32502.
     pub fn code(&self) -> Erc7769Code {
-        if self.needs_stake {
+        if self.needs_stake && self.stake_too_low {
             Erc7769Code::StakeTooLow
         } else {
             Erc7769Code::BannedOpcode
         }
     }
 
-    /// `<rule> <entity> <what>`, e.g. `OP-011 account TIMESTAMP`.
+    /// `<rule> <entity> <what>`, e.g. `OP-011 account TIMESTAMP` (Keel's reason, kept
+    /// in the JSON-RPC error's `data.reason` and the operation's status).
     pub fn reason(&self) -> String {
         format!("{} {} {}", self.rule, self.entity.as_str(), self.what)
+    }
+
+    /// The client-facing message, in the phrasing of the reference bundler and the
+    /// conformance suite (eth-infinitism), followed by the rule: `account uses banned
+    /// opcode: TIMESTAMP (OP-011)`, `unstaked paymaster accessed storage: storage read
+    /// (STO-033)`. Never values.
+    pub fn message(&self) -> String {
+        let e = self.entity.as_str();
+        let w = &self.what;
+        let text = match self.rule {
+            "OP-011" | "OP-012" | "OP-031" => format!("{e} uses banned opcode: {w}"),
+            "OP-080" => format!("unstaked {e} uses banned opcode: {w}"),
+            "OP-020" => format!("{e} internally reverts on oog"),
+            "OP-041" => format!("{e} accesses un-deployed contract address with opcode {w}"),
+            "OP-062" => format!("{e} accesses a forbidden precompile with opcode {w}"),
+            "OP-054" if w.starts_with("EXTCODE") => {
+                format!("{e} accesses EntryPoint contract address with EXTCODE* opcode: {w}")
+            }
+            "OP-054" => format!("illegal call into EntryPoint during validation: {e} {w}"),
+            "OP-061" => format!("{e} may not make a CALL with value"),
+            "EREP-050" => format!("unstaked {e} returned a context"),
+            "STO-022" => {
+                format!(
+                    "{e} accessed storage associated with the sender of an unstaked factory: {w}"
+                )
+            }
+            r if r.starts_with("STO-") && self.needs_stake => {
+                format!("unstaked {e} accessed storage: {w}")
+            }
+            r if r.starts_with("STO-") => format!("{e} has forbidden storage access: {w}"),
+            _ => format!("{e}: {w}"),
+        };
+        format!("{text} ({})", self.rule)
     }
 }
 
@@ -133,7 +194,6 @@ const BANNED: &[&str] = &[
     "BASEFEE",
     "BLOBHASH",
     "BLOBBASEFEE",
-    "CREATE",
     "INVALID",
     "SELFDESTRUCT",
 ];
@@ -179,6 +239,23 @@ fn associated(p: &Phase, a: Address, slot: B256) -> bool {
     })
 }
 
+/// Whether the ABI-encoded `(bytes context, uint256 validationData)` return of
+/// `validatePaymasterUserOp` (possibly cut at 4096 bytes) holds a non-empty context.
+/// Return data too short to hold the two head words is the EntryPoint's to refuse.
+fn has_context(out: &[u8]) -> bool {
+    if out.len() < 64 {
+        return false;
+    }
+    let offset = U256::from_be_slice(&out[..32]);
+    let Ok(offset) = usize::try_from(offset) else {
+        return true;
+    };
+    match offset.checked_add(32) {
+        Some(end) if end <= out.len() => !U256::from_be_slice(&out[offset..end]).is_zero(),
+        _ => true,
+    }
+}
+
 /// The violations of `trace` (empty: the validation obeys the rules checked).
 pub fn check(trace: &Trace, ctx: &RuleContext) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -194,6 +271,7 @@ pub fn check(trace: &Trace, ctx: &RuleContext) -> Vec<Violation> {
             entity: Entity::Account,
             what: "the tracer could not read a step".to_owned(),
             needs_stake: false,
+            stake_too_low: false,
         });
     }
     // The SenderCreator is the EntryPoint's: its own frame is not the factory's.
@@ -203,16 +281,24 @@ pub fn check(trace: &Trace, ctx: &RuleContext) -> Vec<Violation> {
         .filter(|p| selector(&p.sel) == Some(CREATE_SENDER))
         .map(|p| p.to)
         .collect();
+    // EREP-060: with a staked factory, the factory's and the sender's own code may use
+    // CREATE and CREATE2; OP-032: with any factory, the sender's own code may use CREATE.
+    let erep060 = |a: Address| {
+        ctx.factory.is_some() && ctx.factory_staked && (a == ctx.sender || Some(a) == ctx.factory)
+    };
+    let op032 = |a: Address| ctx.factory.is_some() && a == ctx.sender;
     for p in &trace.phases {
         let Some(entity) = phase_entity(p, ctx) else {
             continue;
         };
         let staked = ctx.staked(entity);
+        let low = ctx.stake_too_low(entity);
         let v = |rule: &'static str, what: &str, needs_stake: bool| Violation {
             rule,
             entity,
             what: what.to_owned(),
             needs_stake,
+            stake_too_low: low,
         };
         for o in &p.ops {
             if sender_creators.contains(&o.addr) {
@@ -225,6 +311,10 @@ pub fn check(trace: &Trace, ctx: &RuleContext) -> Vec<Violation> {
                 if !staked {
                     push(v("OP-080", name, true));
                 }
+            } else if name == "CREATE" {
+                if !(op032(o.addr) || erep060(o.addr)) {
+                    push(v("OP-011", name, false));
+                }
             } else if BANNED.contains(&name) {
                 push(v("OP-011", name, false));
             }
@@ -232,25 +322,48 @@ pub fn check(trace: &Trace, ctx: &RuleContext) -> Vec<Violation> {
         if p.oog {
             push(v("OP-020", "out of gas", false));
         }
+        // OP-031: one CREATE2 in the factory phase (the sender's deployment; the
+        // EntryPoint refuses an initCode that does not deploy the sender, AA15); those
+        // EREP-060 allows do not count.
         let creates = p
             .create2
             .iter()
-            .filter(|a| !sender_creators.contains(*a))
+            .filter(|a| !sender_creators.contains(*a) && !erep060(**a))
             .count();
-        if (entity != Entity::Factory && creates > 0) || creates > 1 {
+        let allowed = match entity {
+            Entity::Factory => creates <= 1,
+            _ => creates == 0,
+        };
+        if !allowed {
             push(v("OP-031", "CREATE2", false));
         }
         for c in &p.calls {
             if c.to == ctx.entry_point {
                 if c.op.starts_with("EXTCODE") {
-                    continue; // OP-051
+                    // OP-051: only `EXTCODESIZE ISZERO` (a code-exists check).
+                    if !(c.op == "EXTCODESIZE" && c.iszero) {
+                        push(v("OP-054", &c.op, false));
+                    }
+                    continue;
                 }
                 let allowed = match selector(&c.sel) {
-                    Some(s) => s == DEPOSIT_TO && entity != Entity::Paymaster,
-                    None => c.sel.is_empty() && entity == Entity::Account,
+                    // OP-052: depositTo(sender) from the sender or the factory.
+                    Some(s) => {
+                        s == DEPOSIT_TO
+                            && (c.from == ctx.sender || Some(c.from) == ctx.factory)
+                            && c.arg.parse::<Address>().ok() == Some(ctx.sender)
+                    }
+                    // OP-053: the fallback from the sender (any value).
+                    None => c.sel.is_empty() && c.from == ctx.sender,
                 };
                 if !allowed {
-                    push(v("OP-054", "EntryPoint call", false));
+                    let what = match selector(&c.sel) {
+                        Some(s) if s == DEPOSIT_TO => "depositTo",
+                        Some(_) => "method call",
+                        None if c.sel.is_empty() => "fallback call",
+                        None => "call",
+                    };
+                    push(v("OP-054", what, false));
                 }
                 continue;
             }
@@ -267,13 +380,17 @@ pub fn check(trace: &Trace, ctx: &RuleContext) -> Vec<Violation> {
                 } else {
                     "OP-041"
                 };
-                push(v(rule, "access to an address without code", false));
+                push(v(rule, &c.op, false));
             }
         }
         for a in p.accesses() {
             if let Some(viol) = storage_rule(p, ctx, entity, staked, &a) {
                 push(viol);
             }
+        }
+        // EREP-050: an unstaked paymaster may not return a context.
+        if entity == Entity::Paymaster && !staked && has_context(&p.out) {
+            push(v("EREP-050", "context", true));
         }
     }
     out
@@ -305,6 +422,11 @@ fn storage_rule(
             entity,
             what: kind.to_owned(),
             needs_stake,
+            stake_too_low: if rule == "STO-022" {
+                ctx.factory_stake_too_low
+            } else {
+                ctx.stake_too_low(entity)
+            },
         })
     };
     if associated(p, ctx.sender, a.slot) && !ctx.is_entity(a.address) {
@@ -333,6 +455,7 @@ fn storage_rule(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloy::primitives::Bytes;
     use alloy::sol_types::SolCall;
 
     alloy::sol! {
@@ -373,6 +496,7 @@ mod tests {
             keccak: vec![pre.into()],
             create2: vec![],
             oog: false,
+            out: Bytes::new(),
         };
         assert!(associated(&p, a, B256::from(base)));
         assert!(associated(&p, a, B256::from(base + U256::from(128))));

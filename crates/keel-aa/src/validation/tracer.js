@@ -5,6 +5,8 @@
   done: false,
   gasAt: -1,
   gasAddr: "",
+  extAt: null,
+  depth: 1,
   ep: "",
   word: function (w) { return "0x" + w.toString(16); },
   addrOf: function (w) { var h = w.toString(16); while (h.length < 40) { h = "0" + h; } return "0x" + h.slice(-40); },
@@ -12,6 +14,11 @@
     if (len < 4) { return len == 0 ? "" : "short"; }
     if (off + 4 > log.memory.length()) { return "short"; }
     return toHex(log.memory.slice(off, off + 4));
+  },
+  arg: function (log, off, len) {
+    if (len < 36 || off + 36 > log.memory.length()) { return ""; }
+    var h = toHex(log.memory.slice(off + 4, off + 36));
+    return "0x" + h.slice(-40);
   },
   step: function (log, db) {
     try { this.stepInner(log, db); } catch (e) { this.errors.push(String(e)); }
@@ -24,6 +31,10 @@
       if (op.indexOf("CALL") < 0 && this.cur !== null) { this.cur.ops.push({ op: "GAS", addr: this.gasAddr }); }
       this.gasAt = -1;
     }
+    if (this.extAt !== null) {
+      if (op == "ISZERO") { this.extAt.iszero = true; }
+      this.extAt = null;
+    }
     if (d == 1) {
       if (this.ep === "") { this.ep = toHex(log.contract.getAddress()); }
       if (op == "CALL" || op == "STATICCALL" || op == "DELEGATECALL" || op == "CALLCODE") {
@@ -31,7 +42,7 @@
         var a = (op == "CALL" || op == "CALLCODE") ? 3 : 2;
         var s = this.sel(log, Number(log.stack.peek(a)), Number(log.stack.peek(a + 1)));
         if (to == this.ep) { this.done = true; return; }
-        this.cur = { to: to, sel: s, ops: [], acc: {}, calls: [], keccak: [], create2: [], oog: false };
+        this.cur = { to: to, sel: s, ops: [], acc: {}, calls: [], keccak: [], create2: [], oog: false, out: "" };
         this.phases.push(this.cur);
       }
       return;
@@ -61,23 +72,37 @@
         break;
       case "EXTCODESIZE": case "EXTCODEHASH": case "EXTCODECOPY":
         var t = this.addrOf(log.stack.peek(0));
-        this.cur.calls.push({ op: op, from: self, to: t, code: db.getCode(toAddress(t)).length > 0, value: false, sel: "" });
+        var ext = { op: op, from: self, to: t, code: db.getCode(toAddress(t)).length > 0, value: false, sel: "", arg: "", iszero: false };
+        this.cur.calls.push(ext);
+        if (op == "EXTCODESIZE") { this.extAt = ext; }
         break;
       case "CALL": case "CALLCODE": case "STATICCALL": case "DELEGATECALL":
         var to2 = this.addrOf(log.stack.peek(1));
         var hasValue = (op == "CALL" || op == "CALLCODE") && log.stack.peek(2) != 0;
         var a2 = (op == "CALL" || op == "CALLCODE") ? 3 : 2;
-        var s2 = to2 == this.ep ? this.sel(log, Number(log.stack.peek(a2)), Number(log.stack.peek(a2 + 1))) : "";
-        this.cur.calls.push({ op: op, from: self, to: to2, code: db.getCode(toAddress(to2)).length > 0, value: hasValue, sel: s2 });
+        var s2 = "";
+        var arg2 = "";
+        if (to2 == this.ep) {
+          var off2 = Number(log.stack.peek(a2)); var len2 = Number(log.stack.peek(a2 + 1));
+          s2 = this.sel(log, off2, len2);
+          arg2 = this.arg(log, off2, len2);
+        }
+        this.cur.calls.push({ op: op, from: self, to: to2, code: db.getCode(toAddress(to2)).length > 0, value: hasValue, sel: s2, arg: arg2, iszero: false });
         break;
     }
   },
   fault: function (log, db) {},
-  enter: function (frame) {},
+  enter: function (frame) { this.depth++; },
   exit: function (frame) {
+    var d = this.depth;
+    this.depth--;
     if (this.done || this.cur === null) { return; }
     var err = frame.getError();
     if (err !== undefined && err !== null && String(err).toLowerCase().indexOf("out of gas") >= 0) { this.cur.oog = true; }
+    if (d == 2) {
+      var o = frame.getOutput();
+      this.cur.out = o === undefined || o === null ? "" : toHex(o.length > 4096 ? o.slice(0, 4096) : o);
+    }
   },
   result: function (ctx, db) {
     return { phases: this.phases, errors: this.errors, output: toHex(ctx.output), error: ctx.error === undefined ? "" : String(ctx.error) };

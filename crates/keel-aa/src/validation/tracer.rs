@@ -15,8 +15,10 @@
 //! uses (with the executing address), the storage slots read and written per address
 //! (persistent and transient), the `KECCAK256` preimages of 32 to 128 bytes, the
 //! `*CALL`/`EXTCODE*` targets (with whether they have code, whether a value is sent,
-//! and the selector of calls to the EntryPoint), the `CREATE2` uses and whether a frame
-//! ran out of gas. Frames running the EntryPoint's own code are not recorded.
+//! and the selector and first argument of calls to the EntryPoint; for `EXTCODESIZE`
+//! whether `ISZERO` follows), the `CREATE2` uses, whether a frame ran out of gas, and
+//! the return data of the EntryPoint's call (the paymaster's `context`). Frames running
+//! the EntryPoint's own code are not recorded.
 
 use alloy::primitives::{Address, B256, Bytes, TxKind};
 use alloy::rpc::types::{TransactionInput, TransactionRequest};
@@ -53,6 +55,13 @@ pub struct CallUse {
     /// Calls to the EntryPoint: the selector (`0x…`), `""` for empty calldata,
     /// `"short"` for 1 to 3 bytes; empty for other targets.
     pub sel: String,
+    /// Calls to the EntryPoint with at least 36 bytes of calldata: the address in the
+    /// first argument word (`depositTo(address)`'s account); empty otherwise.
+    #[serde(default)]
+    pub arg: String,
+    /// `EXTCODESIZE`: whether the next opcode was `ISZERO` (ERC-7562 OP-051).
+    #[serde(default)]
+    pub iszero: bool,
 }
 
 /// One phase: the frames under one call of the EntryPoint.
@@ -74,6 +83,10 @@ pub struct Phase {
     pub create2: Vec<Address>,
     /// Whether a frame of the phase ran out of gas.
     pub oog: bool,
+    /// The return data of the EntryPoint's call (the first 4096 bytes; for
+    /// `validatePaymasterUserOp`, the ABI-encoded `(context, validationData)`).
+    #[serde(default)]
+    pub out: Bytes,
 }
 
 /// One storage access of a phase.
