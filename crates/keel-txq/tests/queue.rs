@@ -987,6 +987,30 @@ fn run_future_is_send(queue: Arc<TxQueue>, token: tokio_util::sync::Cancellation
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval() {
+    // The loop's runs, counted by service (`keel_service_runs_total`): what makes "the
+    // first tick went by" and "the confirmation pass did not run again" observable.
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    metrics::set_global_recorder(recorder).unwrap();
+    let runs = |service: &str| -> u64 {
+        let label = format!("service=\"{service}\"");
+        metrics
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("keel_service_runs_total{") && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let until_runs = async |service: &str, n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while runs(service) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{service} did not reach {n} runs"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
     let f = Fixture::new().await;
     let sender = f.chain.account(1).unwrap();
     // An interval no test waits for: only the wake-up can move the request after the
@@ -1004,8 +1028,11 @@ async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval()
         let token = token.clone();
         async move { q.run(token).await }
     });
-    // Let the first tick (recovery, empty passes) go by.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first tick (recovery, an empty round, an empty confirmation pass) went by.
+    until_runs("txq-rounds", 1).await;
+    until_runs("txq-confirm", 1).await;
+    let confirm_runs = runs("txq-confirm");
+    let round_runs = runs("txq-rounds");
     let id = q.enqueue(&transfer(sender, "woken", 1)).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -1034,7 +1061,14 @@ async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval()
             .unwrap(),
         1
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The woken rounds are done (the one that signed, then one that found nothing), and
+    // the confirmation pass has not run since the first tick.
+    until_runs("txq-rounds", round_runs + 2).await;
+    assert_eq!(
+        runs("txq-confirm"),
+        confirm_runs,
+        "the wake ran the confirmation pass"
+    );
     assert_eq!(q.status(id).await.unwrap().state, RequestState::Broadcast);
     token.cancel();
     tokio::time::timeout(Duration::from_secs(10), handle)

@@ -68,7 +68,16 @@ async fn an_owner_superseded_mid_round_commits_nothing() -> anyhow::Result<()> {
         let old = old.clone();
         async move { old.round().await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Mid-round: its (slow) getLogs has reached the node. Until then it could still
+    // read the new epoch and fence itself before doing anything.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while proxy.count("eth_getLogs") == 0 {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the old owner's round never asked for logs"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let new = env.owner(config(64), "new").await?;
     let err = late.await?.unwrap_err();
     assert!(matches!(err, IndexError::Fenced { .. }), "{err}");
