@@ -70,14 +70,12 @@ async fn an_owner_superseded_mid_round_commits_nothing() -> anyhow::Result<()> {
     });
     // Mid-round: its (slow) getLogs has reached the node. Until then it could still
     // read the new epoch and fence itself before doing anything.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while proxy.count("eth_getLogs") == 0 {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the old owner's round never asked for logs"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    keel_store::testing::until(
+        "the old owner's round to ask for logs",
+        Duration::from_secs(30),
+        || async { proxy.count("eth_getLogs") > 0 },
+    )
+    .await;
     let new = env.owner(config(64), "new").await?;
     let err = late.await?.unwrap_err();
     assert!(matches!(err, IndexError::Fenced { .. }), "{err}");

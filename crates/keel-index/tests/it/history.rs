@@ -129,22 +129,14 @@ async fn an_expired_lease_is_redone_by_another_worker_and_the_late_one_commits_n
     b.work(&other).await?;
 
     // a's 300 ms lease runs out (the database's clock decides, as the claim does).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let expired: bool =
-            sqlx::query_scalar("SELECT lease_expires_at < now() FROM index_range WHERE id = $1")
-                .bind(stuck.id)
-                .fetch_one(env.db.pool())
-                .await?;
-        if expired {
-            break;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the stuck lease never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    keel_store::testing::until("the stuck lease to expire", Duration::from_secs(30), || {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT lease_expires_at < now() FROM index_range WHERE id = $1",
+        )
+        .bind(stuck.id)
+        .fetch_one(env.db.pool())
+    })
+    .await;
     let redo = b.claim().await?.unwrap();
     assert_eq!((redo.id, redo.attempt), (stuck.id, 2));
     b.work(&redo).await?;

@@ -169,22 +169,21 @@ async fn wait_for_block_returns_once_the_block_is_indexed_or_times_out() -> anyh
 /// Polls until exactly `n` sessions of this test's database are subscribed to the tip
 /// channel (their last statement a `LISTEN` on it), for at most 30 s.
 async fn listeners_become(pool: &sqlx::PgPool, n: i64) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let listening: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND query = $1",
-        )
-        .bind(format!(r#"LISTEN "{}""#, read::TIP_CHANNEL))
-        .fetch_one(pool)
-        .await?;
-        if listening == n {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{listening} listener(s) on the tip channel, not {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let listen = format!(r#"LISTEN "{}""#, read::TIP_CHANNEL);
+    keel_store::testing::until(
+        &format!("{n} listener(s) on the tip channel"),
+        Duration::from_secs(30),
+        || async {
+            let listening: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND query = $1",
+            )
+            .bind(&listen)
+            .fetch_one(pool)
+            .await?;
+            anyhow::Ok(listening == n)
+        },
+    )
+    .await;
+    Ok(())
 }
