@@ -988,7 +988,10 @@ fn run_future_is_send(queue: Arc<TxQueue>, token: tokio_util::sync::Cancellation
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval() {
     // The loop's runs, counted by service (`keel_service_runs_total`): what makes "the
-    // first tick went by" and "the confirmation pass did not run again" observable.
+    // first tick went by" and "the confirmation pass did not run again" observable. The
+    // recorder is the process's: nextest runs each test in a process of its own, so the
+    // counts are this test's loop's (under plain `cargo test`, other tests' loops in the
+    // same binary would add to them).
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let metrics = recorder.handle();
     metrics::set_global_recorder(recorder).unwrap();
