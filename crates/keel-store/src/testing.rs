@@ -4,6 +4,10 @@
 //! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`), applies
 //! [`crate::MIGRATOR`], and drops the database (`WITH (FORCE)`) when the value is
 //! dropped, so tests run in parallel without seeing each other's rows.
+//!
+//! [`until`] is the one "poll until a condition holds, within a bound" of the tests of
+//! every crate (they all have this module as a dev-dependency), and [`until_sql`] its
+//! form for a boolean query.
 
 use crate::{PgPool, Result, StoreConfig, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -134,4 +138,108 @@ impl Drop for TestDatabase {
         });
         let _ = handle.join();
     }
+}
+
+/// How often [`until`] looks again: short, since a probe is cheap and tests wait on it.
+pub const POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// What a probe of [`until`] answers: whether the awaited condition holds, and the
+/// value that goes with it.
+///
+/// - `bool`: holds when `true` (value `()`);
+/// - `Option<T>`: holds when `Some(value)`;
+/// - `Result<P, E>` of one of these: `Err` is no answer, it fails the test at once
+///   (panics with the error), so a probe can use `?`-style fallible reads.
+pub trait Probe {
+    /// The value [`until`] returns once the condition holds.
+    type Value;
+
+    /// `Some(value)` when the condition holds, `None` to look again.
+    ///
+    /// # Panics
+    /// For `Result`, on `Err`.
+    fn holds(self) -> Option<Self::Value>;
+}
+
+impl Probe for bool {
+    type Value = ();
+
+    fn holds(self) -> Option<()> {
+        self.then_some(())
+    }
+}
+
+impl<T> Probe for Option<T> {
+    type Value = T;
+
+    fn holds(self) -> Option<T> {
+        self
+    }
+}
+
+impl<P: Probe, E: std::fmt::Debug> Probe for Result<P, E> {
+    type Value = P::Value;
+
+    fn holds(self) -> Option<P::Value> {
+        match self {
+            Ok(p) => p.holds(),
+            Err(e) => panic!("the probe failed: {e:?}"),
+        }
+    }
+}
+
+/// Calls `probe` every [`POLL`] until its answer holds ([`Probe`]) and returns the
+/// answer's value — the wait of a test for a condition it cannot be told about, in
+/// place of a fixed sleep. The first look is immediate.
+///
+/// `what` names the condition for the failure message; `within` bounds the wait (the
+/// probe's own time included).
+///
+/// # Panics
+/// When `within` has passed and the condition still does not hold ("timed out after
+/// {within} waiting for {what}"), or when a `Result` probe answers `Err`.
+///
+/// ```no_run
+/// # async fn f(pool: &keel_store::PgPool) {
+/// use keel_store::testing::until;
+/// use std::time::Duration;
+/// let n: i64 = until("a row", Duration::from_secs(30), || async {
+///     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t").fetch_one(pool).await?;
+///     Ok::<_, sqlx::Error>((n > 0).then_some(n))
+/// })
+/// .await;
+/// # }
+/// ```
+pub async fn until<F, Fut>(
+    what: &str,
+    within: std::time::Duration,
+    mut probe: F,
+) -> <Fut::Output as Probe>::Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future,
+    Fut::Output: Probe,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(value) = probe().await.holds() {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`until`] `sql` (a query of one boolean column, one row) answers true on `pool`.
+///
+/// # Panics
+/// As [`until`]; also when the query fails.
+pub async fn until_sql(pool: &PgPool, what: &str, within: std::time::Duration, sql: &'static str) {
+    until(what, within, || async {
+        sqlx::query_scalar::<_, bool>(sql).fetch_one(pool).await
+    })
+    .await;
 }

@@ -49,20 +49,38 @@ fn pem(label: &str, der: &[u8]) -> String {
     out
 }
 
-/// The simulator binary: built beside `keel` by a workspace build (`scripts/test`);
-/// built here when missing (a `cargo nextest run -p keel` alone does not build it).
+/// The simulator binary, current: `cargo build -p keel-custody-sim` into the target
+/// directory and profile `keel` was built in, every time (a no-op when it is fresh). A
+/// simulator binary that already exists is never trusted as is: it may predate the
+/// simulator's source. Fails loudly when the build fails or leaves no binary.
 fn sim_binary() -> std::path::PathBuf {
     let keel = std::path::PathBuf::from(env!("CARGO_BIN_EXE_keel"));
     let sim = keel.with_file_name(format!("keel-custody-sim{}", std::env::consts::EXE_SUFFIX));
-    if !sim.exists() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-p", "keel-custody-sim"])
-            .current_dir(anvil_tests::workspace_root())
-            .status()
-            .unwrap();
-        assert!(status.success(), "building keel-custody-sim failed");
-    }
-    assert!(sim.exists(), "no simulator at {}", sim.display());
+    // `<target>/<profile dir>/keel`; the `debug` directory is the `dev` profile's.
+    let profile_dir = keel.parent().unwrap();
+    let profile = match profile_dir.file_name().unwrap().to_str().unwrap() {
+        "debug" => "dev",
+        other => other,
+    };
+    let status = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "-p",
+            "keel-custody-sim",
+            "--profile",
+            profile,
+            "--target-dir",
+        ])
+        .arg(profile_dir.parent().unwrap())
+        .current_dir(anvil_tests::workspace_root())
+        .status()
+        .unwrap();
+    assert!(status.success(), "building keel-custody-sim failed");
+    assert!(
+        sim.exists(),
+        "no simulator at {} after its build",
+        sim.display()
+    );
     sim
 }
 

@@ -7,7 +7,7 @@ use keel_durable::{Retention, RetentionConfig};
 use keel_store::testing::TestDatabase;
 use sqlx::PgPool;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -96,7 +96,12 @@ fn config(batch_size: u32, max_batches_per_pass: u32) -> RetentionConfig {
 /// Work a live runner does on the same tables: start an instance, record, claim and
 /// settle its command, journal a step, end the instance. Returns (cycles, slowest
 /// statement).
-async fn live_work(pool: PgPool, waiting: Vec<Uuid>, stop: Arc<AtomicBool>) -> (u64, Duration) {
+async fn live_work(
+    pool: PgPool,
+    waiting: Vec<Uuid>,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+) -> (u64, Duration) {
     let mut cycles = 0u64;
     let mut slowest = Duration::ZERO;
     while !stop.load(Ordering::Relaxed) {
@@ -162,8 +167,18 @@ async fn live_work(pool: PgPool, waiting: Vec<Uuid>, stop: Arc<AtomicBool>) -> (
         tx.commit().await.unwrap();
         slowest = slowest.max(t.elapsed());
         cycles += 1;
+        done.store(cycles, Ordering::Relaxed);
     }
     (cycles, slowest)
+}
+
+/// Waits (at most 30 s) until the concurrent work has completed `n` cycles.
+async fn until_cycles(done: &AtomicU64, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while done.load(Ordering::Relaxed) < n {
+        assert!(Instant::now() < deadline, "the concurrent work is stuck");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 #[tokio::test]
@@ -212,11 +227,19 @@ async fn retention_deletes_only_eligible_rows_in_batches_while_work_goes_on() {
     // Eligible commands: 30 + 5 + 5 + 3 = 43, instances: 30.
 
     let stop = Arc::new(AtomicBool::new(false));
-    let worker = tokio::spawn(live_work(pool.clone(), waiting.clone(), stop.clone()));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let done = Arc::new(AtomicU64::new(0));
+    let worker = tokio::spawn(live_work(
+        pool.clone(),
+        waiting.clone(),
+        stop.clone(),
+        done.clone(),
+    ));
+    // The work is under way when retention starts, and the cycle under way when it ends
+    // completes (so it is measured) before the work stops.
+    until_cycles(&done, 1).await;
     let retention = Retention::new(pool.clone(), config(10, 1000)).unwrap();
     let report = retention.run_once(&CancellationToken::new()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_cycles(&done, done.load(Ordering::Relaxed) + 1).await;
     stop.store(true, Ordering::Relaxed);
     let (cycles, slowest) = worker.await.unwrap();
     println!("retention: {report:?}; concurrent work: {cycles} cycles, slowest {slowest:?}");

@@ -37,23 +37,15 @@ pub async fn start(db: &TestDatabase, shards: u32) -> ShardOwner {
         .unwrap()
 }
 
-/// Polls `check` every 25 ms until it holds or `bound` passes; returns the time taken.
-pub async fn eventually<F, Fut>(what: &str, bound: Duration, mut check: F) -> Duration
+/// [`keel_store::testing::until`] `check` holds, within `bound`; returns the time taken.
+pub async fn eventually<F, Fut>(what: &str, bound: Duration, check: F) -> Duration
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
     let t0 = Instant::now();
-    loop {
-        if check().await {
-            return t0.elapsed();
-        }
-        assert!(
-            t0.elapsed() < bound,
-            "timed out after {bound:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    keel_store::testing::until(what, bound, check).await;
+    t0.elapsed()
 }
 
 /// True when the owners' published shards partition `0..shards` exactly.

@@ -148,17 +148,46 @@ pub(crate) async fn until_status(engine: &Engine, id: Uuid, status: RunStatus) -
     until(engine, id, status.as_str(), |s| s.status == status).await
 }
 
-/// Polls `cond` (a database condition) until true.
-pub(crate) async fn until_db(pool: &PgPool, what: &str, sql: &'static str) {
-    let started = Instant::now();
-    loop {
-        let ok: bool = sqlx::query_scalar(sql).fetch_one(pool).await.unwrap();
-        if ok {
-            return;
-        }
-        assert!(started.elapsed() < TIMEOUT, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+/// The crash worker: a child process (`keel-durable-crash-worker`) running an executor
+/// on the database at `url`, which the test kills with SIGKILL at a dangerous point
+/// (a test flag makes it hold there; [`until_flag`] sees it arrive). Killed and reaped
+/// on drop too, so a failing test leaves no process behind.
+pub(crate) struct Worker(std::process::Child);
+
+impl Worker {
+    /// Starts a worker on the database at `url` (output discarded).
+    pub(crate) fn start(url: &str) -> Self {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_keel-durable-crash-worker"))
+            .env("KEEL_DURABLE_CRASH_DB", url)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn worker");
+        Self(child)
     }
+
+    /// SIGKILL (std's `Child::kill` on Unix) and reap.
+    pub(crate) fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `sql` (a database condition, one boolean) until true.
+pub(crate) async fn until_db(pool: &PgPool, what: &str, sql: &'static str) {
+    keel_store::testing::until_sql(pool, what, TIMEOUT, sql).await;
+}
+
+/// Polls until the test flag `key` is set (a worker reached the point it names).
+pub(crate) async fn until_flag(pool: &PgPool, key: &str) {
+    keel_store::testing::until(key, TIMEOUT, || async { flag(pool, key).await.is_some() }).await;
 }
 
 fn infra<E>(_: sqlx::Error) -> StepError<E> {

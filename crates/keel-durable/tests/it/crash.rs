@@ -1,46 +1,9 @@
 //! Crash test with a real process kill: an executor child process
 //! (`keel-durable-crash-worker`) is SIGKILLed at each dangerous point and started again.
 
-use std::process::{Child, Command, Stdio};
-
 use crate::common::*;
 use keel_durable::{Engine, RunStatus, WaitKind};
 use uuid::Uuid;
-
-struct Worker(Child);
-
-impl Worker {
-    fn start(url: &str) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_keel-durable-crash-worker"))
-            .env("KEEL_DURABLE_CRASH_DB", url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn worker");
-        Self(child)
-    }
-
-    /// SIGKILL (std's `Child::kill` on Unix) and reap.
-    fn kill(mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn until_flag(pool: &sqlx::PgPool, key: &str) {
-    let started = std::time::Instant::now();
-    while flag(pool, key).await.is_none() {
-        assert!(started.elapsed() < TIMEOUT, "timed out waiting for {key}");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-}
 
 async fn until_wait(engine: &Engine, ids: &[Uuid], kind: WaitKind) {
     for id in ids {

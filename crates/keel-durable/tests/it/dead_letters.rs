@@ -14,8 +14,6 @@
 //! its open instance `ATTEMPTS_EXHAUSTED` (retryable) in the claim that dead-letters
 //! it, so no instance is left without a command that runs it.
 
-use std::process::{Child, Command, Stdio};
-
 use crate::common::*;
 use keel_durable::{Engine, RunStatus};
 use uuid::Uuid;
@@ -97,36 +95,6 @@ async fn transient_database_failures_do_not_spend_a_start_s_attempts() {
         .unwrap();
     assert_eq!(dead, 0);
     ex.shutdown().await;
-}
-
-struct Worker(Child);
-
-impl Worker {
-    fn start(url: &str) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_keel-durable-crash-worker"))
-            .env("KEEL_DURABLE_CRASH_DB", url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn worker");
-        Self(child)
-    }
-}
-
-impl Drop for Worker {
-    /// SIGKILL (std's `Child::kill` on Unix) and reap.
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn until_flag(pool: &sqlx::PgPool, key: &str) {
-    let started = std::time::Instant::now();
-    while flag(pool, key).await.is_none() {
-        assert!(started.elapsed() < TIMEOUT, "timed out waiting for {key}");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
 }
 
 /// An executor process SIGKILLed inside the first step of a START (its effect done,

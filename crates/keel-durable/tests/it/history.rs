@@ -2,9 +2,6 @@
 //! actors, patches that reproduce the stored state, redaction before writing, and no
 //! entry of a segment lost to a SIGKILL.
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
 use crate::common::*;
 use keel_durable::{
     Actor, ActorKind, Engine, HistoryEntry, RunStatus, StartOptions, StepError, WaitKind, Workflow,
@@ -273,37 +270,8 @@ async fn history_goes_with_its_instance_under_retention() {
 }
 
 // ---------------------------------------------------------------------------------
-// SIGKILL mid-segment (the crash worker of crash.rs)
+// SIGKILL mid-segment (the crash worker, `common::Worker`)
 // ---------------------------------------------------------------------------------
-
-struct Worker(Child);
-
-impl Worker {
-    fn start(url: &str) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_keel-durable-crash-worker"))
-            .env("KEEL_DURABLE_CRASH_DB", url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn worker");
-        Self(child)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn until_flag(pool: &PgPool, key: &str) {
-    let started = std::time::Instant::now();
-    while flag(pool, key).await.is_none() {
-        assert!(started.elapsed() < TIMEOUT, "timed out waiting for {key}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 #[tokio::test]
 async fn a_segment_killed_mid_way_leaves_no_entry_and_its_steps_are_logged_by_the_rerun() {

@@ -22,14 +22,10 @@ async fn listeners(pool: &PgPool) -> i64 {
 }
 
 async fn until_listeners(pool: &PgPool, n: i64) {
-    let started = std::time::Instant::now();
-    while listeners(pool).await != n {
-        assert!(
-            started.elapsed() < TIMEOUT,
-            "timed out waiting for {n} listener(s)"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    keel_store::testing::until(&format!("{n} listener(s)"), TIMEOUT, || async {
+        listeners(pool).await == n
+    })
+    .await;
 }
 
 async fn signal_wait(engine: &keel_durable::Engine, id: Uuid) {

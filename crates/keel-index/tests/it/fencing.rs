@@ -68,7 +68,14 @@ async fn an_owner_superseded_mid_round_commits_nothing() -> anyhow::Result<()> {
         let old = old.clone();
         async move { old.round().await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Mid-round: its (slow) getLogs has reached the node. Until then it could still
+    // read the new epoch and fence itself before doing anything.
+    keel_store::testing::until(
+        "the old owner's round to ask for logs",
+        Duration::from_secs(30),
+        || async { proxy.count("eth_getLogs") > 0 },
+    )
+    .await;
     let new = env.owner(config(64), "new").await?;
     let err = late.await?.unwrap_err();
     assert!(matches!(err, IndexError::Fenced { .. }), "{err}");

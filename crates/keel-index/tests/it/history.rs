@@ -128,7 +128,15 @@ async fn an_expired_lease_is_redone_by_another_worker_and_the_late_one_commits_n
     assert_ne!(other.id, stuck.id, "a live lease is skipped");
     b.work(&other).await?;
 
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // a's 300 ms lease runs out (the database's clock decides, as the claim does).
+    keel_store::testing::until("the stuck lease to expire", Duration::from_secs(30), || {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT lease_expires_at < now() FROM index_range WHERE id = $1",
+        )
+        .bind(stuck.id)
+        .fetch_one(env.db.pool())
+    })
+    .await;
     let redo = b.claim().await?.unwrap();
     assert_eq!((redo.id, redo.attempt), (stuck.id, 2));
     b.work(&redo).await?;

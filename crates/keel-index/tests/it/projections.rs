@@ -140,6 +140,9 @@ async fn wait_for_block_returns_once_the_block_is_indexed_or_times_out() -> anyh
         "{err}"
     );
 
+    // The timed-out waiter's listener may still be on its connection: the LISTEN looked
+    // for below must be the next waiter's.
+    listeners_become(env.db.pool(), 0).await?;
     let pool = env.db.pool().clone();
     let waiter = tokio::spawn(async move {
         keel_index::wait_for_block(
@@ -151,12 +154,36 @@ async fn wait_for_block_returns_once_the_block_is_indexed_or_times_out() -> anyh
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The waiter is subscribed before the block is indexed, so only the NOTIFY (or the
+    // 5 s poll) can wake it.
+    listeners_become(env.db.pool(), 1).await?;
     let started = std::time::Instant::now();
     ingest.round().await?;
     let tip = waiter.await??;
     assert_eq!(tip.number, target);
     // Woken by NOTIFY, not by the 5 s poll.
     assert!(started.elapsed() < Duration::from_secs(3));
+    Ok(())
+}
+
+/// Polls until exactly `n` sessions of this test's database are subscribed to the tip
+/// channel (their last statement a `LISTEN` on it), for at most 30 s.
+async fn listeners_become(pool: &sqlx::PgPool, n: i64) -> anyhow::Result<()> {
+    let listen = format!(r#"LISTEN "{}""#, read::TIP_CHANNEL);
+    keel_store::testing::until(
+        &format!("{n} listener(s) on the tip channel"),
+        Duration::from_secs(30),
+        || async {
+            let listening: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND query = $1",
+            )
+            .bind(&listen)
+            .fetch_one(pool)
+            .await?;
+            anyhow::Ok(listening == n)
+        },
+    )
+    .await;
     Ok(())
 }

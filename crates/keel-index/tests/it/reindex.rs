@@ -11,11 +11,14 @@ use alloy::providers::ext::AnvilApi;
 use alloy::rpc::types::anvil::ReorgOptions;
 use anvil_tests::keel_abi::bindings::AssetToken;
 use keel_index::{HistoryConfig, HistoryWorker, TipConfig, follow_tip, read, work_history};
+use keel_store::testing::until;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const POLL: Duration = Duration::from_millis(50);
+/// How long a rebuild or a degraded verdict may take to show.
+const WITHIN: Duration = Duration::from_secs(90);
 
 /// The indexer role's two loops for the chain, stopped by `stop`.
 fn start_indexer(env: &Env, stop: &CancellationToken) -> anyhow::Result<()> {
@@ -44,28 +47,15 @@ fn start_indexer(env: &Env, stop: &CancellationToken) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Polls `check` every 50 ms until it holds, for at most 90 s.
-async fn until<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while !check().await? {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(POLL).await;
-    }
-    Ok(())
-}
-
 /// The chain rebuilt: not rebuilding any more, the tip at the head.
 async fn until_rebuilt(env: &Env) -> anyhow::Result<()> {
     let head = env.chain.block_number().await?;
-    until("the rebuild", || async {
+    until("the rebuild", WITHIN, || async {
         let h = read::chain_health(env.db.pool(), env.chain_id).await?;
-        Ok(!h.is_rebuilding() && h.tip.is_some_and(|t| t.number >= head))
+        anyhow::Ok(!h.is_rebuilding() && h.tip.is_some_and(|t| t.number >= head))
     })
-    .await
+    .await;
+    Ok(())
 }
 
 async fn assert_exact(env: &Env, token: Address, holders: &[Address]) -> anyhow::Result<()> {
@@ -125,12 +115,14 @@ async fn a_degraded_chain_is_rebuilt_exactly_by_a_reindex_while_the_indexer_runs
         tx_block_pairs: vec![(transfer_request(asset.token, a0, a2, 9, p), 0)],
     })
     .await?;
-    until("degraded", || async {
-        Ok(read::chain_health(env.db.pool(), env.chain_id)
-            .await?
-            .is_degraded())
+    until("degraded", WITHIN, || async {
+        anyhow::Ok(
+            read::chain_health(env.db.pool(), env.chain_id)
+                .await?
+                .is_degraded(),
+        )
     })
-    .await?;
+    .await;
     // An operator's attempt by hand: TRUNCATE fires no trigger, balances stay stale.
     sqlx::query("TRUNCATE index_transfer")
         .execute(env.db.pool())

@@ -49,14 +49,10 @@ async fn the_tip_and_history_services_index_everything_and_stop_on_cancel() -> a
     let head = env.chain.block_number().await?;
     read::wait_for_block(&db, env.chain_id, head, Duration::from_secs(30), poll).await?;
     // The history below the first tip block is worked off by the history service.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while pending_ranges(&db, env.chain_id).await? > 0 {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "history not drained"
-        );
-        tokio::time::sleep(poll).await;
-    }
+    keel_store::testing::until("the history drained", Duration::from_secs(30), || async {
+        anyhow::Ok(pending_ranges(&db, env.chain_id).await? == 0)
+    })
+    .await;
     let planned: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM index_range WHERE chain_id = $1 AND to_block >= $2",
     )

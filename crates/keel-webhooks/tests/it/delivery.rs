@@ -412,14 +412,10 @@ async fn refused_addresses_are_refused_at_registration_and_at_delivery() {
 
 /// Waits (probing the receiver's log) until `behaviour` received `n` requests.
 async fn until_requests(r: &Receiver, behaviour: &str, n: usize) {
-    let started = Instant::now();
-    while r.requests(behaviour).len() < n {
-        assert!(
-            started.elapsed() < TIMEOUT,
-            "timed out waiting for {n} requests at {behaviour}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    keel_store::testing::until(&format!("{n} requests at {behaviour}"), TIMEOUT, || async {
+        r.requests(behaviour).len() >= n
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use keel_webhooks::{
 };
 use serde_json::json;
 use sqlx::PgPool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -118,15 +118,7 @@ pub(crate) async fn until_settled(pool: &PgPool) {
 
 /// Waits until `sql` (one boolean) is true.
 pub(crate) async fn until(pool: &PgPool, what: &str, sql: &'static str) {
-    let started = Instant::now();
-    loop {
-        let (done,): (bool,) = sqlx::query_as(sql).fetch_one(pool).await.unwrap();
-        if done {
-            return;
-        }
-        assert!(started.elapsed() < TIMEOUT, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    keel_store::testing::until_sql(pool, what, TIMEOUT, sql).await;
 }
 
 /// Event ids by operation, in write order, and each event's operation.

@@ -2,7 +2,7 @@
 
 use crate::common::{Env, new_asset, op_request, queue};
 use keel_workflows::store::{self, NewOperationRow, NewOperationTxRow};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uuid::Uuid;
 
 /// An asset of organization A to hang operations on.
@@ -175,21 +175,14 @@ async fn the_write_guard_refuses_after_a_cancel() {
 
 /// Probes `pg_stat_activity` until a backend of this database waits for a lock.
 async fn wait_for_lock_waiter(db: &sqlx::PgPool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(db)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no backend waits for the lock");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    keel_store::testing::until_sql(
+        db,
+        "a backend waiting for the lock",
+        Duration::from_secs(30),
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                         WHERE datname = current_database() AND wait_event_type = 'Lock')",
+    )
+    .await;
 }
 
 /// A link is written once per (operation, link); the owner lookup is scoped to the

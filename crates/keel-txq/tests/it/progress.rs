@@ -4,7 +4,8 @@
 //! an open funding request at its opening and at every funding check after); a sink
 //! that fails never holds the queue back (the change is recorded without it, counted).
 
-use alloy::primitives::{Address, B256, Bytes, U256};
+use crate::common::transfer;
+use alloy::primitives::{B256, U256};
 use alloy::signers::local::PrivateKeySigner;
 use anvil_tests::TestChain;
 use futures::future::BoxFuture;
@@ -12,9 +13,9 @@ use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
 use keel_txq::{
     EnqueueOptions, LocalSigner, Progress, ProgressSink, ProgressSinkError, RequestState,
-    SettlementVerdict, TxQueue, TxQueueConfig, TxRequest,
+    SettlementVerdict, TxQueue, TxQueueConfig,
 };
-use keel_units::{ChainId, Wei};
+use keel_units::ChainId;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -139,18 +140,6 @@ impl Fixture {
             .fetch_all(self.db.pool())
             .await
             .unwrap()
-    }
-}
-
-fn transfer(sender: Address, key: &str) -> TxRequest {
-    TxRequest {
-        sender,
-        idempotency_key: key.to_owned(),
-        to: Some(Address::repeat_byte(0x42)),
-        value: Wei::new(U256::from(1)),
-        data: Bytes::new(),
-        gas_limit: Some(21_000),
-        authorization_list: Vec::new(),
     }
 }
 

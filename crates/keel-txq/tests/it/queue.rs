@@ -1,5 +1,6 @@
 //! The transaction queue against real PostgreSQL and real Anvil.
 
+use crate::common::{Transfer, transfer};
 use alloy::primitives::{Address, Bytes, U256};
 use alloy::providers::Provider;
 use alloy::signers::local::PrivateKeySigner;
@@ -146,18 +147,6 @@ async fn received(f: &Fixture) -> U256 {
         .unwrap()
 }
 
-fn transfer(sender: Address, key: &str, value: u64) -> TxRequest {
-    TxRequest {
-        sender,
-        idempotency_key: key.to_owned(),
-        to: Some(Address::repeat_byte(0x42)),
-        value: Wei::new(U256::from(value)),
-        data: Bytes::new(),
-        gas_limit: Some(21_000),
-        authorization_list: Vec::new(),
-    }
-}
-
 /// Runs queue passes until every id is settled (bounded: a probe, not a sleep).
 async fn settle_all(q: &TxQueue, ids: &[Uuid]) -> Vec<SettlementVerdict> {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -193,21 +182,21 @@ async fn enqueue_is_idempotent_and_conflicts_on_other_payload() {
     let f = Fixture::new().await;
     let q = f.queue(&[0]);
     let sender = f.chain.account(0).unwrap();
-    let a = q.enqueue(&transfer(sender, "k1", 1)).await.unwrap();
-    assert_eq!(q.enqueue(&transfer(sender, "k1", 1)).await.unwrap(), a);
+    let a = q.enqueue(&transfer(sender, "k1")).await.unwrap();
+    assert_eq!(q.enqueue(&transfer(sender, "k1")).await.unwrap(), a);
     assert!(matches!(
-        q.enqueue(&transfer(sender, "k1", 2)).await,
+        q.enqueue(&transfer(sender, "k1").worth(2)).await,
         Err(TxqError::IdempotencyConflict)
     ));
     assert!(matches!(
-        q.enqueue(&transfer(sender, "", 1)).await,
+        q.enqueue(&transfer(sender, "")).await,
         Err(TxqError::InvalidRequest("idempotency_key"))
     ));
-    let b = q.enqueue(&transfer(sender, "k2", 1)).await.unwrap();
+    let b = q.enqueue(&transfer(sender, "k2")).await.unwrap();
     assert_ne!(a, b);
     settle_all(&q, &[a, b]).await;
     // After settlement the key still answers with the same request, not a new one.
-    assert_eq!(q.enqueue(&transfer(sender, "k1", 1)).await.unwrap(), a);
+    assert_eq!(q.enqueue(&transfer(sender, "k1")).await.unwrap(), a);
     assert_eq!(
         f.chain
             .provider()
@@ -231,7 +220,7 @@ async fn five_senders_times_two_hundred_confirm_with_contiguous_nonces() {
             let mut ids = Vec::new();
             for i in 0..200 {
                 ids.push(
-                    q.enqueue(&transfer(sender, &format!("req-{i}"), i + 1))
+                    q.enqueue(&transfer(sender, &format!("req-{i}")).worth(i + 1))
                         .await
                         .unwrap(),
                 );
@@ -277,7 +266,7 @@ async fn crash_between_persist_and_broadcast_sends_the_same_bytes_once() {
         let mut ids = Vec::new();
         for i in 0..3 {
             ids.push(
-                q.enqueue(&transfer(sender, &format!("c{i}"), 7))
+                q.enqueue(&transfer(sender, &format!("c{i}")).worth(7))
                     .await
                     .unwrap(),
             );
@@ -367,7 +356,7 @@ async fn estimation_revert_fails_without_consuming_a_nonce() {
         })
         .await
         .unwrap();
-    let good = q.enqueue(&transfer(outsider, "after", 1)).await.unwrap();
+    let good = q.enqueue(&transfer(outsider, "after")).await.unwrap();
     let verdicts = settle_all(&q, &[bad, good]).await;
     match &verdicts[0] {
         SettlementVerdict::Failed {
@@ -459,7 +448,7 @@ async fn unfunded_sender_fails_gas_required_without_a_nonce() {
     )
     .unwrap();
     q.add_signer(Arc::new(LocalSigner::new(poor)));
-    let id = q.enqueue(&transfer(address, "x", 1)).await.unwrap();
+    let id = q.enqueue(&transfer(address, "x")).await.unwrap();
     match &settle_all(&q, &[id]).await[0] {
         SettlementVerdict::Failed { code, attempts, .. } => {
             assert_eq!(*code, FailureCode::GasRequired);
@@ -482,7 +471,7 @@ async fn nonce_taken_by_another_transaction_re_signs_the_request_at_a_fresh_nonc
     let f = Fixture::new().await;
     let sender = f.chain.account(5).unwrap();
     let q = f.queue(&[5]);
-    let id = q.enqueue(&transfer(sender, "mine", 1)).await.unwrap();
+    let id = q.enqueue(&transfer(sender, "mine")).await.unwrap();
     q.sign_pending(sender).await.unwrap();
     // Before Keel broadcasts, something else uses nonce 0 of the same account.
     let other = outside_transfer(&f, 5, Some(0)).await;
@@ -513,13 +502,13 @@ async fn an_outside_transaction_while_idle_is_adopted_before_the_next_request_si
     let f = Fixture::new().await;
     let sender = f.chain.account(4).unwrap();
     let q = f.queue(&[4]);
-    let first = q.enqueue(&transfer(sender, "first", 1)).await.unwrap();
+    let first = q.enqueue(&transfer(sender, "first")).await.unwrap();
     assert_eq!(confirmed_nonce(&settle_all(&q, &[first]).await[0]), 0);
     // Idle; one plain transaction from the same key, outside Keel (nonce 1).
     let hash = outside_transfer(&f, 4, None).await;
     let p = f.chain.provider();
     assert!(p.get_transaction_receipt(hash).await.unwrap().is_some());
-    let mint = q.enqueue(&transfer(sender, "mint", 2)).await.unwrap();
+    let mint = q.enqueue(&transfer(sender, "mint").worth(2)).await.unwrap();
     match &settle_all(&q, &[mint]).await[0] {
         SettlementVerdict::Confirmed { attempts, .. } => {
             assert_eq!(attempts.len(), 1, "signed at the adopted nonce, no re-sign");
@@ -543,9 +532,9 @@ async fn an_outside_transaction_while_busy_re_signs_only_the_request_it_displace
         .stalled_queue_bumping_after(3, Duration::from_secs(3600))
         .await;
     let ids = [
-        q.enqueue(&transfer(sender, "a", 1)).await.unwrap(),
-        q.enqueue(&transfer(sender, "b", 2)).await.unwrap(),
-        q.enqueue(&transfer(sender, "c", 4)).await.unwrap(),
+        q.enqueue(&transfer(sender, "a")).await.unwrap(),
+        q.enqueue(&transfer(sender, "b").worth(2)).await.unwrap(),
+        q.enqueue(&transfer(sender, "c").worth(4)).await.unwrap(),
     ];
     q.tick().await.unwrap();
     for id in ids {
@@ -584,8 +573,8 @@ async fn a_dropped_transaction_below_a_waiting_one_is_re_sent_with_the_same_byte
     let q = f
         .stalled_queue_bumping_after(2, Duration::from_secs(3600))
         .await;
-    let a = q.enqueue(&transfer(sender, "a", 1)).await.unwrap();
-    let b = q.enqueue(&transfer(sender, "b", 2)).await.unwrap();
+    let a = q.enqueue(&transfer(sender, "a")).await.unwrap();
+    let b = q.enqueue(&transfer(sender, "b").worth(2)).await.unwrap();
     q.tick().await.unwrap();
     let hash: Vec<u8> = sqlx::query_scalar("SELECT tx_hash FROM txq_attempt WHERE request_id = $1")
         .bind(a)
@@ -640,8 +629,8 @@ async fn an_idle_sender_above_the_chain_fills_its_gap_before_signing() {
     let f = Fixture::new().await;
     let sender = f.chain.account(1).unwrap();
     let q = f.queue(&[1]);
-    let a = q.enqueue(&transfer(sender, "a", 1)).await.unwrap();
-    let b = q.enqueue(&transfer(sender, "b", 2)).await.unwrap();
+    let a = q.enqueue(&transfer(sender, "a")).await.unwrap();
+    let b = q.enqueue(&transfer(sender, "b").worth(2)).await.unwrap();
     assert_eq!(q.sign_pending(sender).await.unwrap(), 2);
     // Both fail after signing (as a node refusal at broadcast settles them).
     sqlx::query(
@@ -653,7 +642,7 @@ async fn an_idle_sender_above_the_chain_fills_its_gap_before_signing() {
     .execute(f.db.pool())
     .await
     .unwrap();
-    let c = q.enqueue(&transfer(sender, "c", 4)).await.unwrap();
+    let c = q.enqueue(&transfer(sender, "c").worth(4)).await.unwrap();
     // `tick` runs no periodic recovery: only the reconciliation before signing can
     // fill the gap.
     let mut verdict = None;
@@ -688,7 +677,7 @@ async fn a_taken_nonce_is_re_signed_only_once_the_taking_transaction_is_final() 
             ..TxQueueConfig::default()
         },
     );
-    let id = q.enqueue(&transfer(sender, "mine", 1)).await.unwrap();
+    let id = q.enqueue(&transfer(sender, "mine")).await.unwrap();
     q.sign_pending(sender).await.unwrap();
     outside_transfer(&f, 6, Some(0)).await;
     for _ in 0..5 {
@@ -719,7 +708,10 @@ async fn reorg_before_the_confirmation_depth_puts_the_request_back_in_flight() {
         ..TxQueueConfig::default()
     };
     let q = f.queue_with(&[6], config);
-    let id = q.enqueue(&transfer(sender, "reorged", 9)).await.unwrap();
+    let id = q
+        .enqueue(&transfer(sender, "reorged").worth(9))
+        .await
+        .unwrap();
     q.tick().await.unwrap();
     let p = f.chain.provider();
     let hash: Vec<u8> = sqlx::query_scalar("SELECT tx_hash FROM txq_attempt")
@@ -785,7 +777,7 @@ async fn stuck_transaction_is_replaced_with_bumped_fees_and_one_attempt_mines() 
     let p = f.chain.provider();
     let q = f.stalled_queue(7).await;
     let suffix = keel_chain::AttributionSuffix::new(&["keel"]).unwrap();
-    let mut req = transfer(sender, "stuck", 3);
+    let mut req = transfer(sender, "stuck").worth(3);
     req.data = suffix.append_to(&[]);
     req.gas_limit = Some(30_000);
     let id = q.enqueue(&req).await.unwrap();
@@ -853,7 +845,7 @@ async fn fee_bumping_counts_from_the_broadcast_not_from_the_signature() {
     let q = f
         .stalled_queue_bumping_after(6, Duration::from_secs(60))
         .await;
-    let id = q.enqueue(&transfer(sender, "late", 1)).await.unwrap();
+    let id = q.enqueue(&transfer(sender, "late")).await.unwrap();
     assert_eq!(q.sign_pending(sender).await.unwrap(), 1);
     // Signed an hour before its broadcast, as behind a long backlog.
     f.backdate_signature(id).await;
@@ -892,11 +884,14 @@ async fn a_sender_whose_transactions_keep_being_included_is_not_bumped() {
     let q = f
         .stalled_queue_bumping_after(5, Duration::from_secs(60))
         .await;
-    let a = q.enqueue(&transfer(sender, "first", 1)).await.unwrap();
+    let a = q.enqueue(&transfer(sender, "first")).await.unwrap();
     // Signed and broadcast: two moves.
     assert_eq!(q.sender_pass(sender).await.unwrap(), 2);
     f.chain.mine().await.unwrap();
-    let b = q.enqueue(&transfer(sender, "second", 2)).await.unwrap();
+    let b = q
+        .enqueue(&transfer(sender, "second").worth(2))
+        .await
+        .unwrap();
     assert_eq!(q.sender_pass(sender).await.unwrap(), 2);
     // b has waited an hour since its broadcast by the clock, but a (nonce 0) was only
     // just included: the sender is moving and b is next in line, not stuck.
@@ -920,8 +915,8 @@ async fn nonce_recovery_fills_a_gap_left_by_a_request_that_failed_after_signing(
     let f = Fixture::new().await;
     let sender = f.chain.account(8).unwrap();
     let q = f.queue(&[8]);
-    let a = q.enqueue(&transfer(sender, "a", 1)).await.unwrap();
-    let b = q.enqueue(&transfer(sender, "b", 2)).await.unwrap();
+    let a = q.enqueue(&transfer(sender, "a")).await.unwrap();
+    let b = q.enqueue(&transfer(sender, "b").worth(2)).await.unwrap();
     assert_eq!(q.sign_pending(sender).await.unwrap(), 2);
     // Request a (nonce 0) fails after signing (as a node refusal at broadcast would
     // settle it); its nonce is now a hole below b's.
@@ -963,7 +958,7 @@ async fn nonce_advanced_outside_keel_is_adopted() {
     let f = Fixture::new().await;
     let sender = f.chain.account(9).unwrap();
     let q = f.queue(&[9]);
-    let first = q.enqueue(&transfer(sender, "first", 1)).await.unwrap();
+    let first = q.enqueue(&transfer(sender, "first")).await.unwrap();
     settle_all(&q, &[first]).await;
     f.chain
         .provider()
@@ -971,7 +966,7 @@ async fn nonce_advanced_outside_keel_is_adopted() {
         .await
         .unwrap();
     assert_eq!(q.recover_nonces(sender).await.unwrap(), (true, 0));
-    let next = q.enqueue(&transfer(sender, "next", 1)).await.unwrap();
+    let next = q.enqueue(&transfer(sender, "next")).await.unwrap();
     let verdict = settle_all(&q, &[next]).await.remove(0);
     assert_eq!(confirmed_nonce(&verdict), 10);
 }
@@ -987,6 +982,33 @@ fn run_future_is_send(queue: Arc<TxQueue>, token: tokio_util::sync::Cancellation
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval() {
+    // The loop's runs, counted by service (`keel_service_runs_total`): what makes "the
+    // first tick went by" and "the confirmation pass did not run again" observable. The
+    // recorder is the process's: nextest runs each test in a process of its own, so the
+    // counts are this test's loop's (under plain `cargo test`, other tests' loops in the
+    // same binary would add to them).
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    metrics::set_global_recorder(recorder).unwrap();
+    let runs = |service: &str| -> u64 {
+        let label = format!("service=\"{service}\"");
+        metrics
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("keel_service_runs_total{") && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let until_runs = async |service: &str, n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while runs(service) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{service} did not reach {n} runs"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
     let f = Fixture::new().await;
     let sender = f.chain.account(1).unwrap();
     // An interval no test waits for: only the wake-up can move the request after the
@@ -1004,9 +1026,12 @@ async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval()
         let token = token.clone();
         async move { q.run(token).await }
     });
-    // Let the first tick (recovery, empty passes) go by.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let id = q.enqueue(&transfer(sender, "woken", 1)).await.unwrap();
+    // The first tick (recovery, an empty round, an empty confirmation pass) went by.
+    until_runs("txq-rounds", 1).await;
+    until_runs("txq-confirm", 1).await;
+    let confirm_runs = runs("txq-confirm");
+    let round_runs = runs("txq-rounds");
+    let id = q.enqueue(&transfer(sender, "woken")).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let status = q.status(id).await.unwrap();
@@ -1034,7 +1059,14 @@ async fn spawned_run_loop_wakes_on_enqueue_and_keeps_the_confirmation_interval()
             .unwrap(),
         1
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The woken rounds are done (the one that signed, then one that found nothing), and
+    // the confirmation pass has not run since the first tick.
+    until_runs("txq-rounds", round_runs + 2).await;
+    assert_eq!(
+        runs("txq-confirm"),
+        confirm_runs,
+        "the wake ran the confirmation pass"
+    );
     assert_eq!(q.status(id).await.unwrap().state, RequestState::Broadcast);
     token.cancel();
     tokio::time::timeout(Duration::from_secs(10), handle)
@@ -1053,8 +1085,8 @@ async fn concurrent_enqueues_stay_idempotent() {
     let sender = f.chain.account(0).unwrap();
     // Every key twice with the same payload, plus one conflicting payload, at once.
     let reqs: Vec<TxRequest> = (0..64)
-        .map(|i| transfer(sender, &format!("c{}", i % 32), 1))
-        .chain(std::iter::once(transfer(sender, "c0", 2)))
+        .map(|i| transfer(sender, &format!("c{}", i % 32)))
+        .chain(std::iter::once(transfer(sender, "c0").worth(2)))
         .collect();
     let results = futures::future::join_all(reqs.iter().map(|r| q.enqueue(r))).await;
     let mut by_key: std::collections::HashMap<(String, U256), Vec<&Result<Uuid, TxqError>>> =
@@ -1098,7 +1130,7 @@ async fn concurrent_enqueues_share_commits_and_each_returns_its_own_durable_row(
     let q = f.queue(&[0]);
     let sender = f.chain.account(0).unwrap();
     let reqs: Vec<TxRequest> = (0..64)
-        .map(|i| transfer(sender, &format!("g{i}"), i + 1))
+        .map(|i| transfer(sender, &format!("g{i}")).worth(i + 1))
         .collect();
     let ids: Vec<Uuid> = futures::future::join_all(reqs.iter().map(|r| q.enqueue(r)))
         .await
@@ -1142,14 +1174,14 @@ async fn batched_broadcasts_confirm_in_order_and_a_refused_item_settles_alone() 
     let mut ids = Vec::new();
     for i in 0..15 {
         ids.push(
-            q.enqueue(&transfer(sender, &format!("b{i}"), i + 1))
+            q.enqueue(&transfer(sender, &format!("b{i}")).worth(i + 1))
                 .await
                 .unwrap(),
         );
     }
     // Last (no later nonce waits behind its gap): a gas limit below a transfer's
     // intrinsic 21,000, which the node refuses in the same JSON-RPC batch as 7 others.
-    let mut low = transfer(sender, "low-gas", 1);
+    let mut low = transfer(sender, "low-gas");
     low.gas_limit = Some(20_000);
     let low = q.enqueue(&low).await.unwrap();
     let mut all = ids.clone();
@@ -1220,7 +1252,7 @@ async fn a_signing_group_whose_nonce_moved_meanwhile_commits_nothing_for_that_se
     for i in 0..5 {
         for sender in [contested, other] {
             ids.push(
-                q.enqueue(&transfer(sender, &format!("r{i}"), 1))
+                q.enqueue(&transfer(sender, &format!("r{i}")))
                     .await
                     .unwrap(),
             );
@@ -1300,7 +1332,7 @@ async fn of_a_senders_stuck_transactions_only_the_lowest_nonce_is_replaced() {
     let mut ids = Vec::new();
     for i in 0..3 {
         ids.push(
-            q.enqueue(&transfer(sender, &format!("stuck-{i}"), 1))
+            q.enqueue(&transfer(sender, &format!("stuck-{i}")))
                 .await
                 .unwrap(),
         );
@@ -1370,7 +1402,7 @@ async fn a_verdict_reorged_out_with_its_nonce_free_lands_again_with_the_same_byt
             ..TxQueueConfig::default()
         },
     );
-    let id = q.enqueue(&transfer(sender, "mint", 1)).await.unwrap();
+    let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
     let (first_block, hash) = match &settle_all(&q, &[id]).await[0] {
         SettlementVerdict::Confirmed { block, hash, .. } => (*block, *hash),
         other => panic!("{other:?}"),
@@ -1433,7 +1465,7 @@ async fn a_verdict_whose_nonce_another_transaction_took_in_a_reorg_is_reorged_ou
     let f = Fixture::new().await;
     let sender = f.chain.account(8).unwrap();
     let q = f.queue(&[8]);
-    let id = q.enqueue(&transfer(sender, "mint", 1)).await.unwrap();
+    let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
     let hash = match &settle_all(&q, &[id]).await[0] {
         SettlementVerdict::Confirmed { hash, attempts, .. } => {
             assert_eq!(attempts[0].nonce, 0);
@@ -1484,7 +1516,7 @@ async fn a_verdict_whose_transaction_the_reorg_re_includes_stands() {
     let f = Fixture::new().await;
     let sender = f.chain.account(9).unwrap();
     let q = f.queue(&[9]);
-    let id = q.enqueue(&transfer(sender, "mint", 1)).await.unwrap();
+    let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
     let before = settle_all(&q, &[id]).await.remove(0);
     let raw: Vec<u8> = sqlx::query_scalar("SELECT raw FROM txq_attempt WHERE request_id = $1")
         .bind(id)
@@ -1537,13 +1569,13 @@ async fn a_request_over_the_block_gas_limit_fails_before_a_nonce_is_assigned() {
         .into_iter()
         .enumerate()
     {
-        let mut t = transfer(sender, &format!("over-{i}"), 1);
+        let mut t = transfer(sender, &format!("over-{i}"));
         t.gas_limit = Some(gas);
         let id = q.enqueue(&t).await.unwrap();
         over.push(id);
         ids.push(id);
         // Each followed by a request that fits: the nonces stay contiguous.
-        let mut fits = transfer(sender, &format!("fits-{i}"), 1);
+        let mut fits = transfer(sender, &format!("fits-{i}"));
         fits.gas_limit = Some(if i == 0 { limit } else { 21_000 });
         ids.push(q.enqueue(&fits).await.unwrap());
     }
@@ -1604,7 +1636,7 @@ async fn a_refused_request_hands_its_nonce_back_when_nothing_above_it_is_signed(
         .await
         .unwrap();
     for (i, gas) in [1u64, 20_000, 20_999].into_iter().enumerate() {
-        let mut t = transfer(sender, &format!("low-{i}"), 1);
+        let mut t = transfer(sender, &format!("low-{i}"));
         t.gas_limit = Some(gas);
         let id = q.enqueue(&t).await.unwrap();
         match &settle_all(&q, &[id]).await[0] {
@@ -1616,7 +1648,7 @@ async fn a_refused_request_hands_its_nonce_back_when_nothing_above_it_is_signed(
             other => panic!("{other:?}"),
         }
     }
-    let ok = q.enqueue(&transfer(sender, "after", 1)).await.unwrap();
+    let ok = q.enqueue(&transfer(sender, "after")).await.unwrap();
     assert_eq!(confirmed_nonce(&settle_all(&q, &[ok]).await[0]), start);
     let (_, filled) = q.recover_nonces(sender).await.unwrap();
     assert_eq!(filled, 0, "no gap to fill");

@@ -1,14 +1,14 @@
 //! The queue behind the fault-injecting proxy (`anvil_tests::proxy`): lost responses,
 //! temporarily missing receipts, and geth's replacement rule.
 
-use alloy::primitives::{Address, Bytes, U256};
+use crate::common::transfer;
 use alloy::providers::Provider;
 use anvil_tests::TestChain;
 use anvil_tests::proxy::{RpcProxy, Rule};
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
-use keel_txq::{LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest};
-use keel_units::{ChainId, Wei};
+use keel_txq::{LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig};
+use keel_units::ChainId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
@@ -28,18 +28,6 @@ fn queue(
         chain.signer(idx).unwrap().clone(),
     )));
     q
-}
-
-fn transfer(sender: Address, key: &str) -> TxRequest {
-    TxRequest {
-        sender,
-        idempotency_key: key.to_owned(),
-        to: Some(Address::repeat_byte(0x51)),
-        value: Wei::new(U256::from(5u64)),
-        data: Bytes::new(),
-        gas_limit: Some(21_000),
-        authorization_list: Vec::new(),
-    }
 }
 
 async fn settle(q: &TxQueue, id: Uuid, between: impl AsyncFn()) -> SettlementVerdict {

@@ -1,6 +1,7 @@
 //! `keel_txq::requests`, the typed read other crates use, against real PostgreSQL and
 //! real Anvil.
 
+use crate::common::transfer;
 use alloy::primitives::{Address, Bytes, U256};
 use alloy::providers::Provider;
 use alloy::signers::local::PrivateKeySigner;
@@ -10,22 +11,10 @@ use keel_store::testing::TestDatabase;
 use keel_txq::{
     EnqueueOptions, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest,
 };
-use keel_units::{ChainId, Wei};
+use keel_units::ChainId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
-
-fn transfer(sender: Address, key: &str) -> TxRequest {
-    TxRequest {
-        sender,
-        idempotency_key: key.to_owned(),
-        to: Some(Address::repeat_byte(0x42)),
-        value: Wei::new(U256::from(1)),
-        data: Bytes::new(),
-        gas_limit: Some(21_000),
-        authorization_list: Vec::new(),
-    }
-}
 
 fn queue(db: &TestDatabase, chain: &TestChain, config: TxQueueConfig) -> TxQueue {
     let pool = UpstreamPool::new(

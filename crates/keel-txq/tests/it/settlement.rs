@@ -2,6 +2,7 @@
 //! settles reaches the sink exactly once, in the transaction that settles it, on every
 //! settle path; a failing sink leaves the request unsettled until a later pass.
 
+use crate::common::{Transfer, transfer};
 use alloy::primitives::{Address, Bytes, U256};
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::SolCall;
@@ -200,18 +201,6 @@ impl Fixture {
     }
 }
 
-fn transfer(sender: Address, key: &str, gas_limit: u64) -> TxRequest {
-    TxRequest {
-        sender,
-        idempotency_key: key.to_owned(),
-        to: Some(Address::repeat_byte(0x42)),
-        value: Wei::new(U256::from(1)),
-        data: Bytes::new(),
-        gas_limit: Some(gas_limit),
-        authorization_list: Vec::new(),
-    }
-}
-
 /// `submit` on the feed by a non-submitter: reverts (at estimation without a gas limit,
 /// on chain with one).
 fn unauthorized_submit(sender: Address, feed: Address, key: &str, gas: Option<u64>) -> TxRequest {
@@ -272,7 +261,7 @@ async fn every_settle_path_reaches_the_sink_exactly_once() {
         f.chain.account(5).unwrap(),
     );
     // Withdrawn (before any pass: still queued).
-    let withdrawn = q.enqueue(&transfer(a5, "op/w/1", 21_000)).await.unwrap();
+    let withdrawn = q.enqueue(&transfer(a5, "op/w/1")).await.unwrap();
     let w =
         keel_txq::withdraw_by_key_prefix(f.db.pool(), q.chain_id(), "op/w/", Some(f.sink.as_ref()))
             .await
@@ -285,8 +274,8 @@ async fn every_settle_path_reaches_the_sink_exactly_once() {
             .unwrap();
     assert!(again.withdrawn.is_empty());
     // Confirmed (two: one batch of the confirmation pass).
-    let confirmed = q.enqueue(&transfer(a1, "ok-1", 21_000)).await.unwrap();
-    let confirmed2 = q.enqueue(&transfer(a1, "ok-2", 21_000)).await.unwrap();
+    let confirmed = q.enqueue(&transfer(a1, "ok-1")).await.unwrap();
+    let confirmed2 = q.enqueue(&transfer(a1, "ok-2")).await.unwrap();
     // Reverted on chain (a fixed gas limit skips estimation).
     let reverted = q
         .enqueue(&unauthorized_submit(a4, feed, "revert", Some(100_000)))
@@ -298,11 +287,14 @@ async fn every_settle_path_reaches_the_sink_exactly_once() {
         .await
         .unwrap();
     // Failed at broadcast: the node refuses a gas limit below the intrinsic 21,000.
-    let refused = q.enqueue(&transfer(a2, "low-gas", 20_000)).await.unwrap();
+    let refused = q
+        .enqueue(&transfer(a2, "low-gas").gas(Some(20_000)))
+        .await
+        .unwrap();
     // Funding deadline expired.
     let expired = q
         .enqueue_with(
-            &transfer(unfunded.address(), "too-late", 21_000),
+            &transfer(unfunded.address(), "too-late"),
             &EnqueueOptions::funding_pause(Duration::from_millis(300)),
         )
         .await
@@ -369,7 +361,7 @@ async fn a_failing_sink_leaves_requests_unsettled_until_a_later_pass() {
     f.sink.fail.store(true, Ordering::SeqCst);
 
     // A withdrawal whose sink fails is rolled back and returned as an error.
-    let withdrawn = q.enqueue(&transfer(a5, "op/w/1", 21_000)).await.unwrap();
+    let withdrawn = q.enqueue(&transfer(a5, "op/w/1")).await.unwrap();
     let err =
         keel_txq::withdraw_by_key_prefix(f.db.pool(), q.chain_id(), "op/w/", Some(f.sink.as_ref()))
             .await
@@ -391,15 +383,15 @@ async fn a_failing_sink_leaves_requests_unsettled_until_a_later_pass() {
     f.sink.fail.store(true, Ordering::SeqCst);
 
     // Every pass path, while the sink fails.
-    let confirmed = q.enqueue(&transfer(a1, "ok-1", 21_000)).await.unwrap();
-    let confirmed2 = q.enqueue(&transfer(a1, "ok-2", 21_000)).await.unwrap();
+    let confirmed = q.enqueue(&transfer(a1, "ok-1")).await.unwrap();
+    let confirmed2 = q.enqueue(&transfer(a1, "ok-2")).await.unwrap();
     let estimation = q
         .enqueue(&unauthorized_submit(a3, feed, "estimate", None))
         .await
         .unwrap();
     let expired = q
         .enqueue_with(
-            &transfer(unfunded.address(), "too-late", 21_000),
+            &transfer(unfunded.address(), "too-late"),
             &EnqueueOptions::funding_pause(Duration::from_millis(300)),
         )
         .await
@@ -448,10 +440,10 @@ async fn a_request_the_sink_refuses_does_not_hold_back_its_batch() {
     let q = f.queue(&[1], &[]);
     let a1 = f.chain.account(1).unwrap();
     *f.sink.poison.lock().unwrap() = Some("poison".to_owned());
-    let poisoned = q.enqueue(&transfer(a1, "poison", 21_000)).await.unwrap();
+    let poisoned = q.enqueue(&transfer(a1, "poison")).await.unwrap();
     let others = [
-        q.enqueue(&transfer(a1, "fine-1", 21_000)).await.unwrap(),
-        q.enqueue(&transfer(a1, "fine-2", 21_000)).await.unwrap(),
+        q.enqueue(&transfer(a1, "fine-1")).await.unwrap(),
+        q.enqueue(&transfer(a1, "fine-2")).await.unwrap(),
     ];
     tick_until(&q, "the others settled", async || {
         all_settled(&q, &others).await
@@ -492,7 +484,7 @@ async fn without_a_sink_settling_is_unchanged() {
         f.chain.signer(1).unwrap().clone(),
     )));
     let a1 = f.chain.account(1).unwrap();
-    let id = q.enqueue(&transfer(a1, "plain", 21_000)).await.unwrap();
+    let id = q.enqueue(&transfer(a1, "plain")).await.unwrap();
     let w = keel_txq::withdraw_by_key_prefix(f.db.pool(), q.chain_id(), "none/", None)
         .await
         .unwrap();
@@ -511,10 +503,7 @@ async fn a_reorged_out_verdict_reaches_the_sink_once_and_only_when_final() {
     let f = Fixture::new().await;
     let sender = f.chain.account(6).unwrap();
     let q = f.queue(&[6], &[]);
-    let id = q
-        .enqueue(&transfer(sender, "reorged", 21_000))
-        .await
-        .unwrap();
+    let id = q.enqueue(&transfer(sender, "reorged")).await.unwrap();
     tick_until(&q, "settled", async || all_settled(&q, &[id]).await).await;
     assert_eq!(f.records_of(id).await, 1);
     // The new branch: another transfer of the sender at the request's nonce.

@@ -2,16 +2,15 @@
 //! cancellation token (issue 16, class 5), behind the fault-injecting proxy
 //! (`anvil_tests::proxy`) in front of real Anvil, against real PostgreSQL.
 
-use alloy::primitives::{Address, Bytes, U256};
+use crate::common::{Transfer, transfer};
+use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
 use anvil_tests::TestChain;
 use anvil_tests::proxy::{RpcProxy, Rule};
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
-use keel_txq::{
-    Finality, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig, TxRequest,
-};
-use keel_units::{ChainId, Wei};
+use keel_txq::{Finality, LocalSigner, RequestState, SettlementVerdict, TxQueue, TxQueueConfig};
+use keel_units::ChainId;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
@@ -43,18 +42,6 @@ fn queue(
         chain.signer(idx).unwrap().clone(),
     )));
     q
-}
-
-fn transfer(sender: Address, key: &str) -> TxRequest {
-    TxRequest {
-        sender,
-        idempotency_key: key.to_owned(),
-        to: Some(Address::repeat_byte(0x52)),
-        value: Wei::new(U256::from(7u64)),
-        data: Bytes::new(),
-        gas_limit: Some(21_000),
-        authorization_list: Vec::new(),
-    }
 }
 
 async fn automine(chain: &TestChain, on: bool) {
@@ -187,7 +174,14 @@ async fn a_signed_request_whose_nonce_the_chain_passed_is_re_signed() {
         -32603,
         "internal error",
     ));
-    let id = q.enqueue(&transfer(sender, "mint")).await.unwrap();
+    let id = q
+        .enqueue(
+            &transfer(sender, "mint")
+                .to(Address::repeat_byte(0x52))
+                .worth(7),
+        )
+        .await
+        .unwrap();
     q.tick().await.unwrap();
     assert_eq!(q.status(id).await.unwrap().state, RequestState::Signed);
     // Something else uses nonce 0 of the same account (automine: mined at once).

@@ -4,7 +4,8 @@
 //! Through the fault-injecting proxy: a node refusing to estimate for lack of funds, and
 //! a broadcast refused for insufficient funds after signing (bounded retries).
 
-use alloy::primitives::{Address, Bytes, U256};
+use crate::common::{Transfer, transfer};
+use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
 use alloy::signers::local::PrivateKeySigner;
 use anvil_tests::TestChain;
@@ -13,7 +14,7 @@ use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_store::testing::TestDatabase;
 use keel_txq::{
     EnqueueOptions, FailureCode, LocalSigner, RequestState, RequestStatus, SettlementVerdict,
-    TxQueue, TxQueueConfig, TxRequest, TxqError,
+    TxQueue, TxQueueConfig, TxqError,
 };
 use keel_units::{ChainId, Wei};
 use std::sync::Arc;
@@ -32,18 +33,6 @@ fn unfunded_queue(db: &TestDatabase, chain: &TestChain) -> (TxQueue, Address) {
     let sender = key.address();
     q.add_signer(Arc::new(LocalSigner::new(key)));
     (q, sender)
-}
-
-fn transfer(sender: Address, key: &str, value: u64, gas_limit: Option<u64>) -> TxRequest {
-    TxRequest {
-        sender,
-        idempotency_key: key.to_owned(),
-        to: Some(Address::repeat_byte(0x42)),
-        value: Wei::new(U256::from(value)),
-        data: Bytes::new(),
-        gas_limit,
-        authorization_list: Vec::new(),
-    }
 }
 
 /// Runs queue passes until `done` holds for the request's status (a bounded probe).
@@ -90,14 +79,14 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
     let value = 1_000u64;
     let id = q
         .enqueue_with(
-            &transfer(sender, "fund-me", value, Some(21_000)),
+            &transfer(sender, "fund-me").worth(value),
             &EnqueueOptions::funding_pause(Duration::from_secs(600)),
         )
         .await
         .unwrap();
     // Behind it, a request of the same sender without a pause: it waits too.
     let behind = q
-        .enqueue(&transfer(sender, "behind", value, Some(21_000)))
+        .enqueue(&transfer(sender, "behind").worth(value))
         .await
         .unwrap();
 
@@ -202,7 +191,7 @@ async fn funding_deadline_expires_without_using_a_nonce() {
     let (q, sender) = unfunded_queue(&db, &chain);
     let id = q
         .enqueue_with(
-            &transfer(sender, "too-late", 1, Some(21_000)),
+            &transfer(sender, "too-late"),
             &EnqueueOptions::funding_pause(Duration::from_millis(300)),
         )
         .await
@@ -219,10 +208,7 @@ async fn funding_deadline_expires_without_using_a_nonce() {
 
     // No nonce was consumed: once funded, the sender's next request takes nonce 0.
     set_balance(&chain, sender, U256::from(10u128.pow(18))).await;
-    let next = q
-        .enqueue(&transfer(sender, "after", 1, Some(21_000)))
-        .await
-        .unwrap();
+    let next = q.enqueue(&transfer(sender, "after")).await.unwrap();
     let status = tick_until(&q, next, "settled", |s| s.verdict.is_some()).await;
     match status.verdict.unwrap() {
         SettlementVerdict::Confirmed { attempts, .. } => assert_eq!(attempts[0].nonce, 0),
@@ -235,7 +221,7 @@ async fn without_a_funding_pause_an_unfunded_request_fails_gas_required() {
     let chain = TestChain::start().await.unwrap();
     let db = TestDatabase::create().await.unwrap();
     let (q, sender) = unfunded_queue(&db, &chain);
-    let req = transfer(sender, "no-pause", 1, Some(21_000));
+    let req = transfer(sender, "no-pause");
     let id = q.enqueue(&req).await.unwrap();
     // The options are part of the payload under the idempotency key.
     assert!(matches!(
@@ -292,7 +278,7 @@ async fn a_request_the_node_will_not_estimate_unfunded_waits_with_an_estimate_as
     let value = 10u64.pow(15);
     let id = q
         .enqueue_with(
-            &transfer(sender, "estimated", value, None),
+            &transfer(sender, "estimated").worth(value).gas(None),
             &EnqueueOptions::funding_pause(Duration::from_secs(600)),
         )
         .await
@@ -333,7 +319,7 @@ async fn a_signed_request_refused_for_funds_is_retried_with_a_pause_and_fails_wi
         proxy.add_rule(Rule::error("eth_sendRawTransaction", -32000, GETH_INSUFFICIENT).times(2));
     let paused = q
         .enqueue_with(
-            &transfer(sender, "paused", 1, Some(21_000)),
+            &transfer(sender, "paused"),
             &EnqueueOptions::funding_pause(Duration::from_secs(600)),
         )
         .await
@@ -352,10 +338,7 @@ async fn a_signed_request_refused_for_funds_is_retried_with_a_pause_and_fails_wi
     // Without a pause the first refusal settles GAS_REQUIRED (its nonce is then a gap
     // that nonce recovery fills).
     proxy.add_rule(Rule::error("eth_sendRawTransaction", -32000, GETH_INSUFFICIENT).times(1));
-    let plain = q
-        .enqueue(&transfer(sender, "plain", 1, Some(21_000)))
-        .await
-        .unwrap();
+    let plain = q.enqueue(&transfer(sender, "plain")).await.unwrap();
     let status = tick_until(&q, plain, "settled", |s| s.verdict.is_some()).await;
     assert_eq!(
         failed_code(&status.verdict.unwrap()),

@@ -1,0 +1,3 @@
+//! Integration tests of keel-store against real PostgreSQL, one binary.
+
+mod store;
