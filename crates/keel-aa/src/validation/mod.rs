@@ -618,7 +618,10 @@ pub async fn is_staked(
     account: Address,
 ) -> Result<bool, ChainError> {
     let settings = settings(pool.chain().get());
-    staked(pool, entry_point, Some(account), &settings).await
+    Ok(matches!(
+        staked(pool, entry_point, Some(account), &settings).await?,
+        Stake::Staked
+    ))
 }
 
 #[cfg(test)]
