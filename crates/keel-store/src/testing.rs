@@ -148,39 +148,53 @@ pub const POLL: std::time::Duration = std::time::Duration::from_millis(10);
 ///
 /// - `bool`: holds when `true` (value `()`);
 /// - `Option<T>`: holds when `Some(value)`;
+/// - `ControlFlow<T, S>`: holds at `Break(value)`; `Continue(seen)` says what the probe
+///   saw instead, and the last such answer is in the failure message;
 /// - `Result<P, E>` of one of these: `Err` is no answer, it fails the test at once
 ///   (panics with the error), so a probe can use `?`-style fallible reads.
 pub trait Probe {
     /// The value [`until`] returns once the condition holds.
     type Value;
 
-    /// `Some(value)` when the condition holds, `None` to look again.
+    /// `Ok(value)` when the condition holds; else `Err` with what was seen instead, when
+    /// the probe says (`ControlFlow::Continue`).
     ///
     /// # Panics
     /// For `Result`, on `Err`.
-    fn holds(self) -> Option<Self::Value>;
+    fn holds(self) -> std::result::Result<Self::Value, Option<String>>;
 }
 
 impl Probe for bool {
     type Value = ();
 
-    fn holds(self) -> Option<()> {
-        self.then_some(())
+    fn holds(self) -> std::result::Result<(), Option<String>> {
+        self.then_some(()).ok_or(None)
     }
 }
 
 impl<T> Probe for Option<T> {
     type Value = T;
 
-    fn holds(self) -> Option<T> {
-        self
+    fn holds(self) -> std::result::Result<T, Option<String>> {
+        self.ok_or(None)
     }
 }
 
-impl<P: Probe, E: std::fmt::Debug> Probe for Result<P, E> {
+impl<T, S: std::fmt::Debug> Probe for std::ops::ControlFlow<T, S> {
+    type Value = T;
+
+    fn holds(self) -> std::result::Result<T, Option<String>> {
+        match self {
+            Self::Break(value) => Ok(value),
+            Self::Continue(seen) => Err(Some(format!("{seen:?}"))),
+        }
+    }
+}
+
+impl<P: Probe, E: std::fmt::Debug> Probe for std::result::Result<P, E> {
     type Value = P::Value;
 
-    fn holds(self) -> Option<P::Value> {
+    fn holds(self) -> std::result::Result<P::Value, Option<String>> {
         match self {
             Ok(p) => p.holds(),
             Err(e) => panic!("the probe failed: {e:?}"),
@@ -197,7 +211,8 @@ impl<P: Probe, E: std::fmt::Debug> Probe for Result<P, E> {
 ///
 /// # Panics
 /// When `within` has passed and the condition still does not hold ("timed out after
-/// {within} waiting for {what}"), or when a `Result` probe answers `Err`.
+/// {within} waiting for {what}", with the probe's last `ControlFlow::Continue` answer
+/// when it gives one), or when a `Result` probe answers `Err`.
 ///
 /// ```no_run
 /// # async fn f(pool: &keel_store::PgPool) {
@@ -222,13 +237,18 @@ where
 {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        if let Some(value) = probe().await.holds() {
-            return value;
+        let seen = match probe().await.holds() {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            match seen {
+                Some(seen) => {
+                    panic!("timed out after {within:?} waiting for {what}; last seen: {seen}")
+                }
+                None => panic!("timed out after {within:?} waiting for {what}"),
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
         tokio::time::sleep(POLL).await;
     }
 }

@@ -24,7 +24,7 @@ use keel_workflows::workflows::{
 };
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The issuer the `asset.create` stand-in records (Anvil's dev account 0, lowercase
@@ -162,15 +162,20 @@ async fn post_wait(env: &Env, key: &str, path: &str, idem: &str, body: &Value) -
 
 /// Polls operation `id` until `done` holds (the engine's status is the probe).
 async fn until(env: &Env, key: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let a = env.get(key, &format!("/v1/operations/{id}")).await;
-        if done(&a.body) {
-            return a.body;
-        }
-        assert!(Instant::now() < deadline, "operation {id}: {:?}", a.body);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let path = format!("/v1/operations/{id}");
+    keel_store::testing::until(
+        &format!("operation {id}"),
+        Duration::from_secs(30),
+        || async {
+            let a = env.get(key, &path).await;
+            if done(&a.body) {
+                std::ops::ControlFlow::Break(a.body)
+            } else {
+                std::ops::ControlFlow::Continue(a.body)
+            }
+        },
+    )
+    .await
 }
 
 /// Creates an asset for `key` and waits until it is active; its id.

@@ -2,7 +2,7 @@
 //! webhook receiver, and the on-chain contracts the calls go to.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, Bytes, U256};
@@ -284,19 +284,15 @@ pub(crate) async fn wait_for(
     id: &ProviderTxId,
     done: impl Fn(&ProviderTransaction) -> bool,
 ) -> ProviderTransaction {
-    let start = Instant::now();
-    loop {
+    keel_store::testing::until("the transaction's status", STATUS_DEADLINE, || async {
         let tx = provider.get(id).await.unwrap();
         if done(&tx) {
-            return tx;
+            std::ops::ControlFlow::Break(tx)
+        } else {
+            std::ops::ControlFlow::Continue(tx.status)
         }
-        assert!(
-            start.elapsed() < STATUS_DEADLINE,
-            "still {:?} after the deadline",
-            tx.status
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// Polls until the transaction has `status`.

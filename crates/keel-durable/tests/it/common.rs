@@ -1,6 +1,6 @@
 //! Test workflows, a side-effect table and probe-based helpers.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use keel_durable::{
     Backoff, Deadline, Engine, EngineConfig, ExecutorConfig, ExecutorHandle, InstanceStatus,
@@ -129,19 +129,16 @@ pub(crate) async fn until(
     what: &str,
     pred: impl Fn(&InstanceStatus) -> bool,
 ) -> InstanceStatus {
-    let started = Instant::now();
-    loop {
+    keel_store::testing::until(what, TIMEOUT, || async {
         let _ = engine.await_idle(Duration::from_millis(200)).await;
         let s = engine.status(id).await.unwrap();
         if pred(&s) {
-            return s;
+            std::ops::ControlFlow::Break(s)
+        } else {
+            std::ops::ControlFlow::Continue(s)
         }
-        assert!(
-            started.elapsed() < TIMEOUT,
-            "timed out waiting for {what}: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await
 }
 
 pub(crate) async fn until_status(engine: &Engine, id: Uuid, status: RunStatus) -> InstanceStatus {
