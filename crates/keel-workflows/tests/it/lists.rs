@@ -251,6 +251,8 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
         // The wake tag and the deferred-instance predicate its settles and status
         // reads use (0068, idempotent: the upgrade applies it again).
         include_str!("../../../../migrations/0068_durable_wake_tag.sql"),
+        // The EIP-7702 authorization list every request insert writes (0081, idempotent).
+        include_str!("../../../../migrations/0081_txq_authorization_list.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }

@@ -219,6 +219,8 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         // The wake tag and the deferred-instance predicate its settles and status
         // reads use (0068, idempotent: the upgrade applies it again).
         include_str!("../../../../migrations/0068_durable_wake_tag.sql"),
+        // The EIP-7702 authorization list every request insert writes (0081, idempotent).
+        include_str!("../../../../migrations/0081_txq_authorization_list.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }
