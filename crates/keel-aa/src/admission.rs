@@ -147,7 +147,7 @@ impl Refusal {
                 "nonce: the user operation with this sender and nonce is already bundled and cannot be replaced"
             }
             ("PAYMASTER_DEPOSIT_TOO_LOW", _) => {
-                "paymaster: its EntryPoint deposit does not cover the maximum cost of all its pending user operations and this one (ERC-7562 EREP-010)"
+                "paymaster: its EntryPoint deposit is too low for the maximum cost of all its pending user operations and this one (ERC-7562 EREP-010)"
             }
             ("EIP7702_AUTH_MALFORMED", _) => {
                 "eip7702Auth: yParity, r, s or nonce is out of range (EIP-7702; s in the lower half of the curve order, EIP-2)"
