@@ -476,7 +476,13 @@ async fn nonce_taken_by_another_transaction_re_signs_the_request_at_a_fresh_nonc
     // Before Keel broadcasts, something else uses nonce 0 of the same account.
     let other = outside_transfer(&f, 5, Some(0)).await;
     let p = f.chain.provider();
-    assert!(p.get_transaction_receipt(other).await.unwrap().is_some());
+    // Mined by automine; its receipt can lag the send on a loaded machine.
+    keel_store::testing::until(
+        "the outside transaction's receipt",
+        std::time::Duration::from_secs(30),
+        || async { p.get_transaction_receipt(other).await.map(|r| r.is_some()) },
+    )
+    .await;
     match &settle_all(&q, &[id]).await[0] {
         SettlementVerdict::Confirmed { attempts, hash, .. } => {
             assert_eq!(
@@ -507,7 +513,13 @@ async fn an_outside_transaction_while_idle_is_adopted_before_the_next_request_si
     // Idle; one plain transaction from the same key, outside Keel (nonce 1).
     let hash = outside_transfer(&f, 4, None).await;
     let p = f.chain.provider();
-    assert!(p.get_transaction_receipt(hash).await.unwrap().is_some());
+    // Mined by automine; its receipt can lag the send on a loaded machine.
+    keel_store::testing::until(
+        "the outside transaction's receipt",
+        std::time::Duration::from_secs(30),
+        || async { p.get_transaction_receipt(hash).await.map(|r| r.is_some()) },
+    )
+    .await;
     let mint = q.enqueue(&transfer(sender, "mint").worth(2)).await.unwrap();
     match &settle_all(&q, &[mint]).await[0] {
         SettlementVerdict::Confirmed { attempts, .. } => {
