@@ -87,7 +87,7 @@ async fn terminated_lock_connection_stops_work_and_rejoins() {
     ];
     let _work: Vec<_> = owners.iter().map(|o| record_all(o, pool)).collect();
     let refs: Vec<&ShardOwner> = owners.iter().collect();
-    eventually("convergence", Duration::from_secs(15), || async {
+    eventually("convergence", Duration::from_secs(60), || async {
         converged(&refs, shards)
     })
     .await;
@@ -149,7 +149,7 @@ async fn cut_off_replica_is_taken_over_without_overlap() {
     let b = start(&db, shards).await;
     let c = start(&db, shards).await;
     let _work: Vec<_> = [&a, &b, &c].iter().map(|o| record_all(o, pool)).collect();
-    eventually("convergence", Duration::from_secs(15), || async {
+    eventually("convergence", Duration::from_secs(60), || async {
         converged(&[&a, &b, &c], shards)
     })
     .await;
@@ -214,7 +214,7 @@ async fn hung_lock_operation_releases_everything_and_rejoins() {
     let b = start(&db, shards).await;
     let c = start(&db, shards).await;
     let _work: Vec<_> = [&a, &b, &c].iter().map(|o| record_all(o, pool)).collect();
-    eventually("convergence", Duration::from_secs(15), || async {
+    eventually("convergence", Duration::from_secs(60), || async {
         converged(&[&a, &b, &c], shards)
     })
     .await;
