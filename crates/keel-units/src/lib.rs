@@ -39,11 +39,17 @@
 //! # Ok::<(), UnitsError>(())
 //! ```
 //!
+//! With the feature `sqlx`, [`ChainId`] is a PostgreSQL `BIGINT` column type and
+//! `db::{DbHash, DbAddress}` are the 32- and 20-byte `BYTEA` column types: stores
+//! decode them at the row and never convert by hand.
+//!
 //! Errors are one [`UnitsError`] enum with stable [`UnitsError::code`]s and
 //! messages that never echo input values.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod chain;
+#[cfg(feature = "sqlx")]
+pub mod db;
 mod decimal;
 mod error;
 mod native;
