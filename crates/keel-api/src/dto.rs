@@ -519,39 +519,55 @@ pub struct RoleChangeResult {
     pub changed: bool,
 }
 
-/// Declares [`OperationResult`]: `asset.create` and one variant per token-operation
-/// kind, each with a [`TokenOperationResult`]. **Adding an operation kind is one line
-/// here** (a token operation; a kind with another result shape adds its variant to the
-/// enum below and its arm to [`OperationResult::from_output`]): the OpenAPI `oneOf`,
-/// the `kind` filter of `GET /v1/operations` ([`OperationResult::KINDS`]) and the
-/// result conversion follow, and a test checks the list equals the runner's workflows.
+/// Declares [`OperationResult`]: one variant per operation kind, named as the kind's
+/// [`svc::OperationKind`] variant and grouped by its [`svc::ResultShape`]. The kinds
+/// themselves are listed once, in keel-workflows ([`svc::OperationKind::ALL`]); the
+/// `kind` filter of `GET /v1/operations` and the OpenAPI `Operation.kind` enum derive
+/// from that list, and a test proves this enum has exactly one variant per kind, each
+/// serialized as the kind's name.
 macro_rules! operation_results {
-    ($($(#[$doc:meta])* $variant:ident => $kind:tt,)*) => {
+    (
+        create: { $($(#[$cdoc:meta])* $create:ident => $ckind:tt,)* }
+        token: { $($(#[$tdoc:meta])* $token:ident => $tkind:tt,)* }
+        role: { $($(#[$rdoc:meta])* $role:ident => $rkind:tt,)* }
+    ) => {
         /// The result of a completed operation, by `kind` (a `oneOf` keyed by its `kind`
         /// member, which repeats the operation's).
         #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
         #[serde(tag = "kind")]
         pub enum OperationResult {
-            /// `asset.create`: the deployed contracts.
-            #[serde(rename = "asset.create")]
-            AssetCreate(AssetCreateResult),
-            $($(#[$doc])* #[serde(rename = $kind)] $variant(TokenOperationResult),)*
-            /// `asset.grant-role`: the grant transaction and whether it changed the role.
-            #[serde(rename = "asset.grant-role")]
-            AssetGrantRole(RoleChangeResult),
-            /// `asset.revoke-role`: the revoke transaction and whether it changed the role.
-            #[serde(rename = "asset.revoke-role")]
-            AssetRevokeRole(RoleChangeResult),
+            $($(#[$cdoc])* #[serde(rename = $ckind)] $create(AssetCreateResult),)*
+            $($(#[$tdoc])* #[serde(rename = $tkind)] $token(TokenOperationResult),)*
+            $($(#[$rdoc])* #[serde(rename = $rkind)] $role(RoleChangeResult),)*
         }
 
         impl OperationResult {
-            /// Every operation kind, `asset.create` first.
-            pub const KINDS: &'static [&'static str] =
-                &["asset.create", $($kind,)* "asset.grant-role", "asset.revoke-role"];
+            /// Each variant's serialized `kind` beside the operation kind it stands for
+            /// (a test proves the two spell the same and cover every kind).
+            #[cfg(test)]
+            const VARIANTS: &'static [(&'static str, svc::OperationKind, svc::ResultShape)] = &[
+                $(($ckind, svc::OperationKind::$create, svc::ResultShape::AssetCreate),)*
+                $(($tkind, svc::OperationKind::$token, svc::ResultShape::TokenOp),)*
+                $(($rkind, svc::OperationKind::$role, svc::ResultShape::RoleChange),)*
+            ];
 
-            fn token(kind: &str, r: TokenOperationResult) -> Option<Self> {
+            fn create(kind: svc::OperationKind, r: AssetCreateResult) -> Option<Self> {
                 match kind {
-                    $($kind => Some(Self::$variant(r)),)*
+                    $(svc::OperationKind::$create => Some(Self::$create(r)),)*
+                    _ => None,
+                }
+            }
+
+            fn token(kind: svc::OperationKind, r: TokenOperationResult) -> Option<Self> {
+                match kind {
+                    $(svc::OperationKind::$token => Some(Self::$token(r)),)*
+                    _ => None,
+                }
+            }
+
+            fn role(kind: svc::OperationKind, r: RoleChangeResult) -> Option<Self> {
+                match kind {
+                    $(svc::OperationKind::$role => Some(Self::$role(r)),)*
                     _ => None,
                 }
             }
@@ -560,56 +576,79 @@ macro_rules! operation_results {
 }
 
 operation_results! {
-    /// `asset.mint`: the mint transaction.
-    AssetMint => "asset.mint",
-    /// `asset.transfer`: the transfer transaction (from the issuer's balance).
-    AssetTransfer => "asset.transfer",
-    /// `asset.pause`: the pause transaction.
-    AssetPause => "asset.pause",
-    /// `asset.unpause`: the unpause transaction.
-    AssetUnpause => "asset.unpause",
-    /// `asset.burn`: the burn (or forced burn) transaction.
-    AssetBurn => "asset.burn",
+    create: {
+        /// `asset.create`: the deployed contracts.
+        AssetCreate => "asset.create",
+    }
+    token: {
+        /// `asset.mint`: the mint transaction.
+        AssetMint => "asset.mint",
+        /// `asset.transfer`: the transfer transaction (from the issuer's balance).
+        AssetTransfer => "asset.transfer",
+        /// `asset.pause`: the pause transaction.
+        AssetPause => "asset.pause",
+        /// `asset.unpause`: the unpause transaction.
+        AssetUnpause => "asset.unpause",
+        /// `asset.burn`: the burn (or forced burn) transaction.
+        AssetBurn => "asset.burn",
+    }
+    role: {
+        /// `asset.grant-role`: the grant transaction and whether it changed the role.
+        AssetGrantRole => "asset.grant-role",
+        /// `asset.revoke-role`: the revoke transaction and whether it changed the role.
+        AssetRevokeRole => "asset.revoke-role",
+    }
 }
 
 impl OperationResult {
-    /// The typed result of a completed operation of `kind` from its workflow output
-    /// (`None` for an unknown kind or an output of another shape, which the workflows'
-    /// contract rules out).
-    pub fn from_output(kind: &str, output: Value) -> Option<Self> {
-        if kind == "asset.create" {
-            let o: svc::workflows::AssetCreateOutput = serde_json::from_value(output).ok()?;
-            return Some(Self::AssetCreate(AssetCreateResult {
-                token_address: address_text(o.token),
-                feed_address: address_text(o.feed),
-                indexed_block: o.indexed_block,
-            }));
+    /// Every operation kind's name, `asset.create` first (from
+    /// [`svc::OperationKind::ALL`]).
+    pub fn kinds() -> impl Iterator<Item = &'static str> {
+        svc::OperationKind::ALL.iter().map(|k| k.name())
+    }
+
+    /// The typed result of a completed operation of `kind` from its workflow output,
+    /// read as the kind's [`svc::ResultShape`] (`None` for an output of another shape,
+    /// which the workflows' contract rules out).
+    pub fn from_output(kind: svc::OperationKind, output: Value) -> Option<Self> {
+        match kind.result_shape() {
+            svc::ResultShape::AssetCreate => {
+                let o: svc::workflows::AssetCreateOutput = serde_json::from_value(output).ok()?;
+                Self::create(
+                    kind,
+                    AssetCreateResult {
+                        token_address: address_text(o.token),
+                        feed_address: address_text(o.feed),
+                        indexed_block: o.indexed_block,
+                    },
+                )
+            }
+            svc::ResultShape::RoleChange => {
+                let o: svc::workflows::RoleChangeOutput = serde_json::from_value(output).ok()?;
+                Self::role(
+                    kind,
+                    RoleChangeResult {
+                        tx_hash: o.tx_hash.to_string(),
+                        block: o.block,
+                        indexed_block: o.indexed_block,
+                        role: o.role.name().to_owned(),
+                        account: address_text(o.account),
+                        changed: o.changed,
+                    },
+                )
+            }
+            svc::ResultShape::TokenOp => {
+                let o: svc::workflows::TokenOpOutput = serde_json::from_value(output).ok()?;
+                Self::token(
+                    kind,
+                    TokenOperationResult {
+                        tx_hash: o.tx_hash.to_string(),
+                        block: o.block,
+                        indexed_block: o.indexed_block,
+                    },
+                )
+            }
         }
-        if kind == "asset.grant-role" || kind == "asset.revoke-role" {
-            let o: svc::workflows::RoleChangeOutput = serde_json::from_value(output).ok()?;
-            let r = RoleChangeResult {
-                tx_hash: o.tx_hash.to_string(),
-                block: o.block,
-                indexed_block: o.indexed_block,
-                role: o.role.name().to_owned(),
-                account: address_text(o.account),
-                changed: o.changed,
-            };
-            return Some(if kind == "asset.grant-role" {
-                Self::AssetGrantRole(r)
-            } else {
-                Self::AssetRevokeRole(r)
-            });
-        }
-        let o: svc::workflows::TokenOpOutput = serde_json::from_value(output).ok()?;
-        Self::token(
-            kind,
-            TokenOperationResult {
-                tx_hash: o.tx_hash.to_string(),
-                block: o.block,
-                indexed_block: o.indexed_block,
-            },
-        )
     }
 }
 
@@ -1163,7 +1202,7 @@ impl From<svc::OperationView> for Operation {
         let result = v
             .result
             .filter(|_| v.state == svc::OperationState::Completed)
-            .and_then(|o| OperationResult::from_output(&v.kind, o));
+            .and_then(|o| OperationResult::from_output(v.kind, o));
         Self {
             id: v.id,
             asset_id: v.asset_id,
@@ -1178,7 +1217,7 @@ impl From<svc::OperationView> for Operation {
             created_at: v.created_at,
             updated_at: v.updated_at,
             completed_at: v.completed_at,
-            kind: v.kind,
+            kind: v.kind.name().to_owned(),
             attribution: v.attribution.map(Into::into),
             workflow_version: v.workflow_version,
             awaiting_runner: v.awaiting_runner,
@@ -1527,11 +1566,21 @@ mod tests {
     /// result, and no other kind is listed.
     #[test]
     fn every_workflow_is_a_kind_with_a_result() {
-        let mut kinds = OperationResult::KINDS.to_vec();
+        let mut kinds: Vec<_> = OperationResult::kinds().collect();
         let mut workflows = svc::workflows::WORKFLOWS.to_vec();
         kinds.sort_unstable();
         workflows.sort_unstable();
         assert_eq!(kinds, workflows);
+        // One result variant per kind, serialized as the kind's name, of its shape.
+        let mut covered: Vec<_> = OperationResult::VARIANTS.iter().map(|v| v.1).collect();
+        covered.sort_unstable();
+        covered.dedup();
+        assert_eq!(covered.len(), OperationResult::VARIANTS.len());
+        assert_eq!(covered.as_slice(), svc::OperationKind::ALL);
+        for (name, kind, shape) in OperationResult::VARIANTS {
+            assert_eq!(*name, kind.name());
+            assert_eq!(*shape, kind.result_shape(), "{kind}");
+        }
     }
 
     /// A completed operation's output becomes the result variant of its kind; an
@@ -1541,16 +1590,20 @@ mod tests {
         let out = serde_json::json!({
             "txHash": format!("0x{}", "cd".repeat(32)), "block": 5, "indexedBlock": 6
         });
-        let r = OperationResult::from_output("asset.transfer", out.clone()).unwrap();
+        let r =
+            OperationResult::from_output(svc::OperationKind::AssetTransfer, out.clone()).unwrap();
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["kind"], "asset.transfer");
         assert_eq!(v["block"], 5);
-        assert!(OperationResult::from_output("asset.unknown", out).is_none());
+        // An output of another shape has no result (the workflows' contract rules it out).
+        assert!(OperationResult::from_output(svc::OperationKind::AssetCreate, out).is_none());
         let token = Address::repeat_byte(0x11);
         let feed = Address::repeat_byte(0x22);
         let out = serde_json::json!({"token": token, "feed": feed, "indexedBlock": 3});
-        let v = serde_json::to_value(OperationResult::from_output("asset.create", out).unwrap())
-            .unwrap();
+        let v = serde_json::to_value(
+            OperationResult::from_output(svc::OperationKind::AssetCreate, out).unwrap(),
+        )
+        .unwrap();
         assert_eq!(v["kind"], "asset.create");
         assert_eq!(v["tokenAddress"], address_text(token));
     }

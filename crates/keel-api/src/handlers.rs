@@ -4,8 +4,7 @@ use crate::ApiState;
 use crate::dto::{
     Asset, AssetList, Balance, BurnRequest, CreateAssetRequest, EmptyRequest, FundingRequestList,
     Health, Operation, OperationAccepted, OperationHistory, OperationHistoryEntry, OperationList,
-    OperationResult, OperationState, RoleRequest, Template, TemplateList, TokenAmountRequest,
-    status_url,
+    OperationState, RoleRequest, Template, TemplateList, TokenAmountRequest, status_url,
 };
 use crate::extract::{
     Authed, IdempotencyKey, JsonBody, PreferWait, RawPath, parse_address, parse_id,
@@ -837,13 +836,7 @@ impl OperationsQuery {
         let kind = self
             .kind
             .as_deref()
-            .map(|k| {
-                OperationResult::KINDS
-                    .iter()
-                    .find(|known| **known == k)
-                    .map(|known| (*known).to_owned())
-                    .ok_or_else(|| bad_query("kind"))
-            })
+            .map(|k| keel_workflows::OperationKind::from_name(k).map_err(|_| bad_query("kind")))
             .transpose()?;
         let asset_id = self
             .asset_id

@@ -415,15 +415,14 @@ fn name_result_kinds(components: &mut utoipa::openapi::Components) {
     );
 }
 
-/// Every operation kind ([`dto::OperationResult::KINDS`]) as JSON values.
+/// Every operation kind ([`dto::OperationResult::kinds`]) as JSON values.
 fn kinds() -> Vec<serde_json::Value> {
-    dto::OperationResult::KINDS
-        .iter()
-        .map(|k| serde_json::Value::from(*k))
+    dto::OperationResult::kinds()
+        .map(serde_json::Value::from)
         .collect()
 }
 
-/// Declares `Operation.kind` as the enum of [`dto::OperationResult::KINDS`] (before
+/// Declares `Operation.kind` as the enum of [`dto::OperationResult::kinds`] (before
 /// `OperationAccepted` copies `Operation`'s properties).
 fn enumerate_kinds(components: &mut utoipa::openapi::Components) {
     use utoipa::openapi::{RefOr, Schema};

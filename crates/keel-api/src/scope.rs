@@ -370,6 +370,26 @@ mod tests {
         );
     }
 
+    /// Every operation kind (keel-workflows' one list) has its `POST` route in the
+    /// table, under the operate scope, and documented with the operation id its route
+    /// starts: a new kind without its handler, route or scope line fails here.
+    #[test]
+    fn every_operation_kind_has_its_route() {
+        let doc: serde_json::Value = serde_json::from_str(&crate::openapi_json()).unwrap();
+        for kind in keel_workflows::OperationKind::ALL {
+            let route = kind.route();
+            assert_eq!(
+                access(&Method::POST, &route),
+                Some(Access::Key(Scope::Operate)),
+                "{kind}: POST {route}"
+            );
+            assert!(
+                doc["paths"][route.as_str()]["post"].is_object(),
+                "{kind}: POST {route} is not documented"
+            );
+        }
+    }
+
     /// A parameter the document declares passes; any other is named (when plain) and
     /// its value never appears; a name that is not plain text is not echoed.
     #[test]

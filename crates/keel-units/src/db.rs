@@ -38,7 +38,9 @@ impl ChainId {
     /// # Errors
     /// [`UnitsError::Overflow`] when the stored value is negative.
     pub fn from_db(raw: i64) -> Result<Self, UnitsError> {
-        u64::try_from(raw).map(Self).map_err(|_| UnitsError::Overflow)
+        u64::try_from(raw)
+            .map(Self)
+            .map_err(|_| UnitsError::Overflow)
     }
 }
 

@@ -33,7 +33,7 @@
 //! operation's next change (its verdict at the latest): the mark still lacks it.
 
 use crate::error::{OpsError, Result};
-use crate::ops::view::{LinkedRequest, OperationView, project};
+use crate::ops::view::{LinkedRequest, OperationState, OperationView, WaitFor, project};
 use crate::store::{self, OperationEventContext};
 use crate::workflows::WORKFLOWS;
 use keel_durable::{
@@ -65,8 +65,8 @@ impl std::fmt::Debug for OperationEvents {
 /// What an operation's events reported so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Mark {
-    state: Option<String>,
-    wait: Option<String>,
+    state: Option<OperationState>,
+    wait: Option<WaitFor>,
     submitted: Vec<String>,
     confirmed: Vec<String>,
     indexed: bool,
@@ -75,8 +75,8 @@ struct Mark {
 impl Mark {
     fn of(v: &OperationView) -> Self {
         Self {
-            state: Some(v.state.as_str().to_owned()),
-            wait: v.wait.as_ref().map(|w| w.waits_for.as_str().to_owned()),
+            state: Some(v.state),
+            wait: v.wait.as_ref().map(|w| w.waits_for),
             // Submitted: a node accepted it (the queue's first broadcast) or it mined.
             submitted: v
                 .milestones
@@ -115,11 +115,13 @@ impl Mark {
             out.push(ev::OPERATION_STATE_CHANGED);
         }
         if new.wait != self.wait {
-            match new.wait.as_deref() {
-                Some("approval") => out.push(ev::OPERATION_APPROVAL_REQUESTED),
-                Some("funding") => out.push(ev::OPERATION_FUNDING_REQUESTED),
-                Some("custody_approval") => out.push(ev::OPERATION_CUSTODY_APPROVAL_REQUESTED),
-                _ => {}
+            match new.wait {
+                Some(WaitFor::Approval) => out.push(ev::OPERATION_APPROVAL_REQUESTED),
+                Some(WaitFor::Funding) => out.push(ev::OPERATION_FUNDING_REQUESTED),
+                Some(WaitFor::CustodyApproval) => {
+                    out.push(ev::OPERATION_CUSTODY_APPROVAL_REQUESTED);
+                }
+                Some(WaitFor::Transaction | WaitFor::Timer | WaitFor::Runner) | None => {}
             }
         }
         if new.indexed && !self.indexed {
@@ -198,9 +200,18 @@ impl OperationEvents {
             None => None,
         };
         let view = project(&op, status, txs, queued_behind);
-        let old: Mark = mark
-            .and_then(|m| serde_json::from_value(m).ok())
-            .unwrap_or_default();
+        let old: Mark = match mark.map(serde_json::from_value::<Mark>).transpose() {
+            Ok(m) => m.unwrap_or_default(),
+            Err(_) => {
+                // An unreadable mark (written by a build with other states or waits):
+                // said and counted, then read as "nothing reported", so this change's
+                // events are written again (webhooks are at least once) and the mark is
+                // rewritten; the operation is never held.
+                tracing::warn!(operation = %op.id, "unreadable webhook mark; reporting anew");
+                metrics::counter!("keel_webhook_mark_unreadable_total").increment(1);
+                Mark::default()
+            }
+        };
         let new = Mark::of(&view);
         let types = old.changes(&new, verdict);
         if types.is_empty() {
@@ -375,7 +386,7 @@ mod tests {
 
     fn mark(state: &str) -> Mark {
         Mark {
-            state: Some(state.into()),
+            state: Some(serde_json::from_value(serde_json::json!(state)).unwrap()),
             ..Mark::default()
         }
     }
@@ -388,7 +399,7 @@ mod tests {
             [ev::OPERATION_ACCEPTED]
         );
         let waiting = Mark {
-            wait: Some("approval".into()),
+            wait: Some(WaitFor::Approval),
             ..mark("waiting")
         };
         assert_eq!(
@@ -401,12 +412,12 @@ mod tests {
         assert!(waiting.changes(&waiting, false).is_empty());
         // Issue 32 §5: an approval wait at the custody provider is announced.
         let custody = Mark {
-            wait: Some("custody_approval".into()),
+            wait: Some(WaitFor::CustodyApproval),
             ..mark("waiting")
         };
         assert_eq!(
             Mark {
-                wait: Some("transaction".into()),
+                wait: Some(WaitFor::Transaction),
                 ..mark("waiting")
             }
             .changes(&custody, false),

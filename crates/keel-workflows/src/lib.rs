@@ -9,6 +9,8 @@
 //!   burn of a holder's with the token's `BURNER_ROLE`), `asset.grant-role`,
 //!   `asset.revoke-role` (one at a time per asset, optional approval wait).
 //!   [`workflows::register_all`] registers exactly [`workflows::WORKFLOWS`];
+//! - [`kinds`]: [`OperationKind`], the one list of operation kinds (workflow, route
+//!   segment, result shape); every other list is derived from it or tested equal;
 //!   [`workflows::contract`] holds their inputs, outputs, signals and typed failure.
 //! - [`ops`]: [`ops::Ops`], the API's service: idempotent acceptance (organization +
 //!   `Idempotency-Key`, request hash), the operation status projection (state, wait,
@@ -46,6 +48,7 @@
 pub mod env;
 mod error;
 pub mod events;
+pub mod kinds;
 pub mod ops;
 pub mod platform;
 pub mod store;
@@ -58,6 +61,7 @@ pub use error::{OpsError, Result};
 pub use events::{OperationEvents, Renderer};
 /// Who asked for a command (the engine's attribution types, re-exported for the API).
 pub use keel_durable::{Actor, ActorKind, AttributionStatus, HistoryEntry};
+pub use kinds::{OperationKind, ResultShape, UnknownKind};
 pub use ops::accept::{Accepted, NewAsset, TokenRequest};
 pub use ops::ledger::{HolderView, HoldersView, SupplyView, TransferView, TransfersView};
 pub use ops::read::{
@@ -82,5 +86,10 @@ pub fn describe_metrics() {
         "keel_workflows_verdicts_delivered_total",
         ::metrics::Unit::Count,
         "Transaction verdicts delivered to workflows (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_webhook_mark_unreadable_total",
+        ::metrics::Unit::Count,
+        "Operations whose stored webhook mark could not be read, so their current events were written again (count; webhooks are at least once)."
     );
 }

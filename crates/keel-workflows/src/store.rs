@@ -545,8 +545,9 @@ pub async fn asset_addresses_set(
 pub struct OperationRow {
     /// Operation id.
     pub id: Uuid,
-    /// `asset.create`, `asset.mint`, ... (also the workflow's name).
-    pub kind: String,
+    /// `asset.create`, `asset.mint`, ... (also the workflow's name); a stored kind this
+    /// build does not know fails the row's decoding.
+    pub kind: crate::kinds::OperationKind,
     /// The asset.
     pub asset_id: Uuid,
     /// SHA-256 of the kind, the asset and the canonical request body.
@@ -572,7 +573,7 @@ pub struct NewOperationRow<'a> {
     /// The caller's organization.
     pub organization_id: Uuid,
     /// The operation kind.
-    pub kind: &'a str,
+    pub kind: crate::kinds::OperationKind,
     /// The asset.
     pub asset_id: Uuid,
     /// The caller's `Idempotency-Key` (1..=255 characters).
@@ -651,7 +652,7 @@ pub async fn operation_by_key(
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OperationListFilter {
     /// Only this kind.
-    pub kind: Option<String>,
+    pub kind: Option<crate::kinds::OperationKind>,
     /// Only operations of this asset.
     pub asset_id: Option<Uuid>,
     /// Only operations accepted strictly after this instant.
@@ -711,7 +712,7 @@ fn operation_list_query(
     ));
     q.push_bind(organization_id);
     if let Some(kind) = &f.kind {
-        q.push(" AND kind = ").push_bind(kind.clone());
+        q.push(" AND kind = ").push_bind(*kind);
     }
     if let Some(asset) = f.asset_id {
         q.push(" AND asset_id = ").push_bind(asset);

@@ -22,6 +22,8 @@
 pub mod aa;
 pub mod chains;
 pub mod config;
+#[cfg(test)]
+mod crate_map;
 pub mod ops;
 pub mod roles;
 pub mod services;

@@ -3,6 +3,7 @@
 //! `Idempotency-Key`) and the request's hash (see [`crate::ops`]).
 
 use crate::error::{OpsError, Result};
+use crate::kinds::OperationKind;
 use crate::ops::Ops;
 use crate::ops::amount::{above_threshold, decimals, price_answer, token_amount};
 use crate::ops::read::AssetStatus;
@@ -11,9 +12,6 @@ use crate::store::{self, NewAssetRow, NewOperationRow, OperationRow};
 use crate::tenancy::{Caller, template};
 use crate::workflows::asset_create::AssetCreate;
 use crate::workflows::contract::{AssetCreateInput, TokenAction, TokenOpInput, TokenRole};
-use crate::workflows::token_op::{
-    AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer, AssetUnpause,
-};
 use alloy::primitives::Address;
 use keel_durable::{StartOptions, Workflow};
 use serde_json::{Value, json};
@@ -98,16 +96,16 @@ impl std::str::FromStr for TokenRole {
 }
 
 impl TokenRequest {
-    /// The operation kind (`asset.mint`, ...), also the workflow's name.
-    pub fn kind(&self) -> &'static str {
+    /// The operation kind (`asset.mint`, ...), whose name is also the workflow's.
+    pub fn kind(&self) -> OperationKind {
         match self {
-            Self::Mint { .. } => AssetMint::NAME,
-            Self::Transfer { .. } => AssetTransfer::NAME,
-            Self::Pause => AssetPause::NAME,
-            Self::Unpause => AssetUnpause::NAME,
-            Self::Burn { .. } => AssetBurn::NAME,
-            Self::GrantRole { .. } => AssetGrantRole::NAME,
-            Self::RevokeRole { .. } => AssetRevokeRole::NAME,
+            Self::Mint { .. } => OperationKind::AssetMint,
+            Self::Transfer { .. } => OperationKind::AssetTransfer,
+            Self::Pause => OperationKind::AssetPause,
+            Self::Unpause => OperationKind::AssetUnpause,
+            Self::Burn { .. } => OperationKind::AssetBurn,
+            Self::GrantRole { .. } => OperationKind::AssetGrantRole,
+            Self::RevokeRole { .. } => OperationKind::AssetRevokeRole,
         }
     }
 }
@@ -244,7 +242,7 @@ impl Ops {
                 &NewOperationRow {
                     id: operation_id,
                     organization_id: caller.organization_id,
-                    kind: AssetCreate::NAME,
+                    kind: OperationKind::AssetCreate,
                     asset_id,
                     idempotency_key: key,
                     request_sha256: &request_hash,
@@ -343,7 +341,7 @@ impl Ops {
         };
         let kind = req.kind();
         let request_hash = sha256_json(&json!({
-            "kind": kind, "asset": asset_id, "action": action,
+            "kind": kind.name(), "asset": asset_id, "action": action,
         }));
         let (Some(token), AssetStatus::Active) = (asset.token, asset.status()) else {
             if let Some(op) = store::operation_by_key(&self.db, caller.organization_id, key).await?
@@ -403,36 +401,8 @@ impl Ops {
             sender: t.sender.as_ref().and(asset.issuer),
         };
         let serialization = Some(format!("asset:{asset_id}"));
-        let _instance = match req {
-            TokenRequest::Mint { .. } => {
-                self.start::<AssetMint>(operation_id, &input, serialization, caller)
-                    .await?
-            }
-            TokenRequest::Transfer { .. } => {
-                self.start::<AssetTransfer>(operation_id, &input, serialization, caller)
-                    .await?
-            }
-            TokenRequest::Pause => {
-                self.start::<AssetPause>(operation_id, &input, serialization, caller)
-                    .await?
-            }
-            TokenRequest::Unpause => {
-                self.start::<AssetUnpause>(operation_id, &input, serialization, caller)
-                    .await?
-            }
-            TokenRequest::Burn { .. } => {
-                self.start::<AssetBurn>(operation_id, &input, serialization, caller)
-                    .await?
-            }
-            TokenRequest::GrantRole { .. } => {
-                self.start::<AssetGrantRole>(operation_id, &input, serialization, caller)
-                    .await?
-            }
-            TokenRequest::RevokeRole { .. } => {
-                self.start::<AssetRevokeRole>(operation_id, &input, serialization, caller)
-                    .await?
-            }
-        };
+        self.start_token_op(kind, operation_id, &input, serialization, caller)
+            .await?;
         Ok(Accepted {
             created,
             operation: self.operation(caller, operation_id).await?,
@@ -441,7 +411,7 @@ impl Ops {
 
     /// Starts (idempotently: the operation id is the engine's idempotency key) the
     /// workflow `W` of `operation_id` and records its instance on the operation.
-    async fn start<W: Workflow>(
+    pub(crate) async fn start<W: Workflow>(
         &self,
         operation_id: Uuid,
         input: &W::Input,
@@ -566,7 +536,7 @@ mod tests {
     #[test]
     fn every_accepted_kind_is_a_registered_workflow() {
         let kinds = [
-            AssetCreate::NAME,
+            OperationKind::AssetCreate,
             TokenRequest::Mint {
                 recipient: Address::ZERO,
                 amount: String::new(),
@@ -596,8 +566,9 @@ mod tests {
             .kind(),
         ];
         for kind in kinds {
-            assert!(WORKFLOWS.contains(&kind), "{kind}");
+            assert!(WORKFLOWS.contains(&kind.name()), "{kind}");
         }
         assert_eq!(kinds.len(), WORKFLOWS.len());
+        assert_eq!(kinds.as_slice(), OperationKind::ALL);
     }
 }

@@ -23,8 +23,9 @@ use uuid::Uuid;
 /// (the queue's `REORGED_OUT` verdict, issue 32 §10).
 pub const REORGED_OUT: &str = "REORGED_OUT";
 
-/// The state of an operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The state of an operation. Serialized (the webhook mark) as [`OperationState::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OperationState {
     /// Accepted; waits behind another operation of its asset (see
     /// [`OperationView::queued_behind`]).
@@ -68,9 +69,8 @@ impl OperationState {
 pub struct OperationView {
     /// Operation id.
     pub id: Uuid,
-    /// `asset.create`, `asset.mint`, `asset.transfer`, `asset.pause`, `asset.unpause`,
-    /// `asset.burn`, `asset.grant-role`, `asset.revoke-role`.
-    pub kind: String,
+    /// The kind (`asset.create`, `asset.mint`, ...: [`crate::OperationKind::ALL`]).
+    pub kind: crate::kinds::OperationKind,
     /// The asset.
     pub asset_id: Uuid,
     /// The state; `Queued` comes with [`OperationView::queued_behind`].
@@ -188,8 +188,10 @@ impl OperationView {
     }
 }
 
-/// What a waiting operation waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What a waiting operation waits for. Serialized (the webhook mark) as
+/// [`WaitFor::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum WaitFor {
     /// An approval decision.
     Approval,
@@ -649,7 +651,7 @@ pub fn project(
     };
     OperationView {
         id: op.id,
-        kind: op.kind.clone(),
+        kind: op.kind,
         asset_id: op.asset_id,
         state,
         queued_behind,
@@ -690,8 +692,8 @@ impl OperationView {
 pub struct OperationFilter {
     /// Only operations in this state (as [`OperationView::state`] shows it).
     pub state: Option<OperationState>,
-    /// Only this kind (`asset.mint`, ...).
-    pub kind: Option<String>,
+    /// Only this kind.
+    pub kind: Option<crate::kinds::OperationKind>,
     /// Only operations of this asset.
     pub asset_id: Option<Uuid>,
     /// Only operations accepted strictly after this instant.
@@ -750,7 +752,7 @@ impl Ops {
     ) -> Result<OperationList> {
         let want = limit as usize + 1;
         let sql = store::OperationListFilter {
-            kind: filter.kind.clone(),
+            kind: filter.kind,
             asset_id: filter.asset_id,
             created_after: filter.created_after,
             created_before: filter.created_before,
@@ -968,7 +970,7 @@ mod tests {
     fn op_row() -> OperationRow {
         OperationRow {
             id: Uuid::new_v4(),
-            kind: "asset.mint".into(),
+            kind: crate::kinds::OperationKind::AssetMint,
             asset_id: Uuid::new_v4(),
             request_sha256: vec![],
             api_key_id: Uuid::new_v4(),

@@ -32,39 +32,13 @@ pub use token_op::{
     AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer, AssetUnpause,
 };
 
-use crate::env::WorkflowEnv;
-use keel_durable::Workflow;
-use std::sync::Arc;
-
-/// Names of every workflow the WorkflowEnv API can start. The runner registers exactly
-/// these ([`register_all`]); a test keeps the two in step.
-pub const WORKFLOWS: [&str; 8] = [
-    AssetCreate::NAME,
-    AssetMint::NAME,
-    AssetTransfer::NAME,
-    AssetPause::NAME,
-    AssetUnpause::NAME,
-    AssetBurn::NAME,
-    AssetGrantRole::NAME,
-    AssetRevokeRole::NAME,
-];
-
-/// Registers every workflow of [`WORKFLOWS`] with `engine`.
-pub fn register_all(engine: keel_durable::Engine, env: Arc<WorkflowEnv>) -> keel_durable::Engine {
-    engine
-        .register(AssetCreate(env.clone()))
-        .register(AssetMint(env.clone()))
-        .register(AssetTransfer(env.clone()))
-        .register(AssetPause(env.clone()))
-        .register(AssetUnpause(env.clone()))
-        .register(AssetBurn(env.clone()))
-        .register(AssetGrantRole(env.clone()))
-        .register(AssetRevokeRole(env))
-}
+pub use crate::kinds::{WORKFLOWS, register_all};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::WorkflowEnv;
+    use std::sync::Arc;
 
     #[test]
     fn workflow_names_are_distinct() {

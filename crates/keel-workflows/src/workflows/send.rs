@@ -745,7 +745,7 @@ mod tests {
             &store::NewOperationRow {
                 id: op,
                 organization_id: org,
-                kind: "asset.pause",
+                kind: crate::kinds::OperationKind::AssetPause,
                 asset_id: asset,
                 idempotency_key: "k",
                 request_sha256: &[0; 32],

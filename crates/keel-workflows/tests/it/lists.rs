@@ -61,7 +61,7 @@ async fn every_filter_combination_is_an_index_range_scan() {
         ),
         (
             OperationListFilter {
-                kind: Some("asset.mint".into()),
+                kind: Some(keel_workflows::OperationKind::AssetMint),
                 ..Default::default()
             },
             "operation_organization_kind_created",
@@ -76,7 +76,7 @@ async fn every_filter_combination_is_an_index_range_scan() {
         (
             OperationListFilter {
                 asset_id: Some(asset),
-                kind: Some("asset.mint".into()),
+                kind: Some(keel_workflows::OperationKind::AssetMint),
                 created_after: Some(now - chrono::Duration::hours(1)),
                 created_before: Some(now),
             },
@@ -84,7 +84,7 @@ async fn every_filter_combination_is_an_index_range_scan() {
         ),
         (
             OperationListFilter {
-                kind: Some("asset.pause".into()),
+                kind: Some(keel_workflows::OperationKind::AssetPause),
                 created_after: Some(now - chrono::Duration::hours(1)),
                 ..Default::default()
             },
@@ -170,7 +170,7 @@ async fn a_state_filter_examines_a_bounded_number_of_rows() {
 
     let running = OperationFilter {
         state: Some(OperationState::Running),
-        kind: Some("asset.mint".into()),
+        kind: Some(keel_workflows::OperationKind::AssetMint),
         ..Default::default()
     };
     let page = env

@@ -19,7 +19,7 @@ fn operation<'a>(env: &Env, asset_id: Uuid, key: &'a str, hash: &'a [u8]) -> New
     NewOperationRow {
         id: Uuid::new_v4(),
         organization_id: env.caller.organization_id,
-        kind: "asset.pause",
+        kind: keel_workflows::OperationKind::AssetPause,
         asset_id,
         idempotency_key: key,
         request_sha256: hash,

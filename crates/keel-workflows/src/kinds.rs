@@ -1,0 +1,287 @@
+//! The operation kinds: **the one list** of what the Platform API can start.
+//!
+//! Each kind is one workflow (its name is the workflow's [`Workflow::NAME`]), one route
+//! (`POST /v1/assets` or `POST /v1/assets/{id}/<segment>`) and one result shape. Every
+//! other list is derived from [`OperationKind::ALL`] or proven equal to it by a test:
+//! the runner's registrations ([`register_all`], [`WORKFLOWS`]), the
+//! start dispatch of the operations service, the stored `operation.kind` (decoded at the
+//! row as an [`OperationKind`]; migration 0085 dropped the SQL CHECK that repeated this
+//! list), the API's result `oneOf`, its `kind` filter and its route table.
+//!
+//! ## Adding a token operation
+//! 1. the workflow: its `token_workflow!` line in `workflows/token_op.rs`, its
+//!    [`crate::workflows::TokenAction`] variant and contract call (`calldata`), its
+//!    approval rule ([`crate::ops::accept::needs_approval`]);
+//! 2. its line in the `token:` list below;
+//! 3. its request: a [`crate::TokenRequest`] variant, and in keel-api its handler, route
+//!    and scope line (a keel-api test fails until they exist) and its result variant;
+//! 4. its docs (the API reference is generated).
+
+use crate::env::WorkflowEnv;
+use crate::error::{OpsError, Result};
+use crate::ops::Ops;
+use crate::tenancy::Caller;
+use crate::workflows::contract::TokenOpInput;
+use crate::workflows::{
+    AssetBurn, AssetCreate, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer,
+    AssetUnpause,
+};
+use keel_durable::Workflow;
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// The shape of a completed operation's `result` (its workflow's output type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResultShape {
+    /// [`crate::workflows::AssetCreateOutput`]: the deployed contracts.
+    AssetCreate,
+    /// [`crate::workflows::TokenOpOutput`]: one transaction and its indexed block.
+    TokenOp,
+    /// [`crate::workflows::RoleChangeOutput`]: a token operation that also says whether
+    /// the role changed.
+    RoleChange,
+}
+
+/// An unknown operation kind name (from a request's `kind` filter or a stored row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unknown operation kind")]
+pub struct UnknownKind;
+
+macro_rules! operation_kinds {
+    (
+        create: $create:ident => $create_shape:ident;
+        token: { $( $(#[$doc:meta])* $tok:ident => $segment:literal, $shape:ident; )* }
+    ) => {
+        /// An operation kind. Serialized (JSON, SQL `operation.kind`) as its workflow's
+        /// name: `asset.create`, `asset.mint`, ...
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum OperationKind {
+            /// `asset.create` (`POST /v1/assets`): deploys an asset's contracts.
+            $create,
+            $( $(#[$doc])* $tok, )*
+        }
+
+        impl OperationKind {
+            /// Every kind, `asset.create` first, then the token operations in API order.
+            pub const ALL: &'static [OperationKind] = &[Self::$create, $(Self::$tok,)*];
+
+            /// The kind's name, which is its workflow's name (`asset.mint`).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    Self::$create => <$create as Workflow>::NAME,
+                    $( Self::$tok => <$tok as Workflow>::NAME, )*
+                }
+            }
+
+            /// The last segment of the kind's `POST /v1/assets/{id}/<segment>` route, or
+            /// `None` for `asset.create` (`POST /v1/assets`).
+            pub const fn route_segment(self) -> Option<&'static str> {
+                match self {
+                    Self::$create => None,
+                    $( Self::$tok => Some($segment), )*
+                }
+            }
+
+            /// The shape of the kind's result.
+            pub const fn result_shape(self) -> ResultShape {
+                match self {
+                    Self::$create => ResultShape::$create_shape,
+                    $( Self::$tok => ResultShape::$shape, )*
+                }
+            }
+        }
+
+        /// The workflow names of every kind, in [`OperationKind::ALL`] order: what the
+        /// runner registers ([`register_all`]) and the durable gauges are labelled with.
+        pub const WORKFLOWS: [&str; 1 + [$(stringify!($tok)),*].len()] =
+            [<$create as Workflow>::NAME, $(<$tok as Workflow>::NAME,)*];
+
+        /// Registers the workflow of every kind with `engine` (the runner's registration;
+        /// [`WORKFLOWS`] lists the same names).
+        pub fn register_all(
+            engine: keel_durable::Engine,
+            env: Arc<WorkflowEnv>,
+        ) -> keel_durable::Engine {
+            engine
+                .register($create(env.clone()))
+                $( .register($tok(env.clone())) )*
+        }
+
+        impl Ops {
+            /// Starts the workflow of token-operation `kind` for `operation_id`
+            /// (idempotently: the operation id is the engine's idempotency key).
+            ///
+            /// # Errors
+            /// [`OpsError::InvalidField`] (`kind`) for `asset.create`, whose input is not
+            /// a [`TokenOpInput`]; the errors of starting a workflow.
+            pub(crate) async fn start_token_op(
+                &self,
+                kind: OperationKind,
+                operation_id: Uuid,
+                input: &TokenOpInput,
+                serialization_key: Option<String>,
+                caller: Caller,
+            ) -> Result<Uuid> {
+                match kind {
+                    OperationKind::$create => Err(OpsError::InvalidField {
+                        field: "kind",
+                        reason: "is not a token operation",
+                    }),
+                    $( OperationKind::$tok => {
+                        self.start::<$tok>(operation_id, input, serialization_key, caller).await
+                    } )*
+                }
+            }
+        }
+    };
+}
+
+operation_kinds! {
+    create: AssetCreate => AssetCreate;
+    token: {
+        /// `asset.mint` (`POST /v1/assets/{id}/mint`).
+        AssetMint => "mint", TokenOp;
+        /// `asset.transfer` (`POST /v1/assets/{id}/transfer`).
+        AssetTransfer => "transfer", TokenOp;
+        /// `asset.pause` (`POST /v1/assets/{id}/pause`).
+        AssetPause => "pause", TokenOp;
+        /// `asset.unpause` (`POST /v1/assets/{id}/unpause`).
+        AssetUnpause => "unpause", TokenOp;
+        /// `asset.burn` (`POST /v1/assets/{id}/burn`).
+        AssetBurn => "burn", TokenOp;
+        /// `asset.grant-role` (`POST /v1/assets/{id}/grant-role`).
+        AssetGrantRole => "grant-role", RoleChange;
+        /// `asset.revoke-role` (`POST /v1/assets/{id}/revoke-role`).
+        AssetRevokeRole => "revoke-role", RoleChange;
+    }
+}
+
+impl OperationKind {
+    /// The kind named `name` (exact).
+    ///
+    /// # Errors
+    /// [`UnknownKind`] for any other name.
+    pub fn from_name(name: &str) -> std::result::Result<Self, UnknownKind> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name() == name)
+            .ok_or(UnknownKind)
+    }
+
+    /// The kind's route template as the API router and its scope table spell it:
+    /// `/v1/assets` or `/v1/assets/{id}/<segment>`.
+    pub fn route(self) -> String {
+        match self.route_segment() {
+            None => "/v1/assets".to_owned(),
+            Some(segment) => format!("/v1/assets/{{id}}/{segment}"),
+        }
+    }
+}
+
+impl std::fmt::Display for OperationKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A kind equals its name (`kind == "asset.mint"`).
+impl PartialEq<str> for OperationKind {
+    fn eq(&self, other: &str) -> bool {
+        self.name() == other
+    }
+}
+
+/// A kind equals its name (`kind == "asset.mint"`).
+impl PartialEq<&str> for OperationKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+impl std::str::FromStr for OperationKind {
+    type Err = UnknownKind;
+
+    fn from_str(s: &str) -> std::result::Result<Self, UnknownKind> {
+        Self::from_name(s)
+    }
+}
+
+impl serde::Serialize for OperationKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for OperationKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Self::from_name(&name).map_err(serde::de::Error::custom)
+    }
+}
+
+impl sqlx::Type<sqlx::Postgres> for OperationKind {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Postgres> for OperationKind {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <&str as sqlx::Encode<'_, sqlx::Postgres>>::encode(self.name(), buf)
+    }
+}
+
+impl sqlx::Decode<'_, sqlx::Postgres> for OperationKind {
+    /// A stored kind this build does not know is a decode error (never a fallback).
+    fn decode(
+        value: sqlx::postgres::PgValueRef<'_>,
+    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        let name = <&str as sqlx::Decode<'_, sqlx::Postgres>>::decode(value)?;
+        Ok(Self::from_name(name)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_distinct_and_parse_back() {
+        let mut names: Vec<_> = OperationKind::ALL.iter().map(|k| k.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), OperationKind::ALL.len());
+        for k in OperationKind::ALL {
+            assert_eq!(OperationKind::from_name(k.name()), Ok(*k));
+            assert_eq!(
+                serde_json::from_value::<OperationKind>(serde_json::to_value(k).unwrap()).unwrap(),
+                *k
+            );
+        }
+        assert_eq!(OperationKind::from_name("asset.freeze"), Err(UnknownKind));
+        assert_eq!(OperationKind::AssetCreate.route(), "/v1/assets");
+        assert_eq!(
+            OperationKind::AssetGrantRole.route(),
+            "/v1/assets/{id}/grant-role"
+        );
+    }
+
+    #[test]
+    fn every_kind_but_create_names_its_route_after_its_workflow() {
+        for k in OperationKind::ALL {
+            match k.route_segment() {
+                None => assert_eq!(*k, OperationKind::AssetCreate),
+                Some(segment) => assert_eq!(k.name(), format!("asset.{segment}")),
+            }
+        }
+    }
+}
