@@ -676,8 +676,13 @@ impl StatusSettings {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OperatorConfig {
-    /// Name of the environment variable holding the operator's hex private key.
+    /// Name of the environment variable holding the operator's hex private key: the
+    /// shorthand of `signer = { kind = "env", var = … }`, used when `signer` is absent.
     pub key_env: String,
+    /// `[operator.signer]`: the operator key of any kind ([`crate::signer::SignerConfig`]);
+    /// absent: `keyEnv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<crate::signer::SignerConfig>,
     /// ERC-8021 attribution codes (schema 0), appended to every calldata.
     pub attribution_codes: Vec<String>,
 }
@@ -686,7 +691,24 @@ impl Default for OperatorConfig {
     fn default() -> Self {
         Self {
             key_env: "KEEL_OPERATOR_KEY".to_owned(),
+            signer: None,
             attribution_codes: vec!["keel".to_owned()],
+        }
+    }
+}
+
+impl OperatorConfig {
+    /// The operator key's configuration and the configuration key it comes from
+    /// (`operator.signer`, or `operator.keyEnv` when no signer table is given).
+    pub fn signer_config(&self) -> (crate::signer::SignerConfig, &'static str) {
+        match &self.signer {
+            Some(s) => (s.clone(), "operator.signer"),
+            None => (
+                crate::signer::SignerConfig::Env {
+                    var: self.key_env.clone(),
+                },
+                "operator.keyEnv",
+            ),
         }
     }
 }
@@ -921,6 +943,16 @@ fn known_paths() -> Vec<Vec<String>> {
         out.push(table);
     }
     out.extend(custody_paths());
+    // Signer tables (`[operator.signer]`, `[aa.sponsorSigner]`), optional.
+    for table in [vec!["operator", "signer"], vec!["aa", "sponsorSigner"]] {
+        let table: Vec<String> = table.into_iter().map(str::to_owned).collect();
+        for key in crate::signer::SIGNER_KEYS {
+            let mut path = table.clone();
+            path.push((*key).to_owned());
+            out.push(path);
+        }
+        out.push(table);
+    }
     out
 }
 
@@ -1395,6 +1427,16 @@ impl Config {
                 "monitoring.blockchainHealthCollector.intervalSeconds",
                 "must be at least 60, or a divisor of 60 below it",
             ));
+        }
+        match &self.operator.signer {
+            Some(signer) => signer.validate("operator.signer")?,
+            None if self.operator.key_env.is_empty() => {
+                return Err(invalid(
+                    "operator.keyEnv",
+                    "must name an environment variable",
+                ));
+            }
+            None => {}
         }
         self.aa.validate()?;
         self.telemetry.metrics_socket()?;

@@ -3,7 +3,6 @@
 
 use alloy::primitives::Address;
 use alloy::providers::{Provider, ProviderBuilder};
-use alloy::signers::local::PrivateKeySigner;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use keel::config::{Config, Role};
@@ -744,6 +743,10 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
     };
     let span = tracing::info_span!("keel", role = role.as_str());
     let _entered = span.enter();
+    // Every key the role signs with, built once and shared (a malformed key stops here).
+    let signers = keel::signer::Signers::load(&config, role)
+        .await
+        .context("signing keys")?;
     let endpoint =
         telemetry::init_metrics(&config.telemetry, &config.deployment_id, role.as_str()).await?;
     let metrics_addr = endpoint
@@ -753,7 +756,7 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
         .await
         .context("connecting to the database")?;
     let shutdown = keel::shutdown::on_signal();
-    let runtime = keel::roles::RoleRuntime::start(role, &config, &pool).await?;
+    let runtime = keel::roles::RoleRuntime::start(role, &config, &pool, &signers).await?;
     let supervisor = runtime.supervisor().clone();
     let ready = Arc::new(AtomicBool::new(false));
     // The telemetry endpoint outlives the drain (readiness reports "not ready" while
@@ -786,6 +789,7 @@ async fn run_role(config: Config, role: Option<Role>, grace: Duration) -> anyhow
                 ready.clone(),
                 shutdown.clone(),
                 supervisor.clone(),
+                &signers,
             )
             .await?,
         )
@@ -839,6 +843,7 @@ async fn start_api(
     ready: Arc<AtomicBool>,
     shutdown: tokio_util::sync::CancellationToken,
     supervisor: keel::supervise::Supervisor,
+    signers: &keel::signer::Signers,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let engine = keel_durable::Engine::new(pool.clone(), keel::services::engine_config(config))
         .context("durable engine")?;
@@ -848,7 +853,7 @@ async fn start_api(
         keel_api::webhooks::operation_renderer(),
     );
     // ERC-4337 (issue 20): user operations, when `aa.enabled`.
-    let user_operations = keel::aa::api_service(config, pool, engine.clone(), &supervisor)
+    let user_operations = keel::aa::api_service(config, pool, engine.clone(), &supervisor, signers)
         .await
         .context("account abstraction")?;
     let ops = keel_workflows::Ops::new(pool.clone(), engine).with_events(events);
@@ -929,17 +934,16 @@ async fn bootstrap(
     let chain = config.chains.get(chain_name).with_context(|| {
         format!("no chain named `{chain_name}` in the configuration (chains.*)")
     })?;
-    let key = std::env::var(key_env)
-        .with_context(|| format!("environment variable {key_env} is not set"))?;
-    let signer: PrivateKeySigner = key
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("{key_env} does not hold a valid hex private key"))?;
-    drop(key);
+    let signer = keel::signer::SignerConfig::Env {
+        var: key_env.to_owned(),
+    }
+    .build("--key-env")
+    .await?
+    .with_context(|| format!("environment variable {key_env} is not set"))?;
     let admin = signer.address();
     let url = chain.rpc_urls.first().context("chain has no RPC URL")?;
     let provider = ProviderBuilder::new()
-        .wallet(signer)
+        .wallet(alloy::network::EthereumWallet::from(signer))
         .connect(url)
         .await
         .context("connecting to the chain's first RPC upstream")?
