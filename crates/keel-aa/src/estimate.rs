@@ -490,20 +490,14 @@ pub(crate) async fn paymaster_data_rpc(
         valid_until: now.saturating_add(sponsor.validity_secs),
         valid_after: 0,
     };
-    crate::sign_sponsorship(
-        sponsor.signer.as_ref(),
-        &mut op,
-        &ep,
-        sponsor.paymaster,
-        window,
-    )
-    .await
-    .map_err(|e| match e {
-        crate::SponsorError::WrongPaymaster => {
-            CallError::invalid_params("the user operation names another paymaster")
-        }
-        _ => CallError::invalid_params("malformed user operation"),
-    })?;
+    crate::sign_sponsorship(&sponsor.signer, &mut op, &ep, sponsor.paymaster, window)
+        .await
+        .map_err(|e| match e {
+            crate::SponsorError::WrongPaymaster => {
+                CallError::invalid_params("the user operation names another paymaster")
+            }
+            _ => CallError::invalid_params("malformed user operation"),
+        })?;
     Ok(json!({
         "paymaster": sponsor.paymaster.to_checksum(None),
         "paymasterData": op.paymaster_data,

@@ -110,8 +110,9 @@ impl AaChain {
 pub struct Sponsor {
     /// The SponsorPaymaster (platform contract `sponsorPaymaster`).
     pub paymaster: Address,
-    /// The sponsor key the paymaster verifies (`verifyingSigner`).
-    pub signer: Arc<alloy::signers::local::PrivateKeySigner>,
+    /// The sponsor key the paymaster verifies (`verifyingSigner`): the process's shared
+    /// signer of that key, of any kind (local, keystore, remote).
+    pub signer: keel_txq::SignerHandle,
     /// How long a signed sponsorship stays valid (`validUntil` = now + this), seconds.
     pub validity_secs: u64,
     /// `paymasterVerificationGasLimit` filled in when the operation has none, gas units.

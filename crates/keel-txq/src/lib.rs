@@ -276,7 +276,7 @@ pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, qu
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
 pub use queue::{EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
-pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
+pub use signer::{LocalSigner, SignFuture, SignerError, SignerHandle, TxSigner};
 pub use state::{RequestState, UnknownRequestState};
 pub use verdict::{AttemptRecord, FailureCode, SettlementVerdict};
 pub use view::{RequestView, requests};

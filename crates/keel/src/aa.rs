@@ -5,7 +5,7 @@
 //! | role | runs |
 //! |---|---|
 //! | `runner` | the workflow `aa.user-operation` ([`keel_aa::flow::register`]); per served chain the bundler ([`keel_aa::bundler::Bundler`]) as the cluster singleton `aa-bundler/<chainId>` (declined while the chain is not served) and the paymaster's deposit runway check as `aa-runway/<chainId>`; the bundler watchdog as the singleton `aa-watchdog` |
-//! | `api` | [`keel_aa::service::AaService`] behind `POST /v1/chains/{chain}/bundler`, `POST /v1/user-operations`, `GET /v1/user-operations/{hash}`; it signs `pm_getPaymasterData` with the sponsor key (`aa.sponsorKeyEnv`) |
+//! | `api` | [`keel_aa::service::AaService`] behind `POST /v1/chains/{chain}/bundler`, `POST /v1/user-operations`, `GET /v1/user-operations/{hash}`; it signs `pm_getPaymasterData` with the sponsor key (`aa.sponsorSigner`, or `aa.sponsorKeyEnv`; [`crate::signer`]) |
 //!
 //! A chain's slot is filled from its platform contracts (`directory`,
 //! `sponsorPaymaster`): the EntryPoint itself is only ever read through
@@ -36,8 +36,13 @@ pub struct AaSettings {
     pub enabled: bool,
     /// Name of the environment variable holding the sponsor key (hex private key) the
     /// api role signs `paymasterData` with; the key is never printed. Unset variable:
-    /// the `pm_*` methods answer that no paymaster is configured.
+    /// the `pm_*` methods answer that no paymaster is configured. The shorthand of
+    /// `sponsorSigner = { kind = "env", var = … }`, used when `sponsorSigner` is absent.
     pub sponsor_key_env: String,
+    /// `[aa.sponsorSigner]`: the sponsor key of any kind
+    /// ([`crate::signer::SignerConfig`]); absent: `sponsorKeyEnv`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sponsor_signer: Option<crate::signer::SignerConfig>,
     /// The `handleOps` beneficiary (hex address); empty: the operator's address.
     pub beneficiary: String,
     /// How long a signed sponsorship stays valid, seconds (60..=86400; default 600).
@@ -115,6 +120,7 @@ impl Default for AaSettings {
         Self {
             enabled: true,
             sponsor_key_env: "KEEL_SPONSOR_KEY".to_owned(),
+            sponsor_signer: None,
             beneficiary: String::new(),
             sponsorship_validity_secs: 600,
             paymaster_verification_gas_limit: 100_000,
@@ -294,11 +300,15 @@ impl AaSettings {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.sponsor_key_env.is_empty() {
-            return Err(invalid(
-                "aa.sponsorKeyEnv",
-                "must name an environment variable",
-            ));
+        match &self.sponsor_signer {
+            Some(signer) => signer.validate("aa.sponsorSigner")?,
+            None if self.sponsor_key_env.is_empty() => {
+                return Err(invalid(
+                    "aa.sponsorKeyEnv",
+                    "must name an environment variable",
+                ));
+            }
+            None => {}
         }
         self.beneficiary()?;
         in_range(
@@ -463,26 +473,33 @@ impl AaSettings {
     }
 }
 
-/// The sponsor key from `aa.sponsorKeyEnv` (`None` when the variable is unset).
+impl AaSettings {
+    /// The sponsor key's configuration and the configuration key it comes from
+    /// (`aa.sponsorSigner`, or `aa.sponsorKeyEnv` when no signer table is given).
+    pub fn sponsor_signer_config(&self) -> (crate::signer::SignerConfig, &'static str) {
+        match &self.sponsor_signer {
+            Some(s) => (s.clone(), "aa.sponsorSigner"),
+            None => (
+                crate::signer::SignerConfig::Env {
+                    var: self.sponsor_key_env.clone(),
+                },
+                "aa.sponsorKeyEnv",
+            ),
+        }
+    }
+}
+
+/// The sponsor key from `aa.sponsorSigner` (or `aa.sponsorKeyEnv`); `None` when its
+/// variable is unset.
 ///
 /// # Errors
-/// When the variable is set but holds no valid key (names the variable, never the
+/// When the key is configured but unusable (names the variable or file, never the
 /// value).
-pub fn sponsor_key(
+pub async fn sponsor_key(
     settings: &AaSettings,
-) -> anyhow::Result<Option<alloy::signers::local::PrivateKeySigner>> {
-    let Ok(raw) = std::env::var(&settings.sponsor_key_env) else {
-        return Ok(None);
-    };
-    raw.trim()
-        .parse::<alloy::signers::local::PrivateKeySigner>()
-        .map(Some)
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "environment variable {} (configuration key `aa.sponsorKeyEnv`) does not hold a hex private key",
-                settings.sponsor_key_env
-            )
-        })
+) -> Result<Option<keel_txq::SignerHandle>, crate::signer::SignerLoadError> {
+    let (signer, key) = settings.sponsor_signer_config();
+    signer.build(key).await
 }
 
 /// An [`AaEnv`] with an empty slot per configured chain (`chain_ids`).
@@ -504,7 +521,7 @@ pub struct ChainParts {
     /// only the simulations' `from`).
     pub bundler: Address,
     /// The sponsor key (api role).
-    pub sponsor_key: Option<Arc<alloy::signers::local::PrivateKeySigner>>,
+    pub sponsor_key: Option<keel_txq::SignerHandle>,
 }
 
 /// Fills the slot of `node`'s chain in `env` (idempotent): the Directory and the
@@ -675,30 +692,32 @@ pub const API_SLOT_RETRY: Duration = Duration::from_secs(2);
 /// The api role's [`keel_aa::service::AaService`] (`None` when `aa.enabled` is false):
 /// a slot per configured chain, filled now when its platform contracts are recorded,
 /// else retried every [`API_SLOT_RETRY`] by the supervised task `aa-chains` until
-/// every slot is filled. The sponsor key comes from `aa.sponsorKeyEnv`, the bundler's
-/// address (the simulations' `from`) from the operator key when it is set.
+/// every slot is filled. The sponsor key and the bundler's address (the simulations'
+/// `from`: the operator key's, else the beneficiary) come from the process's
+/// [`crate::signer::Signers`], built once at start.
 ///
 /// # Errors
-/// An invalid configuration (naming its key) or sponsor key variable.
+/// An invalid configuration (naming its key).
 pub async fn api_service(
     config: &crate::config::Config,
     pool: &PgPool,
     engine: keel_durable::Engine,
     supervisor: &crate::supervise::Supervisor,
+    signers: &crate::signer::Signers,
 ) -> anyhow::Result<Option<keel_aa::service::AaService>> {
     if !config.aa.enabled {
         return Ok(None);
     }
     let settings = config.aa.clone();
-    let sponsor_key = sponsor_key(&settings)?.map(Arc::new);
-    let bundler = keel_txq::LocalSigner::from_env(&config.operator.key_env)
-        .map(|s| keel_txq::TxSigner::address(&s))
-        .ok()
+    let bundler = signers
+        .operator
+        .as_ref()
+        .map(keel_txq::SignerHandle::address)
         .or(settings.beneficiary()?)
         .unwrap_or(Address::ZERO);
     let parts = ChainParts {
         bundler,
-        sponsor_key,
+        sponsor_key: signers.sponsor.clone(),
     };
     let env = env(pool, config.chains.values().map(|c| c.chain_id));
     let mut chains = Vec::new();

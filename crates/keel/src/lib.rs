@@ -14,6 +14,8 @@
 //! - [`roles`]: what `keel run --role` runs: shard ownership for runner and indexer,
 //!   the runner's daily retention job and job-health reporting, and the orderly stop.
 //! - [`aa`]: ERC-4337 (`[aa]`, keel-aa) in the roles.
+//! - [`signer`]: the signing keys (`[operator.signer]`, `[aa.sponsorSigner]`), one
+//!   configuration type for every kind, built once at start into shared handles.
 //! - [`services`]: the work of each role; [`chains`]: which chains a process serves
 //!   (retried with backoff while unreachable); [`supervise`]: restarts of critical
 //!   tasks, or a non-zero exit naming the task.
@@ -28,6 +30,7 @@ pub mod ops;
 pub mod roles;
 pub mod services;
 pub mod shutdown;
+pub mod signer;
 pub mod supervise;
 pub mod telemetry;
 pub mod traces;

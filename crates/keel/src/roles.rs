@@ -240,8 +240,14 @@ impl RoleRuntime {
     /// # Errors
     /// When the shard owner cannot start — notably when the database records another
     /// shard count than `durable.sharding.shards` (the process must not start) — or a
-    /// job or setting is invalid.
-    pub async fn start(role: Role, config: &Config, pool: &PgPool) -> anyhow::Result<Self> {
+    /// job or setting is invalid. `signers` are the process's keys, built once at start
+    /// ([`crate::signer::Signers::load`]).
+    pub async fn start(
+        role: Role,
+        config: &Config,
+        pool: &PgPool,
+        signers: &crate::signer::Signers,
+    ) -> anyhow::Result<Self> {
         let stop = CancellationToken::new();
         let supervisor = Supervisor::new(&config.supervision, stop.clone());
         let Some(cluster_role) = cluster_role(role) else {
@@ -272,9 +278,15 @@ impl RoleRuntime {
         };
         if role == Role::Runner {
             runtime.start_runner_jobs(&owner, config, pool).await?;
-            let services =
-                crate::services::start_runner(config, pool, &owner, &chains, &runtime.supervisor)
-                    .await?;
+            let services = crate::services::start_runner(
+                config,
+                pool,
+                &owner,
+                &chains,
+                &runtime.supervisor,
+                signers.operator.as_ref(),
+            )
+            .await?;
             runtime.executor = Some(services.executor);
             runtime.tasks.extend(services.tasks);
         }

@@ -18,7 +18,7 @@ use keel_cluster::ShardOwner;
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle};
 use keel_index::{HistoryConfig, HistoryWorker, TipConfig};
 use keel_txq::{
-    Finality, LocalSigner, ProgressSink, SettlementSink, TxQueue, TxQueueConfig, TxSigner,
+    Finality, ProgressSink, SettlementSink, SignerHandle, TxQueue, TxQueueConfig, TxSigner,
 };
 use keel_units::ChainId;
 use keel_workflows::{ChainContext, PlatformAddresses, VerdictSink, WorkflowEnv};
@@ -145,15 +145,15 @@ pub fn config_key(library_key: &str) -> &str {
 
 /// The runner's workflow environment: every configured chain has a slot in
 /// [`WorkflowEnv::later_chains`], filled when the chain is first served; the operator is
-/// the key's address (zero without a key: then no chain is served, and operations wait
-/// suspended with `CHAIN_UNAVAILABLE` until one is).
+/// the operator key's address (zero without a key: then no chain is served, and
+/// operations wait suspended with `CHAIN_UNAVAILABLE` until one is).
 ///
 /// # Errors
 /// When the attribution codes are invalid.
 pub fn workflow_env(
     config: &Config,
     pool: &PgPool,
-    signer: Option<&LocalSigner>,
+    operator: Option<&SignerHandle>,
 ) -> anyhow::Result<Arc<WorkflowEnv>> {
     let suffix = AttributionSuffix::new(&config.operator.attribution_codes)
         .context("configuration key `operator.attributionCodes`")?;
@@ -164,7 +164,7 @@ pub fn workflow_env(
         .collect();
     Ok(Arc::new(WorkflowEnv {
         db: pool.clone(),
-        operator: signer.map_or(alloy::primitives::Address::ZERO, LocalSigner::address),
+        operator: operator.map_or(alloy::primitives::Address::ZERO, SignerHandle::address),
         suffix,
         chains: HashMap::new(),
         later_chains,
@@ -265,11 +265,11 @@ async fn prepare_runner_chain(
     let contracts = PlatformAddresses::load(pool, chain_id)
         .await
         .map_err(|e| e.to_string())?;
-    let signer = signer.ok_or_else(|| {
-        format!(
-            "no operator key: set the environment variable {} (hex private key)",
-            config.operator.key_env
-        )
+    let signer = signer.ok_or_else(|| match config.operator.signer_config() {
+        (crate::signer::SignerConfig::Env { var }, key) => format!(
+            "no operator key: set the environment variable {var} (hex private key; configuration key `{key}`)"
+        ),
+        (_, key) => format!("no operator key (configuration key `{key}`)"),
     })?;
     let mut queue = TxQueue::new(pool.clone(), node.clone(), queue_config(config, chain_id))
         .map_err(|e| format!("transaction queue: {e}"))?;
@@ -363,7 +363,9 @@ pub fn custody_webhooks(
     )))
 }
 
-/// Starts the runner's work on `owner`'s shards, every task under `supervisor`.
+/// Starts the runner's work on `owner`'s shards, every task under `supervisor`; the
+/// operator key (`operator`, built once at start: [`crate::signer::Signers`]) signs
+/// every chain's queue and is the bundlers' sender.
 ///
 /// # Errors
 /// An invalid configuration (naming its key); a workflow the API can start that is
@@ -374,10 +376,10 @@ pub async fn start_runner(
     owner: &ShardOwner,
     chains: &ChainSet,
     supervisor: &Supervisor,
+    operator: Option<&SignerHandle>,
 ) -> anyhow::Result<RunnerServices> {
-    let signer = LocalSigner::from_env(&config.operator.key_env).ok();
-    let env = workflow_env(config, pool, signer.as_ref())?;
-    let signer: Option<Arc<dyn TxSigner>> = signer.map(|s| Arc::new(s) as Arc<dyn TxSigner>);
+    let env = workflow_env(config, pool, operator)?;
+    let signer: Option<Arc<dyn TxSigner>> = operator.map(SignerHandle::tx_signer);
     let engine = Engine::new(pool.clone(), engine_config(config))
         .map_err(|e| durable_config_error(&e))
         .context("durable engine")?;

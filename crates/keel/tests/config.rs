@@ -882,9 +882,19 @@ fn aa_sponsorship_policies_load_from_a_file_and_errors_name_their_key() {
         sponsor_key_env: "KEEL_TEST_SPONSOR_KEY_CONFIG".to_owned(),
         ..Default::default()
     };
-    assert!(keel::aa::sponsor_key(&settings).unwrap().is_none());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    assert!(
+        rt.block_on(keel::aa::sponsor_key(&settings))
+            .unwrap()
+            .is_none()
+    );
     settings.sponsor_key_env = "PATH".to_owned();
-    let e = keel::aa::sponsor_key(&settings).unwrap_err().to_string();
+    let e = rt
+        .block_on(keel::aa::sponsor_key(&settings))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("PATH") && !e.contains("/usr"), "{e}");
 }
 
@@ -919,5 +929,147 @@ fn aa_validation_mode_and_stake_minimums_load_and_validate() {
     assert_eq!(
         invalid_key(load(&[("KEEL__AA__MINSTAKEWEI", "-1")])),
         "aa.minStakeWei"
+    );
+}
+
+/// One signer configuration for every key (issue 34 §3): the shorthands `operator.keyEnv`
+/// and `aa.sponsorKeyEnv` are `env` signers; a signer table loads from a file or the
+/// environment; errors name their key; a keystore builds into a handle of its key; an
+/// unusable key is refused naming its source, never a secret.
+#[tokio::test]
+async fn signer_tables_load_and_build() {
+    use keel::signer::{SignerConfig, SignerLoadError};
+    let c = load(&[]).unwrap();
+    assert_eq!(
+        c.operator.signer_config(),
+        (
+            SignerConfig::Env {
+                var: "KEEL_OPERATOR_KEY".to_owned()
+            },
+            "operator.keyEnv"
+        )
+    );
+    assert_eq!(
+        c.aa.sponsor_signer_config(),
+        (
+            SignerConfig::Env {
+                var: "KEEL_SPONSOR_KEY".to_owned()
+            },
+            "aa.sponsorKeyEnv"
+        )
+    );
+    let c = load(&[
+        ("KEEL__OPERATOR__SIGNER__KIND", "keystore"),
+        ("KEEL__OPERATOR__SIGNER__PATH", "/etc/keel/operator.json"),
+        ("KEEL__OPERATOR__SIGNER__PASSWORDENV", "KEEL_PW"),
+        ("KEEL__AA__SPONSORSIGNER__KIND", "env"),
+        ("KEEL__AA__SPONSORSIGNER__VAR", "KEEL_OTHER_SPONSOR"),
+    ])
+    .unwrap();
+    let keystore = SignerConfig::Keystore {
+        path: "/etc/keel/operator.json".into(),
+        password_env: "KEEL_PW".to_owned(),
+    };
+    assert_eq!(
+        c.operator.signer_config(),
+        (keystore.clone(), "operator.signer")
+    );
+    assert_eq!(
+        c.aa.sponsor_signer_config().0,
+        SignerConfig::Env {
+            var: "KEEL_OTHER_SPONSOR".to_owned()
+        }
+    );
+    // Printed and read back unchanged.
+    let printed = c.redacted_toml();
+    assert!(printed.contains("kind = \"keystore\""), "{printed}");
+    // Rules name their keys.
+    let key = invalid_key(load(&[
+        ("KEEL__OPERATOR__SIGNER__KIND", "env"),
+        ("KEEL__OPERATOR__SIGNER__VAR", "\"\""),
+    ]));
+    assert_eq!(key, "operator.signer.var");
+    let key = invalid_key(load(&[
+        ("KEEL__AA__SPONSORSIGNER__KIND", "keystore"),
+        ("KEEL__AA__SPONSORSIGNER__PATH", "/k.json"),
+        ("KEEL__AA__SPONSORSIGNER__PASSWORDENV", "\"\""),
+    ]));
+    assert_eq!(key, "aa.sponsorSigner.passwordEnv");
+    assert_eq!(
+        invalid_key(load(&[("KEEL__OPERATOR__KEYENV", "\"\"")])),
+        "operator.keyEnv"
+    );
+    let key = invalid_key(load(&[("KEEL__OPERATOR__SIGNER__KIND", "vault")]));
+    assert!(key.starts_with("operator.signer"), "{key}");
+    for key in [
+        "operator.signer",
+        "operator.signer.kind",
+        "operator.signer.passwordEnv",
+        "aa.sponsorSigner.var",
+    ] {
+        assert!(keel::config::is_known_key(key), "{key}");
+    }
+
+    // A keystore (its password in a variable that is set: PATH's value) builds into a
+    // handle of its key; a wrong password or a missing password variable is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let key = alloy::signers::local::PrivateKeySigner::random();
+    let password = std::env::var("PATH").unwrap();
+    alloy::signers::local::PrivateKeySigner::encrypt_keystore(
+        dir.path(),
+        &mut rand::thread_rng(),
+        key.to_bytes(),
+        &password,
+        Some("operator.json"),
+    )
+    .unwrap();
+    let path = dir.path().join("operator.json");
+    let built = SignerConfig::Keystore {
+        path: path.clone(),
+        password_env: "PATH".to_owned(),
+    }
+    .build("operator.signer")
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(built.address(), key.address());
+    assert_eq!(built.kind(), "keystore");
+    let e = SignerConfig::Keystore {
+        path: path.clone(),
+        password_env: "HOME".to_owned(),
+    }
+    .build("operator.signer")
+    .await
+    .unwrap_err();
+    assert!(matches!(e, SignerLoadError::Keystore { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("operator.signer.path") && text.contains("operator.json"),
+        "{text}"
+    );
+    let e = SignerConfig::Keystore {
+        path,
+        password_env: "KEEL_TEST_NO_SUCH_PASSWORD_VARIABLE".to_owned(),
+    }
+    .build("operator.signer")
+    .await
+    .unwrap_err();
+    assert!(matches!(e, SignerLoadError::MissingPassword { .. }), "{e}");
+    // An env key: unset is no key; a value that is no key is refused naming the
+    // variable, never its value.
+    let unset = SignerConfig::Env {
+        var: "KEEL_TEST_NO_SUCH_KEY_VARIABLE".to_owned(),
+    };
+    assert!(unset.build("operator.keyEnv").await.unwrap().is_none());
+    let e = SignerConfig::Env {
+        var: "PATH".to_owned(),
+    }
+    .build("operator.keyEnv")
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("PATH") && e.contains("operator.keyEnv") && !e.contains(&password),
+        "{e}"
     );
 }

@@ -120,6 +120,26 @@ fn run_requires_a_role() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no role"));
 }
 
+/// A malformed operator key is a startup error naming the variable and its
+/// configuration key, never the value (before issue 34 the runner took it for "no
+/// key" and served no chain).
+#[test]
+fn a_malformed_operator_key_stops_the_runner_at_start() {
+    let out = keel()
+        .args(["run", "--role", "runner"])
+        .env("KEEL__TELEMETRY__METRICSADDRESS", "")
+        .env("KEEL_OPERATOR_KEY", "0xnot-a-key-7f3a")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("KEEL_OPERATOR_KEY") && stderr.contains("operator.keyEnv"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not-a-key-7f3a"), "{stderr}");
+}
+
 #[test]
 fn invalid_configuration_exits_2_naming_the_key() {
     let out = keel()

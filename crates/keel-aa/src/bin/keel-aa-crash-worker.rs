@@ -14,7 +14,7 @@ use keel_aa::bundler::{Bundler, BundlerConfig};
 use keel_aa::flow::{self, AaChain, AaEnv};
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_durable::{Engine, EngineConfig, ExecutorConfig};
-use keel_txq::{Finality, LocalSigner, TxQueue, TxQueueConfig, TxSigner};
+use keel_txq::{Finality, LocalSigner, TxQueue, TxQueueConfig};
 use keel_units::ChainId;
 use std::sync::Arc;
 use std::time::Duration;

@@ -65,7 +65,7 @@ impl Flow {
                     beneficiary: None,
                     sponsor: Some(keel_aa::flow::Sponsor {
                         paymaster: aa.paymaster,
-                        signer: Arc::new(aa.sponsor.clone()),
+                        signer: keel_txq::SignerHandle::local(aa.sponsor.clone()),
                         validity_secs: 600,
                         verification_gas_limit: 100_000,
                         post_op_gas_limit: 0,

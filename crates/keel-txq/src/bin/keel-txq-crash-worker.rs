@@ -14,7 +14,7 @@
 //! - `run`: runs queue passes until killed, printing `tick` after each.
 
 use keel_chain::{UpstreamConfig, UpstreamPool};
-use keel_txq::{Finality, LocalSigner, TxQueue, TxQueueConfig, TxSigner};
+use keel_txq::{Finality, LocalSigner, TxQueue, TxQueueConfig};
 use keel_units::ChainId;
 use std::sync::Arc;
 

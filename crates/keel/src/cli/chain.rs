@@ -1,0 +1,153 @@
+//! `keel chain bootstrap`: makes a configured chain ready for Keel through
+//! [`keel_bootstrap`] (deployments, platform contract rows, index scope, custody role
+//! grants), with stages on a terminal's stderr and one line per result on stdout.
+
+use alloy::primitives::Address;
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use keel::config::Config;
+use keel_bootstrap::{BootstrapError, BootstrapPlan, ChainTarget, Stage};
+
+#[derive(Subcommand, Debug)]
+pub(super) enum ChainCommand {
+    /// Deploy Keel's platform contracts to a configured chain, register them in its
+    /// Directory, record them in the database, and read each back.
+    Bootstrap {
+        /// The chain's name in the configuration (`[chains.<name>]`).
+        #[arg(long)]
+        chain: String,
+        /// Name of the environment variable that holds the deployer's private key (hex).
+        /// The key is never printed, logged or stored.
+        #[arg(long, default_value = "KEEL_DEPLOYER_KEY")]
+        key_env: String,
+        /// Also deploy the ERC-4337 EntryPoint v0.8 and SimpleAccountFactory at their
+        /// canonical addresses from the npm artifacts (local/dev chains), when absent.
+        #[arg(long)]
+        deploy_erc4337: bool,
+        /// The EntryPoint the EntryPointReference records (default: canonical v0.8).
+        #[arg(long)]
+        entry_point: Option<Address>,
+        /// The address of the sponsor key whose signatures Keel's SponsorPaymaster
+        /// honours (default: the deployer's address).
+        #[arg(long)]
+        sponsor_signer: Option<Address>,
+        /// EntryPoint deposit funded for the SponsorPaymaster, in ether (decimal).
+        #[arg(long, default_value = "1")]
+        paymaster_deposit_ether: String,
+    },
+}
+
+/// Runs a `keel chain` command.
+pub(super) async fn run(config: &Config, command: ChainCommand) -> anyhow::Result<()> {
+    match command {
+        ChainCommand::Bootstrap {
+            chain,
+            key_env,
+            deploy_erc4337,
+            entry_point,
+            sponsor_signer,
+            paymaster_deposit_ether,
+        } => {
+            let deposit = keel_units::Wei::from_ether_str(
+                &paymaster_deposit_ether,
+                keel_units::Rounding::Exact,
+            )
+            .context("--paymaster-deposit-ether is not a decimal amount of ether")?;
+            let chain_name = chain;
+            let chain = config.chains.get(&chain_name).with_context(|| {
+                format!("no chain named `{chain_name}` in the configuration (chains.*)")
+            })?;
+            // The deployer key, through the same signer configuration as every key.
+            let deployer = keel::signer::SignerConfig::Env {
+                var: key_env.clone(),
+            }
+            .build("--key-env")
+            .await?
+            .with_context(|| format!("environment variable {key_env} is not set"))?;
+            let target = ChainTarget {
+                name: chain_name.clone(),
+                chain_id: chain.chain_id,
+                rpc_urls: chain.rpc_urls.clone(),
+            };
+            let plan = BootstrapPlan {
+                erc4337_artifacts: deploy_erc4337
+                    .then(|| keel_abi::erc4337::artifacts_dir(&super::workspace_root())),
+                entry_point,
+                sponsor_signer,
+                paymaster_deposit: deposit,
+                custody_vaults: chain
+                    .custody
+                    .iter()
+                    .flat_map(|c| c.vaults.iter())
+                    .map(|(name, v)| (name.clone(), v.address))
+                    .collect(),
+            };
+            let pool = super::connect_migrated(config).await?;
+            bootstrap(&pool, &target, deployer, &plan).await
+        }
+    }
+}
+
+/// A bar of `stages` on stderr: drawn on a terminal, hidden otherwise (indicatif).
+fn stage_bar(stages: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(stages);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Bootstraps `target` and prints what was deployed, recorded, read back and granted.
+async fn bootstrap(
+    pool: &sqlx::PgPool,
+    target: &ChainTarget,
+    deployer: keel_txq::SignerHandle,
+    plan: &BootstrapPlan,
+) -> anyhow::Result<()> {
+    // Stages on a terminal's stderr (hidden otherwise); stdout keeps its lines.
+    let bar = stage_bar(Stage::count(plan));
+    let mut started = false;
+    let outcome = keel_bootstrap::bootstrap(pool, target, deployer, plan, |stage| {
+        if started {
+            bar.inc(1);
+        }
+        started = true;
+        bar.set_message(stage.message());
+    })
+    .await;
+    bar.finish_and_clear();
+    let done = match outcome {
+        Ok(done) => done,
+        Err(BootstrapError::NoEntryPoint(entry_point)) => bail!(
+            "no code at the EntryPoint {entry_point}; pass --deploy-erc4337 on a dev chain or --entry-point"
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(d) = &done.erc4337 {
+        println!("erc4337  EntryPoint v0.8        {}", d.entry_point);
+        println!(
+            "erc4337  SimpleAccountFactory   {}",
+            d.simple_account_factory
+        );
+    }
+    for c in &done.deployment.contracts {
+        println!("deployed {:<20} {}", c.name, c.address);
+    }
+    for check in &done.checks {
+        println!("check    {:<20} {}", check.name, check.observed);
+    }
+    for grant in &done.custody {
+        println!(
+            "custody  vault {:<14} {} holds DEPLOYER_ROLE (AssetFactory) and DEFAULT_ADMIN_ROLE (PriceResolver) on chain `{}`",
+            grant.vault, grant.address, target.name
+        );
+    }
+    println!(
+        "bootstrap of chain `{}` (chainId {}) complete: {} contracts recorded",
+        target.name,
+        done.deployment.chain_id,
+        done.deployment.contracts.len()
+    );
+    Ok(())
+}

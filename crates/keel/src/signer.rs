@@ -1,0 +1,219 @@
+//! The process's signing keys (issue 34 §3): one configuration type for every key
+//! ([`SignerConfig`], an enum of kinds), built once at start ([`Signers::load`]) into
+//! shared [`SignerHandle`]s that every part signing with a key receives.
+//!
+//! | key | configuration | used by |
+//! |---|---|---|
+//! | operator | `[operator.signer]`, or its shorthand `operator.keyEnv` | the transaction queue (runner), the ERC-4337 bundler's sender (runner; its address in the api role) |
+//! | sponsor | `[aa.sponsorSigner]`, or its shorthand `aa.sponsorKeyEnv` | the paymaster sponsor's `pm_getPaymasterData` signatures (api role) |
+//! | deployer | `keel chain bootstrap --key-env` | the bootstrap's deployments and role grants |
+//!
+//! A key that is configured but cannot be used (a variable holding no key, a keystore
+//! that does not decrypt) is a startup error naming the configuration key and the
+//! source, never the key. An environment variable that is unset (or empty) means "no
+//! key": the runner then serves no chain (`CHAIN_UNAVAILABLE`), the api role's `pm_*`
+//! methods answer that no paymaster is configured.
+//!
+//! Adding a kind (AWS KMS: `kind = "awsKms"`, `keyId`, `region`, `endpoint`) is one
+//! variant of [`SignerConfig`] and one arm of [`SignerConfig::build`] returning an
+//! alloy signer wrapped in [`SignerHandle::new`]; nothing that uses a key changes.
+
+use crate::config::{Config, ConfigError, Role};
+use keel_txq::{LocalSigner, SignerHandle};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+const TARGET: &str = "keel::signer";
+
+/// The keys of a signer table, every kind's (for environment overrides such as
+/// `KEEL__OPERATOR__SIGNER__PASSWORDENV`).
+pub const SIGNER_KEYS: &[&str] = &["kind", "var", "path", "passwordEnv"];
+
+/// Where a signing key is and how it is used: one of the signer kinds. The TOML form
+/// is a table with `kind` and the kind's own keys, e.g.
+/// `[operator.signer]` `kind = "keystore"`, `path = "/etc/keel/operator.json"`,
+/// `passwordEnv = "KEEL_OPERATOR_KEYSTORE_PASSWORD"`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum SignerConfig {
+    /// `kind = "env"`: a hex private key (`0x` optional) in the environment variable
+    /// `var` (development and tests: the key is in the process's environment). Unset
+    /// or empty: no key.
+    Env {
+        /// The environment variable's name.
+        var: String,
+    },
+    /// `kind = "keystore"`: an encrypted JSON keystore (Web3 Secret Storage, as geth
+    /// and foundry write it) at `path`, its password in the environment variable
+    /// `passwordEnv`.
+    Keystore {
+        /// The keystore file.
+        path: PathBuf,
+        /// The environment variable holding the keystore's password.
+        password_env: String,
+    },
+}
+
+/// A key that is configured but cannot be used. Messages name the configuration key
+/// and the source (a variable's name, a file's path), never a key or a password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignerLoadError {
+    /// The environment variable is set but holds no hex private key.
+    #[error("environment variable {var} (configured by `{key}`) does not hold a hex private key")]
+    MalformedKey {
+        /// The configuration key (or command-line option) naming the variable.
+        key: String,
+        /// The variable's name.
+        var: String,
+    },
+    /// The keystore's password variable is not set.
+    #[error(
+        "environment variable {var} (configured by `{key}.passwordEnv`) is not set: it must hold the keystore's password"
+    )]
+    MissingPassword {
+        /// The configuration key of the signer.
+        key: String,
+        /// The variable's name.
+        var: String,
+    },
+    /// The keystore file is unreadable, not a keystore, or the password is wrong.
+    #[error(
+        "keystore {path} (configured by `{key}.path`) could not be decrypted: unreadable, not a keystore, or a wrong password"
+    )]
+    Keystore {
+        /// The configuration key of the signer.
+        key: String,
+        /// The file's path.
+        path: String,
+    },
+}
+
+impl SignerConfig {
+    /// The kind's name as configured (`env`, `keystore`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SignerConfig::Env { .. } => "env",
+            SignerConfig::Keystore { .. } => "keystore",
+        }
+    }
+
+    /// Checks the fields every kind needs.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `key.<field>`.
+    pub fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        let invalid = |field: &str, reason: &str| ConfigError::Invalid {
+            key: format!("{key}.{field}"),
+            reason: reason.to_owned(),
+        };
+        match self {
+            SignerConfig::Env { var } if var.is_empty() => {
+                Err(invalid("var", "must name an environment variable"))
+            }
+            SignerConfig::Keystore { path, .. } if path.as_os_str().is_empty() => {
+                Err(invalid("path", "must name a keystore file"))
+            }
+            SignerConfig::Keystore { password_env, .. } if password_env.is_empty() => {
+                Err(invalid("passwordEnv", "must name an environment variable"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Builds the key into a shared handle; `key` is the configuration key (or
+    /// command-line option) that configured it, for error messages. `Ok(None)`: an
+    /// `env` key whose variable is unset or empty.
+    ///
+    /// # Errors
+    /// [`SignerLoadError`] when the key is configured but unusable.
+    pub async fn build(&self, key: &str) -> Result<Option<SignerHandle>, SignerLoadError> {
+        match self {
+            SignerConfig::Env { var } => {
+                let Some(raw) = std::env::var(var).ok().filter(|v| !v.trim().is_empty()) else {
+                    return Ok(None);
+                };
+                let signer =
+                    LocalSigner::from_hex(&raw).map_err(|_| SignerLoadError::MalformedKey {
+                        key: key.to_owned(),
+                        var: var.clone(),
+                    })?;
+                Ok(Some(SignerHandle::new(signer, "env")))
+            }
+            SignerConfig::Keystore { path, password_env } => {
+                let password =
+                    std::env::var(password_env).map_err(|_| SignerLoadError::MissingPassword {
+                        key: key.to_owned(),
+                        var: password_env.clone(),
+                    })?;
+                let file = path.clone();
+                // scrypt takes a noticeable moment: off the async workers.
+                let signer = tokio::task::spawn_blocking(move || {
+                    LocalSigner::from_keystore(&file, &password)
+                })
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .ok_or_else(|| SignerLoadError::Keystore {
+                    key: key.to_owned(),
+                    path: path.display().to_string(),
+                })?;
+                Ok(Some(SignerHandle::new(signer, "keystore")))
+            }
+        }
+    }
+}
+
+/// The keys of one process, built once at start ([`Signers::load`]) and shared.
+#[derive(Debug, Clone, Default)]
+pub struct Signers {
+    /// The operator key: the queue's sender and the bundler's (`None`: not configured).
+    pub operator: Option<SignerHandle>,
+    /// The paymaster sponsor key (api role with `aa.enabled`; `None` otherwise or when
+    /// not configured).
+    pub sponsor: Option<SignerHandle>,
+}
+
+impl Signers {
+    /// Builds the keys `role` uses: the runner the operator key, the api role (with
+    /// `aa.enabled`) the operator key (the bundler's address) and the sponsor key, the
+    /// indexer none. Logs each key's kind and address.
+    ///
+    /// # Errors
+    /// [`SignerLoadError`] when a configured key is unusable (the process must not
+    /// start).
+    pub async fn load(config: &Config, role: Role) -> Result<Self, SignerLoadError> {
+        let (operator, sponsor) = match role {
+            Role::Runner => (true, false),
+            Role::Api => (config.aa.enabled, config.aa.enabled),
+            Role::Indexer => (false, false),
+        };
+        let mut signers = Signers::default();
+        if operator {
+            let (signer, key) = config.operator.signer_config();
+            signers.operator = signer.build(key).await?;
+            log_key("operator", key, signers.operator.as_ref());
+        }
+        if sponsor {
+            signers.sponsor = crate::aa::sponsor_key(&config.aa).await?;
+            log_key("sponsor", "aa.sponsorSigner", signers.sponsor.as_ref());
+        }
+        Ok(signers)
+    }
+}
+
+fn log_key(name: &'static str, key: &str, handle: Option<&SignerHandle>) {
+    match handle {
+        Some(h) => {
+            tracing::info!(target: TARGET, key = name, kind = h.kind(), address = %h.address(), "signing key loaded");
+        }
+        None => {
+            tracing::info!(target: TARGET, key = name, configuration = key, "no signing key configured");
+        }
+    }
+}
