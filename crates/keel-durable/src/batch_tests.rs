@@ -249,6 +249,10 @@ fn completed(instance_id: Uuid, token: Uuid, command_id: i64, next: bool) -> Set
             state: None,
             journal: 0,
         },
+        wake_tag: None,
+        recovery_secs: 1.0,
+        max_attempts: 5,
+        timer_at: None,
         next: next.then(|| {
             Arc::new(crate::version::ClaimSet {
                 names: vec!["w".to_owned()],
