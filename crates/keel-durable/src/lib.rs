@@ -211,6 +211,7 @@ pub mod payload;
 mod retention;
 mod status;
 mod store;
+mod stored;
 mod terminal;
 pub mod version;
 mod workflow;
@@ -232,9 +233,10 @@ pub use hook::{HookFuture, Transition, TransitionHook, TransitionHookError};
 pub use metrics::OpenCensusGauge;
 pub use retention::{Retention, RetentionConfig, RetentionReport};
 pub use status::{
-    CommandSummary, ErrorInfo, IdleReport, InstanceStatus, OpenCount, RunStatus, WaitDescription,
-    WaitKind,
+    CommandKind, CommandState, CommandSummary, ErrorInfo, IdleReport, InstanceStatus, OpenCount,
+    RunStatus, WaitDescription, WaitKind,
 };
+pub use stored::UnknownStoredValue;
 pub use terminal::TERMINAL_CHANNEL;
 pub use version::{
     DEFAULT_VERSION, DeterminismDetail, PinnedVersion, StepRef, VersionGateDetail, VersionRange,
@@ -256,6 +258,11 @@ pub fn describe_metrics() {
         "keel_durable_commands_settled_total",
         ::metrics::Unit::Count,
         "Durable commands settled (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_durable_undecodable_values_total",
+        ::metrics::Unit::Count,
+        "Stored values of a closed set (instance status, command kind or state) this build does not know, by column; their rows were refused (count)."
     );
     ::metrics::describe_counter!(
         "keel_durable_dead_letters_total",

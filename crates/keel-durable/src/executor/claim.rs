@@ -4,25 +4,26 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgExecutor;
+use sqlx::{FromRow, PgExecutor, Row};
 use uuid::Uuid;
 
 use crate::engine::Engine;
 use crate::metrics as m;
-use crate::status::RunStatus;
+use crate::status::{CommandKind, RunStatus};
 use crate::version::ClaimSet;
 
 /// A command the claim set running, with its instance leased to this executor.
 #[derive(Debug)]
 pub(crate) struct Claimed {
     pub(crate) command_id: i64,
-    pub(crate) kind: String,
+    pub(crate) kind: CommandKind,
     pub(crate) attempt: i32,
     pub(crate) exhausted: bool,
     pub(crate) latency: f64,
     pub(crate) instance_id: Uuid,
     pub(crate) workflow: String,
-    pub(crate) status: String,
+    /// The instance's status before the claim (decoded at the row).
+    pub(crate) status: RunStatus,
     pub(crate) input: Value,
     pub(crate) lease_token: Option<Uuid>,
     pub(crate) cancel: bool,
@@ -62,13 +63,13 @@ SELECT t.claim_now, c.command_id, c.kind, c.attempt, c.exhausted, c.latency, c.i
 struct ClaimRow {
     claim_now: DateTime<Utc>,
     command_id: Option<i64>,
-    kind: Option<String>,
+    kind: Option<CommandKind>,
     attempt: Option<i32>,
     exhausted: Option<bool>,
     latency: Option<f64>,
     instance_id: Option<Uuid>,
     workflow: Option<String>,
-    status: Option<String>,
+    status: Option<RunStatus>,
     input: Option<Value>,
     lease_token: Option<Uuid>,
     cancel: Option<bool>,
@@ -99,9 +100,30 @@ impl ClaimRow {
     }
 }
 
-/// Claims up to `limit` commands of `names`, leasing their instances for `lease_secs`:
-/// the claimed commands (dead letters included, see [`dead_lettered`]) and the claim's
-/// database time.
+/// A claimed command whose row does not decode (a stored status or kind this build does
+/// not know, see [`crate::stored`]): its lease is held and it is released by the caller
+/// ([`release_unreadable`]), so one unreadable row never fails its neighbours' claim.
+#[derive(Debug)]
+pub(crate) struct Unreadable {
+    command_id: i64,
+    instance_id: Uuid,
+    lease_token: Option<Uuid>,
+}
+
+/// What a claim returned.
+#[derive(Debug, Default)]
+pub(crate) struct Claim {
+    /// The claimed commands (dead letters included, see [`dead_lettered`]).
+    pub(crate) claimed: Vec<Claimed>,
+    /// The claimed commands whose row did not decode.
+    pub(crate) unreadable: Vec<Unreadable>,
+    /// The claim's database time.
+    pub(crate) at: Option<DateTime<Utc>>,
+}
+
+/// Claims up to `limit` commands of `names`, leasing their instances for `lease_secs`.
+/// Each row is decoded on its own: a row that does not decode is logged, counted (by
+/// its column's decoder) and returned in [`Claim::unreadable`].
 ///
 /// Returns sqlx's error unclassified (the settle combiner tells a rolled-back statement
 /// from a lost connection).
@@ -110,8 +132,8 @@ pub(super) async fn claim(
     names: &ClaimSet,
     lease_secs: f64,
     limit: usize,
-) -> Result<(Vec<Claimed>, Option<DateTime<Utc>>), sqlx::Error> {
-    let rows = sqlx::query_as::<_, ClaimRow>(CLAIM)
+) -> Result<Claim, sqlx::Error> {
+    let rows = sqlx::query(CLAIM)
         .bind(&names.names)
         .bind(&names.min)
         .bind(&names.max)
@@ -119,8 +141,59 @@ pub(super) async fn claim(
         .bind(i32::try_from(limit).unwrap_or(i32::MAX))
         .fetch_all(db)
         .await?;
-    let at = rows.first().map(|r| r.claim_now);
-    Ok((rows.into_iter().filter_map(ClaimRow::claimed).collect(), at))
+    let mut out = Claim::default();
+    for row in &rows {
+        match ClaimRow::from_row(row) {
+            Ok(r) => {
+                out.at.get_or_insert(r.claim_now);
+                out.claimed.extend(r.claimed());
+            }
+            Err(e) => {
+                let unreadable = Unreadable {
+                    command_id: row.try_get("command_id")?,
+                    instance_id: row.try_get("instance_id")?,
+                    lease_token: row.try_get("lease_token")?,
+                };
+                out.at = out.at.or(row.try_get("claim_now").ok());
+                tracing::error!(target: "keel::durable::executor",
+                    command_id = unreadable.command_id, instance_id = %unreadable.instance_id,
+                    error = %keel_store::StoreError::from(e),
+                    "a claimed command's row does not decode; it is released");
+                out.unreadable.push(unreadable);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The release code of a command whose claimed row did not decode.
+const UNREADABLE_ROW: &str = "UNREADABLE_ROW";
+
+/// Releases the [`Unreadable`] commands of a claim after `delay_secs` (their attempt
+/// stays spent: a build that cannot read them dead-letters them in the end, and a
+/// newer one that can runs them). A failure is logged; the lease then lapses.
+pub(super) async fn release_unreadable(
+    conn: &mut sqlx::PgConnection,
+    unreadable: &[Unreadable],
+    delay_secs: f64,
+) {
+    for u in unreadable {
+        let Some(token) = u.lease_token else { continue };
+        if let Err(e) = crate::store::command_release(
+            &mut *conn,
+            u.instance_id,
+            token,
+            u.command_id,
+            delay_secs,
+            UNREADABLE_ROW,
+            false,
+        )
+        .await
+        {
+            tracing::warn!(target: "keel::durable::executor", command_id = u.command_id,
+                error = %e, "release of an unreadable command failed; its lease lapses");
+        }
+    }
 }
 
 /// Logs and counts a command that its claim dead-lettered. The claim also failed its
@@ -138,7 +211,7 @@ pub(super) fn dead_lettered(c: &Claimed) {
 pub(super) fn dead_letter_transitions(claimed: &[Claimed]) -> Vec<crate::hook::Transition> {
     claimed
         .iter()
-        .filter(|c| c.exhausted && c.status == "failed")
+        .filter(|c| c.exhausted && c.status == RunStatus::Failed)
         .map(|c| crate::hook::Transition {
             instance_id: c.instance_id,
             workflow: c.workflow.clone(),
@@ -164,5 +237,74 @@ pub(super) async fn report_dead_letters(engine: &Engine, claimed: &[Claimed]) {
     if let Err(e) = result {
         tracing::warn!(target: "keel::durable::executor", error = %keel_store::StoreError::from(e),
             "the transition hook of a dead-lettered instance failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_store::testing::TestDatabase;
+    use uuid::Uuid;
+
+    use crate::version::ClaimSet;
+
+    /// A claimed command whose instance's stored status this build does not know is
+    /// returned as unreadable (not failing its neighbour's claim) and released with its
+    /// code; the readable one is claimed.
+    #[tokio::test]
+    async fn an_unreadable_claimed_row_is_released_and_does_not_fail_the_claim() {
+        let db = TestDatabase::create().await.unwrap();
+        let pool = db.pool();
+        // A newer schema's status (the CHECK of this one refuses it).
+        sqlx::query("ALTER TABLE durable_instance DROP CONSTRAINT durable_instance_status_check")
+            .execute(pool)
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for status in ["pending", "paused"] {
+            let id = Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO durable_instance (id, workflow, idempotency_key, input, status)
+                 VALUES ($1, 'w', $1::text, '{}', $2)",
+            )
+            .bind(id)
+            .bind(status)
+            .execute(pool)
+            .await
+            .unwrap();
+            sqlx::query(
+                "INSERT INTO durable_command (instance_id, kind, max_attempts) VALUES ($1, 'start', 5)",
+            )
+            .bind(id)
+            .execute(pool)
+            .await
+            .unwrap();
+            ids.push(id);
+        }
+        let names = ClaimSet {
+            names: vec!["w".to_owned()],
+            min: vec![1],
+            max: vec![1],
+        };
+        let claim = super::claim(pool, &names, 30.0, 10).await.unwrap();
+        assert_eq!(claim.claimed.len(), 1);
+        assert_eq!(claim.claimed[0].instance_id, ids[0]);
+        assert_eq!(claim.unreadable.len(), 1);
+        assert_eq!(claim.unreadable[0].instance_id, ids[1]);
+        assert!(claim.at.is_some());
+        let mut conn = pool.acquire().await.unwrap();
+        super::release_unreadable(&mut conn, &claim.unreadable, 60.0).await;
+        let (state, last_error, leased): (String, Option<String>, bool) = sqlx::query_as(
+            "SELECT c.state, c.last_error, i.lease_token IS NOT NULL
+               FROM durable_command c JOIN durable_instance i ON i.id = c.instance_id
+              WHERE c.instance_id = $1",
+        )
+        .bind(ids[1])
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        assert_eq!(
+            (state.as_str(), last_error.as_deref(), leased),
+            ("queued", Some(super::UNREADABLE_ROW), false)
+        );
     }
 }

@@ -9,6 +9,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::claim::Claimed;
+use super::outcome::Outcome;
 use super::segment::{Disposition, REFUNDED};
 use super::settle::SettleRow;
 use crate::engine::Engine;
@@ -27,20 +28,21 @@ pub(super) async fn finish(
     progress: Option<Value>,
     mut trail: crate::history::SegmentTrail,
     want_next: Option<Arc<ClaimSet>>,
-) -> Result<(&'static str, Option<(Claimed, Instant)>, bool)> {
+) -> Result<(Outcome, Option<(Claimed, Instant)>, bool)> {
     let max_attempts = i32::try_from(engine.config.command_max_attempts).unwrap_or(i32::MAX);
     match disposition {
-        Disposition::Abandon => Ok(("fenced", None, false)),
+        Disposition::Abandon => Ok((Outcome::Fenced, None, false)),
         Disposition::SettleCommand(outcome) => {
             let settled = store::command_settle_alone(
                 &engine.pool,
                 c.instance_id,
                 token,
                 c.command_id,
-                outcome,
+                outcome.as_str(),
             )
             .await?;
-            Ok((if settled { outcome } else { "fenced" }, None, false))
+            let outcome = if settled { outcome } else { Outcome::Fenced };
+            Ok((outcome, None, false))
         }
         Disposition::Release(code) => {
             let attempt = u32::try_from(c.attempt).unwrap_or(1);
@@ -55,7 +57,7 @@ pub(super) async fn finish(
                 REFUNDED.contains(&code),
             )
             .await?;
-            Ok(("released", None, false))
+            Ok((Outcome::Released, None, false))
         }
         Disposition::Settle(s) => {
             let recovery = engine
@@ -104,7 +106,7 @@ pub(super) async fn finish(
                     error_message: message.map(str::to_owned),
                     error_detail: detail.clone(),
                 };
-                engine.settle_history(&c.workflow, &c.kind, trail, end, after)
+                engine.settle_history(&c.workflow, c.kind, trail, end, after)
             };
             let text = |v: Option<Value>, what| match v {
                 Some(v) => serde_json::to_string(&v)
@@ -116,7 +118,7 @@ pub(super) async fn finish(
                 instance_id: c.instance_id,
                 workflow: c.workflow.clone(),
                 token,
-                status: s.status.as_str(),
+                status: s.status,
                 output: text(s.output, "output")?,
                 error_code: code,
                 error_retryable: retryable,
@@ -144,7 +146,11 @@ pub(super) async fn finish(
                 }));
             };
             let answer = answer?;
-            let outcome = if answer.settled { s.outcome } else { "fenced" };
+            let outcome = if answer.settled {
+                s.outcome
+            } else {
+                Outcome::Fenced
+            };
             Ok((outcome, answer.next, answer.drained))
         }
     }

@@ -8,12 +8,14 @@
 //!   one row or many) and its group-commit combiner;
 //! - [`segment`]: a slot running a claimed command's segment and deciding how it ends;
 //! - [`finish`]: turning that decision into its settle, release or lone command settle;
+//! - [`outcome`]: how a segment ended (the stored outcome code and metric label);
 //! - [`rescuer`]: the maintenance service that requeues commands whose lease lapsed;
 //! - [`wake`]: the LISTEN connection and the runner-version heartbeat;
 //! - this module: the handle and the loop that claims for free slots.
 
 mod claim;
 mod finish;
+mod outcome;
 mod rescuer;
 mod segment;
 mod settle;
@@ -35,7 +37,7 @@ use crate::store;
 
 pub(crate) use settle::SettleOp;
 #[cfg(test)]
-pub(crate) use settle::SettleRow;
+pub(crate) use {outcome::Outcome, settle::SettleRow};
 
 /// The notification channel (`pg_notify('keel_durable', '')` on every command insert,
 /// and on a segment settle that may make a command claimable for another executor).
@@ -155,18 +157,29 @@ async fn run(engine: Arc<Engine>, config: ExecutorConfig, cancel: CancellationTo
         let wanted = permits.len();
         let claimed_at = Instant::now();
         let mut claim_at = None;
-        let claimed = claim::claim(
-            &engine.pool,
-            &names,
-            engine.config.lease.as_secs_f64(),
-            wanted,
-        )
-        .await
-        .map(|(batch, at)| {
-            claim_at = at;
-            slot.backlog.store(batch.len() >= wanted, Ordering::Release);
-            batch
-        });
+        let lease_secs = engine.config.lease.as_secs_f64();
+        let claimed = claim::claim(&engine.pool, &names, lease_secs, wanted)
+            .await
+            .inspect(|c| {
+                claim_at = c.at;
+                slot.backlog.store(
+                    c.claimed.len() + c.unreadable.len() >= wanted,
+                    Ordering::Release,
+                );
+            });
+        if let Ok(c) = &claimed
+            && !c.unreadable.is_empty()
+        {
+            match engine.pool.acquire().await {
+                Ok(mut conn) => {
+                    claim::release_unreadable(&mut conn, &c.unreadable, lease_secs).await;
+                }
+                Err(e) => tracing::warn!(target: "keel::durable::executor",
+                    error = %keel_store::StoreError::from(e),
+                    "unreadable commands not released; their leases lapse"),
+            }
+        }
+        let claimed = claimed.map(|c| c.claimed);
         match claimed {
             Ok(batch) if !batch.is_empty() => {
                 let full = batch.len() >= wanted;

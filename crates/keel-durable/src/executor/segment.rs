@@ -15,11 +15,13 @@ use uuid::Uuid;
 use super::AbortOnDrop;
 use super::claim::Claimed;
 use super::finish::finish;
+use super::outcome::Outcome;
 use crate::context::{Halt, JournalEntry, SegmentFlags, WorkflowContext};
 use crate::engine::Engine;
 use crate::metrics as m;
+use crate::status::CommandKind;
 use crate::status::{RunStatus, WaitDescription};
-use crate::store::{self, parse_status};
+use crate::store;
 use crate::version::ClaimSet;
 use crate::workflow::ErasedOutcome;
 
@@ -30,13 +32,13 @@ pub(super) struct SegmentSettle {
     /// Code, retryable, value-free message, detail.
     pub(super) error: Option<(String, bool, &'static str, Option<Value>)>,
     pub(super) wait: Option<WaitDescription>,
-    pub(super) outcome: &'static str,
+    pub(super) outcome: Outcome,
     /// The wake tag of a suspension ([`crate::StepError::Unavailable`]).
     pub(super) wake: Option<String>,
 }
 
 impl SegmentSettle {
-    fn new(status: RunStatus, outcome: &'static str) -> Self {
+    fn new(status: RunStatus, outcome: Outcome) -> Self {
         Self {
             status,
             output: None,
@@ -50,7 +52,7 @@ impl SegmentSettle {
     fn failed(code: &str, retryable: bool, message: &'static str) -> Self {
         Self {
             error: Some((code.to_owned(), retryable, message, None)),
-            ..Self::new(RunStatus::Failed, "failed")
+            ..Self::new(RunStatus::Failed, Outcome::Failed)
         }
     }
 }
@@ -60,7 +62,7 @@ pub(super) enum Disposition {
     /// The body ran (or a cancel ends the instance): the segment settle.
     Settle(SegmentSettle),
     /// No body ran (the instance had ended): the command is settled with this outcome.
-    SettleCommand(&'static str),
+    SettleCommand(Outcome),
     /// The command goes back to the queue with a backoff; the code says why.
     Release(&'static str),
     /// Fenced out: write nothing (the lease lapsed or was taken).
@@ -115,7 +117,7 @@ pub(super) async fn segment(
         let want_next =
             (!slot.cancel.is_cancelled() && slot.expect_work()).then(|| slot.names.clone());
         let (outcome, got, drained) = run_segment(&slot, c, claimed_at, want_next).await;
-        plain = PLAIN_SETTLES.contains(&outcome);
+        plain = outcome.is_plain_settle();
         if drained {
             // The settle's claim came back short: the queue is drained as of it.
             slot.backlog.store(false, Ordering::Release);
@@ -143,10 +145,6 @@ const JOURNAL_READ_FAILED: &str = "JOURNAL_READ_FAILED";
 /// non-transient failures, which is what the dead letter is for.
 pub(super) const REFUNDED: &[&str] = &[DATABASE_UNAVAILABLE, JOURNAL_READ_FAILED];
 
-/// The outcomes of a segment settled by [`finish`]'s plain settle statements (the
-/// batch, or the single statements with a TIMER or RETRY, whose inserts notify).
-const PLAIN_SETTLES: &[&str] = &["completed", "failed", "cancelled", "waiting", "suspended"];
-
 /// One segment; returns its outcome and the next command when its segment settle claimed
 /// one for this slot.
 async fn run_segment(
@@ -154,7 +152,7 @@ async fn run_segment(
     c: Claimed,
     claimed_at: Instant,
     want_next: Option<Arc<ClaimSet>>,
-) -> (&'static str, Option<(Claimed, Instant)>, bool) {
+) -> (Outcome, Option<(Claimed, Instant)>, bool) {
     let started = Instant::now();
     let engine = &slot.engine;
     // The instance's trace (recorded by its start), read before the span is entered.
@@ -174,7 +172,7 @@ async fn run_segment(
     }
     async {
         let Some(token) = c.lease_token else {
-            return ("no_token", None, false);
+            return (Outcome::NoToken, None, false);
         };
         let mut trail = crate::history::SegmentTrail::default();
         let disposition = decide(
@@ -192,11 +190,11 @@ async fn run_segment(
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(target: "keel::durable::segment", error = %e, "segment settle failed; the lease will lapse");
-                ("settle_failed", None, false)
+                (Outcome::SettleFailed, None, false)
             }
         };
-        tracing::Span::current().record("outcome", outcome);
-        m::settled(&c.workflow, outcome);
+        tracing::Span::current().record("outcome", outcome.as_str());
+        m::settled(&c.workflow, outcome.as_str());
         m::segment_duration(&c.workflow, started.elapsed().as_secs_f64());
         (outcome, next, drained)
     }
@@ -214,26 +212,32 @@ async fn decide(
     renew: bool,
     trail: &mut crate::history::SegmentTrail,
 ) -> Disposition {
-    let status = match parse_status(&c.status) {
-        Ok(s) => s,
-        Err(_) => return Disposition::Release("STATUS_UNKNOWN"),
-    };
-    match (status, c.kind.as_str()) {
-        (RunStatus::Completed, "signal") => return Disposition::SettleCommand("rejected"),
-        (RunStatus::Completed, _) => return Disposition::SettleCommand("stale"),
-        (RunStatus::Cancelled, _) => return Disposition::SettleCommand("cancelled"),
-        (RunStatus::Failed, "signal") => return Disposition::SettleCommand("parked"),
-        (RunStatus::Failed, "cancel") => {
-            return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"));
+    match (c.status, c.kind) {
+        (RunStatus::Completed, CommandKind::Signal) => {
+            return Disposition::SettleCommand(Outcome::Rejected);
         }
-        (RunStatus::Failed, _) => return Disposition::SettleCommand("stale"),
-        (_, "cancel") => {
-            return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"));
+        (RunStatus::Completed, _) => return Disposition::SettleCommand(Outcome::Stale),
+        (RunStatus::Cancelled, _) => return Disposition::SettleCommand(Outcome::Cancelled),
+        (RunStatus::Failed, CommandKind::Signal) => {
+            return Disposition::SettleCommand(Outcome::Parked);
+        }
+        (RunStatus::Failed, CommandKind::Cancel) => {
+            return Disposition::Settle(SegmentSettle::new(
+                RunStatus::Cancelled,
+                Outcome::Cancelled,
+            ));
+        }
+        (RunStatus::Failed, _) => return Disposition::SettleCommand(Outcome::Stale),
+        (_, CommandKind::Cancel) => {
+            return Disposition::Settle(SegmentSettle::new(
+                RunStatus::Cancelled,
+                Outcome::Cancelled,
+            ));
         }
         _ => {}
     }
     if c.cancel {
-        return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"));
+        return Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, Outcome::Cancelled));
     }
     let Some((name, workflow)) = engine
         .registry
@@ -259,7 +263,7 @@ async fn decide(
     // spends an attempt, and no other command of the instance can run before its START:
     // it is the instance's first command and precedes the rest while it is runnable),
     // so no segment has journaled anything yet: skip the read.
-    let first_start = c.kind == "start" && c.attempt == 1;
+    let first_start = c.kind == CommandKind::Start && c.attempt == 1;
     // The history's log position is read beside the journal (a first START's is the
     // one its recording wrote).
     let journal: Vec<JournalEntry> = if first_start {
@@ -345,7 +349,7 @@ async fn decide(
         return match halt {
             Halt::Blocked(wait) => Disposition::Settle(SegmentSettle {
                 wait: Some(wait),
-                ..SegmentSettle::new(RunStatus::Waiting, "waiting")
+                ..SegmentSettle::new(RunStatus::Waiting, Outcome::Waiting)
             }),
             Halt::Suspended { code, wake } => Disposition::Settle(SegmentSettle {
                 error: Some((
@@ -359,7 +363,7 @@ async fn decide(
                     None,
                 )),
                 wake,
-                ..SegmentSettle::new(RunStatus::Suspended, "suspended")
+                ..SegmentSettle::new(RunStatus::Suspended, Outcome::Suspended)
             }),
             Halt::Determinism(d) => {
                 let detail = d.detail(Some(pinned), range.max);
@@ -370,7 +374,7 @@ async fn decide(
                         "the body reached a different step than its journal records at that position (see detail: the position, both steps and both versions)",
                         serde_json::to_value(detail).ok(),
                     )),
-                    ..SegmentSettle::new(RunStatus::Failed, "failed")
+                    ..SegmentSettle::new(RunStatus::Failed, Outcome::Failed)
                 })
             }
             Halt::VersionUnsupported(d) => Disposition::Settle(SegmentSettle {
@@ -380,7 +384,7 @@ async fn decide(
                     "a version gate met a recorded decision this code no longer supports (see detail)",
                     serde_json::to_value(*d).ok(),
                 )),
-                ..SegmentSettle::new(RunStatus::Failed, "failed")
+                ..SegmentSettle::new(RunStatus::Failed, Outcome::Failed)
             }),
             Halt::JournalIncompatible => Disposition::Settle(SegmentSettle::failed(
                 "JOURNAL_INCOMPATIBLE",
@@ -394,7 +398,7 @@ async fn decide(
             )),
             Halt::Fenced => Disposition::Abandon,
             Halt::Cancelled => {
-                Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, "cancelled"))
+                Disposition::Settle(SegmentSettle::new(RunStatus::Cancelled, Outcome::Cancelled))
             }
             Halt::Infra(e) => {
                 tracing::warn!(target: "keel::durable::segment", error = %e, "segment failed on infrastructure");
@@ -409,7 +413,7 @@ async fn decide(
     match outcome {
         ErasedOutcome::Completed(v) => Disposition::Settle(SegmentSettle {
             output: Some(v),
-            ..SegmentSettle::new(RunStatus::Completed, "completed")
+            ..SegmentSettle::new(RunStatus::Completed, Outcome::Completed)
         }),
         ErasedOutcome::Failed(v) => Disposition::Settle(SegmentSettle {
             error: Some((
@@ -418,7 +422,7 @@ async fn decide(
                 "the workflow returned its typed error (see detail)",
                 Some(v),
             )),
-            ..SegmentSettle::new(RunStatus::Failed, "failed")
+            ..SegmentSettle::new(RunStatus::Failed, Outcome::Failed)
         }),
         ErasedOutcome::InputIncompatible => Disposition::Settle(SegmentSettle::failed(
             "INPUT_INCOMPATIBLE",

@@ -18,9 +18,10 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::claim::{self, Claimed, dead_letter_transitions, dead_lettered};
+use super::outcome::Outcome;
 use crate::batch::{BatchOp, Held, lost, rolled_back};
 use crate::error::{DurableError, Result};
-use crate::store::parse_status;
+use crate::status::RunStatus;
 use crate::version::ClaimSet;
 
 /// The segment settle of `$1`..`$19` (parallel arrays, one element per row), each row
@@ -152,7 +153,7 @@ pub(crate) struct SettleRow {
     /// The instance's workflow (for the transition hook).
     pub(crate) workflow: String,
     pub(crate) token: Uuid,
-    pub(crate) status: &'static str,
+    pub(crate) status: RunStatus,
     pub(crate) output: Option<String>,
     pub(crate) error_code: Option<String>,
     pub(crate) error_retryable: Option<bool>,
@@ -160,7 +161,7 @@ pub(crate) struct SettleRow {
     pub(crate) error_detail: Option<String>,
     pub(crate) wait: Option<String>,
     pub(crate) progress: Option<String>,
-    pub(crate) outcome: &'static str,
+    pub(crate) outcome: Outcome,
     pub(crate) command_id: i64,
     /// The segment's history entries (JSON array text), the state logged after them
     /// (JSON text; `None`: unknown) and the journal entries logged.
@@ -181,7 +182,8 @@ impl SettleRow {
     /// Whether the row records a follow-up command (a suspension's RETRY, a timed
     /// wait's TIMER): its batch needs [`SETTLE_FOLLOW_UPS`].
     fn has_follow_up(&self) -> bool {
-        self.status == "suspended" || (self.status == "waiting" && self.timer_at.is_some())
+        self.status == RunStatus::Suspended
+            || (self.status == RunStatus::Waiting && self.timer_at.is_some())
     }
 }
 
@@ -291,12 +293,10 @@ impl SettleOp {
                 .iter()
                 .zip(&out)
                 .filter(|(_, settled)| **settled)
-                .filter_map(|(r, _)| {
-                    Some(crate::hook::Transition {
-                        instance_id: r.instance_id,
-                        workflow: r.workflow.clone(),
-                        status: parse_status(r.status).ok()?,
-                    })
+                .map(|(r, _)| crate::hook::Transition {
+                    instance_id: r.instance_id,
+                    workflow: r.workflow.clone(),
+                    status: r.status,
                 })
                 .collect();
             crate::hook::call(&self.hook, conn, &transitions)
@@ -318,7 +318,7 @@ impl SettleOp {
         let settled: Vec<(i64, i64)> = sqlx::query_as(sql)
             .bind(rows.iter().map(|r| r.instance_id).collect::<Vec<_>>())
             .bind(rows.iter().map(|r| r.token).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.status).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.status.as_str()).collect::<Vec<_>>())
             .bind(rows.iter().map(|r| r.output.as_deref()).collect::<Vec<_>>())
             .bind(
                 rows.iter()
@@ -338,7 +338,7 @@ impl SettleOp {
                     .map(|r| r.progress.as_deref())
                     .collect::<Vec<_>>(),
             )
-            .bind(rows.iter().map(|r| r.outcome).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>())
             .bind(rows.iter().map(|r| r.command_id).collect::<Vec<_>>())
             .bind(
                 rows.iter()
@@ -386,7 +386,11 @@ impl SettleOp {
         let sent_at = Instant::now();
         let mut tx = conn.begin().await?;
         let settled = self.exec(&mut tx, rows).await?;
-        let (claimed, _) = claim::claim(&mut *tx, names, self.lease_secs, want).await?;
+        let claim::Claim {
+            claimed,
+            unreadable,
+            ..
+        } = claim::claim(&mut *tx, names, self.lease_secs, want).await?;
         // A dead letter failed its instance in the claim: its transition is reported in
         // the same transaction.
         let failed = dead_letter_transitions(&claimed);
@@ -394,6 +398,7 @@ impl SettleOp {
             .await
             .map_err(SettleFail::Hook)?;
         tx.commit().await?;
+        claim::release_unreadable(conn, &unreadable, self.lease_secs).await;
         Ok((settled, claimed, sent_at))
     }
 
