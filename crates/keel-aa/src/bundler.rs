@@ -195,8 +195,7 @@ struct Loaded {
 }
 
 fn load(row: UserOperationRow) -> Result<Loaded, BundlerError> {
-    let hash =
-        B256::try_from(row.user_op_hash.as_slice()).map_err(|_| BundlerError::Corrupt("hash"))?;
+    let hash = row.user_op_hash.0;
     let op: UserOperation = serde_json::from_value(row.user_operation.clone())
         .map_err(|_| BundlerError::Corrupt("user operation"))?;
     let packed = op.pack().map_err(|_| BundlerError::Corrupt("packing"))?;
@@ -252,9 +251,9 @@ impl Found {
     /// True when `row` does not show this inclusion yet.
     fn changes(&self, row: &UserOperationRow) -> bool {
         row.state != store::state::INCLUDED
-            || row.tx_hash.as_deref() != Some(self.tx_hash.as_slice())
+            || row.tx_hash.map(B256::from) != Some(self.tx_hash)
             || row.block_number != i64::try_from(self.block_number).ok()
-            || row.block_hash.as_deref() != self.block_hash.as_ref().map(|h| h.as_slice())
+            || row.block_hash.map(B256::from) != self.block_hash
             || row.success != Some(self.success)
             || row.actual_gas_cost.as_deref() != Some(self.cost.as_str())
     }
@@ -391,22 +390,14 @@ impl Bundler {
     async fn end(
         &self,
         l: &Loaded,
-        end_state: &str,
+        end_state: store::UserOpState,
         code: i32,
         reason: &str,
         dedupe: &str,
     ) -> Result<(), BundlerError> {
         let mut tx = self.env.db.begin().await?;
-        if store::user_operation_end(
-            &mut *tx,
-            l.row.chain_id,
-            &l.row.user_op_hash,
-            end_state,
-            code,
-            reason,
-        )
-        .await?
-        {
+        let (chain_id, hash) = l.row.key();
+        if store::user_operation_end(&mut *tx, chain_id, hash, end_state, code, reason).await? {
             let outcome = OutcomeSignal::ended(end_state, code, reason);
             self.signal(&mut tx, l.row.instance_id, dedupe, &outcome)
                 .await?;
@@ -706,9 +697,9 @@ impl Bundler {
                 continue;
             }
             let moved = seen.as_ref().is_some_and(|(h, b, bh)| {
-                bundle.tx_hash.as_deref() != Some(h.as_slice())
+                bundle.tx_hash.map(B256::from) != Some(*h)
                     || bundle.block_number != i64::try_from(*b).ok()
-                    || bundle.block_hash.as_deref() != bh.as_ref().map(|x| x.as_slice())
+                    || bundle.block_hash.map(B256::from) != *bh
             });
             let ops_change = ops.iter().zip(&fates).any(|(l, f)| f.changes(&l.row));
             if !ops_change && !moved && !finalized && next == store::bundle_state::INCLUDED {
@@ -770,12 +761,7 @@ impl Bundler {
                 continue;
             };
             let l = load(row)?;
-            let Some(tx_hash) = l
-                .row
-                .tx_hash
-                .as_deref()
-                .and_then(|h| B256::try_from(h).ok())
-            else {
+            let Some(tx_hash) = l.row.tx_hash.map(B256::from) else {
                 continue;
             };
             let receipt = chain
@@ -867,7 +853,10 @@ impl Bundler {
         fate: &Fate,
         counts: &mut Counts,
     ) -> Result<(), BundlerError> {
-        let (chain_id, hash) = (l.row.chain_id, l.row.user_op_hash.as_slice());
+        let (chain_id, hash) = (
+            chain_id_i64(l.row.chain_id.0),
+            l.row.user_op_hash.0.as_slice(),
+        );
         match fate {
             Fate::In(f, fin) => {
                 if f.changes(&l.row) {
@@ -894,7 +883,7 @@ impl Bundler {
                 }
                 if *fin && store::user_operation_finalize(&mut *tx, chain_id, hash).await? {
                     let outcome = OutcomeSignal {
-                        state: store::state::INCLUDED.to_owned(),
+                        state: store::state::INCLUDED,
                         success: Some(f.success),
                         actual_gas_cost: Some(f.cost.clone()),
                         actual_gas_used: Some(f.used.clone()),
@@ -1338,8 +1327,8 @@ impl Watchdog {
         let counts: Vec<StaleCount> = rows
             .into_iter()
             .map(|(chain, state, count)| StaleCount {
-                chain_id: u64::try_from(chain).unwrap_or(0),
-                state,
+                chain_id: chain.0,
+                state: state.as_str().to_owned(),
                 count: u64::try_from(count).unwrap_or(0),
             })
             .collect();

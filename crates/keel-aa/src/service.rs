@@ -177,19 +177,23 @@ pub struct UserOperationView {
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
-fn b256(v: &Option<Vec<u8>>) -> Option<B256> {
-    v.as_deref().and_then(|b| B256::try_from(b).ok())
+fn b256(v: &Option<keel_units::db::DbHash>) -> Option<B256> {
+    v.map(B256::from)
 }
 
 impl UserOperationView {
-    fn from_row(row: &UserOperationRow) -> Option<Self> {
-        let resolution: Resolution = serde_json::from_value(row.resolution.clone()).ok()?;
-        Some(Self {
-            user_op_hash: B256::try_from(row.user_op_hash.as_slice()).ok()?,
-            chain_id: u64::try_from(row.chain_id).ok()?,
+    fn from_row(row: &UserOperationRow) -> Result<Self, ReadError> {
+        let resolution: Resolution =
+            serde_json::from_value(row.resolution.clone()).map_err(|_| ReadError::Corrupt {
+                table: "aa_user_operation",
+                column: "resolution",
+            })?;
+        Ok(Self {
+            user_op_hash: row.user_op_hash.0,
+            chain_id: row.chain_id.0,
             operation_id: row.instance_id,
-            state: row.state.clone(),
-            sender: Address::try_from(row.sender.as_slice()).ok()?,
+            state: row.state.as_str().to_owned(),
+            sender: row.sender.0,
             nonce: row.nonce.clone(),
             entry_point: resolution.resolved.address(),
             transaction_hash: b256(&row.tx_hash),
@@ -216,6 +220,15 @@ pub enum ReadError {
     /// The chain failed.
     #[error("chain access")]
     Chain(#[from] keel_chain::ChainError),
+    /// A stored row holds a value that does not decode (the table and column named,
+    /// never the value).
+    #[error("a stored {table} row is unreadable ({column})")]
+    Corrupt {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: &'static str,
+    },
 }
 
 fn rpc_error(id: &Value, code: i32, message: &str, data: Option<Value>) -> Value {
@@ -627,7 +640,7 @@ impl AaService {
         };
         let mut others = 0usize;
         for row in open {
-            if row.user_op_hash.as_slice() == hash.as_slice() {
+            if row.user_op_hash.0 == hash {
                 continue;
             }
             let Ok(other) = serde_json::from_value::<UserOperation>(row.user_operation.clone())
@@ -699,7 +712,8 @@ impl AaService {
         let db = |e: sqlx::Error| SendError::Store(e.into());
         let code = Erc7769Code::InvalidParams.code();
         let mut tx = self.env.db.begin().await.map_err(db)?;
-        if !store::user_operation_replace(&mut *tx, old.chain_id, &old.user_op_hash, code)
+        let (chain_id, old_hash) = old.key();
+        if !store::user_operation_replace(&mut *tx, chain_id, old_hash, code)
             .await
             .map_err(SendError::Store)?
         {
@@ -746,10 +760,10 @@ impl AaService {
         organization_id: Option<Uuid>,
     ) -> Result<Option<UserOperationView>, ReadError> {
         let row = store::user_operation_by_hash(&self.env.db, hash.as_slice()).await?;
-        Ok(row
-            .filter(|r| organization_id.is_none() || r.organization_id == organization_id)
+        row.filter(|r| organization_id.is_none() || r.organization_id == organization_id)
             .as_ref()
-            .and_then(UserOperationView::from_row))
+            .map(UserOperationView::from_row)
+            .transpose()
     }
 
     /// The status of operation `hash` on `chain_id` for `organization_id` (see
@@ -792,7 +806,7 @@ impl AaService {
             let state = if b.state == store::bundle_state::INCLUDED && b.final_at.is_some() {
                 status::FINAL.to_owned()
             } else {
-                b.state
+                b.state.as_str().to_owned()
             };
             bundle = Some(StatusBundle {
                 id: b.id,
@@ -1062,17 +1076,15 @@ impl AaService {
             store::deposit_requests_open(&self.env.db, chain_id.map(flow::chain_id_i64)).await?;
         Ok(rows
             .into_iter()
-            .filter_map(|r| {
-                Some(DepositRequestView {
-                    chain_id: u64::try_from(r.chain_id).ok()?,
-                    entry_point: Address::try_from(r.entry_point.as_slice()).ok()?,
-                    paymaster: Address::try_from(r.paymaster.as_slice()).ok()?,
-                    deposit_wei: r.deposit_wei,
-                    minimum_wei: r.minimum_wei,
-                    required_wei: r.required_wei,
-                    opened_at: r.opened_at,
-                    updated_at: r.updated_at,
-                })
+            .map(|r| DepositRequestView {
+                chain_id: r.chain_id.0,
+                entry_point: r.entry_point.0,
+                paymaster: r.paymaster.0,
+                deposit_wei: r.deposit_wei,
+                minimum_wei: r.minimum_wei,
+                required_wei: r.required_wei,
+                opened_at: r.opened_at,
+                updated_at: r.updated_at,
             })
             .collect())
     }

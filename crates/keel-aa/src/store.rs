@@ -6,68 +6,251 @@
 //!
 //! Every function is one statement named noun-first and takes an executor, so the
 //! workflow and the bundler compose them in one transaction (a state change and the
-//! signal that reports it commit together). Rows come back holding database types
-//! (`i64` chain ids, 20/32-byte `Vec<u8>` addresses and hashes, decimal strings for
-//! uint256 values). Updates are guarded by the state they leave: a repeated call
+//! signal that reports it commit together). Rows come back decoded at the row: a
+//! [`ChainId`], [`DbHash`] / [`DbAddress`] for 32/20-byte hashes and addresses, the
+//! [`UserOpState`] / [`BundleState`] enums, decimal strings for uint256 values; a row
+//! that does not decode is an error naming its table ([`unreadable`]). Updates are guarded by the state they leave: a repeated call
 //! changes nothing and says so (`false` / 0 rows).
 
 use keel_store::StoreError;
+use keel_units::ChainId;
+use keel_units::db::{DbAddress, DbHash};
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
 /// `Result` of the store functions: every failure is a classified [`StoreError`].
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// States of `aa_user_operation.state`.
-pub mod state {
+/// Where a user operation is (`aa_user_operation.state`, the CHECK of
+/// `migrations/0071_aa_admission.sql`), decoded at the row with the stored spelling:
+/// a stored text that is none of these is a decode error ([`unreadable`]), never a
+/// fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum UserOpState {
     /// Recorded by the workflow's first step; not validated yet.
-    pub const ACCEPTED: &str = "accepted";
+    Accepted,
     /// Validated and (when a policy applies) sponsored: waiting for a bundle.
-    pub const READY: &str = "ready";
+    Ready,
     /// In a bundle whose queue request has no handled verdict yet.
-    pub const BUNDLED: &str = "bundled";
+    Bundled,
     /// Its `UserOperationEvent` is in a confirmed bundle (the call may have reverted:
     /// see `success`). Watched until the block is final (`finalized_at` set, then the
     /// workflow is told); a reorg meanwhile may move it (new transaction, block,
     /// receipt fields), put it back to `bundled` (its bundle out of the chain, may be
     /// re-included) or `ready` (out for good), or end it.
-    pub const INCLUDED: &str = "included";
+    Included,
     /// Refused (validation, policy, or alone in a bundle simulation); see `error_code`.
-    pub const FAILED: &str = "failed";
+    Failed,
     /// Its nonce was used by an inclusion that is not ours.
-    pub const NONCE_USED_ELSEWHERE: &str = "nonce_used_elsewhere";
+    NonceUsedElsewhere,
     /// Superseded before it was bundled by another operation of the same sender and
     /// nonce with higher fees (the ERC-7562 replacement rule, migration 0071).
-    pub const REPLACED: &str = "replaced";
+    Replaced,
 }
 
-/// States of `aa_bundle.state`.
-pub mod bundle_state {
+impl UserOpState {
+    /// Every state.
+    pub const ALL: [UserOpState; 7] = [
+        Self::Accepted,
+        Self::Ready,
+        Self::Bundled,
+        Self::Included,
+        Self::Failed,
+        Self::NonceUsedElsewhere,
+        Self::Replaced,
+    ];
+
+    /// The stored text (`accepted`, `ready`, `bundled`, `included`, `failed`,
+    /// `nonce_used_elsewhere`, `replaced`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::Ready => "ready",
+            Self::Bundled => "bundled",
+            Self::Included => "included",
+            Self::Failed => "failed",
+            Self::NonceUsedElsewhere => "nonce_used_elsewhere",
+            Self::Replaced => "replaced",
+        }
+    }
+}
+
+/// Where a bundle is (`aa_bundle.state`, the CHECK of
+/// `migrations/0074_aa_reorg_watch.sql`), decoded at the row like [`UserOpState`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BundleState {
     /// Enqueued on the transaction queue; no verdict handled yet.
-    pub const SUBMITTED: &str = "submitted";
+    Submitted,
     /// Its verdict was `confirmed`: its operations are `included` (or `bundled` while a
     /// reorg has it out of the chain), watched until the queue finds the block final;
     /// then `final_at` is set and every operation's outcome was reported.
-    pub const INCLUDED: &str = "included";
+    Included,
     /// Included once, then taken out for good (`REORGED_OUT`) or re-mined without its
     /// operations: they went back to `ready`, ended, or were found in another
     /// transaction.
-    pub const REORGED: &str = "reorged";
+    Reorged,
     /// Reverted or never took effect: its operations went back to `ready` (or ended).
-    pub const FAILED: &str = "failed";
+    Failed,
+}
+
+impl BundleState {
+    /// Every state.
+    pub const ALL: [BundleState; 4] =
+        [Self::Submitted, Self::Included, Self::Reorged, Self::Failed];
+
+    /// The stored text (`submitted`, `included`, `reorged`, `failed`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Submitted => "submitted",
+            Self::Included => "included",
+            Self::Reorged => "reorged",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// The sqlx text column type of a state enum (`ALL`, `as_str`), with the stored
+/// spelling; an unknown text is a decode error naming `$column` (not the value).
+macro_rules! stored_state {
+    ($ty:ty, $column:literal) => {
+        impl sqlx::Type<sqlx::Postgres> for $ty {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        impl sqlx::postgres::PgHasArrayType for $ty {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+        }
+
+        impl sqlx::Encode<'_, sqlx::Postgres> for $ty {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<'_, sqlx::Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $ty {
+            fn decode(
+                value: sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                let s = <&str as sqlx::Decode<'r, sqlx::Postgres>>::decode(value)?;
+                <$ty>::ALL
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| Box::new(UnknownState { column: $column }).into())
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        /// Compares with the stored spelling.
+        impl PartialEq<&str> for $ty {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        /// Compares with the stored spelling.
+        impl PartialEq<str> for $ty {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+    };
+}
+
+stored_state!(UserOpState, "aa_user_operation.state");
+stored_state!(BundleState, "aa_bundle.state");
+
+/// A stored state this build does not know (the value is not shown).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{column} holds a state this build does not know")]
+pub struct UnknownState {
+    /// The column, as `table.column`.
+    pub column: &'static str,
+}
+
+/// The [`UserOpState`] values under their stored names.
+pub mod state {
+    use super::UserOpState;
+
+    /// [`UserOpState::Accepted`].
+    pub const ACCEPTED: UserOpState = UserOpState::Accepted;
+    /// [`UserOpState::Ready`].
+    pub const READY: UserOpState = UserOpState::Ready;
+    /// [`UserOpState::Bundled`].
+    pub const BUNDLED: UserOpState = UserOpState::Bundled;
+    /// [`UserOpState::Included`].
+    pub const INCLUDED: UserOpState = UserOpState::Included;
+    /// [`UserOpState::Failed`].
+    pub const FAILED: UserOpState = UserOpState::Failed;
+    /// [`UserOpState::NonceUsedElsewhere`].
+    pub const NONCE_USED_ELSEWHERE: UserOpState = UserOpState::NonceUsedElsewhere;
+    /// [`UserOpState::Replaced`].
+    pub const REPLACED: UserOpState = UserOpState::Replaced;
+}
+
+/// The [`BundleState`] values under their stored names.
+pub mod bundle_state {
+    use super::BundleState;
+
+    /// [`BundleState::Submitted`].
+    pub const SUBMITTED: BundleState = BundleState::Submitted;
+    /// [`BundleState::Included`].
+    pub const INCLUDED: BundleState = BundleState::Included;
+    /// [`BundleState::Reorged`].
+    pub const REORGED: BundleState = BundleState::Reorged;
+    /// [`BundleState::Failed`].
+    pub const FAILED: BundleState = BundleState::Failed;
+}
+
+/// The error of a failed statement that reads rows of `table`: a row that does not
+/// decode (a state this build does not know, a hash or address of the wrong length, a
+/// negative chain id) is logged at ERROR naming the table and the column (never the
+/// value), counted in `keel_aa_unreadable_rows_total{table}`, and returned as
+/// [`StoreError::Decode`]; never skipped, zeroed or defaulted.
+pub fn unreadable(table: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
+    move |e| {
+        if let sqlx::Error::ColumnDecode { index, .. } = &e {
+            metrics::counter!("keel_aa_unreadable_rows_total", "table" => table).increment(1);
+            tracing::error!(target: "keel::aa::store", table, column = %index,
+                "a stored row does not decode; it is refused");
+        } else if matches!(e, sqlx::Error::Decode(_)) {
+            metrics::counter!("keel_aa_unreadable_rows_total", "table" => table).increment(1);
+            tracing::error!(target: "keel::aa::store", table, "a stored row does not decode; it is refused");
+        }
+        StoreError::from(e)
+    }
 }
 
 /// One `aa_user_operation` row.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct UserOperationRow {
     /// Chain id.
-    pub chain_id: i64,
-    /// The v0.8 operation hash (32 bytes).
-    pub user_op_hash: Vec<u8>,
+    pub chain_id: ChainId,
+    /// The v0.8 operation hash.
+    pub user_op_hash: DbHash,
     /// The organization that submitted it, when known.
     pub organization_id: Option<Uuid>,
-    /// The account (20 bytes).
-    pub sender: Vec<u8>,
+    /// The account.
+    pub sender: DbAddress,
     /// The nonce, decimal string of a uint256.
     pub nonce: String,
     /// The ERC-7769 JSON form of the operation.
@@ -76,8 +259,8 @@ pub struct UserOperationRow {
     pub resolution: serde_json::Value,
     /// The `aa.user-operation` workflow instance.
     pub instance_id: Uuid,
-    /// One of [`state`].
-    pub state: String,
+    /// Where it is.
+    pub state: UserOpState,
     /// The bundle it is (or last was) in.
     pub bundle_id: Option<Uuid>,
     /// Maximum cost granted by the sponsorship policy, wei (decimal).
@@ -90,12 +273,12 @@ pub struct UserOperationRow {
     pub actual_gas_used: Option<String>,
     /// Revert data of the execution call.
     pub revert_reason: Option<Vec<u8>>,
-    /// The bundle transaction (32 bytes).
-    pub tx_hash: Option<Vec<u8>>,
+    /// The bundle transaction.
+    pub tx_hash: Option<DbHash>,
     /// Its block number.
     pub block_number: Option<i64>,
-    /// Its block hash (32 bytes).
-    pub block_hash: Option<Vec<u8>>,
+    /// Its block hash.
+    pub block_hash: Option<DbHash>,
     /// ERC-7769 error code of a refusal.
     pub error_code: Option<i32>,
     /// The refusal's reason (`AA31 paymaster deposit too low`, `SPONSOR_…`).
@@ -107,6 +290,22 @@ pub struct UserOperationRow {
     /// When its inclusion was found final and reported to the workflow (`included`
     /// only; `None` while watched).
     pub finalized_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl UserOperationRow {
+    /// The row's key as the store functions take it: the stored chain id and the hash.
+    pub fn key(&self) -> (i64, &[u8]) {
+        (
+            stored_chain_id(self.chain_id),
+            self.user_op_hash.0.as_slice(),
+        )
+    }
+}
+
+/// A chain id read from a row, as the store functions take it. It was decoded from the
+/// column ([`ChainId::from_db`]), so [`ChainId::to_db`] cannot fail on it.
+pub fn stored_chain_id(chain_id: ChainId) -> i64 {
+    chain_id.to_db().unwrap_or(i64::MAX)
 }
 
 macro_rules! user_op_columns {
@@ -174,7 +373,7 @@ pub async fn user_operation_get(
     chain_id: i64,
     user_op_hash: &[u8],
 ) -> StoreResult<Option<UserOperationRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
         " FROM aa_user_operation WHERE chain_id = $1 AND user_op_hash = $2"
@@ -182,7 +381,8 @@ pub async fn user_operation_get(
     .bind(chain_id)
     .bind(user_op_hash)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// The row of `user_op_hash` on any chain (the hash's EIP-712 domain names its chain, so
@@ -194,14 +394,15 @@ pub async fn user_operation_by_hash(
     db: impl PgExecutor<'_>,
     user_op_hash: &[u8],
 ) -> StoreResult<Option<UserOperationRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
         " FROM aa_user_operation WHERE user_op_hash = $1 ORDER BY created_at LIMIT 1"
     ))
     .bind(user_op_hash)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// `accepted` → `ready`, recording the sponsorship granted (wei, decimal); false when
@@ -238,7 +439,7 @@ pub async fn user_operation_end(
     db: impl PgExecutor<'_>,
     chain_id: i64,
     user_op_hash: &[u8],
-    end_state: &str,
+    end_state: UserOpState,
     error_code: i32,
     error_reason: &str,
 ) -> StoreResult<bool> {
@@ -271,7 +472,7 @@ pub async fn user_operations_ready(
     chain_id: i64,
     limit: i64,
 ) -> StoreResult<Vec<UserOperationRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
         " FROM aa_user_operation r WHERE chain_id = $1 AND state = 'ready' \
@@ -282,7 +483,8 @@ pub async fn user_operations_ready(
     .bind(chain_id)
     .bind(limit)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// Up to `limit` operations of `chain_id` that have been `ready` (waiting for a bundle)
@@ -297,7 +499,7 @@ pub async fn user_operations_ready_expired(
     older_than_secs: i64,
     limit: i64,
 ) -> StoreResult<Vec<UserOperationRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
         " FROM aa_user_operation WHERE chain_id = $1 AND state = 'ready' \
@@ -308,7 +510,8 @@ pub async fn user_operations_ready_expired(
     .bind(older_than_secs as f64)
     .bind(limit)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// The open operations (`accepted`, `ready`, `bundled`) of `sender` on `chain_id`,
@@ -321,7 +524,7 @@ pub async fn user_operations_open_of_sender(
     chain_id: i64,
     sender: &[u8],
 ) -> StoreResult<Vec<UserOperationRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
         " FROM aa_user_operation WHERE chain_id = $1 AND sender = $2 \
@@ -330,7 +533,8 @@ pub async fn user_operations_open_of_sender(
     .bind(chain_id)
     .bind(sender)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// Ends an operation not yet bundled (`accepted` or `ready`) as [`state::REPLACED`]
@@ -389,7 +593,7 @@ pub async fn user_operations_in_bundle(
     db: impl PgExecutor<'_>,
     bundle_id: Uuid,
 ) -> StoreResult<Vec<UserOperationRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
         " FROM aa_user_operation \
@@ -397,7 +601,8 @@ pub async fn user_operations_in_bundle(
     ))
     .bind(bundle_id)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// The outcome of an included operation.
@@ -573,7 +778,7 @@ pub async fn user_operations_watched_in_bundle(
     db: impl PgExecutor<'_>,
     bundle_id: Uuid,
 ) -> StoreResult<Vec<UserOperationRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
         " FROM aa_user_operation \
@@ -583,7 +788,8 @@ pub async fn user_operations_watched_in_bundle(
     ))
     .bind(bundle_id)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// Up to `limit` operations of `chain_id` found `included` in a transaction that is not
@@ -597,7 +803,7 @@ pub async fn user_operations_found_elsewhere(
     chain_id: i64,
     limit: i64,
 ) -> StoreResult<Vec<UserOperationRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
         " FROM aa_user_operation o \
@@ -609,7 +815,8 @@ pub async fn user_operations_found_elsewhere(
     .bind(chain_id)
     .bind(limit)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// Operations of every chain in a non-terminal state recorded before `older_than`
@@ -620,8 +827,8 @@ pub async fn user_operations_found_elsewhere(
 pub async fn user_operations_stale(
     db: impl PgExecutor<'_>,
     older_than_seconds: i64,
-) -> StoreResult<Vec<(i64, String, i64)>> {
-    Ok(sqlx::query_as(
+) -> StoreResult<Vec<(ChainId, UserOpState, i64)>> {
+    sqlx::query_as(
         "SELECT chain_id, state, count(*) FROM aa_user_operation \
          WHERE state IN ('accepted', 'ready', 'bundled') \
            AND created_at < now() - make_interval(secs => $1) \
@@ -629,7 +836,8 @@ pub async fn user_operations_stale(
     )
     .bind(older_than_seconds as f64)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// One `aa_bundle` row.
@@ -638,21 +846,21 @@ pub struct BundleRow {
     /// The bundle id (queue key `aa-bundle:<id>`).
     pub id: Uuid,
     /// Chain id.
-    pub chain_id: i64,
-    /// The resolved EntryPoint it calls (20 bytes).
-    pub entry_point: Vec<u8>,
+    pub chain_id: ChainId,
+    /// The resolved EntryPoint it calls.
+    pub entry_point: DbAddress,
     /// Its queue request.
     pub txq_request_id: Uuid,
     /// Operation hashes in bundle order.
-    pub user_op_hashes: Vec<Vec<u8>>,
-    /// One of [`bundle_state`].
-    pub state: String,
+    pub user_op_hashes: Vec<DbHash>,
+    /// Where it is.
+    pub state: BundleState,
     /// The transaction that settled it.
-    pub tx_hash: Option<Vec<u8>>,
+    pub tx_hash: Option<DbHash>,
     /// Its block.
     pub block_number: Option<i64>,
     /// Its block hash.
-    pub block_hash: Option<Vec<u8>>,
+    pub block_hash: Option<DbHash>,
     /// `included` only: when its block was found final (`None` while watched).
     pub final_at: Option<chrono::DateTime<chrono::Utc>>,
 }
@@ -698,7 +906,7 @@ pub async fn bundles_submitted(
     db: impl PgExecutor<'_>,
     chain_id: i64,
 ) -> StoreResult<Vec<BundleRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         bundle_columns!(),
         " FROM aa_bundle WHERE chain_id = $1 AND state = 'submitted' \
@@ -706,7 +914,8 @@ pub async fn bundles_submitted(
     ))
     .bind(chain_id)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_bundle"))
 }
 
 /// The `included` bundles of `chain_id` not final yet (watched), oldest first, at most
@@ -719,7 +928,7 @@ pub async fn bundles_watched(
     chain_id: i64,
     limit: i64,
 ) -> StoreResult<Vec<BundleRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         bundle_columns!(),
         " FROM aa_bundle WHERE chain_id = $1 AND state = 'included' AND final_at IS NULL \
@@ -728,7 +937,8 @@ pub async fn bundles_watched(
     .bind(chain_id)
     .bind(limit)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_bundle"))
 }
 
 /// A watched bundle (`included`, not final) with its transaction as the chain shows it
@@ -740,7 +950,7 @@ pub async fn bundles_watched(
 pub async fn bundle_watch_update(
     db: impl PgExecutor<'_>,
     id: Uuid,
-    new_state: &str,
+    new_state: BundleState,
     final_now: bool,
     tx_hash: Option<&[u8]>,
     block_number: Option<i64>,
@@ -768,14 +978,15 @@ pub async fn bundle_watch_update(
 /// # Errors
 /// [`StoreError`].
 pub async fn bundle_get(db: impl PgExecutor<'_>, id: Uuid) -> StoreResult<Option<BundleRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         bundle_columns!(),
         " FROM aa_bundle WHERE id = $1"
     ))
     .bind(id)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_bundle"))
 }
 
 /// `submitted` → `end_state` (`included` or `failed`) with the settling transaction;
@@ -786,7 +997,7 @@ pub async fn bundle_get(db: impl PgExecutor<'_>, id: Uuid) -> StoreResult<Option
 pub async fn bundle_settle(
     db: impl PgExecutor<'_>,
     id: Uuid,
-    end_state: &str,
+    end_state: BundleState,
     tx_hash: Option<&[u8]>,
     block_number: Option<i64>,
     block_hash: Option<&[u8]>,
@@ -861,11 +1072,11 @@ pub async fn sponsorship_spend_add(
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DepositRequestRow {
     /// Chain id.
-    pub chain_id: i64,
-    /// The paymaster (20 bytes).
-    pub paymaster: Vec<u8>,
-    /// The resolved EntryPoint holding the deposit (20 bytes).
-    pub entry_point: Vec<u8>,
+    pub chain_id: ChainId,
+    /// The paymaster.
+    pub paymaster: DbAddress,
+    /// The resolved EntryPoint holding the deposit.
+    pub entry_point: DbAddress,
     /// The deposit at the last check, wei (decimal).
     pub deposit_wei: String,
     /// The configured minimum, wei (decimal).
@@ -951,7 +1162,7 @@ pub async fn deposit_requests_open(
     db: impl PgExecutor<'_>,
     chain_id: Option<i64>,
 ) -> StoreResult<Vec<DepositRequestRow>> {
-    Ok(sqlx::query_as(
+    sqlx::query_as(
         "SELECT chain_id, paymaster, entry_point, deposit_wei::text AS deposit_wei, \
                 minimum_wei::text AS minimum_wei, required_wei::text AS required_wei, \
                 state, opened_at, updated_at \
@@ -961,7 +1172,8 @@ pub async fn deposit_requests_open(
     )
     .bind(chain_id)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_deposit_request"))
 }
 
 // ---- aa_bundler_control (migration 0080, the debug_bundler_* namespace) ----
@@ -1034,7 +1246,7 @@ pub async fn user_operations_pending(
     chain_id: i64,
     limit: i64,
 ) -> StoreResult<Vec<UserOperationRow>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT ",
         user_op_columns!(),
         " FROM aa_user_operation WHERE chain_id = $1 AND state IN ('accepted', 'ready') \
@@ -1043,7 +1255,8 @@ pub async fn user_operations_pending(
     .bind(chain_id)
     .bind(limit)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// The newest bundle of the chain created at or after `since` (database clock) and its
@@ -1055,15 +1268,16 @@ pub async fn bundle_latest_since(
     db: impl PgExecutor<'_>,
     chain_id: i64,
     since: chrono::DateTime<chrono::Utc>,
-) -> StoreResult<Option<(Uuid, String)>> {
-    Ok(sqlx::query_as(
+) -> StoreResult<Option<(Uuid, BundleState)>> {
+    sqlx::query_as(
         "SELECT id, state FROM aa_bundle WHERE chain_id = $1 AND created_at >= $2
          ORDER BY created_at DESC LIMIT 1",
     )
     .bind(chain_id)
     .bind(since)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_bundle"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1116,7 +1330,8 @@ pub async fn reputation_get<'e>(
     .bind(chain_id)
     .bind(address)
     .fetch_optional(db)
-    .await?;
+    .await
+    .map_err(unreadable("aa_reputation"))?;
     Ok(row.unwrap_or(ReputationRow {
         ops_seen: 0,
         ops_included: 0,
@@ -1234,8 +1449,8 @@ pub async fn user_operations_open_with_paymaster<'e>(
     db: impl PgExecutor<'e>,
     chain_id: i64,
     address_hex: &str,
-) -> StoreResult<Vec<(Vec<u8>, serde_json::Value)>> {
-    Ok(sqlx::query_as(
+) -> StoreResult<Vec<(DbHash, serde_json::Value)>> {
+    sqlx::query_as(
         "SELECT user_op_hash, user_operation FROM aa_user_operation WHERE chain_id = $1 \
          AND state IN ('accepted', 'ready', 'bundled') \
          AND lower(user_operation->>'paymaster') = $2",
@@ -1243,14 +1458,15 @@ pub async fn user_operations_open_with_paymaster<'e>(
     .bind(chain_id)
     .bind(address_hex)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_user_operation"))
 }
 
 /// One entity of [`reputation_list`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ReputationEntry {
-    /// The entity's address (20 bytes).
-    pub address: Vec<u8>,
+    /// The entity's address.
+    pub address: DbAddress,
     /// `opsSeen` after decay.
     pub ops_seen: i64,
     /// `opsIncluded` after decay.
@@ -1265,7 +1481,7 @@ pub async fn reputation_list<'e>(
     db: impl PgExecutor<'e>,
     chain_id: i64,
 ) -> StoreResult<Vec<ReputationEntry>> {
-    Ok(sqlx::query_as(concat!(
+    sqlx::query_as(concat!(
         "SELECT r.address, ",
         decayed!("ops_seen"),
         " AS ops_seen, ",
@@ -1274,7 +1490,8 @@ pub async fn reputation_list<'e>(
     ))
     .bind(chain_id)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("aa_reputation"))
 }
 
 /// Deletes every reputation row of `chain_id`; the rows deleted.
@@ -1287,4 +1504,73 @@ pub async fn reputation_clear<'e>(db: impl PgExecutor<'e>, chain_id: i64) -> Sto
         .execute(db)
         .await?
         .rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_store::testing::TestDatabase;
+
+    /// Every stored state spelling decodes to its enum value; a state this build does
+    /// not know, or a hash of the wrong length, makes the row an error (never a row
+    /// with a default, never a skipped row).
+    #[tokio::test]
+    async fn rows_decode_at_the_row_and_an_unreadable_one_is_an_error() {
+        let db = TestDatabase::create().await.unwrap();
+        let pool = db.pool();
+        for st in UserOpState::ALL {
+            let back: UserOpState = sqlx::query_scalar("SELECT $1::text")
+                .bind(st)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(back, st);
+            assert_eq!(back, st.as_str());
+        }
+        for st in BundleState::ALL {
+            let back: BundleState = sqlx::query_scalar("SELECT $1::text")
+                .bind(st)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(back, st);
+        }
+        let hash = [7u8; 32];
+        let json = serde_json::json!({});
+        let row = NewUserOperation {
+            chain_id: 1,
+            user_op_hash: &hash,
+            organization_id: None,
+            sender: &[1u8; 20],
+            nonce: "0",
+            user_operation: &json,
+            resolution: &json,
+            instance_id: Uuid::new_v4(),
+        };
+        assert!(user_operation_insert(pool, &row).await.unwrap());
+        let got = user_operation_get(pool, 1, &hash).await.unwrap().unwrap();
+        assert_eq!(got.state, UserOpState::Accepted);
+        assert_eq!(got.key(), (1, hash.as_slice()));
+        // A newer schema's state (the CHECK of this one refuses it).
+        sqlx::query("ALTER TABLE aa_user_operation DROP CONSTRAINT aa_user_operation_state_check")
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE aa_user_operation SET state = 'parked'")
+            .execute(pool)
+            .await
+            .unwrap();
+        assert!(matches!(
+            user_operation_get(pool, 1, &hash).await,
+            Err(StoreError::Decode)
+        ));
+        assert!(matches!(
+            user_operations_open_of_sender(pool, 1, &[1u8; 20]).await,
+            Ok(v) if v.is_empty()
+        ));
+        assert!(matches!(
+            user_operation_by_hash(pool, &hash).await,
+            Err(StoreError::Decode)
+        ));
+    }
 }
