@@ -9,7 +9,8 @@
 //! The executor's single statements are here too (the journal read, the segment settle
 //! of a command that ran no body, release, rescue, lease renewal, the next-due query);
 //! its batch statements (the claim, the segment settles, journal writes and the fence)
-//! stay next to the combiners that bind them (`executor.rs`, `context.rs`).
+//! stay next to the combiners that bind them (`executor/claim.rs`, `executor/settle.rs`,
+//! `context.rs`).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -809,7 +810,7 @@ pub(crate) async fn commands_listed(
 }
 
 // ---------------------------------------------------------------------------------
-// The executor's single statements (its batch statements stay in `executor.rs` and
+// The executor's single statements (its batch statements stay in `executor/` and
 // `context.rs`, next to the combiners that bind them). Errors are sqlx's, unclassified,
 // as the executor logs or classifies them itself.
 // ---------------------------------------------------------------------------------
