@@ -212,11 +212,19 @@ impl AaService {
         )
         .await
         .map_err(SendError::Store)?;
+        // Every open operation counts against the deposit: one whose stored JSON does not
+        // decode is an error (never left out, which would under-count what is committed).
         let open: Vec<UserOperation> = rows
             .into_iter()
             .filter(|(hash, _)| replaces.is_none_or(|r| &r.user_op_hash != hash))
-            .filter_map(|(_, json)| serde_json::from_value(json).ok())
-            .collect();
+            .map(|(_, json)| {
+                serde_json::from_value(json).map_err(|_| {
+                    tracing::error!(target: "keel::aa::store", table = "aa_user_operation",
+                        column = "user_operation", "a stored row does not decode; it is refused");
+                    SendError::Store(keel_store::StoreError::Decode)
+                })
+            })
+            .collect::<Result<_, _>>()?;
         let deposit = crate::bundler::entry_point_deposit(&chain.pool, ep, paymaster)
             .await
             .map_err(|_| SendError::Unavailable)?;

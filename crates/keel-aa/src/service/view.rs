@@ -209,8 +209,11 @@ impl AaService {
             return Ok(UserOperationStatus::unknown());
         };
         let entry_point = serde_json::from_value::<Resolution>(row.resolution.clone())
-            .ok()
-            .map(|r| r.resolved.address());
+            .map(|r| Some(r.resolved.address()))
+            .map_err(|_| ReadError::Corrupt {
+                table: "aa_user_operation",
+                column: "resolution",
+            })?;
         let mut bundle = None;
         if let Some(id) = row.bundle_id
             && let Some(b) = store::bundle_get(&self.env.db, id).await?
