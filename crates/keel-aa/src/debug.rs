@@ -167,10 +167,11 @@ async fn clear_mempool(env: &AaEnv, engine: &Engine, chain_id: u64) -> Result<Va
         }
         for row in rows {
             let mut tx = env.db.begin().await.map_err(internal)?;
+            let (chain_id, hash) = row.key();
             if store::user_operation_end(
                 &mut *tx,
-                row.chain_id,
-                &row.user_op_hash,
+                chain_id,
+                hash,
                 store::state::FAILED,
                 code,
                 reason,

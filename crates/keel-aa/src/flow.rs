@@ -49,7 +49,7 @@ use keel_chain::{ChainError, NodeErrorKind, UpstreamPool};
 use keel_durable::WorkflowFailure;
 use keel_durable::{Engine, SignalOutcome, StartOptions, StepError, Workflow, WorkflowContext};
 use keel_txq::TxQueue;
-use keel_units::Wei;
+use keel_units::{ChainId, Wei};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use std::collections::HashMap;
@@ -215,8 +215,8 @@ pub struct UserOperationInput {
 #[serde(rename_all = "camelCase")]
 pub struct OutcomeSignal {
     /// `included` (sent once its block is final), `failed`, `nonce_used_elsewhere` or
-    /// `replaced` ([`store::state`]).
-    pub state: String,
+    /// `replaced`.
+    pub state: store::UserOpState,
     /// Included: whether the execution call succeeded.
     pub success: Option<bool>,
     /// Included: wei the paymaster (or account) paid, decimal.
@@ -237,9 +237,9 @@ impl OutcomeSignal {
     /// The outcome of an operation that ended without inclusion: `state` (`failed`,
     /// `nonce_used_elsewhere`, `replaced`), its ERC-7769 `code` and `reason`; every
     /// inclusion field `None`.
-    pub fn ended(state: &str, code: i32, reason: &str) -> Self {
+    pub fn ended(state: store::UserOpState, code: i32, reason: &str) -> Self {
         Self {
-            state: state.to_owned(),
+            state,
             success: None,
             actual_gas_cost: None,
             actual_gas_used: None,
@@ -262,7 +262,7 @@ pub struct AaFailure {
     /// (`ENTRY_POINT_CHANGED`, `CHAIN_NOT_SERVED`, ...). Never payload values.
     pub reason: String,
     /// The state the operation ended in (`failed`, `nonce_used_elsewhere`, `replaced`).
-    pub state: String,
+    pub state: store::UserOpState,
 }
 
 impl AaFailure {
@@ -270,7 +270,7 @@ impl AaFailure {
         Self {
             code: code.code(),
             reason: reason.into(),
-            state: store::state::FAILED.to_owned(),
+            state: store::state::FAILED,
         }
     }
 }
@@ -382,6 +382,13 @@ pub enum SubmitError {
     /// The database refused.
     #[error("the user operation could not be recorded")]
     Store(#[source] keel_store::StoreError),
+    /// The operation or its resolution could not be encoded as JSON for its row (`what`
+    /// names which; never its value).
+    #[error("the {what} could not be encoded for its row")]
+    Encode {
+        /// `user operation` or `resolution`.
+        what: &'static str,
+    },
 }
 
 impl SubmitError {
@@ -486,9 +493,7 @@ pub(crate) async fn submit_resolved(
         )
         .await
         .map_err(SubmitError::Engine)?;
-    insert_row(&env.db, &input, resolution, started.instance_id)
-        .await
-        .map_err(SubmitError::Store)?;
+    insert_row(&env.db, &input, resolution, started.instance_id).await?;
     Ok(Submitted {
         user_op_hash: hash,
         instance_id: started.instance_id,
@@ -501,15 +506,19 @@ async fn insert_row(
     input: &UserOperationInput,
     resolution: &Resolution,
     instance_id: Uuid,
-) -> Result<bool, keel_store::StoreError> {
-    let op_json = serde_json::to_value(&input.user_operation)
-        .map_err(|_| keel_store::StoreError::NotFound)?;
+) -> Result<bool, SubmitError> {
+    let op_json = serde_json::to_value(&input.user_operation).map_err(|_| SubmitError::Encode {
+        what: "user operation",
+    })?;
     let res_json =
-        serde_json::to_value(resolution).map_err(|_| keel_store::StoreError::NotFound)?;
+        serde_json::to_value(resolution).map_err(|_| SubmitError::Encode { what: "resolution" })?;
+    let chain_id = ChainId(input.chain_id)
+        .to_db()
+        .map_err(|_| SubmitError::ChainNotServed(input.chain_id))?;
     store::user_operation_insert(
         db,
         &store::NewUserOperation {
-            chain_id: chain_id_i64(input.chain_id),
+            chain_id,
             user_op_hash: input.user_op_hash.as_slice(),
             organization_id: input.organization_id,
             sender: input.user_operation.sender.as_slice(),
@@ -520,6 +529,7 @@ async fn insert_row(
         },
     )
     .await
+    .map_err(SubmitError::Store)
 }
 
 /// The wake tag of `sender`'s operations on `chain_id` that wait for an earlier
@@ -563,8 +573,11 @@ pub async fn predecessor_open(
     }))
 }
 
+/// `chain_id` as the stored `BIGINT` for a store key ([`ChainId::to_db`], the one
+/// u64→i64 rule). A chain id above `i64::MAX` cannot be stored (no row has it; an
+/// insert refuses it): as a key it saturates, so it matches no row.
 pub(crate) fn chain_id_i64(chain_id: u64) -> i64 {
-    i64::try_from(chain_id).unwrap_or(i64::MAX)
+    ChainId(chain_id).to_db().unwrap_or(i64::MAX)
 }
 
 /// The workflow `aa.user-operation` (see the module docs).
@@ -650,7 +663,16 @@ impl Workflow for UserOperationWorkflow {
         ctx.step("record", || async {
             insert_row(&env.db, &input, &resolution, instance_id)
                 .await
-                .or_else(|_| transient("DATABASE_UNAVAILABLE"))
+                .or_else(|e| match e {
+                    // Not the database's fault: retrying cannot help.
+                    SubmitError::Encode { .. } | SubmitError::ChainNotServed(_) => {
+                        Err(StepError::Failed(AaFailure::failed(
+                            Erc7769Code::InvalidParams,
+                            "UNRECORDABLE",
+                        )))
+                    }
+                    _ => transient("DATABASE_UNAVAILABLE"),
+                })
         })
         .await?
         .map_err(WorkflowFailure::Failed)?;

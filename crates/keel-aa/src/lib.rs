@@ -79,6 +79,11 @@ pub fn describe_metrics() {
         ::metrics::Unit::Count,
         "User operations by bundler outcome (included, moved, final, reorged, failed, nonce_used_elsewhere, rebundled) (count)."
     );
+    ::metrics::describe_counter!(
+        "keel_aa_unreadable_rows_total",
+        ::metrics::Unit::Count,
+        "Stored rows of keel-aa's tables that did not decode (a state this build does not know, a hash or address of the wrong length, a negative chain id), by table; each was refused (count)."
+    );
     ::metrics::describe_gauge!(
         "keel_aa_stale_user_operations",
         ::metrics::Unit::Count,

@@ -356,7 +356,7 @@ async fn kill_9_between_inclusion_and_a_reorg_of_depth_1_to_5_reports_the_final_
             w.kill();
             let row = row_of().await;
             assert!(row.finalized_at.is_none(), "{ctx}");
-            let bundle_tx = B256::try_from(row.tx_hash.as_deref().unwrap())?;
+            let bundle_tx = B256::from(row.tx_hash.unwrap());
             let bundle_block = row.block_number.unwrap() as u64;
             for _ in 1..depth {
                 aa.chain.mine().await?;
@@ -436,15 +436,11 @@ async fn kill_9_between_inclusion_and_a_reorg_of_depth_1_to_5_reports_the_final_
             assert_eq!(row.state, "included", "{ctx}");
             assert!(row.finalized_at.is_some(), "{ctx}");
             assert_eq!(
-                row.tx_hash.as_deref(),
-                evs[0].transaction_hash.as_ref().map(|h| h.as_slice()),
+                row.tx_hash.map(B256::from),
+                evs[0].transaction_hash,
                 "{ctx}"
             );
-            assert_eq!(
-                row.block_hash.as_deref(),
-                evs[0].block_hash.as_ref().map(|h| h.as_slice()),
-                "{ctx}"
-            );
+            assert_eq!(row.block_hash.map(B256::from), evs[0].block_hash, "{ctx}");
             let signals: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM durable_signal WHERE instance_id = $1 AND name = 'aa.outcome'",
             )

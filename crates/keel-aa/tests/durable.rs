@@ -343,7 +343,7 @@ async fn twenty_sponsored_operations_from_fresh_accounts_land_exactly_once() -> 
             row.actual_gas_cost,
             Some(r.actual_gas_cost.get().to_string())
         );
-        assert_eq!(row.tx_hash.as_deref(), Some(tx.as_slice()));
+        assert_eq!(row.tx_hash.map(B256::from), Some(tx));
     }
     let total: u64 = (1..=N).sum();
     assert_eq!(
@@ -533,10 +533,7 @@ async fn a_reorg_of_the_bundle_block_is_recovered_and_reported_once() -> anyhow:
             .get_block_by_number(block.into())
             .await?
             .expect("block");
-    assert_eq!(
-        row.block_hash.as_deref(),
-        Some(canonical.header.hash.as_slice())
-    );
+    assert_eq!(row.block_hash.map(B256::from), Some(canonical.header.hash));
     assert_ne!(canonical.header.hash, first_block_hash);
     assert_eq!(f.count("SELECT count(*) FROM aa_bundle").await?, 1);
     f.shutdown().await;
@@ -1403,7 +1400,7 @@ async fn a_client_sees_self_paid_estimates_named_fields_and_revert_reasons() -> 
 async fn row_in_state(
     f: &Flow,
     hash: B256,
-    state: &str,
+    state: store::UserOpState,
 ) -> anyhow::Result<store::UserOperationRow> {
     for _ in 0..600 {
         let row = f.row(hash).await?;
@@ -1702,15 +1699,9 @@ impl Flow {
         let row = self.row(hash).await?;
         assert_eq!(row.state, store::state::INCLUDED);
         assert!(row.finalized_at.is_some());
-        assert_eq!(
-            row.tx_hash.as_deref(),
-            ev.transaction_hash.as_ref().map(|h| h.as_slice())
-        );
+        assert_eq!(row.tx_hash.map(B256::from), ev.transaction_hash);
         assert_eq!(row.block_number, ev.block_number.map(|b| b as i64));
-        assert_eq!(
-            row.block_hash.as_deref(),
-            ev.block_hash.as_ref().map(|h| h.as_slice())
-        );
+        assert_eq!(row.block_hash.map(B256::from), ev.block_hash);
         assert_eq!(row.actual_gas_cost, out.actual_gas_cost);
         let r = self
             .rpc("eth_getUserOperationReceipt", serde_json::json!([hash]))
@@ -1768,7 +1759,7 @@ async fn reorg_after_inclusion(
         let row = f
             .row_until(hash, "included", |r| r.state == store::state::INCLUDED)
             .await?;
-        assert_eq!(row.tx_hash.as_deref(), Some(bundle_tx.as_slice()), "{ctx}");
+        assert_eq!(row.tx_hash.map(B256::from), Some(bundle_tx), "{ctx}");
         assert_eq!(row.block_number, Some(bundle_block as i64), "{ctx}");
         assert!(row.finalized_at.is_none(), "{ctx}");
         let st = f
@@ -1927,7 +1918,7 @@ async fn operations_taken_out_by_a_reorg_report_the_chain_s_truth_and_their_stat
         let row = f
             .row_until(hash, "included", |r| r.state == store::state::INCLUDED)
             .await?;
-        let bundle_tx = B256::try_from(row.tx_hash.as_deref().unwrap())?;
+        let bundle_tx = B256::from(row.tx_hash.unwrap());
         let tx =
             f.aa.provider()
                 .get_transaction_by_hash(bundle_tx)

@@ -234,7 +234,7 @@ fn completed(instance_id: Uuid, token: Uuid, command_id: i64, next: bool) -> Set
         instance_id,
         workflow: String::new(),
         token,
-        status: "completed",
+        status: crate::status::RunStatus::Completed,
         output: Some("1".to_owned()),
         error_code: None,
         error_retryable: None,
@@ -242,13 +242,17 @@ fn completed(instance_id: Uuid, token: Uuid, command_id: i64, next: bool) -> Set
         error_detail: None,
         wait: None,
         progress: None,
-        outcome: "completed",
+        outcome: crate::executor::Outcome::Completed,
         command_id,
         history: crate::history::SettleHistory {
             entries: "[]".to_owned(),
             state: None,
             journal: 0,
         },
+        wake_tag: None,
+        recovery_secs: 1.0,
+        max_attempts: 5,
+        timer_at: None,
         next: next.then(|| {
             Arc::new(crate::version::ClaimSet {
                 names: vec!["w".to_owned()],

@@ -1001,13 +1001,13 @@ impl WorkflowContext {
     ) -> Result<ChildOutcome<W::Output>, Interrupt> {
         #[derive(serde::Deserialize)]
         struct Ended {
-            status: String,
+            status: crate::status::RunStatus,
             output: Option<Value>,
         }
         let name = format!("child:{}", child.instance_id);
         match self.wait_signal::<Ended>(&name, deadline).await? {
             SignalOutcome::Expired => Ok(ChildOutcome::Expired),
-            SignalOutcome::Received(e) if e.status == "completed" => {
+            SignalOutcome::Received(e) if e.status == crate::status::RunStatus::Completed => {
                 let out = e.output.unwrap_or(Value::Null);
                 Ok(ChildOutcome::Completed(self.decode(out)?))
             }

@@ -16,8 +16,9 @@ use crate::context::JournalOp;
 use crate::error::{DurableError, Result};
 use crate::executor::{self, ExecutorHandle, SettleOp};
 use crate::payload::{validate_name, validate_payload_str, validate_value};
+use crate::status::{CommandKind, CommandState};
 use crate::status::{CommandSummary, IdleReport, InstanceStatus, RunStatus};
-use crate::store::{self, CommandKind, NewInstance, parse_status};
+use crate::store::{self, NewInstance};
 use crate::terminal::TerminalWatch;
 use crate::workflow::{Registry, Workflow};
 
@@ -410,7 +411,7 @@ impl Engine {
                 return Ok(Started {
                     instance_id: found.id,
                     created: false,
-                    status: parse_status(&found.status)?,
+                    status: found.status,
                 });
             }
         }
@@ -588,8 +589,7 @@ impl Engine {
             let status = store::instance_run_status(&mut *conn, instance_id).await?;
             return Err(match status {
                 None => DurableError::InstanceNotFound(instance_id),
-                Some(s) => {
-                    let status = parse_status(&s)?;
+                Some(status) => {
                     if status.is_ended() {
                         DurableError::InstanceEnded {
                             instance_id,
@@ -658,7 +658,7 @@ impl Engine {
         let Some(locked) = store::instance_lock(&mut *tx, instance_id).await? else {
             return Err(DurableError::InstanceNotFound(instance_id));
         };
-        let status = parse_status(&locked.status)?;
+        let status = locked.status;
         if status.is_ended() {
             return Err(DurableError::InstanceEnded {
                 instance_id,
@@ -739,7 +739,7 @@ impl Engine {
         let Some(locked) = store::instance_lock(&mut *tx, instance_id).await? else {
             return Err(DurableError::InstanceNotFound(instance_id));
         };
-        let status = parse_status(&locked.status)?;
+        let status = locked.status;
         match status {
             s if s.is_ended() => {
                 return Err(DurableError::InstanceEnded {
@@ -831,8 +831,8 @@ impl Engine {
             .into_iter()
             .map(|r| RecordedCommand {
                 id: r.id,
-                kind: r.kind,
-                state: r.state,
+                kind: r.kind.as_str().to_owned(),
+                state: r.state.as_str().to_owned(),
                 outcome: r.outcome,
                 recorded_at: r.created_at,
                 actor: Actor::from_columns(
@@ -876,10 +876,9 @@ impl Engine {
             .await?
             .into_iter()
             .map(|r| {
-                let status = store::parse_status(&r.status)?;
                 Ok(crate::OpenCount {
                     workflow: r.workflow,
-                    status,
+                    status: r.status,
                     count: u64::try_from(r.count).unwrap_or(0),
                 })
             })
@@ -1091,13 +1090,13 @@ impl Engine {
             let summary = CommandSummary {
                 id: r.id,
                 instance_id: r.instance_id,
-                kind: r.kind,
-                state: r.state.clone(),
+                kind: r.kind.as_str().to_owned(),
+                state: r.state.as_str().to_owned(),
                 attempt: r.attempt,
                 available_at: r.available_at,
                 last_error: r.last_error,
             };
-            if r.state == "dead" {
+            if r.state == CommandState::Dead {
                 report.dead.push(summary);
             } else if r.future {
                 report.deferred.push(summary);

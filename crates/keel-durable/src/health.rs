@@ -104,7 +104,7 @@ pub struct WorkflowHealth {
 fn instance(r: store::HealthInstanceRow) -> Result<HealthInstance> {
     Ok(HealthInstance {
         id: r.id,
-        status: store::parse_status(&r.status)?,
+        status: r.status,
         workflow: r.workflow,
         idempotency_key: r.idempotency_key,
         created_at: r.created_at,
@@ -123,7 +123,7 @@ pub(crate) async fn read(pool: &sqlx::PgPool, q: HealthQuery) -> Result<Workflow
         .into_iter()
         .map(|r| {
             Ok(StateCount {
-                status: store::parse_status(&r.status)?,
+                status: r.status,
                 workflow: r.workflow,
                 count: count(r.count),
             })
@@ -152,7 +152,7 @@ pub(crate) async fn read(pool: &sqlx::PgPool, q: HealthQuery) -> Result<Workflow
             .map(|d| DeadLetter {
                 instance_id: d.instance_id,
                 workflow: d.workflow,
-                kind: d.kind,
+                kind: d.kind.as_str().to_owned(),
                 last_error: d.last_error,
                 dead_at: d.completed_at,
             })

@@ -76,6 +76,7 @@ use crate::actor::Actor;
 use crate::context::JournalEntry;
 use crate::engine::Engine;
 use crate::error::{DurableError, Result};
+use crate::status::CommandKind;
 
 /// What replaces a redacted value in the history.
 pub const REDACTED: &str = "[redacted]";
@@ -425,7 +426,7 @@ impl Engine {
     pub(crate) fn settle_history(
         &self,
         workflow: &str,
-        command_kind: &str,
+        command_kind: CommandKind,
         trail: SegmentTrail,
         end: (&'static str, Value),
         after: Projection,
@@ -439,9 +440,12 @@ impl Engine {
         });
         let mut entries: Vec<NewEntry> = Vec::with_capacity(trail.steps.len() + 2);
         match command_kind {
-            "timer" => entries.push(NewEntry::unchanged("timer_fired", json!({}))),
-            "retry" => entries.push(NewEntry::unchanged("retry", json!({ "stage": "resumed" }))),
-            _ => {}
+            CommandKind::Timer => entries.push(NewEntry::unchanged("timer_fired", json!({}))),
+            CommandKind::Retry => {
+                entries.push(NewEntry::unchanged("retry", json!({ "stage": "resumed" })));
+            }
+            // A START, SIGNAL or CANCEL is told by the entries it leads to.
+            CommandKind::Start | CommandKind::Signal | CommandKind::Cancel => {}
         }
         for s in trail.steps {
             let mut detail = Map::new();
@@ -491,7 +495,7 @@ impl Engine {
             .saturating_add(1);
         let every = i64::from(cfg.baseline_every.max(1));
         let crosses = prior.history_seq / every != (prior.history_seq + n) / every;
-        let force = command_kind == "start" || crosses;
+        let force = command_kind == CommandKind::Start || crosses;
         let (delta, logged) = delta(
             cfg,
             prior.history_state.as_ref(),

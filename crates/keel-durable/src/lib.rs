@@ -77,8 +77,9 @@
 //! means another executor owns the instance, the write is not made and the segment is
 //! abandoned. A task renews the lease while a long step runs. A crashed executor's
 //! lease lapses; its running command is queued again at its position by the rescuer
-//! (each executor runs it when idle once a lease has lapsed, and at least once per poll
-//! interval) and claimed again; a command whose attempts exceed `commandMaxAttempts` is
+//! (a `keel-service` maintenance service beside each executor, `durable-rescuer`: run at
+//! least once per poll interval, and at once when its executor's claim comes back empty
+//! after a lease has lapsed) and claimed again; a command whose attempts exceed `commandMaxAttempts` is
 //! dead-lettered (`state = 'dead'`, listed by the probe), and its instance, unless it
 //! had ended or failed, is failed with `ATTEMPTS_EXHAUSTED` (retryable) in the same
 //! statement, so that no instance is ever left without a command that would run it (a
@@ -88,8 +89,9 @@
 //! attempts.
 //!
 //! **Group commit.** Within one process, the journal writes of all running segments,
-//! their plain segment settles, and concurrent [`Engine::start`] calls are each combined
-//! into multi-row statements (leader/follower: while one statement is in flight the
+//! their segment settles (one statement for one row or many; a suspension's recovery
+//! RETRY and a timed wait's TIMER are follow-up inserts of the same statement), and
+//! concurrent [`Engine::start`] calls are each combined into multi-row statements (leader/follower: while one statement is in flight the
 //! next rows queue, and go as one statement when it returns). Each row keeps its own
 //! fence (a row whose token no longer matches is refused and its segment stops, exactly
 //! as alone), and each caller waits for the commit of the statement holding its row:
@@ -211,6 +213,7 @@ pub mod payload;
 mod retention;
 mod status;
 mod store;
+mod stored;
 mod terminal;
 pub mod version;
 mod workflow;
@@ -232,9 +235,10 @@ pub use hook::{HookFuture, Transition, TransitionHook, TransitionHookError};
 pub use metrics::OpenCensusGauge;
 pub use retention::{Retention, RetentionConfig, RetentionReport};
 pub use status::{
-    CommandSummary, ErrorInfo, IdleReport, InstanceStatus, OpenCount, RunStatus, WaitDescription,
-    WaitKind,
+    CommandKind, CommandState, CommandSummary, ErrorInfo, IdleReport, InstanceStatus, OpenCount,
+    RunStatus, WaitDescription, WaitKind,
 };
+pub use stored::UnknownStoredValue;
 pub use terminal::TERMINAL_CHANNEL;
 pub use version::{
     DEFAULT_VERSION, DeterminismDetail, PinnedVersion, StepRef, VersionGateDetail, VersionRange,
@@ -256,6 +260,11 @@ pub fn describe_metrics() {
         "keel_durable_commands_settled_total",
         ::metrics::Unit::Count,
         "Durable commands settled (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_durable_undecodable_values_total",
+        ::metrics::Unit::Count,
+        "Stored values of a closed set (instance status, command kind or state) this build does not know, by column; their rows were refused (count)."
     );
     ::metrics::describe_counter!(
         "keel_durable_dead_letters_total",

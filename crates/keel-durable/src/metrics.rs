@@ -12,11 +12,16 @@
 //! | `keel_durable_open_instances` | gauge | workflow, status | instances not yet ended, from the census ([`OpenCensusGauge`]) |
 //! | `keel_durable_instances_awaiting_runner` | gauge | workflow | open instances whose version no live runner can run ([`crate::VersionWaitGauge`]) |
 //! | `keel_durable_runner_heartbeat_failures_total` | counter | — | failed refreshes of an executor's runner version record |
+//! | `keel_durable_undecodable_values_total` | counter | column | stored values of a closed set this build does not know (`durable_instance.status`, `durable_command.kind`, `durable_command.state`); their rows were refused ([`crate::UnknownStoredValue`]) |
 //! | `keel_durable_transition_hook_failures_total` | counter | kind | transition hook calls that failed (`database`, `other`); their transactions rolled back |
 
 pub(crate) fn settled(workflow: &str, outcome: &'static str) {
     metrics::counter!("keel_durable_commands_settled_total", "workflow" => workflow.to_owned(), "outcome" => outcome)
         .increment(1);
+}
+
+pub(crate) fn undecodable(column: &'static str) {
+    metrics::counter!("keel_durable_undecodable_values_total", "column" => column).increment(1);
 }
 
 pub(crate) fn dead_letter(workflow: &str) {

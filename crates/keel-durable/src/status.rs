@@ -29,9 +29,22 @@ pub enum RunStatus {
     Cancelled,
 }
 
+crate::stored::stored_text!(RunStatus, "durable_instance.status");
+
 impl RunStatus {
+    /// Every status (`migrations/0002_durable.sql`'s CHECK), in lifecycle order.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Pending,
+        RunStatus::Running,
+        RunStatus::Waiting,
+        RunStatus::Suspended,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
     /// The stored text.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
             Self::Running => "running",
@@ -43,18 +56,9 @@ impl RunStatus {
         }
     }
 
-    /// Parses the stored text.
+    /// Parses the stored text; `None` for any other text.
     pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "pending" => Self::Pending,
-            "running" => Self::Running,
-            "waiting" => Self::Waiting,
-            "suspended" => Self::Suspended,
-            "completed" => Self::Completed,
-            "failed" => Self::Failed,
-            "cancelled" => Self::Cancelled,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
     }
 
     /// `completed` or `cancelled`: nothing will change the instance any more (signals,
@@ -74,6 +78,99 @@ impl RunStatus {
 }
 
 impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The kind of a command (`durable_command.kind`, the CHECK of
+/// `migrations/0002_durable.sql`): what it asks of its instance's next segment.
+/// Stored, and serialized, as the snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CommandKind {
+    /// Run the instance from its start (recorded with the instance).
+    Start,
+    /// A signal was recorded for it.
+    Signal,
+    /// A durable timer (a sleep, a wait's deadline) fired.
+    Timer,
+    /// Resume it: a retry of a failed instance, a suspension's recovery, a wake.
+    Retry,
+    /// Cancel it.
+    Cancel,
+}
+
+crate::stored::stored_text!(CommandKind, "durable_command.kind");
+
+impl CommandKind {
+    /// Every kind.
+    pub const ALL: [CommandKind; 5] = [
+        CommandKind::Start,
+        CommandKind::Signal,
+        CommandKind::Timer,
+        CommandKind::Retry,
+        CommandKind::Cancel,
+    ];
+
+    /// The stored text: `start`, `signal`, `timer`, `retry`, `cancel`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Signal => "signal",
+            Self::Timer => "timer",
+            Self::Retry => "retry",
+            Self::Cancel => "cancel",
+        }
+    }
+}
+
+impl std::fmt::Display for CommandKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a command is (`durable_command.state`, the CHECK of
+/// `migrations/0002_durable.sql`). Stored, and serialized, as the snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CommandState {
+    /// Waiting to be claimed (possibly not yet available).
+    Queued,
+    /// Claimed: a segment runs it under its instance's lease.
+    Running,
+    /// Settled (its outcome says how).
+    Done,
+    /// Dead-lettered: its attempts were spent.
+    Dead,
+}
+
+crate::stored::stored_text!(CommandState, "durable_command.state");
+
+impl CommandState {
+    /// Every state.
+    pub const ALL: [CommandState; 4] = [
+        CommandState::Queued,
+        CommandState::Running,
+        CommandState::Done,
+        CommandState::Dead,
+    ];
+
+    /// The stored text: `queued`, `running`, `done`, `dead`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Dead => "dead",
+        }
+    }
+}
+
+impl std::fmt::Display for CommandState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }

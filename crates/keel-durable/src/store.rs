@@ -9,7 +9,8 @@
 //! The executor's single statements are here too (the journal read, the segment settle
 //! of a command that ran no body, release, rescue, lease renewal, the next-due query);
 //! its batch statements (the claim, the segment settles, journal writes and the fence)
-//! stay next to the combiners that bind them (`executor.rs`, `context.rs`).
+//! stay next to the combiners that bind them (`executor/claim.rs`, `executor/settle.rs`,
+//! `context.rs`).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -19,12 +20,9 @@ use uuid::Uuid;
 use crate::actor::Actor;
 use crate::context::JournalEntry;
 use crate::error::{DurableError, Result};
-use crate::status::{ErrorInfo, InstanceStatus, RunStatus, WaitDescription};
-
-/// Parses a stored `durable_instance.status`; an unknown text is a decode failure.
-pub(crate) fn parse_status(s: &str) -> Result<RunStatus> {
-    RunStatus::parse(s).ok_or(DurableError::Store(keel_store::StoreError::Decode))
-}
+use crate::status::{
+    CommandKind, CommandState, ErrorInfo, InstanceStatus, RunStatus, WaitDescription,
+};
 
 // ---------------------------------------------------------------------------------
 // durable_instance
@@ -152,7 +150,7 @@ pub(crate) async fn instances_insert_many(
 pub(crate) struct KeyedInstance {
     pub id: Uuid,
     pub same_input: bool,
-    pub status: String,
+    pub status: RunStatus,
 }
 
 /// The instance of `(workflow, key)`, if any.
@@ -215,7 +213,7 @@ macro_rules! status_select {
 pub(crate) struct StatusRow {
     pub id: Uuid,
     pub workflow: String,
-    pub status: String,
+    pub status: RunStatus,
     pub progress: Option<Value>,
     pub wait: Option<Value>,
     pub output: Option<Value>,
@@ -247,7 +245,7 @@ impl TryFrom<StatusRow> for InstanceStatus {
         Ok(InstanceStatus {
             id: r.id,
             workflow: r.workflow,
-            status: parse_status(&r.status)?,
+            status: r.status,
             progress: r.progress,
             wait,
             output: r.output,
@@ -305,7 +303,7 @@ pub(crate) async fn instance_statuses(
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct CensusRow {
     pub workflow: String,
-    pub status: String,
+    pub status: RunStatus,
     pub count: i64,
 }
 
@@ -334,7 +332,7 @@ pub(crate) async fn instance_input(db: impl PgExecutor<'_>, id: Uuid) -> Result<
 pub(crate) async fn instance_run_status(
     db: impl PgExecutor<'_>,
     id: Uuid,
-) -> Result<Option<String>> {
+) -> Result<Option<RunStatus>> {
     Ok(
         sqlx::query_scalar("SELECT status FROM durable_instance WHERE id = $1")
             .bind(id)
@@ -346,7 +344,7 @@ pub(crate) async fn instance_run_status(
 /// An instance read under its row lock.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct LockedInstance {
-    pub status: String,
+    pub status: RunStatus,
     /// The instance's workflow.
     pub workflow: String,
     /// A segment holds a live lease (`lease_expires_at > now()`).
@@ -569,26 +567,8 @@ pub(crate) async fn signal_insert(
 // durable_command
 // ---------------------------------------------------------------------------------
 
-/// The kinds of command the API records (START goes with its instance, TIMER with a
-/// segment settle).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CommandKind {
-    Signal,
-    Retry,
-    Cancel,
-}
-
-impl CommandKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Signal => "signal",
-            Self::Retry => "retry",
-            Self::Cancel => "cancel",
-        }
-    }
-}
-
-/// Queues a command for an instance, available now, recorded by `actor`. The
+/// Queues a command for an instance (the API's: SIGNAL, RETRY, CANCEL; START goes with
+/// its instance, TIMER with a segment settle), available now, recorded by `actor`. The
 /// statement trigger `durable_command_notify` wakes the executors at commit.
 pub(crate) async fn command_insert(
     db: impl PgExecutor<'_>,
@@ -604,7 +584,7 @@ pub(crate) async fn command_insert(
          RETURNING id",
     )
     .bind(instance_id)
-    .bind(kind.as_str())
+    .bind(kind)
     .bind(max_attempts)
     .bind(actor.kind().as_str())
     .bind(actor.id())
@@ -688,8 +668,8 @@ pub(crate) async fn command_insert_settled_cancel(
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct CommandActorRow {
     pub id: i64,
-    pub kind: String,
-    pub state: String,
+    pub kind: CommandKind,
+    pub state: CommandState,
     pub outcome: Option<String>,
     pub created_at: DateTime<Utc>,
     pub actor_kind: String,
@@ -800,8 +780,8 @@ pub(crate) async fn commands_runnable(db: impl PgExecutor<'_>) -> Result<i64> {
 pub(crate) struct ListedCommand {
     pub id: i64,
     pub instance_id: Uuid,
-    pub kind: String,
-    pub state: String,
+    pub kind: CommandKind,
+    pub state: CommandState,
     pub attempt: i32,
     pub available_at: DateTime<Utc>,
     pub last_error: Option<String>,
@@ -830,7 +810,7 @@ pub(crate) async fn commands_listed(
 }
 
 // ---------------------------------------------------------------------------------
-// The executor's single statements (its batch statements stay in `executor.rs` and
+// The executor's single statements (its batch statements stay in `executor/` and
 // `context.rs`, next to the combiners that bind them). Errors are sqlx's, unclassified,
 // as the executor logs or classifies them itself.
 // ---------------------------------------------------------------------------------
@@ -1042,7 +1022,7 @@ pub(crate) struct HealthInstanceRow {
     pub id: Uuid,
     pub workflow: String,
     pub idempotency_key: String,
-    pub status: String,
+    pub status: RunStatus,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -1109,7 +1089,7 @@ type CountedRow = (
     Uuid,
     String,
     String,
-    String,
+    RunStatus,
     DateTime<Utc>,
     DateTime<Utc>,
 );
@@ -1139,7 +1119,7 @@ fn split_counted(rows: Vec<CountedRow>) -> (i64, Vec<HealthInstanceRow>) {
 pub(crate) struct DeadCommandRow {
     pub instance_id: Uuid,
     pub workflow: String,
-    pub kind: String,
+    pub kind: CommandKind,
     pub last_error: Option<String>,
     pub completed_at: DateTime<Utc>,
 }
@@ -1150,7 +1130,14 @@ pub(crate) async fn commands_dead(
     db: impl PgExecutor<'_>,
     limit: i64,
 ) -> Result<(i64, Vec<DeadCommandRow>)> {
-    type DeadRow = (i64, Uuid, String, String, Option<String>, DateTime<Utc>);
+    type DeadRow = (
+        i64,
+        Uuid,
+        String,
+        CommandKind,
+        Option<String>,
+        DateTime<Utc>,
+    );
     let rows: Vec<DeadRow> = sqlx::query_as(
         "SELECT count(*) OVER (), c.instance_id, i.workflow, c.kind, c.last_error, c.completed_at
            FROM durable_command c JOIN durable_instance i ON i.id = c.instance_id

@@ -63,18 +63,18 @@ pub(crate) async fn rpc(
             let rows = store::reputation_list(db, db_chain).await.map_err(db_err)?;
             Ok(Value::Array(
                 rows.into_iter()
-                    .filter_map(|r| {
-                        let a = Address::try_from(r.address.as_slice()).ok()?;
+                    .map(|r| {
+                        let a = r.address.0;
                         let status = s.reputation.status(store::ReputationRow {
                             ops_seen: r.ops_seen,
                             ops_included: r.ops_included,
                         });
-                        Some(json!({
+                        json!({
                             "address": a.to_checksum(None),
                             "opsSeen": format!("{:#x}", r.ops_seen),
                             "opsIncluded": format!("{:#x}", r.ops_included),
                             "status": status.as_str(),
-                        }))
+                        })
                     })
                     .collect(),
             ))

@@ -214,7 +214,7 @@ impl Flow {
         )
     }
 
-    pub async fn state(&self, hash: B256) -> anyhow::Result<String> {
+    pub async fn state(&self, hash: B256) -> anyhow::Result<store::UserOpState> {
         Ok(self
             .row(hash)
             .await?
@@ -223,7 +223,7 @@ impl Flow {
     }
 
     /// Waits (the engine's idle probe, bounded) until the row of `hash` is in `state`.
-    pub async fn until_state(&self, hash: B256, state: &str) -> anyhow::Result<()> {
+    pub async fn until_state(&self, hash: B256, state: store::UserOpState) -> anyhow::Result<()> {
         for _ in 0..300 {
             if self.row(hash).await?.is_some_and(|r| r.state == state) {
                 return Ok(());
