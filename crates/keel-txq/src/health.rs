@@ -106,13 +106,14 @@ pub async fn custody_health(
             Ok(CustodyCount {
                 chain_id: ChainId(u64::try_from(r.chain_id).map_err(decode)?),
                 provider: r.provider,
-                phase: r.phase,
+                phase: r.phase.as_str().to_owned(),
                 status: r.status,
                 live: u64::try_from(r.live).map_err(decode)?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let oldest = store::custody_oldest_approval(db)
+    let approvals = keel_custody::all_approval_statuses();
+    let oldest = store::custody_oldest_approval(db, &approvals)
         .await?
         .map(|r| {
             Ok::<_, TxqError>(PendingApproval {

@@ -261,6 +261,7 @@ mod settlement;
 mod signer;
 mod state;
 mod store;
+mod submission;
 mod verdict;
 mod view;
 mod withdraw;
@@ -278,6 +279,7 @@ pub use queue::{EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig,
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
 pub use signer::{LocalSigner, SignFuture, SignerError, TxSigner};
 pub use state::{RequestState, UnknownRequestState};
+pub use submission::{CancelReason, CustodyPhase, UnknownStoredValue};
 pub use verdict::{AttemptRecord, FailureCode, SettlementVerdict};
 pub use view::{RequestView, requests};
 pub use withdraw::{Withdrawal, withdraw_by_key_prefix};

@@ -7,23 +7,18 @@ use super::TxQueue;
 use super::metrics;
 use crate::custody::CustodySender;
 use crate::store::{self, CustodyDueRow, CustodyObserved};
+use crate::submission::{CancelReason, CustodyPhase};
 use crate::verdict::{FailureCode, SettlementVerdict};
 use crate::{Result, TxqError};
 use alloy::primitives::{Address, B256, Bytes, U256};
 use futures::StreamExt;
-use keel_custody::fireblocks::auth::JWT_LIFETIME_SECS;
 use keel_custody::{
-    CancelOutcome, ContractCall, CustodyError, ErrorClass, ExternalTxId, ProviderTransaction,
-    ProviderTxId, StatusPhase, TxStatus,
+    CancelOutcome, ContractCall, CustodyError, Ending, ErrorClass, ExternalTxId,
+    ProviderTransaction, ProviderTxId, StatusPhase, TxStatus,
 };
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-
-/// `cancel_reason` of a withdrawn request's submission (migration 0070).
-const WITHDRAWN: &str = "withdrawn";
-/// `cancel_reason` of a submission whose approval wait passed the vault's deadline.
-const APPROVAL_EXPIRED: &str = "approval_expired";
 
 /// Due custody requests read per pass.
 const CUSTODY_BATCH: i64 = 256;
@@ -50,12 +45,14 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn failure_code(status: &TxStatus) -> FailureCode {
-    match status {
-        TxStatus::Rejected => FailureCode::CustodyRejected,
-        TxStatus::Blocked => FailureCode::CustodyBlocked,
-        TxStatus::Cancelled => FailureCode::CustodyCancelled,
-        _ => FailureCode::CustodyFailed,
+/// The failure code of a submission that ended without effect, by how it ended (as
+/// its provider says: [`keel_custody::CustodyProvider::status_ending`]).
+fn failure_code(ending: Option<Ending>) -> FailureCode {
+    match ending {
+        Some(Ending::Rejected) => FailureCode::CustodyRejected,
+        Some(Ending::Blocked) => FailureCode::CustodyBlocked,
+        Some(Ending::Cancelled) => FailureCode::CustodyCancelled,
+        Some(Ending::Failed) | None => FailureCode::CustodyFailed,
     }
 }
 
@@ -144,11 +141,9 @@ impl TxQueue {
         if cancel.is_cancelled() {
             return Ok(None);
         }
-        let (Some(resubmission), Some(external), Some(phase)) = (
-            row.resubmission,
-            row.external_tx_id.as_deref(),
-            row.phase.as_deref(),
-        ) else {
+        let (Some(resubmission), Some(external), Some(phase)) =
+            (row.resubmission, row.external_tx_id.as_deref(), row.phase)
+        else {
             // No submission yet: the first one.
             let external = ExternalTxId::derive(&row.id.to_string(), 0)
                 .map_err(|_| TxqError::InvalidRequest("external_tx_id"))?;
@@ -167,7 +162,7 @@ impl TxQueue {
         match phase {
             // Withdrawn before any create went out with this external id: nothing is at
             // the provider, so nothing can land.
-            "ready" if row.cancel_reason.as_deref() == Some(WITHDRAWN) => {
+            CustodyPhase::Ready if row.cancel_reason == Some(CancelReason::Withdrawn) => {
                 let verdict = SettlementVerdict::Failed {
                     code: FailureCode::Withdrawn,
                     reason: None,
@@ -176,11 +171,11 @@ impl TxQueue {
                 };
                 self.custody_settle(&sub, &verdict).await
             }
-            "ready" => self.custody_create(sender, row, &sub, cancel).await,
-            "creating" => {
+            CustodyPhase::Ready => self.custody_create(sender, row, &sub, cancel).await,
+            CustodyPhase::Creating => {
                 // A create was (maybe) sent by a process that died or was stopped before
                 // its answer was recorded: in doubt from now on, and absence provable
-                // only once any JWT it could have signed has expired.
+                // only once the provider's in-doubt window has passed.
                 store::custody_in_doubt(
                     &self.db,
                     sub.id,
@@ -193,16 +188,19 @@ impl TxQueue {
                 tracing::info!(target: "keel::txq", request = %sub.id, "custody create found in doubt after a restart");
                 Ok(Some(Step::Moved))
             }
-            "in_doubt" => self.custody_lookup(sender, row, &sub, cancel).await,
-            "submitted" | "cancelling" => self.custody_poll(sender, row, &sub, phase, cancel).await,
-            _ => Ok(None),
+            CustodyPhase::InDoubt => self.custody_lookup(sender, row, &sub, cancel).await,
+            CustodyPhase::Submitted | CustodyPhase::Cancelling => {
+                self.custody_poll(sender, row, &sub, phase, cancel).await
+            }
+            CustodyPhase::Superseded | CustodyPhase::Done => Ok(None),
         }
     }
 
-    /// Milliseconds from now until a lookup's `None` proves a create absent: the JWT
-    /// lifetime plus the configured clock skew.
+    /// Milliseconds from now until a lookup's `None` proves a create absent: the
+    /// provider's in-doubt window ([`keel_custody::CustodyProvider::in_doubt_window`])
+    /// plus the configured clock skew.
     fn doubt_ms(&self, sender: &CustodySender) -> i64 {
-        ms(Duration::from_secs(JWT_LIFETIME_SECS) + sender.skew)
+        ms(sender.provider.in_doubt_window() + sender.skew)
     }
 
     /// Commits the submission as `creating` (under the request's row lock, only while
@@ -258,7 +256,15 @@ impl TxQueue {
             sender.provider.name(),
         )
         .await?;
-        if !store::custody_move(&mut *tx, sub.id, sub.resubmission, "ready", "creating").await? {
+        if !store::custody_move(
+            &mut *tx,
+            sub.id,
+            sub.resubmission,
+            CustodyPhase::Ready,
+            CustodyPhase::Creating,
+        )
+        .await?
+        {
             return Ok(None);
         }
         tx.commit().await?;
@@ -269,7 +275,7 @@ impl TxQueue {
                     provider_tx_id: created.id.as_str(),
                     status: created.status.as_str(),
                     sub_status: None,
-                    rank: i16::from(created.status.rank()),
+                    rank: i16::from(sender.provider.status_rank(&created.status)),
                     tx_hash: None,
                     next_ms: ms(sender.poll),
                     woken_at: row.woken_at,
@@ -278,8 +284,8 @@ impl TxQueue {
                     &self.db,
                     sub.id,
                     sub.resubmission,
-                    "creating",
-                    "submitted",
+                    CustodyPhase::Creating,
+                    CustodyPhase::Submitted,
                     &seen,
                 )
                 .await?;
@@ -329,7 +335,7 @@ impl TxQueue {
                     sub.id,
                     sub.resubmission,
                     ms(wait),
-                    Some("creating"),
+                    Some(CustodyPhase::Creating),
                 )
                 .await?;
                 Ok(Some(Step::Moved))
@@ -356,7 +362,7 @@ impl TxQueue {
                         sub.id,
                         sub.resubmission,
                         ms(sender.max_poll),
-                        Some("creating"),
+                        Some(CustodyPhase::Creating),
                     )
                     .await?;
                     Ok(None)
@@ -386,15 +392,21 @@ impl TxQueue {
             Some(ptx) => {
                 tracing::info!(target: "keel::txq", request = %sub.id, status = ptx.status.as_str(),
                     "custody create found by external id");
-                self.custody_observe(sender, row, sub, "in_doubt", &ptx, cancel)
+                self.custody_observe(sender, row, sub, CustodyPhase::InDoubt, &ptx, cancel)
                     .await
             }
             None if row.absent_proven == Some(true) => {
                 // Proven absent: the create never took effect and no longer can.
                 tracing::info!(target: "keel::txq", request = %sub.id,
                     "custody create proven absent; creating again with the same external id");
-                if store::custody_move(&self.db, sub.id, sub.resubmission, "in_doubt", "ready")
-                    .await?
+                if store::custody_move(
+                    &self.db,
+                    sub.id,
+                    sub.resubmission,
+                    CustodyPhase::InDoubt,
+                    CustodyPhase::Ready,
+                )
+                .await?
                 {
                     self.custody_create(sender, row, sub, cancel).await
                 } else {
@@ -415,12 +427,12 @@ impl TxQueue {
         sender: &CustodySender,
         row: &CustodyDueRow,
         sub: &Sub<'_>,
-        phase: &str,
+        phase: CustodyPhase,
         cancel: &CancellationToken,
     ) -> Result<Option<Step>> {
         // The provider said COMPLETED and the hash is persisted: only the chain is left.
         if let (Some(hash), Some(status)) = (row.tx_hash.as_deref(), row.status.as_deref())
-            && TxStatus::parse(status) == TxStatus::Completed
+            && sender.provider.status_phase(&TxStatus::parse(status)) == StatusPhase::Completed
             && let Ok(hash) = B256::try_from(hash)
         {
             return self.custody_chain(sender, row, sub, hash).await;
@@ -440,14 +452,17 @@ impl TxQueue {
         sender: &CustodySender,
         row: &CustodyDueRow,
         sub: &Sub<'_>,
-        from: &str,
+        from: CustodyPhase,
         ptx: &ProviderTransaction,
         cancel: &CancellationToken,
     ) -> Result<Option<Step>> {
         if cancel.is_cancelled() {
             return Ok(None);
         }
-        let phase = ptx.status.phase();
+        let phase = sender.provider.status_phase(&ptx.status);
+        // A cancel confirmed by the provider (a rejected end of kind `Cancelled`).
+        let cancelled = phase == StatusPhase::Rejected
+            && sender.provider.status_ending(&ptx.status) == Some(Ending::Cancelled);
         metrics::custody_status(self.chain_id, phase_label(phase));
         let mut hash = ptx.tx_hash;
         if phase == StatusPhase::Completed && hash.is_none() {
@@ -472,14 +487,14 @@ impl TxQueue {
         // A cancel accepted for a silent drop that the provider overtook (it signed
         // after all) is followed like any other submission.
         let to = match (from, phase) {
-            ("cancelling", StatusPhase::Rejected) if ptx.status == TxStatus::Cancelled => {
-                "cancelling"
+            (CustodyPhase::Cancelling, StatusPhase::Rejected) if cancelled => {
+                CustodyPhase::Cancelling
             }
             (
-                "cancelling",
+                CustodyPhase::Cancelling,
                 StatusPhase::PreBroadcast | StatusPhase::AwaitingApproval | StatusPhase::Cancelling,
-            ) => "cancelling",
-            _ => "submitted",
+            ) => CustodyPhase::Cancelling,
+            _ => CustodyPhase::Submitted,
         };
         let polls = row.polls.unwrap_or(0);
         let hash_bytes = hash.map(|h| h.0);
@@ -487,7 +502,7 @@ impl TxQueue {
             provider_tx_id: ptx.id.as_str(),
             status: ptx.status.as_str(),
             sub_status: ptx.sub_status.as_ref().map(|s| s.as_str()),
-            rank: i16::from(ptx.status.rank()),
+            rank: i16::from(sender.provider.status_rank(&ptx.status)),
             tx_hash: hash_bytes.as_ref().map(|h| h.as_slice()),
             next_ms: ms(sender.backoff(polls)),
             woken_at: row.woken_at,
@@ -514,7 +529,7 @@ impl TxQueue {
         // Keel's own cancels (issue 32 §5), while the provider has not signed: a
         // withdrawn request (its operation was cancelled), or an approval wait past the
         // vault's deadline.
-        if to == "submitted" && hash.is_none() {
+        if to == CustodyPhase::Submitted && hash.is_none() {
             // Seconds in the status read now (0 when it just changed).
             let in_status = if row.status.as_deref() == Some(ptx.status.as_str()) {
                 row.status_secs.unwrap_or(0.0)
@@ -523,16 +538,16 @@ impl TxQueue {
             };
             let reason = match phase {
                 StatusPhase::PreBroadcast | StatusPhase::AwaitingApproval
-                    if row.cancel_reason.as_deref() == Some(WITHDRAWN) =>
+                    if row.cancel_reason == Some(CancelReason::Withdrawn) =>
                 {
-                    Some(WITHDRAWN)
+                    Some(CancelReason::Withdrawn)
                 }
                 StatusPhase::AwaitingApproval
                     if sender
                         .approval_deadline
                         .is_some_and(|d| in_status >= d.as_secs_f64()) =>
                 {
-                    Some(APPROVAL_EXPIRED)
+                    Some(CancelReason::ApprovalExpired)
                 }
                 _ => None,
             };
@@ -544,11 +559,9 @@ impl TxQueue {
         match phase {
             // A cancel Keel asked for, confirmed: the request's typed outcome.
             StatusPhase::Rejected
-                if from == "cancelling"
-                    && ptx.status == TxStatus::Cancelled
-                    && row.cancel_reason.is_some() =>
+                if from == CustodyPhase::Cancelling && cancelled && row.cancel_reason.is_some() =>
             {
-                let verdict = if row.cancel_reason.as_deref() == Some(APPROVAL_EXPIRED) {
+                let verdict = if row.cancel_reason == Some(CancelReason::ApprovalExpired) {
                     tracing::warn!(target: "keel::txq", request = %sub.id,
                         "custody approval never came within the deadline; cancelled at the provider");
                     SettlementVerdict::Failed {
@@ -570,13 +583,11 @@ impl TxQueue {
                 self.custody_settle(sub, &verdict).await
             }
             StatusPhase::Rejected
-                if from == "cancelling"
-                    && ptx.status == TxStatus::Cancelled
-                    && organization_scoped =>
+                if from == CustodyPhase::Cancelling && cancelled && organization_scoped =>
             {
                 self.custody_resubmit(sender, sub).await
             }
-            StatusPhase::Rejected if from == "cancelling" && ptx.status == TxStatus::Cancelled => {
+            StatusPhase::Rejected if from == CustodyPhase::Cancelling && cancelled => {
                 // A platform-scoped write cancelled after its poll budget ran out: the
                 // cancel is confirmed, nothing reached the chain, and it fails typed.
                 let verdict = SettlementVerdict::Failed {
@@ -591,7 +602,7 @@ impl TxQueue {
             }
             StatusPhase::Rejected => {
                 let verdict = SettlementVerdict::Failed {
-                    code: failure_code(&ptx.status),
+                    code: failure_code(sender.provider.status_ending(&ptx.status)),
                     reason: ptx.sub_status.as_ref().map(|s| s.as_str().to_owned()),
                     revert_data: None,
                     attempts: Vec::new(),
@@ -601,7 +612,7 @@ impl TxQueue {
                 self.custody_settle(sub, &verdict).await
             }
             StatusPhase::PreBroadcast
-                if to == "submitted"
+                if to == CustodyPhase::Submitted
                     && organization_scoped
                     && sender
                         .silent_drop_after
@@ -613,7 +624,7 @@ impl TxQueue {
             // budget, still pre-broadcast without a hash, it is cancelled at the
             // provider and (once the cancel is confirmed) fails `CUSTODY_TIMED_OUT`.
             StatusPhase::PreBroadcast
-                if to == "submitted"
+                if to == CustodyPhase::Submitted
                     && !organization_scoped
                     && row.age_secs.unwrap_or(0.0) >= sender.budget.as_secs_f64() =>
             {
@@ -636,8 +647,8 @@ impl TxQueue {
     async fn custody_record_observed(
         &self,
         sub: &Sub<'_>,
-        from: &str,
-        to: &str,
+        from: CustodyPhase,
+        to: CustodyPhase,
         seen: &CustodyObserved<'_>,
         announce: bool,
         idempotency_key: &str,
@@ -703,8 +714,8 @@ impl TxQueue {
                     &self.db,
                     sub.id,
                     sub.resubmission,
-                    "submitted",
-                    "cancelling",
+                    CustodyPhase::Submitted,
+                    CustodyPhase::Cancelling,
                 )
                 .await?;
                 store::custody_defer(&self.db, sub.id, sub.resubmission, 0, None).await?;
@@ -718,7 +729,7 @@ impl TxQueue {
     }
 
     /// Asks the provider to cancel a submission Keel no longer wants signed (`reason`:
-    /// [`WITHDRAWN`] or [`APPROVAL_EXPIRED`]). Accepted → `cancelling` with the reason
+    /// [`CancelReason::Withdrawn`] or [`CancelReason::ApprovalExpired`]). Accepted → `cancelling` with the reason
     /// (the request settles once a read shows `CANCELLED`); declined → keep following it
     /// (the provider signed after all: its chain verdict says what landed).
     async fn custody_cancel_for(
@@ -726,17 +737,23 @@ impl TxQueue {
         sender: &CustodySender,
         sub: &Sub<'_>,
         pid: &ProviderTxId,
-        reason: &'static str,
+        reason: CancelReason,
     ) -> Result<Option<Step>> {
         match sender.provider.cancel(pid).await.map_err(custody_err)? {
             CancelOutcome::Accepted => {
                 tracing::info!(target: "keel::txq", request = %sub.id, resubmission = sub.resubmission,
-                    reason, "custody transaction cancel accepted by the provider");
-                store::custody_cancelling(&self.db, sub.id, sub.resubmission, "submitted", reason)
-                    .await?;
+                    reason = reason.as_str(), "custody transaction cancel accepted by the provider");
+                store::custody_cancelling(
+                    &self.db,
+                    sub.id,
+                    sub.resubmission,
+                    CustodyPhase::Submitted,
+                    reason,
+                )
+                .await?;
             }
             CancelOutcome::Declined => {
-                tracing::warn!(target: "keel::txq", request = %sub.id, reason,
+                tracing::warn!(target: "keel::txq", request = %sub.id, reason = reason.as_str(),
                     "custody cancel declined by the provider; following the transaction to its verdict");
             }
         }
@@ -837,8 +854,14 @@ impl TxQueue {
 
 /// Marks a settled request's submission `done` (from any live phase).
 async fn mark_done(q: &TxQueue, sub: &Sub<'_>) -> Result<()> {
-    for from in ["submitted", "creating", "in_doubt", "cancelling", "ready"] {
-        if store::custody_move(&q.db, sub.id, sub.resubmission, from, "done").await? {
+    for from in [
+        CustodyPhase::Submitted,
+        CustodyPhase::Creating,
+        CustodyPhase::InDoubt,
+        CustodyPhase::Cancelling,
+        CustodyPhase::Ready,
+    ] {
+        if store::custody_move(&q.db, sub.id, sub.resubmission, from, CustodyPhase::Done).await? {
             break;
         }
     }
