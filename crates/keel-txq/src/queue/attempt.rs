@@ -88,12 +88,7 @@ impl TxBody {
     /// [`TxqError::InvalidRequest`] naming the stored column that does not decode.
     pub(super) fn of(row: &RequestRow) -> Result<Self> {
         Ok(Self {
-            to: row
-                .to_address
-                .as_deref()
-                .map(Address::try_from)
-                .transpose()
-                .map_err(|_| TxqError::InvalidRequest("to"))?,
+            to: row.to_address.map(|a| a.0),
             value: row
                 .value_wei
                 .parse()
@@ -183,7 +178,7 @@ impl Accepted {
     pub(super) fn of(request_id: Uuid, attempt: &AttemptRow) -> Self {
         Self {
             request_id,
-            hash: B256::try_from(attempt.tx_hash.as_slice()).unwrap_or_default(),
+            hash: attempt.tx_hash.0,
             nonce: u64::try_from(attempt.nonce).unwrap_or_default(),
         }
     }
@@ -278,7 +273,7 @@ pub(super) fn attempt_records(rows: &[AttemptRow]) -> Vec<AttemptRecord> {
         .map(|a| AttemptRecord {
             attempt: a.attempt,
             nonce: u64::try_from(a.nonce).unwrap_or_default(),
-            hash: B256::try_from(a.tx_hash.as_slice()).unwrap_or_default(),
+            hash: a.tx_hash.0,
         })
         .collect()
 }
@@ -465,8 +460,7 @@ impl TxQueue {
 
     pub(super) async fn any_attempt_known(&self, attempts: &[AttemptRow]) -> Result<bool> {
         for a in attempts {
-            let hash = B256::try_from(a.tx_hash.as_slice())
-                .map_err(|_| TxqError::InvalidRequest("tx_hash"))?;
+            let hash = a.tx_hash.0;
             if self.chain.transaction_known(hash).await? {
                 return Ok(true);
             }
@@ -668,7 +662,7 @@ impl TxQueue {
             let progress = [Progress::FundingRequested {
                 request_id: req.id,
                 idempotency_key: &key,
-                address: Address::try_from(req.sender.as_slice()).unwrap_or_default(),
+                address: req.sender.0,
                 required_wei: keel_units::Wei::new(required_wei),
                 deadline,
             }];
@@ -711,7 +705,7 @@ impl TxQueue {
             let progress = [Progress::FundingRequested {
                 request_id: w.id,
                 idempotency_key: &w.idempotency_key,
-                address: Address::try_from(w.sender.as_slice()).unwrap_or_default(),
+                address: w.sender.0,
                 required_wei: keel_units::Wei::new(required_wei),
                 deadline: w.funding_deadline,
             }];
@@ -842,7 +836,7 @@ impl TxQueue {
 fn refused_nonce<'r>(req: &'r RequestRow, all: &[AttemptRow]) -> Option<(&'r [u8], i64)> {
     let nonce = req.nonce?;
     (req.state == RequestState::Signed && all.iter().all(|a| a.nonce == nonce))
-        .then_some((req.sender.as_slice(), nonce))
+        .then_some((req.sender.0.as_slice(), nonce))
 }
 
 #[cfg(test)]

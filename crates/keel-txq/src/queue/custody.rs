@@ -10,7 +10,7 @@ use crate::store::{self, CustodyDueRow, CustodyObserved};
 use crate::submission::{CancelReason, CustodyPhase};
 use crate::verdict::{FailureCode, SettlementVerdict};
 use crate::{Result, TxqError};
-use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::primitives::{B256, Bytes, U256};
 use futures::StreamExt;
 use keel_custody::{
     CancelOutcome, ContractCall, CustodyError, Ending, ErrorClass, ExternalTxId,
@@ -102,10 +102,7 @@ impl TxQueue {
         row: &CustodyDueRow,
         cancel: &CancellationToken,
     ) -> Result<Option<Step>> {
-        let Some(sender) = Address::try_from(row.sender.as_slice())
-            .ok()
-            .and_then(|a| self.custody.get(&a))
-        else {
+        let Some(sender) = self.custody.get(&row.sender.0) else {
             return Ok(None);
         };
         let result = self.custody_dispatch(sender, row, cancel).await;
@@ -217,10 +214,7 @@ impl TxQueue {
         }
         // A request a provider's contract call cannot carry (a contract creation, a
         // value that is no U256) never reaches the provider.
-        let to = row
-            .to_address
-            .as_deref()
-            .and_then(|a| Address::try_from(a).ok());
+        let to = row.to_address.map(|a| a.0);
         let value: Option<U256> = row.value_wei.parse().ok();
         let (Some(to), Some(value)) = (to, value) else {
             let verdict = SettlementVerdict::Failed {
@@ -431,10 +425,10 @@ impl TxQueue {
         cancel: &CancellationToken,
     ) -> Result<Option<Step>> {
         // The provider said COMPLETED and the hash is persisted: only the chain is left.
-        if let (Some(hash), Some(status)) = (row.tx_hash.as_deref(), row.status.as_deref())
+        if let (Some(hash), Some(status)) = (row.tx_hash, row.status.as_deref())
             && sender.provider.status_phase(&TxStatus::parse(status)) == StatusPhase::Completed
-            && let Ok(hash) = B256::try_from(hash)
         {
+            let hash = hash.0;
             return self.custody_chain(sender, row, sub, hash).await;
         }
         let Some(pid) = row.provider_tx_id.as_deref() else {

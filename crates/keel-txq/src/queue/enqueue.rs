@@ -195,7 +195,7 @@ impl TxQueue {
         let existing = store::request_by_key(db, self.chain_id, new.sender, new.key)
             .await?
             .ok_or(TxqError::NotFound)?;
-        let same = existing.to_address.as_deref() == new.to
+        let same = existing.to_address.as_ref().map(|a| a.0.as_slice()) == new.to
             && existing.value_wei == new.value_wei
             && existing.calldata == new.calldata
             && existing.gas_limit == new.gas_limit

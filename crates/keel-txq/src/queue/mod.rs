@@ -178,8 +178,10 @@ impl TxQueue {
                 reason: "must be at least 1",
             });
         }
-        let chain_id =
-            i64::try_from(chain.chain().get()).map_err(|_| TxqError::InvalidRequest("chain_id"))?;
+        let chain_id = chain
+            .chain()
+            .to_db()
+            .map_err(|_| TxqError::InvalidRequest("chain_id"))?;
         Ok(Self {
             enqueues: enqueue_batcher(db.clone()),
             initialized: Default::default(),
@@ -281,8 +283,7 @@ impl TxQueue {
         } else {
             None
         };
-        let is_custody =
-            Address::try_from(row.sender.as_slice()).is_ok_and(|a| self.custody.contains_key(&a));
+        let is_custody = self.custody.contains_key(&row.sender.0);
         let custody = if is_custody {
             crate::custody_views(&self.db, &[id]).await?.pop()
         } else {
@@ -452,9 +453,7 @@ impl TxQueue {
         let mut senders = Vec::with_capacity(work.len());
         let mut with_leftovers = false;
         for w in &work {
-            let Ok(sender) = Address::try_from(w.sender.as_slice()) else {
-                continue;
-            };
+            let sender = w.sender.0;
             if only.is_some_and(|o| o != sender) {
                 continue;
             }
@@ -532,7 +531,7 @@ impl TxQueue {
                 while let Ok(more) = rx.try_recv() {
                     items.extend(more);
                 }
-                items.sort_by(|a, b| a.0.sender.cmp(&b.0.sender));
+                items.sort_by_key(|a| a.0.sender.0);
                 step(self.broadcast_many(&items, cancel).await);
             }
             match first_err {
@@ -562,7 +561,7 @@ impl TxQueue {
             .await?
             .into_iter()
             .filter(|w| !w.waiting_funding)
-            .filter_map(|w| Address::try_from(w.sender.as_slice()).ok())
+            .map(|w| w.sender.0)
             .filter(|s| self.signers.contains_key(s))
             .map(|s| (s, false))
             .collect())
@@ -574,7 +573,7 @@ impl TxQueue {
     async fn record_gauges(&self) -> Result<()> {
         let rows = store::depth(&self.db, self.chain_id).await?;
         let (mut depth, mut waiting) = (0_i64, 0_i64);
-        let mut in_flight: HashMap<Vec<u8>, i64> = HashMap::new();
+        let mut in_flight: HashMap<Address, i64> = HashMap::new();
         for r in rows {
             match r.state {
                 RequestState::Queued => depth += r.n,
@@ -582,12 +581,12 @@ impl TxQueue {
                     depth += r.n;
                     waiting += r.n;
                 }
-                _ => *in_flight.entry(r.sender).or_default() += r.n,
+                _ => *in_flight.entry(r.sender.0).or_default() += r.n,
             }
         }
         metrics::queue_depth(self.chain_id, depth, waiting);
         for sender in self.signers.keys() {
-            let n = in_flight.get(sender.as_slice()).copied().unwrap_or(0);
+            let n = in_flight.get(sender).copied().unwrap_or(0);
             metrics::in_flight(self.chain_id, sender, n);
         }
         Ok(())

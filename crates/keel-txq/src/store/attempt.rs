@@ -1,7 +1,10 @@
 //! `txq_attempt` (`migrations/0005_txq.sql`): the signed transactions of a request, and
 //! the signing group's commit (`txq_commit_signed`, migrations 0013 and 0015).
 
+use super::unreadable;
 use crate::Result;
+use alloy::primitives::Address;
+use keel_units::db::{DbAddress, DbHash};
 use sqlx::{PgExecutor, Row};
 use uuid::Uuid;
 
@@ -11,7 +14,7 @@ pub(crate) struct AttemptRow {
     pub request_id: Uuid,
     pub attempt: i32,
     pub nonce: i64,
-    pub tx_hash: Vec<u8>,
+    pub tx_hash: DbHash,
     pub raw: Vec<u8>,
     pub max_fee_per_gas: String,
     pub max_priority_fee_per_gas: String,
@@ -42,7 +45,7 @@ pub(crate) async fn commit_signed(
     db: impl PgExecutor<'_>,
     chain_id: i64,
     slices: &[SignedSlice<'_>],
-) -> Result<Vec<Vec<u8>>> {
+) -> Result<Vec<Address>> {
     let senders: Vec<&[u8]> = slices.iter().map(|s| s.sender).collect();
     let firsts: Vec<i64> = slices.iter().map(|s| s.first).collect();
     let counts: Vec<i32> = slices
@@ -72,16 +75,21 @@ pub(crate) async fn commit_signed(
     .bind(&tips)
     .bind(&gas)
     .fetch_all(db)
-    .await?;
+    .await
+    .map_err(unreadable("txq_attempt"))?;
     rows.iter()
-        .map(|r| r.try_get::<Vec<u8>, _>(0).map_err(Into::into))
+        .map(|r| {
+            r.try_get::<DbAddress, _>(0)
+                .map(Address::from)
+                .map_err(unreadable("txq_sender"))
+        })
         .collect()
 }
 
 /// Attempts of the given requests, by request then attempt number, each with its age
 /// since it went out ([`AttemptRow::age_ms`]).
 pub(crate) async fn attempts_of(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
-    Ok(sqlx::query_as::<_, AttemptRow>(
+    sqlx::query_as::<_, AttemptRow>(
         "SELECT a.request_id, a.attempt, a.nonce, a.tx_hash, a.raw, a.max_fee_per_gas,
                 a.max_priority_fee_per_gas, a.gas_limit,
                 (extract(epoch FROM now() - greatest(a.created_at, r.broadcast_at)) * 1000)::bigint AS age_ms
@@ -90,7 +98,8 @@ pub(crate) async fn attempts_of(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result
     )
     .bind(ids)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_attempt"))
 }
 
 pub(crate) struct NewAttempt<'a> {

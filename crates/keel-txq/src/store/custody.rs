@@ -1,8 +1,10 @@
 //! `txq_custody_attempt` (`migrations/0040_txq_custody.sql`, cancel reasons in `0070`): the
 //! custody path's submissions (`crate::custody`).
 
+use super::unreadable;
 use crate::Result;
 use crate::submission::{CancelReason, CustodyPhase};
+use keel_units::db::{DbAddress, DbHash};
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -13,8 +15,8 @@ pub(crate) struct CustodyDueRow {
     pub id: Uuid,
     /// The request's idempotency key (an operation's write: `op/…`, organization-scoped).
     pub idempotency_key: String,
-    pub sender: Vec<u8>,
-    pub to_address: Option<Vec<u8>>,
+    pub sender: DbAddress,
+    pub to_address: Option<DbAddress>,
     pub value_wei: String,
     pub calldata: Vec<u8>,
     pub resubmission: Option<i32>,
@@ -22,7 +24,7 @@ pub(crate) struct CustodyDueRow {
     pub phase: Option<CustodyPhase>,
     pub provider_tx_id: Option<String>,
     pub status: Option<String>,
-    pub tx_hash: Option<Vec<u8>>,
+    pub tx_hash: Option<DbHash>,
     pub polls: Option<i32>,
     /// `absent_after <= now()`: a lookup's `None` now proves absence.
     pub absent_proven: Option<bool>,
@@ -47,7 +49,7 @@ pub(crate) async fn custody_due(
     senders: &[Vec<u8>],
     limit: i64,
 ) -> Result<Vec<CustodyDueRow>> {
-    Ok(sqlx::query_as::<_, CustodyDueRow>(
+    sqlx::query_as::<_, CustodyDueRow>(
         "SELECT r.id, r.idempotency_key, r.sender, r.to_address, r.value_wei, r.calldata,
                 a.resubmission, a.external_tx_id, a.phase, a.provider_tx_id, a.status, a.tx_hash,
                 a.polls, a.absent_after <= now() AS absent_proven,
@@ -68,7 +70,8 @@ pub(crate) async fn custody_due(
     .bind(senders)
     .bind(limit)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_custody_attempt"))
 }
 
 /// Locks `request_id` (`FOR UPDATE`) when it is still `queued`; false otherwise. Taken
@@ -79,7 +82,8 @@ pub(crate) async fn request_lock_queued(conn: &mut sqlx::PgConnection, id: Uuid)
         sqlx::query("SELECT 1 FROM txq_request WHERE id = $1 AND state = 'queued' FOR UPDATE")
             .bind(id)
             .fetch_optional(&mut *conn)
-            .await?
+            .await
+            .map_err(unreadable("txq_custody_attempt"))?
             .is_some(),
     )
 }
@@ -358,7 +362,7 @@ pub(crate) struct CustodyViewRow {
     pub phase: CustodyPhase,
     pub status: Option<String>,
     pub sub_status: Option<String>,
-    pub tx_hash: Option<Vec<u8>>,
+    pub tx_hash: Option<DbHash>,
     pub budget_exceeded: bool,
     pub polls: i32,
 }
@@ -380,9 +384,7 @@ impl CustodyViewRow {
             phase: self.phase.as_str().to_owned(),
             status: self.status,
             sub_status: self.sub_status,
-            tx_hash: self
-                .tx_hash
-                .and_then(|h| alloy::primitives::B256::try_from(h.as_slice()).ok()),
+            tx_hash: self.tx_hash.map(|h| h.0),
             awaiting_approval,
             budget_exceeded: self.budget_exceeded,
             polls: u32::try_from(self.polls).unwrap_or(0),
@@ -395,7 +397,7 @@ pub(crate) async fn custody_views(
     db: impl PgExecutor<'_>,
     ids: &[Uuid],
 ) -> Result<Vec<CustodyViewRow>> {
-    Ok(sqlx::query_as::<_, CustodyViewRow>(
+    sqlx::query_as::<_, CustodyViewRow>(
         "SELECT DISTINCT ON (request_id) request_id, provider, resubmission, external_tx_id,
                 provider_tx_id, phase, status, sub_status, tx_hash,
                 budget_exceeded_at IS NOT NULL AS budget_exceeded, polls
@@ -404,5 +406,6 @@ pub(crate) async fn custody_views(
     )
     .bind(ids)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_custody_attempt"))
 }

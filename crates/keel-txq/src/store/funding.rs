@@ -1,7 +1,10 @@
 //! The funding pause of `txq_request` (`migrations/0008_txq_funding.sql`): `queued` ⇄
 //! `waiting_funding`, the shortfall, expiry, and the open funding requests.
 
+use super::unreadable;
 use crate::Result;
+use keel_units::ChainId;
+use keel_units::db::DbAddress;
 use sqlx::{PgExecutor, Row};
 use uuid::Uuid;
 
@@ -9,8 +12,8 @@ use uuid::Uuid;
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct FundingRow {
     pub id: Uuid,
-    pub chain_id: i64,
-    pub sender: Vec<u8>,
+    pub chain_id: ChainId,
+    pub sender: DbAddress,
     pub value_wei: String,
     pub funding_required_wei: String,
     pub funding_gas_limit: i64,
@@ -37,7 +40,7 @@ pub(crate) async fn request_wait_funding(
     gas_limit: i64,
     max_fee_wei: &str,
 ) -> Result<Option<(String, chrono::DateTime<chrono::Utc>)>> {
-    Ok(sqlx::query_as(
+    sqlx::query_as(
         "UPDATE txq_request
             SET state = 'waiting_funding',
                 funding_deadline = coalesce(funding_deadline, now() + funding_pause_ms * interval '1 millisecond'),
@@ -50,7 +53,8 @@ pub(crate) async fn request_wait_funding(
     .bind(gas_limit)
     .bind(max_fee_wei)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// Updates the shortfall of a request still `waiting_funding`.
@@ -93,7 +97,7 @@ pub(crate) async fn request_expire_funding(
     verdict: &serde_json::Value,
     kind: &str,
 ) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar(
+    sqlx::query_scalar(
         "UPDATE txq_request SET state = 'settled', verdict = $2, verdict_kind = $3, settled_at = now(), updated_at = now()
           WHERE id = $1 AND state = 'waiting_funding' AND funding_deadline <= now()
          RETURNING idempotency_key",
@@ -102,7 +106,8 @@ pub(crate) async fn request_expire_funding(
     .bind(verdict)
     .bind(kind)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// Counts one more broadcast refused for insufficient funds; returns the new count.
@@ -113,7 +118,8 @@ pub(crate) async fn request_funding_refused(db: impl PgExecutor<'_>, id: Uuid) -
     )
     .bind(id)
     .fetch_one(db)
-    .await?;
+    .await
+    .map_err(unreadable("txq_request"))?;
     Ok(row.try_get(0)?)
 }
 
@@ -124,7 +130,7 @@ pub(crate) async fn funding_open(
     chain_id: Option<i64>,
     sender: Option<&[u8]>,
 ) -> Result<Vec<FundingRow>> {
-    Ok(sqlx::query_as::<_, FundingRow>(sqlx::AssertSqlSafe(format!(
+    sqlx::query_as::<_, FundingRow>(sqlx::AssertSqlSafe(format!(
         "SELECT {FUNDING_COLUMNS} FROM txq_request
           WHERE state = 'waiting_funding' AND ($1::int8 IS NULL OR chain_id = $1)
             AND ($2::bytea IS NULL OR sender = $2)
@@ -133,15 +139,17 @@ pub(crate) async fn funding_open(
     .bind(chain_id)
     .bind(sender)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// The open funding request of one request, when it is `waiting_funding`.
 pub(crate) async fn funding_of(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<FundingRow>> {
-    Ok(sqlx::query_as::<_, FundingRow>(sqlx::AssertSqlSafe(format!(
+    sqlx::query_as::<_, FundingRow>(sqlx::AssertSqlSafe(format!(
         "SELECT {FUNDING_COLUMNS} FROM txq_request WHERE id = $1 AND state = 'waiting_funding'"
     )))
     .bind(id)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }

@@ -2,7 +2,10 @@
 //! `migrations/0051_txq_status.sql`): per-sender counts, live custody submissions, the
 //! oldest approval wait.
 
+use super::unreadable;
 use crate::{RequestState, Result};
+use keel_units::ChainId;
+use keel_units::db::DbAddress;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -10,13 +13,13 @@ use uuid::Uuid;
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct DepthRow {
     pub state: RequestState,
-    pub sender: Vec<u8>,
+    pub sender: DbAddress,
     pub n: i64,
 }
 
 /// Unsettled requests of a chain counted by (state, sender).
 pub(crate) async fn depth(db: impl PgExecutor<'_>, chain_id: i64) -> Result<Vec<DepthRow>> {
-    Ok(sqlx::query_as::<_, DepthRow>(
+    sqlx::query_as::<_, DepthRow>(
         // One scan per partial index, as in `senders_with_work`.
         "SELECT state, sender, count(*) AS n
            FROM (SELECT state, sender FROM txq_request WHERE chain_id = $1 AND state = 'queued'
@@ -29,14 +32,15 @@ pub(crate) async fn depth(db: impl PgExecutor<'_>, chain_id: i64) -> Result<Vec<
     )
     .bind(chain_id)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// One (chain, sender) of the queue as Platform Status shows it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct SenderHealthRow {
-    pub chain_id: i64,
-    pub sender: Vec<u8>,
+    pub chain_id: ChainId,
+    pub sender: DbAddress,
     pub depth: i64,
     pub waiting_funding: i64,
     pub in_flight: i64,
@@ -49,7 +53,7 @@ pub(crate) struct SenderHealthRow {
 /// phase and provider status.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct CustodyCountRow {
-    pub chain_id: i64,
+    pub chain_id: ChainId,
     pub provider: String,
     pub phase: crate::CustodyPhase,
     pub status: Option<String>,
@@ -59,7 +63,7 @@ pub(crate) struct CustodyCountRow {
 /// [`CustodyCountRow`]s, ordered by chain, provider, phase, status (the partial index
 /// `txq_custody_attempt_live` of migration 0040 covers the live rows).
 pub(crate) async fn custody_counts(db: impl PgExecutor<'_>) -> Result<Vec<CustodyCountRow>> {
-    Ok(sqlx::query_as::<_, CustodyCountRow>(
+    sqlx::query_as::<_, CustodyCountRow>(
         "SELECT r.chain_id, a.provider, a.phase, a.status, count(*)::int8 AS live
            FROM txq_custody_attempt a JOIN txq_request r ON r.id = a.request_id
           WHERE a.phase NOT IN ('done', 'superseded')
@@ -67,14 +71,15 @@ pub(crate) async fn custody_counts(db: impl PgExecutor<'_>) -> Result<Vec<Custod
           ORDER BY r.chain_id, a.provider, a.phase, a.status NULLS FIRST",
     )
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// The live custody submission waiting longest for an approval at its provider.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct CustodyApprovalRow {
     pub request_id: Uuid,
-    pub chain_id: i64,
+    pub chain_id: ChainId,
     pub provider: String,
     pub provider_tx_id: Option<String>,
     pub status: Option<String>,
@@ -90,7 +95,7 @@ pub(crate) async fn custody_oldest_approval(
 ) -> Result<Option<CustodyApprovalRow>> {
     let providers: Vec<&str> = approvals.iter().map(|(p, _)| *p).collect();
     let statuses: Vec<&str> = approvals.iter().map(|(_, s)| *s).collect();
-    Ok(sqlx::query_as::<_, CustodyApprovalRow>(
+    sqlx::query_as::<_, CustodyApprovalRow>(
         "SELECT a.request_id, r.chain_id, a.provider, a.provider_tx_id, a.status,
                 a.status_since AS since
            FROM txq_custody_attempt a JOIN txq_request r ON r.id = a.request_id
@@ -102,14 +107,15 @@ pub(crate) async fn custody_oldest_approval(
     .bind(&providers)
     .bind(&statuses)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// Every sender of `txq_sender` with its unsettled requests (depth, waiting funding,
 /// in flight, oldest unsettled) and its replacements (attempts above the first) in the
 /// last hour of the database clock (indexes of `migrations/0051_txq_status.sql`).
 pub(crate) async fn senders_health(db: impl PgExecutor<'_>) -> Result<Vec<SenderHealthRow>> {
-    Ok(sqlx::query_as(
+    sqlx::query_as(
         "SELECT s.chain_id, s.sender, s.next_nonce,
                 coalesce(u.depth, 0) AS depth,
                 coalesce(u.waiting_funding, 0) AS waiting_funding,
@@ -134,5 +140,6 @@ pub(crate) async fn senders_health(db: impl PgExecutor<'_>) -> Result<Vec<Sender
           ORDER BY s.chain_id, s.sender",
     )
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }

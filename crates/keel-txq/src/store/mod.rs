@@ -33,3 +33,16 @@ pub(crate) use request::*;
 pub(crate) use sender::*;
 pub(crate) use view::*;
 pub(crate) use watch::*;
+
+/// Maps a failed read of `table`: a stored value that does not decode (a hash or
+/// address of the wrong length, an unknown phase, a negative chain id) becomes
+/// [`crate::TxqError::UnreadableRow`] naming the table (never the value); any other
+/// failure is the store's error as usual.
+pub(crate) fn unreadable(table: &'static str) -> impl Fn(sqlx::Error) -> crate::TxqError {
+    move |e| match e {
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+            crate::TxqError::UnreadableRow { table }
+        }
+        other => other.into(),
+    }
+}

@@ -2,7 +2,9 @@
 //! requests, the lifecycle moves (`signed` → `broadcast` → `settled`), re-signing, gap
 //! fills, withdrawal by key prefix and broadcast-failure counts (`0018`).
 
+use super::unreadable;
 use crate::{RequestState, Result};
+use keel_units::db::DbAddress;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -10,8 +12,8 @@ use uuid::Uuid;
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct RequestRow {
     pub id: Uuid,
-    pub sender: Vec<u8>,
-    pub to_address: Option<Vec<u8>>,
+    pub sender: DbAddress,
+    pub to_address: Option<DbAddress>,
     pub value_wei: String,
     pub calldata: Vec<u8>,
     pub gas_limit: Option<i64>,
@@ -178,23 +180,25 @@ pub(crate) async fn request_by_key(
     sender: &[u8],
     key: &str,
 ) -> Result<Option<RequestRow>> {
-    Ok(sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
+    sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
         "SELECT {REQUEST_COLUMNS} FROM txq_request WHERE chain_id = $1 AND sender = $2 AND idempotency_key = $3"
     )))
     .bind(chain_id)
     .bind(sender)
     .bind(key)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 pub(crate) async fn request_get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<RequestRow>> {
-    Ok(sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
+    sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
         "SELECT {REQUEST_COLUMNS} FROM txq_request WHERE id = $1"
     )))
     .bind(id)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// A queued request with its sender's next nonce as read in the same statement.
@@ -216,7 +220,7 @@ pub(crate) async fn requests_queued_many(
     senders: &[&[u8]],
     limit: i64,
 ) -> Result<Vec<QueuedRow>> {
-    Ok(sqlx::query_as::<_, QueuedRow>(sqlx::AssertSqlSafe(format!(
+    sqlx::query_as::<_, QueuedRow>(sqlx::AssertSqlSafe(format!(
         "SELECT q.*, s.next_nonce
            FROM unnest($2::bytea[]) AS w(sender)
            JOIN txq_sender s ON s.chain_id = $1 AND s.sender = w.sender
@@ -230,7 +234,8 @@ pub(crate) async fn requests_queued_many(
     .bind(senders)
     .bind(limit)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// In-flight (`signed` or `broadcast`) requests of a chain, optionally of one sender,
@@ -241,7 +246,7 @@ pub(crate) async fn requests_in_flight(
     sender: Option<&[u8]>,
     state: Option<&str>,
 ) -> Result<Vec<RequestRow>> {
-    Ok(sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
+    sqlx::query_as::<_, RequestRow>(sqlx::AssertSqlSafe(format!(
         "SELECT {REQUEST_COLUMNS} FROM txq_request
           WHERE chain_id = $1 AND state IN ('signed', 'broadcast')
             AND ($2::bytea IS NULL OR sender = $2) AND ($3::text IS NULL OR state = $3)
@@ -251,7 +256,8 @@ pub(crate) async fn requests_in_flight(
     .bind(sender)
     .bind(state)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// Senders of a chain with queued, waiting or signed requests (those a sender pass has
@@ -260,7 +266,7 @@ pub(crate) async fn senders_with_work(
     db: impl PgExecutor<'_>,
     chain_id: i64,
 ) -> Result<Vec<SenderWork>> {
-    Ok(sqlx::query_as::<_, SenderWork>(
+    sqlx::query_as::<_, SenderWork>(
         // One scan per partial index (settled rows, the bulk of the table, are never
         // read): a single `state IN (...)` filter plans as a sequential scan.
         "SELECT sender,
@@ -275,13 +281,14 @@ pub(crate) async fn senders_with_work(
     )
     .bind(chain_id)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// A sender with requests to move, and which kinds it has besides `queued`.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct SenderWork {
-    pub sender: Vec<u8>,
+    pub sender: DbAddress,
     pub waiting_funding: bool,
     pub signed: bool,
 }
@@ -302,7 +309,7 @@ pub(crate) async fn request_settle(
     verdict: &serde_json::Value,
     kind: &str,
 ) -> Result<Option<SettleRow>> {
-    Ok(sqlx::query_as::<_, SettleRow>(
+    sqlx::query_as::<_, SettleRow>(
         "UPDATE txq_request SET state = 'settled', verdict = $2, verdict_kind = $3, settled_at = now(), updated_at = now()
           WHERE id = $1 AND state <> 'settled'
          RETURNING idempotency_key, extract(epoch FROM now() - created_at)::float8 AS secs",
@@ -311,7 +318,8 @@ pub(crate) async fn request_settle(
     .bind(verdict)
     .bind(kind)
     .fetch_optional(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// Locks a request that is still `broadcast` (for adding a replacement attempt); false
@@ -321,7 +329,8 @@ pub(crate) async fn request_lock_broadcast(db: impl PgExecutor<'_>, id: Uuid) ->
         sqlx::query("SELECT 1 FROM txq_request WHERE id = $1 AND state = 'broadcast' FOR UPDATE")
             .bind(id)
             .fetch_optional(db)
-            .await?
+            .await
+            .map_err(unreadable("txq_request"))?
             .is_some(),
     )
 }
@@ -341,7 +350,8 @@ pub(crate) async fn request_lock_at_nonce(
     .bind(id)
     .bind(nonce)
     .fetch_optional(&mut *conn)
-    .await?;
+    .await
+    .map_err(unreadable("txq_request"))?;
     if locked.is_none() {
         return Ok(None);
     }
@@ -349,7 +359,8 @@ pub(crate) async fn request_lock_at_nonce(
         sqlx::query_scalar("SELECT max(attempt) FROM txq_attempt WHERE request_id = $1")
             .bind(id)
             .fetch_one(&mut *conn)
-            .await?;
+            .await
+            .map_err(unreadable("txq_request"))?;
     Ok(Some(max.unwrap_or(0)))
 }
 
@@ -426,14 +437,15 @@ pub(crate) async fn requests_mark_broadcast_many(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(sqlx::query_as::<_, MarkedRow>(
+    sqlx::query_as::<_, MarkedRow>(
         "UPDATE txq_request SET state = 'broadcast', broadcast_at = coalesce(broadcast_at, now()), updated_at = now()
           WHERE id = ANY($1) AND state = 'signed'
          RETURNING id, idempotency_key, extract(epoch FROM now() - created_at)::float8 AS secs",
     )
     .bind(ids)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// A request that settled in [`requests_settle_many`].
@@ -459,7 +471,7 @@ pub(crate) async fn requests_settle_many(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(sqlx::query_as::<_, SettledRow>(
+    sqlx::query_as::<_, SettledRow>(
         "UPDATE txq_request r
             SET state = 'settled', verdict = v.verdict::jsonb, verdict_kind = v.kind,
                 settled_at = now(), updated_at = now()
@@ -472,7 +484,8 @@ pub(crate) async fn requests_settle_many(
     .bind(verdicts)
     .bind(kinds)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// A request [`requests_withdraw_by_key_prefix`] found.
@@ -501,7 +514,8 @@ pub(crate) async fn requests_lock_by_key_prefix(
     .bind(chain_id)
     .bind(prefix)
     .fetch_all(db)
-    .await?;
+    .await
+    .map_err(unreadable("txq_request"))?;
     Ok(())
 }
 
@@ -516,7 +530,7 @@ pub(crate) async fn requests_withdraw_by_key_prefix(
     verdict: &serde_json::Value,
     kind: &str,
 ) -> Result<Vec<WithdrawRow>> {
-    Ok(sqlx::query_as::<_, WithdrawRow>(
+    sqlx::query_as::<_, WithdrawRow>(
         "WITH w AS (
              UPDATE txq_request
                 SET state = 'settled', verdict = $3, verdict_kind = $4, settled_at = now(),
@@ -539,7 +553,8 @@ pub(crate) async fn requests_withdraw_by_key_prefix(
     .bind(verdict)
     .bind(kind)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// Records one failed broadcast per request (`ids[i]` failed with error class

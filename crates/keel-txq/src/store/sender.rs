@@ -1,7 +1,10 @@
 //! `txq_sender` (`migrations/0005_txq.sql`): each sender's next nonce, its lock, and the
 //! nonces a gap filler must not take.
 
+use super::unreadable;
 use crate::Result;
+use alloy::primitives::Address;
+use keel_units::db::DbAddress;
 use sqlx::{PgExecutor, Row};
 
 /// Creates the sender's nonce row at `chain_nonce` when it does not exist.
@@ -33,7 +36,8 @@ pub(crate) async fn sender_exists(
             .bind(chain_id)
             .bind(sender)
             .fetch_optional(db)
-            .await?
+            .await
+            .map_err(unreadable("txq_sender"))?
             .is_some(),
     )
 }
@@ -65,7 +69,8 @@ pub(crate) async fn live_nonces(
     .bind(from)
     .bind(to)
     .fetch_all(db)
-    .await?;
+    .await
+    .map_err(unreadable("txq_sender"))?;
     rows.iter()
         .map(|r| r.try_get::<i64, _>(0).map_err(Into::into))
         .collect()
@@ -89,7 +94,8 @@ pub(crate) async fn sender_raise_next(
     .bind(sender)
     .bind(at_least)
     .fetch_optional(db)
-    .await?;
+    .await
+    .map_err(unreadable("txq_sender"))?;
     row.map(|r| r.try_get::<i64, _>(0))
         .transpose()
         .map_err(Into::into)
@@ -101,7 +107,7 @@ pub(crate) async fn senders_idle(
     db: impl PgExecutor<'_>,
     chain_id: i64,
     senders: &[&[u8]],
-) -> Result<Vec<(Vec<u8>, i64)>> {
+) -> Result<Vec<(Address, i64)>> {
     let rows = sqlx::query(
         "SELECT s.sender, s.next_nonce FROM txq_sender s
           WHERE s.chain_id = $1 AND s.sender = ANY($2)
@@ -112,9 +118,17 @@ pub(crate) async fn senders_idle(
     .bind(chain_id)
     .bind(senders)
     .fetch_all(db)
-    .await?;
+    .await
+    .map_err(unreadable("txq_sender"))?;
     rows.iter()
-        .map(|r| Ok((r.try_get::<Vec<u8>, _>(0)?, r.try_get::<i64, _>(1)?)))
+        .map(|r| {
+            Ok((
+                r.try_get::<DbAddress, _>(0)
+                    .map_err(unreadable("txq_sender"))?
+                    .0,
+                r.try_get::<i64, _>(1)?,
+            ))
+        })
         .collect()
 }
 
@@ -131,7 +145,8 @@ pub(crate) async fn sender_lock(
     .bind(chain_id)
     .bind(sender)
     .fetch_optional(db)
-    .await?;
+    .await
+    .map_err(unreadable("txq_sender"))?;
     row.map(|r| r.try_get::<i64, _>(0))
         .transpose()
         .map_err(Into::into)
@@ -173,7 +188,8 @@ pub(crate) async fn sender_next(
         .bind(chain_id)
         .bind(sender)
         .fetch_optional(db)
-        .await?;
+        .await
+        .map_err(unreadable("txq_sender"))?;
     row.map(|r| r.try_get::<i64, _>(0))
         .transpose()
         .map_err(Into::into)

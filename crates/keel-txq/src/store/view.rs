@@ -1,7 +1,9 @@
 //! Reads behind [`crate::requests`]: a request with its last attempt's hash, its last
 //! broadcast failure and its latest custody submission.
 
+use super::unreadable;
 use crate::{RequestState, Result};
+use keel_units::db::DbHash;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -21,14 +23,15 @@ pub(crate) async fn broadcast_errors_of(
     db: impl PgExecutor<'_>,
     ids: &[Uuid],
 ) -> Result<Vec<BroadcastErrorRow>> {
-    Ok(sqlx::query_as::<_, BroadcastErrorRow>(
+    sqlx::query_as::<_, BroadcastErrorRow>(
         "SELECT id, last_broadcast_error, last_broadcast_error_at, broadcast_failures
            FROM txq_request
           WHERE id = ANY($1) AND last_broadcast_error IS NOT NULL AND last_broadcast_error_at IS NOT NULL",
     )
     .bind(ids)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// A request as [`crate::requests`] reads it: the row's state, nonce, verdict, funding
@@ -39,7 +42,7 @@ pub(crate) struct ViewRow {
     pub state: RequestState,
     pub nonce: Option<i64>,
     pub verdict: Option<serde_json::Value>,
-    pub last_hash: Option<Vec<u8>>,
+    pub last_hash: Option<DbHash>,
     pub funding_deadline: Option<chrono::DateTime<chrono::Utc>>,
     pub last_broadcast_error: Option<String>,
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -62,7 +65,7 @@ pub(crate) struct CustodyJoin {
     pub c_phase: Option<crate::CustodyPhase>,
     pub c_status: Option<String>,
     pub c_sub_status: Option<String>,
-    pub c_tx_hash: Option<Vec<u8>>,
+    pub c_tx_hash: Option<DbHash>,
     pub c_budget_exceeded: Option<bool>,
     pub c_polls: Option<i32>,
 }
@@ -89,7 +92,7 @@ impl CustodyJoin {
 /// The requests of `ids` (any chain) in the order of `ids`; unknown ids are left out,
 /// a repeated id is returned again. One statement.
 pub(crate) async fn requests_view(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<ViewRow>> {
-    Ok(sqlx::query_as::<_, ViewRow>(
+    sqlx::query_as::<_, ViewRow>(
         "SELECT r.id, r.state, r.nonce, r.verdict,
                 (SELECT a.tx_hash FROM txq_attempt a WHERE a.request_id = r.id
                   ORDER BY a.attempt DESC LIMIT 1) AS last_hash,
@@ -109,5 +112,6 @@ pub(crate) async fn requests_view(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Resu
     )
     .bind(ids)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }

@@ -1,7 +1,9 @@
 //! The finality watch of settled writes (`migrations/0065`): `txq_request` rows settled
 //! `confirmed`/`reverted` whose block is not yet final.
 
+use super::unreadable;
 use crate::Result;
+use keel_units::db::DbAddress;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -9,7 +11,7 @@ use uuid::Uuid;
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct WatchedRow {
     pub id: Uuid,
-    pub sender: Vec<u8>,
+    pub sender: DbAddress,
     pub nonce: Option<i64>,
     pub verdict: serde_json::Value,
     /// A reorg has its transaction out of the chain (`reorged_at` set).
@@ -24,7 +26,7 @@ pub(crate) async fn requests_watched(
     chain_id: i64,
     limit: i64,
 ) -> Result<Vec<WatchedRow>> {
-    Ok(sqlx::query_as::<_, WatchedRow>(
+    sqlx::query_as::<_, WatchedRow>(
         "SELECT id, sender, nonce, verdict, reorged_at IS NOT NULL AS reorged FROM txq_request
           WHERE chain_id = $1 AND state = 'settled' AND final_at IS NULL
             AND verdict_kind IN ('confirmed', 'reverted') AND nonce IS NOT NULL
@@ -33,7 +35,8 @@ pub(crate) async fn requests_watched(
     .bind(chain_id)
     .bind(limit)
     .fetch_all(db)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
 
 /// Ends the watch of these requests: their verdict's block is final.
@@ -92,7 +95,7 @@ pub(crate) async fn request_reorged_out(
     id: Uuid,
     verdict: &serde_json::Value,
 ) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar(
+    sqlx::query_scalar(
         "UPDATE txq_request SET verdict = $2, verdict_kind = 'failed', final_at = now(),
                 reorged_at = coalesce(reorged_at, now()), updated_at = now()
           WHERE id = $1 AND state = 'settled' AND final_at IS NULL
@@ -101,5 +104,6 @@ pub(crate) async fn request_reorged_out(
     .bind(id)
     .bind(verdict)
     .fetch_optional(&mut *conn)
-    .await?)
+    .await
+    .map_err(unreadable("txq_request"))
 }
