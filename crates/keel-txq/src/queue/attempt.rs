@@ -174,13 +174,23 @@ pub(super) struct Accepted {
     pub(super) nonce: u64,
 }
 
+/// A stored nonce (`BIGINT`, `CHECK >= 0`) as the `u64` it stands for; a negative one
+/// is an unreadable row of `table`, never nonce 0.
+pub(super) fn stored_nonce(nonce: i64, table: &'static str) -> Result<u64> {
+    u64::try_from(nonce).map_err(|_| TxqError::UnreadableRow { table })
+}
+
 impl Accepted {
-    pub(super) fn of(request_id: Uuid, attempt: &AttemptRow) -> Self {
-        Self {
+    /// The accepted `attempt` of request `request_id`.
+    ///
+    /// # Errors
+    /// [`TxqError::UnreadableRow`] when the stored nonce is negative.
+    pub(super) fn of(request_id: Uuid, attempt: &AttemptRow) -> Result<Self> {
+        Ok(Self {
             request_id,
             hash: attempt.tx_hash.0,
-            nonce: u64::try_from(attempt.nonce).unwrap_or_default(),
-        }
+            nonce: stored_nonce(attempt.nonce, "txq_attempt")?,
+        })
     }
 }
 
@@ -268,12 +278,18 @@ pub(super) fn failed(code: FailureCode, attempts: Vec<AttemptRecord>) -> Settlem
     }
 }
 
-pub(super) fn attempt_records(rows: &[AttemptRow]) -> Vec<AttemptRecord> {
+/// The verdict's record of each attempt.
+///
+/// # Errors
+/// [`TxqError::UnreadableRow`] when a stored nonce is negative.
+pub(super) fn attempt_records(rows: &[AttemptRow]) -> Result<Vec<AttemptRecord>> {
     rows.iter()
-        .map(|a| AttemptRecord {
-            attempt: a.attempt,
-            nonce: u64::try_from(a.nonce).unwrap_or_default(),
-            hash: a.tx_hash.0,
+        .map(|a| {
+            Ok(AttemptRecord {
+                attempt: a.attempt,
+                nonce: stored_nonce(a.nonce, "txq_attempt")?,
+                hash: a.tx_hash.0,
+            })
         })
         .collect()
 }
@@ -324,7 +340,7 @@ impl TxQueue {
         }
         if matches!(sent, Broadcast::Accepted) {
             let marked = self
-                .mark_broadcast(&[Accepted::of(req.id, attempt)])
+                .mark_broadcast(&[Accepted::of(req.id, attempt)?])
                 .await?;
             metrics::time_to_broadcast(self.chain_id, &marked);
             metrics::broadcasts(self.chain_id, 1);
@@ -393,7 +409,7 @@ impl TxQueue {
                         }
                     }
                     // The nonce is left unused; nonce recovery fills the gap.
-                    let verdict = failed(FailureCode::GasRequired, attempt_records(all));
+                    let verdict = failed(FailureCode::GasRequired, attempt_records(all)?);
                     return Ok(Broadcast::settled(self.settle(req.id, &verdict).await?));
                 }
                 NodeErrorKind::IntrinsicGasTooLow | NodeErrorKind::ExceedsBlockGasLimit => {
@@ -402,7 +418,7 @@ impl TxQueue {
                     } else {
                         FailureCode::ExceedsBlockGasLimit
                     };
-                    let verdict = failed(code, attempt_records(all));
+                    let verdict = failed(code, attempt_records(all)?);
                     // The verdict and the nonce's hand-back in one transaction: nothing
                     // sees the request failed while its nonce is still taken.
                     let release = refused_nonce(req, all);

@@ -160,7 +160,12 @@ impl TxQueue {
             match r {
                 Ok(Broadcast::Accepted) => {
                     if let Some(a) = mine.last() {
-                        accepted.push(Accepted::of(req.id, a));
+                        match Accepted::of(req.id, a) {
+                            Ok(a) => accepted.push(a),
+                            Err(e) => {
+                                first_err.get_or_insert(e);
+                            }
+                        }
                     }
                 }
                 Ok(Broadcast::Settled | Broadcast::Resigned) => moved += 1,

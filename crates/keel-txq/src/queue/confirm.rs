@@ -88,7 +88,7 @@ impl TxQueue {
                     hash: receipt.transaction_hash,
                     gas_used: receipt.gas_used,
                     effective_gas_price: receipt.effective_gas_price.to_string(),
-                    attempts: attempt_records(mine),
+                    attempts: attempt_records(mine)?,
                 }
             } else {
                 let revert = self.revert_reason(req, block).await;
@@ -97,7 +97,7 @@ impl TxQueue {
                     hash: receipt.transaction_hash,
                     reason: revert.as_ref().and_then(|r| r.message.clone()),
                     revert_data: revert.map(|r| r.data),
-                    attempts: attempt_records(mine),
+                    attempts: attempt_records(mine)?,
                 }
             };
             let span = super::trace::request_span("txq.settle", req);

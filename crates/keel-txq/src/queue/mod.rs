@@ -292,7 +292,10 @@ impl TxQueue {
         Ok(RequestStatus {
             id,
             state: row.state,
-            nonce: row.nonce.and_then(|n| u64::try_from(n).ok()),
+            nonce: row
+                .nonce
+                .map(|n| attempt::stored_nonce(n, "txq_request"))
+                .transpose()?,
             verdict,
             funding,
             broadcast_failure,

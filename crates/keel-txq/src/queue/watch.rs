@@ -127,7 +127,7 @@ impl TxQueue {
                 && !cancel.is_cancelled()
             {
                 let was_kind = stored.as_ref().map_or("failed", SettlementVerdict::kind);
-                let verdict = moved(stored, block, receipt, mine);
+                let verdict = moved(stored, block, receipt, mine)?;
                 if verdict.kind() != was_kind {
                     tracing::error!(target: "keel::txq", request = %row.id, from = was_kind, to = verdict.kind(),
                         "a reorg changed a settled transaction's outcome; its verdict is updated");
@@ -234,7 +234,7 @@ impl TxQueue {
     /// watch, handing it to the settlement sink in the same transaction. False when it
     /// was no longer watched or the sink failed (rolled back; a later pass tries again).
     async fn reorged_out(&self, id: Uuid, mine: &[AttemptRow]) -> Result<bool> {
-        let verdict = failed(FailureCode::ReorgedOut, attempt_records(mine));
+        let verdict = failed(FailureCode::ReorgedOut, attempt_records(mine)?);
         let json =
             serde_json::to_value(&verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
         let mut tx = self.db.begin().await?;
@@ -267,7 +267,7 @@ fn moved(
     block: u64,
     receipt: &TransactionReceipt,
     mine: &[AttemptRow],
-) -> SettlementVerdict {
+) -> Result<SettlementVerdict> {
     if !receipt.status() {
         let (reason, revert_data) = match stored {
             Some(SettlementVerdict::Reverted {
@@ -277,19 +277,19 @@ fn moved(
             }) => (reason, revert_data),
             _ => (None, None),
         };
-        return SettlementVerdict::Reverted {
+        return Ok(SettlementVerdict::Reverted {
             block,
             hash: receipt.transaction_hash,
             reason,
             revert_data,
-            attempts: attempt_records(mine),
-        };
+            attempts: attempt_records(mine)?,
+        });
     }
-    SettlementVerdict::Confirmed {
+    Ok(SettlementVerdict::Confirmed {
         block,
         hash: receipt.transaction_hash,
         gas_used: receipt.gas_used,
         effective_gas_price: receipt.effective_gas_price.to_string(),
-        attempts: attempt_records(mine),
-    }
+        attempts: attempt_records(mine)?,
+    })
 }
