@@ -1,6 +1,6 @@
 //! The queue: its configuration and public entry points (enqueue, status, the passes,
 //! [`TxQueue::run`]) and the orchestration of a round. The stages live in the
-//! submodules, each using only this module, [`attempt`] (the shared floor) and
+//! submodules, each using only this module, [`attempt`] and [`settle`] (the shared floor) and
 //! [`metrics`], never another stage:
 //!
 //! | module | stage |
@@ -13,7 +13,8 @@
 //! | [`confirm`] | receipts, settling at the confirmation depth, unsent reconciliation |
 //! | [`replace`] | re-broadcast of dropped and fee-bumped replacement of stuck transactions |
 //! | [`recover`] | nonce adoption and gap filling |
-//! | [`attempt`] | shared floor: one send and what the node said, settles, fee reads |
+//! | [`attempt`] | shared floor: one send and what the node said, fee reads, batched lookups |
+//! | [`settle`] | shared floor: settling one or many requests (with the sinks), marking broadcasts, funding waits |
 //! | [`metrics`] | every metric of the queue |
 //!
 //! [`service`] holds the long-running loops of [`TxQueue::run`] on the shared
@@ -32,6 +33,7 @@ mod recover;
 mod replace;
 mod resign;
 mod service;
+mod settle;
 mod sign;
 mod trace;
 mod watch;
