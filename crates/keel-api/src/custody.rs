@@ -8,7 +8,7 @@
 //! CUSTODY_KEYS_UNAVAILABLE` (the provider redelivers).
 //!
 //! A verified event is only a **wake-up hint**: its transaction's live submission in
-//! the queue becomes due for a read at once ([`keel_txq::custody_wake`]), and the
+//! the queue becomes due for a read at once ([`keel_workflows::Ops::custody_wake`]), and the
 //! queue's custody pass then reads the provider. The body is never taken as the truth,
 //! so duplicated, reordered, delayed or replayed events cannot change any state: each
 //! one at most causes one more read of the provider. An event for a transaction the
@@ -30,12 +30,12 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use utoipa::ToSchema;
 
-/// What the Fireblocks webhook route needs: the verifier of the provider account and
-/// the database the wake-up is written to. Cheap to clone.
+/// What the Fireblocks webhook route needs: the verifier of the provider account (the
+/// wake-up goes through the operations service, [`keel_workflows::Ops::custody_wake`]).
+/// Cheap to clone.
 #[derive(Clone)]
 pub struct CustodyWebhooks {
     verifier: Arc<WebhookVerifier>,
-    db: keel_store::PgPool,
 }
 
 impl std::fmt::Debug for CustodyWebhooks {
@@ -45,10 +45,9 @@ impl std::fmt::Debug for CustodyWebhooks {
 }
 
 impl CustodyWebhooks {
-    /// The route's state: `verifier` for the provider account's webhooks, `db` the
-    /// queue's database.
-    pub fn new(verifier: Arc<WebhookVerifier>, db: keel_store::PgPool) -> Self {
-        Self { verifier, db }
+    /// The route's state: `verifier` for the provider account's webhooks.
+    pub fn new(verifier: Arc<WebhookVerifier>) -> Self {
+        Self { verifier }
     }
 }
 
@@ -145,12 +144,10 @@ pub(crate) async fn fireblocks_webhook(
         .as_ref()
         .and_then(|t| t.external_tx_id.as_ref())
         .map(|e| e.as_str().to_owned());
-    let matched = match keel_txq::custody_wake(
-        &custody.db,
-        provider_tx_id.as_deref(),
-        external_tx_id.as_deref(),
-    )
-    .await
+    let matched = match state
+        .ops()
+        .custody_wake(provider_tx_id.as_deref(), external_tx_id.as_deref())
+        .await
     {
         Ok(m) => m,
         Err(e) => {

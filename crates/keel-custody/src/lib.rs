@@ -4,7 +4,8 @@
 //! **and broadcasts** for a vault account, seen through one seam.
 //!
 //! - [`provider`]: the [`CustodyProvider`] trait — create a contract call from a vault
-//!   account, get by provider id, get by external id, cancel.
+//!   account, get by provider id, get by external id, cancel; and what the provider's
+//!   statuses mean (phase, rank, ending) and how long a create stays in doubt.
 //! - [`types`]: typed identifiers ([`ExternalTxId`], [`ProviderTxId`], …), statuses
 //!   ([`TxStatus`] with its [`StatusPhase`] and rank), sub-statuses ([`SubStatus`]),
 //!   hashes and the provider's view of a transaction. Every provider string maps to a
@@ -33,11 +34,13 @@ pub mod webhook;
 
 pub use error::{CustodyError, ErrorClass, Result, TransportStage};
 pub use fireblocks::{FireblocksConfig, FireblocksProvider};
-pub use provider::{CancelOutcome, CustodyFuture, CustodyProvider};
+pub use provider::{
+    CancelOutcome, CustodyFuture, CustodyProvider, all_approval_statuses, approval_statuses,
+};
 pub use secret::{Secret, SecretSource};
 pub use types::{
-    AssetId, BlockInfo, ContractCall, Created, ExternalTxId, ProviderReason, ProviderTransaction,
-    ProviderTxId, StatusPhase, SubStatus, TxHash, TxStatus, VaultAccountId,
+    AssetId, BlockInfo, ContractCall, Created, Ending, ExternalTxId, ProviderReason,
+    ProviderTransaction, ProviderTxId, StatusPhase, SubStatus, TxHash, TxStatus, VaultAccountId,
 };
 pub use webhook::{
     WebhookError, WebhookEvent, WebhookEventType, WebhookVerifier, WebhookVerifierConfig,

@@ -154,8 +154,12 @@ macro_rules! string_enum {
 }
 
 string_enum!(
-    /// A provider transaction's status (Fireblocks `status`). Terminal:
-    /// `COMPLETED`, `CANCELLED`, `BLOCKED`, `REJECTED`, `FAILED`.
+    /// A provider transaction's status, the known variants spelled as Fireblocks spells
+    /// its `status` (terminal: `COMPLETED`, `CANCELLED`, `BLOCKED`, `REJECTED`,
+    /// `FAILED`); a status outside that list (a newer Fireblocks, or another provider)
+    /// is kept verbatim in `Unknown`. What a status means (its [`StatusPhase`], rank and
+    /// [`Ending`]) is the provider's to say: [`CustodyProvider`](crate::CustodyProvider)'s
+    /// status methods.
     TxStatus {
         /// Accepted by the provider, not yet processed.
         Submitted = "SUBMITTED",
@@ -192,7 +196,8 @@ string_enum!(
     }
 );
 
-/// Where a status stands, for the decisions Keel takes on it.
+/// Where a status stands, provider-neutrally, for the decisions Keel takes on it: each
+/// provider maps its statuses here ([`CustodyProvider::status_phase`](crate::CustodyProvider::status_phase)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StatusPhase {
     /// Accepted, nothing signed or broadcast yet (the silent-drop window).
@@ -212,47 +217,40 @@ pub enum StatusPhase {
     Unknown,
 }
 
+/// How a transaction that ended without effect (phase [`StatusPhase::Rejected`])
+/// ended, provider-neutrally: what the queue's failure code says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ending {
+    /// Cancelled before broadcast (by Keel's cancel, or a user at the provider).
+    Cancelled,
+    /// Rejected by an approver, a signer or screening.
+    Rejected,
+    /// Blocked by a policy rule.
+    Blocked,
+    /// Failed, before or after broadcast (a revert is a failure with a hash).
+    Failed,
+}
+
 impl TxStatus {
-    /// The phase of this status.
+    /// The phase of this status as Fireblocks means it ([`crate::fireblocks::status::phase`]).
+    /// Provider-neutral code asks its provider instead
+    /// ([`CustodyProvider::status_phase`](crate::CustodyProvider::status_phase)).
     pub fn phase(&self) -> StatusPhase {
-        use TxStatus::*;
-        match self {
-            Submitted | PendingAmlScreening | PendingEnrichment | Queued | PendingSignature
-            | Pending3rdParty => StatusPhase::PreBroadcast,
-            PendingAuthorization | Pending3rdPartyManualApproval => StatusPhase::AwaitingApproval,
-            Broadcasting | Confirming => StatusPhase::Broadcast,
-            Cancelling => StatusPhase::Cancelling,
-            Completed => StatusPhase::Completed,
-            Cancelled | Blocked | Rejected | Failed => StatusPhase::Rejected,
-            Unknown(_) => StatusPhase::Unknown,
-        }
+        crate::fireblocks::status::phase(self)
     }
 
-    /// Terminal at the provider: `COMPLETED`, `CANCELLED`, `BLOCKED`, `REJECTED`, `FAILED`.
+    /// Terminal at the provider: phase [`StatusPhase::Completed`] or
+    /// [`StatusPhase::Rejected`] (Fireblocks: `COMPLETED`, `CANCELLED`, `BLOCKED`,
+    /// `REJECTED`, `FAILED`).
     pub fn is_terminal(&self) -> bool {
         matches!(self.phase(), StatusPhase::Completed | StatusPhase::Rejected)
     }
 
-    /// The order of statuses along a transaction's life, for ordering webhook events
-    /// (a late lower rank after a higher one changes nothing). Terminal statuses share
-    /// the top rank; an unknown status ranks 0 (it never overrides a known one).
+    /// The order of statuses along a transaction's life as Fireblocks means it
+    /// ([`crate::fireblocks::status::rank`]): terminal statuses share the top rank; an
+    /// unknown status ranks 0 (it never overrides a known one).
     pub fn rank(&self) -> u8 {
-        use TxStatus::*;
-        match self {
-            Unknown(_) => 0,
-            Submitted => 1,
-            PendingAmlScreening => 2,
-            PendingEnrichment => 3,
-            PendingAuthorization => 4,
-            Queued => 5,
-            PendingSignature => 6,
-            Pending3rdPartyManualApproval => 7,
-            Pending3rdParty => 8,
-            Broadcasting => 9,
-            Confirming => 10,
-            Cancelling => 11,
-            Completed | Cancelled | Blocked | Rejected | Failed => 12,
-        }
+        crate::fireblocks::status::rank(self)
     }
 }
 
@@ -418,6 +416,7 @@ pub struct ProviderReason {
 impl ProviderTransaction {
     /// The rejection this transaction ended in, if it did (`CANCELLED`, `BLOCKED`,
     /// `REJECTED`, `FAILED`).
+    /// Fireblocks' meaning of the status ([`TxStatus::phase`]).
     pub fn rejection(&self) -> Option<ProviderReason> {
         (self.status.phase() == StatusPhase::Rejected).then(|| ProviderReason {
             status: self.status.clone(),

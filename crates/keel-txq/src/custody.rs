@@ -23,10 +23,17 @@
 //! - The external id is `ExternalTxId::derive(request id, resubmission)` and its row is
 //!   committed **before** the create call. After any lost or failed answer the next
 //!   step is a lookup by external id, never a blind second create.
-//! - A lookup's `None` proves the create never landed only after the create's JWT can
-//!   no longer be accepted: the time the create call returned (or, after a crash, the
-//!   time the next pass found the row `creating`) + the JWT lifetime (29 s) + the
-//!   configured clock skew (`absent_after`). Before that, `None` means "look again".
+//! - A lookup's `None` proves the create never landed only after the provider can no
+//!   longer accept it: the time the create call returned (or, after a crash, the time
+//!   the next pass found the row `creating`) + the provider's in-doubt window
+//!   (`CustodyProvider::in_doubt_window`; Fireblocks: the request JWT's lifetime,
+//!   29 s) + the configured clock skew (`absent_after`). Before that, `None` means
+//!   "look again".
+//! - What a provider status means (its phase, rank and how a rejection ended) is the
+//!   provider's to say (`CustodyProvider::status_phase`, `status_rank`,
+//!   `status_ending`): this path names no provider's statuses. The submission phases
+//!   and cancel reasons are closed enums decoded at the row ([`crate::CustodyPhase`],
+//!   [`crate::CancelReason`]).
 //! - The provider's status drives the request: `REJECTED`/`BLOCKED`/`CANCELLED`/`FAILED`
 //!   without a hash settle `Failed` with `CUSTODY_*` codes carrying the sub-status
 //!   (never via an approval wait); an approval wait at the provider is visible as
@@ -107,7 +114,8 @@ pub struct CustodySenderConfig {
     #[serde(default = "default_silent_drop_secs")]
     pub silent_drop_after_secs: Option<u64>,
     /// Clock skew allowed between Keel and the provider, seconds (default 30), added to
-    /// the create JWT's lifetime before a lookup's `None` proves absence.
+    /// the provider's in-doubt window (Fireblocks: the create JWT's lifetime) before a
+    /// lookup's `None` proves absence.
     #[serde(default = "default_skew_secs")]
     pub clock_skew_secs: u64,
     /// How long a submission may wait for an approval at the provider

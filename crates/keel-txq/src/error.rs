@@ -29,6 +29,14 @@ pub enum TxqError {
     /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A stored row of the queue does not decode (a hash or address of the wrong
+    /// length, an unknown custody phase, a negative chain id): names the table, never
+    /// the values. Not retryable: the row must be repaired.
+    #[error("unreadable stored row in `{table}`")]
+    UnreadableRow {
+        /// The table read.
+        table: &'static str,
+    },
     /// The chain failed in a way the pass could not absorb.
     #[error(transparent)]
     Chain(#[from] keel_chain::ChainError),

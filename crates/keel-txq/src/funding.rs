@@ -63,11 +63,8 @@ impl TryFrom<FundingRow> for FundingRequest {
         };
         Ok(Self {
             request_id: r.id,
-            chain_id: ChainId(
-                u64::try_from(r.chain_id).map_err(|_| TxqError::Store(StoreError::Decode))?,
-            ),
-            address: Address::try_from(r.sender.as_slice())
-                .map_err(|_| TxqError::Store(StoreError::Decode))?,
+            chain_id: r.chain_id,
+            address: r.sender.0,
             required_wei: wei(&r.funding_required_wei)?,
             deadline: r.funding_deadline,
             gas_limit: u64::try_from(r.funding_gas_limit)

@@ -42,9 +42,8 @@ pub async fn queue_health(db: &keel_store::PgPool) -> Result<Vec<SenderHealth>> 
         .into_iter()
         .map(|r| {
             Ok(SenderHealth {
-                chain_id: ChainId(u64::try_from(r.chain_id).map_err(decode)?),
-                sender: Address::try_from(r.sender.as_slice())
-                    .map_err(|_| TxqError::Store(StoreError::Decode))?,
+                chain_id: r.chain_id,
+                sender: r.sender.0,
                 next_nonce: u64::try_from(r.next_nonce).map_err(decode)?,
                 depth: u64::try_from(r.depth).map_err(decode)?,
                 waiting_funding: u64::try_from(r.waiting_funding).map_err(decode)?,
@@ -104,20 +103,21 @@ pub async fn custody_health(
         .into_iter()
         .map(|r| {
             Ok(CustodyCount {
-                chain_id: ChainId(u64::try_from(r.chain_id).map_err(decode)?),
+                chain_id: r.chain_id,
                 provider: r.provider,
-                phase: r.phase,
+                phase: r.phase.as_str().to_owned(),
                 status: r.status,
                 live: u64::try_from(r.live).map_err(decode)?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let oldest = store::custody_oldest_approval(db)
+    let approvals = keel_custody::all_approval_statuses();
+    let oldest = store::custody_oldest_approval(db, &approvals)
         .await?
         .map(|r| {
             Ok::<_, TxqError>(PendingApproval {
                 request_id: r.request_id,
-                chain_id: ChainId(u64::try_from(r.chain_id).map_err(decode)?),
+                chain_id: r.chain_id,
                 provider: r.provider,
                 provider_tx_id: r.provider_tx_id,
                 status: r.status,

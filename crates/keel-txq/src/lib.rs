@@ -196,8 +196,11 @@
 //! `metrics.rs` only, never another stage. `service.rs` holds the two long-running
 //! loops of [`TxQueue::run`] as background services on the shared shape of
 //! `keel-service` (`txq-rounds`: nonce recovery and the sender rounds, woken by an
-//! enqueue; `txq-confirm`: the confirmation pass and the gauges). `store.rs` holds the
-//! SQL.
+//! enqueue; `txq-confirm`: the confirmation pass and the gauges). `store/` holds the
+//! SQL, one module per table (`request`, `funding`, `attempt`, `sender`, `custody`,
+//! `watch`, `view`, `health`); stored hashes, addresses and chain ids decode at the
+//! row (`keel_units::db`), and a row that does not decode is
+//! [`TxqError::UnreadableRow`] naming its table.
 //!
 //! ## Metrics
 //!
@@ -261,6 +264,7 @@ mod settlement;
 mod signer;
 mod state;
 mod store;
+mod submission;
 mod verdict;
 mod view;
 mod withdraw;
@@ -278,6 +282,7 @@ pub use queue::{EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig,
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
 pub use signer::{LocalSigner, SignFuture, SignerError, SignerHandle, TxSigner};
 pub use state::{RequestState, UnknownRequestState};
+pub use submission::{CancelReason, CustodyPhase, UnknownStoredValue};
 pub use verdict::{AttemptRecord, FailureCode, SettlementVerdict};
 pub use view::{RequestView, requests};
 pub use withdraw::{Withdrawal, withdraw_by_key_prefix};

@@ -74,7 +74,7 @@ impl TryFrom<ViewRow> for RequestView {
                 .map_err(|_| decode())?,
             // A custody request has no local attempt: its hash is the provider's.
             last_hash: match r.last_hash {
-                Some(h) => Some(B256::try_from(h.as_slice()).map_err(|_| decode())?),
+                Some(h) => Some(h.0),
                 None => custody.as_ref().and_then(|c| c.tx_hash),
             },
             funding_deadline: r.funding_deadline,

@@ -55,7 +55,9 @@ pub async fn withdraw_by_key_prefix(
     if key_prefix.is_empty() {
         return Err(TxqError::InvalidRequest("key_prefix"));
     }
-    let chain_id = i64::try_from(chain.get()).map_err(|_| TxqError::InvalidRequest("chain_id"))?;
+    let chain_id = chain
+        .to_db()
+        .map_err(|_| TxqError::InvalidRequest("chain_id"))?;
     let verdict = SettlementVerdict::Failed {
         code: FailureCode::Withdrawn,
         reason: None,

@@ -347,7 +347,6 @@ pub fn custody_senders(
 /// When the verifier's HTTP client cannot be built.
 pub fn custody_webhooks(
     config: &Config,
-    pool: &PgPool,
 ) -> anyhow::Result<Option<keel_api::custody::CustodyWebhooks>> {
     let url = &config.custody.webhook_jwks_url;
     if url.is_empty() {
@@ -357,10 +356,9 @@ pub fn custody_webhooks(
         keel_custody::WebhookVerifier::new(keel_custody::WebhookVerifierConfig::new(url.clone()))
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("configuration key `custody.webhookJwksUrl`")?;
-    Ok(Some(keel_api::custody::CustodyWebhooks::new(
-        Arc::new(verifier),
-        pool.clone(),
-    )))
+    Ok(Some(keel_api::custody::CustodyWebhooks::new(Arc::new(
+        verifier,
+    ))))
 }
 
 /// Starts the runner's work on `owner`'s shards, every task under `supervisor`; the

@@ -35,7 +35,7 @@ async fn serve_api(db: &TestDatabase, jwks_url: String) -> String {
         Ops::new(pool.clone(), engine),
         Arc::new(AtomicBool::new(true)),
     )
-    .with_custody_webhooks(CustodyWebhooks::new(verifier, pool));
+    .with_custody_webhooks(CustodyWebhooks::new(verifier));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router(state)).await });

@@ -10,6 +10,7 @@
 //! the account's governor rate limit.
 
 pub mod auth;
+pub mod status;
 pub mod wire;
 
 use std::num::NonZeroU32;
@@ -23,13 +24,19 @@ use serde::{Deserialize, Serialize};
 use crate::error::{CustodyError, TransportStage, bounded_message};
 use crate::provider::{CancelOutcome, CustodyFuture, CustodyProvider};
 use crate::secret::{Secret, SecretSource};
-use crate::types::{ContractCall, Created, ExternalTxId, ProviderTransaction, ProviderTxId};
+use crate::types::{
+    ContractCall, Created, Ending, ExternalTxId, ProviderTransaction, ProviderTxId, StatusPhase,
+    TxStatus,
+};
 
 use auth::RequestSigner;
 use wire::{
     CancelResponse, CreateTransactionBody, CreateTransactionResponse, ErrorResponse,
     TransactionResponse,
 };
+
+/// The provider's name ([`CustodyProvider::name`]): `fireblocks`.
+pub const NAME: &str = "fireblocks";
 
 /// Configuration of one Fireblocks account (workspace API user). Holds secret
 /// *sources*, never secret values, so it may be printed.
@@ -415,7 +422,23 @@ impl FireblocksProvider {
 
 impl CustodyProvider for FireblocksProvider {
     fn name(&self) -> &'static str {
-        "fireblocks"
+        NAME
+    }
+
+    fn status_phase(&self, status: &TxStatus) -> StatusPhase {
+        status::phase(status)
+    }
+
+    fn status_rank(&self, status: &TxStatus) -> u8 {
+        status::rank(status)
+    }
+
+    fn status_ending(&self, status: &TxStatus) -> Option<Ending> {
+        status::ending(status)
+    }
+
+    fn in_doubt_window(&self) -> Duration {
+        Duration::from_secs(auth::JWT_LIFETIME_SECS)
     }
 
     fn create_contract_call<'a>(&'a self, call: &'a ContractCall) -> CustodyFuture<'a, Created> {

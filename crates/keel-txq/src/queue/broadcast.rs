@@ -28,9 +28,7 @@ impl TxQueue {
         .await?;
         let signed: Vec<RequestRow> = signed
             .into_iter()
-            .filter(|r| {
-                Address::try_from(r.sender.as_slice()).is_ok_and(|s| self.signers.contains_key(&s))
-            })
+            .filter(|r| self.signers.contains_key(&r.sender.0))
             .collect();
         // A request whose broadcasts keep failing waits out its backoff (issue 32 §8):
         // one failing nonce is not sent to every upstream several times a second. Its
@@ -162,7 +160,12 @@ impl TxQueue {
             match r {
                 Ok(Broadcast::Accepted) => {
                     if let Some(a) = mine.last() {
-                        accepted.push(Accepted::of(req.id, a));
+                        match Accepted::of(req.id, a) {
+                            Ok(a) => accepted.push(a),
+                            Err(e) => {
+                                first_err.get_or_insert(e);
+                            }
+                        }
                     }
                 }
                 Ok(Broadcast::Settled | Broadcast::Resigned) => moved += 1,

@@ -6,9 +6,9 @@ use super::TxQueue;
 use super::attempt::{attempt_records, by_batches};
 use crate::store::{AttemptRow, RequestRow};
 use crate::verdict::SettlementVerdict;
-use crate::{RequestState, Result, TxqError};
+use crate::{RequestState, Result};
 use alloy::eips::BlockNumberOrTag;
-use alloy::primitives::{Address, B256, Bytes, TxKind};
+use alloy::primitives::{B256, Bytes, TxKind};
 use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
 use keel_chain::ChainError;
 use std::collections::HashMap;
@@ -46,11 +46,7 @@ impl TxQueue {
         attempts: &'a HashMap<Uuid, Vec<AttemptRow>>,
         cancel: &CancellationToken,
     ) -> Result<Option<Mined<'a>>> {
-        let hashes: Vec<B256> = attempts
-            .values()
-            .flatten()
-            .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
-            .collect();
+        let hashes: Vec<B256> = attempts.values().flatten().map(|a| a.tx_hash.0).collect();
         let head = self.chain.block_number().await?;
         let receipts = by_batches(&hashes, |chunk| self.chain.receipts(chunk)).await?;
         let by_hash: HashMap<B256, TransactionReceipt> = hashes
@@ -66,7 +62,7 @@ impl TxQueue {
             let mine = attempts.get(&req.id).map_or(&[][..], Vec::as_slice);
             let receipt = mine
                 .iter()
-                .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+                .map(|a| a.tx_hash.0)
                 .find_map(|h| by_hash.get(&h));
             let Some(receipt) = receipt else {
                 if req.state == RequestState::Broadcast {
@@ -79,7 +75,7 @@ impl TxQueue {
             let Some(block) = receipt.block_number else {
                 continue;
             };
-            self.saw_included(&req.sender, block);
+            self.saw_included(req.sender.0.as_slice(), block);
             if head.saturating_sub(block) + 1 < self.config.confirmations {
                 continue;
             }
@@ -92,7 +88,7 @@ impl TxQueue {
                     hash: receipt.transaction_hash,
                     gas_used: receipt.gas_used,
                     effective_gas_price: receipt.effective_gas_price.to_string(),
-                    attempts: attempt_records(mine),
+                    attempts: attempt_records(mine)?,
                 }
             } else {
                 let revert = self.revert_reason(req, block).await;
@@ -101,7 +97,7 @@ impl TxQueue {
                     hash: receipt.transaction_hash,
                     reason: revert.as_ref().and_then(|r| r.message.clone()),
                     revert_data: revert.map(|r| r.data),
-                    attempts: attempt_records(mine),
+                    attempts: attempt_records(mine)?,
                 }
             };
             let span = super::trace::request_span("txq.settle", req);
@@ -138,20 +134,19 @@ impl TxQueue {
         }
         let mut final_nonce: HashMap<&[u8], i64> = HashMap::new();
         for (req, _) in unsent {
-            if final_nonce.contains_key(req.sender.as_slice()) {
+            if final_nonce.contains_key(req.sender.0.as_slice()) {
                 continue;
             }
-            let sender = Address::try_from(req.sender.as_slice())
-                .map_err(|_| TxqError::InvalidRequest("sender"))?;
+            let sender = req.sender.0;
             let n = self.final_nonce(sender).await?;
-            final_nonce.insert(req.sender.as_slice(), n);
+            final_nonce.insert(req.sender.0.as_slice(), n);
         }
         let passed: Vec<&(&RequestRow, &[AttemptRow])> = unsent
             .iter()
             .filter(|(req, _)| {
                 req.nonce.is_some_and(|n| {
                     final_nonce
-                        .get(req.sender.as_slice())
+                        .get(req.sender.0.as_slice())
                         .is_some_and(|l| *l > n)
                 })
             })
@@ -162,7 +157,7 @@ impl TxQueue {
         let hashes: Vec<B256> = passed
             .iter()
             .flat_map(|(_, mine)| mine.iter())
-            .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+            .map(|a| a.tx_hash.0)
             .collect();
         let answers = by_batches(&hashes, |chunk| self.chain.transactions_known(chunk)).await?;
         let known: std::collections::HashSet<B256> = hashes
@@ -172,9 +167,7 @@ impl TxQueue {
             .collect();
         let mut resigned = 0;
         for (req, mine) in passed {
-            let ours_known = mine
-                .iter()
-                .any(|a| B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known.contains(&h)));
+            let ours_known = mine.iter().any(|a| known.contains(&a.tx_hash.0));
             if ours_known || cancel.is_cancelled() {
                 continue;
             }
@@ -212,11 +205,8 @@ impl TxQueue {
         req: &RequestRow,
         block: u64,
     ) -> Option<keel_chain::RevertReason> {
-        let sender = Address::try_from(req.sender.as_slice()).ok()?;
-        let to = req
-            .to_address
-            .as_deref()
-            .and_then(|t| Address::try_from(t).ok());
+        let sender = req.sender.0;
+        let to = req.to_address.map(|t| t.0);
         let call = TransactionRequest {
             from: Some(sender),
             to: Some(to.map_or(TxKind::Create, TxKind::Call)),

@@ -1,17 +1,20 @@
 //! The queue: its configuration and public entry points (enqueue, status, the passes,
 //! [`TxQueue::run`]) and the orchestration of a round. The stages live in the
-//! submodules, each using only this module, [`attempt`] (the shared floor) and
+//! submodules, each using only this module, [`attempt`] and [`settle`] (the shared floor) and
 //! [`metrics`], never another stage:
 //!
 //! | module | stage |
 //! |---|---|
+//! | [`config`] | the queue's settings and finality rule |
+//! | [`enqueue`] | validating and recording requests (the enqueue combiner, or the caller's transaction) |
 //! | [`prepare`] | sender rows, funding checks, gas estimates and funds before a nonce |
 //! | [`sign`] | signing groups across senders and their one-statement commit |
 //! | [`broadcast`] | the batched broadcast of `signed` requests |
 //! | [`confirm`] | receipts, settling at the confirmation depth, unsent reconciliation |
 //! | [`replace`] | re-broadcast of dropped and fee-bumped replacement of stuck transactions |
 //! | [`recover`] | nonce adoption and gap filling |
-//! | [`attempt`] | shared floor: one send and what the node said, settles, fee reads |
+//! | [`attempt`] | shared floor: one send and what the node said, fee reads, batched lookups |
+//! | [`settle`] | shared floor: settling one or many requests (with the sinks), marking broadcasts, funding waits |
 //! | [`metrics`] | every metric of the queue |
 //!
 //! [`service`] holds the long-running loops of [`TxQueue::run`] on the shared
@@ -20,17 +23,23 @@
 
 mod attempt;
 mod broadcast;
+mod config;
 mod confirm;
 mod custody;
+mod enqueue;
 pub(crate) mod metrics;
 mod prepare;
 mod recover;
 mod replace;
 mod resign;
 mod service;
+mod settle;
 mod sign;
 mod trace;
 mod watch;
+
+pub use self::config::{Finality, TxQueueConfig};
+pub use self::enqueue::{EnqueueOptions, TxRequest};
 
 use self::attempt::{ToSend, WarnLimiter};
 use self::broadcast::BROADCAST_CHUNK;
@@ -38,164 +47,19 @@ use crate::batch::{EnqueueBatcher, enqueue_batcher};
 use crate::failures::BroadcastFailure;
 use crate::funding::FundingRequest;
 use crate::settlement::SettlementSink;
-use crate::store::{self, AttemptRow, OwnedNewRequest, RequestRow};
+use crate::store::{self, AttemptRow, RequestRow};
 use crate::verdict::SettlementVerdict;
 use crate::{RequestState, Result, TxSigner, TxqError};
-use alloy::primitives::{Address, Bytes};
+use alloy::primitives::Address;
 use keel_chain::UpstreamPool;
 use keel_store::PgPool;
-use keel_units::{ChainId, Wei};
+use keel_units::ChainId;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-
-/// A transaction to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TxRequest {
-    /// The sender; a [`TxSigner`] for it must be registered before its requests sign.
-    pub sender: Address,
-    /// Unique per (chain, sender), 1..=255 characters.
-    pub idempotency_key: String,
-    /// Recipient; `None` creates a contract.
-    pub to: Option<Address>,
-    /// Native value in wei.
-    pub value: Wei,
-    /// Calldata (the queue does not add the attribution suffix; the caller does, once).
-    pub data: Bytes,
-    /// Fixed gas limit; `None` estimates it (`eth_estimateGas`, with the authorization
-    /// list) before signing. With authorizations, a fixed limit must include EIP-7702's
-    /// 25,000 gas per authorization (`PER_EMPTY_ACCOUNT_COST`).
-    pub gas_limit: Option<u64>,
-    /// EIP-7702 authorizations (each signed by its authority, the account whose code
-    /// is set). Empty: an EIP-1559 transaction; otherwise the request is sent as a
-    /// type-4 (SetCode) transaction carrying them, which needs `to` and a local signer
-    /// (a custody sender's provider cannot send one: [`TxqError::InvalidRequest`]
-    /// `("authorization_list")` at enqueue). The chain skips an authorization whose
-    /// chain id, nonce or signature no longer holds; the transaction is still valid.
-    pub authorization_list: Vec<alloy::eips::eip7702::SignedAuthorization>,
-}
-
-/// Queue settings.
-#[derive(Debug, Clone)]
-pub struct TxQueueConfig {
-    /// Blocks a receipt must be deep (1 = in the head block) to settle.
-    pub confirmations: u64,
-    /// Sleep between passes when nothing woke the loop.
-    pub poll_interval: Duration,
-    /// Queued requests signed per sender per pass.
-    pub sign_batch: i64,
-    /// Percent added to an estimate for the gas limit (default 20).
-    pub gas_limit_headroom_percent: u64,
-    /// Nonce recovery runs every this many ticks of [`TxQueue::run`] (default 40).
-    pub recovery_every_ticks: u64,
-    /// A broadcast transaction without a receipt for this long after its broadcast,
-    /// while no transaction of its sender was newly included for as long, is replaced at
-    /// the same nonce with bumped fees; `None` disables fee bumping (default 30 s). Of
-    /// one sender's stuck transactions, only the lowest nonce is replaced unless the
-    /// others are underpriced too (max fee below the current base fee, or tip below the
-    /// node's suggestion): later nonces waiting behind a stuck one mine once it does.
-    pub bump_after: Option<Duration>,
-    /// Percent by which a replacement raises both the max fee and the priority fee
-    /// (default 12; geth and reth refuse replacements below +10 %).
-    pub bump_percent: u64,
-    /// Upper bound of the max fee per gas, wei (the per-chain cap; default 1,000 gwei).
-    pub max_fee_cap: u128,
-    /// For requests with a funding pause: how many times a broadcast refused by the node
-    /// for insufficient funds (after the queue's own balance check let the request
-    /// sign) is retried with the same bytes, one retry per pass, before the request
-    /// settles `Failed { code: "GAS_REQUIRED" }` (default 10). Requests without a
-    /// funding pause settle on the first refusal.
-    pub funding_broadcast_retries: u32,
-    /// Broadcasts of one sender outstanding at once (default 16; at least 1). Higher
-    /// is faster against a node that promotes out-of-order nonces reliably; Anvil 1.7.1
-    /// can leave a transaction queued for good when many arrive concurrently (then only
-    /// a fee bump gets it mined), so keep it modest on Anvil.
-    pub broadcast_in_flight: usize,
-    /// Broadcasts per JSON-RPC batch (`eth_sendRawTransaction` × n in one HTTP
-    /// request; default 16; 1 = one request per transaction). With n > 1, up to
-    /// `broadcast_in_flight / n` batches (at least 1) are outstanding at once, each of
-    /// one sender, spread over the senders first. A node
-    /// answers each item separately; a batch that fails at the transport level leaves
-    /// its requests `signed` for the next pass (same bytes).
-    pub broadcast_batch: usize,
-    /// When a block counts as final on this chain (default: the node's `finalized`
-    /// tag, 64 blocks below the head where the node has none). The queue re-signs a
-    /// request at a fresh nonce only once the transaction that took its nonce is in a
-    /// final block (then none of the request's attempts can ever be mined, whatever
-    /// reorg comes; see `queue/resign.rs`). `Finality::Depth(0)` (the head is final)
-    /// only for a local development chain.
-    pub finality: Finality,
-}
-
-/// When a block is final for a queue (see [`TxQueueConfig::finality`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finality {
-    /// The node's `finalized` block; where the node has no such tag (or answers none),
-    /// the block `fallback_depth` below the head.
-    Finalized {
-        /// Blocks below the head that count as final on a node without the tag.
-        fallback_depth: u64,
-    },
-    /// The block this many blocks below the head (0: the head itself, for a local
-    /// chain such as Anvil, whose `finalized` tag lags 64 blocks behind a head that
-    /// only moves when transactions arrive).
-    Depth(u64),
-}
-
-impl Default for Finality {
-    fn default() -> Self {
-        Finality::Finalized { fallback_depth: 64 }
-    }
-}
-
-impl Default for TxQueueConfig {
-    fn default() -> Self {
-        Self {
-            confirmations: 1,
-            poll_interval: Duration::from_millis(250),
-            sign_batch: 256,
-            gas_limit_headroom_percent: 20,
-            recovery_every_ticks: 40,
-            bump_after: Some(Duration::from_secs(30)),
-            bump_percent: 12,
-            max_fee_cap: 1_000_000_000_000,
-            funding_broadcast_retries: 10,
-            broadcast_in_flight: DEFAULT_BROADCAST_IN_FLIGHT,
-            broadcast_batch: 16,
-            finality: Finality::default(),
-        }
-    }
-}
-
-/// Options of [`TxQueue::enqueue_with`]. `Default` is what [`TxQueue::enqueue`] uses: no
-/// funding pause.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EnqueueOptions {
-    /// Enables the funding pause. When the sender cannot pay for the request (balance <
-    /// gas limit × max fee per gas + value, in wei) the request waits in
-    /// `waiting_funding` with a [`FundingRequest`] instead of failing `GAS_REQUIRED`,
-    /// and resumes by itself once the balance suffices.
-    ///
-    /// The duration counts from the **first detection** of missing funds (not from
-    /// enqueue): the deadline, database clock, is fixed then and never moves, even if
-    /// the request resumes and later waits again. Past it the request settles
-    /// `Failed { code: "FUNDING_DEADLINE_EXPIRED" }`. Millisecond resolution.
-    /// `None` (the default): no pause, the request fails `GAS_REQUIRED`.
-    pub funding_pause: Option<Duration>,
-}
-
-impl EnqueueOptions {
-    /// Options with a funding pause of `deadline` (counted from the first detection of
-    /// missing funds).
-    pub fn funding_pause(deadline: Duration) -> Self {
-        Self {
-            funding_pause: Some(deadline),
-        }
-    }
-}
 
 /// What a caller can read about a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -270,9 +134,6 @@ impl std::fmt::Debug for TxQueue {
 /// wait on the node: estimates, balances).
 const SENDERS_IN_FLIGHT: usize = 16;
 
-/// Broadcasts of one sender in flight at once.
-const DEFAULT_BROADCAST_IN_FLIGHT: usize = 16;
-
 /// What a round (or a sender pass) did.
 #[derive(Debug, Default)]
 struct Round {
@@ -319,8 +180,10 @@ impl TxQueue {
                 reason: "must be at least 1",
             });
         }
-        let chain_id =
-            i64::try_from(chain.chain().get()).map_err(|_| TxqError::InvalidRequest("chain_id"))?;
+        let chain_id = chain
+            .chain()
+            .to_db()
+            .map_err(|_| TxqError::InvalidRequest("chain_id"))?;
         Ok(Self {
             enqueues: enqueue_batcher(db.clone()),
             initialized: Default::default(),
@@ -386,153 +249,9 @@ impl TxQueue {
         self.chain.chain()
     }
 
-    /// Records a request without a funding pause, idempotently by (chain, sender, key).
-    /// Returns its id. Same as [`TxQueue::enqueue_with`] with `EnqueueOptions::default()`.
-    ///
-    /// # Errors
-    /// [`TxqError::IdempotencyConflict`] when the key exists with another payload (or
-    /// with a funding pause); [`TxqError::InvalidRequest`] for an empty or over-long key
-    /// or a zero gas limit.
-    pub async fn enqueue(&self, req: &TxRequest) -> Result<Uuid> {
-        self.enqueue_with(req, &EnqueueOptions::default()).await
-    }
-
-    /// Records a request with `opts`, idempotently by (chain, sender, key). Returns its
-    /// id. The options are part of the payload: the same key with another funding pause
-    /// is a conflict.
-    ///
-    /// # Errors
-    /// [`TxqError::IdempotencyConflict`] when the key exists with another payload or
-    /// other options; [`TxqError::InvalidRequest`] for an empty or over-long key
-    /// (`idempotency_key`), a zero gas limit (`gas_limit`), a funding pause longer
-    /// than `i64::MAX` milliseconds (`funding_pause`), or a contract creation from a
-    /// custody sender (`to`).
-    pub async fn enqueue_with(&self, req: &TxRequest, opts: &EnqueueOptions) -> Result<Uuid> {
-        let owned = self.new_request(req, opts)?;
-        // Concurrent enqueues of this process share one INSERT (group commit); this
-        // returns once this request's row has committed.
-        let inserted = self
-            .enqueues
-            .submit(owned.clone())
-            .await
-            // The answer was lost (runtime shutting down): the row may or may not
-            // exist; a retry with the same key tells.
-            .ok_or(TxqError::Store(keel_store::StoreError::Transient {
-                kind: keel_store::TransientKind::ConnectionLost,
-                sqlstate: None,
-            }))??;
-        let new = owned.borrowed();
-        if inserted {
-            metrics::enqueued(self.chain_id);
-            self.wake.notify_one();
-            return Ok(new.id);
-        }
-        self.existing_or_conflict(&self.db, &new).await
-    }
-
-    /// [`TxQueue::enqueue_with`] inside the caller's transaction `conn`: the request
-    /// row commits (or rolls back) with whatever else the caller writes there — for a
-    /// workflow, the link that routes the request's verdict to it, so no verdict can
-    /// settle before its link exists. One plain `INSERT` (no group commit). The queue
-    /// is not woken (it sees the row at its next round, or call [`TxQueue::wake`] after
-    /// the commit).
-    ///
-    /// # Errors
-    /// As [`TxQueue::enqueue_with`]. A store error leaves `conn`'s transaction aborted:
-    /// roll it back.
-    pub async fn enqueue_in(
-        &self,
-        conn: &mut sqlx::PgConnection,
-        req: &TxRequest,
-        opts: &EnqueueOptions,
-    ) -> Result<Uuid> {
-        let owned = self.new_request(req, opts)?;
-        let new = owned.borrowed();
-        if store::request_insert(&mut *conn, &new).await? {
-            metrics::enqueued(self.chain_id);
-            return Ok(new.id);
-        }
-        self.existing_or_conflict(&mut *conn, &new).await
-    }
-
     /// Starts a round now (after a commit that made requests visible to the queue).
     pub fn wake(&self) {
         self.wake.notify_one();
-    }
-
-    /// Validates `req` and `opts` into a row to insert.
-    fn new_request(&self, req: &TxRequest, opts: &EnqueueOptions) -> Result<OwnedNewRequest> {
-        let key_len = req.idempotency_key.chars().count();
-        if key_len == 0 || key_len > 255 {
-            return Err(TxqError::InvalidRequest("idempotency_key"));
-        }
-        if req.to.is_none() && self.custody.contains_key(&req.sender) {
-            // A custody provider's contract call needs a destination.
-            return Err(TxqError::InvalidRequest("to"));
-        }
-        let authorization_list = if req.authorization_list.is_empty() {
-            None
-        } else if self.custody.contains_key(&req.sender) {
-            // A custody provider's contract call carries no authorization list.
-            return Err(TxqError::InvalidRequest("authorization_list"));
-        } else if req.to.is_none() {
-            // EIP-7702: a SetCode transaction cannot create a contract.
-            return Err(TxqError::InvalidRequest("to"));
-        } else {
-            Some(
-                serde_json::to_value(&req.authorization_list)
-                    .map_err(|_| TxqError::InvalidRequest("authorization_list"))?,
-            )
-        };
-        let gas_limit = match req.gas_limit {
-            Some(0) => return Err(TxqError::InvalidRequest("gas_limit")),
-            Some(g) => Some(i64::try_from(g).map_err(|_| TxqError::InvalidRequest("gas_limit"))?),
-            None => None,
-        };
-        let funding_pause_ms = opts
-            .funding_pause
-            .map(|d| i64::try_from(d.as_millis()))
-            .transpose()
-            .map_err(|_| TxqError::InvalidRequest("funding_pause"))?;
-        let owned = OwnedNewRequest {
-            id: Uuid::new_v4(),
-            chain_id: self.chain_id,
-            sender: req.sender.to_vec(),
-            key: req.idempotency_key.clone(),
-            to: req.to.map(|a| a.to_vec()),
-            value_wei: req.value.get().to_string(),
-            calldata: req.data.to_vec(),
-            gas_limit,
-            funding_pause_ms,
-            // The enqueuing span (a workflow segment's step): the request's broadcast
-            // and settlement spans join its trace (`None` without trace export).
-            trace_context: keel_service::trace::current_traceparent(),
-            authorization_list,
-        };
-        Ok(owned)
-    }
-
-    /// The id of the request already recorded under `new`'s key when it has the same
-    /// payload; [`TxqError::IdempotencyConflict`] otherwise.
-    async fn existing_or_conflict(
-        &self,
-        db: impl sqlx::PgExecutor<'_>,
-        new: &store::NewRequest<'_>,
-    ) -> Result<Uuid> {
-        let existing = store::request_by_key(db, self.chain_id, new.sender, new.key)
-            .await?
-            .ok_or(TxqError::NotFound)?;
-        let same = existing.to_address.as_deref() == new.to
-            && existing.value_wei == new.value_wei
-            && existing.calldata == new.calldata
-            && existing.gas_limit == new.gas_limit
-            && existing.funding_pause_ms == new.funding_pause_ms
-            && existing.authorization_list.as_ref() == new.authorization_list;
-        if same {
-            Ok(existing.id)
-        } else {
-            Err(TxqError::IdempotencyConflict)
-        }
     }
 
     /// The request's state, nonce, verdict and (while `waiting_funding`) its funding
@@ -566,8 +285,7 @@ impl TxQueue {
         } else {
             None
         };
-        let is_custody =
-            Address::try_from(row.sender.as_slice()).is_ok_and(|a| self.custody.contains_key(&a));
+        let is_custody = self.custody.contains_key(&row.sender.0);
         let custody = if is_custody {
             crate::custody_views(&self.db, &[id]).await?.pop()
         } else {
@@ -576,7 +294,10 @@ impl TxQueue {
         Ok(RequestStatus {
             id,
             state: row.state,
-            nonce: row.nonce.and_then(|n| u64::try_from(n).ok()),
+            nonce: row
+                .nonce
+                .map(|n| attempt::stored_nonce(n, "txq_request"))
+                .transpose()?,
             verdict,
             funding,
             broadcast_failure,
@@ -737,9 +458,7 @@ impl TxQueue {
         let mut senders = Vec::with_capacity(work.len());
         let mut with_leftovers = false;
         for w in &work {
-            let Ok(sender) = Address::try_from(w.sender.as_slice()) else {
-                continue;
-            };
+            let sender = w.sender.0;
             if only.is_some_and(|o| o != sender) {
                 continue;
             }
@@ -817,7 +536,7 @@ impl TxQueue {
                 while let Ok(more) = rx.try_recv() {
                     items.extend(more);
                 }
-                items.sort_by(|a, b| a.0.sender.cmp(&b.0.sender));
+                items.sort_by_key(|a| a.0.sender.0);
                 step(self.broadcast_many(&items, cancel).await);
             }
             match first_err {
@@ -847,7 +566,7 @@ impl TxQueue {
             .await?
             .into_iter()
             .filter(|w| !w.waiting_funding)
-            .filter_map(|w| Address::try_from(w.sender.as_slice()).ok())
+            .map(|w| w.sender.0)
             .filter(|s| self.signers.contains_key(s))
             .map(|s| (s, false))
             .collect())
@@ -859,7 +578,7 @@ impl TxQueue {
     async fn record_gauges(&self) -> Result<()> {
         let rows = store::depth(&self.db, self.chain_id).await?;
         let (mut depth, mut waiting) = (0_i64, 0_i64);
-        let mut in_flight: HashMap<Vec<u8>, i64> = HashMap::new();
+        let mut in_flight: HashMap<Address, i64> = HashMap::new();
         for r in rows {
             match r.state {
                 RequestState::Queued => depth += r.n,
@@ -867,12 +586,12 @@ impl TxQueue {
                     depth += r.n;
                     waiting += r.n;
                 }
-                _ => *in_flight.entry(r.sender).or_default() += r.n,
+                _ => *in_flight.entry(r.sender.0).or_default() += r.n,
             }
         }
         metrics::queue_depth(self.chain_id, depth, waiting);
         for sender in self.signers.keys() {
-            let n = in_flight.get(sender.as_slice()).copied().unwrap_or(0);
+            let n = in_flight.get(sender).copied().unwrap_or(0);
             metrics::in_flight(self.chain_id, sender, n);
         }
         Ok(())

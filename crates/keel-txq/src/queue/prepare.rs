@@ -345,9 +345,7 @@ impl TxQueue {
         // Rows come grouped by sender, oldest first.
         let mut queued: Vec<(Address, i64, Vec<RequestRow>)> = Vec::new();
         for row in rows {
-            let Ok(sender) = Address::try_from(row.request.sender.as_slice()) else {
-                continue;
-            };
+            let sender = row.request.sender.0;
             match queued.last_mut() {
                 Some((s, _, requests)) if *s == sender => requests.push(row.request),
                 _ => queued.push((sender, row.next_nonce, vec![row.request])),

@@ -7,7 +7,7 @@ use super::{TxQueue, metrics};
 use crate::store::{self, AttemptRow, NewAttempt, RequestRow};
 use crate::{RequestState, Result, TxqError};
 use alloy::eips::Encodable2718;
-use alloy::primitives::{Address, B256};
+use alloy::primitives::B256;
 use std::collections::HashMap;
 use tokio_util::sync::CancellationToken;
 
@@ -33,7 +33,9 @@ impl TxQueue {
         let mut lowest_unsent: HashMap<&[u8], i64> = HashMap::new();
         for req in in_flight.iter().filter(|r| r.state == RequestState::Signed) {
             if let Some(nonce) = req.nonce {
-                let low = lowest_unsent.entry(req.sender.as_slice()).or_insert(nonce);
+                let low = lowest_unsent
+                    .entry(req.sender.0.as_slice())
+                    .or_insert(nonce);
                 *low = (*low).min(nonce);
             }
         }
@@ -43,20 +45,20 @@ impl TxQueue {
         let mut lowest: HashMap<&[u8], i64> = HashMap::new();
         for (req, _) in &unmined {
             if let Some(nonce) = req.nonce {
-                let low = lowest.entry(req.sender.as_slice()).or_insert(nonce);
+                let low = lowest.entry(req.sender.0.as_slice()).or_insert(nonce);
                 *low = (*low).min(nonce);
             }
         }
         let blocked = |req: &RequestRow| {
             req.nonce.is_some_and(|n| {
                 lowest_unsent
-                    .get(req.sender.as_slice())
+                    .get(req.sender.0.as_slice())
                     .is_some_and(|low| *low < n)
             })
         };
         // The market is read only when a sender has stuck requests above its lowest.
         let market = if unmined.iter().any(|(req, mine)| {
-            lowest.get(req.sender.as_slice()) != req.nonce.as_ref()
+            lowest.get(req.sender.0.as_slice()) != req.nonce.as_ref()
                 && !blocked(req)
                 && self.stuck(req, mine)
         }) {
@@ -68,7 +70,7 @@ impl TxQueue {
         let unmined_hashes: Vec<B256> = unmined
             .iter()
             .flat_map(|(_, mine)| mine.iter())
-            .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+            .map(|a| a.tx_hash.0)
             .collect();
         let answers = by_batches(&unmined_hashes, |chunk| {
             self.chain.transactions_known(chunk)
@@ -82,8 +84,8 @@ impl TxQueue {
         let checks: Vec<_> = unmined
             .into_iter()
             .map(|(req, mine)| {
-                let is_lowest =
-                    req.nonce.is_some() && lowest.get(req.sender.as_slice()) == req.nonce.as_ref();
+                let is_lowest = req.nonce.is_some()
+                    && lowest.get(req.sender.0.as_slice()) == req.nonce.as_ref();
                 let underpriced = market.is_some_and(|m| {
                     mine.last().is_some_and(|a| {
                         a.max_fee_per_gas
@@ -94,9 +96,7 @@ impl TxQueue {
                                 .is_ok_and(|t| t < m.priority_fee_per_gas)
                     })
                 });
-                let known = mine.iter().any(|a| {
-                    B256::try_from(a.tx_hash.as_slice()).is_ok_and(|h| known_hashes.contains(&h))
-                });
+                let known = mine.iter().any(|a| known_hashes.contains(&a.tx_hash.0));
                 let may_replace = (is_lowest || underpriced) && !blocked(req);
                 self.unmined(req, mine, known, may_replace, cancel)
             })
@@ -162,7 +162,7 @@ impl TxQueue {
             .progress
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&req.sender)
+            .get(req.sender.0.as_slice())
             .is_some_and(|(_, since)| since.elapsed() < after);
         old && !moving
     }
@@ -181,8 +181,7 @@ impl TxQueue {
         let Some(last) = attempts.last() else {
             return Ok(());
         };
-        let sender = Address::try_from(req.sender.as_slice())
-            .map_err(|_| TxqError::InvalidRequest("sender"))?;
+        let sender = req.sender.0;
         let Some(signer) = self.signers.get(&sender).cloned() else {
             return Ok(());
         };
@@ -255,7 +254,7 @@ impl TxQueue {
             request_id: req.id,
             attempt,
             nonce: last.nonce,
-            tx_hash: hash.to_vec(),
+            tx_hash: keel_units::db::DbHash(hash),
             raw,
             max_fee_per_gas: max_fee.to_string(),
             max_priority_fee_per_gas: tip.to_string(),

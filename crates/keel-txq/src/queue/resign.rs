@@ -87,8 +87,7 @@ impl TxQueue {
         let Some(nonce) = req.nonce else {
             return Ok(false);
         };
-        let sender = Address::try_from(req.sender.as_slice())
-            .map_err(|_| TxqError::InvalidRequest("sender"))?;
+        let sender = req.sender.0;
         if self.final_nonce(sender).await? <= nonce {
             return Ok(false);
         }
@@ -111,8 +110,7 @@ impl TxQueue {
         let (Some(old), Some(last)) = (req.nonce, attempts.last()) else {
             return Ok(false);
         };
-        let sender = Address::try_from(req.sender.as_slice())
-            .map_err(|_| TxqError::InvalidRequest("sender"))?;
+        let sender = req.sender.0;
         let Some(signer) = self.signers.get(&sender).cloned() else {
             return Ok(false);
         };

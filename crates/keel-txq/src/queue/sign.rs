@@ -283,7 +283,8 @@ impl TxQueue {
                 })
             })
             .collect();
-        let committed: std::collections::HashSet<Vec<u8>> = if slices.is_empty() {
+        let committed: std::collections::HashSet<alloy::primitives::Address> = if slices.is_empty()
+        {
             Default::default()
         } else {
             store::commit_signed(&self.db, self.chain_id, &slices)
@@ -301,7 +302,7 @@ impl TxQueue {
                 let Some(rows) = rows else {
                     return Some(piece.plan);
                 };
-                if !committed.contains(plan.sender.as_slice()) {
+                if !committed.contains(&plan.sender) {
                     tracing::debug!(target: "keel::txq", sender = %plan.sender, "next nonce or requests changed meanwhile; nothing committed, retried next round");
                     return Some(piece.plan);
                 }
@@ -317,7 +318,7 @@ impl TxQueue {
                         request_id: r.id,
                         attempt: 1,
                         nonce,
-                        tx_hash: hash.to_vec(),
+                        tx_hash: keel_units::db::DbHash(hash),
                         raw,
                         max_fee_per_gas: max_fee_s.clone(),
                         max_priority_fee_per_gas: tip_s.clone(),

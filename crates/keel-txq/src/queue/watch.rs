@@ -32,7 +32,7 @@ use crate::store::{self, AttemptRow, WatchedRow};
 use crate::verdict::{FailureCode, SettlementVerdict};
 use crate::{Result, TxqError};
 use alloy::eips::BlockNumberOrTag;
-use alloy::primitives::{Address, B256, Bytes};
+use alloy::primitives::{B256, Bytes};
 use alloy::rpc::types::TransactionReceipt;
 use std::collections::HashMap;
 use tokio_util::sync::CancellationToken;
@@ -92,11 +92,7 @@ impl TxQueue {
         for a in store::attempts_of(&self.db, &ids).await? {
             attempts.entry(a.request_id).or_default().push(a);
         }
-        let hashes: Vec<B256> = attempts
-            .values()
-            .flatten()
-            .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
-            .collect();
+        let hashes: Vec<B256> = attempts.values().flatten().map(|a| a.tx_hash.0).collect();
         let receipts = by_batches(&hashes, |chunk| self.chain.receipts(chunk)).await?;
         let by_hash: HashMap<B256, TransactionReceipt> = hashes
             .iter()
@@ -109,7 +105,7 @@ impl TxQueue {
             let mine = attempts.get(&row.id).map_or(&[][..], Vec::as_slice);
             let receipt = mine
                 .iter()
-                .filter_map(|a| B256::try_from(a.tx_hash.as_slice()).ok())
+                .map(|a| a.tx_hash.0)
                 .find_map(|h| by_hash.get(&h));
             let Some(receipt) = receipt else {
                 reorged.push((row, mine));
@@ -131,7 +127,7 @@ impl TxQueue {
                 && !cancel.is_cancelled()
             {
                 let was_kind = stored.as_ref().map_or("failed", SettlementVerdict::kind);
-                let verdict = moved(stored, block, receipt, mine);
+                let verdict = moved(stored, block, receipt, mine)?;
                 if verdict.kind() != was_kind {
                     tracing::error!(target: "keel::txq", request = %row.id, from = was_kind, to = verdict.kind(),
                         "a reorg changed a settled transaction's outcome; its verdict is updated");
@@ -183,16 +179,15 @@ impl TxQueue {
                 tracing::warn!(target: "keel::txq", request = %row.id, nonce,
                     "a reorg took a settled transaction out of the chain; watching it until final");
             }
-            let sender = Address::try_from(row.sender.as_slice())
-                .map_err(|_| TxqError::InvalidRequest("sender"))?;
-            let (chain_nonce, final_nonce) = match latest.get(row.sender.as_slice()) {
+            let sender = row.sender.0;
+            let (chain_nonce, final_nonce) = match latest.get(row.sender.0.as_slice()) {
                 Some(n) => *n,
                 None => {
                     // The final nonce first: a later latest read can only be higher.
                     let f = self.final_nonce(sender).await?;
                     let l = self.chain.nonce(sender, BlockNumberOrTag::Latest).await?;
                     let l = i64::try_from(l).map_err(|_| TxqError::InvalidRequest("nonce"))?;
-                    latest.insert(row.sender.as_slice(), (l, f));
+                    latest.insert(row.sender.0.as_slice(), (l, f));
                     (l, f)
                 }
             };
@@ -208,9 +203,7 @@ impl TxQueue {
                     };
                 let attempt = mine
                     .iter()
-                    .find(|a| {
-                        Some(a.tx_hash.as_slice()) == verdict_hash.as_ref().map(|h| h.as_slice())
-                    })
+                    .find(|a| Some(a.tx_hash.0) == verdict_hash)
                     .or(mine.last());
                 if let Some(a) = attempt {
                     match self
@@ -241,7 +234,7 @@ impl TxQueue {
     /// watch, handing it to the settlement sink in the same transaction. False when it
     /// was no longer watched or the sink failed (rolled back; a later pass tries again).
     async fn reorged_out(&self, id: Uuid, mine: &[AttemptRow]) -> Result<bool> {
-        let verdict = failed(FailureCode::ReorgedOut, attempt_records(mine));
+        let verdict = failed(FailureCode::ReorgedOut, attempt_records(mine)?);
         let json =
             serde_json::to_value(&verdict).map_err(|_| TxqError::InvalidRequest("verdict"))?;
         let mut tx = self.db.begin().await?;
@@ -274,7 +267,7 @@ fn moved(
     block: u64,
     receipt: &TransactionReceipt,
     mine: &[AttemptRow],
-) -> SettlementVerdict {
+) -> Result<SettlementVerdict> {
     if !receipt.status() {
         let (reason, revert_data) = match stored {
             Some(SettlementVerdict::Reverted {
@@ -284,19 +277,19 @@ fn moved(
             }) => (reason, revert_data),
             _ => (None, None),
         };
-        return SettlementVerdict::Reverted {
+        return Ok(SettlementVerdict::Reverted {
             block,
             hash: receipt.transaction_hash,
             reason,
             revert_data,
-            attempts: attempt_records(mine),
-        };
+            attempts: attempt_records(mine)?,
+        });
     }
-    SettlementVerdict::Confirmed {
+    Ok(SettlementVerdict::Confirmed {
         block,
         hash: receipt.transaction_hash,
         gas_used: receipt.gas_used,
         effective_gas_price: receipt.effective_gas_price.to_string(),
-        attempts: attempt_records(mine),
-    }
+        attempts: attempt_records(mine)?,
+    })
 }

@@ -14,6 +14,7 @@
 //!   organization;
 //! - [`ledger`]: an asset's holders (at a record date), transfers and supply at a block;
 //! - [`amount`]: amounts and prices from decimal strings;
+//! - [`custody`]: wake-ups of the queue's custody submissions (verified provider webhooks);
 //! - [`status`]: Platform Status, every part's persisted health in one read.
 //!
 //! ## Idempotency
@@ -27,6 +28,7 @@
 
 pub mod accept;
 pub mod amount;
+pub mod custody;
 pub mod decide;
 pub mod history;
 pub mod keys;

@@ -147,7 +147,7 @@ async fn start_api(
             status: config.api.status.to_query(),
             ..keel_api::ApiConfig::default()
         });
-    let state = match keel::services::custody_webhooks(config, pool)? {
+    let state = match keel::services::custody_webhooks(config)? {
         Some(custody) => state.with_custody_webhooks(custody),
         None => state,
     };
