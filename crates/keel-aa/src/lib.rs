@@ -1,7 +1,7 @@
 //! # keel-aa
 //!
-//! ERC-4337 (EntryPoint v0.8) for Keel. What is here (see `docs/aa.md` for the planned
-//! durable flow built on it):
+//! ERC-4337 (EntryPoint v0.8) for Keel. What is here (`docs/aa.md` describes the
+//! durable user-operation flow and the bundler as built):
 //!
 //! - [`entry_point`]: the **single EntryPoint resolution boundary**. A `Directory`'s
 //!   configured address resolves to a [`ResolvedEntryPoint`] (a reference resolves to

@@ -1,8 +1,9 @@
 //! # keel-api
 //!
 //! Keel's Platform API: the HTTP layer (axum 0.8) over the operations service
-//! [`keel_workflows::Ops`], its only way to the data: no SQL and no other crate's
-//! store here. The wire format is owned by [`dto`] (converted from the service's views). [`router`] builds the whole API from an [`ApiState`]; the
+//! [`keel_workflows::Ops`] (operations, tenancy, ledger reads, status, the custody
+//! wake), keel-aa's `AaService` (user operations, the bundler route) and keel-webhooks
+//! (endpoints): no SQL and no other crate's store here. The wire format is owned by [`dto`] (converted from the service's views). [`router`] builds the whole API from an [`ApiState`]; the
 //! binary serves it with `axum::serve` and flips the readiness flag.
 //!
 //! ## Routes (JSON, camelCase)

@@ -114,3 +114,54 @@ fn the_crate_map_equals_the_manifests() {
         wrong.join("\n")
     );
 }
+
+/// Every repository path the docs cite (`crates/...`, `migrations/...`, in backticks or
+/// parentheses) exists, so a moved or split file cannot leave a page pointing nowhere.
+#[test]
+fn every_path_the_docs_cite_exists() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut missing = Vec::new();
+    for page in pages {
+        let text = std::fs::read_to_string(&page).expect("page");
+        for (n, line) in text.lines().enumerate() {
+            for start in ["crates/", "migrations/"] {
+                let mut rest = line;
+                while let Some(i) = rest.find(start) {
+                    // Only whole paths: preceded by a delimiter, not inside a longer word.
+                    let before = rest[..i].chars().last();
+                    let tail = &rest[i..];
+                    let end = tail
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || "/_-.".contains(c)))
+                        .unwrap_or(tail.len());
+                    let path = tail[..end].trim_end_matches(['.', '/']);
+                    rest = &tail[end..];
+                    if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '/' || c == '-') {
+                        continue;
+                    }
+                    // Globs and templates (`crates/*/src`, `<crate>`) are not paths.
+                    if path.contains('*')
+                        || tail[..end].contains('<')
+                        || path == start.trim_end_matches('/')
+                    {
+                        continue;
+                    }
+                    if !root.join(path).exists() {
+                        missing.push(format!("{}:{}: {path}", page.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the docs cite paths that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
