@@ -223,6 +223,7 @@
 //! | `keel_txq_signed_total` | counter | `chain_id` | requests signed (nonce assigned) |
 //! | `keel_txq_broadcast_total` | counter | `chain_id` | broadcasts a node accepted (or already knew) |
 //! | `keel_txq_broadcast_failures_total` | counter | `chain_id`, `class` | failed broadcasts by error class (a `keel_chain::NodeErrorKind` code, or `unavailable`) |
+//! | `keel_txq_sign_failures_total` | counter | `chain_id`, `reason` | signatures a signer did not give (`SignerError::code`: `UNAVAILABLE`, `KEY_DISABLED`, `ACCESS_DENIED`, ...); nothing persisted, the requests stay queued |
 //! | `keel_txq_funding_paused_total` | counter | `chain_id` | requests entering `waiting_funding` |
 //! | `keel_txq_funding_resumed_total` | counter | `chain_id` | waiting requests resumed after funding |
 //! | `keel_txq_nonce_adopted_total` | counter | `chain_id` | nonces advanced outside Keel and adopted |
@@ -280,7 +281,7 @@ pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, qu
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
 pub use queue::{EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
-pub use signer::{LocalSigner, SignFuture, SignerError, SignerHandle, TxSigner};
+pub use signer::{LocalSigner, SignFuture, SignerError, SignerHandle, SignerRefusal, TxSigner};
 pub use state::{RequestState, UnknownRequestState};
 pub use submission::{CancelReason, CustodyPhase, UnknownStoredValue};
 pub use verdict::{AttemptRecord, FailureCode, SettlementVerdict};
@@ -347,6 +348,11 @@ pub fn describe_metrics() {
         "keel_txq_broadcast_failures_total",
         ::metrics::Unit::Count,
         "Transaction broadcasts that failed (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_txq_sign_failures_total",
+        ::metrics::Unit::Count,
+        "Signatures a signer did not give, by reason; nothing was persisted for them (count)."
     );
     ::metrics::describe_counter!(
         "keel_txq_broadcast_total",

@@ -12,8 +12,10 @@
 //!   alloy signer, not a change here.
 //! - [`SignerError`] is what the queue sees of a failure: a remote signer reports a
 //!   retryable failure (unreachable, throttled) as
-//!   `alloy::signers::Error::Other(Box::new(SignerError::Unavailable))`, anything
-//!   else is [`SignerError::Failed`].
+//!   `alloy::signers::Error::Other(Box::new(SignerError::Unavailable))` and a refusal
+//!   (key disabled, access denied) as [`SignerError::Refused`]; anything else is
+//!   [`SignerError::Failed`]. A failed signature persists nothing: the request stays
+//!   queued and the round is retried after the queue's backoff.
 
 use alloy::consensus::{SignableTransaction, TxEnvelope, TypedTransaction};
 use alloy::network::FullSigner;
@@ -35,15 +37,67 @@ pub enum SignerError {
     /// The signer refused or failed to sign.
     #[error("signing failed")]
     Failed,
-    /// A remote signer did not answer in time; retryable.
+    /// A remote signer did not answer in time, was unreachable or throttled the
+    /// request; retryable.
     #[error("signer unavailable")]
     Unavailable,
+    /// A remote signer answered and refused: the key is disabled, gone, not usable for
+    /// signing, or the credentials are not allowed to use it. An operator must act; the
+    /// queue keeps the requests queued and asks again after its backoff.
+    #[error("signer refused: {}", .0.code())]
+    Refused(SignerRefusal),
+}
+
+/// Why a remote signer refused to sign ([`SignerError::Refused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignerRefusal {
+    /// The key is disabled (AWS KMS `DisabledException`).
+    KeyDisabled,
+    /// No such key (AWS KMS `NotFoundException`).
+    KeyNotFound,
+    /// The key is in a state that cannot sign, e.g. pending deletion (AWS KMS
+    /// `KMSInvalidStateException`).
+    KeyState,
+    /// The credentials may not use the key, or are invalid or expired (AWS
+    /// `AccessDeniedException`, `UnrecognizedClientException`,
+    /// `InvalidSignatureException`, `ExpiredTokenException`).
+    AccessDenied,
+    /// The key cannot sign Ethereum transactions (wrong key spec or usage, or its
+    /// signature does not recover to the configured address).
+    WrongKey,
+}
+
+impl SignerRefusal {
+    /// The refusal as a stable machine-readable code (`KEY_DISABLED`, ...), also the
+    /// `reason` label of `keel_txq_sign_failures_total`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SignerRefusal::KeyDisabled => "KEY_DISABLED",
+            SignerRefusal::KeyNotFound => "KEY_NOT_FOUND",
+            SignerRefusal::KeyState => "KEY_STATE",
+            SignerRefusal::AccessDenied => "ACCESS_DENIED",
+            SignerRefusal::WrongKey => "WRONG_KEY",
+        }
+    }
 }
 
 impl SignerError {
     /// True when a later attempt may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, SignerError::Unavailable)
+    }
+
+    /// A closed, stable word for the failure (`UNAVAILABLE`, `FAILED`,
+    /// `KEY_UNAVAILABLE`, or the refusal's [`SignerRefusal::code`]): the `reason` label
+    /// of `keel_txq_sign_failures_total` and what logs show.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SignerError::KeyUnavailable(_) => "KEY_UNAVAILABLE",
+            SignerError::Failed => "FAILED",
+            SignerError::Unavailable => "UNAVAILABLE",
+            SignerError::Refused(r) => r.code(),
+        }
     }
 
     /// The queue's view of an alloy signing error: a [`SignerError`] boxed in

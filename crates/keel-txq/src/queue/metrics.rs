@@ -52,6 +52,14 @@ pub(crate) fn broadcast_failures(chain_id: i64, class: &'static str, n: u64) {
         .increment(n);
 }
 
+/// `keel_txq_sign_failures_total{chain_id, reason}`: a signature the signer did not
+/// give (`reason`: [`crate::SignerError::code`], a closed set such as `UNAVAILABLE` or
+/// `KEY_DISABLED`). Nothing was persisted for it.
+pub(crate) fn sign_failures(chain_id: i64, reason: &'static str) {
+    ::metrics::counter!("keel_txq_sign_failures_total", "chain_id" => chain_id.to_string(), "reason" => reason)
+        .increment(1);
+}
+
 /// `keel_txq_verdicts_total{chain_id, kind}`: `n` requests settled with a verdict of
 /// `kind` (`confirmed`, `reverted`, `failed`).
 pub(crate) fn verdicts(chain_id: i64, kind: &'static str, n: usize) {

@@ -222,6 +222,10 @@ impl TxQueue {
                             .map_err(|_| TxqError::InvalidRequest("gas_limit"))?,
                     )),
                     Some(Err(e)) => {
+                        // Nothing of this sender's piece is committed: its requests stay
+                        // queued, the round reports the error and the rounds back off.
+                        metrics::sign_failures(self.chain_id, e.code());
+                        tracing::warn!(target: "keel::txq", sender = %plan.sender, reason = e.code(), "signing failed; the requests stay queued");
                         first_err.get_or_insert(TxqError::from(e));
                         rows = None;
                     }

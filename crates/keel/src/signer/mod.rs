@@ -14,9 +14,13 @@
 //! key": the runner then serves no chain (`CHAIN_UNAVAILABLE`), the api role's `pm_*`
 //! methods answer that no paymaster is configured.
 //!
-//! Adding a kind (AWS KMS: `kind = "awsKms"`, `keyId`, `region`, `endpoint`) is one
+//! Kinds: `env` (a hex key in an environment variable: development and tests, said so
+//! in the log at start), `keystore` (an encrypted JSON keystore), `awsKms` (a key in
+//! AWS KMS, [`aws_kms`]: the private key never enters Keel). Adding a kind is one
 //! variant of [`SignerConfig`] and one arm of [`SignerConfig::build`] returning an
 //! alloy signer wrapped in [`SignerHandle::new`]; nothing that uses a key changes.
+
+pub mod aws_kms;
 
 use crate::config::{Config, ConfigError, Role};
 use keel_txq::{LocalSigner, SignerHandle};
@@ -27,7 +31,15 @@ const TARGET: &str = "keel::signer";
 
 /// The keys of a signer table, every kind's (for environment overrides such as
 /// `KEEL__OPERATOR__SIGNER__PASSWORDENV`).
-pub const SIGNER_KEYS: &[&str] = &["kind", "var", "path", "passwordEnv"];
+pub const SIGNER_KEYS: &[&str] = &[
+    "kind",
+    "var",
+    "path",
+    "passwordEnv",
+    "keyId",
+    "region",
+    "endpoint",
+];
 
 /// Where a signing key is and how it is used: one of the signer kinds. The TOML form
 /// is a table with `kind` and the kind's own keys, e.g.
@@ -56,6 +68,25 @@ pub enum SignerConfig {
         path: PathBuf,
         /// The environment variable holding the keystore's password.
         password_env: String,
+    },
+    /// `kind = "awsKms"`: an asymmetric `ECC_SECG_P256K1` key with `SIGN_VERIFY` usage in
+    /// AWS KMS, signing with `ECDSA_SHA_256` over the transaction's digest (alloy's AWS
+    /// signer: the signature normalised to low s, EIP-2, and its recovery id found). The
+    /// private key never enters Keel. Credentials come from the AWS SDK's default chain
+    /// (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`, a profile, web
+    /// identity, ECS or EC2 instance roles), never from Keel's configuration. The role
+    /// needs `kms:GetPublicKey` and `kms:Sign` on the key.
+    AwsKms {
+        /// The key: a key id, a key ARN, an alias (`alias/keel-operator`) or an alias
+        /// ARN. Prefer the key id or ARN: the address is read once at start, so an
+        /// alias moved to another key later is not followed (see docs on rotation).
+        key_id: String,
+        /// The AWS region of the key (`us-east-1`).
+        region: String,
+        /// Another KMS endpoint (a VPC endpoint, or a local KMS counterpart in tests),
+        /// an `http(s)://` URL; absent: the region's public endpoint.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<String>,
     },
 }
 
@@ -92,6 +123,19 @@ pub enum SignerLoadError {
         /// The file's path.
         path: String,
     },
+    /// The AWS KMS key's public key could not be read at start: `reason` is a closed
+    /// code ([`keel_txq::SignerError::code`]: `UNAVAILABLE` for an unreachable or
+    /// throttling KMS, `KEY_DISABLED`, `KEY_NOT_FOUND`, `ACCESS_DENIED`, `WRONG_KEY` for a
+    /// key that is not `ECC_SECG_P256K1`).
+    #[error("AWS KMS key {key_id} (configured by `{key}.keyId`) cannot be used: {reason}")]
+    AwsKms {
+        /// The configuration key of the signer.
+        key: String,
+        /// The configured key id (an identifier, not a secret).
+        key_id: String,
+        /// Why, as a closed code.
+        reason: &'static str,
+    },
 }
 
 impl SignerConfig {
@@ -100,6 +144,7 @@ impl SignerConfig {
         match self {
             SignerConfig::Env { .. } => "env",
             SignerConfig::Keystore { .. } => "keystore",
+            SignerConfig::AwsKms { .. } => "awsKms",
         }
     }
 
@@ -121,6 +166,18 @@ impl SignerConfig {
             }
             SignerConfig::Keystore { password_env, .. } if password_env.is_empty() => {
                 Err(invalid("passwordEnv", "must name an environment variable"))
+            }
+            SignerConfig::AwsKms { key_id, .. } if key_id.trim().is_empty() => Err(invalid(
+                "keyId",
+                "must name a KMS key (key id, key ARN or alias)",
+            )),
+            SignerConfig::AwsKms { region, .. } if region.trim().is_empty() => {
+                Err(invalid("region", "must name an AWS region"))
+            }
+            SignerConfig::AwsKms {
+                endpoint: Some(e), ..
+            } if !(e.starts_with("http://") || e.starts_with("https://")) => {
+                Err(invalid("endpoint", "must be an http:// or https:// URL"))
             }
             _ => Ok(()),
         }
@@ -164,6 +221,20 @@ impl SignerConfig {
                     path: path.display().to_string(),
                 })?;
                 Ok(Some(SignerHandle::new(signer, "keystore")))
+            }
+            SignerConfig::AwsKms {
+                key_id,
+                region,
+                endpoint,
+            } => {
+                let signer = aws_kms::KmsSigner::connect(key_id, region, endpoint.as_deref())
+                    .await
+                    .map_err(|e| SignerLoadError::AwsKms {
+                        key: key.to_owned(),
+                        key_id: key_id.clone(),
+                        reason: e.code(),
+                    })?;
+                Ok(Some(SignerHandle::new(signer, "awsKms")))
             }
         }
     }
@@ -209,6 +280,9 @@ impl Signers {
 
 fn log_key(name: &'static str, key: &str, handle: Option<&SignerHandle>) {
     match handle {
+        Some(h) if h.kind() == "env" => {
+            tracing::warn!(target: TARGET, key = name, kind = h.kind(), address = %h.address(), "signing key loaded from an environment variable: for development and tests only; use a keystore or AWS KMS in production");
+        }
         Some(h) => {
             tracing::info!(target: TARGET, key = name, kind = h.kind(), address = %h.address(), "signing key loaded");
         }
