@@ -56,10 +56,11 @@ UNPAUSED = "0x5db9ee0a495bf2e6ff9c91a7834c1ba4fdd244a5e8aa4e537bd38aeae4b073aa" 
 
 # Anvil's dev account 2 (public test mnemonic): the mint's recipient.
 HOLDER = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
-# Dev accounts 3 and 4: the record-date holders; dev account 0 is the operator (issuer).
+# Dev accounts 3 and 4: the record-date holders. The operator (issuer): the KMS key
+# scripts/demo configured (KEEL_OPERATOR_ADDRESS), else dev account 0.
 HOLDER2 = "0x90F79bf6EB2c4f870365E785982E1f101E93b906"
 HOLDER3 = "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65"
-OPERATOR = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+OPERATOR = os.environ.get("KEEL_OPERATOR_ADDRESS", "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266")
 # Dev account 5: owner of the demo's smart account (it signs; the account holds no ETH).
 AA_OWNER = "0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc"
 USER_OPERATION_EVENT = "UserOperationEvent(bytes32,address,address,uint256,bool,uint256,uint256)"

@@ -79,6 +79,12 @@ struct Cli {
     /// The account id in ARNs.
     #[arg(long, default_value = "111122223333")]
     account: String,
+    /// At start, make sure an `ECC_SECG_P256K1` key exists behind this alias
+    /// (`alias/<name>`, repeatable): created when the alias is absent, kept when the
+    /// state file already has it. Each is printed before the listening line as
+    /// `key <alias> <keyId>`.
+    #[arg(long = "create-key", value_name = "ALIAS")]
+    create_keys: Vec<String>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -371,7 +377,26 @@ async fn main() -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("--credential must be ACCESS_KEY_ID:SECRET"))?;
         credentials.insert(id.to_owned(), secret.to_owned());
     }
-    let keys = Keys::open(cli.region, cli.account, cli.state)?;
+    let mut keys = Keys::open(cli.region, cli.account, cli.state)?;
+    let mut out = std::io::stdout();
+    for alias in &cli.create_keys {
+        let id = match keys.resolve(alias) {
+            Ok(id) => id,
+            Err(_) => {
+                let id = keys
+                    .create(
+                        "ECC_SECG_P256K1",
+                        "SIGN_VERIFY",
+                        format!("created at start for {alias}"),
+                    )
+                    .map_err(|e| anyhow::anyhow!("--create-key {alias}: {}", e.message))?;
+                keys.alias(alias, &id, true)
+                    .map_err(|e| anyhow::anyhow!("--create-key {alias}: {}", e.message))?;
+                id
+            }
+        };
+        writeln!(out, "key {alias} {id}")?;
+    }
     let sim = Arc::new(Sim {
         keys: Mutex::new(keys),
         credentials,
@@ -386,7 +411,6 @@ async fn main() -> anyhow::Result<()> {
         .with_state(sim);
     let listener = tokio::net::TcpListener::bind(cli.listen).await?;
     let addr = listener.local_addr()?;
-    let mut out = std::io::stdout();
     writeln!(out, "keel-kms-sim listening on http://{addr}")?;
     out.flush()?;
     axum::serve(listener, app)

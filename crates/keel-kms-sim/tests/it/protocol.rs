@@ -191,3 +191,39 @@ fn key_states_faults_and_restarts() {
         assert_eq!(again.address(), address);
     });
 }
+
+/// `--create-key alias/<name>` creates the key when the alias is absent and keeps it
+/// across a restart with the same state file: the same key id, the same public key.
+#[test]
+fn create_key_at_start_is_kept_across_restarts() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("kms.json");
+    let start = || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_keel-kms-sim"))
+            .args(["--create-key", "alias/keel-operator", "--state"])
+            .arg(&state)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let (mut key, mut listening) = (String::new(), String::new());
+        out.read_line(&mut key).unwrap();
+        out.read_line(&mut listening).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            listening.starts_with("keel-kms-sim listening on "),
+            "{listening:?}"
+        );
+        key.trim()
+            .strip_prefix("key alias/keel-operator ")
+            .unwrap_or_else(|| panic!("unexpected key line {key:?}"))
+            .to_owned()
+    };
+    let first = start();
+    assert_eq!(first.len(), 36, "a key id (uuid): {first:?}");
+    assert_eq!(start(), first, "a restart made another key");
+}

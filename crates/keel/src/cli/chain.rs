@@ -20,6 +20,11 @@ pub(super) enum ChainCommand {
         /// The key is never printed, logged or stored.
         #[arg(long, default_value = "KEEL_DEPLOYER_KEY")]
         key_env: String,
+        /// Sign the bootstrap with the configured operator key instead (`[operator.signer]`
+        /// or `operator.keyEnv`, of any signer kind: a keystore, an AWS KMS key); then
+        /// `--key-env` is not read. The operator is the deployer and holds every role.
+        #[arg(long)]
+        deployer_is_operator: bool,
         /// Also deploy the ERC-4337 EntryPoint v0.8 and SimpleAccountFactory at their
         /// canonical addresses from the npm artifacts (local/dev chains), when absent.
         #[arg(long)]
@@ -43,6 +48,7 @@ pub(super) async fn run(config: &Config, command: ChainCommand) -> anyhow::Resul
         ChainCommand::Bootstrap {
             chain,
             key_env,
+            deployer_is_operator,
             deploy_erc4337,
             entry_point,
             sponsor_signer,
@@ -58,12 +64,20 @@ pub(super) async fn run(config: &Config, command: ChainCommand) -> anyhow::Resul
                 format!("no chain named `{chain_name}` in the configuration (chains.*)")
             })?;
             // The deployer key, through the same signer configuration as every key.
-            let deployer = keel::signer::SignerConfig::Env {
-                var: key_env.clone(),
-            }
-            .build("--key-env")
-            .await?
-            .with_context(|| format!("environment variable {key_env} is not set"))?;
+            let deployer = if deployer_is_operator {
+                let (signer, key) = config.operator.signer_config();
+                signer
+                    .build(key)
+                    .await?
+                    .with_context(|| format!("no operator key is configured (`{key}`)"))?
+            } else {
+                keel::signer::SignerConfig::Env {
+                    var: key_env.clone(),
+                }
+                .build("--key-env")
+                .await?
+                .with_context(|| format!("environment variable {key_env} is not set"))?
+            };
             let target = ChainTarget {
                 name: chain_name.clone(),
                 chain_id: chain.chain_id,

@@ -31,6 +31,7 @@ mod migrate;
 mod ops;
 mod org;
 mod run;
+mod signer;
 mod template;
 
 /// Keel: durable asset operations on EVM chains.
@@ -69,6 +70,12 @@ enum Command {
     Chain {
         #[command(subcommand)]
         command: chain::ChainCommand,
+    },
+    /// Signing key commands: which keys this configuration names, their kind, address
+    /// and balance per chain.
+    Signer {
+        #[command(subcommand)]
+        command: signer::SignerCommand,
     },
     /// Ledger Index operator commands.
     Index {
@@ -201,6 +208,7 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
             termination_grace_seconds,
         } => run::run(config, role, Duration::from_secs(termination_grace_seconds)).await,
         Command::Chain { command } => chain::run(&config, command).await,
+        Command::Signer { command } => signer::run(&config, command).await,
         // Printed by main() before the runtime starts.
         Command::Config { .. } => Ok(()),
         Command::Index { command } => index::run(&config, command).await,
