@@ -125,6 +125,15 @@ pub enum BootstrapError {
     /// The chain id does not fit PostgreSQL's `BIGINT`.
     #[error("chain id {0} exceeds i64")]
     ChainIdRange(u64),
+    /// No platform is recorded for the chain (run `keel chain bootstrap` first).
+    #[error("chain `{chain}` has no recorded platform: bootstrap it first")]
+    NotBootstrapped {
+        /// The chain's name.
+        chain: String,
+    },
+    /// The recorded platform contracts could not be read.
+    #[error("reading the recorded platform contracts")]
+    Read(#[source] keel_store::StoreError),
 }
 
 /// `Result` with [`BootstrapError`].
@@ -391,6 +400,84 @@ pub async fn record(db: &PgPool, deployment: &PlatformDeployment) -> Result<()> 
         })?;
     }
     Ok(())
+}
+
+/// The platform recorded for `chain` by an earlier [`bootstrap`] ([`record`]), with
+/// `admin` as its admin (the recorded rows do not name it). Rows of names Keel does not
+/// know ([`names`]) or with an unreadable address are left out.
+///
+/// # Errors
+/// [`BootstrapError::NotBootstrapped`] when nothing is recorded,
+/// [`BootstrapError::Read`], [`BootstrapError::ChainIdRange`].
+pub async fn recorded(
+    db: &PgPool,
+    chain: &ChainTarget,
+    admin: Address,
+) -> Result<PlatformDeployment> {
+    let chain_id =
+        i64::try_from(chain.chain_id).map_err(|_| BootstrapError::ChainIdRange(chain.chain_id))?;
+    let rows = keel_store::platform::platform_contract_list(db, chain_id)
+        .await
+        .map_err(BootstrapError::Read)?;
+    let known = [
+        names::DIRECTORY,
+        names::PRICE_RESOLVER,
+        names::PRICE_FEED_FACTORY,
+        names::ASSET_FACTORY,
+        names::ENTRY_POINT_REFERENCE,
+        names::ENTRY_POINT,
+        names::SPONSOR_PAYMASTER,
+    ];
+    let contracts: Vec<DeployedContract> = rows
+        .iter()
+        .filter_map(|r| {
+            let name = known.iter().find(|n| **n == r.name)?;
+            let address = Address::try_from(r.address.as_slice()).ok()?;
+            Some(DeployedContract {
+                name,
+                address,
+                tx_hash: r
+                    .deploy_tx_hash
+                    .as_deref()
+                    .and_then(|h| B256::try_from(h).ok()),
+                block: r.deployed_block.and_then(|b| u64::try_from(b).ok()),
+            })
+        })
+        .collect();
+    if contracts.is_empty() {
+        return Err(BootstrapError::NotBootstrapped {
+            chain: chain.name.clone(),
+        });
+    }
+    Ok(PlatformDeployment {
+        chain_id: chain.chain_id,
+        admin,
+        contracts,
+    })
+}
+
+/// `keel chain grant-roles`: grants `vaults` their platform roles
+/// ([`grant_custody_roles`]) on the platform an earlier bootstrap recorded for `chain`,
+/// signed by `admin` (the platform's admin: the bootstrap's deployer). Idempotent: a
+/// role already held is skipped, so a chain bootstrapped before its vaults were
+/// configured gets them, and a second run sends nothing.
+///
+/// # Errors
+/// [`BootstrapError::NotBootstrapped`], the errors of [`connect`] and
+/// [`grant_custody_roles`] (a signer that is not the admin: [`BootstrapError::Grant`],
+/// refused at gas estimation, or [`BootstrapError::GrantReverted`]).
+pub async fn grant_roles<S>(
+    db: &PgPool,
+    chain: &ChainTarget,
+    admin: S,
+    vaults: &[(String, Address)],
+) -> Result<Vec<CustodyGrant>>
+where
+    S: TxSigner<Signature> + Send + Sync + 'static,
+{
+    let deployment = recorded(db, chain, admin.address()).await?;
+    let provider = connect(chain, admin).await?;
+    grant_custody_roles(&provider, &deployment, vaults).await
 }
 
 fn row(chain_id: i64, c: &DeployedContract) -> PlatformContract {

@@ -228,6 +228,23 @@ async fn the_operator_key_in_kms_lists_bootstraps_and_gates_the_runner() {
         "the next nonce is the chain's count"
     );
 
+    // grant-roles needs vaults to grant to; without any it says so and sends nothing.
+    let (ok, _, stderr) = run(
+        keel_with(&env, &sim),
+        &[
+            "chain",
+            "grant-roles",
+            "--chain",
+            "local",
+            "--deployer-is-operator",
+        ],
+    );
+    assert!(
+        !ok && stderr.contains("no custody vaults configured"),
+        "{stderr}"
+    );
+    assert_eq!(p.get_transaction_count(address).await.unwrap(), sent);
+
     // A disabled key: a typed refusal naming the configuration, never a secret.
     let kms = kms_client(&sim.url).await;
     kms.disable_key().key_id(&sim.key_id).send().await.unwrap();

@@ -206,3 +206,87 @@ async fn a_wrong_chain_or_a_missing_entry_point_deploys_and_records_nothing() {
         assert!(rows.is_empty(), "chain {id}: {rows:?}");
     }
 }
+
+/// `keel chain grant-roles` (issue 35 §4): a chain bootstrapped before its custody
+/// vault was configured gets the vault's roles afterwards, from the recorded platform;
+/// a second run sends nothing; a signer that is not the platform's admin grants
+/// nothing; a chain with no recorded platform is refused before any call.
+#[tokio::test]
+async fn grant_roles_gives_a_later_vault_its_roles_on_the_recorded_platform() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let deployer = SignerHandle::local(chain.signer(0).unwrap().clone());
+    let vault = chain.account(5).unwrap();
+    let vaults = vec![("treasury".to_owned(), vault)];
+
+    let err = keel_bootstrap::grant_roles(db.pool(), &target(&chain), deployer.clone(), &vaults)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BootstrapError::NotBootstrapped { ref chain } if chain == "local"),
+        "{err:?}"
+    );
+
+    let done = keel_bootstrap::bootstrap(
+        db.pool(),
+        &target(&chain),
+        deployer.clone(),
+        &plan(true, Vec::new()),
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert!(done.custody.is_empty());
+    let factory = AssetFactory::new(
+        done.deployment.address(names::ASSET_FACTORY).unwrap(),
+        chain.provider(),
+    );
+    let resolver = PriceResolver::new(
+        done.deployment.address(names::PRICE_RESOLVER).unwrap(),
+        chain.provider(),
+    );
+    let role = factory.DEPLOYER_ROLE().call().await.unwrap();
+    assert!(!factory.hasRole(role, vault).call().await.unwrap());
+
+    // Not the admin: refused, nothing granted.
+    let stranger = SignerHandle::local(chain.signer(1).unwrap().clone());
+    let err = keel_bootstrap::grant_roles(db.pool(), &target(&chain), stranger, &vaults)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BootstrapError::Grant { .. } | BootstrapError::GrantReverted { .. }
+        ),
+        "{err:?}"
+    );
+    assert!(!factory.hasRole(role, vault).call().await.unwrap());
+
+    // The admin: both roles, from the recorded rows.
+    let grants = keel_bootstrap::grant_roles(db.pool(), &target(&chain), deployer.clone(), &vaults)
+        .await
+        .unwrap();
+    assert_eq!(grants.len(), 1);
+    assert_eq!((grants[0].address, grants[0].granted), (vault, 2));
+    assert!(factory.hasRole(role, vault).call().await.unwrap());
+    assert!(resolver.hasRole(B256::ZERO, vault).call().await.unwrap());
+
+    // Again: nothing sent.
+    let nonce = chain
+        .provider()
+        .get_transaction_count(deployer.address())
+        .await
+        .unwrap();
+    let again = keel_bootstrap::grant_roles(db.pool(), &target(&chain), deployer.clone(), &vaults)
+        .await
+        .unwrap();
+    assert_eq!(again[0].granted, 0);
+    assert_eq!(
+        chain
+            .provider()
+            .get_transaction_count(deployer.address())
+            .await
+            .unwrap(),
+        nonce
+    );
+}

@@ -1,6 +1,8 @@
 //! `keel chain bootstrap`: makes a configured chain ready for Keel through
 //! [`keel_bootstrap`] (deployments, platform contract rows, index scope, custody role
 //! grants), with stages on a terminal's stderr and one line per result on stdout.
+//! `keel chain grant-roles`: the custody role grants alone, on a chain bootstrapped
+//! earlier.
 
 use alloy::primitives::Address;
 use anyhow::{Context, bail};
@@ -40,6 +42,78 @@ pub(super) enum ChainCommand {
         #[arg(long, default_value = "1")]
         paymaster_deposit_ether: String,
     },
+    /// Grant every custody vault configured for the chain
+    /// (`chains.<name>.custody.vaults`) the platform roles its templates' writes need
+    /// (`DEPLOYER_ROLE` on the AssetFactory, `DEFAULT_ADMIN_ROLE` on the PriceResolver)
+    /// on the platform an earlier `keel chain bootstrap` recorded; signed by the
+    /// platform's admin (the bootstrap's deployer). A role already held is skipped: a
+    /// second run sends nothing. Prints one `custody` line per vault.
+    GrantRoles {
+        /// The chain's name in the configuration (`[chains.<name>]`).
+        #[arg(long)]
+        chain: String,
+        /// Name of the environment variable that holds the admin's private key (hex).
+        #[arg(long, default_value = "KEEL_DEPLOYER_KEY")]
+        key_env: String,
+        /// Sign with the configured operator key instead (any signer kind).
+        #[arg(long)]
+        deployer_is_operator: bool,
+    },
+}
+
+/// The deployer (the platform's admin) key, through the same signer configuration as
+/// every key: the operator's (`--deployer-is-operator`) or a hex key in `key_env`.
+async fn deployer_key(
+    config: &Config,
+    key_env: &str,
+    deployer_is_operator: bool,
+) -> anyhow::Result<keel_txq::SignerHandle> {
+    if deployer_is_operator {
+        let (signer, key) = config.operator.signer_config();
+        signer
+            .build(key)
+            .await?
+            .with_context(|| format!("no operator key is configured (`{key}`)"))
+    } else {
+        keel::signer::SignerConfig::Env {
+            var: key_env.to_owned(),
+        }
+        .build("--key-env")
+        .await?
+        .with_context(|| format!("environment variable {key_env} is not set"))
+    }
+}
+
+/// The configured chain `name` as a bootstrap target.
+fn target(config: &Config, name: &str) -> anyhow::Result<ChainTarget> {
+    let chain = config
+        .chains
+        .get(name)
+        .with_context(|| format!("no chain named `{name}` in the configuration (chains.*)"))?;
+    Ok(ChainTarget {
+        name: name.to_owned(),
+        chain_id: chain.chain_id,
+        rpc_urls: chain.rpc_urls.clone(),
+    })
+}
+
+/// The custody vaults configured for chain `name`: name and address.
+fn custody_vaults(config: &Config, name: &str) -> Vec<(String, Address)> {
+    config
+        .chains
+        .get(name)
+        .into_iter()
+        .flat_map(|c| c.custody.iter())
+        .flat_map(|c| c.vaults.iter())
+        .map(|(name, v)| (name.clone(), v.address))
+        .collect()
+}
+
+fn print_grant(grant: &keel_bootstrap::CustodyGrant, chain: &str) {
+    println!(
+        "custody  vault {:<14} {} holds DEPLOYER_ROLE (AssetFactory) and DEFAULT_ADMIN_ROLE (PriceResolver) on chain `{chain}` ({} granted now)",
+        grant.vault, grant.address, grant.granted
+    );
 }
 
 /// Runs a `keel chain` command.
@@ -59,45 +133,38 @@ pub(super) async fn run(config: &Config, command: ChainCommand) -> anyhow::Resul
                 keel_units::Rounding::Exact,
             )
             .context("--paymaster-deposit-ether is not a decimal amount of ether")?;
-            let chain_name = chain;
-            let chain = config.chains.get(&chain_name).with_context(|| {
-                format!("no chain named `{chain_name}` in the configuration (chains.*)")
-            })?;
-            // The deployer key, through the same signer configuration as every key.
-            let deployer = if deployer_is_operator {
-                let (signer, key) = config.operator.signer_config();
-                signer
-                    .build(key)
-                    .await?
-                    .with_context(|| format!("no operator key is configured (`{key}`)"))?
-            } else {
-                keel::signer::SignerConfig::Env {
-                    var: key_env.clone(),
-                }
-                .build("--key-env")
-                .await?
-                .with_context(|| format!("environment variable {key_env} is not set"))?
-            };
-            let target = ChainTarget {
-                name: chain_name.clone(),
-                chain_id: chain.chain_id,
-                rpc_urls: chain.rpc_urls.clone(),
-            };
+            let target = target(config, &chain)?;
+            let deployer = deployer_key(config, &key_env, deployer_is_operator).await?;
             let plan = BootstrapPlan {
                 erc4337_artifacts: deploy_erc4337
                     .then(|| keel_abi::erc4337::artifacts_dir(&super::workspace_root())),
                 entry_point,
                 sponsor_signer,
                 paymaster_deposit: deposit,
-                custody_vaults: chain
-                    .custody
-                    .iter()
-                    .flat_map(|c| c.vaults.iter())
-                    .map(|(name, v)| (name.clone(), v.address))
-                    .collect(),
+                custody_vaults: custody_vaults(config, &chain),
             };
             let pool = super::connect_migrated(config).await?;
             bootstrap(&pool, &target, deployer, &plan).await
+        }
+        ChainCommand::GrantRoles {
+            chain,
+            key_env,
+            deployer_is_operator,
+        } => {
+            let target = target(config, &chain)?;
+            let vaults = custody_vaults(config, &chain);
+            if vaults.is_empty() {
+                bail!(
+                    "chain `{chain}` has no custody vaults configured (chains.{chain}.custody.vaults)"
+                );
+            }
+            let admin = deployer_key(config, &key_env, deployer_is_operator).await?;
+            let pool = super::connect_migrated(config).await?;
+            let grants = keel_bootstrap::grant_roles(&pool, &target, admin, &vaults).await?;
+            for grant in &grants {
+                print_grant(grant, &chain);
+            }
+            Ok(())
         }
     }
 }
@@ -152,10 +219,7 @@ async fn bootstrap(
         println!("check    {:<20} {}", check.name, check.observed);
     }
     for grant in &done.custody {
-        println!(
-            "custody  vault {:<14} {} holds DEPLOYER_ROLE (AssetFactory) and DEFAULT_ADMIN_ROLE (PriceResolver) on chain `{}`",
-            grant.vault, grant.address, target.name
-        );
+        print_grant(grant, &target.name);
     }
     println!(
         "bootstrap of chain `{}` (chainId {}) complete: {} contracts recorded",
