@@ -568,6 +568,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         dto::FundingRequest,
         dto::FundingRequestList,
         dto::EntryPointDepositRequest,
+        dto::QueuedBehindFunding,
         dto::Health,
         dto::ApiKeyScope,
         dto::CreateApiKeyRequest,

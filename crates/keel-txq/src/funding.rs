@@ -77,6 +77,52 @@ impl TryFrom<FundingRow> for FundingRequest {
     }
 }
 
+/// A request that is `queued` behind its sender's open funding request: it needs no
+/// funds of its own yet (its cost is checked when its turn comes), but it cannot be
+/// signed until the request it waits behind is funded (or fails its deadline). Funding
+/// the address of [`FundingRequest`] `queued_behind` releases it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedBehindFunding {
+    /// The blocked request (`queued`).
+    pub request_id: Uuid,
+    /// Its chain.
+    pub chain_id: ChainId,
+    /// Its sender: the address whose funding releases it.
+    pub address: Address,
+    /// The sender's oldest `waiting_funding` request, the one it waits behind.
+    pub queued_behind: Uuid,
+    /// When the request was enqueued (database clock).
+    pub created_at: DateTime<Utc>,
+}
+
+/// Every request `queued` behind an open funding request (of every chain, or of
+/// `chain_id`), oldest first: with [`funding_requests`], each request a funding wait
+/// holds up, not only the first. Reads the database only.
+///
+/// # Errors
+/// [`TxqError::Store`] when the database fails or a row does not decode.
+pub async fn funding_queued_behind(
+    db: &PgPool,
+    chain_id: Option<ChainId>,
+) -> Result<Vec<QueuedBehindFunding>> {
+    let chain_id = match chain_id.map(|c| i64::try_from(c.get())).transpose() {
+        Ok(c) => c,
+        Err(_) => return Ok(Vec::new()),
+    };
+    Ok(store::funding_queued_behind(db, chain_id)
+        .await?
+        .into_iter()
+        .map(|r| QueuedBehindFunding {
+            request_id: r.id,
+            chain_id: r.chain_id,
+            address: r.sender.0,
+            queued_behind: r.behind,
+            created_at: r.created_at,
+        })
+        .collect())
+}
+
 /// Open funding requests (requests in `waiting_funding`) of every chain, or of
 /// `chain_id` when given, oldest request first. Reads the database only (no node); the
 /// amounts are those of each request's last check.

@@ -141,7 +141,8 @@
 //!   fills. A refused *replacement* (or re-broadcast) of a request an earlier attempt
 //!   of which a node accepted never settles it: that attempt may still mine.
 //! - **Reading them**: [`RequestStatus::funding`], [`TxQueue::funding_requests`] (this
-//!   chain) and [`funding_requests`] (every chain or one, from the database only).
+//!   chain) and [`funding_requests`] (every chain or one, from the database only);
+//!   [`funding_queued_behind`]: the `queued` requests each funding wait holds up.
 //!
 //! ## Settlements are pushed
 //!
@@ -276,7 +277,7 @@ pub use custody::{
 };
 pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
-pub use funding::{FundingRequest, funding_requests};
+pub use funding::{FundingRequest, QueuedBehindFunding, funding_queued_behind, funding_requests};
 pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, queue_health};
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
 pub use queue::{EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig, TxRequest};

@@ -66,7 +66,7 @@ pub use ops::accept::{Accepted, NewAsset, TokenRequest};
 pub use ops::ledger::{HolderView, HoldersView, SupplyView, TransferView, TransfersView};
 pub use ops::read::{
     AssetKey, AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView,
-    TemplateView,
+    QueuedBehindFundingView, TemplateView,
 };
 pub use ops::view::{
     ApprovalRecord, CustodyWait, ErrorView, IndexedMilestone, Milestones, OPERATION_SCAN_BATCH,

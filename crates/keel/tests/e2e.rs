@@ -1004,9 +1004,60 @@ async fn an_unfunded_operator_pauses_the_operation_until_funded() {
         0,
         "{other}"
     );
-    set_balance(&stack, operator, required).await;
+    // A second mint of the same sender queues behind the funding wait, and the funding
+    // view names it with the request it waits behind (issue 35 §4).
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/mint"),
+            "mint-f2",
+            json!({"recipient": stack.chain.account(7).unwrap().to_string(), "amount": "3"}),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{status} {body}");
+    let second = body["id"].as_str().unwrap().to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let behind = loop {
+        let (status, list) = stack.get(&stack.key_a, "/v1/funding-requests").await;
+        assert_eq!(status, 200, "{list}");
+        let q = list["queuedBehindFunding"].as_array().unwrap().clone();
+        if !q.is_empty() {
+            break (list, q);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second mint never showed as queued behind funding: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (list, q) = behind;
+    assert_eq!(q.len(), 1, "{list}");
+    assert_eq!(q[0]["operationId"], json!(second), "{list}");
+    assert_eq!(q[0]["step"], "mint", "{list}");
+    assert_eq!(q[0]["queuedBehind"], json!(id), "{list}");
+    assert_eq!(
+        q[0]["queuedBehindRequestId"], list["fundingRequests"][0]["requestId"],
+        "{list}"
+    );
+    assert_eq!(
+        q[0]["address"].as_str().unwrap().to_lowercase(),
+        operator.to_string().to_lowercase()
+    );
+    let (_, other) = stack.get(&stack.key_other, "/v1/funding-requests").await;
+    assert_eq!(
+        other["queuedBehindFunding"].as_array().unwrap().len(),
+        0,
+        "{other}"
+    );
+    set_balance(&stack, operator, 10 * required).await;
     let view = stack.await_op(&id, Duration::from_secs(60), terminal).await;
     assert_eq!(state(&view), "completed", "{view}");
+    let view = stack
+        .await_op(&second, Duration::from_secs(60), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let (_, list) = stack.get(&stack.key_a, "/v1/funding-requests").await;
+    assert_eq!(list["queuedBehindFunding"], json!([]), "{list}");
     // accepted → ... → funding_requested → submitted → settled → confirmed → completed.
     let events = hooks
         .until(&id, "completed", |e| e["data"]["state"] == "completed")

@@ -344,6 +344,22 @@ impl From<svc::FundingRequestView> for FundingRequest {
     }
 }
 
+impl From<svc::QueuedBehindFundingView> for QueuedBehindFunding {
+    fn from(f: svc::QueuedBehindFundingView) -> Self {
+        let r = f.request;
+        Self {
+            operation_id: f.operation_id,
+            step: f.link,
+            request_id: r.request_id,
+            chain_id: r.chain_id.to_string(),
+            address: address_text(r.address),
+            queued_behind: f.queued_behind,
+            queued_behind_request_id: r.queued_behind,
+            created_at: r.created_at,
+        }
+    }
+}
+
 impl From<keel_aa::service::DepositRequestView> for EntryPointDepositRequest {
     fn from(d: keel_aa::service::DepositRequestView) -> Self {
         Self {

@@ -50,6 +50,38 @@ pub struct FundingRequestList {
     /// every organization.
     #[serde(default)]
     pub entry_point_deposits: Vec<EntryPointDepositRequest>,
+    /// The caller's transactions held up behind an open funding request of their
+    /// sender (a sender's transactions are sent in order, so one that waits for funds
+    /// holds up the later ones), oldest first. Funding the sender releases them.
+    #[serde(default)]
+    pub queued_behind_funding: Vec<QueuedBehindFunding>,
+}
+
+/// A transaction `queued` behind an open funding request of its sender: it needs no
+/// funds reported of its own yet (its cost is checked when its turn comes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueuedBehindFunding {
+    /// The operation that waits.
+    pub operation_id: Uuid,
+    /// Its workflow step.
+    pub step: String,
+    /// The transaction-queue request that waits.
+    pub request_id: Uuid,
+    /// EIP-155 chain id (decimal string).
+    #[schema(example = "31337")]
+    pub chain_id: String,
+    /// The sender whose funding releases it (EIP-55 checksummed).
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub address: String,
+    /// The operation it waits behind, when it is the caller's (`null`: another
+    /// organization's, on the same sender).
+    pub queued_behind: Option<Uuid>,
+    /// The queue request it waits behind: the `requestId` of the sender's funding
+    /// request (listed in `fundingRequests` when it is the caller's).
+    pub queued_behind_request_id: Uuid,
+    /// When the transaction was queued (RFC 3339, UTC).
+    pub created_at: DateTime<Utc>,
 }
 
 /// A funding request of the SponsorPaymaster's **EntryPoint deposit**: its deposit

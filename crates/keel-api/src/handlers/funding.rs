@@ -24,7 +24,8 @@ pub(crate) struct FundingQuery {
 
 /// The open funding requests of the caller's operations (transactions paused until
 /// their sender holds enough native currency for gas; they resume by themselves once
-/// funded, or fail `FUNDING_DEADLINE_EXPIRED` after `deadline`).
+/// funded, or fail `FUNDING_DEADLINE_EXPIRED` after `deadline`), and every transaction
+/// of the caller's held up behind one (`queuedBehindFunding`).
 #[utoipa::path(
     get,
     path = "/v1/funding-requests",
@@ -45,6 +46,10 @@ pub(crate) async fn funding_requests(
     let q = query(q)?;
     int64_query(q.chain_id)?;
     let open = state.ops().funding_requests(caller, q.chain_id).await?;
+    let blocked = state
+        .ops()
+        .funding_queued_behind(caller, q.chain_id)
+        .await?;
     let deposits = match state.user_operations() {
         Some(aa) => aa
             .deposit_requests(q.chain_id)
@@ -55,6 +60,7 @@ pub(crate) async fn funding_requests(
     Ok(Json(FundingRequestList {
         funding_requests: open.into_iter().map(Into::into).collect(),
         entry_point_deposits: deposits.into_iter().map(Into::into).collect(),
+        queued_behind_funding: blocked.into_iter().map(Into::into).collect(),
     })
     .into_response())
 }

@@ -882,7 +882,7 @@ async fn tenants_see_only_their_own_resources() {
     assert_eq!(f.status, StatusCode::OK);
     assert_eq!(
         f.body,
-        json!({"fundingRequests": [], "entryPointDeposits": []})
+        json!({"fundingRequests": [], "entryPointDeposits": [], "queuedBehindFunding": []})
     );
 }
 
@@ -970,7 +970,7 @@ async fn approval_and_readiness_rules_without_a_chain() {
     assert_eq!(f.status, StatusCode::OK);
     assert_eq!(
         f.body,
-        json!({"fundingRequests": [], "entryPointDeposits": []})
+        json!({"fundingRequests": [], "entryPointDeposits": [], "queuedBehindFunding": []})
     );
 }
 

@@ -143,6 +143,40 @@ pub(crate) async fn funding_open(
     .map_err(unreadable("txq_request"))
 }
 
+/// A `queued` request of a sender that has a `waiting_funding` request: it waits
+/// behind the sender's oldest open funding request (`behind`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct QueuedBehindRow {
+    pub id: Uuid,
+    pub chain_id: ChainId,
+    pub sender: DbAddress,
+    pub behind: Uuid,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Every `queued` request whose sender has an open funding request (of every chain, or
+/// of `chain_id`), with that sender's oldest `waiting_funding` request, oldest first.
+pub(crate) async fn funding_queued_behind(
+    db: impl PgExecutor<'_>,
+    chain_id: Option<i64>,
+) -> Result<Vec<QueuedBehindRow>> {
+    sqlx::query_as::<_, QueuedBehindRow>(
+        "SELECT q.id, q.chain_id, q.sender, w.id AS behind, q.created_at
+           FROM txq_request q
+           JOIN LATERAL (
+                SELECT id FROM txq_request w
+                 WHERE w.chain_id = q.chain_id AND w.sender = q.sender
+                   AND w.state = 'waiting_funding'
+                 ORDER BY w.created_at, w.id LIMIT 1) w ON true
+          WHERE q.state = 'queued' AND ($1::int8 IS NULL OR q.chain_id = $1)
+          ORDER BY q.created_at, q.id",
+    )
+    .bind(chain_id)
+    .fetch_all(db)
+    .await
+    .map_err(unreadable("txq_request"))
+}
+
 /// The open funding request of one request, when it is `waiting_funding`.
 pub(crate) async fn funding_of(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<FundingRow>> {
     sqlx::query_as::<_, FundingRow>(sqlx::AssertSqlSafe(format!(

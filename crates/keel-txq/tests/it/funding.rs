@@ -146,6 +146,28 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
         RequestState::WaitingFunding
     );
     assert_eq!(q.status(behind).await.unwrap().state, RequestState::Queued);
+    // The funding view names it too: queued behind the funding request (issue 35 §4).
+    let blocked = keel_txq::funding_queued_behind(db.pool(), None)
+        .await
+        .unwrap();
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(
+        (
+            blocked[0].request_id,
+            blocked[0].queued_behind,
+            blocked[0].address
+        ),
+        (behind, id, sender)
+    );
+    assert_eq!(blocked[0].chain_id, this_chain);
+    assert!(
+        keel_txq::funding_queued_behind(db.pool(), Some(ChainId(this_chain.get() + 1)))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let json = serde_json::to_value(&blocked[0]).unwrap();
+    assert_eq!(json["queuedBehind"], serde_json::json!(id.to_string()));
     assert_eq!(
         chain
             .provider()
@@ -173,6 +195,13 @@ async fn unfunded_sender_waits_with_the_exact_amount_then_confirms_once_funded()
         (FailureCode::GasRequired, 0)
     );
     assert!(q.funding_requests().await.unwrap().is_empty());
+    assert!(
+        keel_txq::funding_queued_behind(db.pool(), None)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing waits behind a funding request once it is funded"
+    );
     assert_eq!(
         chain
             .provider()

@@ -151,6 +151,21 @@ pub struct FundingRequestView {
     pub request: keel_txq::FundingRequest,
 }
 
+/// One of the caller's queue requests held up behind a funding wait of its sender
+/// ([`keel_txq::QueuedBehindFunding`]).
+#[derive(Debug, Clone)]
+pub struct QueuedBehindFundingView {
+    /// The operation that waits.
+    pub operation_id: Uuid,
+    /// Its link to the waiting queue request (wire name `step`).
+    pub link: String,
+    /// The operation it waits behind, when that one is the caller's too (`None`: another
+    /// organization's operation on the same sender; its id is not shown).
+    pub queued_behind: Option<Uuid>,
+    /// The queue's view.
+    pub request: keel_txq::QueuedBehindFunding,
+}
+
 /// An asset row, decoded.
 #[derive(Debug, Clone)]
 pub(crate) struct AssetRecord {
@@ -378,6 +393,41 @@ impl Ops {
                         link: o.link.clone(),
                         request,
                     })
+            })
+            .collect())
+    }
+
+    /// The caller's queue requests held up `queued` behind their sender's open funding
+    /// request (of every chain, or of `chain_id`), oldest first: with
+    /// [`Self::funding_requests`], every request a funding wait blocks, not only the first.
+    ///
+    /// # Errors
+    /// [`OpsError::Store`].
+    pub async fn funding_queued_behind(
+        &self,
+        caller: Caller,
+        chain_id: Option<u64>,
+    ) -> Result<Vec<QueuedBehindFundingView>> {
+        let blocked = keel_txq::funding_queued_behind(&self.db, chain_id.map(ChainId))
+            .await
+            .map_err(txq_err)?;
+        if blocked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut ids: Vec<Uuid> = blocked.iter().map(|r| r.request_id).collect();
+        ids.extend(blocked.iter().map(|r| r.queued_behind));
+        let owned = store::operation_tx_owned(&self.db, caller.organization_id, &ids).await?;
+        let owner = |id: Uuid| owned.iter().find(|o| o.txq_request_id == id);
+        Ok(blocked
+            .into_iter()
+            .filter_map(|request| {
+                let own = owner(request.request_id)?;
+                Some(QueuedBehindFundingView {
+                    operation_id: own.operation_id,
+                    link: own.link.clone(),
+                    queued_behind: owner(request.queued_behind).map(|o| o.operation_id),
+                    request,
+                })
             })
             .collect())
     }
