@@ -9,7 +9,8 @@
 //! default 10,000 per case: `run1-sustained`, `run50-sustained`).
 //!
 //! `cargo bench -p keel-txq --bench txq`; `KEEL_TXQ_BENCH_CASES`, e.g.
-//! `run50,run50-sustained`, runs a subset; `KEEL_TXQ_BENCH_TIMELINE` prints, per 25 ms
+//! `run50,run50-sustained`, runs a subset (`run1,run4,run16`: a signer pool of 1, 4 and
+//! 16 senders on one chain, issue 35 §2); `KEEL_TXQ_BENCH_TIMELINE` prints, per 25 ms
 //! of each Keel case, the requests enqueued, signed and marked broadcast;
 //! `KEEL_TXQ_BENCH_REPEAT=R` runs each case R times (each repetition with its own raw
 //! ceilings) and ends with one median line per case: the median of the per-repetition
@@ -706,13 +707,16 @@ async fn main() -> anyhow::Result<()> {
         "keel p50/p99",
         "raw p50/p99"
     );
-    // `KEEL_TXQ_BENCH_CASES`: a comma-separated subset of tick1, tick50, run1, run50,
-    // run1-sustained, run50-sustained.
+    // `KEEL_TXQ_BENCH_CASES`: a comma-separated subset of tick1, tick50, run1, run4,
+    // run16, run50, run1-sustained, run50-sustained (run1,run4,run16: the signer pool's
+    // scaling, issue 35 §2).
     let only = std::env::var("KEEL_TXQ_BENCH_CASES").ok();
     for (mode, senders, n, suffix) in [
         (Mode::Tick, 1usize, burst, ""),
         (Mode::Tick, 50, burst, ""),
         (Mode::Run, 1, burst, ""),
+        (Mode::Run, 4, burst, ""),
+        (Mode::Run, 16, burst, ""),
         (Mode::Run, 50, burst, ""),
         (Mode::Run, 1, sustained, "-sustained"),
         (Mode::Run, 50, sustained, "-sustained"),

@@ -27,10 +27,17 @@ pub struct SenderHealth {
     pub oldest_unsettled_at: Option<DateTime<Utc>>,
     /// Replacement attempts (fee bumps, attempt > 1) created in the last hour.
     pub replacements_last_hour: u64,
+    /// The sender's balance at the node's `pending` block, wei, as a runner's queue
+    /// last read it (every [`crate::BALANCE_REFRESH`] for each registered sender);
+    /// `None` before any runner registered it.
+    pub balance_wei: Option<keel_units::Wei>,
+    /// When that balance was read (database clock).
+    pub balance_checked_at: Option<DateTime<Utc>>,
 }
 
-/// Every sender the queue knows (`txq_sender`), by chain and address: depth, waiting
-/// funding, in flight, oldest unsettled, replacements in the last hour. One statement;
+/// Every sender the queue knows (`txq_sender`, and every sender a runner registered:
+/// `txq_sender_balance`), by chain and address: depth, waiting funding, in flight,
+/// oldest unsettled, replacements in the last hour, last seen balance. One statement;
 /// no node is asked. Open funding requests: [`crate::funding_requests`].
 ///
 /// # Errors
@@ -50,6 +57,13 @@ pub async fn queue_health(db: &keel_store::PgPool) -> Result<Vec<SenderHealth>> 
                 in_flight: u64::try_from(r.in_flight).map_err(decode)?,
                 oldest_unsettled_at: r.oldest_unsettled_at,
                 replacements_last_hour: u64::try_from(r.replacements_last_hour).map_err(decode)?,
+                balance_wei: r
+                    .balance_wei
+                    .as_deref()
+                    .map(str::parse::<keel_units::Wei>)
+                    .transpose()
+                    .map_err(|_| TxqError::Store(StoreError::Decode))?,
+                balance_checked_at: r.balance_checked_at,
             })
         })
         .collect()

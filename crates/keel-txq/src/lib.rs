@@ -215,6 +215,8 @@
 //! | `keel_txq_queue_depth` | gauge | `chain_id` | requests `queued` + `waiting_funding`, set every tick |
 //! | `keel_txq_waiting_funding` | gauge | `chain_id` | requests `waiting_funding`, set every tick |
 //! | `keel_txq_in_flight` | gauge | `chain_id`, `sender` | requests `signed` + `broadcast` per registered signer, set every tick |
+//! | `keel_txq_sender_depth` | gauge | `chain_id`, `sender` | requests `queued` + `waiting_funding` per registered sender, set every tick |
+//! | `keel_txq_sender_balance_wei` | gauge | `chain_id`, `sender` | a registered sender's balance at `pending`, wei, read every `BALANCE_REFRESH` (15 s) |
 //! | `keel_txq_time_to_broadcast_seconds` | histogram | `chain_id` | enqueue → first accepted broadcast (includes any funding wait) |
 //! | `keel_txq_time_to_confirmation_seconds` | histogram | `chain_id` | enqueue → settled `confirmed` or `reverted` (at the confirmation depth) |
 //! | `keel_txq_verdicts_total` | counter | `chain_id`, `kind` | settled requests by verdict kind (`confirmed`, `reverted`, `failed`) |
@@ -280,7 +282,9 @@ pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, QueuedBehindFunding, funding_queued_behind, funding_requests};
 pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, queue_health};
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
-pub use queue::{EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig, TxRequest};
+pub use queue::{
+    BALANCE_REFRESH, EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig, TxRequest,
+};
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
 pub use signer::{LocalSigner, SignFuture, SignerError, SignerHandle, SignerRefusal, TxSigner};
 pub use state::{RequestState, UnknownRequestState};
@@ -384,6 +388,16 @@ pub fn describe_metrics() {
         "keel_txq_in_flight",
         ::metrics::Unit::Count,
         "Requests signed or broadcast and not yet settled, per sender (requests)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_txq_sender_depth",
+        ::metrics::Unit::Count,
+        "Requests queued or waiting for funding, per registered sender (requests)."
+    );
+    ::metrics::describe_gauge!(
+        "keel_txq_sender_balance_wei",
+        ::metrics::Unit::Count,
+        "A registered sender's balance at the pending block, read every 15 s (wei)."
     );
     ::metrics::describe_counter!(
         "keel_txq_nonce_adopted_total",

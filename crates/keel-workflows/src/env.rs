@@ -9,8 +9,50 @@ use keel_txq::TxQueue;
 use keel_units::ChainId;
 use sqlx::PgPool;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+/// A chain's signer pool (issue 35 §2): the senders whose keys this runner holds for
+/// the chain, the operator first, then `chains.<name>.senders` in name order. Each
+/// has its own nonce stream in the queue.
+///
+/// Assignment: independent work (a new asset without a custody vault) takes the next
+/// sender round-robin ([`SenderPool::next`], journaled by the workflow that asks, so a
+/// replay keeps the choice); an asset's later operations are sent by the sender that
+/// created it (its issuer, which holds the asset's roles), so one asset's writes keep
+/// their order on one nonce stream.
+#[derive(Debug, Clone)]
+pub struct SenderPool {
+    senders: Arc<[Address]>,
+    next: Arc<AtomicUsize>,
+}
+
+impl SenderPool {
+    /// A pool of `senders` (duplicates removed, first occurrence kept).
+    pub fn new(senders: Vec<Address>) -> Self {
+        let mut seen = std::collections::HashSet::new();
+        let senders: Vec<Address> = senders.into_iter().filter(|a| seen.insert(*a)).collect();
+        Self {
+            senders: senders.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The pool's senders, the operator first.
+    pub fn senders(&self) -> &[Address] {
+        &self.senders
+    }
+
+    /// The next sender round-robin (`None` for an empty pool).
+    pub fn next(&self) -> Option<Address> {
+        if self.senders.is_empty() {
+            return None;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.senders.len();
+        Some(self.senders[i])
+    }
+}
 
 /// One chain as the workflows see it.
 #[derive(Debug, Clone)]
@@ -24,6 +66,8 @@ pub struct ChainContext {
     pub queue: Arc<TxQueue>,
     /// Keel's platform contracts on it.
     pub contracts: PlatformAddresses,
+    /// Its signer pool (the operator alone unless `chains.<name>.senders` adds more).
+    pub senders: SenderPool,
 }
 
 /// Everything the workflows share.
@@ -92,7 +136,25 @@ mod tests {
                 price_feed_factory: Address::ZERO,
                 price_resolver: Address::ZERO,
             },
+            senders: SenderPool::new(vec![Address::ZERO]),
         }
+    }
+
+    /// Round-robin over the pool, duplicates removed; an empty pool has no sender.
+    #[test]
+    fn the_pool_hands_out_its_senders_in_turn() {
+        let (a, b, c) = (
+            Address::repeat_byte(1),
+            Address::repeat_byte(2),
+            Address::repeat_byte(3),
+        );
+        let pool = SenderPool::new(vec![a, b, a, c]);
+        assert_eq!(pool.senders(), &[a, b, c]);
+        let picks: Vec<_> = (0..7).filter_map(|_| pool.next()).collect();
+        assert_eq!(picks, vec![a, b, c, a, b, c, a]);
+        let shared = pool.clone();
+        assert_eq!(shared.next(), Some(b), "clones share the turn");
+        assert_eq!(SenderPool::new(Vec::new()).next(), None);
     }
 
     /// A chain with a later slot is not served until `serve_later` fills it, once; a

@@ -56,7 +56,7 @@ pub mod tenancy;
 pub mod verdicts;
 pub mod workflows;
 
-pub use env::{ChainContext, WorkflowEnv};
+pub use env::{ChainContext, SenderPool, WorkflowEnv};
 pub use error::{OpsError, Result};
 pub use events::{OperationEvents, Renderer};
 /// Who asked for a command (the engine's attribution types, re-exported for the API).

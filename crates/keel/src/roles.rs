@@ -284,7 +284,7 @@ impl RoleRuntime {
                 &owner,
                 &chains,
                 &runtime.supervisor,
-                signers.operator.as_ref(),
+                signers,
             )
             .await?;
             runtime.executor = Some(services.executor);

@@ -185,6 +185,34 @@ pub struct RunnerServices {
     pub tasks: Vec<(&'static str, JoinHandle<()>)>,
 }
 
+/// The keys a runner's queues sign with: the operator's, and per chain (EIP-155 id) the
+/// signer pool's other senders (`chains.<name>.senders`).
+#[derive(Clone, Default)]
+struct ChainSigners {
+    operator: Option<Arc<dyn TxSigner>>,
+    pool: Arc<std::collections::BTreeMap<u64, Vec<Arc<dyn TxSigner>>>>,
+}
+
+impl ChainSigners {
+    fn new(signers: &crate::signer::Signers) -> Self {
+        Self {
+            operator: signers.operator.as_ref().map(SignerHandle::tx_signer),
+            pool: Arc::new(
+                signers
+                    .pool
+                    .iter()
+                    .map(|(chain, senders)| {
+                        (
+                            *chain,
+                            senders.iter().map(|s| s.handle.tx_signer()).collect(),
+                        )
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
 /// What a runner's queue hands to keel-workflows in its transactions: every verdict
 /// (the settlement sink) and every first broadcast and opened funding request (the
 /// progress sink); and the account-abstraction slots a served chain also fills.
@@ -217,11 +245,11 @@ async fn serve_runner_chain(
     engine: &Engine,
     env: &WorkflowEnv,
     node: &Arc<UpstreamPool>,
-    signer: Option<&Arc<dyn TxSigner>>,
+    signers: &ChainSigners,
     sinks: &QueueSinks,
     queue_slot: &OnceLock<Arc<TxQueue>>,
 ) -> Result<(), String> {
-    prepare_runner_chain(config, pool, env, node, signer, sinks, queue_slot).await?;
+    prepare_runner_chain(config, pool, env, node, signers, sinks, queue_slot).await?;
     let chain_id = node.chain().get();
     let tag = keel_workflows::workflows::chain_wake_tag(chain_id);
     match engine.wake_suspended(&tag, CHAIN_SERVED_REASON).await {
@@ -243,14 +271,14 @@ async fn serve_runner_chain(
 }
 
 /// Makes a served chain of the runner: its platform contracts, the queue with the
-/// operator's signer, the chain in the workflow environment. Idempotent (a chain
-/// already there is kept).
+/// operator's signer and the chain's pool senders, the chain in the workflow
+/// environment with its signer pool. Idempotent (a chain already there is kept).
 async fn prepare_runner_chain(
     config: &Config,
     pool: &PgPool,
     env: &WorkflowEnv,
     node: &Arc<UpstreamPool>,
-    signer: Option<&Arc<dyn TxSigner>>,
+    signers: &ChainSigners,
     sinks: &QueueSinks,
     queue_slot: &OnceLock<Arc<TxQueue>>,
 ) -> Result<(), String> {
@@ -265,7 +293,7 @@ async fn prepare_runner_chain(
     let contracts = PlatformAddresses::load(pool, chain_id)
         .await
         .map_err(|e| e.to_string())?;
-    let signer = signer.ok_or_else(|| match config.operator.signer_config() {
+    let signer = signers.operator.as_ref().ok_or_else(|| match config.operator.signer_config() {
         (crate::signer::SignerConfig::Env { var }, key) => format!(
             "no operator key: set the environment variable {var} (hex private key; configuration key `{key}`)"
         ),
@@ -274,6 +302,11 @@ async fn prepare_runner_chain(
     let mut queue = TxQueue::new(pool.clone(), node.clone(), queue_config(config, chain_id))
         .map_err(|e| format!("transaction queue: {e}"))?;
     queue.add_signer(signer.clone());
+    let mut senders = vec![signer.address()];
+    for extra in signers.pool.get(&chain_id).into_iter().flatten() {
+        queue.add_signer(extra.clone());
+        senders.push(extra.address());
+    }
     for sender in custody_senders(config, chain_id)? {
         queue.add_custody_sender(sender);
     }
@@ -289,6 +322,7 @@ async fn prepare_runner_chain(
         node: node.clone(),
         queue,
         contracts,
+        senders: keel_workflows::SenderPool::new(senders),
     });
     Ok(())
 }
@@ -362,8 +396,9 @@ pub fn custody_webhooks(
 }
 
 /// Starts the runner's work on `owner`'s shards, every task under `supervisor`; the
-/// operator key (`operator`, built once at start: [`crate::signer::Signers`]) signs
-/// every chain's queue and is the bundlers' sender.
+/// keys (`signers`, built once at start: [`crate::signer::Signers`]): the operator
+/// signs every chain's queue and is the bundlers' sender, a chain's pool senders sign
+/// its queue too.
 ///
 /// # Errors
 /// An invalid configuration (naming its key); a workflow the API can start that is
@@ -374,10 +409,10 @@ pub async fn start_runner(
     owner: &ShardOwner,
     chains: &ChainSet,
     supervisor: &Supervisor,
-    operator: Option<&SignerHandle>,
+    signers: &crate::signer::Signers,
 ) -> anyhow::Result<RunnerServices> {
-    let env = workflow_env(config, pool, operator)?;
-    let signer: Option<Arc<dyn TxSigner>> = operator.map(SignerHandle::tx_signer);
+    let env = workflow_env(config, pool, signers.operator.as_ref())?;
+    let signer = ChainSigners::new(signers);
     let engine = Engine::new(pool.clone(), engine_config(config))
         .map_err(|e| durable_config_error(&e))
         .context("durable engine")?;
@@ -447,7 +482,7 @@ pub async fn start_runner(
                 &engine,
                 &env,
                 &node,
-                signer.as_ref(),
+                &signer,
                 &sinks,
                 &queue_slot,
             )
@@ -535,7 +570,7 @@ pub async fn start_runner(
                         &engine,
                         &env,
                         &node,
-                        signer.as_ref(),
+                        &signer,
                         &sinks,
                         &queue_slot,
                     )

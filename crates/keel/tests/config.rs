@@ -1073,3 +1073,37 @@ async fn signer_tables_load_and_build() {
         "{e}"
     );
 }
+
+/// `[chains.<name>.senders.<sender>]` (issue 35 §2) from the environment: each pool
+/// sender is a signer table of any kind; a bad name or an incomplete table is refused
+/// naming the key.
+#[test]
+fn pool_senders_load_from_the_environment_and_bad_ones_name_their_key() {
+    let c = load(&[
+        ("KEEL__CHAINS__LOCAL__SENDERS__S1__KIND", "env"),
+        ("KEEL__CHAINS__LOCAL__SENDERS__S1__VAR", "KEEL_S1_KEY"),
+        ("KEEL__CHAINS__LOCAL__SENDERS__KMS-2__KIND", "awsKms"),
+        ("KEEL__CHAINS__LOCAL__SENDERS__KMS-2__KEYID", "alias/s2"),
+        ("KEEL__CHAINS__LOCAL__SENDERS__KMS-2__REGION", "eu-west-1"),
+    ])
+    .unwrap();
+    let senders = &c.chains["local"].senders;
+    assert_eq!(
+        senders.keys().collect::<Vec<_>>(),
+        ["kms-2", "s1"],
+        "{senders:?}"
+    );
+    assert_eq!(senders["s1"].kind(), "env");
+    assert_eq!(senders["kms-2"].kind(), "awsKms");
+    let key = invalid_key(load(&[
+        ("KEEL__CHAINS__LOCAL__SENDERS__S1__KIND", "env"),
+        ("KEEL__CHAINS__LOCAL__SENDERS__S1__VAR", ""),
+    ]));
+    assert_eq!(key, "chains.local.senders.s1.var");
+    let key = invalid_key(load(&[
+        ("KEEL__CHAINS__LOCAL__SENDERS__S1__KIND", "awsKms"),
+        ("KEEL__CHAINS__LOCAL__SENDERS__S1__KEYID", "alias/x"),
+        ("KEEL__CHAINS__LOCAL__SENDERS__S1__REGION", " "),
+    ]));
+    assert_eq!(key, "chains.local.senders.s1.region");
+}

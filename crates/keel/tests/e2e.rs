@@ -2514,3 +2514,196 @@ async fn an_operations_trace_runs_from_the_request_through_a_restarted_runner_to
         .count();
     assert!(segments >= 1);
 }
+
+/// The senders (tx `from`) of every confirmed write of `view`, in order.
+async fn confirmed_senders(stack: &Stack, view: &Value) -> Vec<Address> {
+    let mut out = Vec::new();
+    for m in view["milestones"]["confirmed"].as_array().unwrap() {
+        let hash: B256 = m["txHash"].as_str().unwrap().parse().unwrap();
+        let tx = stack
+            .chain
+            .provider()
+            .get_transaction_by_hash(hash)
+            .await
+            .unwrap()
+            .unwrap();
+        out.push(tx.inner.signer());
+    }
+    out
+}
+
+/// Issue 35 §2, a signer pool per chain: with two pool senders besides the operator,
+/// new assets get the pool's senders in turn as issuers (every write of an asset's
+/// creation and its later operations come from its issuer, each sender on its own
+/// nonce stream); a pool sender's token also gives the operator DEFAULT_ADMIN_ROLE.
+/// Platform Status lists every registered sender with its balance, and `keel signer
+/// list` lists the pool. A retired pool sender (its key removed from the runner) never
+/// wedges its asset: its operations are sent by the operator, which can grant itself
+/// the roles it needs, while the other assets go on on their own senders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signer_pool_spreads_assets_over_its_senders_and_keeps_each_assets_writes_on_its_sender()
+{
+    let chain = TestChain::start().await.unwrap();
+    let hex = |i: usize| {
+        format!(
+            "0x{}",
+            alloy::hex::encode(chain.signer(i).unwrap().to_bytes())
+        )
+    };
+    let pool_env = |names: &[(&str, usize)]| -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        for (name, i) in names {
+            let upper = name.to_uppercase();
+            env.push((
+                format!("KEEL__CHAINS__LOCAL__SENDERS__{upper}__KIND"),
+                "env".to_owned(),
+            ));
+            env.push((
+                format!("KEEL__CHAINS__LOCAL__SENDERS__{upper}__VAR"),
+                format!("KEEL_POOL_KEY_{upper}"),
+            ));
+            env.push((format!("KEEL_POOL_KEY_{upper}"), hex(*i)));
+        }
+        env
+    };
+    let (operator, s1, s2) = (
+        chain.account(0).unwrap(),
+        chain.account(8).unwrap(),
+        chain.account(9).unwrap(),
+    );
+    let extra = pool_env(&[("s1", 8), ("s2", 9)]);
+    let mut stack = Stack::start_with(chain, TemplateOpts::default(), extra).await;
+
+    // `keel signer list` names the pool senders on their chain.
+    let list = stack.cli(&["signer", "list"]);
+    for (name, address) in [("sender:s1", s1), ("sender:s2", s2)] {
+        assert!(
+            list.lines()
+                .any(|l| l.starts_with(name) && l.contains(&address.to_string())),
+            "{list}"
+        );
+    }
+
+    // Three assets: one per sender of the pool, in turn (operator, s1, s2).
+    let mut assets = Vec::new();
+    for (i, symbol) in ["PLA", "PLB", "PLC"].iter().enumerate() {
+        let (op, asset) = stack.create_asset(&format!("pool-{i}"), symbol).await;
+        let view = stack
+            .await_op(&op, Duration::from_secs(120), terminal)
+            .await;
+        assert_eq!(state(&view), "completed", "{view}");
+        let (_, a) = stack
+            .get(&stack.key_a, &format!("/v1/assets/{asset}"))
+            .await;
+        let issuer: Address = a["issuerAddress"].as_str().unwrap().parse().unwrap();
+        let token: Address = a["tokenAddress"].as_str().unwrap().parse().unwrap();
+        let senders = confirmed_senders(&stack, &view).await;
+        assert!(
+            senders.iter().all(|s| *s == issuer),
+            "every creation write comes from the asset's issuer {issuer}: {senders:?}"
+        );
+        let steps = confirmed_steps(&view);
+        assert_eq!(
+            steps.contains(&"grant-admin".to_owned()),
+            issuer != operator,
+            "{steps:?}"
+        );
+        assets.push((asset, issuer, token));
+    }
+    let issuers: Vec<Address> = assets.iter().map(|(_, i, _)| *i).collect();
+    assert_eq!(issuers, vec![operator, s1, s2], "round-robin over the pool");
+    for (_, issuer, token) in &assets {
+        let t = AssetToken::new(*token, stack.chain.provider());
+        let admin = t.DEFAULT_ADMIN_ROLE().call().await.unwrap();
+        assert!(t.hasRole(admin, *issuer).call().await.unwrap());
+        assert!(
+            t.hasRole(admin, operator).call().await.unwrap(),
+            "the operator administers every asset"
+        );
+    }
+
+    // Later operations of an asset are sent by its issuer.
+    for (i, (asset, issuer, _)) in assets.iter().enumerate() {
+        let id = stack
+            .token_op(
+                asset,
+                "mint",
+                &format!("pool-mint-{i}"),
+                json!({"recipient": stack.chain.account(6).unwrap().to_string(), "amount": "5"}),
+            )
+            .await;
+        let view = stack.await_op(&id, Duration::from_secs(90), terminal).await;
+        assert_eq!(state(&view), "completed", "{view}");
+        assert_eq!(
+            confirmed_senders(&stack, &view).await,
+            vec![*issuer],
+            "{view}"
+        );
+    }
+
+    // Platform Status lists each sender of the pool with its balance.
+    let (status, page) = stack.get(&stack.key_a, "/v1/status").await;
+    assert_eq!(status, 200, "{page}");
+    let queue = page["queue"].as_array().unwrap();
+    for who in [operator, s1, s2] {
+        let row = queue
+            .iter()
+            .find(|q| q["sender"].as_str() == Some(who.to_checksum(None).as_str()))
+            .unwrap_or_else(|| panic!("{who} missing from {page}"));
+        let balance: u128 = row["balanceWei"].as_str().unwrap().parse().unwrap();
+        assert!(balance > 0, "{row}");
+        assert_eq!(row["depth"], 0, "{row}");
+    }
+
+    // s2 retired: the runner restarts without its key. Its asset's operations go to
+    // the operator (DEFAULT_ADMIN_ROLE from creation): it grants itself the minter role
+    // and mints; s1's asset still mints from s1.
+    stack.kill9("runner");
+    stack
+        .env
+        .retain(|(k, _)| !k.contains("SENDERS__S2") && k != "KEEL_POOL_KEY_S2");
+    stack.spawn("runner");
+    let (asset_c, _, token_c) = assets[2].clone();
+    let id = stack
+        .token_op(
+            &asset_c,
+            "grant-role",
+            "pool-grant",
+            json!({"role": "minter", "account": operator.to_string()}),
+        )
+        .await;
+    let view = stack.await_op(&id, Duration::from_secs(90), terminal).await;
+    assert_eq!(state(&view), "completed", "{view}");
+    assert_eq!(confirmed_senders(&stack, &view).await, vec![operator]);
+    let id = stack
+        .token_op(
+            &asset_c,
+            "mint",
+            "pool-mint-c2",
+            json!({"recipient": stack.chain.account(6).unwrap().to_string(), "amount": "2"}),
+        )
+        .await;
+    let view = stack.await_op(&id, Duration::from_secs(90), terminal).await;
+    assert_eq!(state(&view), "completed", "{view}");
+    assert_eq!(confirmed_senders(&stack, &view).await, vec![operator]);
+    let id = stack
+        .token_op(
+            &assets[1].0,
+            "mint",
+            "pool-mint-b2",
+            json!({"recipient": stack.chain.account(6).unwrap().to_string(), "amount": "2"}),
+        )
+        .await;
+    let view = stack.await_op(&id, Duration::from_secs(90), terminal).await;
+    assert_eq!(state(&view), "completed", "{view}");
+    assert_eq!(confirmed_senders(&stack, &view).await, vec![s1]);
+    let t = AssetToken::new(token_c, stack.chain.provider());
+    assert_eq!(
+        t.balanceOf(stack.chain.account(6).unwrap())
+            .call()
+            .await
+            .unwrap(),
+        units(7),
+        "asset C: 5 minted by s2, 2 by the operator, nothing twice"
+    );
+}

@@ -150,6 +150,12 @@ pub struct QueueSenderStatus {
     pub oldest_unsettled_age_seconds: Option<u64>,
     /// Replacement attempts (fee bumps) in the last hour.
     pub replacements_last_hour: u64,
+    /// The sender's balance at the node's `pending` block, wei (decimal string), as a
+    /// runner last read it (every 15 s for each sender it has a key for); `null` until
+    /// a runner registered the sender.
+    pub balance_wei: Option<String>,
+    /// When that balance was read.
+    pub balance_checked_at: Option<DateTime<Utc>>,
 }
 
 /// An open funding request.

@@ -148,13 +148,15 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
     // Queue
     o.push_str("<h2 id=\"queue\">Transaction queue</h2>");
     if s.queue.is_empty() {
-        o.push_str("<p class=\"muted\">No sender has queued a transaction yet.</p>");
+        o.push_str(
+            "<p class=\"muted\">No sender is registered and none has queued a transaction yet.</p>",
+        );
     } else {
-        o.push_str("<table><tr><th>chain</th><th>sender</th><th>depth</th><th>waiting funding</th><th>in flight</th><th>oldest unsettled</th><th>replacements (1 h)</th><th>next nonce</th></tr>");
+        o.push_str("<table><tr><th>chain</th><th>sender</th><th>depth</th><th>waiting funding</th><th>in flight</th><th>oldest unsettled</th><th>replacements (1 h)</th><th>next nonce</th><th>balance (wei)</th></tr>");
         for q in &s.queue {
             let _ = write!(
                 o,
-                "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&q.chain_id),
                 esc(&q.sender),
                 q.depth,
@@ -163,7 +165,8 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
                 q.oldest_unsettled_age_seconds
                     .map_or_else(|| "—".to_owned(), dur),
                 q.replacements_last_hour,
-                q.next_nonce
+                q.next_nonce,
+                q.balance_wei.as_deref().map_or_else(|| "—".to_owned(), esc)
             );
         }
         o.push_str("</table>");

@@ -180,6 +180,8 @@ impl From<&View> for PlatformStatus {
                     oldest_unsettled_at: s.oldest_unsettled_at,
                     oldest_unsettled_age_seconds: s.oldest_unsettled_at.map(|t| age(now, t)),
                     replacements_last_hour: s.replacements_last_hour,
+                    balance_wei: s.balance_wei.map(|w| w.to_string()),
+                    balance_checked_at: s.balance_checked_at,
                 })
                 .collect(),
             funding_requests: FundingStatus {

@@ -42,6 +42,8 @@ struct CreateStandIn(sqlx::PgPool);
 
 impl Workflow for CreateStandIn {
     const NAME: &'static str = "asset.create";
+    // The API pins a creation to the real workflow's version: the stand-in runs it.
+    const VERSION: u32 = <keel_workflows::workflows::AssetCreate as Workflow>::VERSION;
     type Input = AssetCreateInput;
     type Output = AssetCreateOutput;
     type Error = OpFailure;

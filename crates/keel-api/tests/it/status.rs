@@ -155,14 +155,15 @@ async fn status_json_reports_the_stuck_operation_the_lagging_index_and_the_overd
     assert_eq!(job["verdict"], "overdue", "{b}");
     assert_eq!(b["custody"]["configured"], false);
     // No runner is alive here: the stuck creation waits, visibly, for one that knows
-    // version 1 (the version the API pinned it to).
+    // version 2 (the version the API pinned it to: asset.create's since the signer
+    // pool).
     let waits = b["workflows"]["awaitingRunner"].as_array().unwrap();
     let wait = waits
         .iter()
         .find(|w| w["workflow"] == "asset.create")
         .unwrap_or_else(|| panic!("{b}"));
     assert_eq!(wait["instances"], 1, "{b}");
-    assert_eq!(wait["version"], 1, "{b}");
+    assert_eq!(wait["version"], 2, "{b}");
     assert!(wait["oldestCreatedAt"].is_string(), "{b}");
     assert_eq!(b["custody"]["requests"], json!([]), "{b}");
     assert_eq!(b["custody"]["oldestPendingApproval"], json!(null), "{b}");
@@ -225,7 +226,7 @@ async fn the_status_page_refuses_without_an_admin_credential() {
         "{html}"
     );
     assert!(
-        html.contains("<td>asset.create</td><td>1</td><td>1</td>"),
+        html.contains("<td>asset.create</td><td>2</td><td>1</td>"),
         "{html}"
     );
 }

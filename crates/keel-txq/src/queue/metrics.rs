@@ -30,6 +30,22 @@ pub(crate) fn in_flight(chain_id: i64, sender: &Address, n: i64) {
         .set(n as f64);
 }
 
+/// `keel_txq_sender_depth{chain_id, sender}`: `queued` + `waiting_funding` requests of
+/// a registered sender.
+pub(crate) fn sender_depth(chain_id: i64, sender: &Address, n: i64) {
+    ::metrics::gauge!("keel_txq_sender_depth", "chain_id" => chain_id.to_string(), "sender" => sender.to_string())
+        .set(n as f64);
+}
+
+/// `keel_txq_sender_balance_wei{chain_id, sender}`: a registered sender's balance at the
+/// node's `pending` block, wei (as a float: exact below 2^53 wei, about 0.009 ETH,
+/// relative precision 1e-16 above).
+pub(crate) fn sender_balance(chain_id: i64, sender: &Address, wei: alloy::primitives::U256) {
+    let v: f64 = wei.to_string().parse().unwrap_or(f64::MAX);
+    ::metrics::gauge!("keel_txq_sender_balance_wei", "chain_id" => chain_id.to_string(), "sender" => sender.to_string())
+        .set(v);
+}
+
 /// `keel_txq_time_to_broadcast_seconds{chain_id}`: enqueue → first accepted broadcast,
 /// once per request in `secs`.
 pub(crate) fn time_to_broadcast(chain_id: i64, secs: &[f64]) {

@@ -50,6 +50,7 @@ use crate::settlement::SettlementSink;
 use crate::store::{self, AttemptRow, RequestRow};
 use crate::verdict::SettlementVerdict;
 use crate::{RequestState, Result, TxSigner, TxqError};
+use alloy::eips::BlockNumberOrTag;
 use alloy::primitives::Address;
 use keel_chain::UpstreamPool;
 use keel_store::PgPool;
@@ -111,6 +112,8 @@ pub struct TxQueue {
     /// The head hash, final block and number of watched requests at the last watch
     /// pass that looked (`watch.rs`): an unchanged chain is not looked at again.
     watched_at: std::sync::Mutex<Option<(alloy::primitives::B256, u64, usize)>>,
+    /// When the registered senders' balances were last read ([`BALANCE_REFRESH`]).
+    balances_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// Receives every settlement in the transaction that settles it
     /// ([`TxQueue::set_settlement_sink`]); `None`: settles are plain statements.
     sink: Option<Arc<dyn SettlementSink>>,
@@ -129,6 +132,11 @@ impl std::fmt::Debug for TxQueue {
             .finish()
     }
 }
+
+/// How often the queue loop reads the balance and chain nonce of every registered
+/// sender (local signers and custody vaults) for Platform Status and
+/// `keel_txq_sender_balance_wei` (one JSON-RPC batch per chain): 15 s.
+pub const BALANCE_REFRESH: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Senders of one round whose funding check or preparation runs at once (each may
 /// wait on the node: estimates, balances).
@@ -190,6 +198,7 @@ impl TxQueue {
             progress: Default::default(),
             warned: Default::default(),
             watched_at: Default::default(),
+            balances_at: Default::default(),
             db,
             chain,
             chain_id,
@@ -205,6 +214,25 @@ impl TxQueue {
     /// Registers the signer of its address.
     pub fn add_signer(&mut self, signer: Arc<dyn TxSigner>) {
         self.signers.insert(signer.address(), signer);
+    }
+
+    /// The registered senders (local signers and custody vaults), in address order.
+    pub fn senders(&self) -> Vec<Address> {
+        let mut out: Vec<Address> = self
+            .signers
+            .keys()
+            .chain(self.custody.keys())
+            .copied()
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Whether `sender` is registered (a local signer or a custody vault): only such a
+    /// sender's requests are ever signed by this queue; a request of another sender
+    /// stays `queued` until a process with its key serves the chain.
+    pub fn has_sender(&self, sender: Address) -> bool {
+        self.signers.contains_key(&sender) || self.custody.contains_key(&sender)
     }
 
     /// Registers a custody sender: its requests are submitted to its provider (which
@@ -573,28 +601,73 @@ impl TxQueue {
     }
 
     /// Sets `keel_txq_queue_depth{chain_id}` (queued + waiting_funding),
-    /// `keel_txq_waiting_funding{chain_id}` and `keel_txq_in_flight{chain_id,sender}`
-    /// (signed + broadcast) for every registered sender (a bounded label set).
-    async fn record_gauges(&self) -> Result<()> {
+    /// `keel_txq_waiting_funding{chain_id}`, and for every registered sender (a bounded
+    /// label set: senders are configured, not discovered) `keel_txq_in_flight{chain_id,
+    /// sender}` (signed + broadcast) and `keel_txq_sender_depth{chain_id, sender}`
+    /// (queued + waiting_funding); every [`BALANCE_REFRESH`] also the senders' balances
+    /// (`keel_txq_sender_balance_wei{chain_id, sender}` and `txq_sender_balance`).
+    pub(crate) async fn record_gauges(&self) -> Result<()> {
         let rows = store::depth(&self.db, self.chain_id).await?;
         let (mut depth, mut waiting) = (0_i64, 0_i64);
         let mut in_flight: HashMap<Address, i64> = HashMap::new();
+        let mut queued: HashMap<Address, i64> = HashMap::new();
         for r in rows {
             match r.state {
-                RequestState::Queued => depth += r.n,
+                RequestState::Queued => {
+                    depth += r.n;
+                    *queued.entry(r.sender.0).or_default() += r.n;
+                }
                 RequestState::WaitingFunding => {
                     depth += r.n;
                     waiting += r.n;
+                    *queued.entry(r.sender.0).or_default() += r.n;
                 }
                 _ => *in_flight.entry(r.sender.0).or_default() += r.n,
             }
         }
         metrics::queue_depth(self.chain_id, depth, waiting);
-        for sender in self.signers.keys() {
+        let senders = self.senders();
+        for sender in &senders {
             let n = in_flight.get(sender).copied().unwrap_or(0);
             metrics::in_flight(self.chain_id, sender, n);
+            metrics::sender_depth(
+                self.chain_id,
+                sender,
+                queued.get(sender).copied().unwrap_or(0),
+            );
         }
-        Ok(())
+        self.refresh_balances(&senders).await
+    }
+
+    /// Reads and records the balances and chain nonces of `senders` when the last read is
+    /// [`BALANCE_REFRESH`] old (or none happened yet).
+    async fn refresh_balances(&self, senders: &[Address]) -> Result<()> {
+        let now = std::time::Instant::now();
+        {
+            let mut at = self
+                .balances_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if senders.is_empty() || at.is_some_and(|t| now.duration_since(t) < BALANCE_REFRESH) {
+                return Ok(());
+            }
+            *at = Some(now);
+        }
+        let balances = self
+            .chain
+            .balances(senders, BlockNumberOrTag::Pending)
+            .await?;
+        let mut nonces = Vec::with_capacity(senders.len());
+        for sender in senders {
+            let n = self.chain.nonce(*sender, BlockNumberOrTag::Pending).await?;
+            nonces.push(i64::try_from(n).map_err(|_| TxqError::InvalidRequest("nonce"))?);
+        }
+        for (sender, b) in senders.iter().zip(&balances) {
+            metrics::sender_balance(self.chain_id, sender, b.wei.get());
+        }
+        let addresses: Vec<Vec<u8>> = senders.iter().map(|a| a.to_vec()).collect();
+        let wei: Vec<String> = balances.iter().map(|b| b.wei.get().to_string()).collect();
+        store::sender_balances_record(&self.db, self.chain_id, &addresses, &wei, &nonces).await
     }
 
     /// The sender pass: a round (`TxQueue::round`) for `sender` alone. Signs and persists

@@ -47,6 +47,8 @@ pub(crate) struct SenderHealthRow {
     pub oldest_unsettled_at: Option<chrono::DateTime<chrono::Utc>>,
     pub replacements_last_hour: i64,
     pub next_nonce: i64,
+    pub balance_wei: Option<String>,
+    pub balance_checked_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Live custody submissions (not `done`, not `superseded`) counted by chain, provider,
@@ -111,35 +113,68 @@ pub(crate) async fn custody_oldest_approval(
     .map_err(unreadable("txq_request"))
 }
 
-/// Every sender of `txq_sender` with its unsettled requests (depth, waiting funding,
-/// in flight, oldest unsettled) and its replacements (attempts above the first) in the
-/// last hour of the database clock (indexes of `migrations/0051_txq_status.sql`).
+/// Every sender of `txq_sender` or `txq_sender_balance` (a sender a runner registered,
+/// sent from or not) with its unsettled requests (depth, waiting funding, in flight,
+/// oldest unsettled), its replacements (attempts above the first) in the last hour of
+/// the database clock (indexes of `migrations/0051_txq_status.sql`) and its last seen
+/// balance (`migrations/0086_txq_sender_balance.sql`). A sender without a nonce row
+/// shows the chain's nonce as its next one (the queue starts there).
 pub(crate) async fn senders_health(db: impl PgExecutor<'_>) -> Result<Vec<SenderHealthRow>> {
     sqlx::query_as(
-        "SELECT s.chain_id, s.sender, s.next_nonce,
+        "SELECT k.chain_id, k.sender, coalesce(s.next_nonce, b.chain_nonce, 0) AS next_nonce,
                 coalesce(u.depth, 0) AS depth,
                 coalesce(u.waiting_funding, 0) AS waiting_funding,
                 coalesce(u.in_flight, 0) AS in_flight,
                 u.oldest_unsettled_at,
-                coalesce(x.replacements, 0) AS replacements_last_hour
-           FROM txq_sender s
+                coalesce(x.replacements, 0) AS replacements_last_hour,
+                b.balance_wei, b.checked_at AS balance_checked_at
+           FROM (SELECT chain_id, sender FROM txq_sender
+                 UNION
+                 SELECT chain_id, sender FROM txq_sender_balance) k
+           LEFT JOIN txq_sender s ON s.chain_id = k.chain_id AND s.sender = k.sender
+           LEFT JOIN txq_sender_balance b ON b.chain_id = k.chain_id AND b.sender = k.sender
            LEFT JOIN LATERAL (
                 SELECT count(*) AS depth,
                        count(*) FILTER (WHERE r.state = 'waiting_funding') AS waiting_funding,
                        count(*) FILTER (WHERE r.state IN ('signed', 'broadcast')) AS in_flight,
                        min(r.created_at) AS oldest_unsettled_at
                   FROM txq_request r
-                 WHERE r.chain_id = s.chain_id AND r.sender = s.sender AND r.state <> 'settled'
+                 WHERE r.chain_id = k.chain_id AND r.sender = k.sender AND r.state <> 'settled'
            ) u ON true
            LEFT JOIN LATERAL (
                 SELECT count(*) AS replacements
                   FROM txq_attempt a JOIN txq_request r ON r.id = a.request_id
                  WHERE a.attempt > 1 AND a.created_at > now() - interval '1 hour'
-                   AND r.chain_id = s.chain_id AND r.sender = s.sender
+                   AND r.chain_id = k.chain_id AND r.sender = k.sender
            ) x ON true
-          ORDER BY s.chain_id, s.sender",
+          ORDER BY k.chain_id, k.sender",
     )
     .fetch_all(db)
     .await
     .map_err(unreadable("txq_request"))
+}
+
+/// Records the balances (wei, decimal strings) and chain nonces the queue just read for
+/// its registered senders (`txq_sender_balance`), one statement.
+pub(crate) async fn sender_balances_record(
+    db: impl PgExecutor<'_>,
+    chain_id: i64,
+    senders: &[Vec<u8>],
+    balances_wei: &[String],
+    chain_nonces: &[i64],
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO txq_sender_balance (chain_id, sender, balance_wei, chain_nonce, checked_at)
+         SELECT $1, s, b, n, now() FROM unnest($2::bytea[], $3::text[], $4::int8[]) AS t(s, b, n)
+         ON CONFLICT (chain_id, sender) DO UPDATE
+            SET balance_wei = excluded.balance_wei, chain_nonce = excluded.chain_nonce,
+                checked_at = excluded.checked_at",
+    )
+    .bind(chain_id)
+    .bind(senders)
+    .bind(balances_wei)
+    .bind(chain_nonces)
+    .execute(db)
+    .await?;
+    Ok(())
 }

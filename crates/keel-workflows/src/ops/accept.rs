@@ -397,8 +397,14 @@ impl Ops {
             approval_ttl_seconds: needs_approval.then_some(t.approval_ttl_seconds),
             funding_deadline_seconds: t.funding_pause.then_some(t.funding_deadline_seconds),
             // A custody template's assets are sent by their issuer (the vault that
-            // created them); the others by the operator key, as before.
+            // created them); the others by the pool sender that created them when the
+            // runner holds its key, else by the operator key.
             sender: t.sender.as_ref().and(asset.issuer),
+            issuer: if t.sender.is_some() {
+                None
+            } else {
+                asset.issuer
+            },
         };
         let serialization = Some(format!("asset:{asset_id}"));
         self.start_token_op(kind, operation_id, &input, serialization, caller)

@@ -23,6 +23,9 @@ use std::sync::Arc;
 ///    feed's address, so the feed comes first; its address is read from `FeedCreated`);
 /// 2. `deploy-token` — `AssetFactory.createAsset` (CREATE2, salt from the asset id; the
 ///    token starts **paused**; its address is read from `AssetCreated`);
+///    With a signer pool (issue 35 §2) the issuer is the pool's next sender (step
+///    `choose sender`, before 1); when that is not the operator, `grant-admin` then
+///    grants the operator the token's `DEFAULT_ADMIN_ROLE`;
 /// 3. `submit-observation` — the first `PriceFeed.submit`;
 /// 4. `set-bound` — `PriceResolver.setStalenessBound`, the last feed-phase write: until
 ///    it lands `isFresh` is false, so no mint can succeed;
@@ -38,6 +41,10 @@ pub struct AssetCreate(pub Arc<WorkflowEnv>);
 
 impl Workflow for AssetCreate {
     const NAME: &'static str = "asset.create";
+    /// 2: the issuer of an asset without a custody vault is chosen from the chain's
+    /// signer pool (step `choose sender`, issue 35 §2); version-1 instances keep the
+    /// operator.
+    const VERSION: u32 = 2;
     type Input = AssetCreateInput;
     type Output = AssetCreateOutput;
     type Error = OpFailure;
@@ -52,9 +59,22 @@ impl Workflow for AssetCreate {
         let c = chain.contracts;
         let op = input.operation_id;
         let funding = input.funding_deadline_seconds;
-        // The template's custody vault, or the operator key: the sender of every write
-        // and the asset's issuer.
-        let issuer = input.sender.unwrap_or(p.operator);
+        // The template's custody vault, or the next sender of the chain's signer pool
+        // (the operator for instances started before the pool existed): the sender of
+        // every write and the asset's issuer, which its later operations are sent by.
+        let (issuer, pooled) = match input.sender {
+            Some(vault) => (vault, false),
+            None if ctx.changed("sender-pool", 2).await? => (
+                step_ok(
+                    ctx.step("choose sender", || async move {
+                        Ok::<_, StepError<OpFailure>>(chain.senders.next().unwrap_or(p.operator))
+                    })
+                    .await?,
+                )?,
+                true,
+            ),
+            None => (p.operator, false),
+        };
         let answer = I256::from_dec_str(&input.price_answer).map_err(|_| {
             WorkflowFailure::Failed(OpFailure::new(
                 "INVALID_INPUT",
@@ -139,6 +159,32 @@ impl Workflow for AssetCreate {
             })
             .await?,
         )?;
+
+        // A pool sender other than the operator created the token: the operator gets
+        // its DEFAULT_ADMIN_ROLE too, so the asset stays administrable (the operator
+        // can grant itself any role) if that sender is ever retired.
+        if pooled && issuer != p.operator {
+            ctx.set_progress(json!({ "phase": "grant-admin", "feed": feed, "token": token }));
+            let call = AssetToken::grantRoleCall {
+                role: alloy::primitives::B256::ZERO,
+                account: p.operator,
+            }
+            .abi_encode();
+            send(
+                ctx,
+                p,
+                chain,
+                Write {
+                    operation_id: op,
+                    name: "grant-admin",
+                    contract: token,
+                    funding_deadline: funding,
+                    sender: issuer,
+                },
+                call,
+            )
+            .await?;
+        }
 
         ctx.set_progress(json!({ "phase": "submit-observation", "feed": feed, "token": token }));
         let call = PriceFeed::submitCall { answer }.abi_encode();

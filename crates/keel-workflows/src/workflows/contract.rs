@@ -268,6 +268,13 @@ pub struct TokenOpInput {
     /// it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender: Option<Address>,
+    /// The asset's issuer when it is not a custody vault (the sender of the chain's
+    /// signer pool that created it, issue 35 §2): the write is sent by it when the
+    /// runner holds its key (so the asset's writes stay on its nonce stream), else by
+    /// the operator key (which got `DEFAULT_ADMIN_ROLE` on the token at creation).
+    /// Absent: the operator key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<Address>,
 }
 
 /// Output of the token operations.

@@ -308,6 +308,17 @@ async fn send_attempt(
         .step(&format!("enqueue {}", a.link), || {
             let request = request.clone();
             async move {
+                // Only a sender this runner holds a key for (or a custody vault it
+                // serves) is ever signed for: a request of another would wait for good.
+                if !chain.queue.has_sender(request.sender) {
+                    return Err(StepError::Failed(OpFailure::new(
+                        "SENDER_UNAVAILABLE",
+                        true,
+                        "this chain's runner holds no key for the operation's sender (the asset's issuer): \
+                         configure it in chains.<name>.senders (or its custody vault) on every runner of the chain, \
+                         then retry the operation",
+                    )));
+                }
                 // The operation's row lock orders this enqueue with a cancel: once a
                 // cancel was recorded no new write of the operation is queued, and a
                 // cancel that comes after sees (and withdraws) the request linked here.
@@ -532,6 +543,7 @@ mod tests {
                 price_feed_factory: Address::ZERO,
                 price_resolver: Address::ZERO,
             },
+            senders: crate::env::SenderPool::new(vec![Address::ZERO]),
         }
     }
 

@@ -76,6 +76,21 @@ async fn await_approval(ctx: &mut WorkflowContext, ttl: u64) -> Result<(), Failu
     }
 }
 
+/// The sender of a token operation's write: the custody vault when the template sends
+/// through one (only it holds the asset's roles); otherwise the asset's issuer (the
+/// pool sender that created it) while this runner holds its key, so the asset's
+/// writes stay on one nonce stream; otherwise the operator key (an asset created
+/// before the pool, or a pool sender retired since: the operator holds the token's
+/// `DEFAULT_ADMIN_ROLE` from its creation). The choice feeds only the enqueue step,
+/// which is journaled, so a replay never changes a queued request's sender.
+fn token_op_sender(input: &TokenOpInput, chain: &ChainContext, operator: Address) -> Address {
+    match (input.sender, input.issuer) {
+        (Some(vault), _) => vault,
+        (None, Some(issuer)) if chain.queue.has_sender(issuer) => issuer,
+        _ => operator,
+    }
+}
+
 /// What every token operation does: the chain, the optional approval wait, the write
 /// (named [`TokenAction::write`]). Returns the chain and the landed transaction.
 async fn write_token_op<'a>(
@@ -98,7 +113,7 @@ async fn write_token_op<'a>(
             name: write,
             contract: input.token,
             funding_deadline: input.funding_deadline_seconds,
-            sender: input.sender.unwrap_or(p.operator),
+            sender: token_op_sender(input, chain, p.operator),
         },
         calldata(&input.action),
     )

@@ -42,12 +42,13 @@ pub(super) enum ChainCommand {
         #[arg(long, default_value = "1")]
         paymaster_deposit_ether: String,
     },
-    /// Grant every custody vault configured for the chain
-    /// (`chains.<name>.custody.vaults`) the platform roles its templates' writes need
+    /// Grant every custody vault (`chains.<name>.custody.vaults`) and every pool sender
+    /// (`chains.<name>.senders`) configured for the chain the platform roles its writes need
     /// (`DEPLOYER_ROLE` on the AssetFactory, `DEFAULT_ADMIN_ROLE` on the PriceResolver)
     /// on the platform an earlier `keel chain bootstrap` recorded; signed by the
     /// platform's admin (the bootstrap's deployer). A role already held is skipped: a
-    /// second run sends nothing. Prints one `custody` line per vault.
+    /// second run sends nothing. Prints one `custody` line per vault and one `sender`
+    /// line per pool sender.
     GrantRoles {
         /// The chain's name in the configuration (`[chains.<name>]`).
         #[arg(long)]
@@ -97,22 +98,44 @@ fn target(config: &Config, name: &str) -> anyhow::Result<ChainTarget> {
     })
 }
 
-/// The custody vaults configured for chain `name`: name and address.
-fn custody_vaults(config: &Config, name: &str) -> Vec<(String, Address)> {
-    config
-        .chains
-        .get(name)
-        .into_iter()
-        .flat_map(|c| c.custody.iter())
+/// The senders of chain `name` besides the platform's admin that need the platform
+/// roles: its custody vaults (`chains.<name>.custody.vaults`, labelled `vault:<name>`)
+/// and its signer pool's senders (`chains.<name>.senders`, labelled `sender:<name>`;
+/// their keys are built to learn their addresses).
+async fn role_holders(config: &Config, name: &str) -> anyhow::Result<Vec<(String, Address)>> {
+    let Some(chain) = config.chains.get(name) else {
+        return Ok(Vec::new());
+    };
+    let mut out: Vec<(String, Address)> = chain
+        .custody
+        .iter()
         .flat_map(|c| c.vaults.iter())
-        .map(|(name, v)| (name.clone(), v.address))
-        .collect()
+        .map(|(vault, v)| (format!("vault:{vault}"), v.address))
+        .collect();
+    for (sender, signer) in &chain.senders {
+        let key = format!("chains.{name}.senders.{sender}");
+        let handle = signer
+            .build(&key)
+            .await?
+            .with_context(|| format!("the key of `{key}` is not configured"))?;
+        out.push((format!("sender:{sender}"), handle.address()));
+    }
+    Ok(out)
 }
 
 fn print_grant(grant: &keel_bootstrap::CustodyGrant, chain: &str) {
+    let (what, name) = grant
+        .vault
+        .split_once(':')
+        .unwrap_or(("vault", grant.vault.as_str()));
+    let line = if what == "sender" {
+        "sender "
+    } else {
+        "custody"
+    };
     println!(
-        "custody  vault {:<14} {} holds DEPLOYER_ROLE (AssetFactory) and DEFAULT_ADMIN_ROLE (PriceResolver) on chain `{chain}` ({} granted now)",
-        grant.vault, grant.address, grant.granted
+        "{line}  {what} {name:<14} {} holds DEPLOYER_ROLE (AssetFactory) and DEFAULT_ADMIN_ROLE (PriceResolver) on chain `{chain}` ({} granted now)",
+        grant.address, grant.granted
     );
 }
 
@@ -141,7 +164,7 @@ pub(super) async fn run(config: &Config, command: ChainCommand) -> anyhow::Resul
                 entry_point,
                 sponsor_signer,
                 paymaster_deposit: deposit,
-                custody_vaults: custody_vaults(config, &chain),
+                custody_vaults: role_holders(config, &chain).await?,
             };
             let pool = super::connect_migrated(config).await?;
             bootstrap(&pool, &target, deployer, &plan).await
@@ -152,10 +175,10 @@ pub(super) async fn run(config: &Config, command: ChainCommand) -> anyhow::Resul
             deployer_is_operator,
         } => {
             let target = target(config, &chain)?;
-            let vaults = custody_vaults(config, &chain);
+            let vaults = role_holders(config, &chain).await?;
             if vaults.is_empty() {
                 bail!(
-                    "chain `{chain}` has no custody vaults configured (chains.{chain}.custody.vaults)"
+                    "chain `{chain}` has no custody vaults (chains.{chain}.custody.vaults) and no pool senders (chains.{chain}.senders) configured"
                 );
             }
             let admin = deployer_key(config, &key_env, deployer_is_operator).await?;

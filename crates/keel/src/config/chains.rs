@@ -38,6 +38,17 @@ pub struct ChainConfig {
     /// only). See docs/custody.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custody: Option<ChainCustodyConfig>,
+    /// `[chains.<name>.senders.<sender>]`: the chain's signer pool beyond the operator
+    /// key (issue 35 §2), by name (`^[a-z0-9][a-z0-9._-]{0,63}$`; the name is for
+    /// logs and `keel signer list`, the address is what metrics and Platform Status
+    /// show). Each is a key of any signer kind (a table with `kind` and the kind's keys,
+    /// as `[operator.signer]`; see docs/signers.md), with its own nonce stream, funding
+    /// checks and funding requests. The pool is the operator and these senders, in
+    /// name order; a new asset of a template without a custody vault gets the next
+    /// sender of the pool (round-robin) as its issuer, and every later operation of
+    /// the asset is sent by it. Absent (the default): the operator alone.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub senders: BTreeMap<String, crate::signer::SignerConfig>,
 }
 
 fn default_confirmations() -> u64 {

@@ -33,6 +33,7 @@ pub(super) fn known_paths() -> Vec<Vec<String>> {
         "finalityDepth",
         "wsUrl",
         "custody",
+        "senders",
     ] {
         out.push(vec!["chains".to_owned(), "*".to_owned(), key.to_owned()]);
     }
@@ -55,8 +56,13 @@ pub(super) fn known_paths() -> Vec<Vec<String>> {
         out.push(table);
     }
     out.extend(custody_paths());
-    // Signer tables (`[operator.signer]`, `[aa.sponsorSigner]`), optional.
-    for table in [vec!["operator", "signer"], vec!["aa", "sponsorSigner"]] {
+    // Signer tables (`[operator.signer]`, `[aa.sponsorSigner]`, a chain's
+    // `[chains.<name>.senders.<sender>]`), optional.
+    for table in [
+        vec!["operator", "signer"],
+        vec!["aa", "sponsorSigner"],
+        vec!["chains", "*", "senders", "*"],
+    ] {
         let table: Vec<String> = table.into_iter().map(str::to_owned).collect();
         for key in crate::signer::SIGNER_KEYS {
             let mut path = table.clone();

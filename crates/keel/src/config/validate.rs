@@ -134,6 +134,16 @@ impl Config {
             if let Some(custody) = &chain.custody {
                 validate_custody(name, custody)?;
             }
+            for (sender, signer) in &chain.senders {
+                let key = format!("chains.{name}.senders.{sender}");
+                if !keel_workflows::tenancy::valid_template_id(sender) {
+                    return Err(invalid(
+                        &key,
+                        "a sender's name must match ^[a-z0-9][a-z0-9._-]{0,63}$",
+                    ));
+                }
+                signer.validate(&key)?;
+            }
         }
         let jwks = &self.custody.webhook_jwks_url;
         if !(jwks.is_empty() || jwks.starts_with("http://") || jwks.starts_with("https://")) {

@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | operator | `[operator.signer]`, or its shorthand `operator.keyEnv` | the transaction queue (runner), the ERC-4337 bundler's sender (runner; its address in the api role) |
 //! | sponsor | `[aa.sponsorSigner]`, or its shorthand `aa.sponsorKeyEnv` | the paymaster sponsor's `pm_getPaymasterData` signatures (api role) |
+//! | pool sender | `[chains.<name>.senders.<sender>]` | the chain's queue (runner): issuer of the assets assigned to it ([`pool_senders`]) |
 //! | deployer | `keel chain bootstrap --key-env` | the bootstrap's deployments and role grants |
 //!
 //! A key that is configured but cannot be used (a variable holding no key, a keystore
@@ -99,6 +100,17 @@ pub enum SignerLoadError {
     #[error("environment variable {var} (configured by `{key}`) does not hold a hex private key")]
     MalformedKey {
         /// The configuration key (or command-line option) naming the variable.
+        key: String,
+        /// The variable's name.
+        var: String,
+    },
+    /// A key that must be there (a pool sender's, `chains.<name>.senders.<sender>`) is
+    /// an `env` key whose variable is unset or empty.
+    #[error(
+        "environment variable {var} (configured by `{key}`) is not set: it must hold the sender's hex private key"
+    )]
+    Absent {
+        /// The configuration key of the signer.
         key: String,
         /// The variable's name.
         var: String,
@@ -240,11 +252,23 @@ impl SignerConfig {
     }
 }
 
+/// One sender of a chain's signer pool (`[chains.<name>.senders.<sender>]`).
+#[derive(Debug, Clone)]
+pub struct PoolSender {
+    /// Its name in the configuration.
+    pub name: String,
+    /// Its key.
+    pub handle: SignerHandle,
+}
+
 /// The keys of one process, built once at start ([`Signers::load`]) and shared.
 #[derive(Debug, Clone, Default)]
 pub struct Signers {
     /// The operator key: the queue's sender and the bundler's (`None`: not configured).
     pub operator: Option<SignerHandle>,
+    /// Per chain (EIP-155 id), the pool senders beyond the operator, in name order
+    /// (runner only; empty elsewhere).
+    pub pool: std::collections::BTreeMap<u64, Vec<PoolSender>>,
     /// The paymaster sponsor key (api role with `aa.enabled`; `None` otherwise or when
     /// not configured).
     pub sponsor: Option<SignerHandle>,
@@ -270,12 +294,49 @@ impl Signers {
             signers.operator = signer.build(key).await?;
             log_key("operator", key, signers.operator.as_ref());
         }
+        if role == Role::Runner {
+            signers.pool = pool_senders(config).await?;
+        }
         if sponsor {
             signers.sponsor = crate::aa::sponsor_key(&config.aa).await?;
             log_key("sponsor", "aa.sponsorSigner", signers.sponsor.as_ref());
         }
         Ok(signers)
     }
+}
+
+/// Builds every chain's pool senders (`chains.<name>.senders`), logging each one's kind
+/// and address.
+///
+/// # Errors
+/// [`SignerLoadError`] when a configured sender's key is unusable or absent (a pool
+/// sender has no "not configured" state: its assets would wait for it).
+pub async fn pool_senders(
+    config: &Config,
+) -> Result<std::collections::BTreeMap<u64, Vec<PoolSender>>, SignerLoadError> {
+    let mut out = std::collections::BTreeMap::new();
+    for (chain, c) in &config.chains {
+        let mut senders = Vec::with_capacity(c.senders.len());
+        for (name, signer) in &c.senders {
+            let key = format!("chains.{chain}.senders.{name}");
+            let Some(handle) = signer.build(&key).await? else {
+                let var = match signer {
+                    SignerConfig::Env { var } => var.clone(),
+                    _ => String::new(),
+                };
+                return Err(SignerLoadError::Absent { key, var });
+            };
+            log_key("pool sender", &key, Some(&handle));
+            senders.push(PoolSender {
+                name: name.clone(),
+                handle,
+            });
+        }
+        if !senders.is_empty() {
+            out.insert(c.chain_id, senders);
+        }
+    }
+    Ok(out)
 }
 
 fn log_key(name: &'static str, key: &str, handle: Option<&SignerHandle>) {
