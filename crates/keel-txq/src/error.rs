@@ -40,6 +40,12 @@ pub enum TxqError {
     /// The chain failed in a way the pass could not absorb.
     #[error(transparent)]
     Chain(#[from] keel_chain::ChainError),
+    /// The L1 data fee oracle of an OP Stack chain (`GasPriceOracle.getL1Fee`) answered
+    /// nothing decodable (no code at the configured address, a different contract).
+    /// Retryable: the pass backs off and requests stay queued, nothing is signed
+    /// without its L1 fee counted.
+    #[error("the chain's L1 data fee oracle answered no fee")]
+    L1FeeUnreadable,
     /// Signing failed.
     #[error(transparent)]
     Signer(#[from] crate::signer::SignerError),
@@ -58,7 +64,7 @@ impl TxqError {
             TxqError::Store(e) => e.is_retryable(),
             TxqError::Chain(e) => e.is_retryable(),
             TxqError::Signer(e) => e.is_retryable(),
-            TxqError::Sink(_) => true,
+            TxqError::Sink(_) | TxqError::L1FeeUnreadable => true,
             TxqError::Custody(e) => e.is_retryable(),
             _ => false,
         }

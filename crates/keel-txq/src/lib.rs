@@ -283,7 +283,8 @@ pub use funding::{FundingRequest, QueuedBehindFunding, funding_queued_behind, fu
 pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, queue_health};
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
 pub use queue::{
-    BALANCE_REFRESH, EnqueueOptions, Finality, RequestStatus, TxQueue, TxQueueConfig, TxRequest,
+    BALANCE_REFRESH, EnqueueOptions, FeeModel, Finality, L1DataFee, PriorityFee, RequestStatus,
+    TxQueue, TxQueueConfig, TxRequest,
 };
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
 pub use signer::{LocalSigner, SignFuture, SignerError, SignerHandle, SignerRefusal, TxSigner};

@@ -2,6 +2,7 @@
 //! record of failed broadcasts, fee and market reads, batched lookups, and the types
 //! several stages hand each other (settling requests is [`super::settle`]).
 
+use super::config::{FeeModel, PriorityFee};
 use super::{TxQueue, metrics};
 use crate::store::{self, AttemptRow, RequestRow};
 use crate::verdict::{AttemptRecord, FailureCode, SettlementVerdict};
@@ -36,24 +37,44 @@ pub(super) struct Fees {
 /// The fee market as read from the node, wei per gas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Market {
-    /// The base fee of the latest block.
+    /// The base fee of the latest block (0 under [`FeeModel::Legacy`]).
     pub(super) base_fee_per_gas: u128,
-    /// The node's tip suggestion (`eth_maxPriorityFeePerGas`).
+    /// EIP-1559: the tip from the model's source (at least its minimum); legacy: the
+    /// node's `eth_gasPrice`.
     pub(super) priority_fee_per_gas: u128,
 }
 
 impl Market {
-    /// The fees of a new transaction at this market: twice the base fee plus the tip,
-    /// and the tip.
-    pub(super) fn fees(self) -> Fees {
-        Fees {
-            max_fee_per_gas: self
-                .base_fee_per_gas
-                .saturating_mul(2)
-                .saturating_add(self.priority_fee_per_gas),
-            max_priority_fee_per_gas: self.priority_fee_per_gas,
+    /// The fees of a new transaction at this market under `model`: EIP-1559, the base
+    /// fee × the multiplier + the tip, and the tip; legacy, the gas price × the
+    /// multiplier in both fields (a legacy transaction has one fee, `gasPrice`, which
+    /// is the max fee and the tip at once).
+    pub(super) fn fees(self, model: FeeModel) -> Fees {
+        match model {
+            FeeModel::Eip1559 {
+                base_fee_multiplier_percent,
+                ..
+            } => Fees {
+                max_fee_per_gas: percent_of(self.base_fee_per_gas, base_fee_multiplier_percent)
+                    .saturating_add(self.priority_fee_per_gas),
+                max_priority_fee_per_gas: self.priority_fee_per_gas,
+            },
+            FeeModel::Legacy {
+                gas_price_multiplier_percent,
+            } => {
+                let price = percent_of(self.priority_fee_per_gas, gas_price_multiplier_percent);
+                Fees {
+                    max_fee_per_gas: price,
+                    max_priority_fee_per_gas: price,
+                }
+            }
         }
     }
+}
+
+/// `value × percent / 100`, rounded up, saturating.
+pub(super) fn percent_of(value: u128, percent: u64) -> u128 {
+    value.saturating_mul(u128::from(percent)).div_ceil(100)
 }
 
 /// A queued request ready for a nonce.
@@ -98,16 +119,34 @@ impl TxBody {
 
     /// The unsigned transaction at `nonce`: EIP-1559 (type 2), or EIP-7702 (type 4)
     /// when the body carries authorizations (EIP-7702 forbids contract creation:
-    /// [`TxqError::InvalidRequest`]`("to")` then).
+    /// [`TxqError::InvalidRequest`]`("to")` then); under [`FeeModel::Legacy`] a legacy
+    /// EIP-155 transaction (type 0) whose `gasPrice` is `fees.max_fee_per_gas`
+    /// (authorizations: [`TxqError::InvalidRequest`]`("authorization_list")`).
     pub(super) fn unsigned(
         &self,
+        model: FeeModel,
         chain_id: u64,
         nonce: u64,
         gas_limit: u64,
         fees: Fees,
     ) -> Result<alloy::consensus::TypedTransaction> {
-        use alloy::consensus::{TxEip1559, TxEip7702};
+        use alloy::consensus::{TxEip1559, TxEip7702, TxLegacy};
         use alloy::primitives::TxKind;
+        if matches!(model, FeeModel::Legacy { .. }) {
+            if !self.authorization_list.is_empty() {
+                return Err(TxqError::InvalidRequest("authorization_list"));
+            }
+            return Ok(TxLegacy {
+                chain_id: Some(chain_id),
+                nonce,
+                gas_price: fees.max_fee_per_gas,
+                gas_limit,
+                to: self.to.map_or(TxKind::Create, TxKind::Call),
+                value: self.value,
+                input: self.data.clone(),
+            }
+            .into());
+        }
         if self.authorization_list.is_empty() {
             return Ok(TxEip1559 {
                 chain_id,
@@ -293,28 +332,87 @@ pub(super) fn attempt_records(rows: &[AttemptRow]) -> Result<Vec<AttemptRecord>>
 }
 
 impl TxQueue {
-    /// The fees of a new transaction (EIP-1559): twice the latest base fee plus the
-    /// node's tip suggestion, and that tip.
+    /// The fees of a new transaction under the queue's [`FeeModel`] (see
+    /// [`Market::fees`]).
     pub(super) async fn fees(&self) -> Result<Fees> {
-        Ok(self.market().await?.fees())
+        Ok(self.market().await?.fees(self.config.fee_model))
     }
 
-    /// The base fee of the latest block and the node's tip suggestion.
+    /// The market under the queue's [`FeeModel`]: EIP-1559, the latest block's base
+    /// fee and the tip from the model's source (at least its minimum); legacy, no base
+    /// fee and the node's `eth_gasPrice`.
     pub(super) async fn market(&self) -> Result<Market> {
+        let wide = |v: U256| u128::try_from(v).unwrap_or(u128::MAX);
+        let (priority_fee, min_tip) = match self.config.fee_model {
+            FeeModel::Legacy { .. } => {
+                let price = wide(self.chain.gas_price().await?.wei_per_gas);
+                return Ok(Market {
+                    base_fee_per_gas: 0,
+                    priority_fee_per_gas: price,
+                });
+            }
+            FeeModel::Eip1559 {
+                priority_fee,
+                min_priority_fee_per_gas,
+                ..
+            } => (priority_fee, min_priority_fee_per_gas),
+        };
         let base = self
             .chain
             .header(BlockNumberOrTag::Latest)
             .await?
             .and_then(|h| h.base_fee_per_gas)
-            .map_or(0, |fee| {
-                u128::try_from(fee.wei_per_gas).unwrap_or(u128::MAX)
-            });
-        let tip = self.chain.max_priority_fee().await?.wei_per_gas;
-        let tip = u128::try_from(tip).unwrap_or(u128::MAX);
+            .map_or(0, |fee| wide(fee.wei_per_gas));
+        let tip = match priority_fee {
+            PriorityFee::Node => wide(self.chain.max_priority_fee().await?.wei_per_gas),
+            PriorityFee::Fixed(tip) => tip,
+        };
         Ok(Market {
             base_fee_per_gas: base,
-            priority_fee_per_gas: tip,
+            priority_fee_per_gas: tip.max(min_tip),
         })
+    }
+
+    /// The L1 data fee of `body`'s transaction at `fees` and `gas_limit`, wei, counted
+    /// with [`crate::L1DataFee::multiplier_percent`]; 0 on a chain without one. The
+    /// oracle prices the unsigned transaction's bytes (the nonce here is a 4-byte
+    /// placeholder, at least as long as any nonce the sender will reach).
+    ///
+    /// # Errors
+    /// [`TxqError::L1FeeUnreadable`] when the oracle answers nothing decodable (no code
+    /// at its address); [`TxqError::Chain`] when the call fails.
+    pub(super) async fn l1_fee(&self, body: &TxBody, gas_limit: u64, fees: Fees) -> Result<U256> {
+        use alloy::consensus::SignableTransaction;
+        use alloy::sol_types::SolCall;
+        let Some(l1) = self.config.l1_data_fee else {
+            return Ok(U256::ZERO);
+        };
+        alloy::sol! {
+            function getL1Fee(bytes _data) external view returns (uint256);
+        }
+        let unsigned = body.unsigned(
+            self.config.fee_model,
+            self.chain.chain().get(),
+            u64::from(u32::MAX),
+            gas_limit,
+            fees,
+        )?;
+        let call = alloy::rpc::types::TransactionRequest {
+            to: Some(alloy::primitives::TxKind::Call(l1.oracle)),
+            input: Bytes::from(
+                getL1FeeCall {
+                    _data: unsigned.encoded_for_signing().into(),
+                }
+                .abi_encode(),
+            )
+            .into(),
+            ..Default::default()
+        };
+        let out = self.chain.call(&call, BlockNumberOrTag::Latest).await?;
+        let fee = getL1FeeCall::abi_decode_returns(&out).map_err(|_| TxqError::L1FeeUnreadable)?;
+        Ok(fee
+            .saturating_mul(U256::from(l1.multiplier_percent))
+            .div_ceil(U256::from(100)))
     }
 
     /// Broadcasts `attempt`'s bytes and records what the node said (nothing once

@@ -57,6 +57,92 @@ pub struct TxQueueConfig {
     /// reorg comes; see `queue/resign.rs`). `Finality::Depth(0)` (the head is final)
     /// only for a local development chain.
     pub finality: Finality,
+    /// How the chain prices gas (default: EIP-1559, twice the base fee plus the node's
+    /// tip suggestion).
+    pub fee_model: FeeModel,
+    /// The L1 data fee an OP Stack chain charges on top of execution gas (default
+    /// none): counted in every funding check and in what a funding request asks for.
+    pub l1_data_fee: Option<L1DataFee>,
+    /// The most gas one transaction may use on this chain, whatever the block gas limit
+    /// (Ethereum since Osaka: 2^24 = 16,777,216, EIP-7825); `None` (default): only the
+    /// latest block's gas limit bounds it. A request above it fails
+    /// `EXCEEDS_BLOCK_GAS_LIMIT` before it takes a nonce.
+    pub max_gas_per_transaction: Option<u64>,
+}
+
+/// How a chain prices gas (see [`TxQueueConfig::fee_model`]). Either way a replacement
+/// raises every fee field the transaction has by at least
+/// [`TxQueueConfig::bump_percent`] and at least 1 wei, so it always clears the node's
+/// replacement rule (geth and reth: +10 % on each field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeeModel {
+    /// EIP-1559 (type-2) transactions: `maxFeePerGas` = the latest base fee ×
+    /// `base_fee_multiplier_percent` / 100 + the tip; `maxPriorityFeePerGas` = the tip.
+    Eip1559 {
+        /// Percent of the latest base fee the max fee allows (at least 100; default
+        /// 200: the fee survives six consecutive full blocks at +12.5 % each).
+        base_fee_multiplier_percent: u64,
+        /// Where the tip comes from.
+        priority_fee: PriorityFee,
+        /// The least tip, wei per gas (default 0; e.g. Polygon PoS refuses tips
+        /// below 25 gwei).
+        min_priority_fee_per_gas: u128,
+    },
+    /// Legacy (type-0, EIP-155) transactions for chains without EIP-1559: `gasPrice` =
+    /// the node's `eth_gasPrice` × `gas_price_multiplier_percent` / 100. EIP-7702
+    /// requests cannot be sent on such a chain ([`crate::TxqError::InvalidRequest`]
+    /// `("authorization_list")`).
+    Legacy {
+        /// Percent of `eth_gasPrice` offered (at least 100; default 110).
+        gas_price_multiplier_percent: u64,
+    },
+}
+
+impl Default for FeeModel {
+    fn default() -> Self {
+        FeeModel::Eip1559 {
+            base_fee_multiplier_percent: 200,
+            priority_fee: PriorityFee::Node,
+            min_priority_fee_per_gas: 0,
+        }
+    }
+}
+
+/// The source of an EIP-1559 tip (see [`FeeModel::Eip1559`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PriorityFee {
+    /// The node's suggestion, `eth_maxPriorityFeePerGas`.
+    Node,
+    /// A fixed tip, wei per gas (an L2 whose sequencer orders by arrival: a few wei
+    /// suffice).
+    Fixed(u128),
+}
+
+/// The L1 data fee of an OP Stack chain (see [`TxQueueConfig::l1_data_fee`]): read per
+/// transaction from the `GasPriceOracle` predeploy's `getL1Fee(bytes)` with the
+/// unsigned RLP-encoded transaction (the oracle adds the signature's 68 bytes), wei.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L1DataFee {
+    /// The oracle (OP Stack: `0x420000000000000000000000000000000000000F`,
+    /// [`L1DataFee::OP_STACK_ORACLE`]).
+    pub oracle: alloy::primitives::Address,
+    /// Percent of the oracle's figure counted (at least 100; default 150: the L1 base
+    /// fee moves between the check and the inclusion).
+    pub multiplier_percent: u64,
+}
+
+impl L1DataFee {
+    /// The OP Stack `GasPriceOracle` predeploy.
+    pub const OP_STACK_ORACLE: alloy::primitives::Address =
+        alloy::primitives::address!("420000000000000000000000000000000000000F");
+
+    /// The OP Stack oracle at the default multiplier.
+    pub fn op_stack() -> Self {
+        Self {
+            oracle: Self::OP_STACK_ORACLE,
+            multiplier_percent: 150,
+        }
+    }
 }
 
 /// When a block is final for a queue (see [`TxQueueConfig::finality`]).
@@ -95,6 +181,9 @@ impl Default for TxQueueConfig {
             broadcast_in_flight: DEFAULT_BROADCAST_IN_FLIGHT,
             broadcast_batch: 16,
             finality: Finality::default(),
+            fee_model: FeeModel::default(),
+            l1_data_fee: None,
+            max_gas_per_transaction: None,
         }
     }
 }

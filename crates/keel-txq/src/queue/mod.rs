@@ -38,7 +38,7 @@ mod sign;
 mod trace;
 mod watch;
 
-pub use self::config::{Finality, TxQueueConfig};
+pub use self::config::{FeeModel, Finality, L1DataFee, PriorityFee, TxQueueConfig};
 pub use self::enqueue::{EnqueueOptions, TxRequest};
 
 use self::attempt::{ToSend, WarnLimiter};
@@ -174,12 +174,37 @@ impl TxQueue {
     /// # Errors
     /// [`TxqError::InvalidRequest`] when the chain id does not fit PostgreSQL's BIGINT;
     /// [`TxqError::Config`] when `bump_percent` is below 10 (geth and reth refuse such
-    /// replacements) or `confirmations` is 0.
+    /// replacements), a fee multiplier is below 100 (`feeMultiplierPercent`,
+    /// `l1DataFeeMultiplierPercent`) or `confirmations` is 0.
     pub fn new(db: PgPool, chain: Arc<UpstreamPool>, config: TxQueueConfig) -> Result<Self> {
         if config.bump_percent < 10 {
             return Err(TxqError::Config {
                 key: "bumpPercent",
                 reason: "must be at least 10 (the geth/reth replacement rule)",
+            });
+        }
+        match config.fee_model {
+            FeeModel::Eip1559 {
+                base_fee_multiplier_percent: m,
+                ..
+            }
+            | FeeModel::Legacy {
+                gas_price_multiplier_percent: m,
+            } if m < 100 => {
+                return Err(TxqError::Config {
+                    key: "feeMultiplierPercent",
+                    reason: "must be at least 100 (a fee below the market never mines)",
+                });
+            }
+            _ => {}
+        }
+        if config
+            .l1_data_fee
+            .is_some_and(|f| f.multiplier_percent < 100)
+        {
+            return Err(TxqError::Config {
+                key: "l1DataFeeMultiplierPercent",
+                reason: "must be at least 100",
             });
         }
         if config.confirmations == 0 {

@@ -89,9 +89,14 @@ impl TxQueue {
                 .map_err(|_| TxqError::InvalidRequest("value"))?;
             let gas = u64::try_from(w.funding_gas_limit)
                 .map_err(|_| TxqError::InvalidRequest("gas_limit"))?;
+            let l1_fee: U256 = match &w.funding_l1_fee_wei {
+                Some(f) => f.parse().map_err(|_| TxqError::InvalidRequest("l1_fee"))?,
+                None => U256::ZERO,
+            };
             let need = U256::from(gas)
                 .saturating_mul(U256::from(max_fee))
-                .saturating_add(value);
+                .saturating_add(value)
+                .saturating_add(l1_fee);
             if available >= need {
                 available -= need;
                 if store::request_resume(&self.db, w.id).await? {
@@ -127,13 +132,11 @@ impl TxQueue {
         &self,
         sender: Address,
         req: &RequestRow,
-        Fees {
-            max_fee_per_gas: max_fee,
-            ..
-        }: Fees,
+        fees: Fees,
         block_gas_limit: Option<u64>,
         available: &mut U256,
     ) -> Result<Prepared> {
+        let max_fee = fees.max_fee_per_gas;
         let body = TxBody::of(req)?;
         let (to, value) = (body.to, body.value);
         let gas_limit = match req.gas_limit {
@@ -170,8 +173,9 @@ impl TxQueue {
                                 // The node refuses to estimate without funds: estimate as
                                 // if funded; a lower bound of 21,000 gas when it cannot.
                                 let gas = self.estimate_funded(sender, &body).await;
+                                let l1_fee = self.l1_fee(&body, gas, fees).await?;
                                 return self
-                                    .wait_for_funds(req, gas, max_fee, value, *available)
+                                    .wait_for_funds(req, gas, max_fee, value, l1_fee, *available)
                                     .await;
                             }
                             NodeErrorKind::InsufficientFunds => {
@@ -188,20 +192,27 @@ impl TxQueue {
                 }
             }
         };
-        if block_gas_limit.is_some_and(|limit| gas_limit > limit) {
+        let gas_cap = match (block_gas_limit, self.config.max_gas_per_transaction) {
+            (Some(block), Some(tx)) => Some(block.min(tx)),
+            (block, tx) => block.or(tx),
+        };
+        if gas_cap.is_some_and(|limit| gas_limit > limit) {
             // Before any nonce (issue 33 §1): a transaction over the block gas limit is
             // refused by every node, and a nonce it held would be a gap to fill.
             let verdict = failed(FailureCode::ExceedsBlockGasLimit, vec![]);
             tracing::warn!(target: "keel::txq", request = %req.id, gas_limit, "gas limit exceeds the block gas limit; request failed before signing");
             return Ok(Prepared::settled(self.settle(req.id, &verdict).await?));
         }
+        // OP Stack: the L1 data fee on top (0 elsewhere).
+        let l1_fee = self.l1_fee(&body, gas_limit, fees).await?;
         let need = U256::from(gas_limit)
             .saturating_mul(U256::from(max_fee))
-            .saturating_add(value);
+            .saturating_add(value)
+            .saturating_add(l1_fee);
         if *available < need {
             if req.funding_pause_ms.is_some() {
                 return self
-                    .wait_for_funds(req, gas_limit, max_fee, value, *available)
+                    .wait_for_funds(req, gas_limit, max_fee, value, l1_fee, *available)
                     .await;
             }
             let verdict = failed(FailureCode::GasRequired, vec![]);
@@ -217,23 +228,32 @@ impl TxQueue {
     }
 
     /// Moves a queued request with a funding pause to `waiting_funding`, its funding
-    /// request being `gas_limit × max_fee + value − available` wei (deadline set on the
-    /// first detection). Takes no nonce.
+    /// request being `gas_limit × max_fee + value + l1_fee − available` wei (deadline
+    /// set on the first detection; `l1_fee` is recorded for the funding checks). Takes
+    /// no nonce.
     async fn wait_for_funds(
         &self,
         req: &RequestRow,
         gas_limit: u64,
         max_fee: u128,
         value: U256,
+        l1_fee: U256,
         available: U256,
     ) -> Result<Prepared> {
         let need = U256::from(gas_limit)
             .saturating_mul(U256::from(max_fee))
-            .saturating_add(value);
+            .saturating_add(value)
+            .saturating_add(l1_fee);
         let short = need.saturating_sub(available).max(U256::from(1));
         let gas = i64::try_from(gas_limit).map_err(|_| TxqError::InvalidRequest("gas_limit"))?;
         if !self
-            .open_funding(req, short, gas, &max_fee.to_string())
+            .open_funding(
+                req,
+                short,
+                gas,
+                &max_fee.to_string(),
+                (!l1_fee.is_zero()).then(|| l1_fee.to_string()).as_deref(),
+            )
             .await?
         {
             // Moved by another process meanwhile.

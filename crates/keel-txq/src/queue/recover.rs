@@ -4,9 +4,8 @@
 use super::{TxQueue, metrics};
 use crate::store::{self, NewAttempt};
 use crate::{Result, TxqError};
-use alloy::consensus::TxEip1559;
 use alloy::eips::{BlockNumberOrTag, Encodable2718};
-use alloy::primitives::{Address, Bytes, TxKind, U256};
+use alloy::primitives::{Address, Bytes, U256};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -64,18 +63,23 @@ impl TxQueue {
             if live.contains(&nonce) {
                 continue;
             }
-            let unsigned = TxEip1559 {
-                chain_id: self.chain.chain().get(),
-                nonce: u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
-                gas_limit: 21_000,
-                max_fee_per_gas: max_fee,
-                max_priority_fee_per_gas: tip,
-                to: TxKind::Call(sender),
+            let unsigned = super::attempt::TxBody {
+                to: Some(sender),
                 value: U256::ZERO,
-                access_list: Default::default(),
-                input: Bytes::new(),
-            };
-            let envelope = signer.sign(unsigned.into()).await?;
+                data: Bytes::new(),
+                authorization_list: Vec::new(),
+            }
+            .unsigned(
+                self.config.fee_model,
+                self.chain.chain().get(),
+                u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
+                21_000,
+                super::attempt::Fees {
+                    max_fee_per_gas: max_fee,
+                    max_priority_fee_per_gas: tip,
+                },
+            )?;
+            let envelope = signer.sign(unsigned).await?;
             let hash = *envelope.tx_hash();
             let raw = envelope.encoded_2718();
             let id = Uuid::new_v4();

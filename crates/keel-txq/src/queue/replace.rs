@@ -193,9 +193,10 @@ impl TxQueue {
             parse(&last.max_fee_per_gas)?,
             parse(&last.max_priority_fee_per_gas)?,
         );
+        // At least +1 wei: a field at 0 (or so low that the percentage rounds to
+        // nothing) must still rise, or the node refuses the replacement as underpriced.
         let bump = |v: u128| {
-            v.saturating_mul(100 + u128::from(self.config.bump_percent))
-                .div_ceil(100)
+            super::attempt::percent_of(v, 100 + self.config.bump_percent).max(v.saturating_add(1))
         };
         let market = self.fees().await?;
         let (market_max, market_tip) = (market.max_fee_per_gas, market.max_priority_fee_per_gas);
@@ -210,6 +211,7 @@ impl TxQueue {
             return Ok(());
         }
         let unsigned = TxBody::of(req)?.unsigned(
+            self.config.fee_model,
             self.chain.chain().get(),
             u64::try_from(last.nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
             u64::try_from(last.gas_limit).map_err(|_| TxqError::InvalidRequest("gas_limit"))?,

@@ -128,6 +128,7 @@ impl TxQueue {
         };
         let nonce = next.max(pending);
         let unsigned = body.unsigned(
+            self.config.fee_model,
             self.chain.chain().get(),
             u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
             u64::try_from(last.gas_limit).map_err(|_| TxqError::InvalidRequest("gas_limit"))?,

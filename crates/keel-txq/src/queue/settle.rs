@@ -195,13 +195,20 @@ impl TxQueue {
         required_wei: alloy::primitives::U256,
         gas_limit: i64,
         max_fee_wei: &str,
+        l1_fee_wei: Option<&str>,
     ) -> Result<bool> {
         let required = required_wei.to_string();
         if let Some(sink) = &self.progress_sink {
             let mut tx = self.db.begin().await?;
-            let Some((key, deadline)) =
-                store::request_wait_funding(&mut *tx, req.id, &required, gas_limit, max_fee_wei)
-                    .await?
+            let Some((key, deadline)) = store::request_wait_funding(
+                &mut *tx,
+                req.id,
+                &required,
+                gas_limit,
+                max_fee_wei,
+                l1_fee_wei,
+            )
+            .await?
             else {
                 return Ok(false);
             };
@@ -223,11 +230,16 @@ impl TxQueue {
                 }
             }
         }
-        Ok(
-            store::request_wait_funding(&self.db, req.id, &required, gas_limit, max_fee_wei)
-                .await?
-                .is_some(),
+        Ok(store::request_wait_funding(
+            &self.db,
+            req.id,
+            &required,
+            gas_limit,
+            max_fee_wei,
+            l1_fee_wei,
         )
+        .await?
+        .is_some())
     }
 
     /// Updates the shortfall (`required_wei`) of `w`, still `waiting_funding`, and, with a

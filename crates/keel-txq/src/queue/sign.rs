@@ -183,6 +183,7 @@ impl TxQueue {
             {
                 let nonce = plan.first + to_i64(piece.start + k)?;
                 let unsigned = r.body.unsigned(
+                    self.config.fee_model,
                     self.chain.chain().get(),
                     u64::try_from(nonce).map_err(|_| TxqError::InvalidRequest("nonce"))?,
                     r.gas_limit,

@@ -18,6 +18,8 @@ pub(crate) struct FundingRow {
     pub funding_required_wei: String,
     pub funding_gas_limit: i64,
     pub funding_max_fee_wei: String,
+    /// The L1 data fee counted when the wait began, wei (OP Stack chains; else NULL).
+    pub funding_l1_fee_wei: Option<String>,
     pub funding_deadline: chrono::DateTime<chrono::Utc>,
     pub idempotency_key: String,
     /// `funding_deadline <= now()` on the database clock.
@@ -27,7 +29,7 @@ pub(crate) struct FundingRow {
 }
 
 const FUNDING_COLUMNS: &str = "id, chain_id, sender, value_wei, funding_required_wei, funding_gas_limit, \
-     funding_max_fee_wei, funding_deadline, idempotency_key, funding_deadline <= now() AS expired, created_at, updated_at";
+     funding_max_fee_wei, funding_l1_fee_wei, funding_deadline, idempotency_key, funding_deadline <= now() AS expired, created_at, updated_at";
 
 /// `queued` → `waiting_funding` with its funding request; the deadline is set on the
 /// first detection only (`now()` + the pause) and kept afterwards. Returns the
@@ -39,12 +41,14 @@ pub(crate) async fn request_wait_funding(
     required_wei: &str,
     gas_limit: i64,
     max_fee_wei: &str,
+    l1_fee_wei: Option<&str>,
 ) -> Result<Option<(String, chrono::DateTime<chrono::Utc>)>> {
     sqlx::query_as(
         "UPDATE txq_request
             SET state = 'waiting_funding',
                 funding_deadline = coalesce(funding_deadline, now() + funding_pause_ms * interval '1 millisecond'),
-                funding_required_wei = $2, funding_gas_limit = $3, funding_max_fee_wei = $4, updated_at = now()
+                funding_required_wei = $2, funding_gas_limit = $3, funding_max_fee_wei = $4,
+                funding_l1_fee_wei = $5, updated_at = now()
           WHERE id = $1 AND state = 'queued' AND funding_pause_ms IS NOT NULL
       RETURNING idempotency_key, funding_deadline",
     )
@@ -52,6 +56,7 @@ pub(crate) async fn request_wait_funding(
     .bind(required_wei)
     .bind(gas_limit)
     .bind(max_fee_wei)
+    .bind(l1_fee_wei)
     .fetch_optional(db)
     .await
     .map_err(unreadable("txq_request"))

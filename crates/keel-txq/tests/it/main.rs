@@ -7,6 +7,7 @@ mod common;
 mod crash;
 mod faults;
 mod funding;
+mod profiles;
 mod progress;
 mod queue;
 mod requests;
