@@ -114,6 +114,7 @@ pub fn queue_config(config: &Config, chain_id: u64) -> TxQueueConfig {
         broadcast_in_flight: q.broadcast_in_flight,
         broadcast_batch: q.broadcast_batch,
         finality: chain_finality(config, chain_id),
+        ..TxQueueConfig::default()
     }
 }
 
