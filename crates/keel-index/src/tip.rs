@@ -40,6 +40,11 @@ pub struct TipConfig {
     /// is a lower bound, so reading it less often only delays a block's `finalized`
     /// flag by up to this many blocks; it never marks a block final too early.
     pub finalized_refresh_blocks: u64,
+    /// Whether the node's `finalized` tag decides which blocks are final (default
+    /// true; `finality_depth` only where the node has no tag). `false`: the block
+    /// `finality_depth` below the head is final whatever the tag says, for a chain
+    /// whose operator sets its finality as a depth (`chains.<name>.indexFinalityDepth`).
+    pub finalized_tag: bool,
 }
 
 impl TipConfig {
@@ -51,6 +56,7 @@ impl TipConfig {
             start_block: None,
             max_blocks_per_round: 1_000,
             finalized_refresh_blocks: 8,
+            finalized_tag: true,
         }
     }
 
@@ -781,10 +787,12 @@ impl TipIngest {
     }
 
     /// The chain's finalized block: the node's `finalized` tag, else (a node without
-    /// the tag) the block `finality_depth` below the head. `None` when the node has no
-    /// such block.
+    /// the tag, or [`TipConfig::finalized_tag`] off) the block `finality_depth` below
+    /// the head. `None` when the node has no such block.
     async fn finalized(&self) -> Result<Option<BlockHeader>> {
-        if let Ok(Some(h)) = self.node.finalized().await {
+        if self.config.finalized_tag
+            && let Ok(Some(h)) = self.node.finalized().await
+        {
             return Ok(Some(h));
         }
         let head = self.node.block_number().await?;

@@ -17,9 +17,7 @@ use keel_chain::{AttributionSuffix, UpstreamConfig, UpstreamPool};
 use keel_cluster::ShardOwner;
 use keel_durable::{Engine, EngineConfig, ExecutorConfig, ExecutorHandle};
 use keel_index::{HistoryConfig, HistoryWorker, TipConfig};
-use keel_txq::{
-    Finality, ProgressSink, SettlementSink, SignerHandle, TxQueue, TxQueueConfig, TxSigner,
-};
+use keel_txq::{ProgressSink, SettlementSink, SignerHandle, TxQueue, TxQueueConfig, TxSigner};
 use keel_units::ChainId;
 use keel_workflows::{ChainContext, PlatformAddresses, VerdictSink, WorkflowEnv};
 use sqlx::PgPool;
@@ -30,14 +28,30 @@ use tokio::task::JoinHandle;
 
 const TARGET: &str = "keel::services";
 
-/// `chains.<name>.confirmations` of the chain with `chain_id` (at least 1; 1 when the
-/// chain is not configured).
-fn chain_confirmations(config: &Config, chain_id: u64) -> u64 {
-    config
-        .chains
-        .values()
-        .find(|c| c.chain_id == chain_id)
-        .map_or(1, |c| c.confirmations.max(1))
+/// The settings of the chain with `chain_id` ([`crate::config::ChainConfig::settings`]:
+/// its profile under its own keys); a chain that is not configured gets the `default`
+/// profile's.
+pub fn chain_settings(config: &Config, chain_id: u64) -> crate::config::ChainSettings {
+    match config.chains.values().find(|c| c.chain_id == chain_id) {
+        Some(chain) => chain.settings(&config.txq),
+        None => crate::config::ChainConfig {
+            chain_id,
+            rpc_urls: Vec::new(),
+            profile: None,
+            fees: crate::config::ChainFees::default(),
+            confirmations: None,
+            max_gas_per_transaction: None,
+            bump_percent: None,
+            bump_after_ms: None,
+            index_finality_depth: None,
+            subscribe: None,
+            finality_depth: None,
+            ws_url: None,
+            custody: None,
+            senders: std::collections::BTreeMap::new(),
+        }
+        .settings(&config.txq),
+    }
 }
 
 /// One upstream pool per configured chain, by chain id (no request is sent: whether a
@@ -86,35 +100,28 @@ pub fn executor_config(config: &Config) -> ExecutorConfig {
     }
 }
 
-/// `chains.<name>.finalityDepth` of the chain with `chain_id` as the queue's
-/// finality: a depth when set, else the node's `finalized` tag.
-fn chain_finality(config: &Config, chain_id: u64) -> Finality {
-    config
-        .chains
-        .values()
-        .find(|c| c.chain_id == chain_id)
-        .and_then(|c| c.finality_depth)
-        .map_or_else(Finality::default, Finality::Depth)
-}
-
-/// The transaction queue's settings for `chain_id` from `[txq]`,
-/// `durable.confirmationWatcher.intervalMs` and `chains.<name>.confirmations`.
+/// The transaction queue's settings for `chain_id`: the chain's profile and keys
+/// ([`chain_settings`]: fee model, L1 data fee, gas cap, confirmations, finality, bump
+/// policy), `[txq]` and `durable.confirmationWatcher.intervalMs`.
 pub fn queue_config(config: &Config, chain_id: u64) -> TxQueueConfig {
     let q = &config.txq;
+    let chain = chain_settings(config, chain_id);
     TxQueueConfig {
-        confirmations: chain_confirmations(config, chain_id),
+        confirmations: chain.confirmations,
         poll_interval: Duration::from_millis(config.durable.confirmation_watcher.interval_ms),
         sign_batch: i64::from(q.sign_batch),
         gas_limit_headroom_percent: q.gas_limit_headroom_percent,
         recovery_every_ticks: q.recovery_every_ticks,
-        bump_after: (q.bump_after_ms > 0).then(|| Duration::from_millis(q.bump_after_ms)),
-        bump_percent: q.bump_percent,
+        bump_after: chain.bump_after,
+        bump_percent: chain.bump_percent,
         max_fee_cap: u128::from(q.max_fee_cap_gwei) * 1_000_000_000,
         funding_broadcast_retries: q.funding_broadcast_retries,
         broadcast_in_flight: q.broadcast_in_flight,
         broadcast_batch: q.broadcast_batch,
-        finality: chain_finality(config, chain_id),
-        ..TxQueueConfig::default()
+        finality: chain.finality,
+        fee_model: chain.fee_model,
+        l1_data_fee: chain.l1_data_fee,
+        max_gas_per_transaction: chain.max_gas_per_transaction,
     }
 }
 
@@ -747,21 +754,24 @@ pub async fn start_indexer(
     let tip_critical = supervisor.critical("index-tip");
     for node in upstreams(config)? {
         let chain_id = node.chain().get();
-        let tip_config = TipConfig::new(config.index.finality_depth);
+        let settings = chain_settings(config, chain_id);
+        // A chain's own index finality depth replaces the node's `finalized` tag.
+        let tip_config = match settings.index_finality_depth {
+            Some(depth) => TipConfig {
+                finalized_tag: false,
+                ..TipConfig::new(depth)
+            },
+            None => TipConfig::new(config.index.finality_depth),
+        };
         // With a WebSocket endpoint, new heads wake the loop and the poll is the slower
         // fallback.
-        let heads = config
-            .chains
-            .values()
-            .find(|c| c.chain_id == chain_id)
-            .and_then(|c| c.ws_url.clone())
-            .map(keel_chain::HeadWatchConfig::new);
+        let heads = settings.ws_url.map(keel_chain::HeadWatchConfig::new);
         let poll = if heads.is_some() {
             Duration::from_millis(config.index.subscribed_poll_interval_ms)
         } else {
             poll
         };
-        let confirmations = chain_confirmations(config, chain_id);
+        let confirmations = settings.confirmations;
         let tip_pool = pool.clone();
         let tip_node = node.clone();
         let owner_id = replica.clone();

@@ -62,9 +62,11 @@ fn env_overrides_are_case_insensitive_and_typed() {
     assert_eq!(c.deployment_id, "eu-1");
     assert_eq!(c.chains["local"].rpc_urls, vec!["http://a:1", "http://b:2"]);
     assert_eq!(c.chains["sepolia"].chain_id, 11_155_111);
+    assert_eq!(c.chains["sepolia"].confirmations, None);
     assert_eq!(
-        c.chains["sepolia"].confirmations, 1,
-        "default applies to new chains"
+        c.chains["sepolia"].settings(&c.txq).confirmations,
+        2,
+        "the ethereum profile applies to a new Sepolia chain"
     );
 }
 
@@ -273,6 +275,56 @@ fn cluster_and_retention_keys_load_override_and_validate() {
 /// the error must name. Each named key must exist in the configuration (so an operator
 /// can set it) and be the key the override set.
 const RULES: &[(&str, &str, &str)] = &[
+    (
+        "KEEL__CHAINS__LOCAL__PROFILE",
+        "\"mainnet\"",
+        "chains.local.profile",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__FEES__BASEFEEMULTIPLIERPERCENT",
+        "50",
+        "chains.local.fees.baseFeeMultiplierPercent",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__FEES__PRIORITYFEE",
+        "\"oracle\"",
+        "chains.local.fees.priorityFee",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__FEES__GASPRICEMULTIPLIERPERCENT",
+        "120",
+        "chains.local.fees.gasPriceMultiplierPercent",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__FEES__L1FEEORACLE",
+        "\"0x0000000000000000000000000000000000000000\"",
+        "chains.local.fees.l1FeeOracle",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__MAXGASPERTRANSACTION",
+        "100",
+        "chains.local.maxGasPerTransaction",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__BUMPPERCENT",
+        "9",
+        "chains.local.bumpPercent",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__BUMPAFTERMS",
+        "5",
+        "chains.local.bumpAfterMs",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__CONFIRMATIONS",
+        "0",
+        "chains.local.confirmations",
+    ),
+    (
+        "KEEL__CHAINS__LOCAL__INDEXFINALITYDEPTH",
+        "0",
+        "chains.local.indexFinalityDepth",
+    ),
     ("KEEL__DEPLOYMENTID", "bad id!", "deploymentId"),
     ("KEEL__AA__BUNDLERPOLLMS", "5", "aa.bundlerPollMs"),
     ("KEEL__AA__BENEFICIARY", "nope", "aa.beneficiary"),
@@ -1106,4 +1158,94 @@ fn pool_senders_load_from_the_environment_and_bad_ones_name_their_key() {
         ("KEEL__CHAINS__LOCAL__SENDERS__S1__REGION", " "),
     ]));
     assert_eq!(key, "chains.local.senders.s1.region");
+}
+
+/// Chain profiles (issue 35 §3) reach the queue and the indexer: a chain's profile by
+/// chain id or by name, its `[chains.<name>.fees]` and limits from the environment, the
+/// `[txq]` bump policy where a chain sets none.
+#[test]
+fn chain_profiles_and_their_overrides_reach_the_queue() {
+    use keel::services::{chain_settings, queue_config};
+    use keel_txq::{FeeModel, Finality, L1DataFee, PriorityFee};
+    let c = load(&[
+        ("KEEL__CHAINS__LOCAL__PROFILE", "anvil"),
+        (
+            "KEEL__CHAINS__LOCAL__RPCURLS",
+            r#"["http://127.0.0.1:8545"]"#,
+        ),
+        ("KEEL__CHAINS__BASE__CHAINID", "8453"),
+        (
+            "KEEL__CHAINS__BASE__RPCURLS",
+            r#"["https://base.example/k"]"#,
+        ),
+        ("KEEL__CHAINS__BASE__FEES__L1FEEMULTIPLIERPERCENT", "200"),
+        ("KEEL__CHAINS__BASE__INDEXFINALITYDEPTH", "30"),
+        ("KEEL__CHAINS__MAIN__CHAINID", "1"),
+        (
+            "KEEL__CHAINS__MAIN__RPCURLS",
+            r#"["https://eth.example/k"]"#,
+        ),
+        ("KEEL__CHAINS__MAIN__BUMPPERCENT", "20"),
+        ("KEEL__CHAINS__MAIN__FEES__PRIORITYFEE", "2000000000"),
+        ("KEEL__CHAINS__BSC__CHAINID", "56"),
+        ("KEEL__CHAINS__BSC__RPCURLS", r#"["https://bsc.example"]"#),
+        ("KEEL__CHAINS__BSC__FEES__MODEL", "legacy"),
+        ("KEEL__CHAINS__BSC__SUBSCRIBE", "false"),
+        ("KEEL__TXQ__BUMPPERCENT", "15"),
+    ])
+    .unwrap();
+    let local = queue_config(&c, 31337);
+    assert_eq!(local.finality, Finality::Depth(0));
+    assert_eq!(local.fee_model, FeeModel::default());
+    assert_eq!(local.bump_percent, 15, "[txq] where the chain sets none");
+    assert_eq!(
+        chain_settings(&c, 31337).ws_url.as_deref(),
+        Some("ws://127.0.0.1:8545"),
+        "anvil serves eth_subscribe on its RPC port"
+    );
+
+    let base = queue_config(&c, 8453);
+    assert_eq!(
+        base.l1_data_fee,
+        Some(L1DataFee {
+            oracle: L1DataFee::OP_STACK_ORACLE,
+            multiplier_percent: 200
+        })
+    );
+    assert_eq!(
+        base.finality,
+        Finality::Finalized {
+            fallback_depth: 450
+        }
+    );
+    assert_eq!(chain_settings(&c, 8453).index_finality_depth, Some(30));
+    assert_eq!(chain_settings(&c, 8453).ws_url, None);
+
+    let main = queue_config(&c, 1);
+    assert_eq!(main.max_gas_per_transaction, Some(16_777_216));
+    assert_eq!(main.confirmations, 2);
+    assert_eq!(main.bump_percent, 20);
+    assert!(matches!(
+        main.fee_model,
+        FeeModel::Eip1559 {
+            priority_fee: PriorityFee::Fixed(2_000_000_000),
+            base_fee_multiplier_percent: 200,
+            ..
+        }
+    ));
+
+    let bsc = queue_config(&c, 56);
+    assert_eq!(
+        bsc.fee_model,
+        FeeModel::Legacy {
+            gas_price_multiplier_percent: 110
+        }
+    );
+    assert_eq!(bsc.max_gas_per_transaction, None);
+    assert_eq!(chain_settings(&c, 56).ws_url, None);
+
+    // What `keel config show` prints loads back to the same chains.
+    let printed = c.redacted_toml();
+    assert!(printed.contains("profile = \"anvil\""), "{printed}");
+    assert!(printed.contains("model = \"legacy\""), "{printed}");
 }

@@ -294,3 +294,71 @@ async fn a_reorg_below_recorded_finality_marks_the_chain_degraded_whatever_the_w
     }
     Ok(())
 }
+
+/// A chain whose finality is set as a depth (`TipConfig::finalized_tag` off,
+/// `chains.<name>.indexFinalityDepth`): the block `finality_depth` below the head is
+/// recorded as final although the node's `finalized` tag (Anvil: head − 64) is far
+/// lower, so the same depth-5 reorg is repaired exactly on a chain that follows the tag
+/// and marks a depth-3 chain degraded.
+#[tokio::test]
+async fn a_finality_depth_in_place_of_the_nodes_tag_decides_which_reorgs_are_too_deep()
+-> anyhow::Result<()> {
+    for finalized_tag in [true, false] {
+        let env = env().await?;
+        let asset = env.mintable("DEPTH").await?;
+        let (a0, a1, a2) = (
+            env.chain.account(0)?,
+            env.chain.account(1)?,
+            env.chain.account(2)?,
+        );
+        env.mint(asset.token, a0, 10_000).await?;
+        env.transfer(asset.token, a1, 5).await?;
+        mine(&env, 10).await?;
+        let cfg = TipConfig {
+            finalized_tag,
+            ..TipConfig {
+                finalized_refresh_blocks: 1,
+                ..config(3)
+            }
+        };
+        let ingest = env.owner(cfg, "a").await?;
+        catch_up(&ingest).await?;
+        let head = env.chain.block_number().await?;
+        let recorded: Option<i64> =
+            sqlx::query_scalar("SELECT finalized_number FROM index_chain WHERE chain_id = $1")
+                .bind(env.chain_id.get() as i64)
+                .fetch_one(env.db.pool())
+                .await?;
+        let recorded = recorded.map(|f| f as u64);
+        if finalized_tag {
+            assert!(
+                recorded.unwrap_or(0) <= head.saturating_sub(64),
+                "the tag: head {head}, recorded {recorded:?}"
+            );
+        } else {
+            assert_eq!(recorded, Some(head - 3), "depth 3 below head {head}");
+        }
+        let p = env.chain.provider();
+        p.anvil_reorg(ReorgOptions {
+            depth: 5,
+            tx_block_pairs: vec![(transfer_request(asset.token, a0, a2, 9, p), 0)],
+        })
+        .await?;
+        let outcome = catch_up(&ingest).await;
+        let health = read::chain_health(env.db.pool(), env.chain_id).await?;
+        if finalized_tag {
+            outcome?;
+            assert!(!health.is_degraded(), "{health:?}");
+            let t = read::transfers(env.db.pool(), env.chain_id, Some(asset.token)).await?;
+            assert!(t.iter().any(|t| t.to == a2), "the reorg's transfer indexed");
+            assert_balances_match_chain(&env, asset.token, &[a0, a1, a2], "tag").await?;
+        } else {
+            assert!(
+                outcome.is_err(),
+                "a reorg below depth-3 finality is refused"
+            );
+            assert!(health.is_degraded(), "{health:?}");
+        }
+    }
+    Ok(())
+}

@@ -14,15 +14,50 @@ pub struct ChainConfig {
     /// JSON-RPC upstream URLs, in failover order (at least one; http, https, ws or wss).
     /// They may embed provider API keys: printed only redacted.
     pub rpc_urls: Vec<String>,
-    /// Blocks below the head after which a receipt is settled on chains without a
-    /// `finalized` tag (default 1).
-    #[serde(default = "default_confirmations")]
-    pub confirmations: u64,
+    /// The kind of chain its defaults come from (`anvil`, `ethereum`, `op-stack`,
+    /// `default`; see [`super::ChainProfile`] for what each sets). Absent: by chain id
+    /// (Ethereum and its testnets `ethereum`; OP Mainnet, Base and their Sepolia
+    /// testnets `op-stack`; every other chain `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<super::ChainProfile>,
+    /// `[chains.<name>.fees]`: overrides of the profile's fee model (EIP-1559 or legacy
+    /// `gasPrice`, the base-fee multiplier, the tip's source, the OP Stack L1 data fee).
+    #[serde(default, skip_serializing_if = "super::ChainFees::is_empty")]
+    pub fees: super::ChainFees,
+    /// Blocks below the head after which a receipt settles a request (at least 1;
+    /// profile: `ethereum` 2, else 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmations: Option<u64>,
+    /// The most gas one transaction may use, whatever the block gas limit (at least
+    /// 21000; profile: `ethereum` 16777216 = 2^24, EIP-7825; else the block gas limit
+    /// alone). A larger write fails `EXCEEDS_BLOCK_GAS_LIMIT` before it takes a nonce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_gas_per_transaction: Option<u64>,
+    /// Percent a replacement raises every fee field by on this chain (10..=1000;
+    /// default `txq.bumpPercent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bump_percent: Option<u64>,
+    /// A transaction without a receipt this long is replaced with bumped fees on this
+    /// chain, milliseconds (0: never, else 1000..=86400000; default `txq.bumpAfterMs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bump_after_ms: Option<u64>,
+    /// Blocks below the head after which the indexer treats a block as final on this
+    /// chain, in place of the node's `finalized` tag (at least 1). Absent (the default):
+    /// the node's `finalized` block, else `index.finalityDepth` below the head. A reorg
+    /// at or below the final block marks the chain degraded until it is re-indexed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_finality_depth: Option<u64>,
+    /// Whether the indexer subscribes to `eth_subscribe("newHeads")` (default true:
+    /// on `wsUrl` when set, and for the `anvil` profile on its RPC port). `false` for a
+    /// node without subscriptions; it cannot be combined with `wsUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscribe: Option<bool>,
     /// Blocks below the head after which a block is final for the transaction queue
-    /// (issue 32 §3): a request whose nonce another transaction took is re-signed at a
+    /// (issue 32 §3; profile: `anvil` 0): a request whose nonce another transaction took is re-signed at a
     /// fresh nonce only once that transaction is this deep; the bundler reports a user
     /// operation's inclusion only from a block this deep (issue 33). Absent (the default): the
-    /// node's `finalized` block (64 blocks below the head on a node without the tag).
+    /// node's `finalized` block (64 blocks below the head on a node without the tag; 450
+    /// on `op-stack`).
     /// 0 only for a local chain such as Anvil (the head is final).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finality_depth: Option<u64>,
@@ -49,10 +84,6 @@ pub struct ChainConfig {
     /// the asset is sent by it. Absent (the default): the operator alone.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub senders: BTreeMap<String, crate::signer::SignerConfig>,
-}
-
-fn default_confirmations() -> u64 {
-    1
 }
 
 /// The custody platform of a `[chains.<name>.custody]` section.

@@ -34,8 +34,32 @@ pub(super) fn known_paths() -> Vec<Vec<String>> {
         "wsUrl",
         "custody",
         "senders",
+        "profile",
+        "fees",
+        "maxGasPerTransaction",
+        "bumpPercent",
+        "bumpAfterMs",
+        "indexFinalityDepth",
+        "subscribe",
     ] {
         out.push(vec!["chains".to_owned(), "*".to_owned(), key.to_owned()]);
+    }
+    for key in [
+        "model",
+        "baseFeeMultiplierPercent",
+        "priorityFee",
+        "minPriorityFeeWei",
+        "gasPriceMultiplierPercent",
+        "l1DataFee",
+        "l1FeeOracle",
+        "l1FeeMultiplierPercent",
+    ] {
+        out.push(
+            ["chains", "*", "fees", key]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+        );
     }
     // `[aa.sponsorship]` policies (optional tables, commented out in the defaults).
     for table in [

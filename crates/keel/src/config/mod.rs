@@ -5,7 +5,7 @@
 //! One module per section: `chains` (`[chains.<name>]`, `[custody]`), `durable`,
 //! `txq`, `index`, `cluster` (`[chainHealth]`, `[supervision]`, `[cluster]`,
 //! `[retention]`), `webhooks`, `telemetry` (`[monitoring]`, `[telemetry]`),
-//! `api`, `operator`; `[aa]` is [`crate::aa::AaSettings`]. Loading and the
+//! `api`, `operator`, `profile` (chain profiles, `[chains.<name>.fees]`); `[aa]` is [`crate::aa::AaSettings`]. Loading and the
 //! environment's key matching are in `load`, the cross-section rules in `validate`;
 //! every type is re-exported here (`keel::config::ChainConfig`, ...).
 
@@ -16,6 +16,7 @@ mod durable;
 mod index;
 mod load;
 mod operator;
+mod profile;
 mod telemetry;
 mod txq;
 mod validate;
@@ -28,6 +29,9 @@ pub use durable::{ConfirmationWatcherConfig, DurableConfig, ExecutorSettings, Sh
 pub use index::{HistorySettings, IndexSettings};
 pub use load::is_known_key;
 pub use operator::OperatorConfig;
+pub use profile::{
+    ChainFees, ChainProfile, ChainSettings, FeeModelKind, NodeTip, PriorityFeeSetting,
+};
 pub use telemetry::{
     HealthCollectorConfig, LogFormat, MonitoringConfig, OtlpConfig, TelemetryConfig,
 };

@@ -131,6 +131,7 @@ impl Config {
             }
         }
         for (name, chain) in &self.chains {
+            chain.validate_profile(name)?;
             if let Some(custody) = &chain.custody {
                 validate_custody(name, custody)?;
             }
