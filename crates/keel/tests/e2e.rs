@@ -146,6 +146,33 @@ impl Stack {
         }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         stack.cli(&refs);
+        // Every other chain the environment configures (`KEEL__CHAINS__<NAME>__CHAINID`)
+        // is bootstrapped too, with a template of acme named after it.
+        let others: Vec<String> = stack
+            .env
+            .iter()
+            .filter_map(|(k, _)| {
+                k.strip_prefix("KEEL__CHAINS__")
+                    .and_then(|k| k.strip_suffix("__CHAINID"))
+                    .filter(|name| *name != "LOCAL")
+                    .map(str::to_ascii_lowercase)
+            })
+            .collect();
+        for name in &others {
+            stack.cli(&["chain", "bootstrap", "--chain", name, "--deploy-erc4337"]);
+            stack.cli(&[
+                "template",
+                "set",
+                "--org",
+                "acme",
+                "--id",
+                name,
+                "--chain",
+                name,
+                "--staleness-bound-seconds",
+                "86400",
+            ]);
+        }
         let rows: Vec<(String, Vec<u8>)> =
             sqlx::query_as("SELECT name, address FROM platform_contract")
                 .fetch_all(stack.db.pool())
@@ -2706,4 +2733,190 @@ async fn a_signer_pool_spreads_assets_over_its_senders_and_keeps_each_assets_wri
         units(7),
         "asset C: 5 minted by s2, 2 by the operator, nothing twice"
     );
+}
+
+/// The transactions of an operation's confirmed milestones, read from `provider`'s chain.
+async fn confirmed_transactions(
+    provider: &alloy::providers::DynProvider,
+    view: &Value,
+) -> Vec<alloy::rpc::types::Transaction> {
+    let mut out = Vec::new();
+    for m in view["milestones"]["confirmed"].as_array().unwrap() {
+        let hash: B256 = m["txHash"].as_str().unwrap().parse().unwrap();
+        out.push(
+            provider
+                .get_transaction_by_hash(hash)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    out
+}
+
+/// The queue's settled writes on `chain_id` whose watch has not ended (their block not
+/// final for the chain yet).
+async fn unfinal_writes(stack: &Stack, chain_id: u64) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM txq_request
+          WHERE chain_id = $1 AND state = 'settled' AND final_at IS NULL
+            AND verdict_kind IN ('confirmed', 'reverted')",
+    )
+    .bind(chain_id as i64)
+    .fetch_one(stack.db.pool())
+    .await
+    .unwrap()
+}
+
+/// The block the index recorded as finalized on `chain_id`.
+async fn index_finalized(stack: &Stack, chain_id: u64) -> Option<u64> {
+    let f: Option<i64> =
+        sqlx::query_scalar("SELECT finalized_number FROM index_chain WHERE chain_id = $1")
+            .bind(chain_id as i64)
+            .fetch_optional(stack.db.pool())
+            .await
+            .unwrap()
+            .flatten();
+    f.map(|f| f as u64)
+}
+
+/// Issue 35 §3, chain profiles: one runner and one indexer serve two chains with
+/// different profiles. Chain `local` (profile `anvil`: EIP-1559 fees, the head final
+/// for the queue, `eth_subscribe` on its RPC port) and chain `second` (legacy
+/// `gasPrice` fees, finality 3 blocks deep for the queue and for the index in place of
+/// Anvil's `finalized` tag). Each chain's writes are priced by its model (type-2 vs
+/// type-0 transactions); a settled write on `local` is final at once while one on
+/// `second` stays watched until three more blocks; the index records `second`'s
+/// finality 3 blocks below its head while `local` follows the node's tag (head − 64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_chains_with_different_profiles_and_finality_are_served_by_one_runner_and_indexer() {
+    let chain = TestChain::start().await.unwrap();
+    let second = TestChain::builder().chain_id(31_338).start().await.unwrap();
+    let extra: Vec<(String, String)> = [
+        ("KEEL__CHAINS__LOCAL__PROFILE", "anvil".to_owned()),
+        ("KEEL__CHAINS__SECOND__CHAINID", "31338".to_owned()),
+        (
+            "KEEL__CHAINS__SECOND__RPCURLS",
+            format!("[\"{}\"]", second.endpoint()),
+        ),
+        ("KEEL__CHAINS__SECOND__FINALITYDEPTH", "3".to_owned()),
+        ("KEEL__CHAINS__SECOND__INDEXFINALITYDEPTH", "3".to_owned()),
+        ("KEEL__CHAINS__SECOND__FEES__MODEL", "legacy".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let stack = Stack::start_with(chain, TemplateOpts::default(), extra).await;
+
+    let (op_a, _) = stack.create_asset("profiles-a", "PRA").await;
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            "/v1/assets",
+            "profiles-b",
+            json!({"name": "PRB Fund", "symbol": "PRB", "decimals": 6,
+                   "templateId": "second", "initialPrice": "101.25"}),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{status} {body}");
+    let op_b = body["id"].as_str().unwrap().to_owned();
+    let view_a = stack
+        .await_op(&op_a, Duration::from_secs(120), terminal)
+        .await;
+    let view_b = stack
+        .await_op(&op_b, Duration::from_secs(120), terminal)
+        .await;
+    assert_eq!(state(&view_a), "completed", "{view_a}");
+    assert_eq!(state(&view_b), "completed", "{view_b}");
+
+    // Each chain's writes are priced by its own fee model.
+    let txs_a = confirmed_transactions(stack.chain.provider(), &view_a).await;
+    let txs_b = confirmed_transactions(second.provider(), &view_b).await;
+    assert!(!txs_a.is_empty() && !txs_b.is_empty());
+    for tx in &txs_a {
+        assert_eq!(tx.inner.tx_type(), alloy::consensus::TxType::Eip1559);
+    }
+    for tx in &txs_b {
+        assert_eq!(tx.inner.tx_type(), alloy::consensus::TxType::Legacy);
+        assert_eq!(
+            alloy::consensus::Transaction::chain_id(tx.inner.inner()),
+            Some(31_338),
+            "EIP-155 replay protection"
+        );
+    }
+
+    // The queue's finality per chain: nothing has mined on `second` since its last write,
+    // so that write is not 3 blocks deep yet; `local`'s head is final.
+    assert!(unfinal_writes(&stack, 31_338).await > 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while unfinal_writes(&stack, 31_337).await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "local's writes never final: {}",
+            stack.log("runner")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        unfinal_writes(&stack, 31_338).await > 0,
+        "second's last write is not 3 blocks deep"
+    );
+    alloy::providers::ext::AnvilApi::anvil_mine(second.provider(), Some(12), None)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while unfinal_writes(&stack, 31_338).await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "second's writes never final: {}",
+            stack.log("runner")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The index's finality per chain: `second` 3 below its head (refreshed every 8
+    // blocks of head movement, so at most 8 behind that), `local` the node's tag.
+    let head_b = second.block_number().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let f = index_finalized(&stack, 31_338).await;
+        if f.is_some_and(|f| f + 3 + 8 >= head_b && f + 3 <= head_b) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "second's index finality {f:?} at head {head_b}: {}",
+            stack.log("indexer")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let head_a = stack.chain.block_number().await.unwrap();
+    let f_a = index_finalized(&stack, 31_337).await.unwrap_or(0);
+    assert!(
+        f_a <= head_a.saturating_sub(64),
+        "local follows the node's finalized tag: {f_a} at head {head_a}"
+    );
+    // The anvil profile's indexer follows `local` over eth_subscribe on the RPC port
+    // (heads received on it); `second` sets no WebSocket endpoint.
+    let port = stack.metrics["indexer"];
+    let text = stack
+        .http
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let heads = |chain_id: u64| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("keel_chain_head_subscription_heads_total{")
+                    && l.contains(&format!("chain_id=\"{chain_id}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert!(heads(31_337).is_some_and(|n| n > 0.0), "{text}");
+    assert_eq!(heads(31_338), None, "{text}");
 }
