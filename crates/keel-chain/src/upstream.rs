@@ -602,6 +602,36 @@ impl UpstreamPool {
         Ok(GasPrice::new(self.chain, wei))
     }
 
+    /// The tip recent blocks paid, from `eth_feeHistory(blocks, "latest", [percentile])`:
+    /// the median over the `blocks` latest blocks of each block's `percentile`-th
+    /// effective priority fee (weighted by gas, as the JSON-RPC method defines it),
+    /// leaving out blocks that paid none (empty blocks report 0). 0 when no block in
+    /// the range paid a tip. `blocks` is 1..=1024 and `percentile` 0..=100 (the method's
+    /// bounds; out-of-range values are clamped).
+    ///
+    /// # Errors
+    /// As [`UpstreamPool::request`].
+    pub async fn fee_history_tip(&self, blocks: u64, percentile: f64) -> Result<GasPrice> {
+        let blocks = blocks.clamp(1, 1024);
+        let percentile = percentile.clamp(0.0, 100.0);
+        let history: alloy::rpc::types::FeeHistory = self
+            .request(
+                "eth_feeHistory",
+                (U64::from(blocks), BlockNumberOrTag::Latest, [percentile]),
+            )
+            .await?;
+        let mut paid: Vec<u128> = history
+            .reward
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| r.first().copied())
+            .filter(|tip| *tip > 0)
+            .collect();
+        paid.sort_unstable();
+        let median = paid.get(paid.len() / 2).copied().unwrap_or(0);
+        Ok(GasPrice::new(self.chain, U256::from(median)))
+    }
+
     /// `eth_getBalance(address, tag)` as a [`NativeAmount`] of this chain.
     ///
     /// # Errors

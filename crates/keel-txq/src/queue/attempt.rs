@@ -366,6 +366,12 @@ impl TxQueue {
         let tip = match priority_fee {
             PriorityFee::Node => wide(self.chain.max_priority_fee().await?.wei_per_gas),
             PriorityFee::Fixed(tip) => tip,
+            PriorityFee::FeeHistory { blocks, percentile } => wide(
+                self.chain
+                    .fee_history_tip(blocks, f64::from(percentile))
+                    .await?
+                    .wei_per_gas,
+            ),
         };
         Ok(Market {
             base_fee_per_gas: base,

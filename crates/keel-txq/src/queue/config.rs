@@ -116,6 +116,16 @@ pub enum PriorityFee {
     /// A fixed tip, wei per gas (an L2 whose sequencer orders by arrival: a few wei
     /// suffice).
     Fixed(u128),
+    /// What recent blocks paid: the median over the `blocks` latest blocks of each
+    /// block's `percentile`-th tip, from `eth_feeHistory` (blocks without tips left
+    /// out; see `keel_chain::UpstreamPool::fee_history_tip`). Follows a busy market
+    /// faster than a node's suggestion; 0 on a chain where nobody tips.
+    FeeHistory {
+        /// Blocks looked at (1..=1024).
+        blocks: u64,
+        /// The percentile of each block's tips, weighted by gas (0..=100).
+        percentile: u8,
+    },
 }
 
 /// The L1 data fee of an OP Stack chain (see [`TxQueueConfig::l1_data_fee`]): read per

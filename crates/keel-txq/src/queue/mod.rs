@@ -175,7 +175,8 @@ impl TxQueue {
     /// [`TxqError::InvalidRequest`] when the chain id does not fit PostgreSQL's BIGINT;
     /// [`TxqError::Config`] when `bump_percent` is below 10 (geth and reth refuse such
     /// replacements), a fee multiplier is below 100 (`feeMultiplierPercent`,
-    /// `l1DataFeeMultiplierPercent`) or `confirmations` is 0.
+    /// `l1DataFeeMultiplierPercent`), a fee-history tip source is out of its bounds
+    /// (`priorityFeeHistory`) or `confirmations` is 0.
     pub fn new(db: PgPool, chain: Arc<UpstreamPool>, config: TxQueueConfig) -> Result<Self> {
         if config.bump_percent < 10 {
             return Err(TxqError::Config {
@@ -197,6 +198,17 @@ impl TxQueue {
                 });
             }
             _ => {}
+        }
+        if let FeeModel::Eip1559 {
+            priority_fee: PriorityFee::FeeHistory { blocks, percentile },
+            ..
+        } = config.fee_model
+            && (!(1..=1024).contains(&blocks) || percentile > 100)
+        {
+            return Err(TxqError::Config {
+                key: "priorityFeeHistory",
+                reason: "blocks must be within 1..=1024 and the percentile within 0..=100",
+            });
         }
         if config
             .l1_data_fee

@@ -426,3 +426,97 @@ async fn without_the_l1_fee_oracle_nothing_is_signed_and_the_queue_resumes_once_
         done.verdict
     );
 }
+
+/// A fee-history tip source prices the tip at what recent blocks paid
+/// (`eth_feeHistory`) at the configured percentile: after one block whose five
+/// transfers tipped 1..=5 gwei, a queue at the 90th percentile tips 5 gwei and one at
+/// the 10th tips 1 gwei, whatever the node suggests.
+#[tokio::test]
+async fn a_fee_history_tip_follows_what_recent_blocks_paid_at_its_percentile() {
+    use alloy::network::TransactionBuilder;
+    use alloy::rpc::types::TransactionRequest;
+    let chain = TestChain::start().await.unwrap();
+    automine(&chain, false).await;
+    for (i, account) in (5..10).enumerate() {
+        let tx = TransactionRequest::default()
+            .with_to(Address::repeat_byte(0x43))
+            .with_value(U256::from(1))
+            .with_gas_limit(21_000)
+            .with_max_priority_fee_per_gas(1_000_000_000 * (i as u128 + 1))
+            .with_max_fee_per_gas(100_000_000_000);
+        let _pending = chain
+            .provider_for(account)
+            .unwrap()
+            .send_transaction(tx)
+            .await
+            .unwrap();
+    }
+    chain.mine().await.unwrap();
+    let mut tips = Vec::new();
+    for (percentile, account) in [(90u8, 2usize), (10, 3)] {
+        let db = TestDatabase::create().await.unwrap();
+        let mut q = queue(
+            &db,
+            &chain,
+            local(TxQueueConfig {
+                fee_model: FeeModel::Eip1559 {
+                    base_fee_multiplier_percent: 200,
+                    priority_fee: PriorityFee::FeeHistory {
+                        blocks: 1,
+                        percentile,
+                    },
+                    min_priority_fee_per_gas: 0,
+                },
+                ..TxQueueConfig::default()
+            }),
+        );
+        q.add_signer(Arc::new(LocalSigner::new(
+            chain.signer(account).unwrap().clone(),
+        )));
+        let sender = chain.account(account).unwrap();
+        q.enqueue(&transfer(sender, "history-tip")).await.unwrap();
+        q.tick().await.unwrap();
+        let rows = attempts(&db).await;
+        assert_eq!(rows.len(), 1, "signed and sent once");
+        tips.push(rows[0].2);
+    }
+    assert_eq!(
+        tips,
+        [5_000_000_000, 1_000_000_000],
+        "percentiles 90 and 10"
+    );
+    chain.mine().await.unwrap();
+    automine(&chain, true).await;
+
+    // Out-of-bounds sources are refused when the queue is built.
+    let db = TestDatabase::create().await.unwrap();
+    for (blocks, percentile) in [(0, 50), (1025, 50), (10, 101)] {
+        let pool = UpstreamPool::new(
+            ChainId(chain.chain_id()),
+            UpstreamConfig::new(vec![chain.endpoint().to_string()]),
+        )
+        .unwrap();
+        let bad = TxQueue::new(
+            db.pool().clone(),
+            Arc::new(pool),
+            TxQueueConfig {
+                fee_model: FeeModel::Eip1559 {
+                    base_fee_multiplier_percent: 200,
+                    priority_fee: PriorityFee::FeeHistory { blocks, percentile },
+                    min_priority_fee_per_gas: 0,
+                },
+                ..TxQueueConfig::default()
+            },
+        );
+        assert!(
+            matches!(
+                bad,
+                Err(TxqError::Config {
+                    key: "priorityFeeHistory",
+                    ..
+                })
+            ),
+            "{blocks} {percentile}"
+        );
+    }
+}

@@ -49,6 +49,8 @@ pub(super) fn known_paths() -> Vec<Vec<String>> {
         "baseFeeMultiplierPercent",
         "priorityFee",
         "minPriorityFeeWei",
+        "feeHistoryBlocks",
+        "feeHistoryPercentile",
         "gasPriceMultiplierPercent",
         "l1DataFee",
         "l1FeeOracle",

@@ -30,7 +30,7 @@ pub use index::{HistorySettings, IndexSettings};
 pub use load::is_known_key;
 pub use operator::OperatorConfig;
 pub use profile::{
-    ChainFees, ChainProfile, ChainSettings, FeeModelKind, NodeTip, PriorityFeeSetting,
+    ChainFees, ChainProfile, ChainSettings, FeeModelKind, PriorityFeeSetting, TipSource,
 };
 pub use telemetry::{
     HealthCollectorConfig, LogFormat, MonitoringConfig, OtlpConfig, TelemetryConfig,

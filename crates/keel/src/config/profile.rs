@@ -72,22 +72,26 @@ pub enum FeeModelKind {
 }
 
 /// Where an EIP-1559 tip comes from (`chains.<name>.fees.priorityFee`): the string
-/// `"node"` (`eth_maxPriorityFeePerGas`) or a fixed tip in wei per gas (an integer).
+/// `"node"` (`eth_maxPriorityFeePerGas`) or `"fee-history"` (what recent blocks paid,
+/// `eth_feeHistory`), or a fixed tip in wei per gas (an integer).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(untagged)]
 pub enum PriorityFeeSetting {
-    /// `"node"`.
-    Node(NodeTip),
+    /// `"node"` or `"fee-history"`.
+    Source(TipSource),
     /// A fixed tip, wei per gas.
     Fixed(u64),
 }
 
-/// The value `"node"` of [`PriorityFeeSetting`].
+/// The named tip sources of [`PriorityFeeSetting`].
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum NodeTip {
-    /// The node's `eth_maxPriorityFeePerGas`.
+#[serde(rename_all = "kebab-case")]
+pub enum TipSource {
+    /// `"node"`: the node's `eth_maxPriorityFeePerGas`.
     Node,
+    /// `"fee-history"`: the median over `fees.feeHistoryBlocks` latest blocks of each
+    /// block's `fees.feeHistoryPercentile`-th tip (`eth_feeHistory`).
+    FeeHistory,
 }
 
 /// `[chains.<name>.fees]`: overrides of the profile's fee model, each key optional.
@@ -105,6 +109,14 @@ pub struct ChainFees {
     /// wei = 0.001 gwei, else `"node"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub priority_fee: Option<PriorityFeeSetting>,
+    /// With `priorityFee = "fee-history"`: the latest blocks looked at (1..=1024;
+    /// default 20).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fee_history_blocks: Option<u64>,
+    /// With `priorityFee = "fee-history"`: the percentile of each block's tips,
+    /// weighted by gas (0..=100; default 50).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fee_history_percentile: Option<u8>,
     /// EIP-1559: the least tip, wei per gas (profile: 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_priority_fee_wei: Option<u64>,
@@ -192,7 +204,13 @@ impl super::ChainConfig {
             FeeModelKind::Eip1559 => FeeModel::Eip1559 {
                 base_fee_multiplier_percent: f.base_fee_multiplier_percent.unwrap_or(200),
                 priority_fee: match f.priority_fee {
-                    Some(PriorityFeeSetting::Node(_)) => PriorityFee::Node,
+                    Some(PriorityFeeSetting::Source(TipSource::Node)) => PriorityFee::Node,
+                    Some(PriorityFeeSetting::Source(TipSource::FeeHistory)) => {
+                        PriorityFee::FeeHistory {
+                            blocks: f.fee_history_blocks.unwrap_or(20),
+                            percentile: f.fee_history_percentile.unwrap_or(50),
+                        }
+                    }
                     Some(PriorityFeeSetting::Fixed(wei)) => PriorityFee::Fixed(u128::from(wei)),
                     None if profile == ChainProfile::OpStack => PriorityFee::Fixed(1_000_000),
                     None => PriorityFee::Node,
@@ -279,6 +297,11 @@ impl super::ChainConfig {
                 ),
                 ("fees.priorityFee", f.priority_fee.is_some()),
                 ("fees.minPriorityFeeWei", f.min_priority_fee_wei.is_some()),
+                ("fees.feeHistoryBlocks", f.fee_history_blocks.is_some()),
+                (
+                    "fees.feeHistoryPercentile",
+                    f.fee_history_percentile.is_some(),
+                ),
             ] {
                 if set {
                     return Err(invalid(
@@ -291,6 +314,35 @@ impl super::ChainConfig {
             return Err(invalid(
                 &key("fees.gasPriceMultiplierPercent"),
                 "applies to legacy fees only (set fees.model = \"legacy\")",
+            ));
+        }
+        let history = f.priority_fee == Some(PriorityFeeSetting::Source(TipSource::FeeHistory));
+        for (k, set) in [
+            ("fees.feeHistoryBlocks", f.fee_history_blocks.is_some()),
+            (
+                "fees.feeHistoryPercentile",
+                f.fee_history_percentile.is_some(),
+            ),
+        ] {
+            if set && !history && f.model != Some(FeeModelKind::Legacy) {
+                return Err(invalid(
+                    &key(k),
+                    "applies only with fees.priorityFee = \"fee-history\"",
+                ));
+            }
+        }
+        if f.fee_history_blocks
+            .is_some_and(|b| !(1..=1024).contains(&b))
+        {
+            return Err(invalid(
+                &key("fees.feeHistoryBlocks"),
+                "must be within 1..=1024 (eth_feeHistory's bound)",
+            ));
+        }
+        if f.fee_history_percentile.is_some_and(|p| p > 100) {
+            return Err(invalid(
+                &key("fees.feeHistoryPercentile"),
+                "must be within 0..=100",
             ));
         }
         if f.l1_data_fee == Some(false)
@@ -424,6 +476,21 @@ mod tests {
         )
         .settings(&txq);
         assert_eq!(tip.l1_data_fee, None);
+        let history = chain(
+            "chainId = 5\nrpcUrls = [\"https://x\"]\n[fees]\npriorityFee = \"fee-history\"\n\
+             feeHistoryPercentile = 60",
+        )
+        .settings(&txq);
+        assert!(matches!(
+            history.fee_model,
+            FeeModel::Eip1559 {
+                priority_fee: PriorityFee::FeeHistory {
+                    blocks: 20,
+                    percentile: 60
+                },
+                ..
+            }
+        ));
         assert!(matches!(
             tip.fee_model,
             FeeModel::Eip1559 {
@@ -457,6 +524,14 @@ mod tests {
                 "chains.c.maxGasPerTransaction",
             ),
             ("bumpPercent = 5", "chains.c.bumpPercent"),
+            (
+                "[fees]\nfeeHistoryPercentile = 50",
+                "chains.c.fees.feeHistoryPercentile",
+            ),
+            (
+                "[fees]\npriorityFee = \"fee-history\"\nfeeHistoryBlocks = 2000",
+                "chains.c.fees.feeHistoryBlocks",
+            ),
             ("bumpAfterMs = 10", "chains.c.bumpAfterMs"),
             ("confirmations = 0", "chains.c.confirmations"),
             ("indexFinalityDepth = 0", "chains.c.indexFinalityDepth"),
