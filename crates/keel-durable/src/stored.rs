@@ -7,64 +7,22 @@
 //! logged at ERROR naming the column (not the value), and counted in
 //! `keel_durable_undecodable_values_total{column}`.
 
-use sqlx::error::BoxDynError;
+pub use keel_store::UnknownStoredValue;
 
-/// A stored text that is not one of its column's values (the value is not shown).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{column} holds a value this build does not know")]
-pub struct UnknownStoredValue {
-    /// The column, as `table.column`.
-    pub column: &'static str,
-}
-
-/// The decode error of an unknown value of `column`; logs and counts it.
-pub(crate) fn unknown(column: &'static str) -> BoxDynError {
+/// Logs and counts an unknown value of `column` (the decode error is
+/// [`UnknownStoredValue`], from [`keel_store::text_column!`]).
+pub(crate) fn unknown(column: &'static str) {
     crate::metrics::undecodable(column);
     tracing::error!(target: "keel::durable", column,
         "a stored value is not one this build knows (a newer schema, or a hand edit); its row is refused");
-    Box::new(UnknownStoredValue { column })
 }
 
 /// Implements the sqlx text column type for an enum with `ALL` and `as_str` (see the
-/// module docs); `$column` names it in the decode error and the metric.
+/// module docs) through [`keel_store::text_column!`]; `$column` names it in the decode
+/// error and the metric.
 macro_rules! stored_text {
     ($ty:ty, $column:literal) => {
-        impl sqlx::Type<sqlx::Postgres> for $ty {
-            fn type_info() -> sqlx::postgres::PgTypeInfo {
-                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
-            }
-
-            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
-                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
-            }
-        }
-
-        impl sqlx::postgres::PgHasArrayType for $ty {
-            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
-                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
-            }
-        }
-
-        impl sqlx::Encode<'_, sqlx::Postgres> for $ty {
-            fn encode_by_ref(
-                &self,
-                buf: &mut sqlx::postgres::PgArgumentBuffer,
-            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-                <&str as sqlx::Encode<'_, sqlx::Postgres>>::encode(self.as_str(), buf)
-            }
-        }
-
-        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $ty {
-            fn decode(
-                value: sqlx::postgres::PgValueRef<'r>,
-            ) -> Result<Self, sqlx::error::BoxDynError> {
-                let s = <&str as sqlx::Decode<'r, sqlx::Postgres>>::decode(value)?;
-                <$ty>::ALL
-                    .into_iter()
-                    .find(|v| v.as_str() == s)
-                    .ok_or_else(|| $crate::stored::unknown($column))
-            }
-        }
+        keel_store::text_column!($ty, $column, as_str, $crate::stored::unknown);
     };
 }
 

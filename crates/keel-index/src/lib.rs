@@ -145,7 +145,7 @@
 //! [`work_history`]).
 //! The multi-process kill -9 test of the tip owner (two `keel run --role indexer`
 //! processes, the owner killed, the other takes over with a new epoch and the index
-//! equals the chain's logs) is in `crates/keel/tests/e2e.rs`.
+//! equals the chain's logs) is in `crates/keel/tests/it/e2e.rs`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod decode;

@@ -22,11 +22,13 @@ pub mod group_commit;
 pub mod platform;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod text_column;
 
 use std::time::Duration;
 
 pub use error::{Result, StoreError, TransientKind};
 pub use sqlx::{PgPool, Postgres, Transaction};
+pub use text_column::UnknownStoredValue;
 
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -281,6 +281,7 @@ pub use error::{Result, TxqError};
 pub use failures::{BroadcastFailure, broadcast_failures};
 pub use funding::{FundingRequest, QueuedBehindFunding, funding_queued_behind, funding_requests};
 pub use health::{CustodyCount, PendingApproval, SenderHealth, custody_health, queue_health};
+pub use keel_store::UnknownStoredValue;
 pub use progress::{Progress, ProgressSink, ProgressSinkError};
 pub use queue::{
     BALANCE_REFRESH, EnqueueOptions, FeeModel, Finality, L1DataFee, PriorityFee, RequestStatus,
@@ -289,7 +290,7 @@ pub use queue::{
 pub use settlement::{Settled, SettlementSink, SettlementSinkError};
 pub use signer::{LocalSigner, SignFuture, SignerError, SignerHandle, SignerRefusal, TxSigner};
 pub use state::{RequestState, UnknownRequestState};
-pub use submission::{CancelReason, CustodyPhase, UnknownStoredValue};
+pub use submission::{CancelReason, CustodyPhase};
 pub use verdict::{AttemptRecord, FailureCode, SettlementVerdict};
 pub use view::{RequestView, requests};
 pub use withdraw::{Withdrawal, withdraw_by_key_prefix};

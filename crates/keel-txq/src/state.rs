@@ -75,22 +75,9 @@ impl FromStr for RequestState {
     }
 }
 
-impl sqlx::Type<sqlx::Postgres> for RequestState {
-    fn type_info() -> sqlx::postgres::PgTypeInfo {
-        <&str as sqlx::Type<sqlx::Postgres>>::type_info()
-    }
-
-    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
-        <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
-    }
-}
-
-impl<'r> sqlx::Decode<'r, sqlx::Postgres> for RequestState {
-    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
-        let s = <&str as sqlx::Decode<'r, sqlx::Postgres>>::decode(value)?;
-        Ok(s.parse()?)
-    }
-}
+// `txq_request.state` (migration 0005's CHECK list): decoded at the row, an unknown
+// text a decode error naming the column.
+keel_store::text_column!(RequestState, "txq_request.state");
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,8 @@
 
 use std::fmt;
 
-/// Generates a closed text enum stored as `TEXT` in its exact spelling.
+/// Generates a closed text enum stored as `TEXT` in its exact spelling (the column type
+/// from [`keel_store::text_column!`]: an unknown text is a decode error naming `$err`).
 macro_rules! stored_text_enum {
     ($(#[$doc:meta])* $name:ident, $err:literal { $($(#[$vdoc:meta])* $variant:ident = $text:literal,)* }) => {
         $(#[$doc])*
@@ -40,46 +41,14 @@ macro_rules! stored_text_enum {
             }
         }
 
-        impl sqlx::Type<sqlx::Postgres> for $name {
-            fn type_info() -> sqlx::postgres::PgTypeInfo {
-                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
-            }
-
-            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
-                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
-            }
-        }
-
-        impl sqlx::Encode<'_, sqlx::Postgres> for $name {
-            fn encode_by_ref(
-                &self,
-                buf: &mut sqlx::postgres::PgArgumentBuffer,
-            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-                <&str as sqlx::Encode<'_, sqlx::Postgres>>::encode(self.as_str(), buf)
-            }
-        }
-
-        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $name {
-            fn decode(
-                value: sqlx::postgres::PgValueRef<'r>,
-            ) -> Result<Self, sqlx::error::BoxDynError> {
-                let text = <&str as sqlx::Decode<'r, sqlx::Postgres>>::decode(value)?;
-                $name::parse(text).ok_or_else(|| Box::new(UnknownStoredValue($err)) as _)
-            }
-        }
+        keel_store::text_column!($name, $err);
     };
 }
-
-/// A stored text column held a value this version does not know (the value is not
-/// shown; the column is named).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("unknown stored {0}")]
-pub struct UnknownStoredValue(pub &'static str);
 
 stored_text_enum!(
     /// Where a custody submission stands in the queue's custody pass (the table in
     /// `crate::custody`'s docs; `txq_custody_attempt.phase`, migration 0040).
-    CustodyPhase, "custody submission phase" {
+    CustodyPhase, "txq_custody_attempt.phase" {
         /// Nothing was created with this external id.
         Ready = "ready",
         /// A create may be in flight (or its process died).
@@ -107,7 +76,7 @@ impl CustodyPhase {
 stored_text_enum!(
     /// Why Keel cancels (or cancelled) a submission at its provider
     /// (`txq_custody_attempt.cancel_reason`, migration 0070).
-    CancelReason, "custody cancel reason" {
+    CancelReason, "txq_custody_attempt.cancel_reason" {
         /// The approval wait at the provider passed the vault's deadline.
         ApprovalExpired = "approval_expired",
         /// The request was withdrawn (its operation was cancelled).

@@ -221,34 +221,9 @@ impl<'de> serde::Deserialize<'de> for OperationKind {
     }
 }
 
-impl sqlx::Type<sqlx::Postgres> for OperationKind {
-    fn type_info() -> sqlx::postgres::PgTypeInfo {
-        <&str as sqlx::Type<sqlx::Postgres>>::type_info()
-    }
-
-    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
-        <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
-    }
-}
-
-impl sqlx::Encode<'_, sqlx::Postgres> for OperationKind {
-    fn encode_by_ref(
-        &self,
-        buf: &mut sqlx::postgres::PgArgumentBuffer,
-    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-        <&str as sqlx::Encode<'_, sqlx::Postgres>>::encode(self.name(), buf)
-    }
-}
-
-impl sqlx::Decode<'_, sqlx::Postgres> for OperationKind {
-    /// A stored kind this build does not know is a decode error (never a fallback).
-    fn decode(
-        value: sqlx::postgres::PgValueRef<'_>,
-    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
-        let name = <&str as sqlx::Decode<'_, sqlx::Postgres>>::decode(value)?;
-        Ok(Self::from_name(name)?)
-    }
-}
+// `operation.kind`: decoded at the row; a stored kind this build does not know is a
+// decode error naming the column (never a fallback).
+keel_store::text_column!(OperationKind, "operation.kind", name);
 
 #[cfg(test)]
 mod tests {

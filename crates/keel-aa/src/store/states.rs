@@ -95,45 +95,12 @@ impl BundleState {
 }
 
 /// The sqlx text column type of a state enum (`ALL`, `as_str`), with the stored
-/// spelling; an unknown text is a decode error naming `$column` (not the value).
+/// spelling ([`keel_store::text_column!`]: an unknown text is a decode error,
+/// [`keel_store::UnknownStoredValue`], naming `$column`, not the value), its `Display`
+/// and comparisons with the stored text.
 macro_rules! stored_state {
     ($ty:ty, $column:literal) => {
-        impl sqlx::Type<sqlx::Postgres> for $ty {
-            fn type_info() -> sqlx::postgres::PgTypeInfo {
-                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
-            }
-
-            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
-                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
-            }
-        }
-
-        impl sqlx::postgres::PgHasArrayType for $ty {
-            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
-                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
-            }
-        }
-
-        impl sqlx::Encode<'_, sqlx::Postgres> for $ty {
-            fn encode_by_ref(
-                &self,
-                buf: &mut sqlx::postgres::PgArgumentBuffer,
-            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-                <&str as sqlx::Encode<'_, sqlx::Postgres>>::encode(self.as_str(), buf)
-            }
-        }
-
-        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $ty {
-            fn decode(
-                value: sqlx::postgres::PgValueRef<'r>,
-            ) -> Result<Self, sqlx::error::BoxDynError> {
-                let s = <&str as sqlx::Decode<'r, sqlx::Postgres>>::decode(value)?;
-                <$ty>::ALL
-                    .into_iter()
-                    .find(|v| v.as_str() == s)
-                    .ok_or_else(|| Box::new(UnknownState { column: $column }).into())
-            }
-        }
+        keel_store::text_column!($ty, $column);
 
         impl std::fmt::Display for $ty {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -159,14 +126,6 @@ macro_rules! stored_state {
 
 stored_state!(UserOpState, "aa_user_operation.state");
 stored_state!(BundleState, "aa_bundle.state");
-
-/// A stored state this build does not know (the value is not shown).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{column} holds a state this build does not know")]
-pub struct UnknownState {
-    /// The column, as `table.column`.
-    pub column: &'static str,
-}
 
 /// The [`UserOpState`] values under their stored names.
 pub mod state {

@@ -4,7 +4,7 @@
 //! resolved against the document) against that media type's schema.
 //!
 //! Shared by keel-api's tests (`tests/it/common.rs`) and the binary's e2e tests
-//! (`crates/keel/tests/e2e.rs` includes this file with `#[path]`).
+//! (`crates/keel/tests/it/common/mod.rs` includes this file with `#[path]`).
 
 use serde_json::{Value, json};
 use std::collections::HashMap;

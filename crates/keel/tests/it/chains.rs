@@ -10,8 +10,7 @@
 //! - A critical task that keeps ending (tip ingest on a reorg deeper than its window)
 //!   is restarted with an ERROR naming it, then the process exits non-zero.
 
-mod common;
-use common::{free_port, keel};
+use crate::common::{free_port, keel};
 
 use alloy::primitives::{Address, Bytes};
 use anvil_tests::TestChain;

@@ -4,11 +4,8 @@
 //! broadcast by the simulator for vault account 7 (configured as
 //! `chains.local.custody.vaults.treasury`); its webhooks reach the api role.
 
-mod common;
-use common::{free_port, keel};
-#[path = "../../keel-api/tests/it/doc_check.rs"]
-mod doc_check;
-use doc_check::DocCheck;
+use crate::common::free_port;
+use crate::common::stack::{Procs, dev_key};
 
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
@@ -20,12 +17,11 @@ use aws_lc_rs::rsa::{KeyPair, KeySize};
 use aws_lc_rs::signature::KeyPair as _;
 use base64::Engine as _;
 use keel_abi::bindings::{AssetFactory, AssetToken};
-use keel_store::testing::TestDatabase;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::BufRead;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
 /// The API key registered with the simulator (a test value).
 const API_KEY: &str = "keel-e2e-custody-api-key-3b7d";
@@ -84,68 +80,59 @@ fn sim_binary() -> std::path::PathBuf {
     sim
 }
 
+/// The full stack ([`Procs`]) and `keel-custody-sim` (process `sim`) with vault
+/// account 7 configured as `chains.local.custody.vaults.treasury`, acme's key and its
+/// template `vault` sending from it.
 struct Stack {
-    chain: TestChain,
-    _db: TestDatabase,
-    env: Vec<(String, String)>,
-    api: String,
-    api_metrics: u16,
-    runner_metrics: u16,
+    procs: Procs,
+    /// The simulator's origin.
     sim: String,
     vault: Address,
-    logs: tempfile::TempDir,
-    procs: HashMap<&'static str, Child>,
-    http: reqwest::Client,
-    doc: std::sync::OnceLock<DocCheck>,
     key: String,
 }
 
-impl Drop for Stack {
-    fn drop(&mut self) {
-        for (_, mut child) in self.procs.drain() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+impl std::ops::Deref for Stack {
+    type Target = Procs;
+    fn deref(&self) -> &Procs {
+        &self.procs
+    }
+}
+
+impl std::ops::DerefMut for Stack {
+    fn deref_mut(&mut self) -> &mut Procs {
+        &mut self.procs
     }
 }
 
 impl Stack {
     async fn start(chain: TestChain) -> Stack {
-        let db = TestDatabase::create().await.unwrap();
-        let logs = tempfile::tempdir().unwrap();
-        let (api_port, sim_port, api_metrics, runner_metrics) =
-            (free_port(), free_port(), free_port(), free_port());
-        let api = format!("http://127.0.0.1:{api_port}");
+        let mut procs = Procs::new(chain, tempfile::tempdir().unwrap(), Vec::new()).await;
+        procs.show_log("sim");
+        let api = procs.api.clone();
+        let sim_port = free_port();
         let sim = format!("http://127.0.0.1:{sim_port}");
         // The API user's RSA key: the private half for Keel (a `file:` secret), the
         // public half registered with the simulator, which verifies every request JWT.
         let pair = KeyPair::generate(KeySize::Rsa2048).unwrap();
-        let private_path = logs.path().join("fireblocks.pem");
+        let private_path = procs.logs.path().join("fireblocks.pem");
         std::fs::write(
             &private_path,
             pem("PRIVATE KEY", pair.as_der().unwrap().as_ref()),
         )
         .unwrap();
-        let public_path = logs.path().join("fireblocks.pub.pem");
+        let public_path = procs.logs.path().join("fireblocks.pub.pem");
         std::fs::write(
             &public_path,
             pem("PUBLIC KEY", pair.public_key().as_der().unwrap().as_ref()),
         )
         .unwrap();
         // Vault account 7 holds Anvil's funded dev account 5 (so it can pay for gas).
-        let vault_key = format!(
-            "0x{}",
-            alloy::hex::encode(chain.signer(5).unwrap().to_bytes())
-        );
-        let vault = chain.account(5).unwrap();
-        let key0 = format!(
-            "0x{}",
-            alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
-        );
-        let sim_log = std::fs::File::create(logs.path().join("sim.log")).unwrap();
+        let vault_key = dev_key(&procs.chain, 5);
+        let vault = procs.chain.account(5).unwrap();
+        let sim_log = std::fs::File::create(procs.logs.path().join("sim.log")).unwrap();
         let mut child = std::process::Command::new(sim_binary())
             .args(["--listen", &format!("127.0.0.1:{sim_port}")])
-            .args(["--rpc-url", chain.endpoint().as_str()])
+            .args(["--rpc-url", procs.chain.endpoint().as_str()])
             .arg("--api-user")
             .arg(format!("{API_KEY}={}", public_path.display()))
             .args(["--asset-id", ASSET_ID])
@@ -168,15 +155,9 @@ impl Stack {
             format!("keel-custody-sim listening on {sim}"),
             "the simulator did not start"
         );
+        procs.adopt("sim", child);
         let custody = "KEEL__CHAINS__LOCAL__CUSTODY__";
         let vault_key_prefix = format!("{custody}VAULTS__{}__", VAULT.to_uppercase());
-        let base = common::stack_env(
-            db.url(),
-            chain.chain_id(),
-            chain.endpoint().as_str(),
-            api_port,
-            &key0,
-        );
         let specific: Vec<(String, String)> = vec![
             (format!("{custody}PROVIDER"), "fireblocks".into()),
             (format!("{custody}BASEURL"), sim.clone()),
@@ -203,26 +184,14 @@ impl Stack {
             ),
             (API_KEY_ENV.into(), API_KEY.into()),
         ];
-        let mut env = base;
-        env.extend(specific);
+        procs.env.extend(specific);
         let mut stack = Stack {
-            chain,
-            _db: db,
-            env,
-            api,
-            api_metrics,
-            runner_metrics,
+            procs,
             sim,
             vault,
-            logs,
-            procs: HashMap::new(),
-            http: reqwest::Client::new(),
-            doc: std::sync::OnceLock::new(),
             key: String::new(),
         };
-        stack.procs.insert("sim", child);
-        stack.cli(&["migrate"]);
-        stack.cli(&["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"]);
+        stack.bootstrap();
         stack.cli(&["org", "create", "--name", "acme"]);
         stack.key = stack.cli(&["api-key", "create", "--org", "acme", "--label", "a"]);
         let set = stack.cli(&[
@@ -230,131 +199,18 @@ impl Stack {
             VAULT,
         ]);
         assert!(set.contains("sender vault treasury"), "{set}");
-        for role in ["indexer", "runner", "api"] {
-            stack.spawn(role);
-        }
-        stack.await_ready().await;
+        stack.start_roles().await;
         stack
     }
 
-    fn cli_output(&self, args: &[&str]) -> std::process::Output {
-        keel().args(args).envs(self.env.clone()).output().unwrap()
-    }
-
-    /// Runs a `keel` command to completion; returns its stdout (trimmed).
-    fn cli(&self, args: &[&str]) -> String {
-        let out = self.cli_output(args);
-        assert!(
-            out.status.success(),
-            "keel {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    }
-
-    fn spawn(&mut self, role: &'static str) {
-        let log = std::fs::File::create(self.logs.path().join(format!("{role}.log"))).unwrap();
-        let mut cmd = keel();
-        cmd.args(["run", "--role", role, "--termination-grace-seconds", "5"])
-            .envs(self.env.clone())
-            .env("KEEL__CLUSTER__HOST", role)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log));
-        let metrics = match role {
-            "api" => Some(self.api_metrics),
-            "runner" => Some(self.runner_metrics),
-            _ => None,
-        };
-        if let Some(port) = metrics {
-            cmd.env(
-                "KEEL__TELEMETRY__METRICSADDRESS",
-                format!("127.0.0.1:{port}"),
-            );
-        }
-        self.procs.insert(role, cmd.spawn().unwrap());
-    }
-
-    fn log(&self, name: &str) -> String {
-        std::fs::read_to_string(self.logs.path().join(format!("{name}.log"))).unwrap_or_default()
-    }
-
-    fn logs(&self) -> String {
-        ["runner", "api", "sim"]
-            .iter()
-            .map(|n| format!("--- {n}\n{}", self.log(n)))
-            .collect()
-    }
-
-    async fn await_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = self.http.get(format!("{}/readyz", self.api)).send().await
-                && r.status().is_success()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "api not ready: {}", self.logs());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn doc(&self) -> &DocCheck {
-        if self.doc.get().is_none() {
-            let doc: Value = self
-                .http
-                .get(format!("{}/openapi.json", self.api))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let _ = self.doc.set(DocCheck::new(doc));
-        }
-        self.doc.get().unwrap()
-    }
-
-    /// The status and JSON body of `r`, checked against the served OpenAPI document.
-    async fn checked(&self, method: &str, path: &str, r: reqwest::Response) -> (u16, Value) {
-        let status = r.status().as_u16();
-        let content_type = r
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let raw = r.bytes().await.unwrap();
-        if let Err(e) = self
-            .doc()
-            .await
-            .check(method, path, status, content_type.as_deref(), &raw)
-        {
-            panic!("the answer disagrees with the OpenAPI document: {e}");
-        }
-        (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
-    }
-
+    /// `POST path` with acme's key (checked against the OpenAPI document).
     async fn post(&self, path: &str, idem: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.api))
-            .bearer_auth(&self.key)
-            .header("Idempotency-Key", idem)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        self.checked("POST", path, r).await
+        self.procs.post(&self.key, path, idem, body).await
     }
 
+    /// `GET path` with acme's key (checked against the OpenAPI document).
     async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.api))
-            .bearer_auth(&self.key)
-            .send()
-            .await
-            .unwrap();
-        self.checked("GET", path, r).await
+        self.procs.get(&self.key, path).await
     }
 
     /// A call of the simulator's admin API (no auth; loopback).
@@ -370,22 +226,9 @@ impl Stack {
         r.json().await.unwrap_or(Value::Null)
     }
 
-    /// Polls the operation until `done(view)` holds (50 ms apart) or `within` passes.
+    /// Polls the operation (read with acme's key) until `done(view)` holds.
     async fn await_op(&self, id: &str, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + within;
-        loop {
-            let (status, view) = self.get(&format!("/v1/operations/{id}")).await;
-            assert_eq!(status, 200, "{view}");
-            if done(&view) {
-                return view;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "operation {id} did not reach the expected state: {view}\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.procs.await_op(&self.key, id, within, done).await
     }
 
     async fn mint(&self, asset: &str, idem: &str, to: Address, amount: &str) -> String {
@@ -415,20 +258,9 @@ impl Stack {
             .unwrap()
     }
 
-    async fn scrape(&self, port: u16) -> String {
-        self.http
-            .get(format!("http://127.0.0.1:{port}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    }
-
     /// The api role's `keel_api_custody_webhooks_total` samples, by `result`.
     async fn webhook_counts(&self) -> HashMap<String, f64> {
-        let text = self.scrape(self.api_metrics).await;
+        let text = self.scrape("api").await;
         text.lines()
             .filter(|l| l.starts_with("keel_api_custody_webhooks_total{"))
             .filter_map(|l| {
@@ -602,7 +434,7 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
         .unwrap()
         .to_owned();
     // `keel ops show` prints the provider's transaction id and status.
-    let out = common::keel()
+    let out = crate::common::keel()
         .args(["ops", "show", &doomed])
         .env("KEEL_API_URL", &stack.api)
         .env("KEEL_API_KEY", &stack.key)
@@ -679,8 +511,8 @@ async fn a_vault_template_creates_and_mints_through_the_provider_with_an_approva
     let doc_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
     let doc = std::fs::read_to_string(doc_path).unwrap();
     let mut seen = Vec::new();
-    for port in [stack.api_metrics, stack.runner_metrics] {
-        for line in stack.scrape(port).await.lines() {
+    for role in ["api", "runner"] {
+        for line in stack.scrape(role).await.lines() {
             let Some(name) = line.split(['{', ' ']).next() else {
                 continue;
             };

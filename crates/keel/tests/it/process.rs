@@ -2,8 +2,7 @@
 //! with the deployment id, JSON logs carrying it on every line, and a clean exit on
 //! SIGTERM.
 
-mod common;
-use common::{free_port, keel};
+use crate::common::{free_port, keel};
 
 use keel_store::testing::TestDatabase;
 use std::process::{Command, Stdio};

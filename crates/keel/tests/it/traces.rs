@@ -3,12 +3,10 @@
 //! service, its version and the deployment identity, and an API request's span
 //! continues the caller's W3C `traceparent`.
 
-mod common;
-use common::{free_port, keel};
+use crate::common::{free_port, keel};
 
+use crate::common::otlp;
 use keel_store::testing::TestDatabase;
-#[path = "common/otlp.rs"]
-mod otlp;
 use otlp::{int_attr, receiver, string_attr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

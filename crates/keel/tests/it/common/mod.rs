@@ -1,4 +1,11 @@
-//! Helpers shared by the binary's process tests.
+//! Helpers shared by the binary's process tests: the `keel` command, a free port, the
+//! stack environment, the full stack of processes ([`stack::Procs`]), the OpenAPI
+//! answer check ([`doc_check::DocCheck`], keel-api's) and the OTLP receiver.
+
+#[path = "../../../../keel-api/tests/it/doc_check.rs"]
+pub(crate) mod doc_check;
+pub(crate) mod otlp;
+pub(crate) mod stack;
 
 use std::process::Command;
 

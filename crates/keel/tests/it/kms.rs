@@ -6,9 +6,7 @@
 //! disabled, `keel signer list` and a runner's start fail with `KEY_DISABLED`, naming the
 //! configuration key and no secret; re-enabled, the runner starts with the KMS key.
 
-#[allow(dead_code)]
-mod common;
-use common::{free_port, keel};
+use crate::common::{free_port, keel};
 
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
@@ -155,7 +153,7 @@ async fn the_operator_key_in_kms_lists_bootstraps_and_gates_the_runner() {
     let chain = TestChain::start().await.unwrap();
     let db = TestDatabase::create().await.unwrap();
     let sim = start_sim();
-    let env = common::stack_env(
+    let env = crate::common::stack_env(
         db.url(),
         chain.chain_id(),
         chain.endpoint().as_str(),

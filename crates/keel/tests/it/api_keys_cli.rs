@@ -2,10 +2,7 @@
 //! token is printed once, listing shows no secret, a rotation with an overlap keeps the
 //! old secret working, a revoke stops both at once.
 
-// `free_port` is for the tests that serve.
-#[allow(dead_code)]
-mod common;
-use common::keel;
+use crate::common::keel;
 
 use keel_store::testing::TestDatabase;
 use keel_workflows::tenancy::authenticate_credential;

@@ -3,35 +3,26 @@
 //! Platform API with an API key, print its machine-readable codes on refusal, and
 //! `watch` follows an operation live to its terminal state as its exit code.
 
-mod common;
-use common::{free_port, keel};
+use crate::common::keel;
+use crate::common::stack::Procs;
 
 use anvil_tests::TestChain;
-use keel_store::testing::TestDatabase;
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+/// The full stack ([`Procs`]) with acme's keys (two that operate, one that reads) and
+/// template `std` (mints above 100 wait for an approval).
 struct Stack {
-    chain: TestChain,
-    _db: TestDatabase,
-    env: Vec<(String, String)>,
-    api: String,
-    logs: tempfile::TempDir,
-    procs: HashMap<&'static str, Child>,
-    http: reqwest::Client,
+    procs: Procs,
     key_a: String,
     key_b: String,
     reader: String,
 }
 
-impl Drop for Stack {
-    fn drop(&mut self) {
-        for (_, mut child) in self.procs.drain() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+impl std::ops::Deref for Stack {
+    type Target = Procs;
+    fn deref(&self) -> &Procs {
+        &self.procs
     }
 }
 
@@ -44,33 +35,13 @@ struct Out {
 
 impl Stack {
     async fn start(chain: TestChain) -> Stack {
-        let db = TestDatabase::create().await.unwrap();
-        let port = free_port();
-        let key0 = format!(
-            "0x{}",
-            alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
-        );
-        let env = common::stack_env(
-            db.url(),
-            chain.chain_id(),
-            chain.endpoint().as_str(),
-            port,
-            &key0,
-        );
         let mut stack = Stack {
-            chain,
-            _db: db,
-            env,
-            api: format!("http://127.0.0.1:{port}"),
-            logs: tempfile::tempdir().unwrap(),
-            procs: HashMap::new(),
-            http: reqwest::Client::new(),
+            procs: Procs::new(chain, tempfile::tempdir().unwrap(), Vec::new()).await,
             key_a: String::new(),
             key_b: String::new(),
             reader: String::new(),
         };
-        stack.cli(&["migrate"]);
-        stack.cli(&["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"]);
+        stack.bootstrap();
         stack.cli(&["org", "create", "--name", "acme"]);
         stack.key_a = stack.cli(&["api-key", "create", "--org", "acme", "--label", "a"]);
         stack.key_b = stack.cli(&["api-key", "create", "--org", "acme", "--label", "b"]);
@@ -91,22 +62,8 @@ impl Stack {
             "--approval-ttl-seconds",
             "600",
         ]);
-        for role in ["indexer", "runner", "api"] {
-            stack.spawn(role);
-        }
-        stack.await_ready().await;
+        stack.procs.start_roles().await;
         stack
-    }
-
-    /// Runs a `keel` command of the stack's setup to success; its stdout (trimmed).
-    fn cli(&self, args: &[&str]) -> String {
-        let out = keel().args(args).envs(self.env.clone()).output().unwrap();
-        assert!(
-            out.status.success(),
-            "keel {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
     /// `keel ops <args>` against the stack's API with `key` (given as `KEEL_API_KEY`,
@@ -128,70 +85,21 @@ impl Stack {
         }
     }
 
-    fn spawn(&mut self, role: &'static str) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.logs.path().join(format!("{role}.log")))
-            .unwrap();
-        let child = keel()
-            .args(["run", "--role", role, "--termination-grace-seconds", "5"])
-            .envs(self.env.clone())
-            .env("KEEL__CLUSTER__HOST", role)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        self.procs.insert(role, child);
-    }
-
-    fn log(&self, role: &str) -> String {
-        std::fs::read_to_string(self.logs.path().join(format!("{role}.log"))).unwrap_or_default()
-    }
-
-    async fn await_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = self.http.get(format!("{}/readyz", self.api)).send().await
-                && r.status().is_success()
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "api not ready: {}",
-                self.log("api")
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
+    /// `POST path` with the first key, accepted (202, or 200 for a repeat).
     async fn post(&self, path: &str, idem: &str, body: Value) -> Value {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.api))
-            .bearer_auth(&self.key_a)
-            .header("Idempotency-Key", idem)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        let body: Value = r.json().await.unwrap();
+        let (status, body) = self.procs.post(&self.key_a, path, idem, body).await;
         assert!(status == 202 || status == 200, "{status} {body}");
         body
     }
 
+    /// Operation `id` as the first key reads it.
     async fn state(&self, id: &str) -> Value {
-        self.http
-            .get(format!("{}/v1/operations/{id}", self.api))
-            .bearer_auth(&self.key_a)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        let (status, view) = self
+            .procs
+            .get(&self.key_a, &format!("/v1/operations/{id}"))
+            .await;
+        assert_eq!(status, 200, "{view}");
+        view
     }
 
     /// Polls until the operation waits for an approval (probe, 50 ms apart, bounded).

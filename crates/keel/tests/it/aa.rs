@@ -4,8 +4,7 @@
 //! the bundler's JSON-RPC route, a `kill -9` of the runner between acceptance and
 //! inclusion, and the paymaster's deposit runway in `GET /v1/funding-requests`.
 
-mod common;
-use common::{free_port, keel};
+use crate::common::stack::{Procs, dev_key};
 
 use alloy::primitives::{Address, B256, U256, aliases::U192};
 use alloy::providers::Provider;
@@ -16,50 +15,35 @@ use alloy::sol_types::{SolCall, SolEvent};
 use anvil_tests::TestChain;
 use keel_abi::bindings::AssetToken;
 use keel_abi::erc4337::{IEntryPointV08, ISimpleAccount, ISimpleAccountFactory};
-use keel_store::testing::TestDatabase;
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+/// The full stack ([`Procs`]) with organization `acme`'s key, template `std`, and the
+/// bootstrap's SimpleAccountFactory and SponsorPaymaster.
 struct Stack {
-    chain: TestChain,
-    _db: TestDatabase,
-    env: Vec<(String, String)>,
-    api: String,
-    logs: tempfile::TempDir,
-    procs: HashMap<&'static str, Child>,
-    http: reqwest::Client,
+    procs: Procs,
     key: String,
     factory: Address,
     paymaster: Address,
 }
 
-impl Drop for Stack {
-    fn drop(&mut self) {
-        for (_, mut child) in self.procs.drain() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+impl std::ops::Deref for Stack {
+    type Target = Procs;
+    fn deref(&self) -> &Procs {
+        &self.procs
+    }
+}
+
+impl std::ops::DerefMut for Stack {
+    fn deref_mut(&mut self) -> &mut Procs {
+        &mut self.procs
     }
 }
 
 impl Stack {
     async fn start() -> Stack {
         let chain = TestChain::builder().start().await.unwrap();
-        let db = TestDatabase::create().await.unwrap();
-        let port = free_port();
-        let key0 = format!(
-            "0x{}",
-            alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
-        );
-        let base = common::stack_env(
-            db.url(),
-            chain.chain_id(),
-            chain.endpoint().as_str(),
-            port,
-            &key0,
-        );
+        let key0 = dev_key(&chain, 0);
         let specific: Vec<(String, String)> = vec![
             ("KEEL__AA__BUNDLERPOLLMS".into(), "100".into()),
             // Issue 33 §2: an operation is reported once its block is final; Anvil's
@@ -76,22 +60,13 @@ impl Stack {
             // The bootstrap's sponsor signer is the deployer.
             ("KEEL_SPONSOR_KEY".into(), key0),
         ];
-        let mut env = base;
-        env.extend(specific);
         let mut stack = Stack {
-            chain,
-            _db: db,
-            env,
-            api: format!("http://127.0.0.1:{port}"),
-            logs: tempfile::tempdir().unwrap(),
-            procs: HashMap::new(),
-            http: reqwest::Client::new(),
+            procs: Procs::new(chain, tempfile::tempdir().unwrap(), specific).await,
             key: String::new(),
             factory: Address::ZERO,
             paymaster: Address::ZERO,
         };
-        stack.cli(&["migrate"]);
-        let out = stack.cli(&["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"]);
+        let out = stack.bootstrap();
         stack.factory = out
             .lines()
             .find_map(|l| l.strip_prefix("erc4337  SimpleAccountFactory"))
@@ -114,95 +89,22 @@ impl Stack {
         let pm: Vec<u8> = sqlx::query_scalar(
             "SELECT address FROM platform_contract WHERE name = 'sponsorPaymaster'",
         )
-        .fetch_one(stack._db.pool())
+        .fetch_one(stack.db.pool())
         .await
         .unwrap();
         stack.paymaster = Address::from_slice(&pm);
-        for role in ["indexer", "runner", "api"] {
-            stack.spawn(role);
-        }
-        stack.await_ready().await;
+        stack.start_roles().await;
         stack
     }
 
-    fn cli(&self, args: &[&str]) -> String {
-        let out = keel().args(args).envs(self.env.clone()).output().unwrap();
-        assert!(
-            out.status.success(),
-            "keel {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    }
-
-    fn spawn(&mut self, role: &'static str) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.logs.path().join(format!("{role}.log")))
-            .unwrap();
-        let child = keel()
-            .args(["run", "--role", role, "--termination-grace-seconds", "5"])
-            .envs(self.env.clone())
-            .env("KEEL__CLUSTER__HOST", role)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        self.procs.insert(role, child);
-    }
-
-    fn kill9(&mut self, role: &'static str) {
-        let mut child = self.procs.remove(role).unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-
-    fn log(&self, role: &str) -> String {
-        std::fs::read_to_string(self.logs.path().join(format!("{role}.log"))).unwrap_or_default()
-    }
-
-    async fn await_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = self.http.get(format!("{}/readyz", self.api)).send().await
-                && r.status().is_success()
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "api not ready: {}",
-                self.log("api")
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
+    /// `GET path` with acme's key (checked against the OpenAPI document).
     async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.api))
-            .bearer_auth(&self.key)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        self.procs.get(&self.key, path).await
     }
 
+    /// `POST path` with acme's key (checked against the OpenAPI document).
     async fn post(&self, path: &str, idem: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.api))
-            .bearer_auth(&self.key)
-            .header("Idempotency-Key", idem)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        self.procs.post(&self.key, path, idem, body).await
     }
 
     /// One JSON-RPC call of the bundler route; the whole response.
@@ -218,27 +120,6 @@ impl Stack {
             .unwrap();
         assert_eq!(r.status().as_u16(), 200);
         r.json().await.unwrap()
-    }
-
-    /// Polls `probe` (100 ms apart) until it answers `Some` or `within` passes.
-    async fn until<T, F, Fut>(&self, within: Duration, what: &str, probe: F) -> T
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Option<T>>,
-    {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(v) = probe().await {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what} did not happen\n--- runner\n{}\n--- api\n{}",
-                self.log("runner"),
-                self.log("api")
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 
     async fn await_op(&self, id: &str) -> Value {
@@ -346,7 +227,7 @@ impl Stack {
         .unwrap();
         let directory: Vec<u8> =
             sqlx::query_scalar("SELECT address FROM platform_contract WHERE name = 'directory'")
-                .fetch_one(self._db.pool())
+                .fetch_one(self.db.pool())
                 .await
                 .unwrap();
         let resolution = keel_aa::resolve_entry_point(&pool, Address::from_slice(&directory))
@@ -522,7 +403,7 @@ async fn a_sponsored_transfer_from_a_fresh_smart_account_lands_once_even_across_
         U256::from(5_000_000u64)
     );
     let bundles: i64 = sqlx::query_scalar("SELECT count(*) FROM aa_bundle")
-        .fetch_one(stack._db.pool())
+        .fetch_one(stack.db.pool())
         .await
         .unwrap();
     assert_eq!(bundles, 2, "one bundle per operation, none repeated");

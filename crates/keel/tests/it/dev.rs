@@ -4,8 +4,7 @@
 //! it to completion, the status page answers; SIGTERM stops everything and drops the
 //! database.
 
-mod common;
-use common::{free_port, keel};
+use crate::common::{free_port, keel};
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -1,13 +1,8 @@
 //! The main job end to end: the `keel` binary's three roles as separate processes
 //! against a real PostgreSQL and a real Anvil, driven through the Platform API.
 
-mod common;
-use common::{free_port, keel};
-#[path = "../../keel-api/tests/it/doc_check.rs"]
-mod doc_check;
-#[path = "common/otlp.rs"]
-mod otlp;
-use doc_check::DocCheck;
+use crate::common::otlp;
+use crate::common::stack::Procs;
 
 use alloy::primitives::{Address, B256};
 use alloy::providers::Provider;
@@ -18,22 +13,12 @@ use keel_abi::bindings::{AssetFactory, AssetToken, PriceFeed, PriceFeedFactory, 
 use keel_store::testing::TestDatabase;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+/// The full stack ([`Procs`]) with organizations `acme` (two keys) and `other` (one),
+/// template `std` on chain `local`, and the platform contracts by name.
 struct Stack {
-    chain: TestChain,
-    db: TestDatabase,
-    env: Vec<(String, String)>,
-    api: String,
-    logs: tempfile::TempDir,
-    procs: HashMap<&'static str, Child>,
-    /// The telemetry port of each process (by name), chosen when it is first spawned.
-    metrics: HashMap<&'static str, u16>,
-    http: reqwest::Client,
-    /// The served OpenAPI document (fetched on the first request of a helper); every
-    /// answer of `post` and `get` is checked against it.
-    doc: std::sync::OnceLock<DocCheck>,
+    procs: Procs,
     /// Two keys of organization `acme`, one of organization `other`.
     key_a: String,
     key_b: String,
@@ -41,12 +26,16 @@ struct Stack {
     contracts: HashMap<String, Address>,
 }
 
-impl Drop for Stack {
-    fn drop(&mut self) {
-        for (_, mut child) in self.procs.drain() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+impl std::ops::Deref for Stack {
+    type Target = Procs;
+    fn deref(&self) -> &Procs {
+        &self.procs
+    }
+}
+
+impl std::ops::DerefMut for Stack {
+    fn deref_mut(&mut self) -> &mut Procs {
+        &mut self.procs
     }
 }
 
@@ -69,20 +58,7 @@ impl Stack {
         template: TemplateOpts,
         extra: Vec<(String, String)>,
     ) -> Stack {
-        let db = TestDatabase::create().await.unwrap();
-        let port = free_port();
-        let key0 = format!(
-            "0x{}",
-            alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
-        );
-        let base = common::stack_env(
-            db.url(),
-            chain.chain_id(),
-            chain.endpoint().as_str(),
-            port,
-            &key0,
-        );
-        let specific: Vec<(String, String)> = vec![
+        let mut env: Vec<(String, String)> = vec![
             // Webhook endpoints served by a receiver in the test (loopback, http).
             ("KEEL__WEBHOOKS__ALLOWHTTP".into(), "true".into()),
             (
@@ -91,26 +67,17 @@ impl Stack {
             ),
             ("KEEL__WEBHOOKS__RETRYINITIALMS".into(), "200".into()),
         ];
-        let mut env = base;
-        env.extend(specific);
         env.extend(extra);
+        let mut procs = Procs::new(chain, tempfile::tempdir().unwrap(), env).await;
+        procs.show_log("indexer-2");
         let mut stack = Stack {
-            chain,
-            db,
-            env,
-            api: format!("http://127.0.0.1:{port}"),
-            logs: tempfile::tempdir().unwrap(),
-            procs: HashMap::new(),
-            metrics: HashMap::new(),
-            http: reqwest::Client::new(),
-            doc: std::sync::OnceLock::new(),
+            procs,
             key_a: String::new(),
             key_b: String::new(),
             key_other: String::new(),
             contracts: HashMap::new(),
         };
-        stack.cli(&["migrate"]);
-        stack.cli(&["chain", "bootstrap", "--chain", "local", "--deploy-erc4337"]);
+        stack.bootstrap();
         stack.cli(&["org", "create", "--name", "acme"]);
         stack.cli(&["org", "create", "--name", "other"]);
         stack.key_a = stack.cli(&["api-key", "create", "--org", "acme", "--label", "a"]);
@@ -182,160 +149,13 @@ impl Stack {
             .into_iter()
             .map(|(n, a)| (n, Address::from_slice(&a)))
             .collect();
-        for role in ["indexer", "runner", "api"] {
-            stack.spawn(role);
-        }
-        stack.await_ready().await;
+        stack.start_roles().await;
         stack
     }
 
-    /// Runs a `keel` command to completion; returns its stdout (trimmed).
-    fn cli(&self, args: &[&str]) -> String {
-        let out = keel().args(args).envs(self.env.clone()).output().unwrap();
-        assert!(
-            out.status.success(),
-            "keel {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    }
-
-    fn spawn(&mut self, role: &'static str) {
-        self.spawn_named(role, role);
-    }
-
-    /// Starts process `name` running `role` (several processes may share a role).
-    fn spawn_named(&mut self, name: &'static str, role: &'static str) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.logs.path().join(format!("{name}.log")))
-            .unwrap();
-        let metrics_port = *self.metrics.entry(name).or_insert_with(free_port);
-        let child = keel()
-            .args(["run", "--role", role, "--termination-grace-seconds", "5"])
-            .envs(self.env.clone())
-            .env(
-                "KEEL__TELEMETRY__METRICSADDRESS",
-                format!("127.0.0.1:{metrics_port}"),
-            )
-            .env("KEEL__CLUSTER__HOST", name)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        self.procs.insert(name, child);
-    }
-
-    /// SIGKILL (no shutdown path runs).
-    fn kill9(&mut self, role: &'static str) {
-        let mut child = self.procs.remove(role).unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-
-    fn log(&self, role: &str) -> String {
-        std::fs::read_to_string(self.logs.path().join(format!("{role}.log"))).unwrap_or_default()
-    }
-
-    async fn await_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = self.http.get(format!("{}/readyz", self.api)).send().await
-                && r.status().is_success()
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "api not ready: {}",
-                self.log("api")
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn post(&self, key: &str, path: &str, idem: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.api))
-            .bearer_auth(key)
-            .header("Idempotency-Key", idem)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        self.checked("POST", path, r).await
-    }
-
-    async fn get(&self, key: &str, path: &str) -> (u16, Value) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.api))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        self.checked("GET", path, r).await
-    }
-
-    /// The status and JSON body (null when not JSON) of `r`, the answer to
-    /// `method path`; fails the test unless the answer matches the served OpenAPI
-    /// document (path, method and status declared, body valid against the schema).
-    async fn checked(&self, method: &str, path: &str, r: reqwest::Response) -> (u16, Value) {
-        let status = r.status().as_u16();
-        let content_type = r
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let raw = r.bytes().await.unwrap();
-        if let Err(e) = self
-            .doc()
-            .await
-            .check(method, path, status, content_type.as_deref(), &raw)
-        {
-            panic!("the answer disagrees with the OpenAPI document: {e}");
-        }
-        (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
-    }
-
-    /// The served `/openapi.json`, fetched once.
-    async fn doc(&self) -> &DocCheck {
-        if self.doc.get().is_none() {
-            let doc: Value = self
-                .http
-                .get(format!("{}/openapi.json", self.api))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let _ = self.doc.set(DocCheck::new(doc));
-        }
-        self.doc.get().unwrap()
-    }
-
-    /// Polls the operation until `done(view)` holds (probe, 50 ms apart) or `within`
-    /// passes (then fails with the roles' logs).
+    /// Polls the operation (read with acme's first key) until `done(view)` holds.
     async fn await_op(&self, id: &str, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + within;
-        loop {
-            let (status, view) = self.get(&self.key_a, &format!("/v1/operations/{id}")).await;
-            assert_eq!(status, 200, "{view}");
-            if done(&view) {
-                return view;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "operation {id} did not reach the expected state: {view}\n--- runner\n{}\n--- indexer\n{}\n--- indexer-2\n{}",
-                self.log("runner"),
-                self.log("indexer"),
-                self.log("indexer-2")
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.procs.await_op(&self.key_a, id, within, done).await
     }
 
     async fn create_asset(&self, idem: &str, symbol: &str) -> (String, String) {
@@ -2042,7 +1862,7 @@ fn check_metrics_reference(found: &std::collections::BTreeMap<String, MetricRef>
 const METRICS_HEADER: &str = "# Metrics reference
 
 Every metric Keel's three roles export on `GET /metrics` (Prometheus text format) in the
-end-to-end workload of `crates/keel/tests/e2e.rs`
+end-to-end workload of `crates/keel/tests/it/e2e.rs`
 (`every_role_exports_described_bounded_histogram_metrics`), which fails when a role
 exports a metric missing here or a label outside the metric's labels below. Regenerate
 (rows are added, none removed) with

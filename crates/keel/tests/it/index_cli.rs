@@ -5,9 +5,7 @@
 //! still running) clears the marker, and the running indexer rebuilds the chain: the
 //! index's raw logs equal the chain's logs of the scope, block for block.
 
-#[allow(dead_code)]
-mod common;
-use common::{free_port, keel};
+use crate::common::{free_port, keel};
 
 use alloy::primitives::B256;
 use alloy::providers::Provider;
@@ -58,7 +56,7 @@ async fn keel_index_reindex_repairs_a_degraded_chain_while_the_indexer_runs() {
         "0x{}",
         alloy::hex::encode(chain.signer(0).unwrap().to_bytes())
     );
-    let env = common::stack_env(
+    let env = crate::common::stack_env(
         db.url(),
         chain.chain_id(),
         chain.endpoint().as_str(),

@@ -7,9 +7,7 @@
 //! `webhook-id` and body, and per operation no event is sent before the previous one
 //! was acknowledged.
 
-#[allow(dead_code)]
-mod common;
-use common::keel;
+use crate::common::keel;
 
 use axum::Router;
 use axum::extract::State;
