@@ -10,7 +10,6 @@ use alloy::rpc::types::Filter;
 use alloy::sol_types::SolEvent;
 use anvil_tests::TestChain;
 use keel_abi::bindings::{AssetFactory, AssetToken, PriceFeed, PriceFeedFactory, PriceResolver};
-use keel_store::testing::TestDatabase;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
