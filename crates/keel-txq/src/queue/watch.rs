@@ -76,16 +76,18 @@ impl TxQueue {
             .ok_or(TxqError::InvalidRequest("head"))?;
         let final_block = self.final_block().await?;
         let any_out = rows.iter().any(|r| r.reorged);
-        {
-            let mut last = self
+        // The pass is skipped when nothing moved since the last *completed* one; a pass
+        // that ended early (an error, a cancel: its rows not marked) is not remembered,
+        // so the next one looks again even if the chain stands still.
+        let now = (head.hash, final_block, rows.len());
+        if !any_out
+            && *self
                 .watched_at
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let now = (head.hash, final_block, rows.len());
-            if !any_out && *last == Some(now) {
-                return Ok(out);
-            }
-            *last = Some(now);
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                == Some(now)
+        {
+            return Ok(out);
         }
         let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
         let mut attempts: HashMap<Uuid, Vec<AttemptRow>> = HashMap::new();
@@ -151,6 +153,12 @@ impl TxQueue {
         out.finalized = final_ids.len();
         if !reorged.is_empty() {
             self.handle_reorged(&reorged, &mut out, cancel).await?;
+        }
+        if !cancel.is_cancelled() {
+            *self
+                .watched_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
         }
         Ok(out)
     }

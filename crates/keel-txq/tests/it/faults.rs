@@ -257,3 +257,47 @@ async fn a_bump_below_ten_percent_is_refused_at_configuration() {
         "{err:?}"
     );
 }
+
+/// A watch pass cut short (its receipts read failed) is looked at again on the next
+/// pass though the chain stands still: a settled write on a chain whose head is final
+/// (depth 0) is marked final once the RPC recovers, without waiting for a new block.
+/// Before the fix the failed pass was remembered as done and, with the head unchanged,
+/// every later pass skipped the write (its watch never ended on an idle chain).
+#[tokio::test]
+async fn a_failed_watch_pass_is_retried_while_the_chain_stands_still() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let proxy = RpcProxy::start(chain.endpoint()).await.unwrap();
+    let sender = chain.account(2).unwrap();
+    let q = queue(
+        &db,
+        &chain,
+        &proxy,
+        2,
+        TxQueueConfig {
+            finality: keel_txq::Finality::Depth(0),
+            ..Default::default()
+        },
+    );
+    let id = q.enqueue(&transfer(sender, "watch")).await.unwrap();
+    settle(&q, id, async || {}).await;
+    let is_final = async || -> bool {
+        sqlx::query_scalar("SELECT final_at IS NOT NULL FROM txq_request WHERE id = $1")
+            .bind(id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+    };
+    assert!(!is_final().await, "the settling pass watches next time");
+    let rule = proxy.add_rule(
+        Rule::error("eth_getTransactionReceipt", -32603, "internal error").times(u64::MAX),
+    );
+    q.tick().await.unwrap();
+    assert!(proxy.hits(rule) > 0, "the watch pass read receipts");
+    assert!(!is_final().await, "the watch pass failed");
+    proxy.remove_rule(rule);
+    let head = chain.block_number().await.unwrap();
+    q.tick().await.unwrap();
+    assert_eq!(chain.block_number().await.unwrap(), head, "no block since");
+    assert!(is_final().await, "the failed pass is looked at again");
+}
