@@ -90,6 +90,7 @@ where
 async fn kill_9_between_bundle_enqueue_and_verdict_loses_nothing_and_doubles_nothing()
 -> anyhow::Result<()> {
     const N: u64 = 5;
+    const CONFIRMATIONS: u64 = N + 1;
     let aa = AaChain::start().await?;
     let db = TestDatabase::create().await?;
     keel_store::migrate(db.pool()).await?;
@@ -183,8 +184,10 @@ async fn kill_9_between_bundle_enqueue_and_verdict_loses_nothing_and_doubles_not
     }
 
     // Phase 2: restarted with its queue; killed once the bundle is mined (automine) but
-    // before the queue's depth of 3 blocks gave a verdict.
-    let w = Worker::start(&db, &aa, "full", 3);
+    // before the queue's depth of N + 1 blocks gave a verdict: at most N bundles, one per
+    // block, so even the first bundle is at most N blocks deep when the last is mined
+    // (a depth of 3 let the first of four or five bundles settle before the kill).
+    let w = Worker::start(&db, &aa, "full", CONFIRMATIONS);
     until("every bundle on chain", || async {
         for (sender, ..) in &accepted {
             if ep.getNonce(*sender, U192::ZERO).call().await.ok() != Some(U256::from(1)) {
@@ -206,7 +209,7 @@ async fn kill_9_between_bundle_enqueue_and_verdict_loses_nothing_and_doubles_not
     );
 
     // Phase 3: restarted; blocks are mined until every operation is reported.
-    let _w = Worker::start(&db, &aa, "full", 3);
+    let _w = Worker::start(&db, &aa, "full", CONFIRMATIONS);
     for (_, _, id) in &accepted {
         let mut done = None;
         for _ in 0..120 {

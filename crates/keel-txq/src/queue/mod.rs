@@ -109,9 +109,10 @@ pub struct TxQueue {
     initialized: std::sync::Mutex<std::collections::HashSet<Address>>,
     /// The WARN rate limit of failed broadcasts.
     warned: std::sync::Mutex<WarnLimiter>,
-    /// The head hash, final block and number of watched requests at the last watch
-    /// pass that looked (`watch.rs`): an unchanged chain is not looked at again.
-    watched_at: std::sync::Mutex<Option<(alloy::primitives::B256, u64, usize)>>,
+    /// The head hash, final block and a hash of the watched requests' ids at the last
+    /// watch pass that completed (`watch.rs`): an unchanged chain with the same watched
+    /// requests is not looked at again.
+    watched_at: std::sync::Mutex<Option<(alloy::primitives::B256, u64, u64)>>,
     /// When the registered senders' balances were last read ([`BALANCE_REFRESH`]).
     balances_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// Receives every settlement in the transaction that settles it

@@ -76,10 +76,21 @@ impl TxQueue {
             .ok_or(TxqError::InvalidRequest("head"))?;
         let final_block = self.final_block().await?;
         let any_out = rows.iter().any(|r| r.reorged);
-        // The pass is skipped when nothing moved since the last *completed* one; a pass
+        // The pass is skipped when nothing moved (head, final block, the watched rows)
+        // since the last *completed* one; a pass
         // that ended early (an error, a cancel: its rows not marked) is not remembered,
         // so the next one looks again even if the chain stands still.
-        let now = (head.hash, final_block, rows.len());
+        // Which rows, not how many: a write settled in the block of one whose watch just
+        // ended keeps the count (and the head) unchanged, and must still be looked at.
+        let rows_seen = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for r in &rows {
+                r.id.hash(&mut h);
+            }
+            h.finish()
+        };
+        let now = (head.hash, final_block, rows_seen);
         if !any_out
             && *self
                 .watched_at

@@ -301,3 +301,83 @@ async fn a_failed_watch_pass_is_retried_while_the_chain_stands_still() {
     assert_eq!(chain.block_number().await.unwrap(), head, "no block since");
     assert!(is_final().await, "the failed pass is looked at again");
 }
+
+/// Two writes mined in one block but settled in different passes (one receipt read
+/// answered null once): the second is marked final as well, without a new block. Before
+/// the fix the watch remembered only how many rows it saw, so the second write (one row
+/// again, the head unchanged) was skipped until the chain moved.
+#[tokio::test]
+async fn writes_of_one_block_settled_in_different_passes_are_all_marked_final() {
+    let chain = TestChain::start().await.unwrap();
+    let db = TestDatabase::create().await.unwrap();
+    let proxy = RpcProxy::start(chain.endpoint()).await.unwrap();
+    chain
+        .provider()
+        .raw_request::<_, ()>("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let mut q = queue(
+        &db,
+        &chain,
+        &proxy,
+        2,
+        TxQueueConfig {
+            finality: keel_txq::Finality::Depth(0),
+            bump_after: None,
+            ..Default::default()
+        },
+    );
+    q.add_signer(Arc::new(keel_txq::LocalSigner::new(
+        chain.signer(3).unwrap().clone(),
+    )));
+    let a = q
+        .enqueue(&transfer(chain.account(2).unwrap(), "one-block-a"))
+        .await
+        .unwrap();
+    let b = q
+        .enqueue(&transfer(chain.account(3).unwrap(), "one-block-b"))
+        .await
+        .unwrap();
+    q.tick().await.unwrap();
+    chain.mine().await.unwrap();
+    let head = chain.block_number().await.unwrap();
+    let rule = proxy.add_rule(Rule::null_result("eth_getTransactionReceipt").times(1));
+    let unfinal = async || -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM txq_request WHERE state = 'settled' AND final_at IS NULL",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        q.tick().await.unwrap();
+        if unsettled(&q, &[a, b]).await == 0 && unfinal().await == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a write of the block never final"
+        );
+    }
+    assert_eq!(proxy.hits(rule), 1, "one receipt read was answered null");
+    assert_eq!(chain.block_number().await.unwrap(), head, "no block since");
+    let blocks: Vec<Option<i64>> =
+        sqlx::query_scalar("SELECT (verdict->>'block')::int8 FROM txq_request ORDER BY id")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(blocks, [Some(head as i64), Some(head as i64)], "one block");
+}
+
+/// How many of `ids` have no verdict yet.
+async fn unsettled(q: &TxQueue, ids: &[Uuid]) -> usize {
+    let mut open = 0;
+    for id in ids {
+        if q.status(*id).await.unwrap().verdict.is_none() {
+            open += 1;
+        }
+    }
+    open
+}

@@ -2667,15 +2667,11 @@ async fn two_chains_with_different_profiles_and_finality_are_served_by_one_runne
     // The queue's finality per chain: nothing has mined on `second` since its last write,
     // so that write is not 3 blocks deep yet; `local`'s head is final.
     assert!(unfinal_writes(&stack, 31_338).await > 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while unfinal_writes(&stack, 31_337).await > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "local's writes never final: {}",
-            stack.log("runner")
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    stack
+        .until(Duration::from_secs(60), "local's writes final", || async {
+            (unfinal_writes(&stack, 31_337).await == 0).then_some(())
+        })
+        .await;
     assert!(
         unfinal_writes(&stack, 31_338).await > 0,
         "second's last write is not 3 blocks deep"
@@ -2683,32 +2679,26 @@ async fn two_chains_with_different_profiles_and_finality_are_served_by_one_runne
     alloy::providers::ext::AnvilApi::anvil_mine(second.provider(), Some(12), None)
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while unfinal_writes(&stack, 31_338).await > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "second's writes never final: {}",
-            stack.log("runner")
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    stack
+        .until(Duration::from_secs(60), "second's writes final", || async {
+            (unfinal_writes(&stack, 31_338).await == 0).then_some(())
+        })
+        .await;
 
     // The index's finality per chain: `second` 3 below its head (refreshed every 8
     // blocks of head movement, so at most 8 behind that), `local` the node's tag.
     let head_b = second.block_number().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let f = index_finalized(&stack, 31_338).await;
-        if f.is_some_and(|f| f + 3 + 8 >= head_b && f + 3 <= head_b) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "second's index finality {f:?} at head {head_b}: {}",
-            stack.log("indexer")
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    stack
+        .until(
+            Duration::from_secs(60),
+            "second's index finality 3 below its head",
+            || async {
+                index_finalized(&stack, 31_338)
+                    .await
+                    .filter(|f| f + 3 + 8 >= head_b && f + 3 <= head_b)
+            },
+        )
+        .await;
     let head_a = stack.chain.block_number().await.unwrap();
     let f_a = index_finalized(&stack, 31_337).await.unwrap_or(0);
     assert!(
@@ -2717,16 +2707,7 @@ async fn two_chains_with_different_profiles_and_finality_are_served_by_one_runne
     );
     // The anvil profile's indexer follows `local` over eth_subscribe on the RPC port
     // (heads received on it); `second` sets no WebSocket endpoint.
-    let port = stack.metrics["indexer"];
-    let text = stack
-        .http
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = stack.scrape("indexer").await;
     let heads = |chain_id: u64| {
         text.lines()
             .find(|l| {
