@@ -67,7 +67,12 @@
 //!   [`read::holders_at`] (holders ranked by balance at a block — a record-date
 //!   snapshot — with keyset pages), [`read::transfer_page`], [`token_supply_at`] and
 //!   [`read::finalized_block`] (the node's finalized block, recorded by the tip ingest
-//!   once per round that commits a block).
+//!   once per round that commits a block). Holders at a block and the snapshots read
+//!   the balance history `index_holder_change` (migration `0088`: a holder's net change
+//!   per block, kept by the same triggers as `index_holder_balance`).
+//! - [`snapshot`]: record-date snapshots as objects: pending until their block is
+//!   final, then sealed once with a holder count, a total and a SHA-256 content hash,
+//!   pages in O(limit) and a canonical CSV.
 //!
 //! ## Metrics
 //! `keel_index_blocks_total`, `keel_index_logs_total` (counters, label `chain_id`),
@@ -156,6 +161,7 @@ pub mod read;
 pub mod reindex;
 pub mod scope;
 pub mod service;
+pub mod snapshot;
 mod store;
 mod supply;
 pub mod tip;
@@ -232,6 +238,11 @@ pub fn describe_metrics() {
         "keel_index_reorg_too_deep_total",
         ::metrics::Unit::Count,
         "Reorgs below the finalized block that degraded the chain (count)."
+    );
+    ::metrics::describe_counter!(
+        "keel_index_snapshots_sealed_total",
+        ::metrics::Unit::Count,
+        "Record-date snapshots sealed as final (count)."
     );
     ::metrics::describe_counter!(
         "keel_index_reindex_total",

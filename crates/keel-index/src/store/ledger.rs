@@ -1,6 +1,7 @@
-//! Reads of the Ledger read API (migration `0025`): holders ranked by balance from
-//! `index_holder_balance` (kept by triggers on `index_transfer`), snapshots at a block
-//! (current balances minus the deltas of the transfers above it), transfer pages and
+//! Reads of the Ledger read API (migrations `0025`, `0088`): holders ranked by balance
+//! from `index_holder_balance` (kept by triggers on `index_transfer`), snapshots at a
+//! block (current balances minus the balance changes above it, `index_holder_change`,
+//! kept by the same triggers), transfer pages and
 //! supply at a block. Keyset pagination only: every page query starts its index scan
 //! at the cursor; none uses `OFFSET`.
 
@@ -36,7 +37,8 @@ pub(crate) struct TransferEntryRecord {
 /// by `(balance DESC, holder ASC)`, after the keyset `(after_balance, after_holder)`
 /// (exclusive), at most `limit` rows. Positive balances only; the zero address never.
 ///
-/// The holders touched by transfers above `at` are recomputed (`moved`); every other
+/// The holders with a balance change above `at` are recomputed (`moved`, from
+/// `index_holder_change`: one row per holder and block); every other
 /// holder's balance at `at` is its current one, so the current ranking is read from
 /// `index_holder_balance_rank` starting at the cursor, over-fetched by `|moved|` rows so
 /// that excluding the moved holders still leaves `limit` of them.
@@ -51,13 +53,9 @@ pub(crate) async fn holders_at(
 ) -> Result<Vec<HolderRecord>> {
     Ok(sqlx::query_as(
         "WITH moved AS (
-             SELECT holder, sum(delta) AS delta FROM (
-                 SELECT to_address AS holder, value AS delta FROM index_transfer
-                  WHERE chain_id = $1 AND token = $2 AND block_number > $3
-                 UNION ALL
-                 SELECT from_address, -value FROM index_transfer
-                  WHERE chain_id = $1 AND token = $2 AND block_number > $3) d
-             GROUP BY holder
+             SELECT holder, sum(delta) AS delta FROM index_holder_change
+              WHERE chain_id = $1 AND token = $2 AND block_number > $3
+              GROUP BY holder
          ), ranked AS (
              SELECT m.holder, COALESCE(b.balance, 0) - m.delta AS balance
                FROM moved m
@@ -169,8 +167,8 @@ pub(crate) async fn transfers_page(
     Ok(q.fetch_all(db).await?)
 }
 
-/// The supply of `token` as of block `at` (decimal text): −(the zero address's kept
-/// balance) corrected by the mints and burns above `at`.
+/// The supply of `token` as of block `at` (decimal text): −(the zero address's balance
+/// at `at`), i.e. mints minus burns at or below it (as [`balance_at`]).
 pub(crate) async fn supply_at(
     db: impl PgExecutor<'_>,
     chain: i64,
@@ -178,11 +176,9 @@ pub(crate) async fn supply_at(
     at: i64,
 ) -> Result<String> {
     Ok(sqlx::query_scalar(
-        "SELECT (COALESCE((SELECT COALESCE(sum(value) FILTER (WHERE to_address = z), 0)
-                                - COALESCE(sum(value) FILTER (WHERE from_address = z), 0)
-                           FROM index_transfer
-                          WHERE chain_id = $1 AND token = $2 AND block_number > $3
-                            AND (from_address = z OR to_address = z)), 0)
+        "SELECT (COALESCE((SELECT sum(delta) FROM index_holder_change
+                            WHERE chain_id = $1 AND token = $2 AND holder = z
+                              AND block_number > $3), 0)
                  - COALESCE((SELECT balance FROM index_holder_balance
                               WHERE chain_id = $1 AND token = $2 AND holder = z), 0))::text
            FROM (SELECT '\\x0000000000000000000000000000000000000000'::bytea AS z) zero",
@@ -194,12 +190,16 @@ pub(crate) async fn supply_at(
     .await?)
 }
 
-/// Recomputes every holder balance of the chain from its transfers (a re-index: the
-/// kept balances equal the sums again even if the table was damaged, e.g. by a
+/// Recomputes every holder balance and balance change of the chain from its transfers
+/// (a re-index: the kept balances and the history equal the sums again even if the table was damaged, e.g. by a
 /// `TRUNCATE index_transfer`, which fires no trigger). The caller holds the chain row
 /// locked, so no transfer of the chain is written meanwhile.
 pub(crate) async fn balances_recompute(db: &mut sqlx::PgConnection, chain: i64) -> Result<()> {
     sqlx::query("DELETE FROM index_holder_balance WHERE chain_id = $1")
+        .bind(chain)
+        .execute(&mut *db)
+        .await?;
+    sqlx::query("DELETE FROM index_holder_change WHERE chain_id = $1")
         .bind(chain)
         .execute(&mut *db)
         .await?;
@@ -212,6 +212,21 @@ pub(crate) async fn balances_recompute(db: &mut sqlx::PgConnection, chain: i64) 
                SELECT token, from_address, -value FROM index_transfer WHERE chain_id = $1) d
          GROUP BY token, holder
          ORDER BY token, holder",
+    )
+    .bind(chain)
+    .execute(&mut *db)
+    .await?;
+    sqlx::query(
+        "INSERT INTO index_holder_change (chain_id, token, holder, block_number, delta)
+         SELECT $1, token, holder, block_number, sum(delta)
+         FROM (SELECT token, to_address AS holder, block_number, value AS delta
+                 FROM index_transfer WHERE chain_id = $1
+               UNION ALL
+               SELECT token, from_address, block_number, -value
+                 FROM index_transfer WHERE chain_id = $1) d
+         GROUP BY token, block_number, holder
+         HAVING sum(delta) <> 0
+         ORDER BY token, block_number, holder",
     )
     .bind(chain)
     .execute(&mut *db)

@@ -15,7 +15,8 @@
 //! | [`range`] | `index_range`: leased history ranges |
 //! | [`logs`] | `index_log`, `index_transfer` and the other projections: bulk writes (`COPY`/`UNNEST`), rollback |
 //! | [`projection`] | reads of the projection tables (raw rows; [`crate::read`] types them) |
-//! | [`ledger`] | `index_holder_balance` (migration `0025`, kept by triggers) and `index_transfer`: holders pages, snapshots, transfer pages, supply at a block |
+//! | [`ledger`] | `index_holder_balance` (migration `0025`, kept by triggers), `index_holder_change` (`0088`, the same triggers) and `index_transfer`: holders pages, snapshots, transfer pages, supply at a block |
+//! | [`snapshot`] | `index_snapshot`, `index_snapshot_holder` (`0088`): snapshot objects, sealing, their pages |
 //!
 //! The typed reads (the crate's read API) are [`crate::read`], over [`projection`] and [`chain`].
 
@@ -26,3 +27,4 @@ pub(crate) mod logs;
 pub(crate) mod projection;
 pub(crate) mod range;
 pub(crate) mod scope;
+pub(crate) mod snapshot;

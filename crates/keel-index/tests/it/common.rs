@@ -144,6 +144,11 @@ pub(crate) struct Fingerprint {
     pub(crate) logs: i64,
     /// (table, block hash, log index) of every pause and staleness-bound row.
     pub(crate) other: Vec<(String, Vec<u8>, i64)>,
+    /// (token, holder, balance) of every kept balance that is not zero.
+    pub(crate) balances: Vec<(Vec<u8>, Vec<u8>, String)>,
+    /// (token, block, holder, delta) of the balance history (migration 0088), rows that
+    /// net to zero left out (they sum as nothing).
+    pub(crate) changes: Vec<(Vec<u8>, i64, Vec<u8>, String)>,
 }
 
 pub(crate) async fn fingerprint(
@@ -176,7 +181,23 @@ pub(crate) async fn fingerprint(
     .bind(chain.get() as i64)
     .fetch_all(pool)
     .await?;
+    let balances = sqlx::query_as(
+        "SELECT token, holder, balance::text FROM index_holder_balance
+          WHERE chain_id = $1 AND balance <> 0 ORDER BY token, holder",
+    )
+    .bind(chain.get() as i64)
+    .fetch_all(pool)
+    .await?;
+    let changes = sqlx::query_as(
+        "SELECT token, block_number, holder, delta::text FROM index_holder_change
+          WHERE chain_id = $1 AND delta <> 0 ORDER BY token, block_number, holder",
+    )
+    .bind(chain.get() as i64)
+    .fetch_all(pool)
+    .await?;
     Ok(Fingerprint {
+        balances,
+        changes,
         other,
         transfers: read::transfers(pool, chain, None).await?,
         assets,

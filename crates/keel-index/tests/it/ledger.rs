@@ -10,6 +10,7 @@ use alloy::providers::ext::AnvilApi;
 use alloy::rpc::types::anvil::ReorgOptions;
 use anvil_tests::keel_abi::bindings::AssetToken;
 use keel_index::read::{self, HolderBalance, HolderKey};
+use keel_index::snapshot;
 use keel_units::ChainId;
 use std::collections::BTreeMap;
 
@@ -277,6 +278,135 @@ async fn the_finalized_block_is_recorded_with_the_tip() -> anyhow::Result<()> {
     assert_eq!(
         read::finalized_block(env.db.pool(), env.chain_id).await?,
         Some(finalized)
+    );
+    Ok(())
+}
+
+/// Every holder of snapshot `s` by walking pages of `size`.
+async fn walk_snapshot(
+    pool: &sqlx::PgPool,
+    s: &snapshot::Snapshot,
+    size: u32,
+) -> anyhow::Result<Vec<HolderBalance>> {
+    let mut out = Vec::new();
+    let mut after: Option<HolderKey> = None;
+    loop {
+        let page = snapshot::holders(pool, s, after, size).await?;
+        let full = page.len() == size as usize;
+        after = page.last().map(HolderBalance::key);
+        out.extend(page);
+        if !full {
+            return Ok(out);
+        }
+    }
+}
+
+/// A snapshot object is pending — computed from the index, equal to the chain at its
+/// block — until its block is final; then it is sealed once: its pages, holder count,
+/// total and content hash (SHA-256 of its canonical CSV) equal the chain's holders at
+/// the block, and later transfers, a reorg above it and sealing again change nothing.
+/// A snapshot of a block already final is sealed when it is created; creating one
+/// twice answers the same snapshot.
+#[tokio::test]
+async fn a_snapshot_object_is_sealed_once_its_block_is_final_and_never_changes()
+-> anyhow::Result<()> {
+    use sha2::{Digest, Sha256};
+    use snapshot::{SealBlocker, SnapshotState};
+    let env = env().await?;
+    let asset = env.mintable("SOBJ").await?;
+    let acct = |i| env.chain.account(i);
+    let (a0, a1, a2, a3, a4) = (acct(0)?, acct(1)?, acct(2)?, acct(3)?, acct(4)?);
+    env.mint(asset.token, a0, 1_000).await?;
+    env.transfer(asset.token, a1, 100).await?;
+    env.transfer(asset.token, a2, 250).await?;
+    env.transfer(asset.token, a3, 250).await?;
+    let ingest = env.owner(config(64), "a").await?;
+    catch_up(&ingest).await?;
+    let record = env.chain.block_number().await?;
+    env.transfer(asset.token, a4, 10).await?;
+    env.mint(asset.token, a1, 5).await?;
+    catch_up(&ingest).await?;
+    let pool = env.db.pool();
+    let (chain, token) = (env.chain_id, asset.token);
+    let expected = chain_holders(&env, token, record).await?;
+
+    let (s, created) = snapshot::create(pool, chain, token, record).await?;
+    assert!(created);
+    assert_eq!((s.state, s.sealed, s.block), (SnapshotState::Pending, None, record));
+    assert_eq!(
+        snapshot::seal_blocker(pool, &s).await?,
+        Some(SealBlocker::NotFinal)
+    );
+    assert_eq!(walk_snapshot(pool, &s, 2).await?, expected);
+    let (again, created) = snapshot::create(pool, chain, token, record).await?;
+    assert!(!created);
+    assert_eq!(again.id, s.id);
+
+    // The record date becomes final (Anvil: finalized = head − 64).
+    env.chain.provider().anvil_mine(Some(70), None).await?;
+    catch_up(&ingest).await?;
+    let sealed = snapshot::seal(pool, s.id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("snapshot gone"))?;
+    assert_eq!(sealed.state, SnapshotState::Final);
+    let meta = sealed
+        .sealed
+        .ok_or_else(|| anyhow::anyhow!("final without its seal"))?;
+    assert_eq!(meta.holder_count, expected.len() as u64);
+    assert_eq!(meta.total, chain_supply(&env, token, record).await?);
+    assert_eq!(walk_snapshot(pool, &sealed, 2).await?, expected);
+    let mut by_address = expected.clone();
+    by_address.sort_by_key(|h| h.holder);
+    let mut csv = snapshot::CSV_HEADER.to_owned();
+    for h in &by_address {
+        csv.push_str(&format!("{},{}\n", h.holder.to_checksum(None), h.balance));
+    }
+    let digest: [u8; 32] = Sha256::digest(csv.as_bytes()).into();
+    assert_eq!(meta.content_hash.0, digest);
+    let mut rows = Vec::new();
+    let mut after = None;
+    loop {
+        let page = snapshot::rows_by_holder(pool, s.id, after, 2).await?;
+        after = page.last().map(|h| h.holder);
+        let done = page.len() < 2;
+        rows.extend(page);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(rows, by_address);
+
+    // Later writes and a reorg above it change nothing; sealing again is a no-op.
+    env.transfer(asset.token, a2, 1).await?;
+    catch_up(&ingest).await?;
+    let p = env.chain.provider();
+    p.anvil_reorg(ReorgOptions {
+        depth: 1,
+        tx_block_pairs: vec![(transfer_request(token, a0, a3, 3, p), 0)],
+    })
+    .await?;
+    assert!(catch_up(&ingest).await? >= 1, "no reorg detected");
+    assert_eq!(snapshot::seal(pool, s.id).await?, Some(sealed.clone()));
+    assert_eq!(walk_snapshot(pool, &sealed, 3).await?, expected);
+
+    // A block already final is sealed at creation; the list is newest first.
+    let (later, created) = snapshot::create(pool, chain, token, record + 1).await?;
+    assert!(created);
+    assert_eq!(later.state, SnapshotState::Final);
+    assert_eq!(
+        walk_snapshot(pool, &later, 50).await?,
+        chain_holders(&env, token, record + 1).await?
+    );
+    let listed: Vec<_> = snapshot::list(pool, chain, token, None, 10)
+        .await?
+        .into_iter()
+        .map(|x| x.id)
+        .collect();
+    assert_eq!(listed, vec![later.id, s.id]);
+    // The balance history equals a fresh index of the same chain.
+    assert_eq!(
+        fingerprint(&env.db, env.chain_id, &env.deployed).await?,
+        reindex(&env).await?
     );
     Ok(())
 }
