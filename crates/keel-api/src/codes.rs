@@ -159,6 +159,13 @@ pub const ERROR_CODES: &[ErrorCode] = &[
          a retry cannot change: submit a new operation with a new `Idempotency-Key`.",
     ),
     c(
+        "SNAPSHOT_NOT_FINAL",
+        409,
+        "The snapshot is still pending: its block is not final on its chain yet (or the \
+         Ledger Index has not caught up to it), so it has no export; retry once its `state` \
+         is `final`.",
+    ),
+    c(
         "PAYLOAD_TOO_LARGE",
         413,
         "The request body exceeds the configured limit (256 KiB by default).",
@@ -465,6 +472,7 @@ mod tests {
             OpsError::IndexBehind,
             OpsError::IndexDegraded,
             OpsError::BlockNotIndexed { indexed: Some(1) },
+            OpsError::SnapshotNotFinal,
             OpsError::Store(keel_store::StoreError::Decode),
         ]);
         for e in cases {

@@ -210,7 +210,7 @@ fn bad_cursor() -> Problem {
     )
 }
 
-fn holder(h: HolderView) -> Holder {
+pub(crate) fn holder(h: HolderView) -> Holder {
     Holder {
         address: h.address.to_checksum(None),
         balance: h.balance,

@@ -26,6 +26,7 @@
 //! | `GET /v1/assets/{id}/holders` (`?atBlock=N&limit=&cursor=`) | `Ops::holders` | holders as of a block ([`ledger`]) |
 //! | `GET /v1/assets/{id}/transfers`, `GET /v1/assets/{id}/holders/{address}/transfers` (`?limit=&cursor=`) | `Ops::transfers` | transfers, newest first |
 //! | `GET /v1/assets/{id}/supply` (`?atBlock=N`) | `Ops::supply` | supply as of a block |
+//! | `POST`/`GET /v1/assets/{id}/snapshots`, `GET …/snapshots/{snapshotId}`, `…/holders`, `…/export` | `Ops::snapshot_*` | record-date snapshots as objects ([`snapshots`]) |
 //! | `GET /v1/funding-requests` (`?chainId=N`) | `Ops::funding_requests` (scoped to the caller's operations) | funding requests |
 //! | `GET /v1/api-keys` (`?limit=N&cursor=C`) | `Ops::api_keys` | one page of the organization's keys (never a secret) |
 //! | `POST /v1/api-keys` | `Ops::create_api_key` | `201` key + token (shown once) |
@@ -131,6 +132,7 @@ mod openapi;
 pub mod page;
 pub mod problem;
 pub mod scope;
+pub mod snapshots;
 // Platform Status (issue 22).
 pub mod status;
 // ERC-4337 user operations (issue 20).
@@ -353,6 +355,22 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/assets/{id}/transfers", get(ledger::transfers))
         .route("/v1/assets/{id}/supply", get(ledger::supply))
+        .route(
+            "/v1/assets/{id}/snapshots",
+            post(snapshots::create).get(snapshots::list),
+        )
+        .route(
+            "/v1/assets/{id}/snapshots/{snapshotId}",
+            get(snapshots::get),
+        )
+        .route(
+            "/v1/assets/{id}/snapshots/{snapshotId}/holders",
+            get(snapshots::holders),
+        )
+        .route(
+            "/v1/assets/{id}/snapshots/{snapshotId}/export",
+            get(snapshots::export),
+        )
         .route("/v1/operations", get(handlers::operations))
         .route("/v1/templates", get(handlers::templates))
         .route("/v1/operations/{id}", get(handlers::operation))

@@ -118,6 +118,7 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::OperationEnded
         | OpsError::ApiKeyRevoked
         | OpsError::BlockNotIndexed { .. }
+        | OpsError::SnapshotNotFinal
         // The request names a block the index has not reached (as BLOCK_NOT_INDEXED):
         // a 409 with `Retry-After`, not a 5xx — the server is not failing.
         | OpsError::IndexBehind
@@ -239,6 +240,7 @@ mod tests {
             (OpsError::IndexBehind, 409),
             (OpsError::IndexDegraded, 503),
             (OpsError::BlockNotIndexed { indexed: None }, 409),
+            (OpsError::SnapshotNotFinal, 409),
             (OpsError::Store(keel_store::StoreError::Decode), 503),
         ];
         for (e, status) in cases {

@@ -3,7 +3,7 @@
 //! generated from.
 //!
 //! Rules: `GET` routes need `read`; operation-creating `POST`s, retry and cancel need
-//! `operate`; approve and reject need `approve`; the `/v1/api-keys`,
+//! `operate` (and so does creating a snapshot); approve and reject need `approve`; the `/v1/api-keys`,
 //! `/v1/webhook-endpoints`, `/v1/status` and re-index routes need `admin`. `/healthz`, `/readyz` and `/openapi.json` are public.
 //!
 //! ## Adding a route
@@ -96,6 +96,19 @@ pub const ROUTES: &[RouteAccess] = &[
     ),
     key("get", "/v1/assets/{id}/transfers", Scope::Read),
     key("get", "/v1/assets/{id}/supply", Scope::Read),
+    key("post", "/v1/assets/{id}/snapshots", Scope::Operate),
+    key("get", "/v1/assets/{id}/snapshots", Scope::Read),
+    key("get", "/v1/assets/{id}/snapshots/{snapshotId}", Scope::Read),
+    key(
+        "get",
+        "/v1/assets/{id}/snapshots/{snapshotId}/holders",
+        Scope::Read,
+    ),
+    key(
+        "get",
+        "/v1/assets/{id}/snapshots/{snapshotId}/export",
+        Scope::Read,
+    ),
     key("get", "/v1/operations", Scope::Read),
     key("get", "/v1/templates", Scope::Read),
     key("get", "/v1/operations/{id}", Scope::Read),

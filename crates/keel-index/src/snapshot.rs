@@ -104,7 +104,13 @@ fn typed(r: rows::SnapshotRecord) -> Result<Snapshot> {
         "final" => SnapshotState::Final,
         _ => return Err(decode_err()),
     };
-    let sealed = match (state, r.holder_count, r.total, r.content_hash, r.finalized_at) {
+    let sealed = match (
+        state,
+        r.holder_count,
+        r.total,
+        r.content_hash,
+        r.finalized_at,
+    ) {
         (SnapshotState::Final, Some(count), Some(total), Some(hash), Some(at)) => Some(Sealed {
             holder_count: u64::try_from(count).map_err(|_| decode_err())?,
             total: u256(&total)?,
@@ -315,8 +321,7 @@ pub async fn seal_due(db: &PgPool, chain: ChainId) -> Result<u64> {
     let Some(finalized) = read::finalized_block(db, chain).await? else {
         return Ok(0);
     };
-    let ids =
-        rows::snapshots_pending_at_or_below(db, chain_i64(chain), to_i64(finalized)).await?;
+    let ids = rows::snapshots_pending_at_or_below(db, chain_i64(chain), to_i64(finalized)).await?;
     let mut sealed = 0;
     for id in ids {
         if seal(db, id)

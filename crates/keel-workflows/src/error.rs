@@ -121,6 +121,11 @@ pub enum OpsError {
         /// The indexed tip, if any block was indexed.
         indexed: Option<u64>,
     },
+    /// The snapshot is still pending (its block is not final on its chain, or the index
+    /// has not caught up to it): what was asked (an export) exists only for a final
+    /// snapshot. Code `SNAPSHOT_NOT_FINAL`; the same request can succeed once it is.
+    #[error("the snapshot is not final yet")]
+    SnapshotNotFinal,
     /// The database failed. Code `SERVICE_UNAVAILABLE`; retryable when transient.
     #[error("database: {0}")]
     Store(#[from] keel_store::StoreError),
@@ -160,6 +165,7 @@ impl OpsError {
             Self::IndexBehind => "INDEX_BEHIND",
             Self::IndexDegraded => "INDEX_DEGRADED",
             Self::BlockNotIndexed { .. } => "BLOCK_NOT_INDEXED",
+            Self::SnapshotNotFinal => "SNAPSHOT_NOT_FINAL",
             Self::Store(_) => "SERVICE_UNAVAILABLE",
         }
     }
@@ -195,7 +201,8 @@ impl OpsError {
             | Self::OperationEnded
             | Self::InsufficientScope
             | Self::ApiKeyRevoked
-            | Self::BlockNotIndexed { .. } => false,
+            | Self::BlockNotIndexed { .. }
+            | Self::SnapshotNotFinal => false,
         }
     }
 

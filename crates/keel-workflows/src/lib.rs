@@ -68,6 +68,7 @@ pub use ops::read::{
     AssetKey, AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView,
     QueuedBehindFundingView, TemplateView,
 };
+pub use ops::snapshots::{PendingReason, SnapshotHoldersView, SnapshotView};
 pub use ops::view::{
     ApprovalRecord, CustodyWait, ErrorView, IndexedMilestone, Milestones, OPERATION_SCAN_BATCH,
     OPERATION_SCAN_BUDGET, OperationAttribution, OperationFilter, OperationKey, OperationList,

@@ -580,3 +580,128 @@ async fn balance_at_a_block_equals_balance_of_at_that_block() {
     assert_eq!(old.body["finalized"], true, "{:?}", old.body);
     assert_eq!(old.body["balanceBaseUnits"], "300");
 }
+
+/// Snapshot objects over the API: created pending (its pages equal the chain at its
+/// block, its export refused with `SNAPSHOT_NOT_FINAL`), the same block answers the
+/// same snapshot (`200`), sealed once its block is final: holder count, total, pages
+/// and the CSV export equal what the chain held, the export's SHA-256 is the content
+/// hash (and its `Repr-Digest`); another organization sees nothing of it.
+#[tokio::test]
+async fn snapshots_are_sealed_once_final_and_export_what_the_chain_held() {
+    use sha2::{Digest, Sha256};
+    let l = Ledger::start().await;
+    l.mint(l.account(1), 500).await;
+    l.mint(l.account(2), 300).await;
+    l.mint(l.account(3), 300).await;
+    l.catch_up().await;
+    let record = l.chain.provider().get_block_number().await.unwrap();
+    l.mint(l.account(4), 9).await;
+    l.catch_up().await;
+    let env = &l.env;
+    let base = format!("/v1/assets/{}/snapshots", l.id);
+
+    let a = env
+        .post(&env.key_a, &base, None, &json!({"atBlock": record}))
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
+    assert_eq!(a.body["state"], "pending");
+    assert_eq!(a.body["pendingReason"], "notFinal");
+    assert_eq!(a.body["contentHash"], Value::Null);
+    let sid = a.body["id"].as_str().unwrap().to_owned();
+    let again = env
+        .post(&env.key_a, &base, None, &json!({"atBlock": record}))
+        .await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(again.body["id"], a.body["id"]);
+    let export = format!("{base}/{sid}/export");
+    assert_problem(
+        &env.get(&env.key_a, &export).await,
+        409,
+        "SNAPSHOT_NOT_FINAL",
+        "export while pending",
+    );
+    let expected = l.chain_holders(record).await;
+    let (pending, _) = l.walk(&format!("{base}/{sid}/holders"), 2).await;
+    assert_eq!(pending, expected);
+
+    // Final: the chain's finalized block passes the record date (Anvil: head − 64).
+    l.chain.provider().anvil_mine(Some(70), None).await.unwrap();
+    l.catch_up().await;
+    let s = env.get(&env.key_a, &format!("{base}/{sid}")).await;
+    assert_eq!(s.status, StatusCode::OK);
+    assert_eq!(s.body["state"], "final", "{:?}", s.body);
+    assert_eq!(s.body["pendingReason"], Value::Null);
+    assert_eq!(s.body["holderCount"], expected.len() as u64);
+    let supply = l
+        .token()
+        .totalSupply()
+        .block(BlockId::number(record))
+        .call()
+        .await
+        .unwrap();
+    assert_eq!(s.body["totalBaseUnits"], supply.to_string());
+    let (sealed, pages) = l.walk(&format!("{base}/{sid}/holders"), 1).await;
+    assert_eq!(sealed, expected);
+    assert!(pages.iter().all(|p| p["snapshot"]["state"] == "final"));
+
+    let csv = env.get(&env.key_a, &export).await;
+    assert_eq!(csv.status, StatusCode::OK);
+    assert!(
+        csv.header("content-type")
+            .unwrap_or_default()
+            .starts_with("text/csv")
+    );
+    let digest = Sha256::digest(&csv.raw);
+    assert_eq!(
+        s.body["contentHash"],
+        format!("0x{}", alloy::hex::encode(digest))
+    );
+    use base64::Engine as _;
+    assert_eq!(
+        csv.header("repr-digest"),
+        Some(
+            format!(
+                "sha-256=:{}:",
+                base64::engine::general_purpose::STANDARD.encode(digest)
+            )
+            .as_str()
+        )
+    );
+    let text = String::from_utf8(csv.raw.clone()).unwrap();
+    let mut by_address: Vec<(Address, String)> = expected
+        .iter()
+        .map(|(a, b)| (a.parse().unwrap(), b.clone()))
+        .collect();
+    by_address.sort_by_key(|(a, _)| *a);
+    let mut want = "holder,balance\n".to_owned();
+    for (a, b) in &by_address {
+        want.push_str(&format!("{},{b}\n", a.to_checksum(None)));
+    }
+    assert_eq!(text, want);
+
+    let list = env.get(&env.key_a, &base).await;
+    assert_eq!(list.status, StatusCode::OK);
+    assert_eq!(list.body["data"][0]["id"], sid.as_str());
+    // Organization B sees neither the asset's snapshots nor this one.
+    for uri in [format!("{base}/{sid}"), export.clone(), base.clone()] {
+        assert_problem(&env.get(&env.key_b, &uri).await, 404, "NOT_FOUND", &uri);
+    }
+    // A snapshot id of no snapshot, and a malformed one.
+    assert_problem(
+        &env.get(&env.key_a, &format!("{base}/{}", Uuid::new_v4()))
+            .await,
+        404,
+        "NOT_FOUND",
+        "unknown snapshot",
+    );
+    assert_problem(
+        &env.get(&env.key_a, &format!("{base}/nope")).await,
+        404,
+        "NOT_FOUND",
+        "unknown snapshot",
+    );
+    let bad = env
+        .post(&env.key_a, &base, None, &json!({"atBlock": "ten"}))
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{:?}", bad.body);
+}

@@ -332,7 +332,10 @@ async fn a_snapshot_object_is_sealed_once_its_block_is_final_and_never_changes()
 
     let (s, created) = snapshot::create(pool, chain, token, record).await?;
     assert!(created);
-    assert_eq!((s.state, s.sealed, s.block), (SnapshotState::Pending, None, record));
+    assert_eq!(
+        (s.state, s.sealed, s.block),
+        (SnapshotState::Pending, None, record)
+    );
     assert_eq!(
         snapshot::seal_blocker(pool, &s).await?,
         Some(SealBlocker::NotFinal)

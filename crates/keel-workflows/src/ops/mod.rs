@@ -35,6 +35,7 @@ pub mod keys;
 pub mod ledger;
 pub mod read;
 pub mod reindex;
+pub mod snapshots;
 pub mod status;
 pub mod view;
 
