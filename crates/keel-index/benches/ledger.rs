@@ -18,9 +18,12 @@
 //! migration 0025).
 //!
 //! Cases: `holders@tip` (first page and pages starting at random ranks, keyset
-//! cursors), `snapshot@tip-1` (record date one block below the tip:
+//! cursors), `snapshot@tip-1` (record date one block below the last block with transfers,
+//! 70 empty blocks above it so the middle is final:
 //! `txs_per_block × 1,000` transfers above it), `snapshot@middle` (half the transfers
-//! above it: the cost grows with the transfers above the record date),
+//! above it: the cost grows with the transfers above the record date), the same record
+//! date as a snapshot object (`seal`: its one-time sealing, then `snapshot
+//! object@middle`: pages of its own rows, whatever lies above it),
 //! `transfers page`, `holder transfers page`, `supply@tip-1`.
 //!
 //! The program does nothing unless it gets `--bench` (which `cargo bench` passes).
@@ -35,6 +38,7 @@ use anvil_tests::ChainBuilder;
 use keel_chain::{UpstreamConfig, UpstreamPool};
 use keel_index::read::{self, HolderBalance, HolderKey};
 use keel_index::scope::{self, ScopeEntry};
+use keel_index::snapshot;
 use keel_index::{ScopeKind, TipConfig, TipIngest};
 use keel_store::testing::TestDatabase;
 use keel_units::ChainId;
@@ -182,11 +186,16 @@ async fn main() -> anyhow::Result<()> {
             p.evm_mine(None).await?;
         }
     }
-    let head = chain.block_number().await?;
+    let work_head = chain.block_number().await?;
     println!(
-        "workload: {transfers} transfers to {holders} holders in {txs} transactions ({per_block}/block, head {head}), generated in {:.1} s",
+        "workload: {transfers} transfers to {holders} holders in {txs} transactions ({per_block}/block, head {work_head}), generated in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    // 70 empty blocks on top, so that the middle of the workload is final (Anvil's
+    // `finalized` = head − 64) and a snapshot object there can be sealed.
+    p.evm_mine(None).await?;
+    p.anvil_mine(Some(69), None).await?;
+    let head = chain.block_number().await?;
 
     // Index it with the tip ingest (production write path, triggers included).
     let db = TestDatabase::create().await?;
@@ -263,11 +272,11 @@ async fn main() -> anyhow::Result<()> {
         starts.push(Some(ranking[i].key()));
     }
     let start = |i: u64| starts[usize::try_from(i).unwrap_or(0) % starts.len()];
-    let record = head.saturating_sub(1);
-    let middle = head / 2;
+    let record = work_head.saturating_sub(1);
+    let middle = work_head / 2;
     // Transfers above the record date (the last block carries `per_block` transactions
     // unless `txs` is not a multiple of it).
-    let moved = (head - record) * per_block * PER_TX;
+    let moved = (work_head - record) * per_block * PER_TX;
 
     let (tip50, tip99) = measure("holders@tip", samples, |i| {
         let (pool, after) = (pool.clone(), start(i));
@@ -301,6 +310,25 @@ async fn main() -> anyhow::Result<()> {
                     .len(),
             )
         }
+    })
+    .await?;
+    // The record date as a snapshot object (issue 36 §2): sealed once (its rows copied
+    // from the balance history), then paged from its own rows.
+    let started = Instant::now();
+    let (object, _) = snapshot::create(&pool, chain_id, emitter, middle).await?;
+    let seal_s = started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        object.state == snapshot::SnapshotState::Final,
+        "the snapshot at {middle} was not sealed (finalized block {:?})",
+        read::finalized_block(&pool, chain_id).await?
+    );
+    println!(
+        "seal:     snapshot object at block {middle} ({} holders): {seal_s:.2} s",
+        object.sealed.map_or(0, |m| m.holder_count)
+    );
+    let (obj50, obj99) = measure("snapshot object@middle", samples, |i| {
+        let (pool, after, object) = (pool.clone(), start(i), object.clone());
+        async move { Ok(snapshot::holders(&pool, &object, after, page).await?.len()) }
     })
     .await?;
     let (tr50, tr99) = measure("transfers page", samples, |i| {
@@ -340,6 +368,7 @@ async fn main() -> anyhow::Result<()> {
          holders_tip_p50_ms={tip50:.2} holders_tip_p99_ms={tip99:.2} \
          snapshot_tip1_p50_ms={snap50:.2} snapshot_tip1_p99_ms={snap99:.2} \
          snapshot_middle_p50_ms={mid50:.2} snapshot_middle_p99_ms={mid99:.2} \
+         snapshot_object_seal_s={seal_s:.2} snapshot_object_middle_p50_ms={obj50:.2} snapshot_object_middle_p99_ms={obj99:.2} \
          transfers_p50_ms={tr50:.2} transfers_p99_ms={tr99:.2} \
          holder_transfers_p50_ms={ht50:.2} holder_transfers_p99_ms={ht99:.2} \
          supply_p50_ms={su50:.2} supply_p99_ms={su99:.2}"
