@@ -216,7 +216,8 @@ pub(crate) async fn snapshot_holders_ranked(
         "SELECT holder, balance::text AS balance FROM index_snapshot_holder
           WHERE snapshot_id = $1 AND balance <= $2::numeric
             AND (balance < $2::numeric OR holder > $3)
-          ORDER BY balance DESC, holder LIMIT $4",
+          -- (the table's numeric column, not the text output of the same name)
+          ORDER BY index_snapshot_holder.balance DESC, holder LIMIT $4",
     )
     .bind(id)
     .bind(after_balance)

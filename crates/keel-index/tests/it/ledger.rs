@@ -320,6 +320,8 @@ async fn a_snapshot_object_is_sealed_once_its_block_is_final_and_never_changes()
     env.transfer(asset.token, a1, 100).await?;
     env.transfer(asset.token, a2, 250).await?;
     env.transfer(asset.token, a3, 250).await?;
+    // Balances of different lengths (360 and 40): ranked as numbers, not as text.
+    env.transfer(asset.token, a4, 40).await?;
     let ingest = env.owner(config(64), "a").await?;
     catch_up(&ingest).await?;
     let record = env.chain.block_number().await?;
