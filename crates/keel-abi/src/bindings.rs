@@ -52,6 +52,18 @@ sol!(
 sol!(
     #[sol(rpc)]
     #[derive(Debug, PartialEq, Eq)]
+    BatchPay,
+    "../../abi/out/BatchPay.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    BlockingToken,
+    "../../abi/out/BlockingToken.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
     SponsorPaymaster,
     "../../abi/out/SponsorPaymaster.json"
 );

@@ -7,7 +7,8 @@
 //! them back from the chain and checks it against the deployment.
 
 use crate::bindings::{
-    AssetFactory, Directory, EntryPointReference, PriceFeedFactory, PriceResolver, SponsorPaymaster,
+    AssetFactory, BatchPay, Directory, EntryPointReference, PriceFeedFactory, PriceResolver,
+    SponsorPaymaster,
 };
 use crate::{AbiError, Result, directory_key};
 use alloy::primitives::{Address, B256, U256};
@@ -26,6 +27,8 @@ pub mod names {
     pub const ASSET_FACTORY: &str = "assetFactory";
     /// `EntryPointReference`.
     pub const ENTRY_POINT_REFERENCE: &str = "entryPointReference";
+    /// `BatchPay` (many payments in one transaction: distributions).
+    pub const BATCH_PAY: &str = "batchPay";
     /// The ERC-4337 EntryPoint.
     pub const ENTRY_POINT: &str = "entryPoint";
     /// Keel's ERC-4337 `SponsorPaymaster` (see [`super::deploy_sponsor_paymaster`]).
@@ -157,6 +160,11 @@ pub async fn deploy_platform<P: Provider + Clone>(
         "deploy EntryPointReference",
         EntryPointReference::deploy_builder(p.clone(), entry_point)
     );
+    let batch_pay = deploy!(
+        names::BATCH_PAY,
+        "deploy BatchPay",
+        BatchPay::deploy_builder(p.clone())
+    );
     let entry = DeployedContract {
         name: names::ENTRY_POINT,
         address: entry_point,
@@ -169,6 +177,7 @@ pub async fn deploy_platform<P: Provider + Clone>(
         feed_factory,
         asset_factory,
         reference,
+        batch_pay,
         entry,
     ];
 

@@ -26,6 +26,7 @@
 //! | `GET /v1/assets/{id}/holders` (`?atBlock=N&limit=&cursor=`) | `Ops::holders` | holders as of a block ([`ledger`]) |
 //! | `GET /v1/assets/{id}/transfers`, `GET /v1/assets/{id}/holders/{address}/transfers` (`?limit=&cursor=`) | `Ops::transfers` | transfers, newest first |
 //! | `GET /v1/assets/{id}/supply` (`?atBlock=N`) | `Ops::supply` | supply as of a block |
+//! | `POST /v1/distributions`, `GET /v1/distributions/{id}`, `…/payments`, `GET /v1/assets/{id}/distributions` | `Ops::distribution*` | distributions to a snapshot's holders ([`distributions`]) |
 //! | `POST`/`GET /v1/assets/{id}/snapshots`, `GET …/snapshots/{snapshotId}`, `…/holders`, `…/export` | `Ops::snapshot_*` | record-date snapshots as objects ([`snapshots`]) |
 //! | `GET /v1/funding-requests` (`?chainId=N`) | `Ops::funding_requests` (scoped to the caller's operations) | funding requests |
 //! | `GET /v1/api-keys` (`?limit=N&cursor=C`) | `Ops::api_keys` | one page of the organization's keys (never a secret) |
@@ -121,6 +122,7 @@
 
 pub mod codes;
 pub mod custody;
+pub mod distributions;
 pub mod dto;
 pub mod extract;
 mod handlers;
@@ -370,6 +372,13 @@ pub fn router(state: ApiState) -> Router {
         .route(
             "/v1/assets/{id}/snapshots/{snapshotId}/export",
             get(snapshots::export),
+        )
+        .route("/v1/assets/{id}/distributions", get(distributions::list))
+        .route("/v1/distributions", post(distributions::create))
+        .route("/v1/distributions/{id}", get(distributions::get))
+        .route(
+            "/v1/distributions/{id}/payments",
+            get(distributions::payments),
         )
         .route("/v1/operations", get(handlers::operations))
         .route("/v1/templates", get(handlers::templates))

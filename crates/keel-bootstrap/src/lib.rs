@@ -425,6 +425,7 @@ pub async fn recorded(
         names::PRICE_FEED_FACTORY,
         names::ASSET_FACTORY,
         names::ENTRY_POINT_REFERENCE,
+        names::BATCH_PAY,
         names::ENTRY_POINT,
         names::SPONSOR_PAYMASTER,
     ];

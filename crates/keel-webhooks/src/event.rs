@@ -30,6 +30,8 @@ use uuid::Uuid;
 /// | `operation.transaction_reorged` | a reorg took a settled transaction of it out and another transaction took its nonce on the final chain: its verdict is now `failed` `REORGED_OUT`, its effect is absent | `Operation` |
 /// | `operation.confirmed` | a transaction of it confirmed (milestone `confirmed`) | `Operation` |
 /// | `operation.indexed` | the index reflects it (milestone `indexed`) | `Operation` |
+/// | `distribution.batch_settled` | a batch of a distribution was paid (its transaction confirmed) | `{distributionId, batch, txHash, block, holders, amount, progress}` |
+/// | `distribution.completed` | a distribution paid every payable holder | `{distributionId, progress}` |
 /// | `webhook_endpoint.disabled` | Keel disabled an endpoint of the organization (HTTP 410, or failing for the whole retry window) | `{endpointId, reason}` |
 /// | `webhook.test` | `POST /v1/webhook-endpoints/{id}/test` (to that endpoint only, marked as a test) | `{endpointId, test: true}` |
 pub const EVENT_TYPES: &[&str] = &[
@@ -43,6 +45,8 @@ pub const EVENT_TYPES: &[&str] = &[
     OPERATION_TRANSACTION_REORGED,
     OPERATION_CONFIRMED,
     OPERATION_INDEXED,
+    DISTRIBUTION_BATCH_SETTLED,
+    DISTRIBUTION_COMPLETED,
     ENDPOINT_DISABLED,
     TEST,
 ];
@@ -67,6 +71,12 @@ pub const OPERATION_TRANSACTION_REORGED: &str = "operation.transaction_reorged";
 pub const OPERATION_CONFIRMED: &str = "operation.confirmed";
 /// See [`EVENT_TYPES`].
 pub const OPERATION_INDEXED: &str = "operation.indexed";
+/// See [`EVENT_TYPES`]: one batch of a distribution was paid (its transaction
+/// confirmed); `data` is the distribution's progress and the batch.
+pub const DISTRIBUTION_BATCH_SETTLED: &str = "distribution.batch_settled";
+/// See [`EVENT_TYPES`]: a distribution paid every payable holder (refused ones
+/// listed in its payments); `data` is the distribution's final progress.
+pub const DISTRIBUTION_COMPLETED: &str = "distribution.completed";
 /// See [`EVENT_TYPES`].
 pub const ENDPOINT_DISABLED: &str = "webhook_endpoint.disabled";
 /// See [`EVENT_TYPES`].

@@ -135,6 +135,7 @@ mod tests {
                 asset_factory: Address::ZERO,
                 price_feed_factory: Address::ZERO,
                 price_resolver: Address::ZERO,
+                batch_pay: None,
             },
             senders: SenderPool::new(vec![Address::ZERO]),
         }

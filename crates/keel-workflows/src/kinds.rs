@@ -16,6 +16,9 @@
 //! 3. its request: a [`crate::TokenRequest`] variant, and in keel-api its handler, route
 //!    and scope line (a keel-api test fails until they exist) and its result variant;
 //! 4. its docs (the API reference is generated).
+//!
+//! A kind with a route of its own (not under `/v1/assets/{id}`) goes in the `other:`
+//! list with its path: `distribution.pay` (`POST /v1/distributions`).
 
 use crate::env::WorkflowEnv;
 use crate::error::{OpsError, Result};
@@ -24,7 +27,7 @@ use crate::tenancy::Caller;
 use crate::workflows::contract::TokenOpInput;
 use crate::workflows::{
     AssetBurn, AssetCreate, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer,
-    AssetUnpause,
+    AssetUnpause, DistributionPay,
 };
 use keel_durable::Workflow;
 use std::sync::Arc;
@@ -40,6 +43,8 @@ pub enum ResultShape {
     /// [`crate::workflows::RoleChangeOutput`]: a token operation that also says whether
     /// the role changed.
     RoleChange,
+    /// [`crate::workflows::DistributionOutput`]: the payments of a distribution tallied.
+    Distribution,
 }
 
 /// An unknown operation kind name (from a request's `kind` filter or a stored row).
@@ -51,6 +56,7 @@ macro_rules! operation_kinds {
     (
         create: $create:ident => $create_shape:ident;
         token: { $( $(#[$doc:meta])* $tok:ident => $segment:literal, $shape:ident; )* }
+        other: { $( $(#[$odoc:meta])* $other:ident => $path:literal, $oshape:ident; )* }
     ) => {
         /// An operation kind. Serialized (JSON, SQL `operation.kind`) as its workflow's
         /// name: `asset.create`, `asset.mint`, ...
@@ -60,26 +66,39 @@ macro_rules! operation_kinds {
             /// `asset.create` (`POST /v1/assets`): deploys an asset's contracts.
             $create,
             $( $(#[$doc])* $tok, )*
+            $( $(#[$odoc])* $other, )*
         }
 
         impl OperationKind {
             /// Every kind, `asset.create` first, then the token operations in API order.
-            pub const ALL: &'static [OperationKind] = &[Self::$create, $(Self::$tok,)*];
+            pub const ALL: &'static [OperationKind] =
+                &[Self::$create, $(Self::$tok,)* $(Self::$other,)*];
 
             /// The kind's name, which is its workflow's name (`asset.mint`).
             pub const fn name(self) -> &'static str {
                 match self {
                     Self::$create => <$create as Workflow>::NAME,
                     $( Self::$tok => <$tok as Workflow>::NAME, )*
+                    $( Self::$other => <$other as Workflow>::NAME, )*
                 }
             }
 
             /// The last segment of the kind's `POST /v1/assets/{id}/<segment>` route, or
-            /// `None` for `asset.create` (`POST /v1/assets`).
+            /// `None` for `asset.create` (`POST /v1/assets`) and the kinds with a route of
+            /// their own ([`OperationKind::own_route`]).
             pub const fn route_segment(self) -> Option<&'static str> {
                 match self {
                     Self::$create => None,
                     $( Self::$tok => Some($segment), )*
+                    $( Self::$other => None, )*
+                }
+            }
+
+            /// The route of a kind that is not under `/v1/assets` (`POST /v1/distributions`).
+            pub const fn own_route(self) -> Option<&'static str> {
+                match self {
+                    $( Self::$other => Some($path), )*
+                    _ => None,
                 }
             }
 
@@ -88,14 +107,15 @@ macro_rules! operation_kinds {
                 match self {
                     Self::$create => ResultShape::$create_shape,
                     $( Self::$tok => ResultShape::$shape, )*
+                    $( Self::$other => ResultShape::$oshape, )*
                 }
             }
         }
 
         /// The workflow names of every kind, in [`OperationKind::ALL`] order: what the
         /// runner registers ([`register_all`]) and the durable gauges are labelled with.
-        pub const WORKFLOWS: [&str; 1 + [$(stringify!($tok)),*].len()] =
-            [<$create as Workflow>::NAME, $(<$tok as Workflow>::NAME,)*];
+        pub const WORKFLOWS: [&str; 1 + [$(stringify!($tok)),*].len() + [$(stringify!($other)),*].len()] =
+            [<$create as Workflow>::NAME, $(<$tok as Workflow>::NAME,)* $(<$other as Workflow>::NAME,)*];
 
         /// Registers the workflow of every kind with `engine` (the runner's registration;
         /// [`WORKFLOWS`] lists the same names).
@@ -106,6 +126,7 @@ macro_rules! operation_kinds {
             engine
                 .register($create(env.clone()))
                 $( .register($tok(env.clone())) )*
+                $( .register($other(env.clone())) )*
         }
 
         impl Ops {
@@ -124,7 +145,7 @@ macro_rules! operation_kinds {
                 caller: Caller,
             ) -> Result<Uuid> {
                 match kind {
-                    OperationKind::$create => Err(OpsError::InvalidField {
+                    OperationKind::$create $( | OperationKind::$other )* => Err(OpsError::InvalidField {
                         field: "kind",
                         reason: "is not a token operation",
                     }),
@@ -155,6 +176,11 @@ operation_kinds! {
         /// `asset.revoke-role` (`POST /v1/assets/{id}/revoke-role`).
         AssetRevokeRole => "revoke-role", RoleChange;
     }
+    other: {
+        /// `distribution.pay` (`POST /v1/distributions`): pays the holders of a final
+        /// snapshot ([`crate::workflows::distribution`]).
+        DistributionPay => "/v1/distributions", Distribution;
+    }
 }
 
 impl OperationKind {
@@ -173,6 +199,9 @@ impl OperationKind {
     /// The kind's route template as the API router and its scope table spell it:
     /// `/v1/assets` or `/v1/assets/{id}/<segment>`.
     pub fn route(self) -> String {
+        if let Some(path) = self.own_route() {
+            return path.to_owned();
+        }
         match self.route_segment() {
             None => "/v1/assets".to_owned(),
             Some(segment) => format!("/v1/assets/{{id}}/{segment}"),
@@ -254,6 +283,7 @@ mod tests {
     fn every_kind_but_create_names_its_route_after_its_workflow() {
         for k in OperationKind::ALL {
             match k.route_segment() {
+                None if k.own_route().is_some() => {}
                 None => assert_eq!(*k, OperationKind::AssetCreate),
                 Some(segment) => assert_eq!(k.name(), format!("asset.{segment}")),
             }

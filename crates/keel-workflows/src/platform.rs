@@ -15,6 +15,10 @@ pub struct PlatformAddresses {
     pub price_feed_factory: Address,
     /// `PriceResolver` (staleness bounds, consulted on mint).
     pub price_resolver: Address,
+    /// `BatchPay` (distributions' batches); `None` on a chain bootstrapped before it
+    /// existed (a distribution there fails `BATCH_PAY_MISSING` until the chain is
+    /// bootstrapped again).
+    pub batch_pay: Option<Address>,
 }
 
 /// Why [`PlatformAddresses::load`] failed.
@@ -58,6 +62,7 @@ impl PlatformAddresses {
             asset_factory: find(keel_abi::platform::names::ASSET_FACTORY)?,
             price_feed_factory: find(keel_abi::platform::names::PRICE_FEED_FACTORY)?,
             price_resolver: find(keel_abi::platform::names::PRICE_RESOLVER)?,
+            batch_pay: find(keel_abi::platform::names::BATCH_PAY).ok(),
         })
     }
 }

@@ -37,7 +37,8 @@ pub struct Operation {
     /// Operation id.
     pub id: Uuid,
     /// The kind (`asset.create`, `asset.mint`, `asset.transfer`, `asset.pause`,
-    /// `asset.unpause`, `asset.burn`, `asset.grant-role`, `asset.revoke-role`); a completed operation's `result.kind` repeats it.
+    /// `asset.unpause`, `asset.burn`, `asset.grant-role`, `asset.revoke-role`,
+    /// `distribution.pay`); a completed operation's `result.kind` repeats it.
     #[schema(example = "asset.create")]
     pub kind: String,
     /// The asset it acts on.
@@ -326,6 +327,28 @@ pub struct TokenOperationResult {
     pub indexed_block: u64,
 }
 
+/// The result of a completed `distribution.pay`: its payments tallied (per holder:
+/// `GET /v1/distributions/{id}/payments`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributionResult {
+    /// Holders paid.
+    pub holders_paid: u64,
+    /// Holders whose payment the paying token or the recipient refused (not paid).
+    pub holders_refused: u64,
+    /// Base units of the paying token paid (decimal integer string).
+    #[schema(pattern = "^[0-9]+$")]
+    pub amount_paid: String,
+    /// Base units owed to refused holders, not paid.
+    #[schema(pattern = "^[0-9]+$")]
+    pub amount_refused: String,
+    /// Base units the rounding rule left unpaid (they stay with the paying account).
+    #[schema(pattern = "^[0-9]+$")]
+    pub remainder: String,
+    /// Batch transactions sent and confirmed.
+    pub batches: u32,
+}
+
 /// The result of a completed `asset.grant-role` or `asset.revoke-role`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -359,6 +382,7 @@ macro_rules! operation_results {
         create: { $($(#[$cdoc:meta])* $create:ident => $ckind:tt,)* }
         token: { $($(#[$tdoc:meta])* $token:ident => $tkind:tt,)* }
         role: { $($(#[$rdoc:meta])* $role:ident => $rkind:tt,)* }
+        distribution: { $($(#[$ddoc:meta])* $dist:ident => $dkind:tt,)* }
     ) => {
         /// The result of a completed operation, by `kind` (a `oneOf` keyed by its `kind`
         /// member, which repeats the operation's).
@@ -368,6 +392,7 @@ macro_rules! operation_results {
             $($(#[$cdoc])* #[serde(rename = $ckind)] $create(AssetCreateResult),)*
             $($(#[$tdoc])* #[serde(rename = $tkind)] $token(TokenOperationResult),)*
             $($(#[$rdoc])* #[serde(rename = $rkind)] $role(RoleChangeResult),)*
+            $($(#[$ddoc])* #[serde(rename = $dkind)] $dist(DistributionResult),)*
         }
 
         impl OperationResult {
@@ -378,6 +403,7 @@ macro_rules! operation_results {
                 $(($ckind, svc::OperationKind::$create, svc::ResultShape::AssetCreate),)*
                 $(($tkind, svc::OperationKind::$token, svc::ResultShape::TokenOp),)*
                 $(($rkind, svc::OperationKind::$role, svc::ResultShape::RoleChange),)*
+                $(($dkind, svc::OperationKind::$dist, svc::ResultShape::Distribution),)*
             ];
 
             fn create(kind: svc::OperationKind, r: AssetCreateResult) -> Option<Self> {
@@ -397,6 +423,13 @@ macro_rules! operation_results {
             fn role(kind: svc::OperationKind, r: RoleChangeResult) -> Option<Self> {
                 match kind {
                     $(svc::OperationKind::$role => Some(Self::$role(r)),)*
+                    _ => None,
+                }
+            }
+
+            fn distribution(kind: svc::OperationKind, r: DistributionResult) -> Option<Self> {
+                match kind {
+                    $(svc::OperationKind::$dist => Some(Self::$dist(r)),)*
                     _ => None,
                 }
             }
@@ -426,6 +459,10 @@ operation_results! {
         AssetGrantRole => "asset.grant-role",
         /// `asset.revoke-role`: the revoke transaction and whether it changed the role.
         AssetRevokeRole => "asset.revoke-role",
+    }
+    distribution: {
+        /// `distribution.pay`: the payments of the distribution tallied.
+        DistributionPay => "distribution.pay",
     }
 }
 
@@ -474,6 +511,20 @@ impl OperationResult {
                         tx_hash: o.tx_hash.to_string(),
                         block: o.block,
                         indexed_block: o.indexed_block,
+                    },
+                )
+            }
+            svc::ResultShape::Distribution => {
+                let o: svc::workflows::DistributionOutput = serde_json::from_value(output).ok()?;
+                Self::distribution(
+                    kind,
+                    DistributionResult {
+                        holders_paid: o.holders_paid,
+                        holders_refused: o.holders_refused,
+                        amount_paid: o.amount_paid.to_string(),
+                        amount_refused: o.amount_refused.to_string(),
+                        remainder: o.remainder.to_string(),
+                        batches: o.batches,
                     },
                 )
             }

@@ -134,7 +134,7 @@ pub(crate) enum ReadErrors {
 /// Answers an accepted operation: `200` when it is terminal (at once, or within the
 /// `Prefer: wait` time, capped at [`MAX_WAIT`]), else `202`; `Location` names the status
 /// URL; `Preference-Applied: wait=N` when a wait preference was honoured for a `200`.
-async fn answer(
+pub(crate) async fn answer(
     state: &ApiState,
     caller: Caller,
     mut view: OperationView,

@@ -67,6 +67,7 @@ async fn a_bootstrap_records_every_contract_and_its_scope_and_grants_custody_rol
         names::PRICE_FEED_FACTORY,
         names::ASSET_FACTORY,
         names::ENTRY_POINT_REFERENCE,
+        names::BATCH_PAY,
         names::ENTRY_POINT,
         names::SPONSOR_PAYMASTER,
     ] {

@@ -161,7 +161,7 @@ fn sha256_json(v: &Value) -> Vec<u8> {
 }
 
 /// An `Idempotency-Key` is 1 to 255 printable characters.
-fn check_key(key: &str) -> Result<()> {
+pub(crate) fn check_key(key: &str) -> Result<()> {
     let len = key.chars().count();
     if len == 0 || len > 255 || key.chars().any(char::is_control) {
         return Err(OpsError::InvalidField {
@@ -570,6 +570,8 @@ mod tests {
                 account: Address::ZERO,
             }
             .kind(),
+            // Accepted by `Ops::distribution_create`.
+            OperationKind::DistributionPay,
         ];
         for kind in kinds {
             assert!(WORKFLOWS.contains(&kind.name()), "{kind}");

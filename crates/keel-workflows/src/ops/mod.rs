@@ -30,6 +30,7 @@ pub mod accept;
 pub mod amount;
 pub mod custody;
 pub mod decide;
+pub mod distributions;
 pub mod history;
 pub mod keys;
 pub mod ledger;

@@ -27,6 +27,7 @@
 //! | `asset` | `asset`, read with its `asset.create` operation |
 //! | `operation` | `operation`: inserts, reads, lists, guards, retries, cancels, webhook mark |
 //! | `operation_tx` | `operation_tx`: the links of queue requests to operations |
+//! | `distribution` | `distribution`, `distribution_payment` (migration `0089`): distributions and their payments |
 //! | `database` | no table: clock, snapshot transactions, ping |
 
 use keel_store::StoreError;
@@ -35,6 +36,7 @@ mod api_key;
 mod asset;
 mod asset_template;
 mod database;
+mod distribution;
 mod operation;
 mod operation_tx;
 mod organization;
@@ -43,6 +45,7 @@ pub use api_key::*;
 pub use asset::*;
 pub use asset_template::*;
 pub use database::*;
+pub use distribution::*;
 pub use operation::*;
 pub use operation_tx::*;
 pub use organization::*;

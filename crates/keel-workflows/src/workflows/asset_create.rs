@@ -101,6 +101,7 @@ impl Workflow for AssetCreate {
                 contract: c.price_feed_factory,
                 funding_deadline: funding,
                 sender: issuer,
+                value: keel_units::Wei::ZERO,
             },
             call,
         )
@@ -134,6 +135,7 @@ impl Workflow for AssetCreate {
                 contract: c.asset_factory,
                 funding_deadline: funding,
                 sender: issuer,
+                value: keel_units::Wei::ZERO,
             },
             call,
         )
@@ -180,6 +182,7 @@ impl Workflow for AssetCreate {
                     contract: token,
                     funding_deadline: funding,
                     sender: issuer,
+                    value: keel_units::Wei::ZERO,
                 },
                 call,
             )
@@ -198,6 +201,7 @@ impl Workflow for AssetCreate {
                 contract: feed,
                 funding_deadline: funding,
                 sender: issuer,
+                value: keel_units::Wei::ZERO,
             },
             call,
         )
@@ -219,6 +223,7 @@ impl Workflow for AssetCreate {
                 contract: c.price_resolver,
                 funding_deadline: funding,
                 sender: issuer,
+                value: keel_units::Wei::ZERO,
             },
             call,
         )
@@ -236,6 +241,7 @@ impl Workflow for AssetCreate {
                 contract: token,
                 funding_deadline: funding,
                 sender: issuer,
+                value: keel_units::Wei::ZERO,
             },
             call,
         )

@@ -12,12 +12,15 @@
 //!
 //! - [`contract`]: the inputs, outputs, signal names and the typed failure;
 //! - `send` (private): one write as queue requests and the retry gate between attempts;
-//! - [`AssetCreate`] (`asset_create`) and the token operations (`token_op`).
+//! - [`AssetCreate`] (`asset_create`) and the token operations (`token_op`);
+//! - [`DistributionPay`] ([`distribution`]) and its shares ([`distribution_plan`]).
 //!
 //! The bodies use only [`crate::store`] for the database, never the operations service.
 
 pub(crate) mod asset_create;
 pub mod contract;
+pub mod distribution;
+pub mod distribution_plan;
 pub(crate) mod send;
 pub(crate) mod token_op;
 
@@ -27,6 +30,7 @@ pub use contract::{
     OpFailure, RoleChangeOutput, TX_SIGNAL_PREFIX, TokenAction, TokenOpInput, TokenOpOutput,
     TokenRole, onchain_asset_id,
 };
+pub use distribution::{DistributionInput, DistributionOutput, DistributionPay, PayWith};
 pub use send::{chain_wake_tag, custom_error_name};
 pub use token_op::{
     AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer, AssetUnpause,

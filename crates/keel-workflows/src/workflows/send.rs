@@ -88,6 +88,8 @@ pub(crate) struct Write<'a> {
     pub(crate) funding_deadline: Option<u64>,
     /// The sender: the operator key's address, or the template's custody vault.
     pub(crate) sender: Address,
+    /// Wei sent with the call (0 for every write but a native distribution's batch).
+    pub(crate) value: Wei,
 }
 
 /// Sends `write` with calldata `call` and waits for its verdict (delivered as the
@@ -124,7 +126,7 @@ pub(crate) async fn send(
             sender: write.sender,
             idempotency_key: key,
             to: Some(write.contract),
-            value: Wei::ZERO,
+            value: write.value,
             data: data.clone(),
             gas_limit: None,
             authorization_list: Vec::new(),
@@ -542,6 +544,7 @@ mod tests {
                 asset_factory: Address::ZERO,
                 price_feed_factory: Address::ZERO,
                 price_resolver: Address::ZERO,
+                batch_pay: None,
             },
             senders: crate::env::SenderPool::new(vec![Address::ZERO]),
         }

@@ -53,7 +53,7 @@ fn calldata(action: &TokenAction) -> Vec<u8> {
 /// The approval wait of an operation whose input names an approval deadline: an
 /// approval goes on, a rejection fails `APPROVAL_REJECTED`, the deadline
 /// `APPROVAL_EXPIRED`.
-async fn await_approval(ctx: &mut WorkflowContext, ttl: u64) -> Result<(), Failure> {
+pub(crate) async fn await_approval(ctx: &mut WorkflowContext, ttl: u64) -> Result<(), Failure> {
     ctx.set_progress(json!({ "phase": "approval" }));
     let decision = ctx
         .wait_signal::<ApprovalDecision>(
@@ -84,7 +84,18 @@ async fn await_approval(ctx: &mut WorkflowContext, ttl: u64) -> Result<(), Failu
 /// `DEFAULT_ADMIN_ROLE` from its creation). The choice feeds only the enqueue step,
 /// which is journaled, so a replay never changes a queued request's sender.
 fn token_op_sender(input: &TokenOpInput, chain: &ChainContext, operator: Address) -> Address {
-    match (input.sender, input.issuer) {
+    write_sender(input.sender, input.issuer, chain, operator)
+}
+
+/// The rule of [`token_op_sender`] for any write of an asset: its custody vault
+/// (`sender`), else its `issuer` while this runner holds its key, else `operator`.
+pub(crate) fn write_sender(
+    sender: Option<Address>,
+    issuer: Option<Address>,
+    chain: &ChainContext,
+    operator: Address,
+) -> Address {
+    match (sender, issuer) {
         (Some(vault), _) => vault,
         (None, Some(issuer)) if chain.queue.has_sender(issuer) => issuer,
         _ => operator,
@@ -114,6 +125,7 @@ async fn write_token_op<'a>(
             contract: input.token,
             funding_deadline: input.funding_deadline_seconds,
             sender: token_op_sender(input, chain, p.operator),
+            value: keel_units::Wei::ZERO,
         },
         calldata(&input.action),
     )

@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 /// The full stack ([`Procs`]) with organizations `acme` (two keys) and `other` (one),
 /// template `std` on chain `local`, and the platform contracts by name.
-struct Stack {
+pub(crate) struct Stack {
     procs: Procs,
     /// Two keys of organization `acme`, one of organization `other`.
-    key_a: String,
-    key_b: String,
-    key_other: String,
-    contracts: HashMap<String, Address>,
+    pub(crate) key_a: String,
+    pub(crate) key_b: String,
+    pub(crate) key_other: String,
+    pub(crate) contracts: HashMap<String, Address>,
 }
 
 impl std::ops::Deref for Stack {
@@ -40,14 +40,14 @@ impl std::ops::DerefMut for Stack {
 
 /// Template options for `keel template set`.
 #[derive(Default)]
-struct TemplateOpts {
-    approval_threshold: Option<&'static str>,
-    approval_ttl_seconds: Option<u64>,
-    funding_pause: bool,
+pub(crate) struct TemplateOpts {
+    pub(crate) approval_threshold: Option<&'static str>,
+    pub(crate) approval_ttl_seconds: Option<u64>,
+    pub(crate) funding_pause: bool,
 }
 
 impl Stack {
-    async fn start(chain: TestChain, template: TemplateOpts) -> Stack {
+    pub(crate) async fn start(chain: TestChain, template: TemplateOpts) -> Stack {
         Self::start_with(chain, template, Vec::new()).await
     }
 
@@ -153,7 +153,12 @@ impl Stack {
     }
 
     /// Polls the operation (read with acme's first key) until `done(view)` holds.
-    async fn await_op(&self, id: &str, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn await_op(
+        &self,
+        id: &str,
+        within: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
         self.procs.await_op(&self.key_a, id, within, done).await
     }
 
@@ -190,13 +195,13 @@ impl Stack {
 
 /// A webhook receiver in the test: every delivery's body in arrival order (answers 200).
 #[derive(Clone, Default)]
-struct Hooks {
+pub(crate) struct Hooks {
     received: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
 }
 
 impl Hooks {
     /// Starts the receiver and registers it as an endpoint of acme (every event type).
-    async fn register(stack: &Stack) -> Hooks {
+    pub(crate) async fn register(stack: &Stack) -> Hooks {
         let hooks = Hooks::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
@@ -335,11 +340,11 @@ fn check_operation_events(events: &[Value]) {
     assert_eq!(last_state["data"]["state"], "completed", "{t:?}");
 }
 
-fn state(v: &Value) -> &str {
+pub(crate) fn state(v: &Value) -> &str {
     v["state"].as_str().unwrap_or("")
 }
 
-fn terminal(v: &Value) -> bool {
+pub(crate) fn terminal(v: &Value) -> bool {
     matches!(state(v), "completed" | "failed" | "cancelled")
 }
 
@@ -1169,7 +1174,13 @@ async fn a_failed_creation_retried_resumes_without_repeating_landed_writes() {
 
 impl Stack {
     /// Posts a token operation of `asset`; returns the operation id.
-    async fn token_op(&self, asset: &str, what: &str, idem: &str, body: Value) -> String {
+    pub(crate) async fn token_op(
+        &self,
+        asset: &str,
+        what: &str,
+        idem: &str,
+        body: Value,
+    ) -> String {
         let (status, view) = self
             .post(
                 &self.key_a,
@@ -1195,7 +1206,7 @@ impl Stack {
 
     /// Creates an asset and waits until its creation completed; returns the asset id and
     /// its token address.
-    async fn create_active_asset(&self, idem: &str, symbol: &str) -> (String, Address) {
+    pub(crate) async fn create_active_asset(&self, idem: &str, symbol: &str) -> (String, Address) {
         let (op, asset) = self.create_asset(idem, symbol).await;
         let created = self.await_op(&op, Duration::from_secs(120), terminal).await;
         assert_eq!(state(&created), "completed", "{created}");

@@ -12,6 +12,7 @@ mod common;
 mod config;
 mod custody;
 mod dev;
+mod distributions;
 mod e2e;
 mod index_cli;
 mod kms;

@@ -1,0 +1,301 @@
+//! Distributions (issue 36 §3–§4) end to end: the holders of a final snapshot paid
+//! through the API, in batches, across runner kills, with a recipient the paying token
+//! refuses; every amount checked on chain.
+
+use crate::e2e::{Hooks, Stack, TemplateOpts, state, terminal};
+use alloy::primitives::{Address, U256, keccak256};
+use alloy::providers::Provider;
+use alloy::providers::ext::AnvilApi;
+use alloy::rpc::types::Filter;
+use alloy::sol_types::SolEvent;
+use anvil_tests::TestChain;
+use keel_abi::bindings::{AssetToken, BatchPay, BlockingToken};
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Holder `i` of the test (a deterministic address nobody holds a key for).
+fn holder(i: u64) -> Address {
+    Address::from_word(keccak256(i.to_be_bytes()))
+}
+
+/// Every payment of distribution `id`, walked page by page.
+async fn payments(stack: &Stack, id: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            None => format!("/v1/distributions/{id}/payments?limit=200"),
+            Some(c) => format!("/v1/distributions/{id}/payments?limit=200&cursor={c}"),
+        };
+        let (status, page) = stack.get(&stack.key_a, &path).await;
+        assert_eq!(status, 200, "{page}");
+        out.extend(page["data"].as_array().unwrap().iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return out,
+        }
+    }
+}
+
+fn u256(v: &Value) -> U256 {
+    U256::from_str_radix(v.as_str().unwrap(), 10).unwrap()
+}
+
+/// 2,000 holders of an asset at a record date are paid a pro-rata dividend in another
+/// ERC-20 (largest remainder) while the runner is killed 10 times between batches; two
+/// holders the token blocks are refused and reported, the issuer's treasury is excluded.
+/// On chain every other holder received exactly its share, once (one `Transfer` from
+/// the payer each), the paid sum is the total less the refused shares, and the batches
+/// are the `BatchPaid` events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distribution_pays_every_holder_exactly_once_across_runner_kills() {
+    const HOLDERS: u64 = 2_000;
+    let chain = TestChain::builder()
+        .args(["--slots-in-an-epoch", "1"])
+        .start()
+        .await
+        .unwrap();
+    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (asset, token_address) = stack.create_active_asset("create-div", "DIVA").await;
+    let batch_pay = stack.contracts["batchPay"];
+    let payer = stack.chain.account(0).unwrap();
+    let treasury = stack.chain.account(5).unwrap();
+
+    // The treasury (a minter) mints and spreads the asset over the holders with
+    // BatchPay itself, balances 1..=97 units.
+    let op = stack
+        .token_op(
+            &asset,
+            "grant-role",
+            "g-minter",
+            json!({"role": "minter", "account": treasury.to_string()}),
+        )
+        .await;
+    let view = stack.await_op(&op, Duration::from_secs(90), terminal).await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let t5 = stack.chain.provider_for(5).unwrap();
+    let asset_token = AssetToken::new(token_address, t5.clone());
+    let balances: Vec<U256> = (0..HOLDERS)
+        .map(|i| U256::from((i % 97 + 1) * 1_000_000))
+        .collect();
+    let spread: U256 = balances.iter().copied().sum();
+    let treasury_keeps = U256::from(5_000_000_000u64);
+    anvil_tests::confirm(&asset_token.mint(treasury, spread + treasury_keeps))
+        .await
+        .unwrap();
+    anvil_tests::confirm(&asset_token.approve(batch_pay, spread))
+        .await
+        .unwrap();
+    let seeder = BatchPay::new(batch_pay, t5.clone());
+    for chunk in (0..HOLDERS).collect::<Vec<_>>().chunks(250) {
+        let to: Vec<Address> = chunk.iter().map(|i| holder(*i)).collect();
+        let amounts: Vec<U256> = chunk.iter().map(|i| balances[*i as usize]).collect();
+        anvil_tests::confirm(&seeder.payToken(Default::default(), token_address, to, amounts))
+            .await
+            .unwrap();
+    }
+
+    // The dividend token: anyone mints; its owner (account 6) blocks two holders.
+    let t6 = stack.chain.provider_for(6).unwrap();
+    let dividend = BlockingToken::deploy(t6.clone(), "Dividend".into(), "DIV".into())
+        .await
+        .unwrap();
+    let total = U256::from(10u64).pow(U256::from(24u64)) + U256::from(7u64);
+    anvil_tests::confirm(&dividend.mint(payer, total))
+        .await
+        .unwrap();
+    let blocked = [holder(17), holder(1_234)];
+    for b in blocked {
+        anvil_tests::confirm(&dividend.setBlocked(b, true))
+            .await
+            .unwrap();
+    }
+
+    // The record date, final once 64 blocks are above it (the anvil profile).
+    let record = stack.chain.block_number().await.unwrap();
+    stack
+        .chain
+        .provider()
+        .anvil_mine(Some(70), None)
+        .await
+        .unwrap();
+    let snapshot = stack
+        .until(Duration::from_secs(60), "the snapshot is final", || async {
+            let (status, s) = stack
+                .post(
+                    &stack.key_a,
+                    &format!("/v1/assets/{asset}/snapshots"),
+                    "snap",
+                    json!({"atBlock": record}),
+                )
+                .await;
+            assert!(status == 200 || status == 201, "{s}");
+            (s["state"] == "final").then_some(s)
+        })
+        .await;
+    assert_eq!(snapshot["holderCount"], HOLDERS + 1, "{snapshot}");
+
+    // An endpoint of acme, so the distribution's events are written.
+    let _hooks = Hooks::register(&stack).await;
+    let body = json!({
+        "assetId": asset, "snapshotId": snapshot["id"], "payWith": "erc20",
+        "payToken": dividend.address().to_string(), "basis": "proRata",
+        "amount": total.to_string(), "rounding": "largestRemainder",
+        "exclusions": [treasury.to_string()], "maxBatchSize": 50,
+    });
+    let (status, accepted) = stack
+        .post(&stack.key_a, "/v1/distributions", "div-1", body.clone())
+        .await;
+    assert!(status == 202 || status == 200, "{accepted}");
+    assert_eq!(accepted["kind"], "distribution.pay", "{accepted}");
+    let id = accepted["id"].as_str().unwrap().to_owned();
+
+    // Kill the runner each time a batch was paid, ten times.
+    let mut kills = 0;
+    let mut last_paid = 0;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let (status, d) = stack
+            .get(&stack.key_a, &format!("/v1/distributions/{id}"))
+            .await;
+        assert_eq!(status, 200, "{d}");
+        if terminal(&d["operation"]) {
+            break;
+        }
+        let paid = d["progress"]["paid"]["holders"].as_u64().unwrap();
+        if kills < 10 && paid > last_paid {
+            stack.kill9("runner");
+            stack.spawn("runner");
+            kills += 1;
+            last_paid = paid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the distribution did not end: {d}\n{}",
+            stack.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(kills, 10, "ten kills during the distribution");
+    // The same request again is the same distribution.
+    let (status, again) = stack
+        .post(&stack.key_a, "/v1/distributions", "div-1", body)
+        .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["id"], id.as_str());
+
+    let (_, d) = stack
+        .get(&stack.key_a, &format!("/v1/distributions/{id}"))
+        .await;
+    assert_eq!(state(&d["operation"]), "completed", "{d}");
+    assert_eq!(d["holderCount"], HOLDERS + 1);
+    assert_eq!(d["remainder"], "0", "largest remainder leaves nothing");
+    assert_eq!(d["progress"]["refused"]["holders"], 2, "{d}");
+    assert_eq!(d["progress"]["excluded"]["holders"], 1, "{d}");
+    assert_eq!(d["progress"]["pending"]["holders"], 0, "{d}");
+    let result = &d["operation"]["result"];
+    assert_eq!(result["holdersPaid"], HOLDERS - 2, "{result}");
+
+    // Every payment against the chain.
+    let rows = payments(&stack, &id).await;
+    assert_eq!(rows.len() as u64, HOLDERS + 1);
+    let paid_sum: U256 = rows
+        .iter()
+        .filter(|r| r["state"] == "paid")
+        .map(|r| u256(&r["amount"]))
+        .sum();
+    let refused_sum: U256 = rows
+        .iter()
+        .filter(|r| r["state"] == "refused")
+        .map(|r| u256(&r["amount"]))
+        .sum();
+    assert_eq!(
+        paid_sum + refused_sum,
+        total,
+        "the shares add up to the total"
+    );
+    assert_eq!(u256(&result["amountPaid"]), paid_sum);
+    let eligible: U256 = spread;
+    let div = BlockingToken::new(*dividend.address(), stack.chain.provider().clone());
+    let balances_by_holder: HashMap<Address, U256> = (0..HOLDERS)
+        .map(|i| (holder(i), balances[i as usize]))
+        .collect();
+    for r in &rows {
+        let h: Address = r["holder"].as_str().unwrap().parse().unwrap();
+        let on_chain = div.balanceOf(h).call().await.unwrap();
+        match r["state"].as_str().unwrap() {
+            "paid" => {
+                let amount = u256(&r["amount"]);
+                assert_eq!(on_chain, amount, "{h} holds exactly its share");
+                let exact = total * balances_by_holder[&h] / eligible;
+                assert!(amount == exact || amount == exact + U256::from(1u8), "{h}");
+                assert!(r["txHash"].is_string() && r["block"].is_u64(), "{r}");
+            }
+            "refused" => {
+                assert!(blocked.contains(&h), "{h} was refused");
+                assert_eq!(on_chain, U256::ZERO);
+            }
+            "excluded" => {
+                assert_eq!(h, treasury);
+                assert_eq!(on_chain, U256::ZERO);
+            }
+            other => panic!("unexpected state {other}: {r}"),
+        }
+    }
+    // Exactly one Transfer from the payer per paid holder, and the batches on chain.
+    let transfers = stack
+        .chain
+        .provider()
+        .get_logs(
+            &Filter::new()
+                .address(*dividend.address())
+                .event_signature(BlockingToken::Transfer::SIGNATURE_HASH)
+                .from_block(0),
+        )
+        .await
+        .unwrap();
+    let mut seen = HashSet::new();
+    for l in &transfers {
+        let t = BlockingToken::Transfer::decode_log_data(l.data()).unwrap();
+        if t.from == payer {
+            assert!(seen.insert(t.to), "{} paid twice", t.to);
+        }
+    }
+    assert_eq!(seen.len() as u64, HOLDERS - 2);
+    let batches = stack
+        .chain
+        .provider()
+        .get_logs(
+            &Filter::new()
+                .address(batch_pay)
+                .event_signature(BatchPay::BatchPaid::SIGNATURE_HASH)
+                .from_block(record + 1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        batches.len() as u64,
+        d["progress"]["batchesPaid"].as_u64().unwrap()
+    );
+    assert_eq!(result["batches"], batches.len() as u64);
+    // One `distribution.batch_settled` per batch and one `distribution.completed`.
+    let events: Vec<(String,)> = sqlx::query_as(
+        "SELECT event_type FROM webhook_event WHERE operation_id = $1::uuid \
+         AND event_type LIKE 'distribution.%'",
+    )
+    .bind(&id)
+    .fetch_all(stack.db.pool())
+    .await
+    .unwrap();
+    let settled = events
+        .iter()
+        .filter(|e| e.0 == "distribution.batch_settled")
+        .count();
+    let completed = events
+        .iter()
+        .filter(|e| e.0 == "distribution.completed")
+        .count();
+    assert_eq!(settled, batches.len());
+    assert_eq!(completed, 1);
+}
