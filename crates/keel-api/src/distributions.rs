@@ -48,13 +48,14 @@ pub struct CreateDistributionRequest {
     /// The ERC-20 paid when `payWith` is `erc20` (else absent).
     #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
     pub pay_token: Option<String>,
-    /// `proRata` (`amount` is the total, split by balance) or `perUnit` (`amount` is
-    /// paid per whole unit of the asset held).
+    /// `proRata` (`amountBaseUnits` is the total, split by balance) or `perUnit`
+    /// (`amountBaseUnits` is paid per whole unit of the asset held).
     #[schema(pattern = "^(proRata|perUnit)$")]
     pub basis: String,
-    /// Base units of the paying token (decimal integer string, up to 2^256-1).
+    /// Base units of the paying token (decimal integer string, up to 2^256-1): the
+    /// total (`proRata`) or the amount per whole unit of the asset (`perUnit`).
     #[schema(pattern = "^[0-9]{1,78}$", example = "1000000000000000000")]
-    pub amount: String,
+    pub amount_base_units: String,
     /// `floor` (each share rounded down; the remainder stays with the payer and is
     /// reported) or `largestRemainder` (the remainder handed out one base unit at a
     /// time by largest dropped fraction; pro rata only). Default `floor`.
@@ -91,7 +92,7 @@ impl RequestBody for CreateDistributionRequest {
             kind: FieldKind::Text,
         },
         Field {
-            name: "amount",
+            name: "amountBaseUnits",
             kind: FieldKind::Decimal,
         },
         Field {
@@ -162,7 +163,7 @@ pub struct DistributionDto {
     pub basis: String,
     /// Base units of the paying token: the total, or per whole unit of the asset.
     #[schema(pattern = "^[0-9]+$")]
-    pub amount: String,
+    pub amount_base_units: String,
     /// `floor` or `largestRemainder`.
     pub rounding: String,
     /// Excluded holders (EIP-55).
@@ -280,7 +281,7 @@ fn dto(v: DistributionView) -> DistributionDto {
         pay_with: pay_with.to_owned(),
         pay_token,
         basis: v.basis.to_owned(),
-        amount: v.amount.to_string(),
+        amount_base_units: v.amount.to_string(),
         rounding: v.rounding.to_owned(),
         exclusions: v.exclusions.into_iter().map(address_text).collect(),
         holder_count: v.holder_count,
@@ -396,7 +397,7 @@ pub(crate) async fn create(
         snapshot_id,
         pay,
         basis: body.basis,
-        amount: body.amount,
+        amount: body.amount_base_units,
         rounding: body.rounding.unwrap_or_else(|| "floor".to_owned()),
         exclusions,
         max_batch_size,

@@ -224,8 +224,8 @@ impl Ops {
     ///
     /// # Errors
     /// [`OpsError::NotFound`] (`asset`, `snapshot`); [`OpsError::AssetNotReady`];
-    /// [`OpsError::SnapshotNotFinal`]; [`OpsError::InvalidField`] (`pay.token`,
-    /// `basis`, `amount`, `rounding`, `exclusions`, `maxBatchSize`);
+    /// [`OpsError::SnapshotNotFinal`]; [`OpsError::InvalidField`] (`payToken`,
+    /// `basis`, `amountBaseUnits`, `rounding`, `exclusions`, `maxBatchSize`);
     /// [`OpsError::IdempotencyConflict`]; [`OpsError::Store`] / [`OpsError::Engine`].
     pub async fn distribution_create(
         &self,
@@ -273,7 +273,7 @@ impl Ops {
             && token.is_zero()
         {
             return Err(OpsError::InvalidField {
-                field: "pay.token",
+                field: "payToken",
                 reason: "must not be the zero address",
             });
         }

@@ -141,7 +141,7 @@ async fn a_distribution_pays_every_holder_exactly_once_across_runner_kills() {
     let body = json!({
         "assetId": asset, "snapshotId": snapshot["id"], "payWith": "erc20",
         "payToken": dividend.address().to_string(), "basis": "proRata",
-        "amount": total.to_string(), "rounding": "largestRemainder",
+        "amountBaseUnits": total.to_string(), "rounding": "largestRemainder",
         "exclusions": [treasury.to_string()], "maxBatchSize": 50,
     });
     let (status, accepted) = stack
