@@ -22,6 +22,7 @@ async fn read_back_succeeds_after_deploy_platform() -> anyhow::Result<()> {
             names::PRICE_FEED_FACTORY,
             names::ASSET_FACTORY,
             names::ENTRY_POINT_REFERENCE,
+            names::BATCH_PAY,
             names::ENTRY_POINT,
         ]
     );
