@@ -42,31 +42,19 @@ fn u256(v: &Value) -> U256 {
     U256::from_str_radix(v.as_str().unwrap(), 10).unwrap()
 }
 
-/// 2,000 holders of an asset at a record date are paid a pro-rata dividend in another
-/// ERC-20 (largest remainder) while the runner is killed 10 times between batches; two
-/// holders the token blocks are refused and reported, the issuer's treasury is excluded.
-/// On chain every other holder received exactly its share, once (one `Transfer` from
-/// the payer each), the paid sum is the total less the refused shares, and the batches
-/// are the `BatchPaid` events.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_distribution_pays_every_holder_exactly_once_across_runner_kills() {
-    const HOLDERS: u64 = 2_000;
-    let chain = TestChain::builder()
-        .args(["--slots-in-an-epoch", "1"])
-        .start()
-        .await
-        .unwrap();
-    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
-    let (asset, token_address) = stack.create_active_asset("create-div", "DIVA").await;
-    let batch_pay = stack.contracts["batchPay"];
-    let payer = stack.chain.account(0).unwrap();
+/// The treasury (Anvil account 5, granted `minter` through the API) mints `holders`'
+/// balances plus 5,000 units it keeps, and spreads them with `BatchPay` itself.
+async fn seed_holders(
+    stack: &Stack,
+    asset: &str,
+    token_address: Address,
+    holders: &[(Address, U256)],
+) {
     let treasury = stack.chain.account(5).unwrap();
-
-    // The treasury (a minter) mints and spreads the asset over the holders with
-    // BatchPay itself, balances 1..=97 units.
+    let batch_pay = stack.contracts["batchPay"];
     let op = stack
         .token_op(
-            &asset,
+            asset,
             "grant-role",
             "g-minter",
             json!({"role": "minter", "account": treasury.to_string()}),
@@ -76,10 +64,7 @@ async fn a_distribution_pays_every_holder_exactly_once_across_runner_kills() {
     assert_eq!(state(&view), "completed", "{view}");
     let t5 = stack.chain.provider_for(5).unwrap();
     let asset_token = AssetToken::new(token_address, t5.clone());
-    let balances: Vec<U256> = (0..HOLDERS)
-        .map(|i| U256::from((i % 97 + 1) * 1_000_000))
-        .collect();
-    let spread: U256 = balances.iter().copied().sum();
+    let spread: U256 = holders.iter().map(|h| h.1).sum();
     let treasury_keeps = U256::from(5_000_000_000u64);
     anvil_tests::confirm(&asset_token.mint(treasury, spread + treasury_keeps))
         .await
@@ -88,31 +73,18 @@ async fn a_distribution_pays_every_holder_exactly_once_across_runner_kills() {
         .await
         .unwrap();
     let seeder = BatchPay::new(batch_pay, t5.clone());
-    for chunk in (0..HOLDERS).collect::<Vec<_>>().chunks(250) {
-        let to: Vec<Address> = chunk.iter().map(|i| holder(*i)).collect();
-        let amounts: Vec<U256> = chunk.iter().map(|i| balances[*i as usize]).collect();
+    for chunk in holders.chunks(250) {
+        let to: Vec<Address> = chunk.iter().map(|h| h.0).collect();
+        let amounts: Vec<U256> = chunk.iter().map(|h| h.1).collect();
         anvil_tests::confirm(&seeder.payToken(Default::default(), token_address, to, amounts))
             .await
             .unwrap();
     }
+}
 
-    // The dividend token: anyone mints; its owner (account 6) blocks two holders.
-    let t6 = stack.chain.provider_for(6).unwrap();
-    let dividend = BlockingToken::deploy(t6.clone(), "Dividend".into(), "DIV".into())
-        .await
-        .unwrap();
-    let total = U256::from(10u64).pow(U256::from(24u64)) + U256::from(7u64);
-    anvil_tests::confirm(&dividend.mint(payer, total))
-        .await
-        .unwrap();
-    let blocked = [holder(17), holder(1_234)];
-    for b in blocked {
-        anvil_tests::confirm(&dividend.setBlocked(b, true))
-            .await
-            .unwrap();
-    }
-
-    // The record date, final once 64 blocks are above it (the anvil profile).
+/// A snapshot of `asset` at the current block, final once 64 blocks are above it (the
+/// anvil profile): the record block and the final snapshot.
+async fn final_snapshot(stack: &Stack, asset: &str) -> (u64, Value) {
     let record = stack.chain.block_number().await.unwrap();
     stack
         .chain
@@ -134,6 +106,55 @@ async fn a_distribution_pays_every_holder_exactly_once_across_runner_kills() {
             (s["state"] == "final").then_some(s)
         })
         .await;
+    (record, snapshot)
+}
+
+/// 2,000 holders of an asset at a record date are paid a pro-rata dividend in another
+/// ERC-20 (largest remainder) while the runner is killed 10 times between batches; two
+/// holders the token blocks are refused and reported, the issuer's treasury is excluded.
+/// On chain every other holder received exactly its share, once (one `Transfer` from
+/// the payer each), the paid sum is the total less the refused shares, and the batches
+/// are the `BatchPaid` events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distribution_pays_every_holder_exactly_once_across_runner_kills() {
+    const HOLDERS: u64 = 2_000;
+    let chain = TestChain::builder()
+        .args(["--slots-in-an-epoch", "1"])
+        .start()
+        .await
+        .unwrap();
+    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (asset, token_address) = stack.create_active_asset("create-div", "DIVA").await;
+    let batch_pay = stack.contracts["batchPay"];
+    let payer = stack.chain.account(0).unwrap();
+    let treasury = stack.chain.account(5).unwrap();
+
+    let balances: Vec<U256> = (0..HOLDERS)
+        .map(|i| U256::from((i % 97 + 1) * 1_000_000))
+        .collect();
+    let spread: U256 = balances.iter().copied().sum();
+    let holders: Vec<(Address, U256)> = (0..HOLDERS)
+        .map(|i| (holder(i), balances[i as usize]))
+        .collect();
+    seed_holders(&stack, &asset, token_address, &holders).await;
+
+    // The dividend token: anyone mints; its owner (account 6) blocks two holders.
+    let t6 = stack.chain.provider_for(6).unwrap();
+    let dividend = BlockingToken::deploy(t6.clone(), "Dividend".into(), "DIV".into())
+        .await
+        .unwrap();
+    let total = U256::from(10u64).pow(U256::from(24u64)) + U256::from(7u64);
+    anvil_tests::confirm(&dividend.mint(payer, total))
+        .await
+        .unwrap();
+    let blocked = [holder(17), holder(1_234)];
+    for b in blocked {
+        anvil_tests::confirm(&dividend.setBlocked(b, true))
+            .await
+            .unwrap();
+    }
+
+    let (record, snapshot) = final_snapshot(&stack, &asset).await;
     assert_eq!(snapshot["holderCount"], HOLDERS + 1, "{snapshot}");
 
     // An endpoint of acme, so the distribution's events are written.
@@ -298,4 +319,76 @@ async fn a_distribution_pays_every_holder_exactly_once_across_runner_kills() {
         .count();
     assert_eq!(settled, batches.len());
     assert_eq!(completed, 1);
+}
+
+/// A per-unit payout in native ether (floor): every holder gets exactly
+/// `balance · amount / 10^6` wei; a holder that is a contract refusing ether (the
+/// Directory) is refused and reported while the rest of its batch is paid; the payer's
+/// ether went down by the paid sum plus gas only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_unit_ether_distribution_pays_exact_wei_and_isolates_a_refusing_recipient() {
+    let chain = TestChain::builder()
+        .args(["--slots-in-an-epoch", "1"])
+        .start()
+        .await
+        .unwrap();
+    let stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (asset, token_address) = stack.create_active_asset("create-eth", "ETHD").await;
+    let directory = stack.contracts["directory"];
+    let mut holders: Vec<(Address, U256)> = (0..40u64)
+        .map(|i| (holder(10_000 + i), U256::from(i * 1_234_567 + 1)))
+        .collect();
+    holders.push((directory, U256::from(3_000_000u64)));
+    seed_holders(&stack, &asset, token_address, &holders).await;
+    let (_, snapshot) = final_snapshot(&stack, &asset).await;
+    let treasury = stack.chain.account(5).unwrap();
+    let per_unit = U256::from(10u64).pow(U256::from(15u64)) + U256::from(3u64);
+    let (status, accepted) = stack
+        .post(
+            &stack.key_a,
+            "/v1/distributions",
+            "eth-1",
+            json!({
+                "assetId": asset, "snapshotId": snapshot["id"], "payWith": "native",
+                "basis": "perUnit", "amountBaseUnits": per_unit.to_string(),
+                "exclusions": [treasury.to_string()], "maxBatchSize": 16,
+            }),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{accepted}");
+    let id = accepted["id"].as_str().unwrap().to_owned();
+    let view = stack
+        .await_op(&id, Duration::from_secs(180), terminal)
+        .await;
+    assert_eq!(state(&view), "completed", "{view}");
+    let rows = payments(&stack, &id).await;
+    assert_eq!(rows.len(), holders.len() + 1);
+    let by_holder: HashMap<Address, U256> = holders.iter().copied().collect();
+    let unit = U256::from(1_000_000u64);
+    for r in &rows {
+        let h: Address = r["holder"].as_str().unwrap().parse().unwrap();
+        match r["state"].as_str().unwrap() {
+            "paid" => {
+                let expected = by_holder[&h] * per_unit / unit;
+                assert_eq!(u256(&r["amount"]), expected, "{h}");
+                let wei = stack.chain.provider().get_balance(h).await.unwrap();
+                assert_eq!(wei, expected, "{h} holds exactly its wei");
+            }
+            "refused" => {
+                assert_eq!(h, directory, "{r}");
+                assert_eq!(r["reason"], "TransferRefused", "{r}");
+            }
+            "excluded" => assert_eq!(h, treasury),
+            other => panic!("unexpected state {other}: {r}"),
+        }
+    }
+    let (_, d) = stack
+        .get(&stack.key_a, &format!("/v1/distributions/{id}"))
+        .await;
+    assert_eq!(d["progress"]["paid"]["holders"], 40, "{d}");
+    assert_eq!(d["progress"]["refused"]["holders"], 1, "{d}");
+    assert_eq!(d["remainder"], "0", "{d}");
+    assert_eq!(d["payWith"], "native");
+    // Three batches of at most 16 (41 payable, one refused out of its batch).
+    assert_eq!(d["progress"]["batchesPaid"], 3, "{d}");
 }
