@@ -98,6 +98,14 @@ fn u256(v: &str) -> Result<U256> {
     U256::from_str_radix(v, 10).map_err(|_| decode_err())
 }
 
+/// A stored snapshot row as a [`HolderBalance`].
+fn holder_balance(r: &rows::SnapshotHolderRecord) -> Result<HolderBalance> {
+    Ok(HolderBalance {
+        holder: Address::try_from(r.holder.as_slice()).map_err(|_| decode_err())?,
+        balance: u256(&r.balance)?,
+    })
+}
+
 fn typed(r: rows::SnapshotRecord) -> Result<Snapshot> {
     let state = match r.state.as_str() {
         "pending" => SnapshotState::Pending,
@@ -290,10 +298,7 @@ pub async fn seal(db: &PgPool, id: Uuid) -> Result<Option<Snapshot>> {
     loop {
         let page = rows::snapshot_holders_by_address(&mut *tx, id, &after, SEAL_PAGE).await?;
         for r in &page {
-            let h = HolderBalance {
-                holder: Address::try_from(r.holder.as_slice()).map_err(|_| decode_err())?,
-                balance: u256(&r.balance)?,
-            };
+            let h = holder_balance(r)?;
             hash.update(csv_line(&h).as_bytes());
             count += 1;
             total = total.checked_add(h.balance).ok_or_else(decode_err)?;
@@ -357,12 +362,7 @@ pub async fn holders(
     rows::snapshot_holders_ranked(db, s.id, &balance, &holder, i64::from(limit))
         .await?
         .into_iter()
-        .map(|r| {
-            Ok(HolderBalance {
-                holder: Address::try_from(r.holder.as_slice()).map_err(|_| decode_err())?,
-                balance: u256(&r.balance)?,
-            })
-        })
+        .map(|r| holder_balance(&r))
         .collect()
 }
 
@@ -382,11 +382,6 @@ pub async fn rows_by_holder(
     rows::snapshot_holders_by_address(db, id, &after, i64::from(limit))
         .await?
         .into_iter()
-        .map(|r| {
-            Ok(HolderBalance {
-                holder: Address::try_from(r.holder.as_slice()).map_err(|_| decode_err())?,
-                balance: u256(&r.balance)?,
-            })
-        })
+        .map(|r| holder_balance(&r))
         .collect()
 }
