@@ -2,7 +2,8 @@
 """Drives Keel's demo once `scripts/demo` has set up the chain, the database, an
 organization and an API key: starts the api, runner and indexer roles as separate
 processes, creates and mints an asset through the HTTP API, shows its holders at a
-record date and now (Ledger read API), transfers from its issuer, kills the runner
+record date and now (Ledger read API), transfers from its issuer, pays 1 ETH pro rata
+to the holders of a final record-date snapshot (POST /v1/distributions, checked on chain), kills the runner
 (SIGKILL) in the middle of a second asset's feed phase, restarts it, checks the chain,
 lists assets, operations (page by page) and templates, sends one ERC-4337 transfer from a
 smart account with no ETH that Keel sponsors (bundler route: paymaster stub, gas estimate,
@@ -405,6 +406,62 @@ def token_op(asset, what, body, idem):
     return view
 
 
+def distribution_leg(asset, record, holders):
+    """Snapshots `asset` at `record`, lets the block become final (mines 70 blocks: the
+    local chain's finality is head - 64), pays 1 ETH pro rata (largest remainder) to the
+    snapshot's holders through POST /v1/distributions and checks every payment on chain
+    with eth_getBalance. Returns the wei paid per holder."""
+    status, snap = http("POST", f"/v1/assets/{asset}/snapshots", {"atBlock": record})
+    if status not in (200, 201):
+        fail(f"POST snapshots answered {status}: {snap}")
+    say(f"snapshot   {snap['id']} of block {record}: {snap['state']} ({snap.get('pendingReason')})")
+    rpc("anvil_mine", [hex(70)])
+    deadline = time.time() + 60
+    while snap["state"] != "final":
+        if time.time() > deadline:
+            fail(f"the snapshot did not become final: {snap}")
+        time.sleep(0.2)
+        status, snap = http("GET", f"/v1/assets/{asset}/snapshots/{snap['id']}")
+    say(f"snapshot   final: {snap['holderCount']} holders, total {snap['total']} ACME, sha-256 {snap['contentHash']}")
+    total = 10**18
+    balances = {a.lower(): int(b) for a, b in holders}
+    s = sum(balances.values())
+    exact = {a: (total * b // s, total * b % s) for a, b in balances.items()}
+    left = total - sum(q for q, _ in exact.values())
+    owed = {a: q for a, (q, _) in exact.items()}
+    for a in sorted(balances, key=lambda a: (-exact[a][1], a))[:left]:
+        owed[a] += 1
+    before = {a: int(rpc("eth_getBalance", [a, "latest"]), 16) for a in balances}
+    status, op = http("POST", "/v1/distributions", {
+        "assetId": asset, "snapshotId": snap["id"], "payWith": "native", "basis": "proRata",
+        "amountBaseUnits": str(total), "rounding": "largestRemainder"}, "demo-distribution-1")
+    if status not in (200, 202):
+        fail(f"POST /v1/distributions answered {status}: {op}")
+    view = follow(op["id"])
+    if view["state"] != "completed":
+        fail(f"the distribution ended {view['state']}: {view.get('error')}")
+    status, d = http("GET", f"/v1/distributions/{op['id']}")
+    p = d["progress"]
+    say(f"  paid       {p['paid']['holders']} holders, {p['paid']['amount']} wei in {p['batchesPaid']} batch(es);"
+        f" remainder {d['remainder']} wei")
+    status, pays = http("GET", f"/v1/distributions/{op['id']}/payments")
+    for row in pays["data"]:
+        after = int(rpc("eth_getBalance", [row["holder"], "latest"]), 16)
+        got = after - before[row["holder"].lower()]
+        say(f"    {row['holder']}  {row['state']:<5} {row['amount']:>20} wei  tx {row['txHash']}  on chain +{got} wei")
+        if row["state"] != "paid" or int(row["amount"]) != owed[row["holder"].lower()] or got != int(row["amount"]):
+            fail("a holder was not paid exactly its pro-rata share once")
+    if sum(int(r["amount"]) for r in pays["data"]) != total:
+        fail("the shares do not sum to the total")
+    status, again = http("POST", "/v1/distributions", {
+        "assetId": asset, "snapshotId": snap["id"], "payWith": "native", "basis": "proRata",
+        "amountBaseUnits": str(total), "rounding": "largestRemainder"}, "demo-distribution-1")
+    if again.get("id") != op["id"]:
+        fail(f"the same idempotency key did not answer the same distribution: {again}")
+    say("  replayed   the same request and idempotency key: the same distribution, nothing paid twice")
+    return {r["holder"]: int(r["amount"]) for r in pays["data"]}
+
+
 def holders_at(asset, block=None):
     """Every holder of `asset` (at `block`, else the indexed tip), walking the pages."""
     query = "limit=2" + ("" if block is None else f"&atBlock={block}")
@@ -603,6 +660,9 @@ def main():
     if bal["balance"] != "122.5":
         fail("the indexed balance does not include the sponsored transfer")
 
+    say(f"5c. a distribution at the record date (block {then[0]}): 1 ETH pro rata to its holders")
+    paid_wei = distribution_leg(asset, then[0], [(h["address"], h["balanceBaseUnits"]) for h in then[2]])
+
     say("6. custody: an asset whose template sends from vault 'treasury' at keel-custody-sim")
     custody = create_asset("demo-asset-3", "Gamma Custody Fund", "GMMA", template="custody")
     view = follow(custody["id"])
@@ -659,6 +719,8 @@ def main():
     print(f"  asset GMMA  created through custody vault 'treasury' (keel-custody-sim); one mint of 250 waited")
     print(f"              for the provider's approval, was approved through the simulator's admin call and")
     print(f"              completed via its signed webhook ({int(woken)} verified); exactly {len(custody_mints)} mint on chain")
+    print(f"  dividend    1 ETH pro rata to the {len(paid_wei)} holders of the record date, one batch through BatchPay:")
+    print("              " + ", ".join(f"{a} +{w} wei" for a, w in paid_wei.items()))
     print(f"  ERC-4337    one sponsored transfer (2.5 ACME) from smart account {account}, which holds no ETH:")
     print(f"              user operation {user_op_hash} included once, gas paid by Keel's paymaster")
     print(f"  webhooks    {len(received)} distinct events delivered, every signature verified")
