@@ -5,6 +5,8 @@
 //! |---|---|---|
 //! | `POST /v1/distributions` | `Ops::distribution_create` | `202` (`200` once terminal) the `distribution.pay` operation, as every operation-creating `POST` |
 //! | `GET /v1/distributions/{id}` | `Ops::distribution` | [`DistributionDto`] |
+//! | `POST /v1/distributions/{id}/pause` | `Ops::distribution_pause` | `200` [`DistributionDto`] |
+//! | `POST /v1/distributions/{id}/resume` | `Ops::distribution_resume` | `200` [`DistributionDto`] |
 //! | `GET /v1/distributions/{id}/payments` (`?limit=&cursor=`) | `Ops::distribution_payments` | [`PaymentList`] |
 //! | `GET /v1/assets/{id}/distributions` (`?limit=&cursor=`) | `Ops::distributions` | [`DistributionList`] |
 //!
@@ -12,7 +14,7 @@
 //! integer strings. The distribution's id is its operation's id.
 
 use crate::ApiState;
-use crate::dto::{Operation, address_text};
+use crate::dto::{EmptyRequest, Operation, address_text};
 use crate::extract::{
     Authed, Field, FieldKind, IdempotencyKey, JsonBody, PreferWait, RawPath, RequestBody,
     parse_address, parse_id,
@@ -185,6 +187,8 @@ pub struct DistributionDto {
     pub created_at: DateTime<Utc>,
     /// When its last batch was paid; null before.
     pub completed_at: Option<DateTime<Utc>>,
+    /// Since when it is paused (`POST …/pause`); null while it runs and once it ended.
+    pub paused_at: Option<DateTime<Utc>>,
     /// Its per-holder payments.
     pub payments_url: String,
 }
@@ -298,6 +302,7 @@ fn dto(v: DistributionView) -> DistributionDto {
         operation: v.operation.into(),
         created_at: v.created_at,
         completed_at: v.completed_at,
+        paused_at: v.paused_at,
         payments_url: format!("/v1/distributions/{}/payments", v.id),
     }
 }
@@ -426,6 +431,65 @@ pub(crate) async fn get(
 ) -> Result<Response, Problem> {
     let id = parse_id(&id, "distribution")?;
     let view = state.ops().distribution(caller, id).await?;
+    Ok(Json(dto(view)).into_response())
+}
+
+/// Pause a distribution before its next batch.
+///
+/// The workflow holds before it queues its next batch (a batch already queued lands and
+/// settles) until `POST /v1/distributions/{id}/resume`; `pausedAt` says since when, the
+/// operation's `progress.phase` is `paused` once it holds. Pausing a paused
+/// distribution changes nothing. No idempotency key: the call is idempotent.
+#[utoipa::path(
+    post,
+    path = "/v1/distributions/{id}/pause",
+    tag = "distributions",
+    operation_id = "pauseDistribution",
+    request_body(content = EmptyRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    params(("id" = Uuid, Path, description = "Distribution id (its operation's id)")),
+    responses(
+        (status = 200, description = "The distribution, paused.", body = DistributionDto),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn pause(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    JsonBody(_): JsonBody<EmptyRequest>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "distribution")?;
+    let view = state.ops().distribution_pause(caller, id).await?;
+    Ok(Json(dto(view)).into_response())
+}
+
+/// Resume a paused distribution.
+///
+/// Clears the pause and wakes the workflow (a `resume` signal its history records with
+/// the caller's key), which goes on with its next batch. Resuming a distribution that is
+/// not paused changes nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/distributions/{id}/resume",
+    tag = "distributions",
+    operation_id = "resumeDistribution",
+    request_body(content = EmptyRequest, content_type = "application/json", description = "Optional: an empty body, or `{}`."),
+    params(("id" = Uuid, Path, description = "Distribution id (its operation's id)")),
+    responses(
+        (status = 200, description = "The distribution, resumed.", body = DistributionDto),
+        WriteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn resume(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    RawPath(id): RawPath<String>,
+    JsonBody(_): JsonBody<EmptyRequest>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "distribution")?;
+    let view = state.ops().distribution_resume(caller, id).await?;
     Ok(Json(dto(view)).into_response())
 }
 

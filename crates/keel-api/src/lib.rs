@@ -376,6 +376,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/assets/{id}/distributions", get(distributions::list))
         .route("/v1/distributions", post(distributions::create))
         .route("/v1/distributions/{id}", get(distributions::get))
+        .route("/v1/distributions/{id}/pause", post(distributions::pause))
+        .route("/v1/distributions/{id}/resume", post(distributions::resume))
         .route(
             "/v1/distributions/{id}/payments",
             get(distributions::payments),

@@ -501,6 +501,8 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::snapshots::export,
         crate::distributions::create,
         crate::distributions::get,
+        crate::distributions::pause,
+        crate::distributions::resume,
         crate::distributions::payments,
         crate::distributions::list,
         handlers::operation,
@@ -640,6 +642,7 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
         crate::status::WebhooksInfo,
         crate::status::DisabledEndpointInfo,
         crate::status::UnhealthyEndpointInfo,
+        crate::status::DistributionInfo,
     )),
     modifiers(&Fixups),
     tags(

@@ -112,6 +112,8 @@ pub const ROUTES: &[RouteAccess] = &[
     key("get", "/v1/assets/{id}/distributions", Scope::Read),
     key("post", "/v1/distributions", Scope::Operate),
     key("get", "/v1/distributions/{id}", Scope::Read),
+    key("post", "/v1/distributions/{id}/pause", Scope::Operate),
+    key("post", "/v1/distributions/{id}/resume", Scope::Operate),
     key("get", "/v1/distributions/{id}/payments", Scope::Read),
     key("get", "/v1/operations", Scope::Read),
     key("get", "/v1/templates", Scope::Read),

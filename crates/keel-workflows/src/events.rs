@@ -121,7 +121,8 @@ impl Mark {
                 Some(WaitFor::CustodyApproval) => {
                     out.push(ev::OPERATION_CUSTODY_APPROVAL_REQUESTED);
                 }
-                Some(WaitFor::Transaction | WaitFor::Timer | WaitFor::Runner) | None => {}
+                Some(WaitFor::Transaction | WaitFor::Timer | WaitFor::Runner | WaitFor::Resume)
+                | None => {}
             }
         }
         if new.indexed && !self.indexed {

@@ -30,6 +30,7 @@ impl From<svc::WaitFor> for WaitFor {
             svc::WaitFor::Timer => Self::Timer,
             svc::WaitFor::CustodyApproval => Self::CustodyApproval,
             svc::WaitFor::Runner => Self::Runner,
+            svc::WaitFor::Resume => Self::Resume,
         }
     }
 }

@@ -211,6 +211,8 @@ pub enum WaitFor {
     /// live runner can run it (a release was rolled back). Deferred, not failed; it
     /// does not hold its asset's queue, so the operations a runner can run go ahead.
     Runner,
+    /// A paused distribution waits for `POST /v1/distributions/{id}/resume`.
+    Resume,
 }
 
 /// A custody sender's transaction as its wait shows it: the provider's view.

@@ -425,6 +425,41 @@ pub struct WebhooksInfo {
     pub unhealthy_endpoints: Vec<UnhealthyEndpointInfo>,
 }
 
+/// A distribution that has not finished (issue 36 §3).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributionInfo {
+    /// The distribution (its operation's id).
+    pub id: Uuid,
+    /// `GET /v1/distributions/{id}` (with a key of its organization).
+    pub url: String,
+    /// Its organization.
+    pub organization_id: Uuid,
+    /// The asset whose holders it pays.
+    pub asset_id: Uuid,
+    /// The chain id.
+    pub chain_id: i64,
+    /// `paused`, `pending`, `running`, `waiting` (approval, funds, a transaction) or
+    /// `suspended`.
+    pub state: String,
+    /// Since when it is paused.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Holders of its snapshot, once planned.
+    pub holders: Option<u64>,
+    /// Holders paid.
+    pub paid: u64,
+    /// Holders still owed.
+    pub pending: u64,
+    /// Holders the paying token refused.
+    pub refused: u64,
+    /// Batches paid.
+    pub batches_paid: u64,
+    /// Seconds since it was accepted.
+    pub age_seconds: u64,
+    /// Seconds since its workflow last changed.
+    pub unchanged_seconds: u64,
+}
+
 /// The platform's state, from the database only.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -449,4 +484,7 @@ pub struct PlatformStatus {
     pub custody: CustodyInfo,
     /// Webhooks.
     pub webhooks: WebhooksInfo,
+    /// Distributions not finished yet, newest first (of the newest 50 without a
+    /// completion, at most the list limit).
+    pub distributions: Vec<DistributionInfo>,
 }

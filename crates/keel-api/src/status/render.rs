@@ -402,6 +402,41 @@ Reload for fresh data.</p><form method=\"post\" action=\"/status/logout\"><butto
         }
         o.push_str("</table>");
     }
+    // Distributions
+    let _ = write!(
+        o,
+        "<h2 id=\"distributions\">Distributions</h2><p>{} unfinished.</p>",
+        s.distributions.len()
+    );
+    if !s.distributions.is_empty() {
+        o.push_str(
+            "<table><tr><th>distribution</th><th>asset</th><th>chain</th><th>state</th><th>paid / holders</th><th>owed</th><th>refused</th><th>batches</th><th>age</th><th>unchanged for</th></tr>",
+        );
+        for d in &s.distributions {
+            let state_class = match d.state.as_str() {
+                "suspended" => "bad",
+                "paused" | "waiting" => "warn",
+                _ => "ok",
+            };
+            let _ = write!(
+                o,
+                "<tr><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td class=\"{state_class}\">{}</td><td>{} / {}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                d.id,
+                d.asset_id,
+                d.chain_id,
+                esc(&d.state),
+                d.paid,
+                opt(d.holders),
+                d.pending,
+                class(d.refused),
+                d.refused,
+                d.batches_paid,
+                dur(d.age_seconds),
+                dur(d.unchanged_seconds)
+            );
+        }
+        o.push_str("</table>");
+    }
     o.push_str("</body></html>");
     o
 }

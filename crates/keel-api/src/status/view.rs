@@ -308,6 +308,26 @@ impl From<&View> for PlatformStatus {
                     })
                     .collect(),
             },
+            distributions: v
+                .distributions
+                .iter()
+                .map(|d| DistributionInfo {
+                    id: d.id,
+                    url: format!("/v1/distributions/{}", d.id),
+                    organization_id: d.organization_id,
+                    asset_id: d.asset_id,
+                    chain_id: d.chain_id,
+                    state: d.state.to_owned(),
+                    paused_at: d.paused_at,
+                    holders: d.holders,
+                    paid: d.paid,
+                    pending: d.pending,
+                    refused: d.refused,
+                    batches_paid: d.batches_paid,
+                    age_seconds: age(v.generated_at, d.created_at),
+                    unchanged_seconds: age(v.generated_at, d.updated_at),
+                })
+                .collect(),
         }
     }
 }

@@ -21,10 +21,11 @@ use crate::ops::read::AssetStatus;
 use crate::ops::view::OperationView;
 use crate::store::{self, NewDistributionRow, NewOperationRow, PaymentTallyRow};
 use crate::tenancy::{Caller, template};
-use crate::workflows::distribution::{DistributionInput, MAX_BATCH, PayWith};
+use crate::workflows::distribution::{DistributionInput, MAX_BATCH, PayWith, RESUME_SIGNAL};
 use crate::workflows::distribution_plan::{Basis, Rounding};
 use alloy::primitives::{Address, B256, U256};
 use chrono::{DateTime, Utc};
+use keel_durable::RunStatus;
 use keel_index::snapshot::{self, SnapshotState};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -130,6 +131,8 @@ pub struct DistributionView {
     pub created_at: DateTime<Utc>,
     /// When its last batch was paid.
     pub completed_at: Option<DateTime<Utc>>,
+    /// Since when it is paused (`None`: running or ended).
+    pub paused_at: Option<DateTime<Utc>>,
 }
 
 /// One holder's payment.
@@ -423,6 +426,90 @@ impl Ops {
         self.distribution_view(caller, row).await
     }
 
+    /// Pauses distribution `id`: its workflow holds before its next batch (a batch
+    /// already queued still lands and settles) until [`Ops::distribution_resume`].
+    /// Pausing a paused distribution changes nothing.
+    ///
+    /// # Errors
+    /// [`OpsError::NotFound`] (`distribution`); [`OpsError::OperationEnded`] when its
+    /// operation has ended; [`OpsError::Store`] / [`OpsError::Engine`].
+    pub async fn distribution_pause(&self, caller: Caller, id: Uuid) -> Result<DistributionView> {
+        let row = self.running_distribution(caller, id).await?;
+        if store::distribution_pause(&self.db, caller.organization_id, row.id)
+            .await?
+            .is_some()
+        {
+            tracing::info!(target: "keel::ops", distribution = %id, "distribution paused");
+        }
+        self.distribution(caller, id).await
+    }
+
+    /// Resumes a paused distribution `id`: clears the pause and, in the same database
+    /// transaction, records the workflow's [`RESUME_SIGNAL`] (its history names the
+    /// caller). Resuming a distribution that is not paused changes nothing.
+    ///
+    /// # Errors
+    /// As [`Ops::distribution_pause`].
+    pub async fn distribution_resume(&self, caller: Caller, id: Uuid) -> Result<DistributionView> {
+        let row = self.running_distribution(caller, id).await?;
+        let instance = self
+            .operation_row(caller, id)
+            .await?
+            .instance_id
+            .ok_or(OpsError::OperationEnded)?;
+        let actor = self.actor(caller).await?;
+        let mut tx = self.db.begin().await?;
+        if let Some(n) =
+            store::distribution_unpause(&mut *tx, caller.organization_id, row.id).await?
+        {
+            match self
+                .engine
+                .signal_in_as(
+                    &mut tx,
+                    instance,
+                    RESUME_SIGNAL,
+                    &format!("resume-{n}"),
+                    &json!({}),
+                    &actor,
+                )
+                .await
+            {
+                Ok(_) | Err(keel_durable::DurableError::InstanceEnded { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            tracing::info!(target: "keel::ops", distribution = %id, pause = n, "distribution resumed");
+        }
+        tx.commit().await?;
+        self.distribution(caller, id).await
+    }
+
+    /// The distribution `id` while its operation has not ended.
+    async fn running_distribution(
+        &self,
+        caller: Caller,
+        id: Uuid,
+    ) -> Result<store::DistributionRow> {
+        let row = store::distribution_get(&self.db, caller.organization_id, id)
+            .await?
+            .ok_or(OpsError::NotFound {
+                what: "distribution",
+            })?;
+        if row.completed_at.is_some() {
+            return Err(OpsError::OperationEnded);
+        }
+        let op = self.operation_row(caller, id).await?;
+        if let Some(instance) = op.instance_id {
+            let status = self.engine.status(instance).await?.status;
+            if matches!(
+                status,
+                RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+            ) {
+                return Err(OpsError::OperationEnded);
+            }
+        }
+        Ok(row)
+    }
+
     /// Up to `limit` distributions of asset `asset_id`, newest first, strictly after
     /// the position `after` (the previous page's last `createdAt` and `id`).
     ///
@@ -452,7 +539,8 @@ impl Ops {
     }
 
     /// Up to `limit` payments of distribution `id` in holder order, strictly after
-    /// holder `after`.
+    /// holder `after`. A paid row's block is its transaction's block as the queue's
+    /// verdict has it now (a reorg can move it; the queue follows until final).
     ///
     /// # Errors
     /// [`OpsError::NotFound`] (`distribution`); [`OpsError::Store`].
@@ -468,22 +556,37 @@ impl Ops {
             .ok_or(OpsError::NotFound {
                 what: "distribution",
             })?;
+        // A reorg that moved a batch's transaction to another block (the queue
+        // re-broadcast the same bytes) updates the queue's verdict, not the payment
+        // rows: the block comes from the operation's confirmed transactions.
+        let blocks: std::collections::HashMap<B256, u64> = self
+            .operation(caller, id)
+            .await?
+            .milestones
+            .confirmed
+            .iter()
+            .filter_map(|m| Some((m.tx_hash?, m.block?)))
+            .collect();
         let after = after.map(|a| a.to_vec()).unwrap_or_default();
         store::distribution_payments(&self.db, id, &after, i64::from(limit))
             .await?
             .into_iter()
             .map(|r| {
+                let tx_hash = r
+                    .tx_hash
+                    .map(|h| B256::try_from(h.as_slice()).map_err(|_| decode_err()))
+                    .transpose()?;
+                let block = tx_hash
+                    .and_then(|h| blocks.get(&h).copied())
+                    .or_else(|| r.block_number.and_then(|b| u64::try_from(b).ok()));
                 Ok(PaymentView {
                     holder: address(&r.holder)?,
                     balance: u256(&r.balance)?,
                     amount: u256(&r.amount)?,
                     state: r.state,
                     batch: r.batch.and_then(|b| u32::try_from(b).ok()),
-                    tx_hash: r
-                        .tx_hash
-                        .map(|h| B256::try_from(h.as_slice()).map_err(|_| decode_err()))
-                        .transpose()?,
-                    block: r.block_number.and_then(|b| u64::try_from(b).ok()),
+                    tx_hash,
+                    block,
                     reason: r.reason,
                 })
             })
@@ -534,6 +637,7 @@ impl Ops {
             operation: self.operation(caller, row.id).await?,
             created_at: row.created_at,
             completed_at: row.completed_at,
+            paused_at: row.paused_at,
         })
     }
 }

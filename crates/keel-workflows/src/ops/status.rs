@@ -11,12 +11,15 @@
 use super::Ops;
 
 use crate::error::{OpsError, Result};
+use crate::store;
 use chrono::{DateTime, Utc};
 /// The parts' own health types, re-exported for the API layer.
 pub use keel_cluster::{ClusterStatus, CronOutcome, JobStatus, JobVerdict};
+use keel_durable::RunStatus;
 pub use keel_durable::{DeadLetter, HealthInstance, WorkflowHealth};
 use std::collections::BTreeSet;
 use std::time::Duration;
+use uuid::Uuid;
 
 /// What Platform Status looks for (configuration `api.status.*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +58,41 @@ pub struct CustodyStatus {
     pub oldest_pending_approval: Option<keel_txq::PendingApproval>,
 }
 
+/// A distribution that has not finished (issue 36 §3), as the status page lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistributionStatus {
+    /// The distribution (its operation's id).
+    pub id: Uuid,
+    /// Its organization.
+    pub organization_id: Uuid,
+    /// The asset whose holders it pays.
+    pub asset_id: Uuid,
+    /// The chain.
+    pub chain_id: i64,
+    /// `paused` (held before its next batch), else its workflow's state: `pending`,
+    /// `running`, `waiting` (approval, funds, a transaction) or `suspended`.
+    pub state: &'static str,
+    /// Since when it is paused.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Holders of its snapshot, once planned.
+    pub holders: Option<u64>,
+    /// Holders paid.
+    pub paid: u64,
+    /// Holders still owed.
+    pub pending: u64,
+    /// Holders the paying token refused.
+    pub refused: u64,
+    /// Batches paid.
+    pub batches_paid: u64,
+    /// When it was accepted.
+    pub created_at: DateTime<Utc>,
+    /// When its workflow last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// How many unfinished distributions the status read looks at (newest first).
+const DISTRIBUTIONS_SCANNED: i64 = 50;
+
 /// The whole platform's state ([`Ops::platform_status`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlatformStatus {
@@ -84,6 +122,9 @@ pub struct PlatformStatus {
     pub custody: CustodyStatus,
     /// Webhooks.
     pub webhooks: keel_webhooks::WebhookHealth,
+    /// Distributions not finished yet, newest first (of the
+    /// newest 50 without a completion; at most [`StatusQuery::limit`]).
+    pub distributions: Vec<DistributionStatus>,
 }
 
 fn cluster_err(e: keel_cluster::ClusterError) -> OpsError {
@@ -173,6 +214,54 @@ impl Ops {
             jobs,
             custody,
             webhooks,
+            distributions: self.distributions_status(query.limit).await?,
         })
+    }
+
+    /// The unfinished distributions ([`PlatformStatus::distributions`]).
+    async fn distributions_status(&self, limit: u32) -> Result<Vec<DistributionStatus>> {
+        let rows = store::distributions_unfinished(&self.db, DISTRIBUTIONS_SCANNED).await?;
+        let mut out = Vec::new();
+        for (d, instance) in rows {
+            if out.len() >= usize::try_from(limit.max(1)).unwrap_or(usize::MAX) {
+                break;
+            }
+            let status = match instance {
+                Some(i) => match self.engine.status(i).await {
+                    Ok(s) => Some(s),
+                    Err(keel_durable::DurableError::InstanceNotFound(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                },
+                None => None,
+            };
+            let run = status.as_ref().map(|s| s.status);
+            let state = match run {
+                Some(RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled) => continue,
+                _ if d.paused_at.is_some() => "paused",
+                None | Some(RunStatus::Pending) => "pending",
+                Some(RunStatus::Running) => "running",
+                Some(RunStatus::Waiting) => "waiting",
+                Some(RunStatus::Suspended) => "suspended",
+                Some(_) => "running",
+            };
+            let tally = store::distribution_tally(&self.db, d.id).await?;
+            let progress = super::distributions::progress_of(&tally);
+            out.push(DistributionStatus {
+                id: d.id,
+                organization_id: d.organization_id,
+                asset_id: d.asset_id,
+                chain_id: d.chain_id,
+                state,
+                paused_at: d.paused_at,
+                holders: d.holder_count.and_then(|n| u64::try_from(n).ok()),
+                paid: progress.paid.holders,
+                pending: progress.pending.holders,
+                refused: progress.refused.holders,
+                batches_paid: progress.batches_paid,
+                created_at: d.created_at,
+                updated_at: status.map_or(d.created_at, |s| s.updated_at),
+            });
+        }
+        Ok(out)
     }
 }

@@ -208,11 +208,13 @@ pub enum WaitFor {
     /// ([`OperationView::workflow_version`]): no live runner can run it (a release was
     /// rolled back). It is deferred, not failed, and does not hold its asset's queue.
     Runner,
+    /// A paused distribution waits for `POST /v1/distributions/{id}/resume`.
+    Resume,
 }
 
 impl WaitFor {
     /// The wire name (`approval`, `transaction`, `funding`, `timer`,
-    /// `custody_approval`, `runner`).
+    /// `custody_approval`, `runner`, `resume`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Approval => "approval",
@@ -221,6 +223,7 @@ impl WaitFor {
             Self::Timer => "timer",
             Self::CustodyApproval => "custody_approval",
             Self::Runner => "runner",
+            Self::Resume => "resume",
         }
     }
 }
@@ -370,7 +373,8 @@ struct Unsettled {
 ///
 /// - `state`: `queued` when pending behind another operation, else the instance's
 ///   status (`running` before it started);
-/// - `wait`: from the instance's wait: the approval signal → `approval`; a `tx.<link>`
+/// - `wait`: from the instance's wait: the approval signal → `approval`; a paused
+///   distribution's resume signal → `resume`; a `tx.<link>`
 ///   signal → `funding` (deadline: the request's funding deadline) when that request
 ///   waits for funding, else `transaction` (with its last broadcast error); anything
 ///   else → `timer`;
@@ -497,6 +501,14 @@ pub fn project(
                 WaitView {
                     waits_for: WaitFor::Approval,
                     until: w.deadline,
+                    link: None,
+                    last_broadcast_error: None,
+                    custody: None,
+                }
+            } else if name == crate::workflows::distribution::RESUME_SIGNAL {
+                WaitView {
+                    waits_for: WaitFor::Resume,
+                    until: None,
                     link: None,
                     last_broadcast_error: None,
                     custody: None,

@@ -46,11 +46,13 @@ pub struct DistributionRow {
     pub completed_at: Option<DateTime<Utc>>,
     /// When it was accepted.
     pub created_at: DateTime<Utc>,
+    /// Since when it is paused (`None`: not paused).
+    pub paused_at: Option<DateTime<Utc>>,
 }
 
 const DISTRIBUTION_COLUMNS: &str = "id, organization_id, asset_id, snapshot_id, chain_id, pay_kind, pay_token, \
      basis, amount::text AS amount, rounding, exclusions, holder_count, total_due::text AS total_due, \
-     remainder::text AS remainder, planned_at, completed_at, created_at";
+     remainder::text AS remainder, planned_at, completed_at, created_at, paused_at";
 
 /// A new `distribution` row (its operation row exists, in the same transaction).
 #[derive(Debug, Clone, Copy)]
@@ -433,4 +435,87 @@ pub async fn distribution_payments_unplaced(
     .bind(limit)
     .fetch_all(db)
     .await?)
+}
+
+/// Pauses distribution `id` of `organization_id` unless it is paused or completed
+/// already: `Some(n)` (its `n`-th pause) when this call paused it.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn distribution_pause(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    id: Uuid,
+) -> StoreResult<Option<i32>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE distribution SET paused_at = now(), pause_count = pause_count + 1
+          WHERE id = $1 AND organization_id = $2 AND paused_at IS NULL AND completed_at IS NULL
+         RETURNING pause_count",
+    )
+    .bind(id)
+    .bind(organization_id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// Clears the pause of distribution `id` of `organization_id`: `Some(n)` (the pause
+/// it ended, counted from 1) when it was paused.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn distribution_unpause(
+    db: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    id: Uuid,
+) -> StoreResult<Option<i32>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE distribution SET paused_at = NULL
+          WHERE id = $1 AND organization_id = $2 AND paused_at IS NOT NULL
+         RETURNING pause_count",
+    )
+    .bind(id)
+    .bind(organization_id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// Whether distribution `id` is paused (false for an unknown id).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn distribution_paused(db: impl PgExecutor<'_>, id: Uuid) -> StoreResult<bool> {
+    Ok(sqlx::query_scalar::<_, bool>(
+        "SELECT paused_at IS NOT NULL FROM distribution WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await?
+    .unwrap_or(false))
+}
+
+/// The `limit` newest distributions without `completed_at` (running, paused, waiting,
+/// or ended without completing), platform-wide, each with its operation's instance.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn distributions_unfinished(
+    db: impl PgExecutor<'_>,
+    limit: i64,
+) -> StoreResult<Vec<(DistributionRow, Option<Uuid>)>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        d: DistributionRow,
+        instance_id: Option<Uuid>,
+    }
+    let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {DISTRIBUTION_COLUMNS},
+                (SELECT o.instance_id FROM operation o WHERE o.id = distribution.id) AS instance_id
+           FROM distribution WHERE completed_at IS NULL
+          ORDER BY created_at DESC, id DESC LIMIT $1"
+    )))
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.d, r.instance_id)).collect())
 }

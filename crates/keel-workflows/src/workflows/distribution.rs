@@ -25,8 +25,9 @@
 //!    most [`MAX_BATCH_ATTEMPTS`] times.
 //! 6. `complete`: emits `distribution.completed`; the output tallies the payments.
 //!
-//! A cancel of the operation stops it before its next batch is queued: the payments
-//! say which holders were paid. Distributions paying one token (or the native
+//! A pause (`POST /v1/distributions/{id}/pause`) holds it before its next batch
+//! until a resume; a cancel of the operation stops it before its next batch is queued.
+//! Either way the payments say which holders were paid. Distributions paying one token (or the native
 //! currency) on a chain run one at a time (serialization key
 //! `distribution-pay:<chain>:<token>`), so two never race for one allowance.
 
@@ -41,7 +42,7 @@ use alloy::rpc::types::TransactionRequest;
 use alloy::sol_types::{SolCall, SolInterface};
 use chrono::{DateTime, Utc};
 use keel_abi::bindings::{AssetToken, BatchPay};
-use keel_durable::{StepError, Workflow, WorkflowContext, WorkflowFailure};
+use keel_durable::{SignalOutcome, StepError, Workflow, WorkflowContext, WorkflowFailure};
 use keel_units::Wei;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -49,6 +50,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
+
+/// The signal a paused distribution waits for (recorded by
+/// [`crate::Ops::distribution_resume`]).
+pub const RESUME_SIGNAL: &str = "resume";
 
 /// The most recipients in one batch.
 pub const MAX_BATCH: u32 = 500;
@@ -168,6 +173,9 @@ pub struct DistributionPay(pub Arc<WorkflowEnv>);
 
 impl Workflow for DistributionPay {
     const NAME: &'static str = "distribution.pay";
+    /// 2: a pause gate before every batch (`paused b.k` steps and the [`RESUME_SIGNAL`]
+    /// wait); version-1 instances run without it.
+    const VERSION: u32 = 2;
     type Input = DistributionInput;
     type Output = DistributionOutput;
     type Error = OpFailure;
@@ -310,9 +318,13 @@ async fn run(
         .await?,
     )?;
     let started = ctx.now().await?;
+    let pausable = ctx.changed("pause", 2).await?;
     let mut batch: u32 = 0;
     let mut sent: u32 = 0;
     loop {
+        if pausable {
+            pause_gate(p, ctx, id, batch).await?;
+        }
         await_funds(p, ctx, chain, &input, batch, started).await?;
         let placed = step_ok(
             ctx.step(&format!("batch {batch}"), || async move {
@@ -626,6 +638,36 @@ async fn await_funds(
     }
 }
 
+/// Before batch `batch`: while the distribution is paused (`distribution.paused_at`,
+/// set by [`crate::Ops::distribution_pause`]), waits for [`RESUME_SIGNAL`] and reads
+/// the flag again (`paused b.k` steps). A resume recorded while the flag was still
+/// unread leaves a signal no wait consumed; a later pause consumes it and, the flag
+/// still set, waits again, so a stale resume never lets a paused batch through.
+async fn pause_gate(
+    p: &WorkflowEnv,
+    ctx: &mut WorkflowContext,
+    id: Uuid,
+    batch: u32,
+) -> Result<(), Failure> {
+    let mut read: u32 = 0;
+    loop {
+        let paused = step_ok(
+            ctx.step(&format!("paused {batch}.{read}"), || async move {
+                store::distribution_paused(&p.db, id)
+                    .await
+                    .map_err(store_err)
+            })
+            .await?,
+        )?;
+        if !paused {
+            return Ok(());
+        }
+        ctx.set_progress(json!({ "phase": "paused", "batch": batch }));
+        let _: SignalOutcome<serde_json::Value> = ctx.wait_signal(RESUME_SIGNAL, None).await?;
+        read += 1;
+    }
+}
+
 /// The `batch size` step: recipients per batch from an estimate of a probe batch of
 /// the first unplaced payments (gas per recipient = the difference between a probe of
 /// k and of 1, over k − 1), within [`BATCH_GAS_BUDGET`] and at most [`MAX_BATCH`] or
@@ -737,8 +779,9 @@ async fn check_batch(
 }
 
 /// Why the payment of `amount` to `to` is refused: the token's error name for the
-/// `transferFrom` `BatchPay` makes (a call from `BatchPay`), `TransferRefused` when
-/// it has none Keel knows (or for native ether).
+/// `transferFrom` `BatchPay` makes (a call from `BatchPay`) when Keel knows its ABI,
+/// `custom error 0x<selector>` for another custom error, `TransferRefused` when the
+/// token gives no error data (or for native ether).
 async fn refusal_reason(
     chain: &ChainContext,
     batch_pay: Address,
@@ -757,7 +800,13 @@ async fn refusal_reason(
     }
     .abi_encode();
     match try_call(chain, batch_pay, token, call, U256::ZERO).await {
-        Ok(Err(data)) => custom_error_name(&data).unwrap_or_else(|| DEFAULT.to_owned()),
+        Ok(Err(data)) => custom_error_name(&data).unwrap_or_else(|| match data.get(..4) {
+            // An error Keel has no ABI for: its selector, so an auditor can look it up.
+            Some(selector) if data.len() >= 4 => {
+                format!("custom error 0x{}", alloy::hex::encode(selector))
+            }
+            _ => DEFAULT.to_owned(),
+        }),
         _ => DEFAULT.to_owned(),
     }
 }

@@ -52,7 +52,7 @@ impl Stack {
     }
 
     /// [`Stack::start`] with `extra` environment variables for every process.
-    async fn start_with(
+    pub(crate) async fn start_with(
         chain: TestChain,
         template: TemplateOpts,
         extra: Vec<(String, String)>,
