@@ -172,7 +172,10 @@ pub use history::{HistoryConfig, HistoryWorker, RangeDone, RangeLease, plan_hist
 pub use read::{IndexedTip, wait_for_block};
 pub use reindex::{Reindexed, reindex};
 pub use scope::{ScopeEntry, ScopeKind};
-pub use service::{HistoryDrain, TipFollow, follow_tip, follow_tip_with_heads, work_history};
+pub use service::{
+    HistoryDrain, SnapshotSeal, TipFollow, follow_tip, follow_tip_with_heads, seal_snapshots,
+    work_history,
+};
 pub use supply::{token_supply, token_supply_at};
 pub use tip::{FollowBackoff, NextRound, RoundOutcome, TipConfig, TipIngest};
 

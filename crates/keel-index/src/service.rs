@@ -382,3 +382,54 @@ pub async fn work_history(
         .instrument(span)
         .await;
 }
+
+/// Seals the pending snapshots of one chain once their block is final
+/// ([`crate::snapshot::seal_due`]), so a snapshot turns final without anyone reading it
+/// (a distribution or an export finds it sealed). Each run seals what is due and idles;
+/// concurrent sealers (every indexer replica runs one) seal a snapshot once, under its
+/// row lock. Cancel safe: a seal is one transaction.
+#[derive(Debug)]
+pub struct SnapshotSeal {
+    pool: PgPool,
+    chain: keel_units::ChainId,
+}
+
+impl SnapshotSeal {
+    /// The sealer of `chain`'s snapshots.
+    pub fn new(pool: PgPool, chain: keel_units::ChainId) -> Self {
+        Self { pool, chain }
+    }
+}
+
+impl BackgroundService for SnapshotSeal {
+    type Error = IndexError;
+
+    fn name(&self) -> &'static str {
+        "snapshot-seal"
+    }
+
+    async fn run_once(&mut self) -> Result<Report, IndexError> {
+        let sealed = crate::snapshot::seal_due(&self.pool, self.chain).await?;
+        Ok(Report::idle(sealed))
+    }
+
+    fn cancel_safe(&self) -> bool {
+        true
+    }
+}
+
+/// Runs [`SnapshotSeal`] for `chain` (in the span `snapshot_seal{chain}`) every
+/// `interval` until `stop` fires; a failed pass (the database) is logged and retried
+/// after up to six intervals.
+pub async fn seal_snapshots(
+    pool: PgPool,
+    chain: keel_units::ChainId,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    let pacing = ServiceConfig::new(interval).with_backoff(interval, interval * 6);
+    let span = tracing::info_span!("snapshot_seal", chain = %chain);
+    keel_service::run(SnapshotSeal::new(pool, chain), pacing, stop)
+        .instrument(span)
+        .await;
+}

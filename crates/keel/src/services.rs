@@ -734,6 +734,9 @@ fn durable_config_error(e: &keel_durable::DurableError) -> anyhow::Error {
     }
 }
 
+/// How often the indexer seals the snapshots whose block became final.
+const SNAPSHOT_SEAL_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Starts the indexer's work: per chain a chain-health task, a tip-ingest singleton
 /// (declined while the chain is not served) and a history worker, every task under
 /// `supervisor`.
@@ -835,6 +838,18 @@ pub async fn start_indexer(
             )
         });
         tasks.push(("index-history", history));
+
+        // Pending snapshots turn final without a reader (issue 36 §2).
+        let (seal_pool, seal_stop, chain) = (pool.clone(), stop.clone(), node.chain());
+        let seal = supervisor.spawn("snapshot-seal", move || {
+            keel_index::seal_snapshots(
+                seal_pool.clone(),
+                chain,
+                SNAPSHOT_SEAL_INTERVAL,
+                seal_stop.clone(),
+            )
+        });
+        tasks.push(("snapshot-seal", seal));
 
         let (settings, health_chains, health_stop) =
             (config.chain_health.clone(), chains.clone(), stop.clone());

@@ -806,3 +806,57 @@ async fn a_distribution_pays_exactly_once_through_lost_send_replies_a_reorg_and_
         "one transfer per paid holder"
     );
 }
+
+/// Issue 36 §2: a snapshot turns final once its block is final, with nobody reading it
+/// (the indexer's sealing loop): its row is sealed in the database (probed there, not
+/// through the API, which would seal it itself), and then reads answer it final with
+/// its holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_seals_once_its_block_is_final_without_a_reader() {
+    let chain = TestChain::start().await.unwrap();
+    let stack = Stack::start(chain, TemplateOpts::default()).await;
+    let (asset, token_address) = stack.create_active_asset("create-seal", "SEAL").await;
+    let holders: Vec<(Address, U256)> = (0..3u64)
+        .map(|i| (holder(90_000 + i), U256::from(1_000_000 * (i + 1))))
+        .collect();
+    seed_holders(&stack, &asset, token_address, &holders).await;
+    let record = stack.chain.block_number().await.unwrap();
+    let (status, s) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/snapshots"),
+            "snap",
+            json!({"atBlock": record}),
+        )
+        .await;
+    assert_eq!(status, 201, "{s}");
+    assert_eq!(s["state"], "pending", "{s}");
+    let id = s["id"].as_str().unwrap().to_owned();
+    stack
+        .chain
+        .provider()
+        .anvil_mine(Some(70), None)
+        .await
+        .unwrap();
+    stack
+        .until(
+            Duration::from_secs(60),
+            "the sealing loop seals it",
+            || async {
+                let state: String =
+                    sqlx::query_scalar("SELECT state FROM index_snapshot WHERE id = $1::uuid")
+                        .bind(&id)
+                        .fetch_one(stack.db.pool())
+                        .await
+                        .unwrap();
+                (state == "final").then_some(())
+            },
+        )
+        .await;
+    let (status, s) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}/snapshots/{id}"))
+        .await;
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(s["state"], "final", "{s}");
+    assert_eq!(s["holderCount"], 4, "three holders and the treasury: {s}");
+}
