@@ -101,7 +101,7 @@ contract AssetFactory is AccessControl {
         uint8 decimals,
         address tokenAdmin,
         address priceFeed
-    ) private view returns (bytes memory) {
+    ) internal view virtual returns (bytes memory) {
         return abi.encodePacked(
             type(AssetToken).creationCode,
             abi.encode(assetId, name, symbol, decimals, tokenAdmin, priceResolver, priceFeed)

@@ -67,3 +67,33 @@ sol!(
     SponsorPaymaster,
     "../../abi/out/SponsorPaymaster.json"
 );
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    SystemFactory,
+    "../../abi/out/SystemFactory.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    OrgAssetFactory,
+    "../../abi/out/OrgAssetFactory.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    RegulatedToken,
+    "../../abi/out/RegulatedToken.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    IdentityRegistry,
+    "../../abi/out/IdentityRegistry.json"
+);
+sol!(
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    Compliance,
+    "../../abi/out/Compliance.json"
+);

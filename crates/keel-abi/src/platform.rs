@@ -8,7 +8,7 @@
 
 use crate::bindings::{
     AssetFactory, BatchPay, Directory, EntryPointReference, PriceFeedFactory, PriceResolver,
-    SponsorPaymaster,
+    SponsorPaymaster, SystemFactory,
 };
 use crate::{AbiError, Result, directory_key};
 use alloy::primitives::{Address, B256, U256};
@@ -29,6 +29,8 @@ pub mod names {
     pub const ENTRY_POINT_REFERENCE: &str = "entryPointReference";
     /// `BatchPay` (many payments in one transaction: distributions).
     pub const BATCH_PAY: &str = "batchPay";
+    /// `SystemFactory` (deploys and records organization systems, issue 37).
+    pub const SYSTEM_FACTORY: &str = "systemFactory";
     /// The ERC-4337 EntryPoint.
     pub const ENTRY_POINT: &str = "entryPoint";
     /// Keel's ERC-4337 `SponsorPaymaster` (see [`super::deploy_sponsor_paymaster`]).
@@ -165,6 +167,11 @@ pub async fn deploy_platform<P: Provider + Clone>(
         "deploy BatchPay",
         BatchPay::deploy_builder(p.clone())
     );
+    let system_factory = deploy!(
+        names::SYSTEM_FACTORY,
+        "deploy SystemFactory",
+        SystemFactory::deploy_builder(p.clone(), admin, resolver.address)
+    );
     let entry = DeployedContract {
         name: names::ENTRY_POINT,
         address: entry_point,
@@ -178,6 +185,7 @@ pub async fn deploy_platform<P: Provider + Clone>(
         asset_factory,
         reference,
         batch_pay,
+        system_factory,
         entry,
     ];
 
@@ -376,6 +384,20 @@ pub async fn read_back<P: Provider + Clone>(
                     ));
                 }
                 format!("AssetFactory.priceResolver() = {resolver}")
+            }
+            names::SYSTEM_FACTORY => {
+                let f = SystemFactory::new(c.address, p.clone());
+                let resolver = f
+                    .priceResolver()
+                    .call()
+                    .await
+                    .map_err(rpc("SystemFactory.priceResolver"))?;
+                if resolver != addr(names::PRICE_RESOLVER)? {
+                    return Err(AbiError::Mismatch(
+                        "SystemFactory points at another PriceResolver",
+                    ));
+                }
+                format!("SystemFactory.priceResolver() = {resolver}")
             }
             names::ENTRY_POINT_REFERENCE => {
                 let r = EntryPointReference::new(c.address, p.clone());

@@ -166,6 +166,19 @@ pub const ERROR_CODES: &[ErrorCode] = &[
          is `final`.",
     ),
     c(
+        "SYSTEM_DISABLED",
+        409,
+        "The organization's system on the template's chain is switched off by an operator \
+         (`POST /v1/organizations/{id}/systems/{systemId}/disable`): it creates no assets \
+         until it is switched on again.",
+    ),
+    c(
+        "SYSTEM_NOT_DEPLOYED",
+        409,
+        "The organization system's contracts were never deployed (its deployment failed \
+         before its transaction landed): there is nothing to switch on or off.",
+    ),
+    c(
         "PAYLOAD_TOO_LARGE",
         413,
         "The request body exceeds the configured limit (256 KiB by default).",
@@ -473,6 +486,8 @@ mod tests {
             OpsError::IndexDegraded,
             OpsError::BlockNotIndexed { indexed: Some(1) },
             OpsError::SnapshotNotFinal,
+            OpsError::SystemDisabled,
+            OpsError::SystemNotDeployed,
             OpsError::Store(keel_store::StoreError::Decode),
         ]);
         for e in cases {

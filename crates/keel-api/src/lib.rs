@@ -26,6 +26,7 @@
 //! | `GET /v1/assets/{id}/holders` (`?atBlock=N&limit=&cursor=`) | `Ops::holders` | holders as of a block ([`ledger`]) |
 //! | `GET /v1/assets/{id}/transfers`, `GET /v1/assets/{id}/holders/{address}/transfers` (`?limit=&cursor=`) | `Ops::transfers` | transfers, newest first |
 //! | `GET /v1/assets/{id}/supply` (`?atBlock=N`) | `Ops::supply` | supply as of a block |
+//! | `POST /v1/organizations/{id}/system`, `GET …/systems`, `POST …/systems/{systemId}/enable\|disable` | `Ops::org_system*` | organization systems ([`org_systems`]) |
 //! | `POST /v1/distributions`, `GET /v1/distributions/{id}`, `…/payments`, `GET /v1/assets/{id}/distributions` | `Ops::distribution*` | distributions to a snapshot's holders ([`distributions`]) |
 //! | `POST`/`GET /v1/assets/{id}/snapshots`, `GET …/snapshots/{snapshotId}`, `…/holders`, `…/export` | `Ops::snapshot_*` | record-date snapshots as objects ([`snapshots`]) |
 //! | `GET /v1/funding-requests` (`?chainId=N`) | `Ops::funding_requests` (scoped to the caller's operations) | funding requests |
@@ -131,6 +132,7 @@ mod keys;
 pub mod ledger;
 pub mod metrics;
 mod openapi;
+pub mod org_systems;
 pub mod page;
 pub mod problem;
 pub mod scope;
@@ -374,6 +376,16 @@ pub fn router(state: ApiState) -> Router {
             get(snapshots::export),
         )
         .route("/v1/assets/{id}/distributions", get(distributions::list))
+        .route("/v1/organizations/{id}/system", post(org_systems::deploy))
+        .route("/v1/organizations/{id}/systems", get(org_systems::list))
+        .route(
+            "/v1/organizations/{id}/systems/{systemId}/enable",
+            post(org_systems::enable),
+        )
+        .route(
+            "/v1/organizations/{id}/systems/{systemId}/disable",
+            post(org_systems::disable),
+        )
         .route("/v1/distributions", post(distributions::create))
         .route("/v1/distributions/{id}", get(distributions::get))
         .route("/v1/distributions/{id}/pause", post(distributions::pause))

@@ -119,6 +119,8 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::ApiKeyRevoked
         | OpsError::BlockNotIndexed { .. }
         | OpsError::SnapshotNotFinal
+        | OpsError::SystemDisabled
+        | OpsError::SystemNotDeployed
         // The request names a block the index has not reached (as BLOCK_NOT_INDEXED):
         // a 409 with `Retry-After`, not a 5xx — the server is not failing.
         | OpsError::IndexBehind
@@ -241,6 +243,8 @@ mod tests {
             (OpsError::IndexDegraded, 503),
             (OpsError::BlockNotIndexed { indexed: None }, 409),
             (OpsError::SnapshotNotFinal, 409),
+            (OpsError::SystemDisabled, 409),
+            (OpsError::SystemNotDeployed, 409),
             (OpsError::Store(keel_store::StoreError::Decode), 503),
         ];
         for (e, status) in cases {

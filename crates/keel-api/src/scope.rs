@@ -4,7 +4,7 @@
 //!
 //! Rules: `GET` routes need `read`; operation-creating `POST`s, retry and cancel need
 //! `operate` (and so does creating a snapshot); approve and reject need `approve`; the `/v1/api-keys`,
-//! `/v1/webhook-endpoints`, `/v1/status` and re-index routes need `admin`. `/healthz`, `/readyz` and `/openapi.json` are public.
+//! `/v1/webhook-endpoints`, `/v1/status`, re-index routes and the `POST`s of `/v1/organizations/{id}/…` (organization systems) need `admin`. `/healthz`, `/readyz` and `/openapi.json` are public.
 //!
 //! ## Adding a route
 //! Add its line to [`ROUTES`] — method, the route template exactly as given to
@@ -111,6 +111,18 @@ pub const ROUTES: &[RouteAccess] = &[
     ),
     key("get", "/v1/assets/{id}/distributions", Scope::Read),
     key("post", "/v1/distributions", Scope::Operate),
+    key("post", "/v1/organizations/{id}/system", Scope::Admin),
+    key("get", "/v1/organizations/{id}/systems", Scope::Read),
+    key(
+        "post",
+        "/v1/organizations/{id}/systems/{systemId}/enable",
+        Scope::Admin,
+    ),
+    key(
+        "post",
+        "/v1/organizations/{id}/systems/{systemId}/disable",
+        Scope::Admin,
+    ),
     key("get", "/v1/distributions/{id}", Scope::Read),
     key("post", "/v1/distributions/{id}/pause", Scope::Operate),
     key("post", "/v1/distributions/{id}/resume", Scope::Operate),
@@ -361,6 +373,7 @@ mod tests {
                             || path.starts_with("/v1/webhook-endpoints")
                             || path == "/v1/status"
                             || path.ends_with("/index/reindex")
+                            || (path.starts_with("/v1/organizations/") && method == Method::POST)
                         {
                             Scope::Admin
                         } else if method == Method::GET {
@@ -397,9 +410,15 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(&crate::openapi_json()).unwrap();
         for kind in keel_workflows::OperationKind::ALL {
             let route = kind.route();
+            // An organization's own system is an administrator's decision (issue 37).
+            let scope = if *kind == keel_workflows::OperationKind::OrgSystemDeploy {
+                Scope::Admin
+            } else {
+                Scope::Operate
+            };
             assert_eq!(
                 access(&Method::POST, &route),
-                Some(Access::Key(Scope::Operate)),
+                Some(Access::Key(scope)),
                 "{kind}: POST {route}"
             );
             assert!(

@@ -426,6 +426,7 @@ pub async fn recorded(
         names::ASSET_FACTORY,
         names::ENTRY_POINT_REFERENCE,
         names::BATCH_PAY,
+        names::SYSTEM_FACTORY,
         names::ENTRY_POINT,
         names::SPONSOR_PAYMASTER,
     ];

@@ -122,6 +122,17 @@ pub async fn remove_scope(
     scope_rows::scope_remove(db, chain_i64(chain), address.as_slice()).await
 }
 
+/// Makes the live entry of `address` a configured one (clears its
+/// `discovered_at_block`), so neither a rollback nor a re-index of the block that
+/// announced it drops it, even once its announcer has left the scope (an organization
+/// system's token after the system was replaced). Returns true when a row changed.
+///
+/// # Errors
+/// [`crate::IndexError::Store`].
+pub async fn pin_scope(db: impl PgExecutor<'_>, chain: ChainId, address: Address) -> Result<bool> {
+    scope_rows::scope_pin(db, chain_i64(chain), address.as_slice()).await
+}
+
 /// The live scope of `chain`, ordered by address. Rows of unknown kind are skipped.
 ///
 /// # Errors

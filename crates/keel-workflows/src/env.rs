@@ -136,6 +136,7 @@ mod tests {
                 price_feed_factory: Address::ZERO,
                 price_resolver: Address::ZERO,
                 batch_pay: None,
+                system_factory: None,
             },
             senders: SenderPool::new(vec![Address::ZERO]),
         }

@@ -126,6 +126,14 @@ pub enum OpsError {
     /// snapshot. Code `SNAPSHOT_NOT_FINAL`; the same request can succeed once it is.
     #[error("the snapshot is not final yet")]
     SnapshotNotFinal,
+    /// The organization's system on the chain is switched off by an operator: it
+    /// creates no assets until it is switched on. Code `SYSTEM_DISABLED`.
+    #[error("the organization's system is disabled")]
+    SystemDisabled,
+    /// The system's contracts were never deployed (its deployment failed before its
+    /// transaction landed): there is nothing to switch on or off. Code `SYSTEM_NOT_DEPLOYED`.
+    #[error("the system has no deployed contracts")]
+    SystemNotDeployed,
     /// The database failed. Code `SERVICE_UNAVAILABLE`; retryable when transient.
     #[error("database: {0}")]
     Store(#[from] keel_store::StoreError),
@@ -156,6 +164,8 @@ impl OpsError {
             Self::OperationEnded => "OPERATION_ENDED",
             Self::InsufficientScope => "INSUFFICIENT_SCOPE",
             Self::ApiKeyRevoked => "API_KEY_REVOKED",
+            Self::SystemDisabled => "SYSTEM_DISABLED",
+            Self::SystemNotDeployed => "SYSTEM_NOT_DEPLOYED",
             Self::Engine(e) => match e {
                 keel_durable::DurableError::InvalidInput(_) => "PAYLOAD_TOO_LARGE_OR_DEEP",
                 keel_durable::DurableError::IdempotencyConflict { .. } => "IDEMPOTENCY_CONFLICT",
@@ -186,6 +196,8 @@ impl OpsError {
             | Self::IndexDegraded
             | Self::Store(_) => true,
             Self::Unauthenticated
+            | Self::SystemDisabled
+            | Self::SystemNotDeployed
             | Self::NotFound { .. }
             | Self::IdempotencyConflict
             | Self::InvalidField { .. }

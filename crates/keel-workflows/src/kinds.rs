@@ -18,7 +18,8 @@
 //! 4. its docs (the API reference is generated).
 //!
 //! A kind with a route of its own (not under `/v1/assets/{id}`) goes in the `other:`
-//! list with its path: `distribution.pay` (`POST /v1/distributions`).
+//! list with its path: `distribution.pay` (`POST /v1/distributions`),
+//! `organization.system` (`POST /v1/organizations/{id}/system`).
 
 use crate::env::WorkflowEnv;
 use crate::error::{OpsError, Result};
@@ -27,7 +28,7 @@ use crate::tenancy::Caller;
 use crate::workflows::contract::TokenOpInput;
 use crate::workflows::{
     AssetBurn, AssetCreate, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer,
-    AssetUnpause, DistributionPay,
+    AssetUnpause, DistributionPay, OrgSystemDeploy,
 };
 use keel_durable::Workflow;
 use std::sync::Arc;
@@ -45,6 +46,8 @@ pub enum ResultShape {
     RoleChange,
     /// [`crate::workflows::DistributionOutput`]: the payments of a distribution tallied.
     Distribution,
+    /// [`crate::workflows::OrgSystemOutput`]: the deployed organization system.
+    OrgSystem,
 }
 
 /// An unknown operation kind name (from a request's `kind` filter or a stored row).
@@ -180,6 +183,9 @@ operation_kinds! {
         /// `distribution.pay` (`POST /v1/distributions`): pays the holders of a final
         /// snapshot ([`crate::workflows::distribution`]).
         DistributionPay => "/v1/distributions", Distribution;
+        /// `organization.system` (`POST /v1/organizations/{id}/system`): deploys the
+        /// organization's own system on a chain ([`crate::workflows::org_system`]).
+        OrgSystemDeploy => "/v1/organizations/{id}/system", OrgSystem;
     }
 }
 

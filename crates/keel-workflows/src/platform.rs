@@ -19,6 +19,9 @@ pub struct PlatformAddresses {
     /// existed (a distribution there fails `BATCH_PAY_MISSING` until the chain is
     /// bootstrapped again).
     pub batch_pay: Option<Address>,
+    /// `SystemFactory` (organization systems, issue 37); `None` on a chain bootstrapped
+    /// before it existed (a system deployment there fails `SYSTEM_FACTORY_MISSING`).
+    pub system_factory: Option<Address>,
 }
 
 /// Why [`PlatformAddresses::load`] failed.
@@ -63,6 +66,7 @@ impl PlatformAddresses {
             price_feed_factory: find(keel_abi::platform::names::PRICE_FEED_FACTORY)?,
             price_resolver: find(keel_abi::platform::names::PRICE_RESOLVER)?,
             batch_pay: find(keel_abi::platform::names::BATCH_PAY).ok(),
+            system_factory: find(keel_abi::platform::names::SYSTEM_FACTORY).ok(),
         })
     }
 }

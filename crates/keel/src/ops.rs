@@ -431,7 +431,8 @@ pub fn table(ops: &[Operation]) -> String {
             op.id.to_string(),
             op.kind.clone(),
             state_name(op.state).to_owned(),
-            op.asset_id.to_string(),
+            op.asset_id
+                .map_or_else(|| "-".to_owned(), |a| a.to_string()),
             time(&op.created_at),
             time(&op.updated_at),
             detail,
@@ -481,7 +482,12 @@ pub fn describe(op: &Operation) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "operation  {}", op.id);
     let _ = writeln!(s, "kind       {}", op.kind);
-    let _ = writeln!(s, "asset      {}", op.asset_id);
+    let _ = writeln!(
+        s,
+        "asset      {}",
+        op.asset_id
+            .map_or_else(|| "-".to_owned(), |a| a.to_string())
+    );
     let _ = writeln!(s, "state      {}", state_name(op.state));
     if let Some(w) = &op.wait {
         let _ = writeln!(s, "wait       {}", wait_text(w));

@@ -37,8 +37,19 @@ pub const RETENTION_JOB: &str = "retention/daily";
 /// Name of the daily webhook audit retention cron job (issue 21).
 pub const WEBHOOK_RETENTION_JOB: &str = "webhooks-retention/daily";
 
+/// Name of the organization systems' abandonment sweep cron job (issue 37 §1).
+pub const ORG_SYSTEM_SWEEP_JOB: &str = "org-systems/sweep";
+
 /// The runner's scheduled jobs: a fixed set, so job names are bounded metric labels.
-pub const RUNNER_JOBS: [&str; 2] = [RETENTION_JOB, WEBHOOK_RETENTION_JOB];
+pub const RUNNER_JOBS: [&str; 3] = [RETENTION_JOB, WEBHOOK_RETENTION_JOB, ORG_SYSTEM_SWEEP_JOB];
+
+/// The abandonment sweep: every `organizations.sweepIntervalSeconds`.
+pub fn org_system_sweep_job(settings: &crate::config::OrganizationSettings) -> CronJob {
+    CronJob::new(
+        ORG_SYSTEM_SWEEP_JOB,
+        Schedule::every(Duration::from_secs(settings.sweep_interval_seconds)),
+    )
+}
 
 /// The daily webhook audit retention job: every 24 h, half an hour after the
 /// retention job.
@@ -396,6 +407,37 @@ impl RoleRuntime {
             "webhooks-retention-cron",
             self.supervisor
                 .watch("webhooks-retention-cron", webhook_cron),
+        ));
+
+        let sweep_job = org_system_sweep_job(&config.organizations);
+        keel_cluster::register_job(pool, &sweep_job)
+            .await
+            .context("registering the organization systems sweep")?;
+        let ops = keel_workflows::ops::Ops::new(
+            pool.clone(),
+            keel_durable::Engine::new(pool.clone(), crate::services::engine_config(config))
+                .map_err(|e| anyhow::anyhow!("durable engine: {e}"))?,
+        );
+        let abandon_after = Duration::from_secs(config.organizations.abandon_after_seconds);
+        let sweep_cron = owner
+            .cron(pool.clone(), sweep_job, move |_cycle: CronCycle| {
+                let ops = ops.clone();
+                async move {
+                    let run =
+                        tokio::spawn(
+                            async move { ops.sweep_abandoned_systems(abandon_after).await },
+                        );
+                    match run.await {
+                        Ok(Ok(report)) => Ok::<u64, String>(report.failed),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(_) => Err("the organization systems sweep panicked".to_owned()),
+                    }
+                }
+            })
+            .context("starting the organization systems sweep")?;
+        self.tasks.push((
+            "org-systems-sweep-cron",
+            self.supervisor.watch("org-systems-sweep-cron", sweep_cron),
         ));
 
         let (health_pool, health_stop) = (pool.clone(), self.stop.clone());

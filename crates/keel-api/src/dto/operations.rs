@@ -38,11 +38,11 @@ pub struct Operation {
     pub id: Uuid,
     /// The kind (`asset.create`, `asset.mint`, `asset.transfer`, `asset.pause`,
     /// `asset.unpause`, `asset.burn`, `asset.grant-role`, `asset.revoke-role`,
-    /// `distribution.pay`); a completed operation's `result.kind` repeats it.
+    /// `distribution.pay`, `organization.system`); a completed operation's `result.kind` repeats it.
     #[schema(example = "asset.create")]
     pub kind: String,
-    /// The asset it acts on.
-    pub asset_id: Uuid,
+    /// The asset it acts on; null for an operation on no asset (`organization.system`).
+    pub asset_id: Option<Uuid>,
     /// Its state; `completed`, `failed` and `cancelled` are terminal.
     pub state: OperationState,
     /// For a `queued` operation: the operation of the same asset it waits behind (null
@@ -351,6 +351,32 @@ pub struct DistributionResult {
     pub batches: u32,
 }
 
+/// The result of a completed `organization.system`: the deployed system (also
+/// `GET /v1/organizations/{id}/systems`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrgSystemResult {
+    /// The system's id (this operation's id).
+    pub system_id: Uuid,
+    /// Its `OrgAssetFactory` (EIP-55 checksummed): deploys the organization's assets.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub factory_address: String,
+    /// Its `IdentityRegistry`: the eligibility registry.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub registry_address: String,
+    /// Its `Compliance` contract.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub compliance_address: String,
+    /// The system it replaced, or null for the organization's first on the chain (and
+    /// for a superseded deployment).
+    pub replaced: Option<Uuid>,
+    /// The system of a deployment accepted later that finished first, or null: this
+    /// deployment's contracts exist but it never became the organization's system.
+    pub superseded_by: Option<Uuid>,
+    /// The block of the deployment transaction.
+    pub deployed_block: u64,
+}
+
 /// The result of a completed `asset.grant-role` or `asset.revoke-role`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -385,6 +411,7 @@ macro_rules! operation_results {
         token: { $($(#[$tdoc:meta])* $token:ident => $tkind:tt,)* }
         role: { $($(#[$rdoc:meta])* $role:ident => $rkind:tt,)* }
         distribution: { $($(#[$ddoc:meta])* $dist:ident => $dkind:tt,)* }
+        system: { $($(#[$sdoc:meta])* $sys:ident => $skind:tt,)* }
     ) => {
         /// The result of a completed operation, by `kind` (a `oneOf` keyed by its `kind`
         /// member, which repeats the operation's).
@@ -395,6 +422,7 @@ macro_rules! operation_results {
             $($(#[$tdoc])* #[serde(rename = $tkind)] $token(TokenOperationResult),)*
             $($(#[$rdoc])* #[serde(rename = $rkind)] $role(RoleChangeResult),)*
             $($(#[$ddoc])* #[serde(rename = $dkind)] $dist(DistributionResult),)*
+            $($(#[$sdoc])* #[serde(rename = $skind)] $sys(OrgSystemResult),)*
         }
 
         impl OperationResult {
@@ -406,6 +434,7 @@ macro_rules! operation_results {
                 $(($tkind, svc::OperationKind::$token, svc::ResultShape::TokenOp),)*
                 $(($rkind, svc::OperationKind::$role, svc::ResultShape::RoleChange),)*
                 $(($dkind, svc::OperationKind::$dist, svc::ResultShape::Distribution),)*
+                $(($skind, svc::OperationKind::$sys, svc::ResultShape::OrgSystem),)*
             ];
 
             fn create(kind: svc::OperationKind, r: AssetCreateResult) -> Option<Self> {
@@ -432,6 +461,13 @@ macro_rules! operation_results {
             fn distribution(kind: svc::OperationKind, r: DistributionResult) -> Option<Self> {
                 match kind {
                     $(svc::OperationKind::$dist => Some(Self::$dist(r)),)*
+                    _ => None,
+                }
+            }
+
+            fn system(kind: svc::OperationKind, r: OrgSystemResult) -> Option<Self> {
+                match kind {
+                    $(svc::OperationKind::$sys => Some(Self::$sys(r)),)*
                     _ => None,
                 }
             }
@@ -465,6 +501,10 @@ operation_results! {
     distribution: {
         /// `distribution.pay`: the payments of the distribution tallied.
         DistributionPay => "distribution.pay",
+    }
+    system: {
+        /// `organization.system`: the deployed organization system.
+        OrgSystemDeploy => "organization.system",
     }
 }
 
@@ -513,6 +553,21 @@ impl OperationResult {
                         tx_hash: o.tx_hash.to_string(),
                         block: o.block,
                         indexed_block: o.indexed_block,
+                    },
+                )
+            }
+            svc::ResultShape::OrgSystem => {
+                let o: svc::workflows::OrgSystemOutput = serde_json::from_value(output).ok()?;
+                Self::system(
+                    kind,
+                    OrgSystemResult {
+                        system_id: o.system_id,
+                        factory_address: address_text(o.factory),
+                        registry_address: address_text(o.registry),
+                        compliance_address: address_text(o.compliance),
+                        replaced: o.replaced,
+                        superseded_by: o.superseded_by,
+                        deployed_block: o.deployed_block,
                     },
                 )
             }

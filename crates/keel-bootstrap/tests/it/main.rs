@@ -68,6 +68,7 @@ async fn a_bootstrap_records_every_contract_and_its_scope_and_grants_custody_rol
         names::ASSET_FACTORY,
         names::ENTRY_POINT_REFERENCE,
         names::BATCH_PAY,
+        names::SYSTEM_FACTORY,
         names::ENTRY_POINT,
         names::SPONSOR_PAYMASTER,
     ] {

@@ -79,6 +79,20 @@ pub(crate) async fn scope_remove(
     Ok(done.rows_affected() == 1)
 }
 
+/// Clears `discovered_at_block` of the live row of `address`. True when one changed.
+pub(crate) async fn scope_pin(db: impl PgExecutor<'_>, chain: i64, address: &[u8]) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE index_scope SET discovered_at_block = NULL
+         WHERE chain_id = $1 AND address = $2 AND removed_at IS NULL
+           AND discovered_at_block IS NOT NULL",
+    )
+    .bind(chain)
+    .bind(address)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
 /// The live rows, ordered by address.
 pub(crate) async fn scope_live(db: impl PgExecutor<'_>, chain: i64) -> Result<Vec<ScopeRow>> {
     Ok(sqlx::query_as(

@@ -212,12 +212,29 @@ impl Ops {
         let t = template(&self.db, caller.organization_id, &req.template_id).await?;
         let answer = price_answer(&req.initial_price, t.price_decimals)?;
         let chain_id = i64::try_from(t.chain_id).map_err(|_| OpsError::ChainNotConfigured)?;
-        let (operation_id, asset_id, created) = loop {
+        // The organization's system on the chain deploys the token (issue 37 §1), unless
+        // an operator switched it off; without one, the platform's factory does.
+        let system = store::org_system_current(&self.db, caller.organization_id, chain_id).await?;
+        let (system_id, system_factory) = match system {
+            Some(s) if !s.enabled => return Err(OpsError::SystemDisabled),
+            Some(s) => (
+                Some(s.id),
+                s.factory.as_deref().and_then(|f| Address::try_from(f).ok()),
+            ),
+            None => (None, None),
+        };
+        let (operation_id, asset_id, system_factory, created) = loop {
             if let Some(op) = store::operation_by_key(&self.db, caller.organization_id, key).await?
             {
                 match self.existing(caller, &op, &request_hash).await? {
                     Some(accepted) => return Ok(accepted),
-                    None => break (op.id, op.asset_id, false),
+                    None => {
+                        let asset_id = op.asset_id.ok_or(OpsError::IdempotencyConflict)?;
+                        // A repeat starts the creation with the system recorded at
+                        // acceptance.
+                        let factory = store::asset_system_factory(&self.db, asset_id).await?;
+                        break (op.id, asset_id, factory, false);
+                    }
                 }
             }
             let operation_id = Uuid::new_v4();
@@ -234,6 +251,7 @@ impl Ops {
                     symbol: &req.symbol,
                     decimals: i16::from(req.decimals),
                     initial_price: &req.initial_price,
+                    system_id,
                 },
             )
             .await?;
@@ -243,7 +261,7 @@ impl Ops {
                     id: operation_id,
                     organization_id: caller.organization_id,
                     kind: OperationKind::AssetCreate,
-                    asset_id,
+                    asset_id: Some(asset_id),
                     idempotency_key: key,
                     request_sha256: &request_hash,
                     api_key_id: caller.api_key_id,
@@ -254,7 +272,7 @@ impl Ops {
                 self.emit_accepted(&mut tx, caller.organization_id, operation_id)
                     .await?;
                 tx.commit().await?;
-                break (operation_id, asset_id, true);
+                break (operation_id, asset_id, system_factory, true);
             }
             // A concurrent request with the same key won; answer as its repeat.
             tx.rollback().await?;
@@ -271,6 +289,7 @@ impl Ops {
             staleness_bound_seconds: t.staleness_bound_seconds,
             funding_deadline_seconds: t.funding_pause.then_some(t.funding_deadline_seconds),
             sender: t.sender.as_ref().map(|s| s.address),
+            system_factory,
         };
         self.start::<AssetCreate>(operation_id, &input, None, caller)
             .await?;
@@ -373,7 +392,7 @@ impl Ops {
                     id: operation_id,
                     organization_id: caller.organization_id,
                     kind,
-                    asset_id,
+                    asset_id: Some(asset_id),
                     idempotency_key: key,
                     request_sha256: &request_hash,
                     api_key_id: caller.api_key_id,
@@ -572,6 +591,8 @@ mod tests {
             .kind(),
             // Accepted by `Ops::distribution_create`.
             OperationKind::DistributionPay,
+            // Accepted by `Ops::org_system_deploy`.
+            OperationKind::OrgSystemDeploy,
         ];
         for kind in kinds {
             assert!(WORKFLOWS.contains(&kind.name()), "{kind}");

@@ -63,10 +63,10 @@ impl Ops {
         // Under the row lock: waits for a step that is queueing a write right now, so
         // its request is linked (and seen below) before the flag is set.
         store::operation_cancel_request(&self.db, id).await?;
-        let asset = self.asset_record(caller, op.asset_id).await?;
+        let chain_id = self.operation_chain(caller, &op).await?;
         let withdrawal = keel_txq::withdraw_by_key_prefix(
             &self.db,
-            asset.chain_id,
+            chain_id,
             &format!("op/{id}/"),
             Some(&self.verdict_sink()),
         )

@@ -344,7 +344,7 @@ impl Ops {
                     id: operation_id,
                     organization_id: caller.organization_id,
                     kind: OperationKind::DistributionPay,
-                    asset_id: req.asset_id,
+                    asset_id: Some(req.asset_id),
                     idempotency_key: key,
                     request_sha256: &request_hash,
                     api_key_id: caller.api_key_id,

@@ -34,6 +34,7 @@ pub mod distributions;
 pub mod history;
 pub mod keys;
 pub mod ledger;
+pub mod org_systems;
 pub mod read;
 pub mod reindex;
 pub mod snapshots;

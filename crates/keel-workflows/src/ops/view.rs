@@ -71,8 +71,8 @@ pub struct OperationView {
     pub id: Uuid,
     /// The kind (`asset.create`, `asset.mint`, ...: [`crate::OperationKind::ALL`]).
     pub kind: crate::kinds::OperationKind,
-    /// The asset.
-    pub asset_id: Uuid,
+    /// The asset; `None` for an operation on no asset (`organization.system`).
+    pub asset_id: Option<Uuid>,
     /// The state; `Queued` comes with [`OperationView::queued_behind`].
     pub state: OperationState,
     /// For a `queued` operation: the operation of the same asset it waits behind.
@@ -983,7 +983,7 @@ mod tests {
         OperationRow {
             id: Uuid::new_v4(),
             kind: crate::kinds::OperationKind::AssetMint,
-            asset_id: Uuid::new_v4(),
+            asset_id: Some(Uuid::new_v4()),
             request_sha256: vec![],
             api_key_id: Uuid::new_v4(),
             instance_id: Some(Uuid::new_v4()),

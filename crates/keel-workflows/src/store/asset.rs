@@ -26,6 +26,8 @@ pub struct NewAssetRow<'a> {
     pub decimals: i16,
     /// Initial price as given (decimal string).
     pub initial_price: &'a str,
+    /// The organization system whose factory deploys the token (`None`: the platform's).
+    pub system_id: Option<Uuid>,
 }
 
 /// Inserts a new asset.
@@ -35,8 +37,8 @@ pub struct NewAssetRow<'a> {
 pub async fn asset_insert(db: impl PgExecutor<'_>, a: &NewAssetRow<'_>) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO asset (id, organization_id, template_id, chain_id, name, symbol, decimals,
-                            initial_price)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                            initial_price, system_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(a.id)
     .bind(a.organization_id)
@@ -46,6 +48,7 @@ pub async fn asset_insert(db: impl PgExecutor<'_>, a: &NewAssetRow<'_>) -> Store
     .bind(a.symbol)
     .bind(a.decimals)
     .bind(a.initial_price)
+    .bind(a.system_id)
     .execute(db)
     .await?;
     Ok(())
@@ -77,6 +80,26 @@ pub async fn asset_addresses_set(
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// The factory of the organization system recorded for `asset_id` at acceptance, if
+/// any (and once deployed).
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn asset_system_factory(
+    db: impl PgExecutor<'_>,
+    asset_id: Uuid,
+) -> StoreResult<Option<alloy::primitives::Address>> {
+    let f: Option<Option<Vec<u8>>> = sqlx::query_scalar(
+        "SELECT s.factory FROM asset a JOIN organization_system s ON s.id = a.system_id
+          WHERE a.id = $1",
+    )
+    .bind(asset_id)
+    .fetch_optional(db)
+    .await?;
+    Ok(f.flatten()
+        .and_then(|f| alloy::primitives::Address::try_from(f.as_slice()).ok()))
 }
 
 /// An asset with its creation operation and that operation's workflow instance (whose

@@ -28,6 +28,7 @@
 //! | `operation` | `operation`: inserts, reads, lists, guards, retries, cancels, webhook mark |
 //! | `operation_tx` | `operation_tx`: the links of queue requests to operations |
 //! | `distribution` | `distribution`, `distribution_payment` (migration `0089`): distributions and their payments |
+//! | `org_system` | `organization_system`, `organization_system_current` (migration `0091`): organization systems |
 //! | `database` | no table: clock, snapshot transactions, ping |
 
 use keel_store::StoreError;
@@ -39,6 +40,7 @@ mod database;
 mod distribution;
 mod operation;
 mod operation_tx;
+mod org_system;
 mod organization;
 
 pub use api_key::*;
@@ -48,6 +50,7 @@ pub use database::*;
 pub use distribution::*;
 pub use operation::*;
 pub use operation_tx::*;
+pub use org_system::*;
 pub use organization::*;
 
 /// `Result` of the store functions: every failure is a classified [`StoreError`].

@@ -16,8 +16,8 @@ pub struct OperationRow {
     /// `asset.create`, `asset.mint`, ... (also the workflow's name); a stored kind this
     /// build does not know fails the row's decoding.
     pub kind: crate::kinds::OperationKind,
-    /// The asset.
-    pub asset_id: Uuid,
+    /// The asset; `None` for an operation on no asset (`organization.system`).
+    pub asset_id: Option<Uuid>,
     /// SHA-256 of the kind, the asset and the canonical request body.
     pub request_sha256: Vec<u8>,
     /// The API key that made the request.
@@ -42,8 +42,8 @@ pub struct NewOperationRow<'a> {
     pub organization_id: Uuid,
     /// The operation kind.
     pub kind: crate::kinds::OperationKind,
-    /// The asset.
-    pub asset_id: Uuid,
+    /// The asset; `None` for an operation on no asset (`organization.system`).
+    pub asset_id: Option<Uuid>,
     /// The caller's `Idempotency-Key` (1..=255 characters).
     pub idempotency_key: &'a str,
     /// SHA-256 (32 bytes) of the request.

@@ -115,6 +115,8 @@ impl Workflow for AssetCreate {
             .await?,
         )?;
 
+        // The organization system's factory (issue 37 §1), else the platform's.
+        let factory = input.system_factory.unwrap_or(c.asset_factory);
         ctx.set_progress(json!({ "phase": "deploy-token", "feed": feed }));
         let call = AssetFactory::createAssetCall {
             assetId: onchain_asset_id(input.asset_id),
@@ -132,7 +134,7 @@ impl Workflow for AssetCreate {
             Write {
                 operation_id: op,
                 name: "deploy-token",
-                contract: c.asset_factory,
+                contract: factory,
                 funding_deadline: funding,
                 sender: issuer,
                 value: keel_units::Wei::ZERO,
@@ -142,10 +144,9 @@ impl Workflow for AssetCreate {
         .await?;
         let token = step_ok(
             ctx.step("record token address", || async move {
-                let token =
-                    read_event::<AssetFactory::AssetCreated>(chain, landed, c.asset_factory)
-                        .await?
-                        .token;
+                let token = read_event::<AssetFactory::AssetCreated>(chain, landed, factory)
+                    .await?
+                    .token;
                 // The issuer sent every write of the asset and administers its
                 // token and feed: the asset's issuer.
                 store::asset_addresses_set(
@@ -161,6 +162,31 @@ impl Workflow for AssetCreate {
             })
             .await?,
         )?;
+
+        // A system's token is put in the index scope by the workflow itself, as a
+        // configured entry: it stays indexed when its system is replaced (and its
+        // factory leaves the scope), whatever the index discovered first.
+        if input.system_factory.is_some() {
+            let chain_id = chain.chain_id;
+            step_ok(
+                ctx.step("scope token", || async move {
+                    let entry = keel_index::ScopeEntry {
+                        address: token,
+                        kind: keel_index::ScopeKind::AssetToken,
+                        organization: None,
+                        from_block: landed.block,
+                    };
+                    keel_index::scope::add_scope(&p.db, chain_id, &entry)
+                        .await
+                        .map_err(|_| StepError::transient("INDEX_UNAVAILABLE"))?;
+                    keel_index::scope::pin_scope(&p.db, chain_id, token)
+                        .await
+                        .map_err(|_| StepError::transient("INDEX_UNAVAILABLE"))?;
+                    Ok::<_, StepError<OpFailure>>(())
+                })
+                .await?,
+            )?;
+        }
 
         // A pool sender other than the operator created the token: the operator gets
         // its DEFAULT_ADMIN_ROLE too, so the asset stays administrable (the operator

@@ -107,6 +107,12 @@ pub struct AssetCreateInput {
     /// inputs written before it existed, which therefore run as they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender: Option<Address>,
+    /// The `OrgAssetFactory` of the organization system that deploys the token (issue
+    /// 37; the asset's `system_id`); absent: the platform's `AssetFactory`. A token of a
+    /// system is added to the index scope by the workflow itself (step `scope token`),
+    /// so it stays indexed after its system is replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_factory: Option<Address>,
 }
 
 /// Output of `asset.create`.

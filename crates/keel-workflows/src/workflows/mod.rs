@@ -21,6 +21,7 @@ pub(crate) mod asset_create;
 pub mod contract;
 pub mod distribution;
 pub mod distribution_plan;
+pub mod org_system;
 pub(crate) mod send;
 pub(crate) mod token_op;
 
@@ -31,6 +32,7 @@ pub use contract::{
     TokenRole, onchain_asset_id,
 };
 pub use distribution::{DistributionInput, DistributionOutput, DistributionPay, PayWith};
+pub use org_system::{OrgSystemDeploy, OrgSystemInput, OrgSystemOutput};
 pub use send::{chain_wake_tag, custom_error_name};
 pub use token_op::{
     AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer, AssetUnpause,

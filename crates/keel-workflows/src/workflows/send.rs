@@ -545,6 +545,7 @@ mod tests {
                 price_feed_factory: Address::ZERO,
                 price_resolver: Address::ZERO,
                 batch_pay: None,
+                system_factory: None,
             },
             senders: crate::env::SenderPool::new(vec![Address::ZERO]),
         }
@@ -750,6 +751,7 @@ mod tests {
                 symbol: "A",
                 decimals: 0,
                 initial_price: "1",
+                system_id: None,
             },
         )
         .await
@@ -761,7 +763,7 @@ mod tests {
                 id: op,
                 organization_id: org,
                 kind: crate::kinds::OperationKind::AssetPause,
-                asset_id: asset,
+                asset_id: Some(asset),
                 idempotency_key: "k",
                 request_sha256: &[0; 32],
                 api_key_id: key.id,

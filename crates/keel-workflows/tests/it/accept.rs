@@ -72,7 +72,7 @@ async fn token_operations_need_an_active_asset() {
         .create_asset(env.caller, "k-1", &new_asset("Alpha"))
         .await
         .unwrap();
-    let asset = created.operation.asset_id;
+    let asset = created.operation.asset_id.unwrap();
     let mint = TokenRequest::Mint {
         recipient: Address::repeat_byte(7),
         amount: "1.5".into(),

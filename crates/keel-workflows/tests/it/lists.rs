@@ -43,14 +43,16 @@ async fn every_filter_combination_is_an_index_range_scan() {
         .await
         .unwrap()
         .operation
-        .asset_id;
+        .asset_id
+        .unwrap();
     let other = env
         .ops
         .create_asset(env.caller, "b", &new_asset("Beta"))
         .await
         .unwrap()
         .operation
-        .asset_id;
+        .asset_id
+        .unwrap();
     bulk_operations(&env, other, 20_000).await;
     let org = env.caller.organization_id;
     let now = chrono::Utc::now();
@@ -120,7 +122,8 @@ async fn a_state_filter_examines_a_bounded_number_of_rows() {
         .await
         .unwrap()
         .operation
-        .asset_id;
+        .asset_id
+        .unwrap();
     bulk_operations(&env, asset, 1_100).await;
     let completed = OperationFilter {
         state: Some(OperationState::Completed),
@@ -253,6 +256,8 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
         include_str!("../../../../migrations/0068_durable_wake_tag.sql"),
         // The EIP-7702 authorization list every request insert writes (0081, idempotent).
         include_str!("../../../../migrations/0081_txq_authorization_list.sql"),
+        // The organization systems an asset creation reads (0091).
+        include_str!("../../../../migrations/0091_organization_system.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }
@@ -342,10 +347,15 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
                 .issuer_address
         }
     };
-    assert_eq!(issuer(sent.asset_id).await, Some(sender.to_vec()));
-    assert_eq!(issuer(unsent.asset_id).await, None);
+    assert_eq!(issuer(sent.asset_id.unwrap()).await, Some(sender.to_vec()));
+    assert_eq!(issuer(unsent.asset_id.unwrap()).await, None);
     let view = ops
-        .asset(caller, sent.asset_id, None, std::time::Duration::ZERO)
+        .asset(
+            caller,
+            sent.asset_id.unwrap(),
+            None,
+            std::time::Duration::ZERO,
+        )
         .await
         .unwrap();
     assert_eq!(view.issuer_address, Some(sender));

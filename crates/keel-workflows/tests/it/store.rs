@@ -13,6 +13,7 @@ async fn asset(env: &Env) -> Uuid {
         .unwrap()
         .operation
         .asset_id
+        .unwrap()
 }
 
 fn operation<'a>(env: &Env, asset_id: Uuid, key: &'a str, hash: &'a [u8]) -> NewOperationRow<'a> {
@@ -20,7 +21,7 @@ fn operation<'a>(env: &Env, asset_id: Uuid, key: &'a str, hash: &'a [u8]) -> New
         id: Uuid::new_v4(),
         organization_id: env.caller.organization_id,
         kind: keel_workflows::OperationKind::AssetPause,
-        asset_id,
+        asset_id: Some(asset_id),
         idempotency_key: key,
         request_sha256: hash,
         api_key_id: env.caller.api_key_id,

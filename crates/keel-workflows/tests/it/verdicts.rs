@@ -221,6 +221,8 @@ async fn the_upgrade_delivers_what_the_relay_had_not() {
         include_str!("../../../../migrations/0068_durable_wake_tag.sql"),
         // The EIP-7702 authorization list every request insert writes (0081, idempotent).
         include_str!("../../../../migrations/0081_txq_authorization_list.sql"),
+        // The organization systems an asset creation reads (0091).
+        include_str!("../../../../migrations/0091_organization_system.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }

@@ -99,3 +99,25 @@ pub struct RetentionSettings {
     /// Registry rows of replicas silent for this many liveness windows are deleted (>= 2).
     pub stale_replica_windows: u32,
 }
+
+/// `[organizations]`: the runner's abandonment sweep of organization system
+/// deployments (issue 37 §1, cron job `org-systems/sweep`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct OrganizationSettings {
+    /// Seconds between sweeps (1..=86400, default 60).
+    pub sweep_interval_seconds: u64,
+    /// A deployment accepted this many seconds ago whose workflow was never started
+    /// counts as gone (>= 1, default 300). One whose instance is missing, failed or
+    /// cancelled is gone at once.
+    pub abandon_after_seconds: u64,
+}
+
+impl Default for OrganizationSettings {
+    fn default() -> Self {
+        Self {
+            sweep_interval_seconds: 60,
+            abandon_after_seconds: 300,
+        }
+    }
+}

@@ -24,7 +24,10 @@ mod webhooks;
 
 pub use api::{ApiConfig, StatusSettings};
 pub use chains::{ChainConfig, ChainCustodyConfig, CustodyProviderKind, CustodySettings};
-pub use cluster::{ChainHealthSettings, ClusterConfig, RetentionSettings, SupervisionSettings};
+pub use cluster::{
+    ChainHealthSettings, ClusterConfig, OrganizationSettings, RetentionSettings,
+    SupervisionSettings,
+};
 pub use durable::{ConfirmationWatcherConfig, DurableConfig, ExecutorSettings, ShardingConfig};
 pub use index::{HistorySettings, IndexSettings};
 pub use load::is_known_key;
@@ -142,6 +145,9 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// `[retention]`.
     pub retention: RetentionSettings,
+    /// `[organizations]`.
+    #[serde(default)]
+    pub organizations: OrganizationSettings,
     /// `[monitoring]`.
     pub monitoring: MonitoringConfig,
     /// `[telemetry]`.

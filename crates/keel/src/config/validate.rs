@@ -384,6 +384,19 @@ impl Config {
         if self.cluster.host.len() > 255 {
             return Err(invalid("cluster.host", "must be at most 255 bytes"));
         }
+        let o = &self.organizations;
+        if !(1..=86_400).contains(&o.sweep_interval_seconds) {
+            return Err(invalid(
+                "organizations.sweepIntervalSeconds",
+                "must be within 1..=86400",
+            ));
+        }
+        if o.abandon_after_seconds == 0 {
+            return Err(invalid(
+                "organizations.abandonAfterSeconds",
+                "must be at least 1",
+            ));
+        }
         let r = &self.retention;
         if r.window_days == 0 || r.window_days > 36_500 {
             return Err(invalid(

@@ -17,6 +17,7 @@ mod e2e;
 mod index_cli;
 mod kms;
 mod ops_cli;
+mod org_systems;
 mod process;
 mod retention;
 mod traces;

@@ -177,6 +177,29 @@ impl Procs {
         child.wait().unwrap();
     }
 
+    /// Waits (probe, 50 ms apart) until process `name` exits on its own, at most
+    /// `within`; forgets it and returns its exit status.
+    pub(crate) async fn await_exit(
+        &mut self,
+        name: &'static str,
+        within: Duration,
+    ) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.procs.get_mut(name).unwrap();
+            if let Some(status) = child.try_wait().unwrap() {
+                self.procs.remove(name);
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not exit within {within:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Process `name`'s log so far.
     pub(crate) fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.logs.path().join(format!("{name}.log"))).unwrap_or_default()

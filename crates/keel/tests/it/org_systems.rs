@@ -1,0 +1,422 @@
+//! Organization systems (issue 37 §1) end to end: deployments through the API, a runner
+//! aborted at every step of the deployment (between the scope writes too), a
+//! redeployment accepted while one is in flight, and the abandonment sweep finding
+//! deployments whose execution is gone. After each, the Ledger Index's scope equals
+//! what the chain (`SystemFactory.systemOf`) and the organization's record say.
+
+use crate::e2e::{Stack, TemplateOpts, state, terminal};
+use alloy::primitives::Address;
+use anvil_tests::TestChain;
+use keel_abi::bindings::{RegulatedToken, SystemFactory};
+use keel_workflows::workflows::org_system::{CRASH_POINTS, onchain_organization_id};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use uuid::Uuid;
+
+const WITHIN: Duration = Duration::from_secs(120);
+
+async fn org_id(stack: &Stack, name: &str) -> Uuid {
+    sqlx::query_scalar("SELECT id FROM organization WHERE name = $1")
+        .bind(name)
+        .fetch_one(stack.db.pool())
+        .await
+        .unwrap()
+}
+
+/// `POST /v1/organizations/{org}/system` on the stack's chain; the operation id.
+async fn deploy(stack: &Stack, org: Uuid, idem: &str) -> String {
+    let (status, view) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/organizations/{org}/system"),
+            idem,
+            json!({ "chainId": stack.chain.chain_id() }),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{status} {view}");
+    assert_eq!(view["kind"], "organization.system", "{view}");
+    assert!(view["assetId"].is_null(), "{view}");
+    view["id"].as_str().unwrap().to_owned()
+}
+
+async fn systems(stack: &Stack, org: Uuid) -> Vec<Value> {
+    let (status, list) = stack
+        .get(&stack.key_a, &format!("/v1/organizations/{org}/systems"))
+        .await;
+    assert_eq!(status, 200, "{list}");
+    list["data"].as_array().unwrap().clone()
+}
+
+fn address(v: &Value) -> Option<Address> {
+    v.as_str().map(|s| s.parse().unwrap())
+}
+
+/// The organization's asset factories in the live index scope.
+async fn factories_in_scope(stack: &Stack, org: Uuid) -> BTreeSet<Address> {
+    let rows: Vec<Vec<u8>> = sqlx::query_scalar(
+        "SELECT address FROM index_scope WHERE chain_id = $1 AND kind = 'asset_factory'
+            AND organization = $2 AND removed_at IS NULL",
+    )
+    .bind(i64::try_from(stack.chain.chain_id()).unwrap())
+    .bind(org.to_string())
+    .fetch_all(stack.db.pool())
+    .await
+    .unwrap();
+    rows.iter().map(|a| Address::from_slice(a)).collect()
+}
+
+async fn token_in_scope(stack: &Stack, token: Address) -> bool {
+    sqlx::query_scalar(
+        "SELECT count(*) = 1 FROM index_scope WHERE chain_id = $1 AND address = $2
+            AND kind = 'asset_token' AND removed_at IS NULL",
+    )
+    .bind(i64::try_from(stack.chain.chain_id()).unwrap())
+    .bind(token.as_slice())
+    .fetch_one(stack.db.pool())
+    .await
+    .unwrap()
+}
+
+/// The invariant after every scenario: the organization carries exactly one system (the
+/// one named `current`), `active`; the scope holds its factory (when enabled) and no
+/// other factory of the organization; every system with contracts is recorded on chain
+/// under its serial with the same addresses; nothing is left `deploying`.
+async fn assert_consistent(stack: &Stack, org: Uuid, current: &str) -> Vec<Value> {
+    let list = systems(stack, org).await;
+    let carried: Vec<&Value> = list.iter().filter(|s| s["current"] == true).collect();
+    assert_eq!(carried.len(), 1, "{list:?}");
+    let carried = carried[0];
+    assert_eq!(carried["id"], current, "{list:?}");
+    assert_eq!(carried["state"], "active", "{list:?}");
+    let want: BTreeSet<Address> = if carried["enabled"] == true {
+        address(&carried["factoryAddress"]).into_iter().collect()
+    } else {
+        BTreeSet::new()
+    };
+    assert_eq!(factories_in_scope(stack, org).await, want, "{list:?}");
+    let registry = SystemFactory::new(stack.contracts["systemFactory"], stack.chain.provider());
+    for s in &list {
+        assert_ne!(s["state"], "deploying", "{list:?}");
+        if s["id"] != current {
+            assert!(s["state"] == "replaced" || s["state"] == "failed", "{s}");
+        }
+        let on_chain = registry
+            .systemOf(onchain_organization_id(org), s["serial"].as_u64().unwrap())
+            .call()
+            .await
+            .unwrap();
+        match address(&s["factoryAddress"]) {
+            Some(factory) => {
+                assert_eq!(on_chain.factory, factory, "{s}");
+                assert_eq!(
+                    Some(on_chain.registry),
+                    address(&s["registryAddress"]),
+                    "{s}"
+                );
+                assert_eq!(
+                    Some(on_chain.compliance),
+                    address(&s["complianceAddress"]),
+                    "{s}"
+                );
+            }
+            None => assert_eq!(on_chain.factory, Address::ZERO, "{s}"),
+        }
+    }
+    list
+}
+
+/// Waits until the sweep declared system `id` failed; its `failure`.
+async fn swept(stack: &Stack, org: Uuid, id: &str) -> Value {
+    stack
+        .until(
+            WITHIN,
+            "the sweep declares the deployment failed",
+            || async move {
+                systems(stack, org)
+                    .await
+                    .iter()
+                    .find(|s| s["id"] == id && s["state"] == "failed")
+                    .map(|s| s["failure"].clone())
+            },
+        )
+        .await
+}
+
+async fn completed(stack: &Stack, op: &str) -> Value {
+    let done = stack.await_op(op, WITHIN, terminal).await;
+    assert_eq!(state(&done), "completed", "{done}\n{}", stack.logs());
+    done
+}
+
+/// A runner aborted (as by kill -9) at each of the deployment's steps — after its
+/// transaction landed, after the addresses were recorded, after the settings step read
+/// the organization's system, after it took the old system out of the scope, after it
+/// put the new one in, and after it wrote the organization's record — and started again
+/// finishes the redeployment with one system on chain per deployment; the scope holds
+/// exactly the system the organization carries, and the asset of the first system
+/// stays indexed after its factory left the scope. A redeployment accepted while
+/// another is in flight runs after it and replaces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_at_every_step_of_a_redeployment_leaves_the_scope_equal_to_the_record() {
+    let chain = TestChain::start().await.unwrap();
+    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
+    let org = org_id(&stack, "acme").await;
+
+    // Another organization's id is not found; a chain that was not bootstrapped is refused.
+    let other = org_id(&stack, "other").await;
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/organizations/{other}/system"),
+            "sys-other",
+            json!({ "chainId": stack.chain.chain_id() }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("NOT_FOUND")),
+        "{body}"
+    );
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/organizations/{org}/system"),
+            "sys-nochain",
+            json!({ "chainId": 999_999 }),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+
+    let first = deploy(&stack, org, "sys-1").await;
+    let done = completed(&stack, &first).await;
+    assert!(done["result"]["replaced"].is_null(), "{done}");
+    let list = assert_consistent(&stack, org, &first).await;
+    let compliance1 = address(&list[0]["complianceAddress"]).unwrap();
+
+    // An asset created now goes through the organization's factory: a RegulatedToken
+    // bound to the system's compliance contract.
+    let (asset, token) = stack.create_active_asset("create-reg-1", "REG1").await;
+    let reg = RegulatedToken::new(token, stack.chain.provider());
+    assert_eq!(reg.compliance().call().await.unwrap(), compliance1);
+    assert!(token_in_scope(&stack, token).await);
+
+    let mut previous = first.clone();
+    for (i, point) in CRASH_POINTS.iter().enumerate() {
+        stack.kill9("runner");
+        stack.spawn_with(
+            "runner",
+            "runner",
+            &[("KEEL_CRASH_AT".to_owned(), (*point).to_owned())],
+        );
+        let op = deploy(&stack, org, &format!("sys-crash-{i}")).await;
+        let status = stack.await_exit("runner", WITHIN).await;
+        assert!(!status.success(), "{point}: {status}");
+        assert!(
+            stack
+                .log("runner")
+                .contains(&format!("aborting at {point}")),
+            "{point}\n{}",
+            stack.logs()
+        );
+        stack.spawn("runner");
+        let done = completed(&stack, &op).await;
+        assert_eq!(
+            done["result"]["replaced"],
+            previous.as_str(),
+            "{point}: {done}"
+        );
+        assert_consistent(&stack, org, &op).await;
+        previous = op;
+    }
+    // Seven deployments, seven systems on chain, serials 1..=7.
+    let list = systems(&stack, org).await;
+    let serials: BTreeSet<u64> = list.iter().map(|s| s["serial"].as_u64().unwrap()).collect();
+    assert_eq!(serials, (1..=7).collect(), "{list:?}");
+
+    // The first system's token is still indexed: a mint through it shows in its holders.
+    assert!(token_in_scope(&stack, token).await);
+    let holder = stack.chain.account(4).unwrap();
+    let mint = stack
+        .token_op(
+            &asset,
+            "mint",
+            "mint-reg-1",
+            json!({"recipient": holder.to_string(), "amount": "5"}),
+        )
+        .await;
+    completed(&stack, &mint).await;
+    let (status, holders) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}/holders"))
+        .await;
+    assert_eq!(status, 200, "{holders}");
+    assert!(
+        holders["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["address"] == holder.to_string()),
+        "{holders}"
+    );
+
+    // Two redeployments accepted while the runner is down run one after the other.
+    stack.kill9("runner");
+    let a = deploy(&stack, org, "sys-a").await;
+    let b = deploy(&stack, org, "sys-b").await;
+    stack.spawn("runner");
+    let done_a = completed(&stack, &a).await;
+    let done_b = completed(&stack, &b).await;
+    // The later accepted wins whatever order their settings steps ran in: either `b`
+    // replaced `a`, or `a` found `b` carried already and stayed out (superseded).
+    if done_a["result"]["supersededBy"] == b.as_str() {
+        assert!(done_a["result"]["replaced"].is_null(), "{done_a}");
+        assert_eq!(done_b["result"]["replaced"], previous.as_str(), "{done_b}");
+    } else {
+        assert_eq!(done_a["result"]["replaced"], previous.as_str(), "{done_a}");
+        assert_eq!(done_b["result"]["replaced"], a.as_str(), "{done_b}");
+    }
+    assert_consistent(&stack, org, &b).await;
+}
+
+/// The abandonment sweep: a deployment cancelled after its settings step had already
+/// taken the old system out of the scope and put the new one in, and a deployment whose
+/// durable execution was dropped after its contracts landed, are declared `failed`
+/// (`EXECUTION_GONE`) by the runner's sweep, which takes them out of the scope and puts
+/// the system the organization carries back; an operator switches a system off (out of
+/// the scope, asset creations refused `SYSTEM_DISABLED`) and on again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_fails_deployments_whose_execution_is_gone_and_restores_the_scope() {
+    let chain = TestChain::start().await.unwrap();
+    let mut stack = Stack::start_with(
+        chain,
+        TemplateOpts::default(),
+        vec![
+            (
+                "KEEL__ORGANIZATIONS__SWEEPINTERVALSECONDS".into(),
+                "1".into(),
+            ),
+            (
+                "KEEL__ORGANIZATIONS__ABANDONAFTERSECONDS".into(),
+                "2".into(),
+            ),
+        ],
+    )
+    .await;
+    let org = org_id(&stack, "acme").await;
+    let first = deploy(&stack, org, "sys-1").await;
+    completed(&stack, &first).await;
+    assert_consistent(&stack, org, &first).await;
+
+    // 1. Aborted after the settings step put the new system in the scope (the old one
+    //    is out of it), then cancelled while no runner runs it.
+    stack.kill9("runner");
+    stack.spawn_with(
+        "runner",
+        "runner",
+        &[(
+            "KEEL_CRASH_AT".to_owned(),
+            "org-system.new-in-scope".to_owned(),
+        )],
+    );
+    let cancelled = deploy(&stack, org, "sys-cancelled").await;
+    stack.await_exit("runner", WITHIN).await;
+    let mid: BTreeSet<Address> = factories_in_scope(&stack, org).await;
+    assert_eq!(
+        mid.len(),
+        1,
+        "only the new factory is in the scope mid-step"
+    );
+    let (status, view) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/operations/{cancelled}/cancel"),
+            "cancel",
+            json!({}),
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {view}");
+    stack.spawn("runner");
+    let failure = swept(&stack, org, &cancelled).await;
+    assert_eq!(failure, "EXECUTION_GONE");
+    assert_consistent(&stack, org, &first).await;
+
+    // 2. Aborted after its contracts were recorded; its durable execution is dropped.
+    stack.kill9("runner");
+    stack.spawn_with(
+        "runner",
+        "runner",
+        &[("KEEL_CRASH_AT".to_owned(), "org-system.recorded".to_owned())],
+    );
+    let dropped = deploy(&stack, org, "sys-dropped").await;
+    stack.await_exit("runner", WITHIN).await;
+    let deleted = sqlx::query(
+        "DELETE FROM durable_instance WHERE id = (SELECT instance_id FROM operation WHERE id = $1)",
+    )
+    .bind(Uuid::parse_str(&dropped).unwrap())
+    .execute(stack.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(deleted.rows_affected(), 1);
+    stack.spawn("runner");
+    let failure = swept(&stack, org, &dropped).await;
+    assert_eq!(failure, "EXECUTION_GONE");
+    let list = assert_consistent(&stack, org, &first).await;
+    let gone = list.iter().find(|s| s["id"] == dropped.as_str()).unwrap();
+    assert!(
+        gone["factoryAddress"].is_string(),
+        "its contracts landed: {gone}"
+    );
+
+    // 3. A new deployment after the failures replaces the first system.
+    let next = deploy(&stack, org, "sys-next").await;
+    let done = completed(&stack, &next).await;
+    assert_eq!(done["result"]["replaced"], first.as_str(), "{done}");
+    let list = assert_consistent(&stack, org, &next).await;
+    assert_eq!(
+        list.iter().filter(|s| s["state"] == "failed").count(),
+        2,
+        "{list:?}"
+    );
+
+    // 4. The operator's switch: off takes the factory out of the scope and refuses
+    //    asset creations; on puts it back.
+    let path = format!("/v1/organizations/{org}/systems/{next}");
+    let (status, off) = stack
+        .post(&stack.key_a, &format!("{path}/disable"), "off", json!({}))
+        .await;
+    assert_eq!(
+        (status, off["enabled"].as_bool()),
+        (200, Some(false)),
+        "{off}"
+    );
+    assert!(factories_in_scope(&stack, org).await.is_empty());
+    let (status, refused) = stack
+        .post(
+            &stack.key_a,
+            "/v1/assets",
+            "create-off",
+            json!({"name": "Off", "symbol": "OFF", "decimals": 6,
+                   "templateId": "std", "initialPrice": "1"}),
+        )
+        .await;
+    assert_eq!(
+        (status, refused["code"].as_str()),
+        (409, Some("SYSTEM_DISABLED")),
+        "{refused}"
+    );
+    let (status, on) = stack
+        .post(&stack.key_a, &format!("{path}/enable"), "on", json!({}))
+        .await;
+    assert_eq!((status, on["enabled"].as_bool()), (200, Some(true)), "{on}");
+    assert_consistent(&stack, org, &next).await;
+    // A system whose contracts never landed has nothing to switch; an unknown one is 404.
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/organizations/{org}/systems/{}/disable", Uuid::new_v4()),
+            "off-2",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+}
