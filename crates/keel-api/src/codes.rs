@@ -128,6 +128,13 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "The asset has not finished its creation.",
     ),
     c(
+        "ASSET_NOT_REGULATED",
+        409,
+        "The asset was not created through an organization system, so it has no compliance \
+         rules (deploy the organization's system first: `POST /v1/organizations/{id}/system`; \
+         assets created afterwards are regulated).",
+    ),
+    c(
         "BLOCK_NOT_INDEXED",
         409,
         "`atBlock` is above the Ledger Index's indexed tip of the asset's chain (or nothing \
@@ -235,6 +242,42 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "CHAIN_NOT_CONFIGURED",
         422,
         "The template's chain is not configured on this deployment.",
+    ),
+    c(
+        "COMPLIANCE_COUNTRY_NOT_ALLOWED",
+        422,
+        "The recipient's country is not allowed by the asset's country list. Also an \
+         operation's `error.code`.",
+    ),
+    c(
+        "COMPLIANCE_EXPIRED",
+        422,
+        "The recipient's eligibility attestation has expired. Also an operation's `error.code`.",
+    ),
+    c(
+        "COMPLIANCE_LOCKED_UP",
+        422,
+        "Holder-to-holder transfers of the asset are locked up until a date (mints are \
+         not). Also an operation's `error.code`.",
+    ),
+    c(
+        "COMPLIANCE_MAX_BALANCE",
+        422,
+        "The recipient would hold more than the asset's per-holder maximum. Also an \
+         operation's `error.code`.",
+    ),
+    c(
+        "COMPLIANCE_MAX_HOLDERS",
+        422,
+        "The asset has its maximum number of holders and the recipient holds none. Also an \
+         operation's `error.code`.",
+    ),
+    c(
+        "COMPLIANCE_NOT_ELIGIBLE",
+        422,
+        "The asset's rules accept only eligible recipients and the recipient is not \
+         registered in the organization system's registry, or is attested ineligible. Also \
+         the `error.code` of an operation the token refused on chain for this reason.",
     ),
     c("DECIMALS_OUT_OF_RANGE", 422, "Token decimals above 36."),
     c(
@@ -488,6 +531,25 @@ mod tests {
             OpsError::SnapshotNotFinal,
             OpsError::SystemDisabled,
             OpsError::SystemNotDeployed,
+            OpsError::AssetNotRegulated,
+            OpsError::ComplianceRefused {
+                code: "COMPLIANCE_NOT_ELIGIBLE",
+            },
+            OpsError::ComplianceRefused {
+                code: "COMPLIANCE_EXPIRED",
+            },
+            OpsError::ComplianceRefused {
+                code: "COMPLIANCE_COUNTRY_NOT_ALLOWED",
+            },
+            OpsError::ComplianceRefused {
+                code: "COMPLIANCE_MAX_HOLDERS",
+            },
+            OpsError::ComplianceRefused {
+                code: "COMPLIANCE_MAX_BALANCE",
+            },
+            OpsError::ComplianceRefused {
+                code: "COMPLIANCE_LOCKED_UP",
+            },
             OpsError::Store(keel_store::StoreError::Decode),
         ]);
         for e in cases {

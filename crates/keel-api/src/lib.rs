@@ -122,6 +122,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod codes;
+pub mod compliance;
 pub mod custody;
 pub mod distributions;
 pub mod dto;
@@ -351,6 +352,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/assets/{id}/burn", post(handlers::burn))
         .route("/v1/assets/{id}/grant-role", post(handlers::grant_role))
         .route("/v1/assets/{id}/revoke-role", post(handlers::revoke_role))
+        .route(
+            "/v1/assets/{id}/set-compliance",
+            post(compliance::set_compliance),
+        )
         .route("/v1/assets/{id}/balances/{address}", get(handlers::balance))
         .route("/v1/assets/{id}/holders", get(ledger::holders))
         .route(
@@ -378,6 +383,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/assets/{id}/distributions", get(distributions::list))
         .route("/v1/organizations/{id}/system", post(org_systems::deploy))
         .route("/v1/organizations/{id}/systems", get(org_systems::list))
+        .route(
+            "/v1/organizations/{id}/investors",
+            post(org_systems::set_investor),
+        )
         .route(
             "/v1/organizations/{id}/systems/{systemId}/enable",
             post(org_systems::enable),

@@ -249,3 +249,115 @@ pub(crate) async fn disable(
 ) -> Result<Response, Problem> {
     switch(&state, caller, &id, &sid, false).await
 }
+
+/// The body of `POST /v1/organizations/{id}/investors`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InvestorRequest {
+    /// EIP-155 id of the chain whose organization system's registry is written.
+    pub chain_id: u64,
+    /// The investor's address (`0x` + 40 hex digits).
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub address: String,
+    /// The issuer's attestation that the address may hold the organization's assets.
+    pub eligible: bool,
+    /// ISO 3166-1 numeric country code as a string (`"840"`); absent: none.
+    #[schema(pattern = "^[0-9]{1,3}$")]
+    pub country_code: Option<String>,
+    /// Unix time (seconds) after which the attestation lapses; absent or 0: never.
+    pub expires_at: Option<u64>,
+}
+
+impl RequestBody for InvestorRequest {
+    const FIELDS: &'static [Field] = &[
+        Field {
+            name: "chainId",
+            kind: FieldKind::UnsignedInteger,
+        },
+        Field {
+            name: "address",
+            kind: FieldKind::Address,
+        },
+        Field {
+            name: "eligible",
+            kind: FieldKind::Bool,
+        },
+        Field {
+            name: "countryCode",
+            kind: FieldKind::Text,
+        },
+        Field {
+            name: "expiresAt",
+            kind: FieldKind::UnsignedInteger,
+        },
+    ];
+    const OPTIONAL: &'static [&'static str] = &["countryCode", "expiresAt"];
+}
+
+/// Register or change an investor.
+///
+/// Starts `investor.set`: `IdentityRegistry.setInvestor` of the eligibility registry of
+/// the system the organization carries on the chain (`409 SYSTEM_NOT_DEPLOYED` without
+/// one), sent by the operator. The organization's regulated assets then judge mints and
+/// transfers to the address by it (with `eligibleOnly`, a country list). Same
+/// idempotency and `Prefer: wait` rules as every operation-creating `POST`.
+#[utoipa::path(
+    post,
+    path = "/v1/organizations/{id}/investors",
+    tag = "organizations",
+    operation_id = "setInvestor",
+    request_body(content = InvestorRequest, content_type = "application/json"),
+    params(
+        ("id" = Uuid, Path, description = "The caller's organization id"),
+        ("Idempotency-Key" = String, Header, description = "Required. 1 to 255 printable characters."),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=<seconds>` (capped at 60)."),
+    ),
+    responses(TokenOpAnswers, WriteErrors),
+    security(("bearer" = []))
+)]
+pub(crate) async fn set_investor(
+    State(state): State<ApiState>,
+    Authed(caller): Authed,
+    IdempotencyKey(key): IdempotencyKey,
+    PreferWait(wait): PreferWait,
+    RawPath(id): RawPath<String>,
+    JsonBody(body): JsonBody<InvestorRequest>,
+) -> Result<Response, Problem> {
+    let org = parse_id(&id, "organization")?;
+    let investor = crate::extract::parse_address(&body.address, "address")?;
+    let country = match body.country_code.as_deref() {
+        None => 0,
+        Some(c) => c
+            .parse::<u16>()
+            .ok()
+            .filter(|n| *n <= 999 && c.len() <= 3)
+            .ok_or_else(|| {
+                Problem::new(
+                    axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                    "INVALID_FIELD",
+                    "field `countryCode`: must be an ISO 3166-1 numeric code (\"840\")",
+                )
+            })?,
+    };
+    let accepted = state
+        .ops()
+        .investor_set(
+            caller,
+            &key,
+            org,
+            body.chain_id,
+            investor,
+            body.eligible,
+            country,
+            body.expires_at.unwrap_or(0),
+        )
+        .await?;
+    Ok(answer(
+        &state,
+        caller,
+        accepted.operation,
+        Some(accepted.created),
+        wait,
+    )
+    .await)
+}

@@ -121,6 +121,7 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::SnapshotNotFinal
         | OpsError::SystemDisabled
         | OpsError::SystemNotDeployed
+        | OpsError::AssetNotRegulated
         // The request names a block the index has not reached (as BLOCK_NOT_INDEXED):
         // a 409 with `Retry-After`, not a 5xx — the server is not failing.
         | OpsError::IndexBehind
@@ -128,6 +129,7 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         OpsError::InvalidField { .. }
         | OpsError::Amount { .. }
         | OpsError::ChainNotConfigured
+        | OpsError::ComplianceRefused { .. }
         | OpsError::UnknownRole => StatusCode::UNPROCESSABLE_ENTITY,
         // The engine's refusals are told apart by their codes.
         OpsError::Engine(_) => match e.code() {
@@ -245,6 +247,13 @@ mod tests {
             (OpsError::SnapshotNotFinal, 409),
             (OpsError::SystemDisabled, 409),
             (OpsError::SystemNotDeployed, 409),
+            (OpsError::AssetNotRegulated, 409),
+            (
+                OpsError::ComplianceRefused {
+                    code: "COMPLIANCE_NOT_ELIGIBLE",
+                },
+                422,
+            ),
             (OpsError::Store(keel_store::StoreError::Decode), 503),
         ];
         for (e, status) in cases {

@@ -4,7 +4,7 @@
 //!
 //! Rules: `GET` routes need `read`; operation-creating `POST`s, retry and cancel need
 //! `operate` (and so does creating a snapshot); approve and reject need `approve`; the `/v1/api-keys`,
-//! `/v1/webhook-endpoints`, `/v1/status`, re-index routes and the `POST`s of `/v1/organizations/{id}/…` (organization systems) need `admin`. `/healthz`, `/readyz` and `/openapi.json` are public.
+//! `/v1/webhook-endpoints`, `/v1/status`, re-index routes and the organization systems' `POST`s (`/v1/organizations/{id}/system…`) need `admin`. `/healthz`, `/readyz` and `/openapi.json` are public.
 //!
 //! ## Adding a route
 //! Add its line to [`ROUTES`] — method, the route template exactly as given to
@@ -87,6 +87,7 @@ pub const ROUTES: &[RouteAccess] = &[
     key("post", "/v1/assets/{id}/burn", Scope::Operate),
     key("post", "/v1/assets/{id}/grant-role", Scope::Operate),
     key("post", "/v1/assets/{id}/revoke-role", Scope::Operate),
+    key("post", "/v1/assets/{id}/set-compliance", Scope::Operate),
     key("get", "/v1/assets/{id}/balances/{address}", Scope::Read),
     key("get", "/v1/assets/{id}/holders", Scope::Read),
     key(
@@ -113,6 +114,7 @@ pub const ROUTES: &[RouteAccess] = &[
     key("post", "/v1/distributions", Scope::Operate),
     key("post", "/v1/organizations/{id}/system", Scope::Admin),
     key("get", "/v1/organizations/{id}/systems", Scope::Read),
+    key("post", "/v1/organizations/{id}/investors", Scope::Operate),
     key(
         "post",
         "/v1/organizations/{id}/systems/{systemId}/enable",
@@ -373,7 +375,9 @@ mod tests {
                             || path.starts_with("/v1/webhook-endpoints")
                             || path == "/v1/status"
                             || path.ends_with("/index/reindex")
-                            || (path.starts_with("/v1/organizations/") && method == Method::POST)
+                            || (path.starts_with("/v1/organizations/")
+                                && path.contains("/system")
+                                && method == Method::POST)
                         {
                             Scope::Admin
                         } else if method == Method::GET {

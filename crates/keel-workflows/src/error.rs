@@ -134,6 +134,18 @@ pub enum OpsError {
     /// transaction landed): there is nothing to switch on or off. Code `SYSTEM_NOT_DEPLOYED`.
     #[error("the system has no deployed contracts")]
     SystemNotDeployed,
+    /// The asset was not created through an organization system: it has no compliance
+    /// rules to set. Code `ASSET_NOT_REGULATED`.
+    #[error("the asset has no organization system's compliance contract")]
+    AssetNotRegulated,
+    /// The asset's compliance contract, read at the latest block, refuses the mint or
+    /// transfer: `code` is one of [`crate::compliance::REFUSAL_CODES`]
+    /// (`COMPLIANCE_NOT_ELIGIBLE`, ...). Nothing was accepted.
+    #[error("the asset's compliance rules refuse this transfer")]
+    ComplianceRefused {
+        /// The typed refusal code.
+        code: &'static str,
+    },
     /// The database failed. Code `SERVICE_UNAVAILABLE`; retryable when transient.
     #[error("database: {0}")]
     Store(#[from] keel_store::StoreError),
@@ -165,6 +177,8 @@ impl OpsError {
             Self::InsufficientScope => "INSUFFICIENT_SCOPE",
             Self::ApiKeyRevoked => "API_KEY_REVOKED",
             Self::SystemDisabled => "SYSTEM_DISABLED",
+            Self::AssetNotRegulated => "ASSET_NOT_REGULATED",
+            Self::ComplianceRefused { code } => code,
             Self::SystemNotDeployed => "SYSTEM_NOT_DEPLOYED",
             Self::Engine(e) => match e {
                 keel_durable::DurableError::InvalidInput(_) => "PAYLOAD_TOO_LARGE_OR_DEEP",
@@ -198,6 +212,8 @@ impl OpsError {
             Self::Unauthenticated
             | Self::SystemDisabled
             | Self::SystemNotDeployed
+            | Self::AssetNotRegulated
+            | Self::ComplianceRefused { .. }
             | Self::NotFound { .. }
             | Self::IdempotencyConflict
             | Self::InvalidField { .. }

@@ -27,8 +27,8 @@ use crate::ops::Ops;
 use crate::tenancy::Caller;
 use crate::workflows::contract::TokenOpInput;
 use crate::workflows::{
-    AssetBurn, AssetCreate, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer,
-    AssetUnpause, DistributionPay, OrgSystemDeploy,
+    AssetBurn, AssetCreate, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole,
+    AssetSetCompliance, AssetTransfer, AssetUnpause, DistributionPay, InvestorSet, OrgSystemDeploy,
 };
 use keel_durable::Workflow;
 use std::sync::Arc;
@@ -178,6 +178,9 @@ operation_kinds! {
         AssetGrantRole => "grant-role", RoleChange;
         /// `asset.revoke-role` (`POST /v1/assets/{id}/revoke-role`).
         AssetRevokeRole => "revoke-role", RoleChange;
+        /// `asset.set-compliance` (`POST /v1/assets/{id}/set-compliance`): the asset's
+        /// rules in its organization system's compliance contract.
+        AssetSetCompliance => "set-compliance", TokenOp;
     }
     other: {
         /// `distribution.pay` (`POST /v1/distributions`): pays the holders of a final
@@ -186,6 +189,9 @@ operation_kinds! {
         /// `organization.system` (`POST /v1/organizations/{id}/system`): deploys the
         /// organization's own system on a chain ([`crate::workflows::org_system`]).
         OrgSystemDeploy => "/v1/organizations/{id}/system", OrgSystem;
+        /// `investor.set` (`POST /v1/organizations/{id}/investors`): an investor's
+        /// attributes in the organization system's eligibility registry.
+        InvestorSet => "/v1/organizations/{id}/investors", TokenOp;
     }
 }
 

@@ -45,6 +45,7 @@
 //! Tables: `migrations/0007_platform_api.sql` (+ `0011`, `0020`, `0022`, `0023`, `0027`, `0029`, `0033`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod compliance;
 pub mod env;
 mod error;
 pub mod events;

@@ -491,6 +491,10 @@ operation_results! {
         AssetUnpause => "asset.unpause",
         /// `asset.burn`: the burn (or forced burn) transaction.
         AssetBurn => "asset.burn",
+        /// `asset.set-compliance`: the `Compliance.setRules` transaction.
+        AssetSetCompliance => "asset.set-compliance",
+        /// `investor.set`: the `IdentityRegistry.setInvestor` transaction.
+        InvestorSet => "investor.set",
     }
     role: {
         /// `asset.grant-role`: the grant transaction and whether it changed the role.

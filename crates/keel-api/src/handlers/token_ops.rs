@@ -13,7 +13,7 @@ use keel_workflows::{Caller, TokenRequest, TokenRole};
 
 use super::*;
 
-async fn token_op(
+pub(crate) async fn token_op(
     state: &ApiState,
     caller: Caller,
     id: &str,

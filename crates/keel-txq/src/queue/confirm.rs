@@ -199,7 +199,10 @@ impl TxQueue {
     }
 
     /// Re-executes a reverted request with `eth_call` at its block's parent to read the
-    /// revert data (and its `Error(string)` reason); `None` when the node gives none.
+    /// revert data (and its `Error(string)` reason), then, when that call succeeds, on
+    /// the block's end state (a revert caused by an earlier transaction of the same
+    /// block); `None` when the node gives none. Best effort: the end state is not the
+    /// state at the transaction's position.
     async fn revert_reason(
         &self,
         req: &RequestRow,
@@ -214,10 +217,17 @@ impl TxQueue {
             input: Bytes::from(req.calldata.clone()).into(),
             ..Default::default()
         };
-        let at = BlockNumberOrTag::Number(block.saturating_sub(1));
-        match self.chain.call(&call, at).await {
-            Err(ChainError::Node { error, .. }) => error.revert,
-            _ => None,
+        // Replayed on the parent block's state; when that succeeds, an earlier
+        // transaction of the same block caused the revert (e.g. it used up a limit the
+        // call checks), so the call is replayed on the block's own end state too.
+        for at in [block.saturating_sub(1), block] {
+            if let Err(ChainError::Node { error, .. }) =
+                self.chain.call(&call, BlockNumberOrTag::Number(at)).await
+                && error.revert.is_some()
+            {
+                return error.revert;
+            }
         }
+        None
     }
 }

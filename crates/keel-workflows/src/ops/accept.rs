@@ -11,7 +11,9 @@ use crate::ops::view::OperationView;
 use crate::store::{self, NewAssetRow, NewOperationRow, OperationRow};
 use crate::tenancy::{Caller, template};
 use crate::workflows::asset_create::AssetCreate;
-use crate::workflows::contract::{AssetCreateInput, TokenAction, TokenOpInput, TokenRole};
+use crate::workflows::contract::{
+    AssetCreateInput, ComplianceRules, TokenAction, TokenOpInput, TokenRole,
+};
 use alloy::primitives::Address;
 use keel_durable::{StartOptions, Workflow};
 use serde_json::{Value, json};
@@ -81,6 +83,22 @@ pub enum TokenRequest {
         /// Who loses it (not the zero address).
         account: Address,
     },
+    /// Replace the asset's rules in its organization system's compliance contract
+    /// (only an asset created through a system: else `ASSET_NOT_REGULATED`).
+    SetCompliance {
+        /// Recipients must be eligible in the system's registry.
+        eligible_only: bool,
+        /// `any`, `allow` (only `countries`) or `deny` (all but `countries`).
+        country_mode: String,
+        /// ISO 3166-1 numeric country codes (1..=999), at most 300.
+        countries: Vec<u16>,
+        /// Maximum number of holders (0: none).
+        max_holders: u32,
+        /// Maximum balance per holder in token units (decimal string); `None`: none.
+        max_balance: Option<String>,
+        /// Unix time (seconds) before which holder-to-holder transfers are refused (0: none).
+        lockup_until: u64,
+    },
 }
 
 impl std::str::FromStr for TokenRole {
@@ -106,6 +124,7 @@ impl TokenRequest {
             Self::Burn { .. } => OperationKind::AssetBurn,
             Self::GrantRole { .. } => OperationKind::AssetGrantRole,
             Self::RevokeRole { .. } => OperationKind::AssetRevokeRole,
+            Self::SetCompliance { .. } => OperationKind::AssetSetCompliance,
         }
     }
 }
@@ -130,7 +149,9 @@ pub fn needs_approval(
         TokenAction::Mint { amount, .. }
         | TokenAction::Burn { amount }
         | TokenAction::ForcedBurn { amount, .. } => above_threshold(*amount, th, token_decimals),
-        TokenAction::GrantRole { .. } | TokenAction::RevokeRole { .. } => Ok(true),
+        TokenAction::GrantRole { .. }
+        | TokenAction::RevokeRole { .. }
+        | TokenAction::SetCompliance { .. } => Ok(true),
         TokenAction::Transfer { .. } | TokenAction::Pause | TokenAction::Unpause => Ok(false),
     }
 }
@@ -357,6 +378,45 @@ impl Ops {
                 role: *role,
                 account: not_zero(*account, "account")?,
             },
+            TokenRequest::SetCompliance {
+                eligible_only,
+                country_mode,
+                countries,
+                max_holders,
+                max_balance,
+                lockup_until,
+            } => TokenAction::SetCompliance {
+                rules: ComplianceRules {
+                    eligible_only: *eligible_only,
+                    country_mode: match country_mode.as_str() {
+                        "any" => 0,
+                        "allow" => 1,
+                        "deny" => 2,
+                        _ => {
+                            return Err(OpsError::InvalidField {
+                                field: "countryMode",
+                                reason: "must be any, allow or deny",
+                            });
+                        }
+                    },
+                    countries: {
+                        if countries.len() > 300 || countries.iter().any(|c| !(1..=999).contains(c))
+                        {
+                            return Err(OpsError::InvalidField {
+                                field: "countries",
+                                reason: "at most 300 ISO 3166-1 numeric codes, each 1 to 999",
+                            });
+                        }
+                        countries.clone()
+                    },
+                    max_holders: *max_holders,
+                    max_balance: match max_balance {
+                        Some(m) => token_amount(m, asset.decimals, "maxBalance")?,
+                        None => alloy::primitives::U256::ZERO,
+                    },
+                    lockup_until: *lockup_until,
+                },
+            },
         };
         let kind = req.kind();
         let request_hash = sha256_json(&json!({
@@ -369,6 +429,33 @@ impl Ops {
                 return Ok(accepted);
             }
             return Err(OpsError::AssetNotReady);
+        };
+        // The organization system's compliance contract (issue 37 §2): the target of a
+        // rules change, and the judge of a mint or transfer before it is accepted.
+        let compliance = store::asset_system_compliance(&self.db, asset_id).await?;
+        let target = match (&action, compliance) {
+            (TokenAction::SetCompliance { .. }, None) => return Err(OpsError::AssetNotRegulated),
+            (TokenAction::SetCompliance { .. }, Some(c)) => Some(c),
+            (TokenAction::Mint { recipient, amount }, Some(c)) => {
+                self.compliance_precheck(
+                    asset.chain_id,
+                    c,
+                    token,
+                    Address::ZERO,
+                    *recipient,
+                    *amount,
+                )
+                .await?;
+                None
+            }
+            (TokenAction::Transfer { recipient, amount }, Some(c)) => {
+                if let Some(from) = asset.issuer {
+                    self.compliance_precheck(asset.chain_id, c, token, from, *recipient, *amount)
+                        .await?;
+                }
+                None
+            }
+            _ => None,
         };
         let t = template(&self.db, caller.organization_id, &asset.template_id).await?;
         let needs_approval = needs_approval(
@@ -424,6 +511,7 @@ impl Ops {
             } else {
                 asset.issuer
             },
+            target,
         };
         let serialization = Some(format!("asset:{asset_id}"));
         self.start_token_op(kind, operation_id, &input, serialization, caller)
@@ -589,10 +677,21 @@ mod tests {
                 account: Address::ZERO,
             }
             .kind(),
+            TokenRequest::SetCompliance {
+                eligible_only: false,
+                country_mode: String::new(),
+                countries: Vec::new(),
+                max_holders: 0,
+                max_balance: None,
+                lockup_until: 0,
+            }
+            .kind(),
             // Accepted by `Ops::distribution_create`.
             OperationKind::DistributionPay,
             // Accepted by `Ops::org_system_deploy`.
             OperationKind::OrgSystemDeploy,
+            // Accepted by `Ops::investor_set`.
+            OperationKind::InvestorSet,
         ];
         for kind in kinds {
             assert!(WORKFLOWS.contains(&kind.name()), "{kind}");

@@ -72,6 +72,8 @@ pub struct Ops {
     db: PgPool,
     engine: Engine,
     events: Option<crate::events::OperationEvents>,
+    /// The chains' nodes (by chain id) the compliance pre-check reads from.
+    nodes: std::sync::Arc<std::collections::HashMap<u64, std::sync::Arc<keel_chain::UpstreamPool>>>,
 }
 
 /// Why the service is not ready to serve ([`Ops::check_ready`]).
@@ -102,7 +104,21 @@ impl Ops {
             db,
             engine,
             events: None,
+            nodes: std::sync::Arc::default(),
         }
+    }
+
+    /// The service, reading chain state from `nodes` (one per chain) for the compliance
+    /// pre-check of mints and transfers of regulated assets (issue 37 §2). Without a
+    /// node for a chain the pre-check is skipped there; the token's on-chain check
+    /// stays authoritative either way.
+    #[must_use]
+    pub fn with_nodes(
+        mut self,
+        nodes: impl IntoIterator<Item = std::sync::Arc<keel_chain::UpstreamPool>>,
+    ) -> Self {
+        self.nodes = std::sync::Arc::new(nodes.into_iter().map(|n| (n.chain().get(), n)).collect());
+        self
     }
 
     /// The service, writing `operation.accepted` webhook events with each accepted

@@ -125,6 +125,56 @@ pub struct SweepReport {
 const SWEEP_BATCH: i64 = 500;
 
 impl Ops {
+    /// Asks `compliance` (the asset's organization system's, at the chain's latest
+    /// block) whether `token` may move `amount` base units from `from` (zero: a mint)
+    /// to `to` — the same `Compliance.check` the token runs on chain.
+    ///
+    /// # Errors
+    /// [`OpsError::ComplianceRefused`] with the typed code. A chain without a node
+    /// here, or a read that fails, skips the pre-check (logged): the on-chain check is
+    /// authoritative and ends such an operation failed with the same code.
+    pub(crate) async fn compliance_precheck(
+        &self,
+        chain: ChainId,
+        compliance: Address,
+        token: Address,
+        from: Address,
+        to: Address,
+        amount: alloy::primitives::U256,
+    ) -> Result<()> {
+        use alloy::sol_types::SolCall;
+        let Some(node) = self.nodes.get(&chain.get()) else {
+            return Ok(());
+        };
+        let call = keel_abi::bindings::Compliance::checkCall {
+            token,
+            from,
+            to,
+            amount,
+        };
+        let tx = alloy::rpc::types::TransactionRequest::default()
+            .to(compliance)
+            .input(call.abi_encode().into());
+        let answer = node
+            .call(&tx, alloy::eips::BlockNumberOrTag::Latest)
+            .await
+            .ok()
+            .and_then(|out| {
+                keel_abi::bindings::Compliance::checkCall::abi_decode_returns(&out).ok()
+            });
+        match answer {
+            Some(code) => match crate::compliance::refusal_code(code) {
+                Some(refusal) => Err(OpsError::ComplianceRefused { code: refusal }),
+                None => Ok(()),
+            },
+            None => {
+                tracing::warn!(target: "keel::workflows::compliance", chain_id = chain.get(),
+                    "compliance pre-check skipped: the chain's node did not answer; the token's on-chain check decides");
+                Ok(())
+            }
+        }
+    }
+
     /// The chain an operation acts on: its asset's, or its organization system's.
     ///
     /// # Errors
@@ -137,10 +187,146 @@ impl Ops {
         if let Some(asset) = op.asset_id {
             return Ok(self.asset_record(caller, asset).await?.chain_id);
         }
-        let system = store::org_system_get(&self.db, op.id)
+        let chain = match store::org_system_get(&self.db, op.id).await? {
+            Some(system) => system.chain_id,
+            None => store::investor_change_chain(&self.db, op.id)
+                .await?
+                .ok_or(OpsError::NotFound { what: "operation" })?,
+        };
+        Ok(ChainId(u64::try_from(chain).map_err(decode_err)?))
+    }
+
+    /// Accepts an investor write (issue 37 §2): `investor.set` writes `investor`'s
+    /// attributes into the eligibility registry of the system `organization_id` carries
+    /// on `chain_id`. Writes of one organization and chain run one at a time, in
+    /// acceptance order.
+    ///
+    /// # Errors
+    /// [`OpsError::NotFound`] (`organization`); [`OpsError::SystemNotDeployed`] when the
+    /// organization carries no system there; [`OpsError::InvalidField`] (`address`,
+    /// `countryCode`); [`OpsError::IdempotencyConflict`]; [`OpsError::Store`] /
+    /// [`OpsError::Engine`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn investor_set(
+        &self,
+        caller: Caller,
+        key: &str,
+        organization_id: Uuid,
+        chain_id: u64,
+        investor: Address,
+        eligible: bool,
+        country: u16,
+        expires_at: u64,
+    ) -> Result<Accepted> {
+        if organization_id != caller.organization_id {
+            return Err(OpsError::NotFound {
+                what: "organization",
+            });
+        }
+        if investor.is_zero() {
+            return Err(OpsError::InvalidField {
+                field: "address",
+                reason: "must not be the zero address",
+            });
+        }
+        if country > 999 {
+            return Err(OpsError::InvalidField {
+                field: "countryCode",
+                reason: "must be an ISO 3166-1 numeric code (0 to 999)",
+            });
+        }
+        let chain_db = i64::try_from(chain_id).map_err(|_| OpsError::ChainNotConfigured)?;
+        let system = store::org_system_current(&self.db, organization_id, chain_db)
             .await?
-            .ok_or(OpsError::NotFound { what: "operation" })?;
-        Ok(ChainId(u64::try_from(system.chain_id).map_err(decode_err)?))
+            .ok_or(OpsError::SystemNotDeployed)?;
+        let registry = system
+            .registry
+            .as_deref()
+            .and_then(|r| Address::try_from(r).ok())
+            .ok_or(OpsError::SystemNotDeployed)?;
+        let expires = i64::try_from(expires_at).map_err(|_| OpsError::InvalidField {
+            field: "expiresAt",
+            reason: "out of range",
+        })?;
+        let request_hash: Vec<u8> = Sha256::digest(
+            json!({ "kind": crate::workflows::InvestorSet::NAME, "chainId": chain_id,
+                    "investor": investor, "eligible": eligible, "country": country,
+                    "expiresAt": expires_at })
+            .to_string()
+            .as_bytes(),
+        )
+        .to_vec();
+        let (operation_id, created) = loop {
+            if let Some(op) = store::operation_by_key(&self.db, caller.organization_id, key).await?
+            {
+                if op.request_sha256 != request_hash {
+                    return Err(OpsError::IdempotencyConflict);
+                }
+                if op.instance_id.is_some() {
+                    return Ok(Accepted {
+                        created: false,
+                        operation: self.operation(caller, op.id).await?,
+                    });
+                }
+                break (op.id, false);
+            }
+            let operation_id = Uuid::new_v4();
+            let mut tx = self.db.begin().await?;
+            let inserted = store::operation_insert(
+                &mut *tx,
+                &NewOperationRow {
+                    id: operation_id,
+                    organization_id: caller.organization_id,
+                    kind: OperationKind::InvestorSet,
+                    asset_id: None,
+                    idempotency_key: key,
+                    request_sha256: &request_hash,
+                    api_key_id: caller.api_key_id,
+                },
+            )
+            .await?;
+            if inserted {
+                store::investor_change_insert(
+                    &mut *tx,
+                    &store::NewInvestorChange {
+                        operation_id,
+                        organization_id,
+                        system_id: system.id,
+                        chain_id: chain_db,
+                        investor: investor.as_slice(),
+                        eligible,
+                        country: i32::from(country),
+                        expires_at: expires,
+                    },
+                )
+                .await?;
+                self.emit_accepted(&mut tx, caller.organization_id, operation_id)
+                    .await?;
+                tx.commit().await?;
+                break (operation_id, true);
+            }
+            tx.rollback().await?;
+        };
+        let input = crate::workflows::InvestorSetInput {
+            operation_id,
+            chain_id,
+            registry,
+            investor,
+            eligible,
+            country,
+            expires_at,
+        };
+        self.start::<crate::workflows::InvestorSet>(
+            operation_id,
+            &input,
+            Some(format!("investors:{organization_id}:{chain_id}")),
+            caller,
+        )
+        .await?;
+        Ok(Accepted {
+            created,
+            operation: self.operation(caller, operation_id).await?,
+        })
     }
 
     /// Accepts the deployment of `organization_id`'s system on `chain_id` (issue 37 §1):

@@ -102,6 +102,26 @@ pub async fn asset_system_factory(
         .and_then(|f| alloy::primitives::Address::try_from(f.as_slice()).ok()))
 }
 
+/// The `Compliance` contract of the organization system that deployed `asset_id`'s
+/// token, if any.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn asset_system_compliance(
+    db: impl PgExecutor<'_>,
+    asset_id: Uuid,
+) -> StoreResult<Option<alloy::primitives::Address>> {
+    let c: Option<Option<Vec<u8>>> = sqlx::query_scalar(
+        "SELECT s.compliance FROM asset a JOIN organization_system s ON s.id = a.system_id
+          WHERE a.id = $1",
+    )
+    .bind(asset_id)
+    .fetch_optional(db)
+    .await?;
+    Ok(c.flatten()
+        .and_then(|c| alloy::primitives::Address::try_from(c.as_slice()).ok()))
+}
+
 /// An asset with its creation operation and that operation's workflow instance (whose
 /// status the engine reports: `Engine::statuses`).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]

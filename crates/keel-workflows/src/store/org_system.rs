@@ -321,3 +321,66 @@ pub async fn org_systems_deploying(
     .fetch_all(db)
     .await?)
 }
+
+/// A new `investor_change` row (migration `0092`).
+#[derive(Debug, Clone, Copy)]
+pub struct NewInvestorChange<'a> {
+    /// The `investor.set` operation.
+    pub operation_id: Uuid,
+    /// Its organization.
+    pub organization_id: Uuid,
+    /// The system whose registry is written.
+    pub system_id: Uuid,
+    /// EIP-155 chain id.
+    pub chain_id: i64,
+    /// The investor (20 bytes).
+    pub investor: &'a [u8],
+    /// Attested eligible.
+    pub eligible: bool,
+    /// ISO 3166-1 numeric country code (0: none).
+    pub country: i32,
+    /// Unix seconds (0: never).
+    pub expires_at: i64,
+}
+
+/// Records an investor write.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn investor_change_insert(
+    db: impl PgExecutor<'_>,
+    c: &NewInvestorChange<'_>,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO investor_change (operation_id, organization_id, system_id, chain_id,
+                                      investor, eligible, country, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(c.operation_id)
+    .bind(c.organization_id)
+    .bind(c.system_id)
+    .bind(c.chain_id)
+    .bind(c.investor)
+    .bind(c.eligible)
+    .bind(c.country)
+    .bind(c.expires_at)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The chain of investor write `operation_id`, if it is one.
+///
+/// # Errors
+/// [`StoreError`].
+pub async fn investor_change_chain(
+    db: impl PgExecutor<'_>,
+    operation_id: Uuid,
+) -> StoreResult<Option<i64>> {
+    Ok(
+        sqlx::query_scalar("SELECT chain_id FROM investor_change WHERE operation_id = $1")
+            .bind(operation_id)
+            .fetch_optional(db)
+            .await?,
+    )
+}

@@ -179,6 +179,32 @@ pub enum TokenAction {
         /// Who loses it.
         account: Address,
     },
+    /// `Compliance.setRules(token, rules, countries)` on the asset's organization
+    /// system (`asset.set-compliance`, issue 37 §2); sent by the operator (the
+    /// system's admin) to the input's `target`.
+    SetCompliance {
+        /// The rules.
+        rules: ComplianceRules,
+    },
+}
+
+/// An asset's transfer rules in its organization system's `Compliance` contract
+/// (`abi/src/Compliance.sol`). Zero values switch a rule off.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComplianceRules {
+    /// Recipients must be eligible in the system's registry.
+    pub eligible_only: bool,
+    /// 0: any country; 1: only `countries`; 2: all but `countries`.
+    pub country_mode: u8,
+    /// ISO 3166-1 numeric country codes of the list.
+    pub countries: Vec<u16>,
+    /// Maximum number of holders (0: none).
+    pub max_holders: u32,
+    /// Maximum balance per holder, token base units (0: none).
+    pub max_balance: U256,
+    /// Unix time (seconds) before which holder-to-holder transfers are refused (0: none).
+    pub lockup_until: u64,
 }
 
 impl TokenAction {
@@ -195,6 +221,7 @@ impl TokenAction {
             Self::ForcedBurn { .. } => "forced-burn",
             Self::GrantRole { .. } => "grant-role",
             Self::RevokeRole { .. } => "revoke-role",
+            Self::SetCompliance { .. } => "set-compliance",
         }
     }
 }
@@ -281,6 +308,10 @@ pub struct TokenOpInput {
     /// Absent: the operator key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<Address>,
+    /// The contract the write goes to when it is not the token: the organization
+    /// system's `Compliance` of `asset.set-compliance`. Absent: the token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Address>,
 }
 
 /// Output of the token operations.

@@ -27,15 +27,18 @@ pub(crate) mod token_op;
 
 pub use asset_create::AssetCreate;
 pub use contract::{
-    APPROVAL_SIGNAL, ApprovalDecision, AssetCreateInput, AssetCreateOutput, CANCELLED, Landed,
-    OpFailure, RoleChangeOutput, TX_SIGNAL_PREFIX, TokenAction, TokenOpInput, TokenOpOutput,
-    TokenRole, onchain_asset_id,
+    APPROVAL_SIGNAL, ApprovalDecision, AssetCreateInput, AssetCreateOutput, CANCELLED,
+    ComplianceRules, Landed, OpFailure, RoleChangeOutput, TX_SIGNAL_PREFIX, TokenAction,
+    TokenOpInput, TokenOpOutput, TokenRole, onchain_asset_id,
 };
 pub use distribution::{DistributionInput, DistributionOutput, DistributionPay, PayWith};
-pub use org_system::{OrgSystemDeploy, OrgSystemInput, OrgSystemOutput};
+pub use org_system::{
+    InvestorSet, InvestorSetInput, OrgSystemDeploy, OrgSystemInput, OrgSystemOutput,
+};
 pub use send::{chain_wake_tag, custom_error_name};
 pub use token_op::{
-    AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetTransfer, AssetUnpause,
+    AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetSetCompliance,
+    AssetTransfer, AssetUnpause,
 };
 
 pub use crate::kinds::{WORKFLOWS, register_all};

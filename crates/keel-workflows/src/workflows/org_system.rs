@@ -381,3 +381,82 @@ pub(crate) async fn set_scope(
     }
     Ok(())
 }
+
+/// Input of `investor.set`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InvestorSetInput {
+    /// The operation.
+    pub operation_id: Uuid,
+    /// EIP-155 chain id.
+    pub chain_id: u64,
+    /// The organization system's `IdentityRegistry`.
+    pub registry: Address,
+    /// The investor.
+    pub investor: Address,
+    /// Attested eligible.
+    pub eligible: bool,
+    /// ISO 3166-1 numeric country code (0: none).
+    pub country: u16,
+    /// Unix seconds after which the attestation lapses (0: never).
+    pub expires_at: u64,
+}
+
+/// `investor.set` (issue 37 §2): `IdentityRegistry.setInvestor` of the organization's
+/// system, sent by the operator (an agent of the registry), then the read-after-write.
+/// One at a time per organization and chain.
+#[derive(Debug, Clone)]
+pub struct InvestorSet(pub Arc<WorkflowEnv>);
+
+impl Workflow for InvestorSet {
+    const NAME: &'static str = "investor.set";
+    const VERSION: u32 = 1;
+    type Input = InvestorSetInput;
+    type Output = crate::workflows::TokenOpOutput;
+    type Error = OpFailure;
+
+    async fn run(
+        &self,
+        ctx: &mut WorkflowContext,
+        input: InvestorSetInput,
+    ) -> Result<crate::workflows::TokenOpOutput, Failure> {
+        let p = &*self.0;
+        let chain = chain_of(ctx, p, input.chain_id).await?;
+        ctx.set_progress(json!({ "phase": "set-investor" }));
+        let call = keel_abi::bindings::IdentityRegistry::setInvestorCall {
+            investor: input.investor,
+            eligible: input.eligible,
+            country: input.country,
+            expiry: input.expires_at,
+        }
+        .abi_encode();
+        let landed = send(
+            ctx,
+            p,
+            chain,
+            Write {
+                operation_id: input.operation_id,
+                name: "set-investor",
+                contract: input.registry,
+                funding_deadline: None,
+                sender: p.operator,
+                value: keel_units::Wei::ZERO,
+            },
+            call,
+        )
+        .await?;
+        ctx.set_progress(json!({ "phase": "index" }));
+        let chain_id = chain.chain_id;
+        let indexed_block = step_ok(
+            ctx.step("wait indexed", || async move {
+                wait_indexed(p, chain_id, landed.block).await
+            })
+            .await?,
+        )?;
+        Ok(crate::workflows::TokenOpOutput {
+            tx_hash: landed.tx_hash,
+            block: landed.block,
+            indexed_block,
+        })
+    }
+}

@@ -151,8 +151,14 @@ pub(crate) async fn send(
                 revert_data,
                 ..
             } => {
+                // An organization system's compliance refusal on chain carries the
+                // same typed code as the API's pre-check (issue 37 §2).
+                let code = revert_data
+                    .as_ref()
+                    .and_then(|d| crate::compliance::decode_refusal(d))
+                    .unwrap_or("EXECUTION_REVERTED");
                 return Err(WorkflowFailure::Failed(OpFailure {
-                    code: "EXECUTION_REVERTED".to_owned(),
+                    code: code.to_owned(),
                     retryable: false,
                     detail: "the transaction reverted on chain".to_owned(),
                     write: Some(write.name.to_owned()),
@@ -174,6 +180,11 @@ pub(crate) async fn send(
                 }
                 let reason =
                     reason.or_else(|| revert_data.as_ref().and_then(|d| custom_error_name(d)));
+                // A refusal found by the queue's estimate (never broadcast): the
+                // compliance code, as a refusal on chain.
+                let refusal = revert_data
+                    .as_ref()
+                    .and_then(|d| crate::compliance::decode_refusal(d));
                 let retryable = matches!(
                     code,
                     FailureCode::GasRequired | FailureCode::FundingDeadlineExpired
@@ -207,7 +218,7 @@ pub(crate) async fn send(
                         _ => "the transaction did not take effect",
                     }
                     .to_owned(),
-                    code: code.to_string(),
+                    code: refusal.map_or_else(|| code.to_string(), str::to_owned),
                     retryable,
                     write: Some(write.name.to_owned()),
                     reason,
@@ -282,6 +293,9 @@ pub fn custom_error_name(data: &[u8]) -> Option<String> {
         .or_else(|| AssetFactory::AssetFactoryErrors::name_by_selector(selector))
         .or_else(|| PriceResolver::PriceResolverErrors::name_by_selector(selector))
         .or_else(|| PriceFeed::PriceFeedErrors::name_by_selector(selector))
+        .or_else(|| {
+            keel_abi::bindings::RegulatedToken::RegulatedTokenErrors::name_by_selector(selector)
+        })
         .map(str::to_owned)
 }
 

@@ -16,9 +16,22 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The calldata of `action`'s write on `AssetToken`.
-fn calldata(action: &TokenAction) -> Vec<u8> {
+/// The calldata of `action`'s write on `AssetToken` `token` (or, for
+/// [`TokenAction::SetCompliance`], on its system's `Compliance`).
+fn calldata(action: &TokenAction, token: Address) -> Vec<u8> {
     match action {
+        TokenAction::SetCompliance { rules } => keel_abi::bindings::Compliance::setRulesCall {
+            token,
+            rules: keel_abi::bindings::Compliance::Rules {
+                eligibleOnly: rules.eligible_only,
+                countryMode: rules.country_mode,
+                maxHolders: rules.max_holders,
+                maxBalance: rules.max_balance,
+                lockupUntil: rules.lockup_until,
+            },
+            countries: rules.countries.clone(),
+        }
+        .abi_encode(),
         TokenAction::Mint { recipient, amount } => AssetToken::mintCall {
             to: *recipient,
             amount: *amount,
@@ -84,6 +97,10 @@ pub(crate) async fn await_approval(ctx: &mut WorkflowContext, ttl: u64) -> Resul
 /// `DEFAULT_ADMIN_ROLE` from its creation). The choice feeds only the enqueue step,
 /// which is journaled, so a replay never changes a queued request's sender.
 fn token_op_sender(input: &TokenOpInput, chain: &ChainContext, operator: Address) -> Address {
+    // The compliance rules are the system admin's (the operator's) to set.
+    if matches!(input.action, TokenAction::SetCompliance { .. }) {
+        return operator;
+    }
     write_sender(input.sender, input.issuer, chain, operator)
 }
 
@@ -122,12 +139,12 @@ async fn write_token_op<'a>(
         Write {
             operation_id: input.operation_id,
             name: write,
-            contract: input.token,
+            contract: input.target.unwrap_or(input.token),
             funding_deadline: input.funding_deadline_seconds,
             sender: token_op_sender(input, chain, p.operator),
             value: keel_units::Wei::ZERO,
         },
-        calldata(&input.action),
+        calldata(&input.action, input.token),
     )
     .await?;
     Ok((chain, landed))
@@ -290,6 +307,15 @@ token_workflow!(
     /// `BURNER_ROLE`), read-after-write. One at a time per asset.
     AssetBurn,
     "asset.burn",
+    TokenOpOutput,
+    run_token_op
+);
+token_workflow!(
+    /// `asset.set-compliance`: optional approval wait, `Compliance.setRules` of the
+    /// asset's organization system (sent by the operator, the system's admin),
+    /// read-after-write. One at a time per asset.
+    AssetSetCompliance,
+    "asset.set-compliance",
     TokenOpOutput,
     run_token_op
 );

@@ -131,12 +131,14 @@ async fn start_api(
     let user_operations = keel::aa::api_service(config, pool, engine.clone(), &supervisor, signers)
         .await
         .context("account abstraction")?;
-    let ops = keel_workflows::Ops::new(pool.clone(), engine).with_events(events);
+    let nodes = keel::services::upstreams(config)?;
+    let ops = keel_workflows::Ops::new(pool.clone(), engine)
+        .with_events(events)
+        .with_nodes(nodes.clone());
     let webhooks = keel_webhooks::Webhooks::new(pool.clone(), config.webhooks.to_config());
     // Platform Status reads each chain's head itself (issue 32 §7), independently of the
     // index's tip owner.
-    let mut state =
-        keel_api::ApiState::new(ops, ready).with_chain_heads(keel::services::upstreams(config)?);
+    let mut state = keel_api::ApiState::new(ops, ready).with_chain_heads(nodes);
     if let Some(service) = user_operations {
         state = state.with_user_operations(service);
     }

@@ -420,3 +420,200 @@ async fn the_sweep_fails_deployments_whose_execution_is_gone_and_restores_the_sc
         .await;
     assert_eq!(status, 404, "{body}");
 }
+
+/// Sets `asset`'s compliance rules and waits until the operation completed.
+async fn set_rules(stack: &Stack, asset: &str, idem: &str, rules: Value) {
+    let (status, view) = try_op(stack, asset, "set-compliance", idem, rules).await;
+    assert!(status == 202 || status == 200, "{view}");
+    completed(stack, view["id"].as_str().unwrap()).await;
+}
+
+/// `POST` a token operation of `asset`; the answer's status and body.
+async fn try_op(stack: &Stack, asset: &str, what: &str, idem: &str, body: Value) -> (u16, Value) {
+    stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/{what}"),
+            idem,
+            body,
+        )
+        .await
+}
+
+/// Issue 37 §2: every rule of an asset's compliance contract — eligible holders only
+/// (unregistered, attested ineligible, expired), a country deny list and allow list, a
+/// per-holder maximum balance, a maximum holder count and a transfer lock-up — refuses
+/// a mint or transfer at the API with its typed code (nothing accepted, no gas spent),
+/// and a race that passes the pre-check (two mints accepted against the same balance)
+/// ends on chain as a failed operation with the same code; the token's balances are
+/// exactly what the accepted operations minted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compliance_rules_refuse_at_the_api_and_on_chain_with_the_same_code() {
+    let chain = TestChain::start().await.unwrap();
+    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
+    let org = org_id(&stack, "acme").await;
+
+    // An asset on the platform factory has no rules.
+    let (plain, _) = stack.create_active_asset("create-plain", "PLN").await;
+    let (status, body) = try_op(&stack, &plain, "set-compliance", "c-plain", json!({})).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("ASSET_NOT_REGULATED")),
+        "{body}"
+    );
+    // No system yet: investors cannot be written.
+    let chain_id = stack.chain.chain_id();
+    let investor = |addr: Address, eligible: bool, country: &str, expires: u64| {
+        json!({"chainId": chain_id, "address": addr.to_string(), "eligible": eligible,
+               "countryCode": country, "expiresAt": expires})
+    };
+    let a = stack.chain.account(4).unwrap();
+    let (status, body) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/organizations/{org}/investors"),
+            "inv-early",
+            investor(a, true, "840", 0),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("SYSTEM_NOT_DEPLOYED")),
+        "{body}"
+    );
+
+    let sys = deploy(&stack, org, "sys-1").await;
+    completed(&stack, &sys).await;
+    let (asset, token) = stack.create_active_asset("create-reg", "REG").await;
+
+    // Investors: A (US), B (Germany), C (expired), D never registered, E ineligible.
+    let b = stack.chain.account(5).unwrap();
+    let c = stack.chain.account(6).unwrap();
+    let d = stack.chain.account(7).unwrap();
+    let e = stack.chain.account(8).unwrap();
+    for (i, (addr, eligible, country, expires)) in [
+        (a, true, "840", 0),
+        (b, true, "276", 0),
+        (c, true, "840", 1),
+        (e, false, "840", 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, view) = stack
+            .post(
+                &stack.key_a,
+                &format!("/v1/organizations/{org}/investors"),
+                &format!("inv-{i}"),
+                investor(addr, eligible, country, expires),
+            )
+            .await;
+        assert!(status == 202 || status == 200, "{view}");
+        assert_eq!(view["kind"], "investor.set");
+        completed(&stack, view["id"].as_str().unwrap()).await;
+    }
+
+    let refused = |status: u16, body: &Value, code: &str| {
+        assert_eq!((status, body["code"].as_str()), (422, Some(code)), "{body}");
+    };
+    let mint = |to: Address, amount: &str| json!({"recipient": to.to_string(), "amount": amount});
+
+    // Eligible holders only.
+    set_rules(&stack, &asset, "r-1", json!({"eligibleOnly": true})).await;
+    let (s, v) = try_op(&stack, &asset, "mint", "m-d", mint(d, "1")).await;
+    refused(s, &v, "COMPLIANCE_NOT_ELIGIBLE");
+    let (s, v) = try_op(&stack, &asset, "mint", "m-e", mint(e, "1")).await;
+    refused(s, &v, "COMPLIANCE_NOT_ELIGIBLE");
+    let (s, v) = try_op(&stack, &asset, "mint", "m-c", mint(c, "1")).await;
+    refused(s, &v, "COMPLIANCE_EXPIRED");
+    let ok = stack.token_op(&asset, "mint", "m-a", mint(a, "100")).await;
+    completed(&stack, &ok).await;
+
+    // Countries: a deny list, then an allow list.
+    set_rules(
+        &stack,
+        &asset,
+        "r-2",
+        json!({"eligibleOnly": true, "countryMode": "deny", "countries": ["276"]}),
+    )
+    .await;
+    let (s, v) = try_op(&stack, &asset, "mint", "m-b1", mint(b, "1")).await;
+    refused(s, &v, "COMPLIANCE_COUNTRY_NOT_ALLOWED");
+    set_rules(
+        &stack,
+        &asset,
+        "r-3",
+        json!({"countryMode": "allow", "countries": ["840", "250"]}),
+    )
+    .await;
+    let (s, v) = try_op(&stack, &asset, "mint", "m-b2", mint(b, "1")).await;
+    refused(s, &v, "COMPLIANCE_COUNTRY_NOT_ALLOWED");
+
+    // A per-holder maximum (A holds 100).
+    set_rules(&stack, &asset, "r-4", json!({"maxBalance": "150"})).await;
+    let (s, v) = try_op(&stack, &asset, "mint", "m-a-max", mint(a, "51")).await;
+    refused(s, &v, "COMPLIANCE_MAX_BALANCE");
+
+    // A maximum holder count: A is the one holder.
+    set_rules(&stack, &asset, "r-5", json!({"maxHolders": 1})).await;
+    let (s, v) = try_op(&stack, &asset, "mint", "m-b3", mint(b, "1")).await;
+    refused(s, &v, "COMPLIANCE_MAX_HOLDERS");
+    let more = stack.token_op(&asset, "mint", "m-a-2", mint(a, "1")).await;
+    completed(&stack, &more).await;
+
+    // A lock-up: mints go on, transfers from the issuer's holdings are refused.
+    let (_, view) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}"))
+        .await;
+    let issuer: Address = view["issuerAddress"].as_str().unwrap().parse().unwrap();
+    set_rules(
+        &stack,
+        &asset,
+        "r-6",
+        json!({"lockupUntil": 4_102_444_800u64}),
+    )
+    .await;
+    let to_issuer = stack
+        .token_op(&asset, "mint", "m-issuer", mint(issuer, "10"))
+        .await;
+    completed(&stack, &to_issuer).await;
+    let (s, v) = try_op(&stack, &asset, "transfer", "t-a", mint(a, "1")).await;
+    refused(s, &v, "COMPLIANCE_LOCKED_UP");
+
+    // The race: two mints accepted against the same room under a maximum balance (the
+    // runner is down, so both pass the pre-check at the same balance); the second is
+    // refused on chain and fails with the same code.
+    set_rules(&stack, &asset, "r-7", json!({"maxBalance": "171"})).await;
+    stack.kill9("runner");
+    let first = stack
+        .token_op(&asset, "mint", "race-1", mint(a, "40"))
+        .await;
+    let second = stack
+        .token_op(&asset, "mint", "race-2", mint(a, "40"))
+        .await;
+    stack.spawn("runner");
+    completed(&stack, &first).await;
+    let failed = stack.await_op(&second, WITHIN, terminal).await;
+    assert_eq!(state(&failed), "failed", "{failed}");
+    assert_eq!(
+        failed["error"]["code"], "COMPLIANCE_MAX_BALANCE",
+        "{failed}"
+    );
+
+    // On chain: exactly what the accepted operations minted.
+    let reg = RegulatedToken::new(token, stack.chain.provider());
+    let units =
+        |n: u64| alloy::primitives::U256::from(n) * alloy::primitives::U256::from(1_000_000u64);
+    assert_eq!(reg.balanceOf(a).call().await.unwrap(), units(141));
+    assert_eq!(reg.balanceOf(issuer).call().await.unwrap(), units(10));
+    for nobody in [b, c, d, e] {
+        assert_eq!(
+            reg.balanceOf(nobody).call().await.unwrap(),
+            alloy::primitives::U256::ZERO
+        );
+    }
+    assert_eq!(
+        reg.holderCount().call().await.unwrap(),
+        alloy::primitives::U256::from(2u64)
+    );
+}
