@@ -38,6 +38,7 @@ import urllib.request
 KEEL = os.environ["KEEL_BIN"]
 API = os.environ["KEEL_API_URL"]
 KEY = os.environ["KEEL_API_KEY"]
+ORG = os.environ["KEEL_ORG_ID"]
 RPC = os.environ["KEEL_RPC_URL"]
 LOGS = os.environ["KEEL_LOG_DIR"]
 SIM_BIN = os.environ["KEEL_SIM_BIN"]
@@ -462,6 +463,60 @@ def distribution_leg(asset, record, holders):
     return {r["holder"]: int(r["amount"]) for r in pays["data"]}
 
 
+def follow_ok(status, view, what):
+    if status not in (200, 202):
+        fail(f"{what} answered {status}: {view}")
+    done = follow(view["id"])
+    if done["state"] != "completed":
+        fail(f"{what} ended {done['state']}: {done.get('error')}")
+    return done
+
+
+def org_system_leg():
+    """Issue 37: the organization's own system (factory, eligibility registry, compliance
+    contract), a regulated asset through it, two investors, the eligible-holders rule,
+    and a transfer to an unregistered address refused at the API with its reason."""
+    chain_id = int(rpc("eth_chainId", []), 16)
+    say(f"6b. the organization's own system on chain {chain_id}: deploy it, create a regulated asset through it")
+    status, op = http("POST", f"/v1/organizations/{ORG}/system", {"chainId": chain_id}, "demo-system-1")
+    done = follow_ok(status, op, "the system deployment")
+    r = done["result"]
+    say(f"system     factory {r['factoryAddress']} registry {r['registryAddress']} compliance {r['complianceAddress']}"
+        f" (block {r['deployedBlock']})")
+    _, systems = http("GET", f"/v1/organizations/{ORG}/systems")
+    system = next(s for s in systems["data"] if s["id"] == r["systemId"])
+    if not (system["current"] and system["state"] == "active"):
+        fail(f"the deployed system is not the organization's: {system}")
+    reg = create_asset("demo-asset-4", "Delta Regulated Fund", "DLTA")
+    done = follow(reg["id"])
+    if done["state"] != "completed":
+        fail(f"the regulated asset ended {done['state']}: {done.get('error')}")
+    token = done["result"]["tokenAddress"]
+    bound = "0x" + rpc("eth_call", [{"to": token, "data": selector("compliance()")}, "latest"])[-40:]
+    if bound.lower() != r["complianceAddress"].lower():
+        fail("the regulated token is not bound to the system's compliance contract")
+    say(f"asset      DLTA token {token}: a RegulatedToken asking compliance {bound} on every mint and transfer")
+    for i, (who, country) in enumerate([(HOLDER, "840"), (HOLDER2, "276")]):
+        status, op = http("POST", f"/v1/organizations/{ORG}/investors",
+                          {"chainId": chain_id, "address": who, "eligible": True, "countryCode": country},
+                          f"demo-investor-{i}")
+        follow_ok(status, op, "an investor write")
+        say(f"investor   {who} eligible, country {country}")
+    status, op = http("POST", f"/v1/assets/{reg['assetId']}/set-compliance", {"eligibleOnly": True}, "demo-rules-1")
+    follow_ok(status, op, "the compliance rules")
+    say("rules      DLTA: eligible holders only")
+    token_op(reg["assetId"], "mint", {"recipient": HOLDER, "amount": "50"}, "demo-mint-dlta")
+    say(f"minted     50 DLTA to {HOLDER} (eligible)")
+    refusals = []
+    for what, idem in (("transfer", "demo-transfer-dlta"), ("mint", "demo-mint-dlta-2")):
+        status, body = http("POST", f"/v1/assets/{reg['assetId']}/{what}", {"recipient": HOLDER3, "amount": "1"}, idem)
+        if status != 422 or body.get("code") != "COMPLIANCE_NOT_ELIGIBLE":
+            fail(f"a {what} to an unregistered address was not refused at the API: {status} {body}")
+        say(f"refused    {what} of 1 DLTA to {HOLDER3}: HTTP {status} {body['code']} ({body['detail']})")
+        refusals.append(f"{what} {status} {body['code']}")
+    return system, ", ".join(refusals)
+
+
 def holders_at(asset, block=None):
     """Every holder of `asset` (at `block`, else the indexed tip), walking the pages."""
     query = "limit=2" + ("" if block is None else f"&atBlock={block}")
@@ -707,6 +762,8 @@ def main():
     if woken < 1:
         fail("no verified provider webhook woke the queue after the approval")
 
+    system, regulated = org_system_leg()
+
     say("7. stop every role with SIGTERM (the simulator with SIGINT)")
     stop_all()
     print()
@@ -723,6 +780,9 @@ def main():
     print("              " + ", ".join(f"{a} +{w} wei" for a, w in paid_wei.items()))
     print(f"  ERC-4337    one sponsored transfer (2.5 ACME) from smart account {account}, which holds no ETH:")
     print(f"              user operation {user_op_hash} included once, gas paid by Keel's paymaster")
+    print(f"  org system  serial {system['serial']}: factory {system['factoryAddress']}, registry {system['registryAddress']},")
+    print(f"              compliance {system['complianceAddress']}; asset DLTA a RegulatedToken through it; two investors;")
+    print(f"              a transfer and a mint to an unregistered address refused at the API: {regulated}")
     print(f"  webhooks    {len(received)} distinct events delivered, every signature verified")
     print(f"  logs        {LOGS}")
 

@@ -141,7 +141,7 @@ pub enum OpsError {
     /// The asset's compliance contract, read at the latest block, refuses the mint or
     /// transfer: `code` is one of [`crate::compliance::REFUSAL_CODES`]
     /// (`COMPLIANCE_NOT_ELIGIBLE`, ...). Nothing was accepted.
-    #[error("the asset's compliance rules refuse this transfer")]
+    #[error("the asset's compliance rules refuse this mint or transfer (the code names the rule)")]
     ComplianceRefused {
         /// The typed refusal code.
         code: &'static str,
