@@ -6,13 +6,14 @@ use anvil_tests::keel_abi::platform::names;
 use anvil_tests::keel_abi::{directory_key, directory_name};
 use anvil_tests::{TestChain, confirm, deploy_keel, events, expect_revert};
 
-const ALL_NAMES: [&str; 7] = [
+const ALL_NAMES: [&str; 8] = [
     names::DIRECTORY,
     names::PRICE_RESOLVER,
     names::PRICE_FEED_FACTORY,
     names::ASSET_FACTORY,
     names::ENTRY_POINT_REFERENCE,
     names::BATCH_PAY,
+    names::SYSTEM_FACTORY,
     names::ENTRY_POINT,
 ];
 
@@ -127,7 +128,11 @@ async fn only_the_admin_sets_and_removes_and_removal_clears_the_entry() -> anyho
     assert_eq!(dir.get(key).call().await?, Address::ZERO);
     let listed = dir.names().call().await?;
     assert!(!listed.contains(&key));
-    assert_eq!(listed.len(), ALL_NAMES.len(), "6 platform names + brandNew");
+    assert_eq!(
+        listed.len(),
+        ALL_NAMES.len(),
+        "the platform names, brandNew removed"
+    );
     assert_eq!(
         expect_revert::<DirectoryErrors, _, _>(&dir.remove(key)).await?,
         DirectoryErrors::UnknownName(Directory::UnknownName { name: key })

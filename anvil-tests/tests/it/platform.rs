@@ -23,6 +23,7 @@ async fn read_back_succeeds_after_deploy_platform() -> anyhow::Result<()> {
             names::ASSET_FACTORY,
             names::ENTRY_POINT_REFERENCE,
             names::BATCH_PAY,
+            names::SYSTEM_FACTORY,
             names::ENTRY_POINT,
         ]
     );
