@@ -121,6 +121,43 @@ pub struct SweepReport {
     pub failed: u64,
 }
 
+/// What the sweep knows of a deployment's execution.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Execution {
+    /// Accepted `age_seconds` ago; its workflow was never started.
+    NeverStarted { age_seconds: f64 },
+    /// Its durable instance does not exist (dropped).
+    Missing,
+    /// Its instance, in `status`, last changed `idle_seconds` ago; `retryable` when it
+    /// failed with a failure a retry can change.
+    Known {
+        status: RunStatus,
+        retryable: bool,
+        idle_seconds: f64,
+    },
+}
+
+/// Whether a deployment's execution is gone: dropped, cancelled, failed for good, or
+/// never started / failed retryably and left so for `abandon_after` (the window in which
+/// a caller can still start it again or retry it).
+fn execution_gone(execution: Execution, abandon_after: Duration) -> bool {
+    let window = abandon_after.as_secs_f64();
+    match execution {
+        Execution::NeverStarted { age_seconds } => age_seconds >= window,
+        Execution::Missing => true,
+        Execution::Known {
+            status: RunStatus::Cancelled,
+            ..
+        } => true,
+        Execution::Known {
+            status: RunStatus::Failed,
+            retryable,
+            idle_seconds,
+        } => !retryable || idle_seconds >= window,
+        Execution::Known { .. } => false,
+    }
+}
+
 /// Deployments the sweep looks at per pass.
 const SWEEP_BATCH: i64 = 500;
 
@@ -506,8 +543,9 @@ impl Ops {
 
     /// One pass of the abandonment sweep (the runner's `org-systems-sweep` cron job):
     /// every `deploying` system whose execution is gone — its workflow instance does
-    /// not exist or ended without completing, or it was never started `abandon_after`
-    /// after acceptance — is declared `failed` (`EXECUTION_GONE`) and its factory taken
+    /// not exist, was cancelled or failed for good, or it was never started (or failed
+    /// retryably and was not retried) `abandon_after` after acceptance (its failure) —
+    /// is declared `failed` (`EXECUTION_GONE`) and its factory taken
     /// out of the index scope; the system its organization carries on that chain is
     /// then put (back) in the scope when enabled, repairing a removal the abandoned
     /// deployment's settings step made before it disappeared. Only this sweep writes
@@ -524,14 +562,26 @@ impl Ops {
         };
         let instances: Vec<Uuid> = rows.iter().filter_map(|r| r.instance_id).collect();
         let statuses = self.engine.statuses(&instances).await?;
+        let now = Utc::now();
         for r in rows {
-            let gone = match r.instance_id {
-                None => r.age_seconds >= abandon_after.as_secs_f64(),
+            let execution = match r.instance_id {
+                None => Execution::NeverStarted {
+                    age_seconds: r.age_seconds,
+                },
                 Some(instance) => match statuses.iter().find(|s| s.id == instance) {
-                    None => true,
-                    Some(s) => matches!(s.status, RunStatus::Failed | RunStatus::Cancelled),
+                    None => Execution::Missing,
+                    Some(s) => Execution::Known {
+                        status: s.status,
+                        retryable: s.error.as_ref().is_some_and(|e| {
+                            e.retryable
+                                || e.detail.as_ref().and_then(|d| d.get("retryable"))
+                                    == Some(&serde_json::Value::Bool(true))
+                        }),
+                        idle_seconds: (now - s.updated_at).num_milliseconds() as f64 / 1000.0,
+                    },
                 },
             };
+            let gone = execution_gone(execution, abandon_after);
             if !gone {
                 continue;
             }
@@ -572,5 +622,61 @@ impl Ops {
             set_scope(&self.db, &current, current.enabled).await?;
         }
         Ok(store::org_system_failed(&self.db, system.id, "EXECUTION_GONE").await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every execution shape: gone at once when dropped, cancelled or failed for good;
+    /// after the window when never started or failed retryably; never while it runs,
+    /// waits or completed.
+    #[test]
+    fn an_execution_is_gone_only_when_nothing_can_finish_it() {
+        let window = Duration::from_secs(300);
+        let known = |status, retryable, idle_seconds| Execution::Known {
+            status,
+            retryable,
+            idle_seconds,
+        };
+        assert!(execution_gone(Execution::Missing, window));
+        assert!(execution_gone(
+            known(RunStatus::Cancelled, false, 0.0),
+            window
+        ));
+        assert!(execution_gone(known(RunStatus::Failed, false, 0.0), window));
+        assert!(!execution_gone(
+            known(RunStatus::Failed, true, 299.0),
+            window
+        ));
+        assert!(execution_gone(
+            known(RunStatus::Failed, true, 300.0),
+            window
+        ));
+        assert!(!execution_gone(
+            Execution::NeverStarted { age_seconds: 10.0 },
+            window
+        ));
+        assert!(execution_gone(
+            Execution::NeverStarted { age_seconds: 301.0 },
+            window
+        ));
+        for status in [
+            RunStatus::Pending,
+            RunStatus::Running,
+            RunStatus::Waiting,
+            RunStatus::Suspended,
+            RunStatus::Completed,
+        ] {
+            assert!(
+                !execution_gone(known(status, true, 10_000.0), window),
+                "{status:?}"
+            );
+            assert!(
+                !execution_gone(known(status, false, 10_000.0), window),
+                "{status:?}"
+            );
+        }
     }
 }

@@ -107,9 +107,10 @@ pub struct RetentionSettings {
 pub struct OrganizationSettings {
     /// Seconds between sweeps (1..=86400, default 60).
     pub sweep_interval_seconds: u64,
-    /// A deployment accepted this many seconds ago whose workflow was never started
-    /// counts as gone (>= 1, default 300). One whose instance is missing, failed or
-    /// cancelled is gone at once.
+    /// A deployment accepted this many seconds ago whose workflow was never started, or
+    /// one that failed retryably and was not retried for this long, counts as gone
+    /// (>= 1, default 300). One whose instance is missing, cancelled or failed for good
+    /// is gone at once.
     pub abandon_after_seconds: u64,
 }
 
