@@ -5,7 +5,7 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::rpc::types::Log;
 use alloy::sol_types::SolEvent;
 use keel_abi::bindings::{
-    AssetFactory, AssetToken, Directory, PriceFeed, PriceFeedFactory, PriceResolver,
+    AssetFactory, AssetToken, Directory, PriceFeed, PriceFeedFactory, PriceResolver, RegulatedToken,
 };
 
 /// One projected event, decoded from a log of a scoped contract of the right kind.
@@ -51,6 +51,49 @@ pub(crate) enum Projection {
         feed: Address,
         bound: Option<U256>,
     },
+    /// A RegulatedToken freeze event → `index_freeze_event`.
+    Freeze {
+        token: Address,
+        change: FreezeChange,
+    },
+}
+
+/// One RegulatedToken event that changes a holder's frozen state (amounts in token base
+/// units). Stored in `index_freeze_event` and folded in chain order on read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FreezeChange {
+    /// `AddressFrozenSet(account, frozen, agent)`: the whole address (un)frozen.
+    Address { account: Address, frozen: bool },
+    /// `TokensFrozen(account, amount)`: `amount` more of the balance frozen.
+    Freeze { account: Address, amount: U256 },
+    /// `TokensUnfrozen(account, amount)`: `amount` of the frozen balance released
+    /// (also emitted by `forcedTransfer` for the frozen tokens it moves).
+    Unfreeze { account: Address, amount: U256 },
+    /// `RecoverySuccess(lost, replacement, agent)`: `lost`'s frozen amount is added to
+    /// `replacement`'s, `replacement` is frozen if `lost` was, `lost` is cleared.
+    Recovery { lost: Address, replacement: Address },
+}
+
+impl FreezeChange {
+    /// The stored `kind` (`index_freeze_event.kind`).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Self::Address { .. } => "address",
+            Self::Freeze { .. } => "freeze",
+            Self::Unfreeze { .. } => "unfreeze",
+            Self::Recovery { .. } => "recovery",
+        }
+    }
+
+    /// The stored `account` (the lost wallet of a recovery).
+    pub(crate) fn account(&self) -> Address {
+        match *self {
+            Self::Address { account, .. }
+            | Self::Freeze { account, .. }
+            | Self::Unfreeze { account, .. } => account,
+            Self::Recovery { lost, .. } => lost,
+        }
+    }
 }
 
 impl Projection {
@@ -91,6 +134,46 @@ pub(crate) fn decode(kind: ScopeKind, log: &Log) -> Option<Projection> {
                 token: address,
                 paused: false,
             })
+        }
+        ScopeKind::AssetToken if topic0 == RegulatedToken::AddressFrozenSet::SIGNATURE_HASH => {
+            let e = RegulatedToken::AddressFrozenSet::decode_log_data(data).ok()?;
+            freeze(
+                address,
+                FreezeChange::Address {
+                    account: e.account,
+                    frozen: e.frozen,
+                },
+            )
+        }
+        ScopeKind::AssetToken if topic0 == RegulatedToken::TokensFrozen::SIGNATURE_HASH => {
+            let e = RegulatedToken::TokensFrozen::decode_log_data(data).ok()?;
+            freeze(
+                address,
+                FreezeChange::Freeze {
+                    account: e.account,
+                    amount: e.amount,
+                },
+            )
+        }
+        ScopeKind::AssetToken if topic0 == RegulatedToken::TokensUnfrozen::SIGNATURE_HASH => {
+            let e = RegulatedToken::TokensUnfrozen::decode_log_data(data).ok()?;
+            freeze(
+                address,
+                FreezeChange::Unfreeze {
+                    account: e.account,
+                    amount: e.amount,
+                },
+            )
+        }
+        ScopeKind::AssetToken if topic0 == RegulatedToken::RecoverySuccess::SIGNATURE_HASH => {
+            let e = RegulatedToken::RecoverySuccess::decode_log_data(data).ok()?;
+            freeze(
+                address,
+                FreezeChange::Recovery {
+                    lost: e.lost,
+                    replacement: e.replacement,
+                },
+            )
         }
         ScopeKind::PriceResolver if topic0 == PriceResolver::StalenessBoundSet::SIGNATURE_HASH => {
             let e = PriceResolver::StalenessBoundSet::decode_log_data(data).ok()?;
@@ -149,5 +232,93 @@ pub(crate) fn decode(kind: ScopeKind, log: &Log) -> Option<Projection> {
             })
         }
         _ => None,
+    }
+}
+
+fn freeze(token: Address, change: FreezeChange) -> Option<Projection> {
+    Some(Projection::Freeze { token, change })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::primitives::{LogData, address};
+
+    const TOKEN: Address = address!("0x00000000000000000000000000000000000000aa");
+    const A: Address = address!("0x000000000000000000000000000000000000000a");
+    const B: Address = address!("0x000000000000000000000000000000000000000b");
+    const AGENT: Address = address!("0x00000000000000000000000000000000000000ee");
+
+    fn log(data: LogData) -> Log {
+        Log {
+            inner: alloy::primitives::Log {
+                address: TOKEN,
+                data,
+            },
+            ..Log::default()
+        }
+    }
+
+    #[test]
+    fn regulated_token_freeze_events_decode_under_asset_token() {
+        let amount = U256::from(1_234_u64);
+        let cases = [
+            (
+                RegulatedToken::AddressFrozenSet {
+                    account: A,
+                    frozen: true,
+                    agent: AGENT,
+                }
+                .encode_log_data(),
+                FreezeChange::Address {
+                    account: A,
+                    frozen: true,
+                },
+            ),
+            (
+                RegulatedToken::TokensFrozen { account: A, amount }.encode_log_data(),
+                FreezeChange::Freeze { account: A, amount },
+            ),
+            (
+                RegulatedToken::TokensUnfrozen { account: A, amount }.encode_log_data(),
+                FreezeChange::Unfreeze { account: A, amount },
+            ),
+            (
+                RegulatedToken::RecoverySuccess {
+                    lost: A,
+                    replacement: B,
+                    agent: AGENT,
+                }
+                .encode_log_data(),
+                FreezeChange::Recovery {
+                    lost: A,
+                    replacement: B,
+                },
+            ),
+        ];
+        for (data, change) in cases {
+            let l = log(data);
+            assert_eq!(
+                decode(ScopeKind::AssetToken, &l),
+                Some(Projection::Freeze {
+                    token: TOKEN,
+                    change
+                })
+            );
+            // Not projected for a contract of another kind.
+            assert_eq!(decode(ScopeKind::Directory, &l), None);
+        }
+    }
+
+    #[test]
+    fn a_truncated_freeze_event_is_not_projected() {
+        let mut data = RegulatedToken::TokensFrozen {
+            account: A,
+            amount: U256::from(1),
+        }
+        .encode_log_data();
+        let topics = data.topics().to_vec();
+        data = LogData::new_unchecked(topics, Default::default());
+        assert_eq!(decode(ScopeKind::AssetToken, &log(data)), None);
     }
 }

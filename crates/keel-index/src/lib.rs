@@ -61,7 +61,10 @@
 //!   `index_directory_entry` (`EntryChanged`/`EntryRemoved`; removal and replacement
 //!   stamp `removed_at_block` instead of deleting; reads show live rows unless asked
 //!   for history), `index_token_pause` (`Paused`/`Unpaused`; current state = latest
-//!   row), `index_staleness_bound` (`StalenessBoundSet`/`Cleared`; current = latest row).
+//!   row), `index_staleness_bound` (`StalenessBoundSet`/`Cleared`; current = latest row),
+//!   `index_freeze_event` (RegulatedToken `AddressFrozenSet`, `TokensFrozen`,
+//!   `TokensUnfrozen`, `RecoverySuccess`, migration `0093`; a holder's frozen state is
+//!   folded on read in chain order, [`read::frozen_at`]).
 //! - [`read`]: typed reads of the projections and [`wait_for_block`] (read-after-write,
 //!   LISTEN/NOTIFY on checkpoint advance with a poll fallback). The Ledger read API:
 //!   [`read::holders_at`] (holders ranked by balance at a block — a record-date

@@ -1,5 +1,6 @@
 //! Reads of the projections, and read-after-write waits.
 
+use crate::decode::FreezeChange;
 use crate::scope::{chain_i64, to_i64};
 use crate::store::{chain as chain_row, ledger, projection};
 use crate::{IndexError, Result};
@@ -9,6 +10,7 @@ use keel_units::ChainId;
 use sqlx::PgExecutor;
 use sqlx::postgres::PgListener;
 use sqlx::types::chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The channel of `pg_notify` sent with every checkpoint advance (payload
@@ -477,6 +479,118 @@ pub async fn staleness_bound(
         .transpose()
 }
 
+/// Frozen state of one holder of a RegulatedToken (issue 37 §3), as its
+/// `AddressFrozenSet`, `TokensFrozen`, `TokensUnfrozen` and `RecoverySuccess` events
+/// leave it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FrozenState {
+    /// The part of the holder's balance that cannot move, in token base units
+    /// (`frozenAmount` on chain).
+    pub amount: U256,
+    /// True when the whole address is frozen: it can neither send nor receive
+    /// (`isFrozen` on chain).
+    pub address_frozen: bool,
+}
+
+impl FrozenState {
+    /// True when nothing is frozen (such holders are left out of [`frozen_at`]).
+    pub fn is_clear(&self) -> bool {
+        self.amount.is_zero() && !self.address_frozen
+    }
+}
+
+/// The frozen state of every holder of RegulatedToken `token` on `chain` as of block
+/// `at_block` (inclusive), by holder: only holders with a positive frozen amount
+/// (token base units) or a frozen address. Empty for a plain AssetToken (it never
+/// emits freeze events) and for a token not indexed.
+///
+/// Computed on read by folding the token's indexed freeze events (`index_freeze_event`)
+/// at or below the block in chain order, so it agrees with them whatever order blocks
+/// and history ranges were written in, and after a reorg rollback. As [`holders_at`]:
+/// exact for any `at_block` at or below the indexed tip ([`indexed_tip`]; read both in
+/// one `REPEATABLE READ` transaction); a block above the tip counts every indexed
+/// event. The cost grows with the token's freeze events up to the block.
+///
+/// # Errors
+/// [`IndexError::Store`] (a stored row that does not decode is `StoreError::Decode`).
+pub async fn frozen_at(
+    db: impl PgExecutor<'_>,
+    chain: ChainId,
+    token: Address,
+    at_block: u64,
+) -> Result<BTreeMap<Address, FrozenState>> {
+    let rows =
+        projection::freeze_events_of(db, chain_i64(chain), token.as_slice(), to_i64(at_block))
+            .await?;
+    let changes = rows.iter().map(freeze_change).collect::<Result<Vec<_>>>()?;
+    Ok(fold_frozen(changes))
+}
+
+/// Decodes one stored freeze event.
+fn freeze_change(r: &projection::FreezeEventRecord) -> Result<FreezeChange> {
+    let account = address(&r.account)?;
+    let amount = || {
+        r.amount
+            .as_deref()
+            .and_then(|a| U256::from_str_radix(a, 10).ok())
+            .ok_or_else(decode_err)
+    };
+    Ok(match r.kind.as_str() {
+        "address" => FreezeChange::Address {
+            account,
+            frozen: r.frozen.ok_or_else(decode_err)?,
+        },
+        "freeze" => FreezeChange::Freeze {
+            account,
+            amount: amount()?,
+        },
+        "unfreeze" => FreezeChange::Unfreeze {
+            account,
+            amount: amount()?,
+        },
+        "recovery" => FreezeChange::Recovery {
+            lost: account,
+            replacement: address(r.replacement.as_deref().ok_or_else(decode_err)?)?,
+        },
+        _ => return Err(decode_err()),
+    })
+}
+
+/// Folds freeze events (in chain order) into the frozen state of every holder they
+/// leave with something frozen, as RegulatedToken applies them: an address (un)freeze
+/// sets the flag; a freeze adds to the frozen amount, an unfreeze subtracts from it
+/// (clamped at zero: the contract refuses more, so a larger one means events are
+/// missing, and a read must not fail on it); a recovery moves the lost wallet's amount
+/// onto the replacement's, freezes the replacement if the lost wallet was frozen (never
+/// unfreezes it) and clears the lost wallet. Pure.
+fn fold_frozen(changes: impl IntoIterator<Item = FreezeChange>) -> BTreeMap<Address, FrozenState> {
+    let mut state: BTreeMap<Address, FrozenState> = BTreeMap::new();
+    for change in changes {
+        match change {
+            FreezeChange::Address { account, frozen } => {
+                state.entry(account).or_default().address_frozen = frozen;
+            }
+            FreezeChange::Freeze { account, amount } => {
+                let s = state.entry(account).or_default();
+                s.amount = s.amount.saturating_add(amount);
+            }
+            FreezeChange::Unfreeze { account, amount } => {
+                let s = state.entry(account).or_default();
+                s.amount = s.amount.saturating_sub(amount);
+            }
+            FreezeChange::Recovery { lost, replacement } => {
+                // Taken off `lost` first: a recovery onto itself leaves it as it was.
+                let moved = state.remove(&lost).unwrap_or_default();
+                let s = state.entry(replacement).or_default();
+                s.amount = s.amount.saturating_add(moved.amount);
+                s.address_frozen |= moved.address_frozen;
+            }
+        }
+    }
+    state.retain(|_, s| !s.is_clear());
+    state
+}
+
 /// A holder and its balance of a token, in base units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HolderBalance {
@@ -625,4 +739,206 @@ pub async fn finalized_block(db: impl PgExecutor<'_>, chain: ChainId) -> Result<
         .await?
         .map(u64_of)
         .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::primitives::address;
+
+    const A: Address = address!("0x000000000000000000000000000000000000000a");
+    const B: Address = address!("0x000000000000000000000000000000000000000b");
+    const C: Address = address!("0x000000000000000000000000000000000000000c");
+
+    fn st(amount: u64, address_frozen: bool) -> FrozenState {
+        FrozenState {
+            amount: U256::from(amount),
+            address_frozen,
+        }
+    }
+
+    fn freeze(account: Address, amount: u64) -> FreezeChange {
+        FreezeChange::Freeze {
+            account,
+            amount: U256::from(amount),
+        }
+    }
+
+    fn unfreeze(account: Address, amount: u64) -> FreezeChange {
+        FreezeChange::Unfreeze {
+            account,
+            amount: U256::from(amount),
+        }
+    }
+
+    fn set(account: Address, frozen: bool) -> FreezeChange {
+        FreezeChange::Address { account, frozen }
+    }
+
+    fn recover(lost: Address, replacement: Address) -> FreezeChange {
+        FreezeChange::Recovery { lost, replacement }
+    }
+
+    #[test]
+    fn no_events_no_state() {
+        assert!(fold_frozen([]).is_empty());
+    }
+
+    #[test]
+    fn an_address_freeze_and_unfreeze() {
+        assert_eq!(
+            fold_frozen([set(A, true)]),
+            BTreeMap::from([(A, st(0, true))])
+        );
+        // Unfrozen with nothing frozen: the entry is gone.
+        assert!(fold_frozen([set(A, true), set(A, false)]).is_empty());
+        // Unfreezing the address keeps a frozen amount.
+        assert_eq!(
+            fold_frozen([set(A, true), freeze(A, 5), set(A, false)]),
+            BTreeMap::from([(A, st(5, false))])
+        );
+        // An unfreeze of an address never frozen leaves nothing.
+        assert!(fold_frozen([set(B, false)]).is_empty());
+    }
+
+    #[test]
+    fn partial_freezes_and_unfreezes_add_up() {
+        assert_eq!(
+            fold_frozen([freeze(A, 100), freeze(A, 20), unfreeze(A, 30), freeze(B, 1)]),
+            BTreeMap::from([(A, st(90, false)), (B, st(1, false))])
+        );
+    }
+
+    #[test]
+    fn an_unfreeze_to_zero_drops_the_entry() {
+        assert_eq!(
+            fold_frozen([
+                freeze(A, 100),
+                freeze(B, 7),
+                unfreeze(A, 60),
+                unfreeze(A, 40)
+            ]),
+            BTreeMap::from([(B, st(7, false))])
+        );
+        // Still kept while the address is frozen.
+        assert_eq!(
+            fold_frozen([set(A, true), freeze(A, 10), unfreeze(A, 10)]),
+            BTreeMap::from([(A, st(0, true))])
+        );
+    }
+
+    #[test]
+    fn a_recovery_moves_the_frozen_state_onto_the_replacement() {
+        // A: frozen address with 40 frozen tokens; C already had 15 frozen, address free.
+        let folded = fold_frozen([
+            set(A, true),
+            freeze(A, 50),
+            unfreeze(A, 10),
+            freeze(C, 15),
+            recover(A, C),
+        ]);
+        assert_eq!(folded, BTreeMap::from([(C, st(55, true))]));
+        // The lost wallet starts clean afterwards.
+        assert_eq!(
+            fold_frozen([set(A, true), freeze(A, 5), recover(A, C), freeze(A, 2)]),
+            BTreeMap::from([(A, st(2, false)), (C, st(5, true))])
+        );
+    }
+
+    #[test]
+    fn a_recovery_never_unfreezes_a_frozen_replacement() {
+        assert_eq!(
+            fold_frozen([freeze(A, 3), set(C, true), recover(A, C)]),
+            BTreeMap::from([(C, st(3, true))])
+        );
+    }
+
+    #[test]
+    fn a_recovery_of_a_clean_wallet_changes_nothing() {
+        let before = [set(B, true), freeze(C, 9)];
+        let after = [set(B, true), freeze(C, 9), recover(A, C), recover(A, B)];
+        assert_eq!(fold_frozen(after), fold_frozen(before));
+        assert_eq!(
+            fold_frozen(before),
+            BTreeMap::from([(B, st(0, true)), (C, st(9, false))])
+        );
+        // A clean wallet recovered onto a clean wallet leaves no entry.
+        assert!(fold_frozen([recover(A, C)]).is_empty());
+    }
+
+    #[test]
+    fn a_recovery_onto_itself_keeps_the_state() {
+        assert_eq!(
+            fold_frozen([set(A, true), freeze(A, 8), recover(A, A)]),
+            BTreeMap::from([(A, st(8, true))])
+        );
+    }
+
+    #[test]
+    fn an_unfreeze_above_the_folded_amount_clamps_at_zero() {
+        // More than frozen (events missing): zero, no panic; the entry is dropped.
+        assert!(fold_frozen([freeze(A, 5), unfreeze(A, 6)]).is_empty());
+        assert!(fold_frozen([unfreeze(A, 1)]).is_empty());
+        // And a later freeze counts from zero.
+        assert_eq!(
+            fold_frozen([freeze(A, 5), unfreeze(A, 600), freeze(A, 4)]),
+            BTreeMap::from([(A, st(4, false))])
+        );
+        // Freezes saturate too.
+        assert_eq!(
+            fold_frozen([
+                FreezeChange::Freeze {
+                    account: A,
+                    amount: U256::MAX
+                },
+                freeze(A, 1)
+            ]),
+            BTreeMap::from([(
+                A,
+                FrozenState {
+                    amount: U256::MAX,
+                    address_frozen: false
+                }
+            )])
+        );
+    }
+
+    #[test]
+    fn stored_rows_decode_and_bad_ones_are_refused() {
+        let row = |kind: &str, replacement: Option<Vec<u8>>, amount: Option<&str>, frozen| {
+            projection::FreezeEventRecord {
+                kind: kind.to_owned(),
+                account: A.to_vec(),
+                replacement,
+                amount: amount.map(str::to_owned),
+                frozen,
+            }
+        };
+        assert_eq!(
+            freeze_change(&row("address", None, None, Some(true))).ok(),
+            Some(set(A, true))
+        );
+        assert_eq!(
+            freeze_change(&row("freeze", None, Some("12"), None)).ok(),
+            Some(freeze(A, 12))
+        );
+        assert_eq!(
+            freeze_change(&row("unfreeze", None, Some("3"), None)).ok(),
+            Some(unfreeze(A, 3))
+        );
+        assert_eq!(
+            freeze_change(&row("recovery", Some(B.to_vec()), None, None)).ok(),
+            Some(recover(A, B))
+        );
+        for bad in [
+            row("address", None, None, None),
+            row("freeze", None, None, None),
+            row("freeze", None, Some("-1"), None),
+            row("recovery", None, None, None),
+            row("recovery", Some(vec![1, 2]), None, None),
+            row("burn", None, Some("1"), None),
+        ] {
+            assert!(freeze_change(&bad).is_err(), "{bad:?}");
+        }
+    }
 }

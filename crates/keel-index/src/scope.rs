@@ -14,7 +14,9 @@ pub enum ScopeKind {
     /// `AssetFactory`: `AssetCreated` → `index_asset`, and the token joins the scope.
     AssetFactory,
     /// `AssetToken`: `Transfer` → `index_transfer` (balances computed on read),
-    /// `Paused`/`Unpaused` → `index_token_pause`.
+    /// `Paused`/`Unpaused` → `index_token_pause`; a RegulatedToken's (also this kind)
+    /// `AddressFrozenSet`/`TokensFrozen`/`TokensUnfrozen`/`RecoverySuccess` →
+    /// `index_freeze_event` (frozen state folded on read).
     AssetToken,
     /// `PriceFeedFactory`: `FeedCreated` adds the feed to the scope.
     PriceFeedFactory,

@@ -1,7 +1,7 @@
 //! `index_log`, `index_transfer` and the other projections (`index_asset`,
 //! `index_observation`, `index_directory_entry`, `index_token_pause`,
-//! `index_staleness_bound`): bulk writes of raw logs and their projections (shared by tip
-//! ingest and history), and their rollback above a block.
+//! `index_staleness_bound`, `index_freeze_event`): bulk writes of raw logs and their
+//! projections (shared by tip ingest and history), and their rollback above a block.
 //!
 //! Rows are encoded for PostgreSQL's binary `COPY` ([`Batch::encode`], pure CPU, so
 //! it runs where the logs are fetched, off the writer's path), streamed with `COPY`
@@ -13,9 +13,10 @@
 //! meeting, a range redone after a lease expiry) is stored once.
 //!
 //! The rare projections (assets, observations, directory entries, pauses, staleness
-//! bounds) are inserted row by row after the bulk rows.
+//! bounds, freeze events) are inserted row by row after the bulk rows, on both write
+//! paths (`UNNEST` and `COPY`).
 
-use crate::decode::{Projection, decode};
+use crate::decode::{FreezeChange, Projection, decode};
 use crate::scope::{ScopeKind, to_i64};
 use crate::{IndexError, Result};
 use alloy::primitives::{Address, B256, U256};
@@ -608,6 +609,29 @@ async fn write_others(tx: &mut PgConnection, chain: i64, others: &[Other]) -> Re
             .bind(resolver.to_vec())
             .bind(feed.to_vec())
             .bind(bound.map(|b| b.to_string())),
+            Projection::Freeze { token, change } => {
+                let (replacement, amount, frozen) = match change {
+                    FreezeChange::Address { frozen, .. } => (None, None, Some(frozen)),
+                    FreezeChange::Freeze { amount, .. } | FreezeChange::Unfreeze { amount, .. } => {
+                        (None, Some(amount.to_string()), None)
+                    }
+                    FreezeChange::Recovery { replacement, .. } => {
+                        (Some(replacement.to_vec()), None, None)
+                    }
+                };
+                positioned!(
+                    "INSERT INTO index_freeze_event (chain_id, block_number, block_hash, log_index,
+                        tx_hash, token, kind, account, replacement, amount, frozen)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::numeric, $11)
+                     ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING"
+                )
+                .bind(token.to_vec())
+                .bind(change.kind())
+                .bind(change.account().to_vec())
+                .bind(replacement)
+                .bind(amount)
+                .bind(frozen)
+            }
             Projection::FeedCreated { .. } => continue,
         };
         q.execute(&mut *tx).await?;
@@ -689,7 +713,7 @@ fn position(chain: i64, log: &Log) -> Result<(u64, B256, u64, B256)> {
 }
 
 /// The projection tables a rollback deletes from (every one has `block_number`).
-const ROLLED_BACK: [&str; 7] = [
+const ROLLED_BACK: [&str; 8] = [
     "index_log",
     "index_transfer",
     "index_asset",
@@ -697,6 +721,7 @@ const ROLLED_BACK: [&str; 7] = [
     "index_directory_entry",
     "index_token_pause",
     "index_staleness_bound",
+    "index_freeze_event",
 ];
 
 /// Deletes every raw log and projection row of `chain` above block `above` and clears
@@ -741,16 +766,25 @@ mod tests {
 
     /// A `Transfer(from, to, value)` log of `TOKEN` at (`block`, `index`).
     fn transfer(block: u64, index: u64, value: U256) -> Log {
-        let hash = B256::from(U256::from(block) + U256::from(0xb10c_u64));
         let from = B256::left_padding_from(&[1]);
         let to = B256::left_padding_from(&index.to_be_bytes());
+        event(
+            block,
+            index,
+            LogData::new_unchecked(
+                vec![AssetToken::Transfer::SIGNATURE_HASH, from, to],
+                value.to_be_bytes::<32>().to_vec().into(),
+            ),
+        )
+    }
+
+    /// A log of `TOKEN` carrying `data` at (`block`, `index`).
+    fn event(block: u64, index: u64, data: LogData) -> Log {
+        let hash = B256::from(U256::from(block) + U256::from(0xb10c_u64));
         Log {
             inner: alloy::primitives::Log {
                 address: TOKEN,
-                data: LogData::new_unchecked(
-                    vec![AssetToken::Transfer::SIGNATURE_HASH, from, to],
-                    value.to_be_bytes::<32>().to_vec().into(),
-                ),
+                data,
             },
             block_hash: Some(hash),
             block_number: Some(block),
@@ -882,6 +916,211 @@ mod tests {
         // The staging tables of the pooled connections are empty for the next write.
         write(&db, 3, &logs).await?;
         assert_eq!(rows(&db, 3).await?.len(), 5_000);
+        Ok(())
+    }
+
+    /// RegulatedToken freeze events of `TOKEN` over blocks 10..=13 (log indexes from
+    /// 5000 up, clear of the padding transfers' 0..2000).
+    fn freeze_events() -> Vec<Log> {
+        use keel_abi::bindings::RegulatedToken as R;
+        let (a, b, c, agent) = (
+            FA,
+            FB,
+            FC,
+            address!("0x00000000000000000000000000000000000000ee"),
+        );
+        let amount = U256::from;
+        vec![
+            event(
+                10,
+                5_000,
+                R::TokensFrozen {
+                    account: a,
+                    amount: amount(100),
+                }
+                .encode_log_data(),
+            ),
+            event(
+                10,
+                5_001,
+                R::AddressFrozenSet {
+                    account: a,
+                    frozen: true,
+                    agent,
+                }
+                .encode_log_data(),
+            ),
+            event(
+                10,
+                5_002,
+                R::AddressFrozenSet {
+                    account: b,
+                    frozen: true,
+                    agent,
+                }
+                .encode_log_data(),
+            ),
+            event(
+                11,
+                5_000,
+                R::TokensUnfrozen {
+                    account: a,
+                    amount: amount(40),
+                }
+                .encode_log_data(),
+            ),
+            event(
+                11,
+                5_001,
+                R::TokensFrozen {
+                    account: c,
+                    amount: amount(5),
+                }
+                .encode_log_data(),
+            ),
+            event(
+                12,
+                5_000,
+                R::RecoverySuccess {
+                    lost: a,
+                    replacement: c,
+                    agent,
+                }
+                .encode_log_data(),
+            ),
+            event(
+                12,
+                5_001,
+                R::AddressFrozenSet {
+                    account: b,
+                    frozen: false,
+                    agent,
+                }
+                .encode_log_data(),
+            ),
+            event(
+                13,
+                5_000,
+                R::TokensUnfrozen {
+                    account: c,
+                    amount: amount(65),
+                }
+                .encode_log_data(),
+            ),
+            event(
+                13,
+                5_001,
+                R::AddressFrozenSet {
+                    account: c,
+                    frozen: false,
+                    agent,
+                }
+                .encode_log_data(),
+            ),
+        ]
+    }
+
+    const FA: Address = address!("0x000000000000000000000000000000000000f00a");
+    const FB: Address = address!("0x000000000000000000000000000000000000f00b");
+    const FC: Address = address!("0x000000000000000000000000000000000000f00c");
+
+    /// The frozen state `freeze_events` leaves as of each block 9..=13.
+    fn expected_frozen(block: u64) -> BTreeMap<Address, crate::read::FrozenState> {
+        let st = |amount: u64, address_frozen| crate::read::FrozenState {
+            amount: U256::from(amount),
+            address_frozen,
+        };
+        match block {
+            ..=9 => BTreeMap::new(),
+            10 => BTreeMap::from([(FA, st(100, true)), (FB, st(0, true))]),
+            11 => BTreeMap::from([(FA, st(60, true)), (FB, st(0, true)), (FC, st(5, false))]),
+            12 => BTreeMap::from([(FC, st(65, true))]),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    async fn frozen(
+        db: &TestDatabase,
+        chain: i64,
+        at: u64,
+    ) -> anyhow::Result<BTreeMap<Address, crate::read::FrozenState>> {
+        let chain = keel_units::ChainId(u64::try_from(chain)?);
+        Ok(crate::read::frozen_at(db.pool(), chain, TOKEN, at).await?)
+    }
+
+    async fn freeze_rows(db: &TestDatabase, chain: i64) -> anyhow::Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM index_freeze_event WHERE chain_id = $1")
+                .bind(chain)
+                .fetch_one(db.pool())
+                .await?,
+        )
+    }
+
+    async fn insert(db: &TestDatabase, chain: i64, logs: &[Log]) -> anyhow::Result<()> {
+        let mut tx = db.pool().begin().await?;
+        logs_insert(&mut tx, chain, logs, &kinds()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn freeze_events_fold_at_a_block_on_both_paths_and_roll_back() -> anyhow::Result<()> {
+        let db = TestDatabase::create().await?;
+        let events = freeze_events();
+        // Chain 1: the row-by-row path (a small batch), newest block first (the write
+        // order does not matter: the state is folded on read).
+        let mut reversed = events.clone();
+        reversed.reverse();
+        assert!(reversed.len() < COPY_MIN_ROWS);
+        insert(&db, 1, &reversed).await?;
+        insert(&db, 1, &reversed).await?;
+        // Chain 2: the COPY path (padded with transfers to `COPY_MIN_ROWS` logs),
+        // through `logs_insert` and then `Batch::encode` + `batch_insert` again.
+        let mut big: Vec<Log> = (0..COPY_MIN_ROWS as u64)
+            .map(|i| transfer(10 + i % 4, i, U256::from(i + 1)))
+            .collect();
+        big.extend(events.iter().cloned());
+        insert(&db, 2, &big).await?;
+        write(&db, 2, &big).await?;
+        for chain in [1, 2] {
+            // Written twice, stored once.
+            assert_eq!(
+                freeze_rows(&db, chain).await?,
+                events.len() as i64,
+                "chain {chain}"
+            );
+            for at in 9..=14 {
+                assert_eq!(
+                    frozen(&db, chain, at).await?,
+                    expected_frozen(at),
+                    "chain {chain} at {at}"
+                );
+            }
+        }
+        // Another token's events are not folded in.
+        assert!(
+            crate::read::frozen_at(db.pool(), keel_units::ChainId(1), FA, 14)
+                .await?
+                .is_empty()
+        );
+
+        // Rollbacks: the state at the tip is the state at the ancestor.
+        for chain in [1, 2] {
+            for above in [12, 10, 9] {
+                let mut tx = db.pool().begin().await?;
+                projections_delete_above(&mut tx, chain, above).await?;
+                tx.commit().await?;
+                let above = u64::try_from(above)?;
+                assert_eq!(frozen(&db, chain, u64::MAX).await?, expected_frozen(above));
+                assert_eq!(frozen(&db, chain, above).await?, expected_frozen(above));
+            }
+            assert_eq!(freeze_rows(&db, chain).await?, 0);
+        }
+        // Rewritten after the rollback (the reorg's new branch, here the same blocks).
+        insert(&db, 1, &events).await?;
+        assert_eq!(frozen(&db, 1, 11).await?, expected_frozen(11));
+        assert_eq!(frozen(&db, 1, 13).await?, expected_frozen(13));
         Ok(())
     }
 }

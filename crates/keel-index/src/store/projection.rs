@@ -1,6 +1,6 @@
 //! Reads of the projection tables (`index_transfer`, the `index_balance` view,
 //! `index_asset`, `index_observation`, `index_directory_entry`, `index_token_pause`,
-//! `index_staleness_bound`) as raw rows; [`crate::read`] decodes them into its typed
+//! `index_staleness_bound`, `index_freeze_event`) as raw rows; [`crate::read`] decodes them into its typed
 //! rows. Numeric columns come back as decimal text.
 
 use crate::Result;
@@ -81,6 +81,16 @@ pub(crate) struct StalenessBoundRecord {
     #[sqlx(flatten)]
     pub position: PositionRow,
     pub bound: Option<String>,
+}
+
+/// An `index_freeze_event` row without its position (`amount`: decimal text).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct FreezeEventRecord {
+    pub kind: String,
+    pub account: Vec<u8>,
+    pub replacement: Option<Vec<u8>>,
+    pub amount: Option<String>,
+    pub frozen: Option<bool>,
 }
 
 /// Transfers of `token` (every token when `None`), in chain order.
@@ -216,5 +226,25 @@ pub(crate) async fn staleness_bound_latest(
     .bind(chain)
     .bind(feed)
     .fetch_optional(db)
+    .await?)
+}
+
+/// The freeze events of `token` at or below block `at_block`, in chain order.
+pub(crate) async fn freeze_events_of(
+    db: impl PgExecutor<'_>,
+    chain: i64,
+    token: &[u8],
+    at_block: i64,
+) -> Result<Vec<FreezeEventRecord>> {
+    Ok(sqlx::query_as(
+        "SELECT kind, account, replacement, amount::text AS amount, frozen
+         FROM index_freeze_event
+         WHERE chain_id = $1 AND token = $2 AND block_number <= $3
+         ORDER BY block_number, log_index",
+    )
+    .bind(chain)
+    .bind(token)
+    .bind(at_block)
+    .fetch_all(db)
     .await?)
 }

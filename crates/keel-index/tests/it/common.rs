@@ -176,6 +176,8 @@ pub(crate) async fn fingerprint(
         "SELECT 'pause', block_hash, log_index FROM index_token_pause WHERE chain_id = $1
          UNION ALL
          SELECT 'bound', block_hash, log_index FROM index_staleness_bound WHERE chain_id = $1
+         UNION ALL
+         SELECT 'freeze', block_hash, log_index FROM index_freeze_event WHERE chain_id = $1
          ORDER BY 1, 2, 3",
     )
     .bind(chain.get() as i64)
