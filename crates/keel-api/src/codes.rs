@@ -234,6 +234,12 @@ pub const ERROR_CODES: &[ErrorCode] = &[
         "An amount computation would go below zero.",
     ),
     c(
+        "BATCH_TOO_LARGE",
+        422,
+        "A batch mint or batch transfer names more recipients than the asset's template \
+         allows (`batchMaxRecipients`, default 100); split it into several operations.",
+    ),
+    c(
         "CHAIN_MISMATCH",
         422,
         "Values of different chains were combined.",
@@ -550,6 +556,7 @@ mod tests {
             OpsError::ComplianceRefused {
                 code: "COMPLIANCE_LOCKED_UP",
             },
+            OpsError::BatchTooLarge { max: 100 },
             OpsError::Store(keel_store::StoreError::Decode),
         ]);
         for e in cases {

@@ -43,6 +43,15 @@ pub struct Holder {
     /// Base units (decimal integer string).
     #[schema(pattern = "^[0-9]+$")]
     pub balance_base_units: String,
+    /// The part of the balance that cannot move (frozen by an agent of a regulated
+    /// asset: `POST /v1/assets/{id}/freeze` with `amount`), token units; `"0"` when none.
+    #[schema(pattern = r"^[0-9]+(\.[0-9]+)?$")]
+    pub frozen_balance: String,
+    /// The same, base units (decimal integer string).
+    #[schema(pattern = "^[0-9]+$")]
+    pub frozen_balance_base_units: String,
+    /// True when the whole address is frozen: it can neither send nor receive.
+    pub frozen: bool,
 }
 
 /// `GET /v1/assets/{id}/holders`: a page of holders as of one block.
@@ -215,6 +224,9 @@ pub(crate) fn holder(h: HolderView) -> Holder {
         address: h.address.to_checksum(None),
         balance: h.balance,
         balance_base_units: h.balance_base_units.to_string(),
+        frozen_balance: h.frozen_balance,
+        frozen_balance_base_units: h.frozen_balance_base_units.to_string(),
+        frozen: h.frozen,
     }
 }
 

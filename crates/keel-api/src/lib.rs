@@ -121,6 +121,7 @@
 //! catch-panic layer answering a problem.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod agent;
 pub mod codes;
 pub mod compliance;
 pub mod custody;
@@ -355,6 +356,18 @@ pub fn router(state: ApiState) -> Router {
         .route(
             "/v1/assets/{id}/set-compliance",
             post(compliance::set_compliance),
+        )
+        .route("/v1/assets/{id}/freeze", post(agent::freeze))
+        .route("/v1/assets/{id}/unfreeze", post(agent::unfreeze))
+        .route(
+            "/v1/assets/{id}/forced-transfer",
+            post(agent::forced_transfer),
+        )
+        .route("/v1/assets/{id}/recover", post(agent::recover))
+        .route("/v1/assets/{id}/batch-mint", post(agent::batch_mint))
+        .route(
+            "/v1/assets/{id}/batch-transfer",
+            post(agent::batch_transfer),
         )
         .route("/v1/assets/{id}/balances/{address}", get(handlers::balance))
         .route("/v1/assets/{id}/holders", get(ledger::holders))

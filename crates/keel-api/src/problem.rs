@@ -130,6 +130,7 @@ pub fn ops_status(e: &OpsError) -> StatusCode {
         | OpsError::Amount { .. }
         | OpsError::ChainNotConfigured
         | OpsError::ComplianceRefused { .. }
+        | OpsError::BatchTooLarge { .. }
         | OpsError::UnknownRole => StatusCode::UNPROCESSABLE_ENTITY,
         // The engine's refusals are told apart by their codes.
         OpsError::Engine(_) => match e.code() {
@@ -254,6 +255,7 @@ mod tests {
                 },
                 422,
             ),
+            (OpsError::BatchTooLarge { max: 100 }, 422),
             (OpsError::Store(keel_store::StoreError::Decode), 503),
         ];
         for (e, status) in cases {

@@ -88,6 +88,12 @@ pub const ROUTES: &[RouteAccess] = &[
     key("post", "/v1/assets/{id}/grant-role", Scope::Operate),
     key("post", "/v1/assets/{id}/revoke-role", Scope::Operate),
     key("post", "/v1/assets/{id}/set-compliance", Scope::Operate),
+    key("post", "/v1/assets/{id}/freeze", Scope::Operate),
+    key("post", "/v1/assets/{id}/unfreeze", Scope::Operate),
+    key("post", "/v1/assets/{id}/forced-transfer", Scope::Operate),
+    key("post", "/v1/assets/{id}/recover", Scope::Operate),
+    key("post", "/v1/assets/{id}/batch-mint", Scope::Operate),
+    key("post", "/v1/assets/{id}/batch-transfer", Scope::Operate),
     key("get", "/v1/assets/{id}/balances/{address}", Scope::Read),
     key("get", "/v1/assets/{id}/holders", Scope::Read),
     key(

@@ -146,6 +146,13 @@ pub enum OpsError {
         /// The typed refusal code.
         code: &'static str,
     },
+    /// A batch mint or transfer names more recipients than its template allows
+    /// (`batchMaxRecipients`). Code `BATCH_TOO_LARGE`. Nothing was accepted.
+    #[error("the batch names more recipients than the asset's template allows ({max})")]
+    BatchTooLarge {
+        /// The template's limit.
+        max: u16,
+    },
     /// The database failed. Code `SERVICE_UNAVAILABLE`; retryable when transient.
     #[error("database: {0}")]
     Store(#[from] keel_store::StoreError),
@@ -179,6 +186,7 @@ impl OpsError {
             Self::SystemDisabled => "SYSTEM_DISABLED",
             Self::AssetNotRegulated => "ASSET_NOT_REGULATED",
             Self::ComplianceRefused { code } => code,
+            Self::BatchTooLarge { .. } => "BATCH_TOO_LARGE",
             Self::SystemNotDeployed => "SYSTEM_NOT_DEPLOYED",
             Self::Engine(e) => match e {
                 keel_durable::DurableError::InvalidInput(_) => "PAYLOAD_TOO_LARGE_OR_DEEP",
@@ -214,6 +222,7 @@ impl OpsError {
             | Self::SystemNotDeployed
             | Self::AssetNotRegulated
             | Self::ComplianceRefused { .. }
+            | Self::BatchTooLarge { .. }
             | Self::NotFound { .. }
             | Self::IdempotencyConflict
             | Self::InvalidField { .. }

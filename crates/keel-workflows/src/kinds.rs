@@ -27,8 +27,9 @@ use crate::ops::Ops;
 use crate::tenancy::Caller;
 use crate::workflows::contract::TokenOpInput;
 use crate::workflows::{
-    AssetBurn, AssetCreate, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole,
-    AssetSetCompliance, AssetTransfer, AssetUnpause, DistributionPay, InvestorSet, OrgSystemDeploy,
+    AssetBatchMint, AssetBatchTransfer, AssetBurn, AssetCreate, AssetForcedTransfer, AssetFreeze,
+    AssetGrantRole, AssetMint, AssetPause, AssetRecover, AssetRevokeRole, AssetSetCompliance,
+    AssetTransfer, AssetUnfreeze, AssetUnpause, DistributionPay, InvestorSet, OrgSystemDeploy,
 };
 use keel_durable::Workflow;
 use std::sync::Arc;
@@ -181,6 +182,24 @@ operation_kinds! {
         /// `asset.set-compliance` (`POST /v1/assets/{id}/set-compliance`): the asset's
         /// rules in its organization system's compliance contract.
         AssetSetCompliance => "set-compliance", TokenOp;
+        /// `asset.freeze` (`POST /v1/assets/{id}/freeze`): freezes an address, or part
+        /// of a holder's balance (issue 37 §3).
+        AssetFreeze => "freeze", TokenOp;
+        /// `asset.unfreeze` (`POST /v1/assets/{id}/unfreeze`): unfreezes an address, or
+        /// part of a holder's frozen balance.
+        AssetUnfreeze => "unfreeze", TokenOp;
+        /// `asset.forced-transfer` (`POST /v1/assets/{id}/forced-transfer`): an agent's
+        /// transfer of a holder's tokens.
+        AssetForcedTransfer => "forced-transfer", TokenOp;
+        /// `asset.recover` (`POST /v1/assets/{id}/recover`): a lost wallet's balance,
+        /// frozen state and registry entry moved to a new wallet.
+        AssetRecover => "recover", TokenOp;
+        /// `asset.batch-mint` (`POST /v1/assets/{id}/batch-mint`): mints to many
+        /// recipients in one transaction.
+        AssetBatchMint => "batch-mint", TokenOp;
+        /// `asset.batch-transfer` (`POST /v1/assets/{id}/batch-transfer`): transfers from
+        /// the issuer's holdings to many recipients in one transaction.
+        AssetBatchTransfer => "batch-transfer", TokenOp;
     }
     other: {
         /// `distribution.pay` (`POST /v1/distributions`): pays the holders of a final
@@ -283,7 +302,7 @@ mod tests {
                 *k
             );
         }
-        assert_eq!(OperationKind::from_name("asset.freeze"), Err(UnknownKind));
+        assert_eq!(OperationKind::from_name("asset.thaw"), Err(UnknownKind));
         assert_eq!(OperationKind::AssetCreate.route(), "/v1/assets");
         assert_eq!(
             OperationKind::AssetGrantRole.route(),

@@ -63,7 +63,7 @@ pub use events::{OperationEvents, Renderer};
 /// Who asked for a command (the engine's attribution types, re-exported for the API).
 pub use keel_durable::{Actor, ActorKind, AttributionStatus, HistoryEntry};
 pub use kinds::{OperationKind, ResultShape, UnknownKind};
-pub use ops::accept::{Accepted, NewAsset, TokenRequest};
+pub use ops::accept::{Accepted, BatchRecipient, NewAsset, TokenRequest};
 pub use ops::ledger::{HolderView, HoldersView, SupplyView, TransferView, TransfersView};
 pub use ops::read::{
     AssetKey, AssetStatus, AssetView, BalanceView, FundingRequestView, ObservationView,

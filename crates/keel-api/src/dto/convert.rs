@@ -270,6 +270,8 @@ impl From<svc::TemplateView> for Template {
             approval_ttl_seconds: t.approval_ttl_seconds,
             funding_pause: t.funding_pause,
             funding_deadline_seconds: t.funding_deadline_seconds,
+            forced_transfer_skips_compliance: t.forced_transfer_skips_compliance,
+            batch_max_recipients: t.batch_max_recipients,
             created_at: v.created_at,
             updated_at: v.updated_at,
         }

@@ -493,6 +493,19 @@ operation_results! {
         AssetBurn => "asset.burn",
         /// `asset.set-compliance`: the `Compliance.setRules` transaction.
         AssetSetCompliance => "asset.set-compliance",
+        /// `asset.freeze`: the freeze transaction (address or partial).
+        AssetFreeze => "asset.freeze",
+        /// `asset.unfreeze`: the unfreeze transaction (address or partial).
+        AssetUnfreeze => "asset.unfreeze",
+        /// `asset.forced-transfer`: the forced transfer transaction.
+        AssetForcedTransfer => "asset.forced-transfer",
+        /// `asset.recover`: the last of its writes (the lost wallet's registry entry
+        /// removed, or the recovery itself when the wallet was not registered).
+        AssetRecover => "asset.recover",
+        /// `asset.batch-mint`: the one batch mint transaction.
+        AssetBatchMint => "asset.batch-mint",
+        /// `asset.batch-transfer`: the one batch transfer transaction.
+        AssetBatchTransfer => "asset.batch-transfer",
         /// `investor.set`: the `IdentityRegistry.setInvestor` transaction.
         InvestorSet => "investor.set",
     }

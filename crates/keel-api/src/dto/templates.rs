@@ -27,6 +27,12 @@ pub struct Template {
     pub funding_pause: bool,
     /// How long a funding pause may last, seconds.
     pub funding_deadline_seconds: u64,
+    /// Whether `asset.forced-transfer` skips the compliance check of the receiver
+    /// (false: a forced transfer is checked like any transfer).
+    pub forced_transfer_skips_compliance: bool,
+    /// The most recipients one `asset.batch-mint` or `asset.batch-transfer` may name.
+    #[schema(minimum = 1, maximum = 500)]
+    pub batch_max_recipients: u16,
     /// When it was created (RFC 3339, UTC).
     pub created_at: DateTime<Utc>,
     /// When it was last written (RFC 3339, UTC).

@@ -67,6 +67,8 @@ fn template(id: &str) -> Template {
         funding_pause: false,
         funding_deadline_seconds: 3600,
         sender: None,
+        forced_transfer_skips_compliance: false,
+        batch_max_recipients: keel_workflows::tenancy::DEFAULT_BATCH_MAX_RECIPIENTS,
     }
 }
 

@@ -235,8 +235,11 @@ async fn every_amount_route_refuses_digits_beyond_the_decimals() {
         [
             "/v1/assets",
             "/v1/assets/{id}/burn",
+            "/v1/assets/{id}/forced-transfer",
+            "/v1/assets/{id}/freeze",
             "/v1/assets/{id}/mint",
-            "/v1/assets/{id}/transfer"
+            "/v1/assets/{id}/transfer",
+            "/v1/assets/{id}/unfreeze"
         ],
         "the amount routes changed: extend this test's bodies"
     );
@@ -338,6 +341,11 @@ fn amount_body(member: &str, path: &str, value: &str) -> Value {
     }
     if path.ends_with("/burn") {
         serde_json::json!({"amount": value})
+    } else if path.ends_with("/freeze") || path.ends_with("/unfreeze") {
+        serde_json::json!({"account": crate::common::RECIPIENT, "amount": value})
+    } else if path.ends_with("/forced-transfer") {
+        serde_json::json!({"from": crate::common::RECIPIENT,
+            "recipient": "0x00000000000000000000000000000000000000b2", "amount": value})
     } else {
         serde_json::json!({"recipient": crate::common::RECIPIENT, "amount": value})
     }

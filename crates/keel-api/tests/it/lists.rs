@@ -508,6 +508,8 @@ async fn templates_are_listed_by_id_with_their_timestamps() {
         funding_pause: true,
         funding_deadline_seconds: 60,
         sender: None,
+        forced_transfer_skips_compliance: false,
+        batch_max_recipients: keel_workflows::tenancy::DEFAULT_BATCH_MAX_RECIPIENTS,
     };
     for id in ["zeta", "alpha", "mid.1"] {
         upsert_template(env.db.pool(), org_a, &t(id)).await.unwrap();

@@ -99,6 +99,57 @@ pub enum TokenRequest {
         /// Unix time (seconds) before which holder-to-holder transfers are refused (0: none).
         lockup_until: u64,
     },
+    /// Freeze `account` entirely (`amount: None`: it can neither send nor receive) or
+    /// freeze `amount` more of its balance (a regulated asset only).
+    Freeze {
+        /// The address (not the zero address).
+        account: Address,
+        /// Token units, decimal string; `None`: the whole address.
+        amount: Option<String>,
+    },
+    /// Unfreeze `account` (`amount: None`) or release `amount` of its frozen balance.
+    Unfreeze {
+        /// The address (not the zero address).
+        account: Address,
+        /// Token units, decimal string; `None`: the whole address.
+        amount: Option<String>,
+    },
+    /// Move `amount` of `from`'s tokens to `recipient` without `from`'s consent (an
+    /// agent's forced transfer; frozen tokens are released as needed).
+    ForcedTransfer {
+        /// The holder (not the zero address).
+        from: Address,
+        /// The receiver (not the zero address, not `from`).
+        recipient: Address,
+        /// Token units, decimal string.
+        amount: String,
+    },
+    /// Move a lost wallet's whole balance, frozen state and registry entry to a new one.
+    Recover {
+        /// The lost wallet (not the zero address).
+        lost: Address,
+        /// The new wallet (not the zero address, not `lost`).
+        replacement: Address,
+    },
+    /// Mint to every recipient in one transaction.
+    BatchMint {
+        /// 1 to the template's `batchMaxRecipients` lines.
+        recipients: Vec<BatchRecipient>,
+    },
+    /// Transfer from the issuer's holdings to every recipient in one transaction.
+    BatchTransfer {
+        /// 1 to the template's `batchMaxRecipients` lines.
+        recipients: Vec<BatchRecipient>,
+    },
+}
+
+/// One line of a batch request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchRecipient {
+    /// The receiver (not the zero address).
+    pub to: Address,
+    /// Token units, decimal string, at most the token's decimals.
+    pub amount: String,
 }
 
 impl std::str::FromStr for TokenRole {
@@ -125,6 +176,12 @@ impl TokenRequest {
             Self::GrantRole { .. } => OperationKind::AssetGrantRole,
             Self::RevokeRole { .. } => OperationKind::AssetRevokeRole,
             Self::SetCompliance { .. } => OperationKind::AssetSetCompliance,
+            Self::Freeze { .. } => OperationKind::AssetFreeze,
+            Self::Unfreeze { .. } => OperationKind::AssetUnfreeze,
+            Self::ForcedTransfer { .. } => OperationKind::AssetForcedTransfer,
+            Self::Recover { .. } => OperationKind::AssetRecover,
+            Self::BatchMint { .. } => OperationKind::AssetBatchMint,
+            Self::BatchTransfer { .. } => OperationKind::AssetBatchTransfer,
         }
     }
 }
@@ -134,6 +191,12 @@ impl TokenRequest {
 /// `token_decimals`: a mint or burn (forced or not) above it, and every role change when
 /// a threshold is set (a `minter` or `burner` grant enables mints or burns of any
 /// amount). Transfers, pauses and unpauses never do.
+///
+/// The agent operations of regulated assets (issue 37 §3): a forced transfer above the
+/// threshold, a batch mint whose total is above it; when a threshold is set, every
+/// unfreeze (address or partial: it releases tokens) and every wallet recovery (it moves
+/// a whole balance and an identity). A freeze never waits (it is the protective
+/// action an agent takes in a hurry), nor does a batch transfer (as a transfer).
 ///
 /// # Errors
 /// [`OpsError::Amount`] when the threshold cannot be read with these decimals.
@@ -149,11 +212,52 @@ pub fn needs_approval(
         TokenAction::Mint { amount, .. }
         | TokenAction::Burn { amount }
         | TokenAction::ForcedBurn { amount, .. } => above_threshold(*amount, th, token_decimals),
+        TokenAction::ForcedTransfer { amount, .. } => above_threshold(*amount, th, token_decimals),
+        TokenAction::BatchMint { recipients } => {
+            let total = recipients
+                .iter()
+                .try_fold(alloy::primitives::U256::ZERO, |t, l| {
+                    t.checked_add(l.amount)
+                })
+                .unwrap_or(alloy::primitives::U256::MAX);
+            above_threshold(total, th, token_decimals)
+        }
         TokenAction::GrantRole { .. }
         | TokenAction::RevokeRole { .. }
-        | TokenAction::SetCompliance { .. } => Ok(true),
-        TokenAction::Transfer { .. } | TokenAction::Pause | TokenAction::Unpause => Ok(false),
+        | TokenAction::SetCompliance { .. }
+        | TokenAction::SetAddressFrozen { frozen: false, .. }
+        | TokenAction::UnfreezePartial { .. }
+        | TokenAction::Recover { .. } => Ok(true),
+        TokenAction::Transfer { .. }
+        | TokenAction::Pause
+        | TokenAction::Unpause
+        | TokenAction::SetAddressFrozen { frozen: true, .. }
+        | TokenAction::FreezePartial { .. }
+        | TokenAction::BatchTransfer { .. } => Ok(false),
     }
+}
+
+/// The typed lines of a batch: 1 or more (the template's limit is checked by the
+/// caller), no zero address, amounts typed with the token's `decimals`.
+fn batch_lines(
+    recipients: &[BatchRecipient],
+    decimals: u8,
+) -> Result<Vec<crate::workflows::BatchLine>> {
+    if recipients.is_empty() {
+        return Err(OpsError::InvalidField {
+            field: "recipients",
+            reason: "must name at least one recipient",
+        });
+    }
+    recipients
+        .iter()
+        .map(|r| {
+            Ok(crate::workflows::BatchLine {
+                to: not_zero(r.to, "recipients[].to")?,
+                amount: token_amount(&r.amount, decimals, "recipients[].amount")?,
+            })
+        })
+        .collect()
 }
 
 /// Refuses the zero address as `field`.
@@ -417,7 +521,89 @@ impl Ops {
                     lockup_until: *lockup_until,
                 },
             },
+            TokenRequest::Freeze {
+                account,
+                amount: None,
+            } => TokenAction::SetAddressFrozen {
+                account: not_zero(*account, "account")?,
+                frozen: true,
+            },
+            TokenRequest::Freeze {
+                account,
+                amount: Some(a),
+            } => TokenAction::FreezePartial {
+                account: not_zero(*account, "account")?,
+                amount: amount(a)?,
+            },
+            TokenRequest::Unfreeze {
+                account,
+                amount: None,
+            } => TokenAction::SetAddressFrozen {
+                account: not_zero(*account, "account")?,
+                frozen: false,
+            },
+            TokenRequest::Unfreeze {
+                account,
+                amount: Some(a),
+            } => TokenAction::UnfreezePartial {
+                account: not_zero(*account, "account")?,
+                amount: amount(a)?,
+            },
+            TokenRequest::ForcedTransfer {
+                from,
+                recipient,
+                amount: a,
+            } => {
+                let from = not_zero(*from, "from")?;
+                let recipient = not_zero(*recipient, "recipient")?;
+                if from == recipient {
+                    return Err(OpsError::InvalidField {
+                        field: "recipient",
+                        reason: "must differ from `from`",
+                    });
+                }
+                TokenAction::ForcedTransfer {
+                    from,
+                    recipient,
+                    amount: amount(a)?,
+                    // Set from the template below (the request does not choose).
+                    enforce_compliance: true,
+                }
+            }
+            TokenRequest::Recover { lost, replacement } => {
+                let lost = not_zero(*lost, "lostWallet")?;
+                let replacement = not_zero(*replacement, "newWallet")?;
+                if lost == replacement {
+                    return Err(OpsError::InvalidField {
+                        field: "newWallet",
+                        reason: "must differ from `lostWallet`",
+                    });
+                }
+                TokenAction::Recover { lost, replacement }
+            }
+            TokenRequest::BatchMint { recipients } => TokenAction::BatchMint {
+                recipients: batch_lines(recipients, asset.decimals)?,
+            },
+            TokenRequest::BatchTransfer { recipients } => TokenAction::BatchTransfer {
+                recipients: batch_lines(recipients, asset.decimals)?,
+            },
         };
+        let t = template(&self.db, caller.organization_id, &asset.template_id).await?;
+        let mut action = action;
+        if let TokenAction::ForcedTransfer {
+            enforce_compliance, ..
+        } = &mut action
+        {
+            *enforce_compliance = !t.forced_transfer_skips_compliance;
+        }
+        if let TokenAction::BatchMint { recipients } | TokenAction::BatchTransfer { recipients } =
+            &action
+            && recipients.len() > usize::from(t.batch_max_recipients)
+        {
+            return Err(OpsError::BatchTooLarge {
+                max: t.batch_max_recipients,
+            });
+        }
         let kind = req.kind();
         let request_hash = sha256_json(&json!({
             "kind": kind.name(), "asset": asset_id, "action": action,
@@ -432,10 +618,49 @@ impl Ops {
         };
         // The organization system's compliance contract (issue 37 §2): the target of a
         // rules change, and the judge of a mint or transfer before it is accepted.
-        let compliance = store::asset_system_compliance(&self.db, asset_id).await?;
+        let system = store::asset_system_contracts(&self.db, asset_id).await?;
+        if system.is_none() && action.needs_system() {
+            return Err(OpsError::AssetNotRegulated);
+        }
+        let compliance = system.map(|s| s.compliance);
         let target = match (&action, compliance) {
-            (TokenAction::SetCompliance { .. }, None) => return Err(OpsError::AssetNotRegulated),
-            (TokenAction::SetCompliance { .. }, Some(c)) => Some(c),
+            (TokenAction::SetCompliance { .. }, c) => c,
+            (
+                TokenAction::ForcedTransfer {
+                    from,
+                    recipient,
+                    amount,
+                    enforce_compliance: true,
+                },
+                Some(c),
+            ) => {
+                self.compliance_precheck(asset.chain_id, c, token, *from, *recipient, *amount)
+                    .await?;
+                None
+            }
+            (TokenAction::BatchMint { recipients }, Some(c)) => {
+                for l in recipients {
+                    self.compliance_precheck(
+                        asset.chain_id,
+                        c,
+                        token,
+                        Address::ZERO,
+                        l.to,
+                        l.amount,
+                    )
+                    .await?;
+                }
+                None
+            }
+            (TokenAction::BatchTransfer { recipients }, Some(c)) => {
+                if let Some(from) = asset.issuer {
+                    for l in recipients {
+                        self.compliance_precheck(asset.chain_id, c, token, from, l.to, l.amount)
+                            .await?;
+                    }
+                }
+                None
+            }
             (TokenAction::Mint { recipient, amount }, Some(c)) => {
                 self.compliance_precheck(
                     asset.chain_id,
@@ -457,7 +682,6 @@ impl Ops {
             }
             _ => None,
         };
-        let t = template(&self.db, caller.organization_id, &asset.template_id).await?;
         let needs_approval = needs_approval(
             &action,
             t.mint_approval_threshold.as_deref(),
@@ -494,6 +718,7 @@ impl Ops {
             }
             tx.rollback().await?;
         };
+        let action_kind_recover = matches!(action, TokenAction::Recover { .. });
         let input = TokenOpInput {
             operation_id,
             asset_id,
@@ -512,6 +737,7 @@ impl Ops {
                 asset.issuer
             },
             target,
+            registry: system.filter(|_| action_kind_recover).map(|s| s.registry),
         };
         let serialization = Some(format!("asset:{asset_id}"));
         self.start_token_op(kind, operation_id, &input, serialization, caller)
@@ -633,6 +859,92 @@ mod tests {
             ),
             (TokenAction::Pause, false),
             (TokenAction::Unpause, false),
+            (
+                TokenAction::SetAddressFrozen {
+                    account: a,
+                    frozen: true,
+                },
+                false,
+            ),
+            (
+                TokenAction::SetAddressFrozen {
+                    account: a,
+                    frozen: false,
+                },
+                true,
+            ),
+            (
+                TokenAction::FreezePartial {
+                    account: a,
+                    amount: units(1_000),
+                },
+                false,
+            ),
+            (
+                TokenAction::UnfreezePartial {
+                    account: a,
+                    amount: units(1),
+                },
+                true,
+            ),
+            (
+                TokenAction::ForcedTransfer {
+                    from: a,
+                    recipient: a,
+                    amount: units(101),
+                    enforce_compliance: true,
+                },
+                true,
+            ),
+            (
+                TokenAction::ForcedTransfer {
+                    from: a,
+                    recipient: a,
+                    amount: units(100),
+                    enforce_compliance: true,
+                },
+                false,
+            ),
+            (
+                TokenAction::Recover {
+                    lost: a,
+                    replacement: a,
+                },
+                true,
+            ),
+            (
+                TokenAction::BatchMint {
+                    recipients: vec![
+                        crate::workflows::BatchLine {
+                            to: a,
+                            amount: units(60),
+                        },
+                        crate::workflows::BatchLine {
+                            to: a,
+                            amount: units(41),
+                        },
+                    ],
+                },
+                true,
+            ),
+            (
+                TokenAction::BatchMint {
+                    recipients: vec![crate::workflows::BatchLine {
+                        to: a,
+                        amount: units(100),
+                    }],
+                },
+                false,
+            ),
+            (
+                TokenAction::BatchTransfer {
+                    recipients: vec![crate::workflows::BatchLine {
+                        to: a,
+                        amount: units(1_000),
+                    }],
+                },
+                false,
+            ),
         ];
         for (action, expected) in cases {
             assert_eq!(
@@ -684,6 +996,35 @@ mod tests {
                 max_holders: 0,
                 max_balance: None,
                 lockup_until: 0,
+            }
+            .kind(),
+            TokenRequest::Freeze {
+                account: Address::ZERO,
+                amount: None,
+            }
+            .kind(),
+            TokenRequest::Unfreeze {
+                account: Address::ZERO,
+                amount: None,
+            }
+            .kind(),
+            TokenRequest::ForcedTransfer {
+                from: Address::ZERO,
+                recipient: Address::ZERO,
+                amount: String::new(),
+            }
+            .kind(),
+            TokenRequest::Recover {
+                lost: Address::ZERO,
+                replacement: Address::ZERO,
+            }
+            .kind(),
+            TokenRequest::BatchMint {
+                recipients: Vec::new(),
+            }
+            .kind(),
+            TokenRequest::BatchTransfer {
+                recipients: Vec::new(),
             }
             .kind(),
             // Accepted by `Ops::distribution_create`.

@@ -25,6 +25,13 @@ pub struct HolderView {
     pub balance: String,
     /// Base units.
     pub balance_base_units: U256,
+    /// The part of the balance that cannot move (a regulated asset's
+    /// `freezePartialTokens`), token units; `"0"` when none.
+    pub frozen_balance: String,
+    /// The same, base units.
+    pub frozen_balance_base_units: U256,
+    /// Whether the whole address is frozen (it can neither send nor receive).
+    pub frozen: bool,
 }
 
 /// A page of an asset's holders as of one block.
@@ -169,14 +176,21 @@ impl Ops {
         let after = after.map(|(balance, holder)| keel_index::read::HolderKey { balance, holder });
         let rows = keel_index::read::holders_at(&mut *tx, r.chain_id, token, s.block, after, limit)
             .await?;
+        // The frozen state as of the same block, in the same snapshot (issue 37 §3;
+        // empty for a token that is not regulated).
+        let frozen = keel_index::read::frozen_at(&mut *tx, r.chain_id, token, s.block).await?;
         tx.commit().await?;
         let holders = rows
             .into_iter()
             .map(|h| {
+                let f = frozen.get(&h.holder).copied().unwrap_or_default();
                 Ok(HolderView {
                     address: h.holder,
                     balance: format_amount(h.balance, r.decimals)?,
                     balance_base_units: h.balance,
+                    frozen_balance: format_amount(f.amount, r.decimals)?,
+                    frozen_balance_base_units: f.amount,
+                    frozen: f.address_frozen,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -236,14 +236,20 @@ impl Ops {
             }
         }
         let rows = snapshot::holders(&mut *tx, &s, after, limit).await?;
+        // Frozen state as of the record date (issue 37 §3), in the same snapshot.
+        let frozen = keel_index::read::frozen_at(&mut *tx, s.chain, s.token, s.block).await?;
         tx.commit().await?;
         let holders = rows
             .into_iter()
             .map(|h| {
+                let f = frozen.get(&h.holder).copied().unwrap_or_default();
                 Ok(HolderView {
                     address: h.holder,
                     balance: format_amount(h.balance, r.decimals)?,
                     balance_base_units: h.balance,
+                    frozen_balance: format_amount(f.amount, r.decimals)?,
+                    frozen_balance_base_units: f.amount,
+                    frozen: f.address_frozen,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -102,24 +102,43 @@ pub async fn asset_system_factory(
         .and_then(|f| alloy::primitives::Address::try_from(f.as_slice()).ok()))
 }
 
-/// The `Compliance` contract of the organization system that deployed `asset_id`'s
-/// token, if any.
+/// The contracts of the organization system that deployed an asset's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssetSystemContracts {
+    /// Its `Compliance` (the rules of the asset's mints and transfers).
+    pub compliance: alloy::primitives::Address,
+    /// Its `IdentityRegistry` (the investors' eligibility).
+    pub registry: alloy::primitives::Address,
+}
+
+/// The `Compliance` and `IdentityRegistry` of the organization system that deployed
+/// `asset_id`'s token; `None` for an asset created through the platform's factory (or
+/// a system whose addresses are not recorded yet).
 ///
 /// # Errors
 /// [`StoreError`].
-pub async fn asset_system_compliance(
+pub async fn asset_system_contracts(
     db: impl PgExecutor<'_>,
     asset_id: Uuid,
-) -> StoreResult<Option<alloy::primitives::Address>> {
-    let c: Option<Option<Vec<u8>>> = sqlx::query_scalar(
-        "SELECT s.compliance FROM asset a JOIN organization_system s ON s.id = a.system_id
+) -> StoreResult<Option<AssetSystemContracts>> {
+    type Addresses = (Option<Vec<u8>>, Option<Vec<u8>>);
+    let row: Option<Addresses> = sqlx::query_as(
+        "SELECT s.compliance, s.registry FROM asset a
+           JOIN organization_system s ON s.id = a.system_id
           WHERE a.id = $1",
     )
     .bind(asset_id)
     .fetch_optional(db)
     .await?;
-    Ok(c.flatten()
-        .and_then(|c| alloy::primitives::Address::try_from(c.as_slice()).ok()))
+    let address = |b: Option<Vec<u8>>| {
+        b.and_then(|b| alloy::primitives::Address::try_from(b.as_slice()).ok())
+    };
+    Ok(row.and_then(|(c, r)| {
+        Some(AssetSystemContracts {
+            compliance: address(c)?,
+            registry: address(r)?,
+        })
+    }))
 }
 
 /// An asset with its creation operation and that operation's workflow instance (whose

@@ -30,6 +30,10 @@ pub struct AssetTemplateRow {
     pub sender_vault: Option<String>,
     /// That vault's address (20 bytes), set with `sender_vault`.
     pub sender_address: Option<Vec<u8>>,
+    /// Forced transfers skip the compliance check (migration 0094).
+    pub forced_transfer_skips_compliance: bool,
+    /// Most recipients of a batch mint or transfer, 1..=500 (migration 0094).
+    pub batch_max_recipients: i32,
 }
 
 /// Inserts or replaces template `t.id` of `organization_id`.
@@ -44,8 +48,9 @@ pub async fn asset_template_upsert(
     sqlx::query(
         "INSERT INTO asset_template (organization_id, id, chain_id, price_decimals,
              staleness_bound_seconds, mint_approval_threshold, approval_ttl_seconds,
-             funding_pause, funding_deadline_seconds, sender_vault, sender_address)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             funding_pause, funding_deadline_seconds, sender_vault, sender_address,
+             forced_transfer_skips_compliance, batch_max_recipients)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (organization_id, id) DO UPDATE SET
              chain_id = EXCLUDED.chain_id, price_decimals = EXCLUDED.price_decimals,
              staleness_bound_seconds = EXCLUDED.staleness_bound_seconds,
@@ -55,6 +60,8 @@ pub async fn asset_template_upsert(
              funding_deadline_seconds = EXCLUDED.funding_deadline_seconds,
              sender_vault = EXCLUDED.sender_vault,
              sender_address = EXCLUDED.sender_address,
+             forced_transfer_skips_compliance = EXCLUDED.forced_transfer_skips_compliance,
+             batch_max_recipients = EXCLUDED.batch_max_recipients,
              updated_at = now()",
     )
     .bind(organization_id)
@@ -68,6 +75,8 @@ pub async fn asset_template_upsert(
     .bind(t.funding_deadline_seconds)
     .bind(t.sender_vault.as_deref())
     .bind(t.sender_address.as_deref())
+    .bind(t.forced_transfer_skips_compliance)
+    .bind(t.batch_max_recipients)
     .execute(db)
     .await?;
     Ok(())
@@ -85,7 +94,7 @@ pub async fn asset_template_get(
     Ok(sqlx::query_as(
         "SELECT id, chain_id, price_decimals, staleness_bound_seconds, mint_approval_threshold,
                 approval_ttl_seconds, funding_pause, funding_deadline_seconds, sender_vault,
-                sender_address
+                sender_address, forced_transfer_skips_compliance, batch_max_recipients
            FROM asset_template WHERE organization_id = $1 AND id = $2",
     )
     .bind(organization_id)
@@ -120,7 +129,8 @@ pub async fn asset_template_list(
     Ok(sqlx::query_as(
         "SELECT id, chain_id, price_decimals, staleness_bound_seconds, mint_approval_threshold,
                 approval_ttl_seconds, funding_pause, funding_deadline_seconds, sender_vault,
-                sender_address, created_at, updated_at
+                sender_address, forced_transfer_skips_compliance, batch_max_recipients,
+                created_at, updated_at
            FROM asset_template
           WHERE organization_id = $1 AND ($2::text IS NULL OR id > $2)
           ORDER BY id LIMIT $3",

@@ -186,6 +186,77 @@ pub enum TokenAction {
         /// The rules.
         rules: ComplianceRules,
     },
+    /// `RegulatedToken.setAddressFrozen(account, frozen)` (`asset.freeze` /
+    /// `asset.unfreeze` without `amount`, issue 37 §3): a frozen address can neither
+    /// send nor receive.
+    SetAddressFrozen {
+        /// The address.
+        account: Address,
+        /// Frozen (`asset.freeze`) or not (`asset.unfreeze`).
+        frozen: bool,
+    },
+    /// `RegulatedToken.freezePartialTokens(account, amount)` (`asset.freeze` with
+    /// `amount`): that much more of the holder's balance cannot move.
+    FreezePartial {
+        /// The holder.
+        account: Address,
+        /// Token base units.
+        amount: U256,
+    },
+    /// `RegulatedToken.unfreezePartialTokens(account, amount)` (`asset.unfreeze` with
+    /// `amount`).
+    UnfreezePartial {
+        /// The holder.
+        account: Address,
+        /// Token base units.
+        amount: U256,
+    },
+    /// `RegulatedToken.forcedTransfer(from, to, amount, enforceCompliance)`
+    /// (`asset.forced-transfer`): moves a holder's tokens without its consent, frozen
+    /// ones released as needed.
+    ForcedTransfer {
+        /// The holder whose tokens move.
+        from: Address,
+        /// The receiver (serialized as `to`).
+        #[serde(rename = "to")]
+        recipient: Address,
+        /// Token base units.
+        amount: U256,
+        /// Whether the asset's compliance rules judge the receiver (false only when the
+        /// template's `forcedTransferSkipsCompliance` is set).
+        enforce_compliance: bool,
+    },
+    /// `RegulatedToken.recoveryAddress(lost, replacement)` (`asset.recover`): the lost
+    /// wallet's whole balance, frozen amount and frozen flag move to `replacement`;
+    /// its registry entry moves too (workflow steps around this write).
+    Recover {
+        /// The lost wallet.
+        lost: Address,
+        /// The new wallet.
+        replacement: Address,
+    },
+    /// `RegulatedToken.batchMint(to[], amounts[])` (`asset.batch-mint`): every mint in
+    /// one transaction, all or nothing.
+    BatchMint {
+        /// The receivers and their amounts (token base units), in request order.
+        recipients: Vec<BatchLine>,
+    },
+    /// `RegulatedToken.batchTransfer(to[], amounts[])` (`asset.batch-transfer`) from the
+    /// issuer's holdings: every transfer in one transaction, all or nothing.
+    BatchTransfer {
+        /// The receivers and their amounts (token base units), in request order.
+        recipients: Vec<BatchLine>,
+    },
+}
+
+/// One line of a batch mint or batch transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchLine {
+    /// The receiver.
+    pub to: Address,
+    /// Token base units.
+    pub amount: U256,
 }
 
 /// An asset's transfer rules in its organization system's `Compliance` contract
@@ -208,8 +279,27 @@ pub struct ComplianceRules {
 }
 
 impl TokenAction {
+    /// Whether the action exists only on an organization system's tokens (a
+    /// `RegulatedToken`, or its `Compliance`): the rules change and the agent
+    /// operations. On another asset it is refused `ASSET_NOT_REGULATED`.
+    pub fn needs_system(&self) -> bool {
+        matches!(
+            self,
+            Self::SetCompliance { .. }
+                | Self::SetAddressFrozen { .. }
+                | Self::FreezePartial { .. }
+                | Self::UnfreezePartial { .. }
+                | Self::ForcedTransfer { .. }
+                | Self::Recover { .. }
+                | Self::BatchMint { .. }
+                | Self::BatchTransfer { .. }
+        )
+    }
+
     /// The name of the action's on-chain write (`mint`, `transfer`, `pause`, `unpause`,
-    /// `burn`, `forced-burn`, `grant-role`, `revoke-role`): the link of its transaction
+    /// `burn`, `forced-burn`, `grant-role`, `revoke-role`, `set-compliance`,
+    /// `freeze-address`, `unfreeze-address`, `freeze-partial`, `unfreeze-partial`,
+    /// `forced-transfer`, `recover`, `batch-mint`, `batch-transfer`): the link of its transaction
     /// and the progress phase while it runs.
     pub fn write(&self) -> &'static str {
         match self {
@@ -222,6 +312,14 @@ impl TokenAction {
             Self::GrantRole { .. } => "grant-role",
             Self::RevokeRole { .. } => "revoke-role",
             Self::SetCompliance { .. } => "set-compliance",
+            Self::SetAddressFrozen { frozen: true, .. } => "freeze-address",
+            Self::SetAddressFrozen { frozen: false, .. } => "unfreeze-address",
+            Self::FreezePartial { .. } => "freeze-partial",
+            Self::UnfreezePartial { .. } => "unfreeze-partial",
+            Self::ForcedTransfer { .. } => "forced-transfer",
+            Self::Recover { .. } => "recover",
+            Self::BatchMint { .. } => "batch-mint",
+            Self::BatchTransfer { .. } => "batch-transfer",
         }
     }
 }
@@ -312,6 +410,10 @@ pub struct TokenOpInput {
     /// system's `Compliance` of `asset.set-compliance`. Absent: the token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Address>,
+    /// The organization system's `IdentityRegistry` of `asset.recover` (the lost
+    /// wallet's entry moves to the new one). Absent for every other kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<Address>,
 }
 
 /// Output of the token operations.

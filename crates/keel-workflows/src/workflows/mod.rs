@@ -27,7 +27,7 @@ pub(crate) mod token_op;
 
 pub use asset_create::AssetCreate;
 pub use contract::{
-    APPROVAL_SIGNAL, ApprovalDecision, AssetCreateInput, AssetCreateOutput, CANCELLED,
+    APPROVAL_SIGNAL, ApprovalDecision, AssetCreateInput, AssetCreateOutput, BatchLine, CANCELLED,
     ComplianceRules, Landed, OpFailure, RoleChangeOutput, TX_SIGNAL_PREFIX, TokenAction,
     TokenOpInput, TokenOpOutput, TokenRole, onchain_asset_id,
 };
@@ -37,8 +37,9 @@ pub use org_system::{
 };
 pub use send::{chain_wake_tag, custom_error_name};
 pub use token_op::{
-    AssetBurn, AssetGrantRole, AssetMint, AssetPause, AssetRevokeRole, AssetSetCompliance,
-    AssetTransfer, AssetUnpause,
+    AssetBatchMint, AssetBatchTransfer, AssetBurn, AssetForcedTransfer, AssetFreeze,
+    AssetGrantRole, AssetMint, AssetPause, AssetRecover, AssetRevokeRole, AssetSetCompliance,
+    AssetTransfer, AssetUnfreeze, AssetUnpause, RECOVER_CRASH_POINTS,
 };
 
 pub use crate::kinds::{WORKFLOWS, register_all};

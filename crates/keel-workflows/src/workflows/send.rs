@@ -155,7 +155,7 @@ pub(crate) async fn send(
                 // same typed code as the API's pre-check (issue 37 §2).
                 let code = revert_data
                     .as_ref()
-                    .and_then(|d| crate::compliance::decode_refusal(d))
+                    .and_then(|d| crate::compliance::decode_failure(d))
                     .unwrap_or("EXECUTION_REVERTED");
                 return Err(WorkflowFailure::Failed(OpFailure {
                     code: code.to_owned(),
@@ -184,7 +184,7 @@ pub(crate) async fn send(
                 // compliance code, as a refusal on chain.
                 let refusal = revert_data
                     .as_ref()
-                    .and_then(|d| crate::compliance::decode_refusal(d));
+                    .and_then(|d| crate::compliance::decode_failure(d));
                 let retryable = matches!(
                     code,
                     FailureCode::GasRequired | FailureCode::FundingDeadlineExpired
@@ -749,6 +749,8 @@ mod tests {
             funding_pause: false,
             funding_deadline_seconds: 60,
             sender: None,
+            forced_transfer_skips_compliance: false,
+            batch_max_recipients: crate::tenancy::DEFAULT_BATCH_MAX_RECIPIENTS,
         };
         crate::tenancy::upsert_template(&pool, org, &template)
             .await

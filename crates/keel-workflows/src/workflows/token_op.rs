@@ -1,6 +1,10 @@
 //! The token operations `asset.mint`, `asset.transfer`, `asset.pause`, `asset.unpause`,
-//! `asset.burn`, `asset.grant-role` and `asset.revoke-role`: one write each, one at a
-//! time per asset, with an optional approval wait before it.
+//! `asset.burn`, `asset.grant-role`, `asset.revoke-role`, `asset.set-compliance` and
+//! the agent operations of regulated assets (issue 37 §3: `asset.freeze`,
+//! `asset.unfreeze`, `asset.forced-transfer`, `asset.batch-mint`,
+//! `asset.batch-transfer`): one write each, one at a time per asset, with an optional
+//! approval wait before it. `asset.recover` is three writes (the registry entry copied,
+//! the wallet recovered, the old entry removed), each sent exactly once.
 
 use crate::env::{ChainContext, WorkflowEnv};
 use crate::workflows::contract::{
@@ -10,7 +14,7 @@ use crate::workflows::contract::{
 use crate::workflows::send::{Write, chain_of, find_events, send, step_ok, wait_indexed};
 use alloy::primitives::Address;
 use alloy::sol_types::SolCall;
-use keel_abi::bindings::AssetToken;
+use keel_abi::bindings::{AssetToken, IdentityRegistry, RegulatedToken};
 use keel_durable::{Deadline, SignalOutcome, Workflow, WorkflowContext, WorkflowFailure};
 use serde_json::json;
 use std::sync::Arc;
@@ -58,6 +62,50 @@ fn calldata(action: &TokenAction, token: Address) -> Vec<u8> {
         TokenAction::RevokeRole { role, account } => AssetToken::revokeRoleCall {
             role: role.id(),
             account: *account,
+        }
+        .abi_encode(),
+        TokenAction::SetAddressFrozen { account, frozen } => RegulatedToken::setAddressFrozenCall {
+            account: *account,
+            frozen: *frozen,
+        }
+        .abi_encode(),
+        TokenAction::FreezePartial { account, amount } => RegulatedToken::freezePartialTokensCall {
+            account: *account,
+            amount: *amount,
+        }
+        .abi_encode(),
+        TokenAction::UnfreezePartial { account, amount } => {
+            RegulatedToken::unfreezePartialTokensCall {
+                account: *account,
+                amount: *amount,
+            }
+            .abi_encode()
+        }
+        TokenAction::ForcedTransfer {
+            from,
+            recipient,
+            amount,
+            enforce_compliance,
+        } => RegulatedToken::forcedTransferCall {
+            from: *from,
+            to: *recipient,
+            amount: *amount,
+            enforceCompliance: *enforce_compliance,
+        }
+        .abi_encode(),
+        TokenAction::Recover { lost, replacement } => RegulatedToken::recoveryAddressCall {
+            lost: *lost,
+            replacement: *replacement,
+        }
+        .abi_encode(),
+        TokenAction::BatchMint { recipients } => RegulatedToken::batchMintCall {
+            to: recipients.iter().map(|l| l.to).collect(),
+            amounts: recipients.iter().map(|l| l.amount).collect(),
+        }
+        .abi_encode(),
+        TokenAction::BatchTransfer { recipients } => RegulatedToken::batchTransferCall {
+            to: recipients.iter().map(|l| l.to).collect(),
+            amounts: recipients.iter().map(|l| l.amount).collect(),
         }
         .abi_encode(),
     }
@@ -247,6 +295,152 @@ async fn role_changed(
     })
 }
 
+/// The crash points of `asset.recover`, in the order they are passed (see
+/// [`crate::workflows::org_system::crash_point`]).
+pub const RECOVER_CRASH_POINTS: [&str; 3] = [
+    "recover.investor-copied",
+    "recover.recovered",
+    "recover.investor-removed",
+];
+
+/// The body of `asset.recover`: the approval wait, then
+/// 1. step `read investor`: the lost wallet's entry in the system's registry (journaled:
+///    a replay sends what the first run read);
+/// 2. when it is registered, write `copy-investor`: `IdentityRegistry.setInvestor` of
+///    the replacement with the same attributes (before the recovery, so the token's
+///    compliance check accepts the replacement as the lost wallet was accepted);
+/// 3. write `recover`: `RegulatedToken.recoveryAddress(lost, replacement)`;
+/// 4. when it was registered, write `remove-investor`: `IdentityRegistry.removeInvestor`
+///    of the lost wallet;
+/// 5. the read-after-write of the last write.
+///
+/// Each write is a queue request keyed by (operation, write name), so a runner killed
+/// anywhere resumes the journal and no write is sent twice. Registry writes are sent by
+/// the operator (the registry's agent), the recovery by the asset's sender.
+async fn run_recovery(
+    p: &WorkflowEnv,
+    ctx: &mut WorkflowContext,
+    input: TokenOpInput,
+) -> Result<TokenOpOutput, Failure> {
+    let TokenAction::Recover { lost, replacement } = input.action else {
+        return Err(WorkflowFailure::Failed(OpFailure::new(
+            "INPUT_MISMATCH",
+            false,
+            "the operation's input is not a wallet recovery",
+        )));
+    };
+    let Some(registry) = input.registry else {
+        return Err(WorkflowFailure::Failed(OpFailure::new(
+            "ASSET_NOT_REGULATED",
+            false,
+            "the asset has no organization system registry",
+        )));
+    };
+    let chain = chain_of(ctx, p, input.chain_id).await?;
+    if let Some(ttl) = input.approval_ttl_seconds {
+        await_approval(ctx, ttl).await?;
+    }
+    ctx.set_progress(json!({ "phase": "read investor" }));
+    let entry = step_ok(
+        ctx.step("read investor", || async move {
+            investor_of(chain, registry, lost).await
+        })
+        .await?,
+    )?;
+    let registry_write = |name: &'static str| Write {
+        operation_id: input.operation_id,
+        name,
+        contract: registry,
+        funding_deadline: input.funding_deadline_seconds,
+        sender: p.operator,
+        value: keel_units::Wei::ZERO,
+    };
+    if let Some(e) = &entry {
+        ctx.set_progress(json!({ "phase": "copy-investor" }));
+        let call = IdentityRegistry::setInvestorCall {
+            investor: replacement,
+            eligible: e.eligible,
+            country: e.country,
+            expiry: e.expiry,
+        }
+        .abi_encode();
+        send(ctx, p, chain, registry_write("copy-investor"), call).await?;
+        crate::workflows::org_system::crash_point(RECOVER_CRASH_POINTS[0]);
+    }
+    ctx.set_progress(json!({ "phase": "recover" }));
+    let mut landed = send(
+        ctx,
+        p,
+        chain,
+        Write {
+            operation_id: input.operation_id,
+            name: input.action.write(),
+            contract: input.token,
+            funding_deadline: input.funding_deadline_seconds,
+            sender: token_op_sender(&input, chain, p.operator),
+            value: keel_units::Wei::ZERO,
+        },
+        calldata(&input.action, input.token),
+    )
+    .await?;
+    crate::workflows::org_system::crash_point(RECOVER_CRASH_POINTS[1]);
+    if entry.is_some() {
+        ctx.set_progress(json!({ "phase": "remove-investor" }));
+        let call = IdentityRegistry::removeInvestorCall { investor: lost }.abi_encode();
+        landed = send(ctx, p, chain, registry_write("remove-investor"), call).await?;
+        crate::workflows::org_system::crash_point(RECOVER_CRASH_POINTS[2]);
+    }
+    let indexed_block = read_after_write(p, ctx, chain, landed).await?;
+    Ok(TokenOpOutput {
+        tx_hash: landed.tx_hash,
+        block: landed.block,
+        indexed_block,
+    })
+}
+
+/// A registered investor's attributes, as `IdentityRegistry.investorOf` answers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct InvestorEntry {
+    eligible: bool,
+    country: u16,
+    expiry: u64,
+}
+
+/// `registry.investorOf(investor)` at the latest block: `None` when not registered.
+async fn investor_of(
+    chain: &ChainContext,
+    registry: Address,
+    investor: Address,
+) -> Result<Option<InvestorEntry>, keel_durable::StepError<OpFailure>> {
+    let tx = alloy::rpc::types::TransactionRequest::default()
+        .to(registry)
+        .input(
+            IdentityRegistry::investorOfCall { investor }
+                .abi_encode()
+                .into(),
+        );
+    let out = chain
+        .node
+        .call(&tx, alloy::eips::BlockNumberOrTag::Latest)
+        .await
+        .map_err(|_| {
+            crate::workflows::send::chain_read_unavailable("RPC_UNAVAILABLE", chain.chain_id)
+        })?;
+    let i = IdentityRegistry::investorOfCall::abi_decode_returns(&out).map_err(|_| {
+        keel_durable::StepError::Failed(OpFailure::new(
+            "REGISTRY_UNREADABLE",
+            false,
+            "the organization system's registry did not answer investorOf",
+        ))
+    })?;
+    Ok(i.registered.then_some(InvestorEntry {
+        eligible: i.eligible,
+        country: i.country,
+        expiry: i.expiry,
+    }))
+}
+
 macro_rules! token_workflow {
     ($(#[$doc:meta])* $ty:ident, $name:literal, $output:ty, $body:ident) => {
         $(#[$doc])*
@@ -336,4 +530,54 @@ token_workflow!(
     "asset.revoke-role",
     RoleChangeOutput,
     run_role_change
+);
+token_workflow!(
+    /// `asset.freeze` (issue 37 §3): optional approval wait, then
+    /// `RegulatedToken.setAddressFrozen(account, true)` (write `freeze-address`) or, with
+    /// an amount, `freezePartialTokens` (write `freeze-partial`), read-after-write.
+    AssetFreeze,
+    "asset.freeze",
+    TokenOpOutput,
+    run_token_op
+);
+token_workflow!(
+    /// `asset.unfreeze`: optional approval wait, then `setAddressFrozen(account, false)`
+    /// (write `unfreeze-address`) or, with an amount, `unfreezePartialTokens` (write
+    /// `unfreeze-partial`), read-after-write.
+    AssetUnfreeze,
+    "asset.unfreeze",
+    TokenOpOutput,
+    run_token_op
+);
+token_workflow!(
+    /// `asset.forced-transfer`: optional approval wait, `RegulatedToken.forcedTransfer`
+    /// (compliance enforced unless the template skips it), read-after-write.
+    AssetForcedTransfer,
+    "asset.forced-transfer",
+    TokenOpOutput,
+    run_token_op
+);
+token_workflow!(
+    /// `asset.recover`: a lost wallet's balance, frozen state and registry entry moved
+    /// to a new wallet (see `run_recovery`).
+    AssetRecover,
+    "asset.recover",
+    TokenOpOutput,
+    run_recovery
+);
+token_workflow!(
+    /// `asset.batch-mint`: optional approval wait, `RegulatedToken.batchMint` (one
+    /// transaction, all or nothing), read-after-write.
+    AssetBatchMint,
+    "asset.batch-mint",
+    TokenOpOutput,
+    run_token_op
+);
+token_workflow!(
+    /// `asset.batch-transfer`: optional approval wait, `RegulatedToken.batchTransfer` from
+    /// the issuer's holdings (one transaction, all or nothing), read-after-write.
+    AssetBatchTransfer,
+    "asset.batch-transfer",
+    TokenOpOutput,
+    run_token_op
 );

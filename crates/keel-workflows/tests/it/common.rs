@@ -34,6 +34,8 @@ pub(crate) fn template(chain_id: u64) -> Template {
         funding_pause: false,
         funding_deadline_seconds: 3600,
         sender: None,
+        forced_transfer_skips_compliance: false,
+        batch_max_recipients: keel_workflows::tenancy::DEFAULT_BATCH_MAX_RECIPIENTS,
     }
 }
 

@@ -42,6 +42,14 @@ pub(super) enum TemplateCommand {
         /// vault becomes the assets' issuer.
         #[arg(long)]
         sender: Option<String>,
+        /// Forced transfers (`asset.forced-transfer`) of the template's assets skip the
+        /// compliance check of the receiver (default: they are checked like any transfer).
+        #[arg(long)]
+        forced_transfer_skips_compliance: bool,
+        /// The most recipients of one `asset.batch-mint` or `asset.batch-transfer`
+        /// (1..=500).
+        #[arg(long, default_value_t = keel_workflows::tenancy::DEFAULT_BATCH_MAX_RECIPIENTS)]
+        batch_max_recipients: u16,
     },
 }
 
@@ -59,6 +67,8 @@ pub(super) async fn run(config: &Config, command: TemplateCommand) -> anyhow::Re
             funding_pause,
             funding_deadline_seconds,
             sender,
+            forced_transfer_skips_compliance,
+            batch_max_recipients,
         } => {
             let chain_id = config
                 .chains
@@ -82,6 +92,8 @@ pub(super) async fn run(config: &Config, command: TemplateCommand) -> anyhow::Re
                 funding_pause,
                 funding_deadline_seconds,
                 sender,
+                forced_transfer_skips_compliance,
+                batch_max_recipients,
             };
             keel_workflows::tenancy::upsert_template(&pool, org, &template).await?;
             match &template.sender {

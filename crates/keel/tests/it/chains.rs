@@ -643,6 +643,8 @@ async fn work_suspended_on_an_unreachable_chain_resumes_when_the_chain_is_served
             funding_pause: false,
             funding_deadline_seconds: 3600,
             sender: None,
+            forced_transfer_skips_compliance: false,
+            batch_max_recipients: keel_workflows::tenancy::DEFAULT_BATCH_MAX_RECIPIENTS,
         },
     )
     .await
