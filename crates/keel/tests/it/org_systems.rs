@@ -617,3 +617,335 @@ async fn compliance_rules_refuse_at_the_api_and_on_chain_with_the_same_code() {
         alloy::primitives::U256::from(2u64)
     );
 }
+
+/// The holder row of `holder` in `asset`'s holders page at the indexed tip.
+async fn holder_row(stack: &Stack, asset: &str, holder: Address) -> Option<Value> {
+    let (status, page) = stack
+        .get(
+            &stack.key_a,
+            &format!("/v1/assets/{asset}/holders?limit=100"),
+        )
+        .await;
+    assert_eq!(status, 200, "{page}");
+    page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["address"].as_str().unwrap().parse::<Address>().unwrap() == holder)
+        .cloned()
+}
+
+/// Issue 37 §3, the agent operations of a regulated asset end to end: a partial freeze
+/// (the holders page shows the frozen amount), a forced transfer that releases frozen
+/// tokens, an address freeze that makes a later mint fail on chain with
+/// `ADDRESS_FROZEN`, an unfreeze above the frozen amount failing
+/// `INVALID_FROZEN_AMOUNT`, a batch mint in one transaction, a batch transfer, bad batch
+/// bodies refused, and a wallet recovery with the runner aborted (as by kill -9) after
+/// each of its three writes — each write is sent once, the balance, the frozen amount
+/// and the registry entry end on the new wallet, and the index agrees with the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_operations_freeze_force_batch_and_recover_exactly_once() {
+    use alloy::providers::Provider;
+    use alloy::sol_types::SolEvent;
+    use keel_abi::bindings::IdentityRegistry;
+    use keel_workflows::workflows::RECOVER_CRASH_POINTS;
+    let chain = TestChain::start().await.unwrap();
+    let mut stack = Stack::start(chain, TemplateOpts::default()).await;
+    let org = org_id(&stack, "acme").await;
+    let sys = deploy(&stack, org, "sys-1").await;
+    completed(&stack, &sys).await;
+    let (asset, token) = stack.create_active_asset("create-reg", "AGT").await;
+    let chain_id = stack.chain.chain_id();
+    let [a, b, c, r1, r2, r3] = [4, 5, 6, 7, 8, 9].map(|i| stack.chain.account(i).unwrap());
+    for (i, addr) in [a, b, c].into_iter().enumerate() {
+        let (status, view) = stack
+            .post(
+                &stack.key_a,
+                &format!("/v1/organizations/{org}/investors"),
+                &format!("inv-{i}"),
+                json!({"chainId": chain_id, "address": addr.to_string(), "eligible": true,
+                       "countryCode": "840", "expiresAt": 0}),
+            )
+            .await;
+        assert!(status == 202 || status == 200, "{view}");
+        completed(&stack, view["id"].as_str().unwrap()).await;
+    }
+    set_rules(&stack, &asset, "rules", json!({"eligibleOnly": true})).await;
+    let units =
+        |n: u64| alloy::primitives::U256::from(n) * alloy::primitives::U256::from(1_000_000u64);
+    let run = |what: &'static str, idem: &'static str, body: Value| {
+        let stack = &stack;
+        let asset = asset.clone();
+        async move {
+            let (status, view) = try_op(stack, &asset, what, idem, body).await;
+            assert!(status == 202 || status == 200, "{what}: {view}");
+            stack
+                .await_op(view["id"].as_str().unwrap(), WITHIN, terminal)
+                .await
+        }
+    };
+    let ok = |v: &Value| assert_eq!(state(v), "completed", "{v}");
+
+    // A batch mint: three recipients, one transaction.
+    let batch = run(
+        "batch-mint",
+        "bm-1",
+        json!({"recipients": [a.to_string(), b.to_string(), c.to_string()],
+               "amounts": ["100", "50", "5"]}),
+    )
+    .await;
+    ok(&batch);
+    let reg = RegulatedToken::new(token, stack.chain.provider().clone());
+    assert_eq!(reg.balanceOf(a).call().await.unwrap(), units(100));
+    assert_eq!(reg.balanceOf(b).call().await.unwrap(), units(50));
+    assert_eq!(reg.balanceOf(c).call().await.unwrap(), units(5));
+    let tx: alloy::primitives::B256 = batch["result"]["txHash"].as_str().unwrap().parse().unwrap();
+    let receipt = stack
+        .chain
+        .provider()
+        .get_transaction_receipt(tx)
+        .await
+        .unwrap()
+        .unwrap();
+    let mints = receipt
+        .inner
+        .logs()
+        .iter()
+        .filter(|l| l.topic0() == Some(&RegulatedToken::Transfer::SIGNATURE_HASH))
+        .count();
+    assert_eq!(mints, 3, "one transaction carries the three mints");
+    // Bad batch bodies: lists of different lengths, an empty batch, the zero address.
+    for (i, body) in [
+        json!({"recipients": [a.to_string()], "amounts": ["1", "2"]}),
+        json!({"recipients": [], "amounts": []}),
+        json!({"recipients": [Address::ZERO.to_string()], "amounts": ["1"]}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, v) = try_op(&stack, &asset, "batch-mint", &format!("bad-{i}"), body).await;
+        assert!(status == 400 || status == 422, "{v}");
+        assert_eq!(v["code"], "INVALID_FIELD", "{v}");
+    }
+    // A batch to an unregistered address is refused before acceptance.
+    let (status, v) = try_op(
+        &stack,
+        &asset,
+        "batch-mint",
+        "bm-unreg",
+        json!({"recipients": [a.to_string(), r1.to_string()], "amounts": ["1", "1"]}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (422, Some("COMPLIANCE_NOT_ELIGIBLE")),
+        "{v}"
+    );
+
+    // A partial freeze: the holders page shows it.
+    ok(&run(
+        "freeze",
+        "fz-a",
+        json!({"account": a.to_string(), "amount": "30"}),
+    )
+    .await);
+    assert_eq!(reg.frozenAmount(a).call().await.unwrap(), units(30));
+    let row = holder_row(&stack, &asset, a).await.unwrap();
+    assert_eq!(
+        (row["frozenBalance"].as_str(), row["frozen"].as_bool()),
+        (Some("30"), Some(false)),
+        "{row}"
+    );
+    // An unfreeze above the frozen amount fails typed on chain; nothing changes.
+    let over = run(
+        "unfreeze",
+        "uf-over",
+        json!({"account": a.to_string(), "amount": "31"}),
+    )
+    .await;
+    assert_eq!(
+        (state(&over), over["error"]["code"].as_str()),
+        ("failed", Some("INVALID_FROZEN_AMOUNT")),
+        "{over}"
+    );
+    // A forced transfer of 80 (70 free): 10 frozen tokens are released.
+    ok(&run(
+        "forced-transfer",
+        "ft-1",
+        json!({"from": a.to_string(), "recipient": b.to_string(), "amount": "80"}),
+    )
+    .await);
+    assert_eq!(reg.balanceOf(a).call().await.unwrap(), units(20));
+    assert_eq!(reg.frozenAmount(a).call().await.unwrap(), units(20));
+    let row = holder_row(&stack, &asset, a).await.unwrap();
+    assert_eq!(
+        (row["balance"].as_str(), row["frozenBalance"].as_str()),
+        (Some("20"), Some("20")),
+        "{row}"
+    );
+    // A forced transfer to an unregistered address is refused (compliance applies).
+    let (status, v) = try_op(
+        &stack,
+        &asset,
+        "forced-transfer",
+        "ft-unreg",
+        json!({"from": b.to_string(), "recipient": r1.to_string(), "amount": "1"}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (422, Some("COMPLIANCE_NOT_ELIGIBLE")),
+        "{v}"
+    );
+
+    // An address freeze: a mint to it fails on chain with ADDRESS_FROZEN.
+    ok(&run("freeze", "fz-b", json!({"account": b.to_string()})).await);
+    assert!(reg.isFrozen(b).call().await.unwrap());
+    assert_eq!(holder_row(&stack, &asset, b).await.unwrap()["frozen"], true);
+    let refused = run(
+        "mint",
+        "m-b",
+        json!({"recipient": b.to_string(), "amount": "1"}),
+    )
+    .await;
+    assert_eq!(
+        (state(&refused), refused["error"]["code"].as_str()),
+        ("failed", Some("ADDRESS_FROZEN")),
+        "{refused}"
+    );
+    ok(&run("unfreeze", "uf-b", json!({"account": b.to_string()})).await);
+    assert!(!reg.isFrozen(b).call().await.unwrap());
+    assert_eq!(
+        holder_row(&stack, &asset, b).await.unwrap()["frozen"],
+        false
+    );
+
+    // A batch transfer from the issuer's holdings (minted to it first).
+    let (_, view) = stack
+        .get(&stack.key_a, &format!("/v1/assets/{asset}"))
+        .await;
+    let issuer: Address = view["issuerAddress"].as_str().unwrap().parse().unwrap();
+    let (status, v) = stack
+        .post(
+            &stack.key_a,
+            &format!("/v1/organizations/{org}/investors"),
+            "inv-issuer",
+            json!({"chainId": chain_id, "address": issuer.to_string(), "eligible": true,
+                   "countryCode": "840", "expiresAt": 0}),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{v}");
+    completed(&stack, v["id"].as_str().unwrap()).await;
+    ok(&run(
+        "mint",
+        "m-issuer",
+        json!({"recipient": issuer.to_string(), "amount": "10"}),
+    )
+    .await);
+    ok(&run(
+        "batch-transfer",
+        "bt-1",
+        json!({"recipients": [a.to_string(), c.to_string()], "amounts": ["3", "4"]}),
+    )
+    .await);
+    assert_eq!(reg.balanceOf(issuer).call().await.unwrap(), units(3));
+    assert_eq!(reg.balanceOf(a).call().await.unwrap(), units(23));
+    assert_eq!(reg.balanceOf(c).call().await.unwrap(), units(9));
+
+    // Wallet recovery with the runner aborted after each of its writes: a → r1 (abort
+    // after the registry copy), r1 → r2 (after the recovery), r2 → r3 (after the
+    // removal). Each chain of recoveries carries the balance and the frozen amount on.
+    let registry: Vec<u8> = sqlx::query_scalar(
+        "SELECT registry FROM organization_system WHERE organization_id = $1 AND state = 'active'",
+    )
+    .bind(org)
+    .fetch_one(stack.db.pool())
+    .await
+    .unwrap();
+    let registry = IdentityRegistry::new(
+        Address::from_slice(&registry),
+        stack.chain.provider().clone(),
+    );
+    let mut lost = a;
+    for (i, (point, replacement)) in RECOVER_CRASH_POINTS.iter().zip([r1, r2, r3]).enumerate() {
+        stack.kill9("runner");
+        stack.spawn_with(
+            "runner",
+            "runner",
+            &[("KEEL_CRASH_AT".to_owned(), (*point).to_owned())],
+        );
+        let (status, view) = try_op(
+            &stack,
+            &asset,
+            "recover",
+            ["rc-1", "rc-2", "rc-3"][i],
+            json!({"lostWallet": lost.to_string(), "newWallet": replacement.to_string()}),
+        )
+        .await;
+        assert!(status == 202 || status == 200, "{view}");
+        let exit = stack.await_exit("runner", WITHIN).await;
+        assert!(!exit.success(), "{point}: {exit}");
+        assert!(
+            stack
+                .log("runner")
+                .contains(&format!("aborting at {point}")),
+            "{point}\n{}",
+            stack.logs()
+        );
+        stack.spawn("runner");
+        completed(&stack, view["id"].as_str().unwrap()).await;
+        assert_eq!(
+            reg.balanceOf(lost).call().await.unwrap(),
+            alloy::primitives::U256::ZERO,
+            "{point}"
+        );
+        assert_eq!(
+            reg.balanceOf(replacement).call().await.unwrap(),
+            units(23),
+            "{point}"
+        );
+        assert_eq!(
+            reg.frozenAmount(replacement).call().await.unwrap(),
+            units(20),
+            "{point}"
+        );
+        assert_eq!(
+            reg.frozenAmount(lost).call().await.unwrap(),
+            alloy::primitives::U256::ZERO
+        );
+        assert!(
+            registry
+                .investorOf(replacement)
+                .call()
+                .await
+                .unwrap()
+                .registered,
+            "{point}"
+        );
+        assert!(
+            !registry.investorOf(lost).call().await.unwrap().registered,
+            "{point}"
+        );
+        let row = holder_row(&stack, &asset, replacement).await.unwrap();
+        assert_eq!(
+            (row["balance"].as_str(), row["frozenBalance"].as_str()),
+            (Some("23"), Some("20")),
+            "{row}"
+        );
+        assert!(holder_row(&stack, &asset, lost).await.is_none(), "{point}");
+        // Each of the three writes was queued once.
+        let op: Uuid = view["id"].as_str().unwrap().parse().unwrap();
+        let writes: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM operation_tx t JOIN txq_request q ON q.id = t.txq_request_id
+              WHERE t.operation_id = $1 AND q.verdict_kind = 'confirmed'",
+        )
+        .bind(op)
+        .fetch_one(stack.db.pool())
+        .await
+        .unwrap();
+        assert_eq!(writes, 3, "{point}");
+        lost = replacement;
+    }
+    // Supply on chain equals what was minted (nothing done twice).
+    assert_eq!(reg.totalSupply().call().await.unwrap(), units(165));
+}
