@@ -514,6 +514,27 @@ def org_system_leg():
             fail(f"a {what} to an unregistered address was not refused at the API: {status} {body}")
         say(f"refused    {what} of 1 DLTA to {HOLDER3}: HTTP {status} {body['code']} ({body['detail']})")
         refusals.append(f"{what} {status} {body['code']}")
+    # Issue 37 §3, agent operations: part of the holder's balance frozen (the holders
+    # page shows it), then the holder's wallet recovered onto a new one: balance,
+    # frozen amount and registry entry move, each write once.
+    token_op(reg["assetId"], "freeze", {"account": HOLDER, "amount": "20"}, "demo-freeze-dlta")
+    _, _, rows = holders_at(reg["assetId"])
+    row = next((h for h in rows if h["address"].lower() == HOLDER.lower()), None)
+    if row is None or row["frozenBalance"] != "20":
+        fail(f"the holders page does not show the frozen amount: {row}")
+    say(f"froze      20 of {HOLDER}'s {row['balance']} DLTA: the holders page shows frozenBalance {row['frozenBalance']}")
+    done = token_op(reg["assetId"], "recover", {"lostWallet": HOLDER, "newWallet": HOLDER3}, "demo-recover-dlta")
+    _, _, rows = holders_at(reg["assetId"])
+    moved = next((h for h in rows if h["address"].lower() == HOLDER3.lower()), None)
+    if moved is None or moved["balance"] != "50" or moved["frozenBalance"] != "20":
+        fail(f"the recovered wallet does not hold the balance and the frozen amount: {moved}")
+    if any(h["address"].lower() == HOLDER.lower() for h in rows):
+        fail("the lost wallet still holds DLTA after the recovery")
+    registered = rpc("eth_call", [{"to": r["registryAddress"], "data": selector("investorOf(address)") + word(HOLDER3)}, "latest"])
+    if int(registered[2:66], 16) != 1:
+        fail("the new wallet is not registered after the recovery")
+    say(f"recovered  {HOLDER} -> {HOLDER3}: {moved['balance']} DLTA ({moved['frozenBalance']} frozen) and its registry entry"
+        f" moved (last write {done['result']['txHash']})")
     return system, ", ".join(refusals)
 
 
@@ -783,6 +804,8 @@ def main():
     print(f"  org system  serial {system['serial']}: factory {system['factoryAddress']}, registry {system['registryAddress']},")
     print(f"              compliance {system['complianceAddress']}; asset DLTA a RegulatedToken through it; two investors;")
     print(f"              a transfer and a mint to an unregistered address refused at the API: {regulated}")
+    print(f"              20 DLTA of {HOLDER} frozen (shown in the holders page), then its wallet recovered onto")
+    print(f"              {HOLDER3} with the balance, the frozen amount and the registry entry")
     print(f"  webhooks    {len(received)} distinct events delivered, every signature verified")
     print(f"  logs        {LOGS}")
 
