@@ -258,6 +258,8 @@ async fn the_upgrade_backfills_the_issuer_of_existing_assets() {
         include_str!("../../../../migrations/0081_txq_authorization_list.sql"),
         // The organization systems an asset creation reads (0091).
         include_str!("../../../../migrations/0091_organization_system.sql"),
+        // The agent-operation rules read with every template (0094, idempotent).
+        include_str!("../../../../migrations/0094_template_agent_rules.sql"),
     ] {
         sqlx::raw_sql(migration).execute(&pool).await.unwrap();
     }
