@@ -1542,8 +1542,10 @@ fn unbounded_label(value: &str) -> bool {
         || value.contains("://")
 }
 
-/// The most series (label sets, `le` aside) one metric may have on one process.
-const MAX_SERIES_PER_METRIC: usize = 64;
+/// The most series (label sets, `le` aside) one metric may have on one process. The
+/// largest is `keel_durable_open_instances`: every workflow (18 operation kinds and
+/// engine workflows) times its 4 open states, 72 series — bounded by fixed lists.
+const MAX_SERIES_PER_METRIC: usize = 128;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_role_exports_described_bounded_histogram_metrics() {
