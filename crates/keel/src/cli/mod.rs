@@ -13,6 +13,7 @@
 //! | `keel api-key …` | [`api_key`] |
 //! | `keel template set` | [`template`] |
 //! | `keel dev` | [`dev`] |
+//! | `keel chaos` | [`chaos`] (a multi-replica scale and fault run; not a production role) |
 //! | `keel ops …` | [`ops`] (through the Platform API) |
 
 use anyhow::Context;
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 mod api_key;
 mod chain;
+mod chaos;
 mod config;
 mod dev;
 mod index;
@@ -111,6 +113,14 @@ enum Command {
         #[arg(long, env = "KEEL_ANVIL")]
         anvil: Option<PathBuf>,
     },
+    /// A multi-replica scale and chaos run (not a production role): a fresh database on
+    /// the running PostgreSQL (`DATABASE_URL`), an Anvil chain behind a fault-injecting
+    /// RPC proxy, N api, M runner and K indexer processes, a workload through the API
+    /// (asset creations, mints, transfers, approvals, webhooks to a local receiver, one
+    /// noisy integrator), and a fault schedule (kill -9 of a random replica, PostgreSQL
+    /// restarts, reorgs of depth 1-5, RPC faults). Prints the invariants it checks at the
+    /// end, throughput, latencies and resource use; exits 1 when an invariant failed.
+    Chaos(chaos::ChaosArgs),
     /// Operator commands on operations: through a running Platform API (`cancel`:
     /// through the database, any organization).
     Ops {
@@ -219,6 +229,7 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<()> {
         // configuration is loaded.
         Command::Ops { .. } => anyhow::bail!("operator commands run through the Platform API"),
         Command::Dev { api_address, anvil } => dev::run(&api_address, anvil).await,
+        Command::Chaos(args) => chaos::run(args).await,
     }
 }
 
