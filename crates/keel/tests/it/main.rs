@@ -11,6 +11,7 @@ mod chains;
 mod common;
 mod config;
 mod custody;
+mod deploy_chart;
 mod dev;
 mod distributions;
 mod e2e;
