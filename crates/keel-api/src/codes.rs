@@ -323,6 +323,15 @@ pub const ERROR_CODES: &[ErrorCode] = &[
          ERC-7769 code and the `AAxx` reason (e.g. AA24 signature, AA31 paymaster deposit).",
     ),
     c(
+        "RATE_LIMITED",
+        429,
+        "A request rate limit is exhausted: the API key's own, or its organization's \
+         (shared by all its keys); `detail` says which. Retryable: wait the answer's \
+         `Retry-After` seconds (its `RateLimit` and `RateLimit-Policy` fields give the \
+         limit's state and policy). Limits are per api replica; public routes are never \
+         limited.",
+    ),
+    c(
         "INTERNAL",
         500,
         "A bug: a request handler panicked. Never caused by input by design.",
@@ -382,7 +391,7 @@ pub fn error_codes_markdown() -> String {
          <!-- Generated from `keel_api::codes::ERROR_CODES`; do not edit. Regenerate with\n     \
          `KEEL_UPDATE_ERROR_CODES=1 cargo nextest run -p keel-api error_codes`. -->\n\n\
          Every error answer is `application/problem+json` with a stable `code`; `retryable` \
-         is true exactly for `503` and `409 INDEX_BEHIND`, which carry `Retry-After`. The same table is in the OpenAPI document \
+         is true exactly for `503`, `409 INDEX_BEHIND` and `429 RATE_LIMITED`, which carry `Retry-After`. The same table is in the OpenAPI document \
          (`components.schemas.Problem.x-error-codes`, and the `enum` of its `code`).\n\n\
          | code | status | meaning |\n|---|---|---|\n",
     );
@@ -449,6 +458,7 @@ mod tests {
             "src/webhooks.rs",
             "src/user_ops.rs",
             "src/custody.rs",
+            "src/rate_limit.rs",
             "../keel-workflows/src/error.rs",
             "../keel-units/src/error.rs",
         ];
@@ -574,6 +584,13 @@ mod tests {
             Problem::not_found("route"),
             Problem::internal(),
             crate::scope::insufficient_scope(keel_workflows::Scope::Admin),
+            crate::rate_limit::Limited {
+                which: crate::rate_limit::Which::Key,
+                retry_after_secs: 1,
+                policy: String::new(),
+                rate: String::new(),
+            }
+            .problem(),
         ] {
             assert!(is_listed(&p.code, p.status), "{p:?}");
         }

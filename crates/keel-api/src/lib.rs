@@ -71,6 +71,15 @@
 //! (a served route missing from the table answers `500`; a documented one fails the
 //! test `every_documented_route_declares_its_scope`).
 //!
+//! ### Rate limits
+//! Right after a key is authenticated and found to hold the route's scope, the layer
+//! admits the request against the key's and then the organization's request rate limit
+//! ([`rate_limit`], [`ApiConfig::rate_limits`]; `[api.rateLimit]` of the binary's
+//! configuration): over a limit → `429 RATE_LIMITED` with `Retry-After` and the
+//! `RateLimit` / `RateLimit-Policy` fields of draft-ietf-httpapi-ratelimit-headers,
+//! which every admitted answer of a keyed route carries too. Public routes and the
+//! status page are never limited; the limits are per api replica.
+//!
 //! The operations service scopes every read and write to the caller's organization:
 //! other organizations' ids (API keys included) answer `404 NOT_FOUND`.
 //!
@@ -137,6 +146,7 @@ mod openapi;
 pub mod org_systems;
 pub mod page;
 pub mod problem;
+pub mod rate_limit;
 pub mod scope;
 pub mod snapshots;
 // Platform Status (issue 22).
@@ -184,6 +194,9 @@ pub struct ApiConfig {
     pub status: keel_workflows::ops::status::StatusQuery,
     /// How the status judges each indexed chain ([`IndexStatusConfig`]).
     pub index_status: IndexStatusConfig,
+    /// Per-API-key and per-organization request rate limits of the keyed routes
+    /// ([`rate_limit`]; default: none).
+    pub rate_limits: rate_limit::RateLimitConfig,
 }
 
 impl Default for ApiConfig {
@@ -193,6 +206,7 @@ impl Default for ApiConfig {
             min_block_wait: DEFAULT_MIN_BLOCK_WAIT,
             status: keel_workflows::ops::status::StatusQuery::default(),
             index_status: IndexStatusConfig::default(),
+            rate_limits: rate_limit::RateLimitConfig::default(),
         }
     }
 }
@@ -241,6 +255,8 @@ pub struct ApiState {
     /// The chains' nodes Platform Status reads heads from (by chain id), independently
     /// of the index's tip owner.
     chain_heads: Arc<std::collections::HashMap<u64, Arc<keel_chain::UpstreamPool>>>,
+    /// The request rate limiters of `config.rate_limits`, shared by every request.
+    rate_limits: Arc<rate_limit::RateLimits>,
 }
 
 impl ApiState {
@@ -256,6 +272,9 @@ impl ApiState {
             user_operations: None,
             custody: None,
             chain_heads: Arc::default(),
+            rate_limits: Arc::new(rate_limit::RateLimits::new(
+                rate_limit::RateLimitConfig::default(),
+            )),
         }
     }
 
@@ -308,10 +327,18 @@ impl ApiState {
         self.webhooks.as_ref()
     }
 
-    /// The same state with `config`.
+    /// The same state with `config`: its rate limiters are built afresh (every
+    /// bucket full) and the configured limits exported as gauges ([`metrics`]).
     pub fn with_config(mut self, config: ApiConfig) -> Self {
         self.config = config;
+        self.rate_limits = Arc::new(rate_limit::RateLimits::new(config.rate_limits));
+        metrics::rate_limits_configured(&config.rate_limits);
         self
+    }
+
+    /// The request rate limiters ([`rate_limit`]).
+    pub fn rate_limits(&self) -> &rate_limit::RateLimits {
+        &self.rate_limits
     }
 
     /// The operations service.

@@ -8,12 +8,17 @@
 //! | `keel_api_requests_in_flight` | gauge | — |
 //! | `keel_api_body_too_large_total` | counter | — |
 //! | `keel_api_auth_failures_total` | counter | `reason` |
+//! | `keel_api_rate_limited_total` | counter | `limit` |
+//! | `keel_api_rate_limit_requests_per_second` | gauge (requests/s; 0 = off) | `limit` |
+//! | `keel_api_rate_limit_burst` | gauge (requests) | `limit` |
 //!
 //! Label sets (all bounded): `route` is the matched route template (`/v1/assets/{id}`),
 //! never the raw path, and `<unmatched>` for a request no route matched; `method` is
 //! one of `GET`, `POST`, `PUT`, `PATCH`, `DELETE`, `HEAD`, `OPTIONS` or `other`;
 //! `status` is the status class `1xx` … `5xx`; `reason` is one of [`AuthFailure`]'s
-//! labels.
+//! labels; `limit` is `key` or `organization` ([`crate::rate_limit::Which`]), never an
+//! id. The rate-limit gauges are set when the API's configuration is set
+//! ([`crate::ApiState::with_config`]); the counter's two series start at 0 then.
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::Method;
@@ -55,6 +60,28 @@ pub(crate) fn auth_failed(reason: AuthFailure) {
     metrics::counter!("keel_api_auth_failures_total", "reason" => reason.label()).increment(1);
 }
 
+/// Counts one request refused `429 RATE_LIMITED` by `limit`.
+pub(crate) fn rate_limited(limit: crate::rate_limit::Which) {
+    metrics::counter!("keel_api_rate_limited_total", "limit" => limit.label()).increment(1);
+}
+
+/// Exports the configured rate limits (gauges; a rate of 0 is off) and starts the
+/// refusal counter's series at 0.
+pub(crate) fn rate_limits_configured(config: &crate::rate_limit::RateLimitConfig) {
+    use crate::rate_limit::Which;
+    for (which, limit) in [
+        (Which::Key, config.per_key),
+        (Which::Organization, config.per_organization),
+    ] {
+        let label = which.label();
+        metrics::gauge!("keel_api_rate_limit_requests_per_second", "limit" => label)
+            .set(f64::from(limit.requests_per_second));
+        let burst = if limit.is_on() { limit.burst.max(1) } else { 0 };
+        metrics::gauge!("keel_api_rate_limit_burst", "limit" => label).set(f64::from(burst));
+        metrics::counter!("keel_api_rate_limited_total", "limit" => label).increment(0);
+    }
+}
+
 /// Counts one body refused for exceeding the body limit.
 pub(crate) fn body_too_large() {
     metrics::counter!("keel_api_body_too_large_total").increment(1);
@@ -89,6 +116,21 @@ pub fn describe_metrics() {
         "keel_api_auth_failures_total",
         Unit::Count,
         "Requests refused with 401 (reason missing, malformed, invalid) or 403 (reason insufficient_scope)."
+    );
+    metrics::describe_counter!(
+        "keel_api_rate_limited_total",
+        Unit::Count,
+        "Requests refused with 429 RATE_LIMITED, by the limit that refused (key: the API key's, organization: the organization's); per api replica."
+    );
+    metrics::describe_gauge!(
+        "keel_api_rate_limit_requests_per_second",
+        Unit::Count,
+        "Configured sustained rate of each request rate limit (key, organization), requests per second per api replica; 0 when the limit is off."
+    );
+    metrics::describe_gauge!(
+        "keel_api_rate_limit_burst",
+        Unit::Count,
+        "Configured burst of each request rate limit (key, organization): requests admitted at once from a full bucket, per api replica; 0 when the limit is off."
     );
     metrics::describe_counter!(
         "keel_api_custody_webhooks_total",

@@ -201,9 +201,69 @@ fn unique_scopes(components: &mut utoipa::openapi::Components) {
     }
 }
 
+/// The `429 RATE_LIMITED` answer of every keyed route ([`crate::rate_limit`]), with its
+/// `Retry-After`, `RateLimit` and `RateLimit-Policy` fields.
+fn rate_limited_answer() -> utoipa::openapi::RefOr<utoipa::openapi::Response> {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
+    let text = || ObjectBuilder::new().schema_type(Type::String).build();
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(
+                "`RATE_LIMITED`: the API key's or its organization's request rate limit is \
+                 exhausted (per api replica); wait `Retry-After` seconds.",
+            )
+            .header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(
+                        ObjectBuilder::new()
+                            .schema_type(Type::Integer)
+                            .minimum(Some(1)),
+                    )
+                    .description(Some(
+                        "Whole seconds until the limit admits another request (rounded up, \
+                         at least 1; RFC 9110 §10.2.3).",
+                    ))
+                    .build(),
+            )
+            .header(
+                "RateLimit",
+                HeaderBuilder::new()
+                    .schema(text())
+                    .description(Some(
+                        "draft-ietf-httpapi-ratelimit-headers: the refusing limit's state, \
+                         `\"api-key\";r=0;t=<Retry-After>` or `\"organization\";r=0;t=<Retry-After>`.",
+                    ))
+                    .build(),
+            )
+            .header(
+                "RateLimit-Policy",
+                HeaderBuilder::new()
+                    .schema(text())
+                    .description(Some(
+                        "draft-ietf-httpapi-ratelimit-headers: each enabled limit, \
+                         `\"api-key\";q=<burst>;w=<seconds to refill>, \"organization\";q=…;w=…`.",
+                    ))
+                    .build(),
+            )
+            .content(
+                crate::problem::PROBLEM_JSON,
+                ContentBuilder::new()
+                    .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                        "Problem",
+                    ))))
+                    .build(),
+            )
+            .build(),
+    )
+}
+
 /// Sets every keyed route's `security` to `bearer` with its scope from
 /// [`crate::scope::ROUTES`] (whatever its annotation said) and adds its `403
-/// INSUFFICIENT_SCOPE` answer when the annotation has none.
+/// INSUFFICIENT_SCOPE` answer when the annotation has none, and its `429 RATE_LIMITED`
+/// answer ([`crate::rate_limit`]).
 fn declare_scopes(doc: &mut utoipa::openapi::OpenApi) {
     use crate::scope::{Access, access};
     use axum::http::Method;
@@ -242,6 +302,10 @@ fn declare_scopes(doc: &mut utoipa::openapi::OpenApi) {
                             .build(),
                     )
                 });
+            op.responses
+                .responses
+                .entry("429".to_owned())
+                .or_insert_with(rate_limited_answer);
         }
     }
 }
@@ -470,7 +534,10 @@ fn list_error_codes(components: &mut utoipa::openapi::Components) {
             is scoped to the API key's organization; other organizations' resources answer 404. \
             Every route but the health routes needs an API key holding the route's scope \
             (`read`, `operate`, `approve` or `admin`; see the `bearer` scheme): 401 without a \
-            valid key, 403 `INSUFFICIENT_SCOPE` without the scope. \
+            valid key, 403 `INSUFFICIENT_SCOPE` without the scope, and 429 `RATE_LIMITED` \
+            over the key's or the organization's request rate limit (per api replica; with \
+            `Retry-After` and the `RateLimit` / `RateLimit-Policy` fields of \
+            draft-ietf-httpapi-ratelimit-headers, which admitted answers carry too). \
             Errors are `application/problem+json` with a stable `code`, `retryable` and a \
             value-free `detail`. Amounts and prices are decimal strings in token (or quote) \
             units; JSON numbers are refused for them. Request bodies are limited to 256 KiB \

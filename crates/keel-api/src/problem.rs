@@ -38,8 +38,8 @@ pub struct Problem {
     /// Stable machine-readable code: one of `x-error-codes` of this schema (also
     /// `docs/error-codes.md`), which lists every code with its HTTP status and meaning.
     pub code: String,
-    /// Whether the same request may succeed later (true for 503 answers and `409
-    /// INDEX_BEHIND`; those carry `Retry-After`).
+    /// Whether the same request may succeed later (true for 503 answers, `409
+    /// INDEX_BEHIND` and `429 RATE_LIMITED`; those carry `Retry-After`).
     pub retryable: bool,
     /// Value-free description of what was wrong.
     pub detail: String,

@@ -11,7 +11,8 @@
 //! `Router::route`, and its [`Access`] — next to the `.route(...)` call in
 //! [`crate::router`]. Nothing else: the layer authenticates the key (`401
 //! UNAUTHENTICATED`), refuses a key without the scope (`403 INSUFFICIENT_SCOPE`,
-//! before any extractor or handler runs), refuses a query parameter the route's
+//! before any extractor or handler runs), admits the request against the key's and the
+//! organization's rate limits (`429 RATE_LIMITED`; [`crate::rate_limit`]), refuses a query parameter the route's
 //! document entry does not declare (`400 UNKNOWN_QUERY_PARAMETER`, naming it, never
 //! its value; [`check_query`]), and hands the handler the caller
 //! ([`crate::extract::Authed`], [`crate::extract::Authorized`]); the document gets the
@@ -309,7 +310,9 @@ async fn authenticate(headers: &HeaderMap, state: &ApiState) -> Result<Credentia
 
 /// The authorization layer (installed with `Router::route_layer`, so it runs only for
 /// matched routes): looks the matched route up in [`ROUTES`], lets public routes pass,
-/// and for the others authenticates the key, checks its scope and stores the
+/// and for the others authenticates the key, checks its scope, admits the request
+/// against the rate limits ([`crate::rate_limit`]: `429` when over one, else the
+/// answer carries the `RateLimit` fields) and stores the
 /// [`Credential`] in the request's extensions for the handler's extractors. The key is
 /// read from the database on every request (no cache).
 pub async fn authorize(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
@@ -339,11 +342,22 @@ pub async fn authorize(State(state): State<ApiState>, mut req: Request, next: Ne
         },
         Access::Key(scope) => match authenticate(req.headers(), &state).await {
             Ok(credential) if credential.scopes.contains(scope) => {
-                if let Err(p) = query_ok(&req) {
-                    return p.into_response();
+                // The key's limit, then the organization's ([`crate::rate_limit`]).
+                let admitted = match state.rate_limits().check(&credential.caller) {
+                    Ok(admitted) => admitted,
+                    Err(limited) => return limited.into_response(),
+                };
+                let mut res = match query_ok(&req) {
+                    Err(p) => p.into_response(),
+                    Ok(()) => {
+                        req.extensions_mut().insert(credential);
+                        next.run(req).await
+                    }
+                };
+                if let Some(admitted) = admitted {
+                    admitted.apply(&mut res);
                 }
-                req.extensions_mut().insert(credential);
-                next.run(req).await
+                res
             }
             Ok(_) => {
                 crate::metrics::auth_failed(crate::metrics::AuthFailure::InsufficientScope);

@@ -16,6 +16,8 @@ mod ledger;
 mod lists;
 mod openapi_health;
 mod proptest_json;
+// Per-key and per-organization request rate limits.
+mod rate_limits;
 mod scopes;
 // Platform Status (issue 22).
 mod status;

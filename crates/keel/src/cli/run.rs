@@ -147,6 +147,7 @@ async fn start_api(
         .with_config(keel_api::ApiConfig {
             max_body_bytes: config.api.body_limit_bytes,
             status: config.api.status.to_query(),
+            rate_limits: config.api.rate_limit.to_config(),
             ..keel_api::ApiConfig::default()
         });
     let state = match keel::services::custody_webhooks(config)? {

@@ -179,6 +179,32 @@ impl Config {
                 "must be within 1..=2592000",
             ));
         }
+        let limits = &self.api.rate_limit;
+        for (key, value, min) in [
+            (
+                "api.rateLimit.perKeyRequestsPerSecond",
+                limits.per_key_requests_per_second,
+                0,
+            ),
+            ("api.rateLimit.perKeyBurst", limits.per_key_burst, 1),
+            (
+                "api.rateLimit.perOrganizationRequestsPerSecond",
+                limits.per_organization_requests_per_second,
+                0,
+            ),
+            (
+                "api.rateLimit.perOrganizationBurst",
+                limits.per_organization_burst,
+                1,
+            ),
+        ] {
+            if !(min..=super::api::MAX_RATE_LIMIT).contains(&value) {
+                return Err(invalid(
+                    key,
+                    &format!("must be within {min}..={}", super::api::MAX_RATE_LIMIT),
+                ));
+            }
+        }
         if !(1..=64).contains(&self.index.history_fetch_concurrency) {
             return Err(invalid(
                 "index.historyFetchConcurrency",

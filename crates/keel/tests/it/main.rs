@@ -20,6 +20,8 @@ mod kms;
 mod ops_cli;
 mod org_systems;
 mod process;
+// Per-API-key and per-organization request rate limits of the api role.
+mod rate_limits;
 mod retention;
 mod traces;
 mod webhooks;
