@@ -171,11 +171,9 @@ impl Api {
     /// One `GET path` on the next replica, without retries: the status, or `None` on a
     /// transport error (the noisy integrator's loop).
     pub(super) async fn get_once(&self, key: &str, path: &str) -> Option<u16> {
-        let status = self
-            .once(reqwest::Method::GET, key, path, None, None)
+        self.once(reqwest::Method::GET, key, path, None, None)
             .await
-            .map(|(s, _, _)| s);
-        status
+            .map(|(s, _, _)| s)
     }
 
     /// Every item of a cursor-paginated list (`{data, hasMore, nextCursor}`) at `path`

@@ -308,3 +308,30 @@ impl MonotonicTicks {
         (self.carried + self.last).saturating_sub(self.first.unwrap_or(0))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A restart of the source (a drop) keeps what was counted before it.
+    #[test]
+    fn ticks_carry_over_a_restart() {
+        let mut t = MonotonicTicks::default();
+        t.observe(100);
+        t.observe(150);
+        assert_eq!(t.total(), 50);
+        t.observe(10);
+        assert_eq!(t.total(), 60);
+        t.observe(40);
+        assert_eq!(t.total(), 90);
+    }
+
+    /// This process's own CPU time and resident set read from /proc.
+    #[test]
+    fn reads_this_process_from_proc() {
+        let pid = std::process::id();
+        assert!(proc_rss_kib(pid).is_some_and(|kib| kib > 0));
+        assert!(proc_cpu_ticks(pid).is_some());
+        assert!(proc_rss_kib(u32::MAX).is_none());
+    }
+}

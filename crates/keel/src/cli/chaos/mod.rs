@@ -515,6 +515,14 @@ async fn drive(
         )
         .await;
     }
+    // Transfers move the issuer's holdings: the float is on chain before they start
+    // (operations of one asset need not run in acceptance order).
+    let floats: Vec<String> = Run::lock(&run.submitted)
+        .iter()
+        .filter(|s| s.kind == "mint")
+        .map(|s| s.id.clone())
+        .collect();
+    await_completed(run, &floats, Duration::from_secs(300)).await?;
     eprintln!(
         "keel chaos: {count} assets active in {:.0} s; the workload and the fault schedule run for {} s",
         started.elapsed().as_secs_f64(),
@@ -633,6 +641,30 @@ async fn await_assets(run: &Run, n: usize, within: Duration) -> anyhow::Result<(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Waits until every operation of `ids` completed.
+async fn await_completed(run: &Run, ids: &[String], within: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    for id in ids {
+        loop {
+            let (status, v) = run
+                .api
+                .get(&run.key, &format!("/v1/operations/{id}"))
+                .await?;
+            match v["state"].as_str() {
+                Some("completed") if status == 200 => break,
+                Some("failed" | "cancelled") => {
+                    bail!("operation {id} ended {}: {}", v["state"], v["error"])
+                }
+                _ if Instant::now() > deadline => {
+                    bail!("operation {id} did not complete within {within:?}")
+                }
+                _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Submits one token operation; records it when accepted, its refusal otherwise.
