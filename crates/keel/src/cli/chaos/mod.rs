@@ -643,11 +643,14 @@ async fn await_assets(run: &Run, n: usize, within: Duration) -> anyhow::Result<(
     }
 }
 
-/// Waits until every operation of `ids` completed.
+/// Waits until every operation of `ids` completed, approving those that wait for an
+/// approval.
 async fn await_completed(run: &Run, ids: &[String], within: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
     for id in ids {
         loop {
+            // The gated assets' floats are above their approval threshold.
+            decide_waiting(run).await;
             let (status, v) = run
                 .api
                 .get(&run.key, &format!("/v1/operations/{id}"))
